@@ -1,0 +1,66 @@
+//! What every algorithm answers: one `Decision` per request.
+
+use crate::Micros;
+
+/// The answer to one request against one limit or a whole policy.
+///
+/// All figures describe the state *after* the decision: a request that was allowed has
+/// already been subtracted from `remaining`.
+///
+/// `retry_after` is exact: if nothing else happens, the same request made `retry_after`
+/// later is allowed, and made one microsecond earlier than that it is denied. It is zero
+/// when the request was allowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the request was admitted (and its cost consumed, unless it was a peek).
+    pub outcome: Outcome,
+    /// The limit's capacity in cost units: burst size, or requests per window.
+    pub limit: u64,
+    /// How many more cost units would be admitted right now.
+    pub remaining: u64,
+    /// How long until the same request would be admitted; zero when it was.
+    pub retry_after: Micros,
+    /// How long until the limit is back to full capacity if nothing else is admitted.
+    pub reset_after: Micros,
+}
+
+/// What happened to a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Admitted: its cost was consumed (or, for a peek, would have been).
+    Allowed,
+    /// Refused: nothing was consumed. `Decision::retry_after` says when to try again.
+    Denied,
+}
+
+impl Decision {
+    /// `true` when the request was admitted.
+    pub fn is_allowed(&self) -> bool {
+        self.outcome == Outcome::Allowed
+    }
+
+    pub(crate) fn allowed(limit: u64, remaining: u64, reset_after: Micros) -> Self {
+        Self {
+            outcome: Outcome::Allowed,
+            limit,
+            remaining,
+            retry_after: Micros::ZERO,
+            reset_after,
+        }
+    }
+
+    pub(crate) fn denied(
+        limit: u64,
+        remaining: u64,
+        retry_after: Micros,
+        reset_after: Micros,
+    ) -> Self {
+        Self {
+            outcome: Outcome::Denied,
+            limit,
+            remaining,
+            retry_after,
+            reset_after,
+        }
+    }
+}

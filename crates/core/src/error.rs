@@ -1,0 +1,71 @@
+//! Errors: a denial is a [`Decision`](crate::Decision), never an `Err`. `Err` means the
+//! configuration is invalid, the request can never fit, or persisted state is corrupt.
+
+use thiserror::Error;
+
+/// A limit or policy that cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    /// A quantity that must be positive was zero: a capacity, a refill amount, a period or
+    /// a window. A zero limit would deny everything forever; use a deny rule instead.
+    #[error("{what} must be at least 1")]
+    Zero {
+        /// Which setting.
+        what: &'static str,
+    },
+    /// A quantity, or a product the algorithm computes from it, exceeds what stays exact
+    /// in a double (2^52). Use a coarser unit, a shorter period or a smaller capacity.
+    #[error("{what} is {value}, more than the exact maximum {max}")]
+    TooLarge {
+        /// Which setting or product.
+        what: &'static str,
+        /// Its value (saturated at `u64::MAX` when the product itself overflowed).
+        value: u64,
+        /// The largest accepted value.
+        max: u64,
+    },
+    /// A policy needs at least one limit.
+    #[error("a policy needs at least one limit")]
+    NoLimits,
+    /// More limits in one policy than [`MAX_LIMITS`](crate::MAX_LIMITS).
+    #[error("a policy holds at most {max} limits, got {got}")]
+    TooManyLimits {
+        /// How many were given.
+        got: usize,
+        /// The maximum.
+        max: usize,
+    },
+}
+
+/// A request that can never be admitted, or state that does not belong to the limit.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum AcquireError {
+    /// The cost exceeds the limit's capacity, so no amount of waiting admits it. Split the
+    /// request, or raise the capacity.
+    #[error("cost {cost} exceeds capacity {capacity}: it can never be admitted")]
+    InsufficientCapacity {
+        /// The requested cost.
+        cost: u64,
+        /// The capacity of the smallest limit it was checked against.
+        capacity: u64,
+    },
+    /// The state passed in was made for a different algorithm or policy shape (for
+    /// example, a policy changed while its old state was still stored). The state is left
+    /// untouched; start from a fresh state for the new policy.
+    #[error("state does not match the limit's algorithm or the policy's shape")]
+    StateMismatch,
+}
+
+/// Persisted state bytes that do not decode.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    /// The input ended early or has bytes left over.
+    #[error("state encoding has the wrong length")]
+    WrongLength,
+    /// The algorithm tag is unknown.
+    #[error("unknown algorithm tag {0}")]
+    UnknownTag(u8),
+    /// A field is out of range (for example, a timestamp above `MAX_MICROS`).
+    #[error("state field out of range")]
+    OutOfRange,
+}

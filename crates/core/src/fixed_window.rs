@@ -1,0 +1,170 @@
+//! Fixed window: at most `limit` per window, windows aligned to multiples of `window`
+//! since the Unix epoch.
+//!
+//! The cheapest exact counter, with a known weakness: windows do not overlap, so a client
+//! can spend a whole window's limit just before a boundary and another just after it,
+//! admitting up to `2 × limit` within any span of one `window` length. Use
+//! [`SlidingLog`](crate::SlidingLog) when that matters.
+
+use crate::{AcquireError, ConfigError, Decision, MAX_MICROS, Micros, Timestamp};
+
+/// A validated fixed-window limit: `limit` cost units per aligned `window`.
+///
+/// ```
+/// use rein_core::{FixedWindow, FixedWindowState, Micros, Timestamp};
+///
+/// let per_minute = FixedWindow::new(100, Micros::from_secs(60))?;
+/// let mut state = FixedWindowState::default();
+/// // 59 s into a minute: the window closes in 1 s, whatever happened before.
+/// let now = Timestamp::from_micros(59_000_000);
+/// assert!(per_minute.acquire(now, &mut state, 100)?.is_allowed());
+/// let denied = per_minute.acquire(now, &mut state, 1)?;
+/// assert_eq!(denied.retry_after, Micros::from_secs(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FixedWindow {
+    /// Cost units admitted per window.
+    limit: u64,
+    /// Window length in µs.
+    window: u64,
+}
+
+/// The persisted state of one fixed window. Memory: 16 bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FixedWindowState {
+    /// Start of the window `count` belongs to.
+    pub window_start: Timestamp,
+    /// Cost admitted in that window.
+    pub count: u64,
+}
+
+impl FixedWindow {
+    /// `limit` cost units per `window`. Errors if either is zero or above [`MAX_MICROS`].
+    pub fn new(limit: u64, window: Micros) -> Result<Self, ConfigError> {
+        crate::ensure_nonzero("limit", limit)?;
+        crate::ensure_nonzero("window", window.as_micros())?;
+        crate::ensure_exact("limit", limit)?;
+        Ok(Self {
+            limit,
+            window: window.as_micros(),
+        })
+    }
+
+    /// Cost units admitted per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window length.
+    pub fn window(&self) -> Micros {
+        Micros::from_micros(self.window)
+    }
+
+    /// Counts `cost` if it fits in the current window; otherwise changes nothing.
+    pub fn acquire(
+        &self,
+        now: Timestamp,
+        state: &mut FixedWindowState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        let (decision, next) = self.decide(now, state, cost)?;
+        if let Some(next) = next {
+            *state = next;
+        }
+        Ok(decision)
+    }
+
+    /// What [`acquire`](Self::acquire) would answer, without counting anything.
+    pub fn peek(
+        &self,
+        now: Timestamp,
+        state: &FixedWindowState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.decide(now, state, cost).map(|(decision, _)| decision)
+    }
+
+    /// Uncounts up to `amount` from the current window, never below zero.
+    pub fn refund(&self, now: Timestamp, state: &mut FixedWindowState, amount: u64) {
+        let (start, count) = self.current(now, state);
+        if count > 0 {
+            *state = FixedWindowState {
+                window_start: start,
+                count: count.saturating_sub(amount),
+            };
+        }
+    }
+
+    /// `true` when nothing is counted in the current window.
+    pub fn is_full(&self, now: Timestamp, state: &FixedWindowState) -> bool {
+        self.current(now, state).1 == 0
+    }
+
+    fn decide(
+        &self,
+        now: Timestamp,
+        state: &FixedWindowState,
+        cost: u64,
+    ) -> Result<(Decision, Option<FixedWindowState>), AcquireError> {
+        if cost > self.limit {
+            return Err(AcquireError::InsufficientCapacity {
+                cost,
+                capacity: self.limit,
+            });
+        }
+        let (start, count) = self.current(now, state);
+        // `start` is never before `now`'s window, so this is at least 1 µs.
+        let window_end = start.as_micros() + self.window - now.as_micros();
+        let reset = |count: u64| Micros::from_micros(if count > 0 { window_end } else { 0 });
+        let remaining = self.limit.saturating_sub(count);
+        if cost <= remaining {
+            let count = count + cost;
+            let next = (cost > 0).then_some(FixedWindowState {
+                window_start: start,
+                count,
+            });
+            return Ok((
+                Decision::allowed(self.limit, remaining - cost, reset(count)),
+                next,
+            ));
+        }
+        // `cost <= limit`, so the next window admits it.
+        let retry_after = Micros::from_micros(window_end);
+        Ok((
+            Decision::denied(self.limit, remaining, retry_after, reset(count)),
+            None,
+        ))
+    }
+
+    /// The window that counts at `now`, and what it holds. A clock that went back to an
+    /// earlier window keeps counting in the stored one: regressions never reopen a window.
+    fn current(&self, now: Timestamp, state: &FixedWindowState) -> (Timestamp, u64) {
+        let now = now.max(state.window_start).as_micros();
+        let start = Timestamp::from_micros(now - now % self.window);
+        if start == state.window_start {
+            (start, state.count)
+        } else {
+            (start, 0)
+        }
+    }
+}
+
+impl FixedWindowState {
+    /// The fixed 16-byte encoding: `window_start` then `count`, little-endian.
+    pub fn to_bytes(&self) -> [u8; 16] {
+        crate::encoding::words([self.window_start.as_micros(), self.count])
+    }
+
+    /// Decodes [`to_bytes`](Self::to_bytes).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, crate::DecodeError> {
+        let [start, count] = crate::encoding::from_words(bytes)?;
+        if start > MAX_MICROS {
+            return Err(crate::DecodeError::OutOfRange);
+        }
+        Ok(Self {
+            window_start: Timestamp::from_micros(start),
+            count,
+        })
+    }
+}

@@ -1,0 +1,93 @@
+//! rein-core: rate-limiting algorithms as pure, exact state transitions.
+//!
+//! Every algorithm here is a function `(limit, state, now, cost) → (decision, next state)`.
+//! The caller supplies `now` as an integer [`Timestamp`] in microseconds and owns the
+//! state; this crate reads no clock, does no I/O, spawns nothing and allocates nothing on
+//! a token-bucket, fixed-window or sliding-counter decision. That is what lets one set of
+//! math run in three places: in process ([`rein-memory`]), inside Redis as Lua
+//! ([`rein-redis`], whose scripts render these same functions and are pinned to them by a
+//! differential test), and in the simulator, where time is virtual.
+//!
+//! # Algorithms
+//! | module | state | admits | memory per key |
+//! |---|---|---|---|
+//! | [`token_bucket`] (GCRA) | theoretical arrival time | bursts of `capacity`, `refill` per `period` | 16 B |
+//! | [`fixed_window`] | window start, count | `limit` per aligned window (2× at a boundary) | 16 B |
+//! | [`sliding_log`] | every admission in the window | exactly `limit` in any window | 16 B × admissions |
+//! | [`sliding_counter`] | two counts | about `limit` in any window (< 2× worst case) | 24 B |
+//!
+//! A [`Policy`] combines up to [`MAX_LIMITS`] limits all-or-nothing.
+//!
+//! # Contract
+//! - `acquire` consumes `cost` only if the decision is [`Outcome::Allowed`]; a denial
+//!   leaves the state as it was. `peek` (or a cost of zero) answers without consuming;
+//!   `refund` gives capacity back, never beyond full.
+//! - `now` need not be monotonic. A clock that goes backwards never admits more than the
+//!   latest clock reading would have: windows never reopen and elapsed time saturates at
+//!   zero.
+//! - Denials are values. `Err` means the request can never fit
+//!   ([`AcquireError::InsufficientCapacity`]) or the state belongs to another limit.
+//!   Invalid settings are rejected when the limit is built ([`ConfigError`]).
+//! - Every intermediate value stays below 2^53, so it is exact in the doubles of Lua.
+//!
+//! ```
+//! use rein_core::{Limit, Micros, Policy, Timestamp};
+//!
+//! let policy = Policy::single(Limit::token_bucket(10, 1, Micros::from_secs(1))?);
+//! let mut state = policy.new_state();
+//! let decision = policy.acquire(Timestamp::from_micros(0), &mut state, 3)?;
+//! assert!(decision.is_allowed());
+//! assert_eq!(decision.remaining, 7);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! [`rein-memory`]: https://docs.rs/rein-memory
+//! [`rein-redis`]: https://docs.rs/rein-redis
+#![deny(missing_docs)]
+
+mod decision;
+mod encoding;
+mod error;
+pub mod fixed_window;
+mod limit;
+mod policy;
+pub mod sliding_counter;
+pub mod sliding_log;
+mod time;
+pub mod token_bucket;
+
+pub use decision::{Decision, Outcome};
+pub use error::{AcquireError, ConfigError, DecodeError};
+pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use limit::{Limit, LimitState};
+pub use policy::{MAX_LIMITS, Policy, PolicyState};
+pub use sliding_counter::{SlidingCounter, SlidingCounterState};
+pub use sliding_log::{LogEntry, SlidingLog, SlidingLogState};
+pub use time::{MAX_MICROS, Micros, Timestamp};
+pub use token_bucket::{TokenBucket, TokenBucketState};
+
+fn ensure_nonzero(what: &'static str, value: u64) -> Result<(), ConfigError> {
+    if value == 0 {
+        Err(ConfigError::Zero { what })
+    } else {
+        Ok(())
+    }
+}
+
+fn ensure_exact(what: &'static str, value: u64) -> Result<(), ConfigError> {
+    if value > MAX_MICROS {
+        Err(ConfigError::TooLarge {
+            what,
+            value,
+            max: MAX_MICROS,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+fn exact_product(what: &'static str, a: u64, b: u64) -> Result<u64, ConfigError> {
+    let value = a.saturating_mul(b);
+    ensure_exact(what, value)?;
+    Ok(value)
+}

@@ -1,0 +1,243 @@
+//! Several limits decided as one: "10 per second and 1000 per hour".
+//!
+//! A policy admits a request only if every limit admits it, and then consumes from all of
+//! them; if any denies, none consumes. Its decision reports the most restrictive figures,
+//! so `retry_after` is the longest wait among the denying limits. That maximum is exact
+//! because every algorithm here is monotone: once a limit would admit a request, it keeps
+//! admitting it as time passes with nothing else admitted.
+
+use crate::{
+    AcquireError, ConfigError, Decision, DecodeError, Limit, LimitState, Outcome, Timestamp,
+};
+
+/// The most limits one policy may hold. Each is checked on every request, and the Redis
+/// store passes all of them in one script call.
+pub const MAX_LIMITS: usize = 8;
+
+/// One or more limits applied all-or-nothing.
+///
+/// ```
+/// use rein_core::{Limit, Micros, Policy, Timestamp};
+///
+/// let policy = Policy::new([
+///     Limit::token_bucket(10, 10, Micros::from_secs(1))?,   // 10/s, bursts of 10
+///     Limit::fixed_window(15, Micros::from_secs(3600))?,    // 15/h
+/// ])?;
+/// let mut state = policy.new_state();
+/// let now = Timestamp::from_micros(0);
+/// assert!(policy.acquire(now, &mut state, 10)?.is_allowed());
+/// // The hourly window has 5 left, the bucket none: the bucket speaks.
+/// let denied = policy.acquire(now, &mut state, 1)?;
+/// assert_eq!(denied.retry_after, Micros::from_millis(100));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Policy {
+    limits: Vec<Limit>,
+}
+
+/// The state of a [`Policy`]: one [`LimitState`] per limit, in the policy's order.
+///
+/// A single-limit policy's state lives inline, with no heap allocation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PolicyState {
+    first: LimitState,
+    rest: Vec<LimitState>,
+}
+
+impl Policy {
+    /// A policy of the given limits, in order. Errors if there are none or more than
+    /// [`MAX_LIMITS`].
+    pub fn new(limits: impl IntoIterator<Item = Limit>) -> Result<Self, ConfigError> {
+        let limits: Vec<Limit> = limits.into_iter().collect();
+        match limits.len() {
+            0 => Err(ConfigError::NoLimits),
+            n if n > MAX_LIMITS => Err(ConfigError::TooManyLimits {
+                got: n,
+                max: MAX_LIMITS,
+            }),
+            _ => Ok(Self { limits }),
+        }
+    }
+
+    /// A policy of one limit.
+    pub fn single(limit: Limit) -> Self {
+        Self {
+            limits: vec![limit],
+        }
+    }
+
+    /// The limits, in order.
+    pub fn limits(&self) -> &[Limit] {
+        &self.limits
+    }
+
+    /// The largest cost a single request may have: the smallest capacity.
+    pub fn capacity(&self) -> u64 {
+        self.limits.iter().map(Limit::capacity).min().unwrap_or(0)
+    }
+
+    /// A full state for this policy.
+    pub fn new_state(&self) -> PolicyState {
+        let mut limits = self.limits.iter().map(Limit::new_state);
+        // `new` and `single` guarantee at least one limit; the fallback is never used.
+        let first = limits
+            .next()
+            .unwrap_or(LimitState::TokenBucket(Default::default()));
+        PolicyState {
+            first,
+            rest: limits.collect(),
+        }
+    }
+
+    /// Consumes `cost` from every limit if all admit it; otherwise consumes nothing.
+    pub fn acquire(
+        &self,
+        now: Timestamp,
+        state: &mut PolicyState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.check_shape(state)?;
+        if let [limit] = self.limits.as_slice() {
+            return limit.acquire(now, &mut state.first, cost);
+        }
+        let preview = self.peek(now, state, cost)?;
+        if !preview.is_allowed() || cost == 0 {
+            return Ok(preview);
+        }
+        let mut combined = None;
+        for (limit, limit_state) in self.limits.iter().zip(state.iter_mut()) {
+            let decision = limit.acquire(now, limit_state, cost)?;
+            combined = Some(combine(combined, decision));
+        }
+        Ok(combined.unwrap_or(preview))
+    }
+
+    /// What [`acquire`](Self::acquire) would answer, without consuming.
+    pub fn peek(
+        &self,
+        now: Timestamp,
+        state: &PolicyState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.check_shape(state)?;
+        let capacity = self.capacity();
+        if cost > capacity {
+            return Err(AcquireError::InsufficientCapacity { cost, capacity });
+        }
+        let mut combined = None;
+        for (limit, limit_state) in self.limits.iter().zip(state.iter()) {
+            combined = Some(combine(combined, limit.peek(now, limit_state, cost)?));
+        }
+        combined.ok_or(AcquireError::StateMismatch)
+    }
+
+    /// Gives back up to `amount` to every limit, never beyond full.
+    pub fn refund(
+        &self,
+        now: Timestamp,
+        state: &mut PolicyState,
+        amount: u64,
+    ) -> Result<(), AcquireError> {
+        self.check_shape(state)?;
+        for (limit, limit_state) in self.limits.iter().zip(state.iter_mut()) {
+            limit.refund(now, limit_state, amount)?;
+        }
+        Ok(())
+    }
+
+    /// `true` when every limit is full at `now`, so a store may forget the state.
+    pub fn is_full(&self, now: Timestamp, state: &PolicyState) -> bool {
+        state.len() == self.limits.len()
+            && self
+                .limits
+                .iter()
+                .zip(state.iter())
+                .all(|(l, s)| l.is_full(now, s))
+    }
+
+    fn check_shape(&self, state: &PolicyState) -> Result<(), AcquireError> {
+        if state.len() != self.limits.len() {
+            return Err(AcquireError::StateMismatch);
+        }
+        Ok(())
+    }
+}
+
+impl PolicyState {
+    /// A policy state from limit states, in the policy's order. `None` if empty or longer
+    /// than [`MAX_LIMITS`].
+    pub fn from_states(states: impl IntoIterator<Item = LimitState>) -> Option<Self> {
+        let mut states = states.into_iter();
+        let first = states.next()?;
+        let rest: Vec<_> = states.collect();
+        (rest.len() < MAX_LIMITS).then_some(Self { first, rest })
+    }
+
+    /// The limit states, in the policy's order.
+    pub fn iter(&self) -> impl Iterator<Item = &LimitState> {
+        std::iter::once(&self.first).chain(&self.rest)
+    }
+
+    /// The limit states, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut LimitState> {
+        std::iter::once(&mut self.first).chain(&mut self.rest)
+    }
+
+    /// How many limit states there are.
+    pub fn len(&self) -> usize {
+        1 + self.rest.len()
+    }
+
+    /// Always `false`: a policy state holds at least one limit state.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The encoding: a count byte, then each [`LimitState::encode`].
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = vec![self.len() as u8];
+        for state in self.iter() {
+            state.encode(&mut out);
+        }
+        out
+    }
+
+    /// Decodes [`to_bytes`](Self::to_bytes).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let (&count, mut rest) = bytes.split_first().ok_or(DecodeError::WrongLength)?;
+        let mut states = Vec::with_capacity(usize::from(count).min(MAX_LIMITS));
+        for _ in 0..count {
+            let (state, used) = LimitState::decode(rest)?;
+            states.push(state);
+            rest = &rest[used..];
+        }
+        if !rest.is_empty() {
+            return Err(DecodeError::WrongLength);
+        }
+        Self::from_states(states).ok_or(DecodeError::WrongLength)
+    }
+}
+
+/// Folds one more limit's decision into the policy's: denied if any denies, the longest
+/// wait, the fewest remaining (with that limit's size), the longest reset.
+fn combine(acc: Option<Decision>, next: Decision) -> Decision {
+    let Some(acc) = acc else { return next };
+    let outcome = if acc.is_allowed() && next.is_allowed() {
+        Outcome::Allowed
+    } else {
+        Outcome::Denied
+    };
+    let (limit, remaining) = if next.remaining < acc.remaining {
+        (next.limit, next.remaining)
+    } else {
+        (acc.limit, acc.remaining)
+    };
+    Decision {
+        outcome,
+        limit,
+        remaining,
+        retry_after: acc.retry_after.max(next.retry_after),
+        reset_after: acc.reset_after.max(next.reset_after),
+    }
+}

@@ -1,0 +1,256 @@
+//! Token bucket, decided with GCRA (the generic cell rate algorithm).
+//!
+//! A bucket holds up to `capacity` tokens and gains `refill` tokens every `period`. GCRA
+//! keeps one number instead of a token count and a refill time: the **theoretical arrival
+//! time** `tat`, the instant at which the bucket would be full again if nothing else were
+//! taken. Each token pushes `tat` forward by the `emission_interval` (`period / refill`),
+//! and a request is admitted while `tat` stays within `tolerance` (`capacity ×
+//! emission_interval`) of `now`. Refill is implicit: time passing is what moves `now`
+//! towards `tat`, so there is no clock to tick and a denial writes nothing.
+//!
+//! The emission interval is rarely a whole number of microseconds (3 per second is
+//! 333 333.3 µs), so `tat` is kept exactly as microseconds plus a remainder counted in
+//! *units* of `1 / units_per_micro` µs, where the interval is `units_per_token` units. Both
+//! come from reducing `period / refill` by their gcd. All arithmetic is in integers
+//! below 2^53, so the Lua rendering in rein-redis computes the very same numbers.
+
+use crate::{AcquireError, ConfigError, Decision, MAX_MICROS, Micros, Timestamp};
+
+/// A validated token-bucket limit: `capacity` tokens, `refill` more every `period`.
+///
+/// ```
+/// use rein_core::{Micros, Timestamp, TokenBucket, TokenBucketState};
+///
+/// // 10 tokens, refilled at 1 per second (seed 001's example).
+/// let bucket = TokenBucket::new(10, 1, Micros::from_secs(1))?;
+/// let mut state = TokenBucketState::default();
+/// let now = Timestamp::from_micros(1_000_000);
+/// for _ in 0..10 {
+///     assert!(bucket.acquire(now, &mut state, 1)?.is_allowed());
+/// }
+/// let denied = bucket.acquire(now, &mut state, 1)?;
+/// assert!(!denied.is_allowed());
+/// assert_eq!(denied.retry_after, Micros::from_secs(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TokenBucket {
+    /// Tokens when full: the largest burst and the largest single cost.
+    capacity: u64,
+    /// The emission interval in units: how far one token moves `tat`.
+    units_per_token: u64,
+    /// How many units make one microsecond (the interval's reduced denominator).
+    units_per_micro: u64,
+    /// `capacity × units_per_token`: how far ahead of `now` `tat` may run, in units.
+    tolerance: u64,
+}
+
+/// The persisted state of one token bucket: its theoretical arrival time.
+///
+/// The default value (`tat` at the epoch) is a full bucket, as is any `tat` not after
+/// `now`. Memory: 16 bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TokenBucketState {
+    /// Whole microseconds of the theoretical arrival time.
+    pub tat: Timestamp,
+    /// The fraction of a microsecond beyond `tat`, in units (`< units_per_micro`).
+    pub tat_units: u64,
+}
+
+impl TokenBucket {
+    /// A bucket of `capacity` tokens gaining `refill` tokens every `period`.
+    ///
+    /// Errors if any of them is zero, or if `capacity × period / gcd(refill, period)`
+    /// (the tolerance in units) or `refill` exceeds [`MAX_MICROS`].
+    pub fn new(capacity: u64, refill: u64, period: Micros) -> Result<Self, ConfigError> {
+        let period = period.as_micros();
+        crate::ensure_nonzero("capacity", capacity)?;
+        crate::ensure_nonzero("refill", refill)?;
+        crate::ensure_nonzero("period", period)?;
+        crate::ensure_exact("capacity", capacity)?;
+        crate::ensure_exact("refill", refill)?;
+        let g = gcd(refill, period);
+        let units_per_token = period / g;
+        let units_per_micro = refill / g;
+        let tolerance =
+            crate::exact_product("capacity × emission interval", capacity, units_per_token)?;
+        Ok(Self {
+            capacity,
+            units_per_token,
+            units_per_micro,
+            tolerance,
+        })
+    }
+
+    /// The number of tokens when full.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The emission interval as the exact fraction `(micros, per)`: one token every
+    /// `micros / per` microseconds.
+    pub fn emission_interval(&self) -> (u64, u64) {
+        (self.units_per_token, self.units_per_micro)
+    }
+
+    /// Takes `cost` tokens if they are all there; otherwise changes nothing.
+    pub fn acquire(
+        &self,
+        now: Timestamp,
+        state: &mut TokenBucketState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        let (decision, next) = self.decide(now, state, cost)?;
+        if let Some(next) = next {
+            *state = next;
+        }
+        Ok(decision)
+    }
+
+    /// What [`acquire`](Self::acquire) would answer, without taking anything.
+    pub fn peek(
+        &self,
+        now: Timestamp,
+        state: &TokenBucketState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.decide(now, state, cost).map(|(decision, _)| decision)
+    }
+
+    /// Gives back up to `amount` tokens, never beyond a full bucket.
+    pub fn refund(&self, now: Timestamp, state: &mut TokenBucketState, amount: u64) {
+        if self.is_full(now, state) {
+            return;
+        }
+        let units = amount.min(self.capacity) * self.units_per_token;
+        let (mut us, mut rem) = (state.tat.as_micros(), state.tat_units);
+        let (back_us, back_rem) = (units / self.units_per_micro, units % self.units_per_micro);
+        if rem < back_rem {
+            rem += self.units_per_micro;
+            us = us.saturating_sub(1);
+        }
+        rem -= back_rem;
+        us = us.saturating_sub(back_us);
+        *state = if us < now.as_micros() || (us == now.as_micros() && rem == 0) {
+            TokenBucketState::default()
+        } else {
+            TokenBucketState {
+                tat: Timestamp::from_micros(us),
+                tat_units: rem,
+            }
+        };
+    }
+
+    /// `true` when the bucket holds all its tokens at `now`, so the state carries no
+    /// information and a store may forget it.
+    pub fn is_full(&self, now: Timestamp, state: &TokenBucketState) -> bool {
+        state.tat < now || (state.tat == now && state.tat_units == 0)
+    }
+
+    /// The decision and, when it consumes anything, the state to store.
+    fn decide(
+        &self,
+        now: Timestamp,
+        state: &TokenBucketState,
+        cost: u64,
+    ) -> Result<(Decision, Option<TokenBucketState>), AcquireError> {
+        if cost > self.capacity {
+            return Err(AcquireError::InsufficientCapacity {
+                cost,
+                capacity: self.capacity,
+            });
+        }
+        let now_us = now.as_micros();
+        // max(tat, now), as whole µs ahead of now plus a remainder in units.
+        let (ahead_us, ahead_units) = if self.is_full(now, state) {
+            (0, 0)
+        } else {
+            // Clamped: decoded state is input too, and must not overflow what follows.
+            (
+                state.tat.as_micros() - now_us,
+                state.tat_units.min(self.units_per_micro - 1),
+            )
+        };
+        let sum = ahead_units + cost * self.units_per_token;
+        let (next_us, next_units) = (
+            ahead_us + sum / self.units_per_micro,
+            sum % self.units_per_micro,
+        );
+        // The tolerance, split the same way, so the comparison needs no multiplication.
+        let (tol_us, tol_units) = (
+            self.tolerance / self.units_per_micro,
+            self.tolerance % self.units_per_micro,
+        );
+        if (next_us, next_units) <= (tol_us, tol_units) {
+            if cost == 0 {
+                let decision = Decision::allowed(
+                    self.capacity,
+                    self.remaining(ahead_us, ahead_units),
+                    reset_after(ahead_us, ahead_units),
+                );
+                return Ok((decision, None));
+            }
+            let next = TokenBucketState {
+                tat: Timestamp::from_micros(now_us + next_us),
+                tat_units: next_units,
+            };
+            let decision = Decision::allowed(
+                self.capacity,
+                self.remaining(next_us, next_units),
+                reset_after(next_us, next_units),
+            );
+            return Ok((decision, Some(next)));
+        }
+        // Admitted once `tat` is within tolerance: `next_us - tol_us` µs from now, one more
+        // if the remainder still exceeds the tolerance's.
+        let retry_after = next_us - tol_us + u64::from(next_units > tol_units);
+        let decision = Decision::denied(
+            self.capacity,
+            self.remaining(ahead_us, ahead_units),
+            Micros::from_micros(retry_after),
+            reset_after(ahead_us, ahead_units),
+        );
+        Ok((decision, None))
+    }
+
+    /// Whole tokens available when `tat` is `ahead_us` µs and `ahead_units` units past now.
+    fn remaining(&self, ahead_us: u64, ahead_units: u64) -> u64 {
+        // Checked before multiplying: after a clock regression `ahead_us` is unbounded.
+        if ahead_us > self.tolerance / self.units_per_micro {
+            return 0;
+        }
+        let used = ahead_us * self.units_per_micro + ahead_units;
+        self.tolerance.saturating_sub(used) / self.units_per_token
+    }
+}
+
+impl TokenBucketState {
+    /// The fixed 16-byte encoding: `tat` then `tat_units`, little-endian.
+    pub fn to_bytes(&self) -> [u8; 16] {
+        crate::encoding::words([self.tat.as_micros(), self.tat_units])
+    }
+
+    /// Decodes [`to_bytes`](Self::to_bytes).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, crate::DecodeError> {
+        let [tat, tat_units] = crate::encoding::from_words(bytes)?;
+        if tat > MAX_MICROS {
+            return Err(crate::DecodeError::OutOfRange);
+        }
+        Ok(Self {
+            tat: Timestamp::from_micros(tat),
+            tat_units,
+        })
+    }
+}
+
+/// Time until `tat` (given relative to now) is reached, rounded up to a whole µs.
+fn reset_after(ahead_us: u64, ahead_units: u64) -> Micros {
+    Micros::from_micros(ahead_us + u64::from(ahead_units > 0))
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
