@@ -23,8 +23,10 @@
 //!   leaves the state as it was. `peek` (or a cost of zero) answers without consuming;
 //!   `refund` gives capacity back, never beyond full.
 //! - `now` need not be monotonic. A clock that goes backwards never admits more than the
-//!   latest clock reading would have: windows never reopen and elapsed time saturates at
-//!   zero.
+//!   latest clock reading the state has seen would have: windows never reopen and elapsed
+//!   time saturates at zero. The state is that memory, so two things forget it: a refund
+//!   that returns a limit to full, and a store dropping a full state. After either, an
+//!   earlier `now` is judged on its own.
 //! - Denials are values. `Err` means the request can never fit
 //!   ([`AcquireError::InsufficientCapacity`]) or the state belongs to another limit.
 //!   Invalid settings are rejected when the limit is built ([`ConfigError`]).

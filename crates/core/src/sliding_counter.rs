@@ -218,14 +218,15 @@ impl SlidingCounter {
         v.start + w + (w - fits)
     }
 
-    /// When both counters will have decayed to nothing.
+    /// When both counters will have decayed to nothing; zero (already) when they have. Not
+    /// `start`: after a clock regression `start` can be later than `now`.
     fn reset_at(&self, start: u64, previous: u64, current: u64) -> u64 {
         if current > 0 {
             start + 2 * self.window
         } else if previous > 0 {
             start + self.window
         } else {
-            start
+            0
         }
     }
 }

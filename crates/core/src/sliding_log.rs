@@ -8,10 +8,11 @@
 //! when the boundary burst of [`FixedWindow`](crate::FixedWindow) or the approximation of
 //! [`SlidingCounter`](crate::SlidingCounter) is not acceptable and the limit is modest.
 //!
-//! The log only changes when it admits something: expired entries are dropped then, not on
-//! a denial or a peek, so the newest entry always marks the latest instant the log has
-//! seen. That mark is what makes a regressed clock harmless: a request is judged at
-//! `max(now, newest entry)`.
+//! Apart from [`refund`](SlidingLog::refund), the log only changes when it admits
+//! something: expired entries are dropped then, not on a denial or a peek, so the newest
+//! entry marks the latest admission the log has seen. That mark is what makes a regressed
+//! clock harmless: a request is judged at `max(now, newest entry)`. A refund that removes
+//! the newest entry removes its mark too (see the crate's contract).
 
 use std::collections::VecDeque;
 
