@@ -74,7 +74,12 @@ impl RedisServer {
         for _ in 0..5 {
             let port = free_port(false)?;
             let dir = work_dir(port)?;
-            let mut server = Self { port, dir, extra_args: extra_args.clone(), child: None };
+            let mut server = Self {
+                port,
+                dir,
+                extra_args: extra_args.clone(),
+                child: None,
+            };
             match server.spawn() {
                 Ok(()) => return Ok(server),
                 Err(e @ HarnessError::MissingBinary(_)) => return Err(e),
@@ -113,7 +118,9 @@ impl RedisServer {
     pub fn kill(&mut self) -> Result<(), HarnessError> {
         if let Some(mut child) = self.child.take() {
             // A stopped process must be continued to act on SIGKILL promptly everywhere.
-            let _ = Command::new("kill").args(["-CONT", &child.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .status();
             child.kill()?;
             child.wait()?;
         }
@@ -145,8 +152,20 @@ impl RedisServer {
         let port = self.port.to_string();
         let dir = self.dir.to_string_lossy().into_owned();
         let mut args = vec![
-            "--port", &port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--dir", &dir, "--protected-mode", "no", "--loglevel", "warning",
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            &dir,
+            "--protected-mode",
+            "no",
+            "--loglevel",
+            "warning",
         ];
         args.extend(self.extra_args.iter().map(String::as_str));
         let child = Command::new("redis-server")
@@ -162,16 +181,16 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            if let Ok(reply) = raw_command(self.port, &["PING"]) {
-                if reply.starts_with("+PONG") || reply.starts_with("-NOAUTH") {
-                    return Ok(());
-                }
+            if let Ok(reply) = raw_command(self.port, &["PING"])
+                && (reply.starts_with("+PONG") || reply.starts_with("-NOAUTH"))
+            {
+                return Ok(());
             }
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    return Err(HarnessError::NotReady(format!("exited with {status}")));
-                }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.child = None;
+                return Err(HarnessError::NotReady(format!("exited with {status}")));
             }
             if Instant::now() > deadline {
                 let _ = self.kill();
@@ -182,8 +201,13 @@ impl RedisServer {
     }
 
     fn signal(&self, sig: &str) -> Result<(), HarnessError> {
-        let child = self.child.as_ref().ok_or_else(|| HarnessError::NotReady("not running".into()))?;
-        let status = Command::new("kill").args([sig, &child.id().to_string()]).status()?;
+        let child = self
+            .child
+            .as_ref()
+            .ok_or_else(|| HarnessError::NotReady("not running".into()))?;
+        let status = Command::new("kill")
+            .args([sig, &child.id().to_string()])
+            .status()?;
         if status.success() {
             Ok(())
         } else {
@@ -215,8 +239,14 @@ impl RedisCluster {
                 // The cluster bus listens on port + 10000, so both must be free.
                 let port = free_port(true)?;
                 let dir = work_dir(port)?;
-                let args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                    "--cluster-node-timeout", "2000"];
+                let args = [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ];
                 let mut server = RedisServer {
                     port,
                     dir,
@@ -252,14 +282,19 @@ impl RedisCluster {
                 _ => HarnessError::Io(e),
             })?;
         if !status.success() {
-            return Err(HarnessError::NotReady(format!("redis-cli --cluster create: {status}")));
+            return Err(HarnessError::NotReady(format!(
+                "redis-cli --cluster create: {status}"
+            )));
         }
         let deadline = Instant::now() + Duration::from_secs(20);
         while !nodes.iter().all(|n| {
-            n.command(&["CLUSTER", "INFO"]).is_ok_and(|info| info.contains("cluster_state:ok"))
+            n.command(&["CLUSTER", "INFO"])
+                .is_ok_and(|info| info.contains("cluster_state:ok"))
         }) {
             if Instant::now() > deadline {
-                return Err(HarnessError::NotReady("cluster_state never became ok".into()));
+                return Err(HarnessError::NotReady(
+                    "cluster_state never became ok".into(),
+                ));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -328,7 +363,9 @@ fn raw_command(port: u16, args: &[&str]) -> Result<String, HarnessError> {
 
 /// Whether `reply` holds one whole simple or bulk reply.
 fn reply_complete(reply: &[u8]) -> bool {
-    let Some(line_end) = reply.windows(2).position(|w| w == b"\r\n") else { return false };
+    let Some(line_end) = reply.windows(2).position(|w| w == b"\r\n") else {
+        return false;
+    };
     match reply.first() {
         Some(b'$') => {
             let len: i64 = std::str::from_utf8(&reply[1..line_end])
@@ -348,7 +385,12 @@ mod tests {
     #[test]
     fn server_starts_answers_and_restarts_empty() {
         let mut server = RedisServer::start().expect("start redis-server");
-        assert!(server.command(&["SET", "k", "v"]).unwrap().starts_with("+OK"));
+        assert!(
+            server
+                .command(&["SET", "k", "v"])
+                .unwrap()
+                .starts_with("+OK")
+        );
         server.restart().unwrap();
         assert_eq!(server.command(&["DBSIZE"]).unwrap(), ":0\r\n");
     }
