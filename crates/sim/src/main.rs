@@ -18,18 +18,21 @@ fn main() {
     let mut state = policy.new_state();
     let mut now = Timestamp::from_micros(1_700_000_000_000_000);
     println!("token bucket: capacity 10, refill 1 per second (seed 001)");
-    println!("{:>7}  {:>9}  {:>7}  {:>9}  {:>11}  {:>11}", "request", "t (s)", "allowed", "remaining", "retry_after", "reset_after");
-    let print = |n: u32, now: Timestamp, state: &mut rein_core::PolicyState, t: f64| {
-        match policy.acquire(now, state, 1) {
-            Ok(d) => println!(
-                "{n:>7}  {t:>9.3}  {:>7}  {:>9}  {:>10.3}s  {:>10.3}s",
-                d.is_allowed(),
-                d.remaining,
-                d.retry_after.as_micros() as f64 / 1e6,
-                d.reset_after.as_micros() as f64 / 1e6,
-            ),
-            Err(e) => println!("{n:>7}  {t:>9.3}  error: {e}"),
-        }
+    println!(
+        "{:>7}  {:>9}  {:>7}  {:>9}  {:>11}  {:>11}",
+        "request", "t (s)", "allowed", "remaining", "retry_after", "reset_after"
+    );
+    let print = |n: u32, now: Timestamp, state: &mut rein_core::PolicyState, t: f64| match policy
+        .acquire(now, state, 1)
+    {
+        Ok(d) => println!(
+            "{n:>7}  {t:>9.3}  {:>7}  {:>9}  {:>10.3}s  {:>10.3}s",
+            d.is_allowed(),
+            d.remaining,
+            d.retry_after.as_micros() as f64 / 1e6,
+            d.reset_after.as_micros() as f64 / 1e6,
+        ),
+        Err(e) => println!("{n:>7}  {t:>9.3}  error: {e}"),
     };
     for n in 1..=12 {
         print(n, now, &mut state, 0.0);

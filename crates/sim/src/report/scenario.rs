@@ -1,0 +1,268 @@
+//! What one scenario measured, as one value that a table row and a chart are drawn from.
+//!
+//! A scenario author hands over what only the world knows ([`ScenarioInputs`]: the
+//! admission log, the demand, what an exact limiter would have admitted, time on fallback,
+//! decision latencies, fault intervals), and [`ScenarioResult::measure`] derives the rest:
+//! the oracle's verdict, the admission time series and the limit lines to chart against.
+
+use rein_core::{Micros, Policy, Timestamp};
+
+use super::describe::describe_policy;
+use super::series::{AdmissionSeries, LimitLine};
+use crate::oracle::{AdmissionLog, Fraction, Interval, PolicyVerdict, Verdict, Window};
+
+/// The width of one point of the admission time series: the brief's 100 ms.
+pub const CHART_BUCKET: Micros = Micros::from_millis(100);
+
+/// A fault that lasted a while: a partition, a stall, Redis down. Shaded on the chart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultSpan {
+    /// When it was in force, in true simulated time.
+    pub during: Interval,
+    /// A short label for the chart, e.g. `partition: nodes 0–2 | redis`.
+    pub label: String,
+}
+
+/// Decision latencies in simulated µs, sorted, for exact nearest-rank percentiles.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LatencySamples {
+    sorted: Vec<Micros>,
+}
+
+/// Everything a scenario author supplies; see [`ScenarioResult::measure`].
+#[derive(Clone, Debug)]
+pub struct ScenarioInputs<'a> {
+    /// The scenario's name: the table row's label and the chart's file name.
+    pub name: &'a str,
+    /// The seed the run was made with, so the row can be replayed.
+    pub seed: u64,
+    /// How many application nodes ran.
+    pub nodes: usize,
+    /// The policy every node enforced.
+    pub policy: &'a Policy,
+    /// The faults in words, e.g. `partition nodes 0–2 from Redis at 2–4 s`, or `none`.
+    pub faults: &'a str,
+    /// The simulated span measured: the series and the fallback share cover it.
+    pub run: Interval,
+    /// Every admission, at its true simulated instant.
+    pub log: &'a AdmissionLog,
+    /// Documented slack on every window's bound, in cost units (0 for none).
+    pub extra_allowance: u64,
+    /// The key whose admissions are charted (the chart's limit lines are one key's).
+    pub chart_key: u64,
+    /// Total cost requested, admitted or not.
+    pub demanded: u64,
+    /// What an exact, single limiter would have admitted given the same demand.
+    pub exact_admitted: u64,
+    /// Time each node spent on its fallback, indexed by node.
+    pub fallback: Vec<Micros>,
+    /// Every decision's latency in simulated time, from request to answer.
+    pub latencies: Vec<Micros>,
+    /// The faults with a duration, to shade.
+    pub fault_spans: Vec<FaultSpan>,
+}
+
+/// One scenario's measurements: a row of the table and the data of its chart.
+#[derive(Clone, Debug)]
+pub struct ScenarioResult {
+    /// The scenario's name.
+    pub name: String,
+    /// The seed it ran with.
+    pub seed: u64,
+    /// How many application nodes ran.
+    pub nodes: usize,
+    /// The policy in words.
+    pub policy: String,
+    /// The faults in words.
+    pub faults: String,
+    /// The simulated span measured.
+    pub run: Interval,
+    /// Total cost requested.
+    pub demanded: u64,
+    /// Total cost admitted, all nodes and keys.
+    pub admitted: u64,
+    /// What an exact limiter would have admitted given the demand (an input).
+    pub exact_admitted: u64,
+    /// The documented slack the verdict allowed, in cost units per window.
+    pub extra_allowance: u64,
+    /// The oracle's findings, every limit and key.
+    pub verdict: PolicyVerdict,
+    /// Time each node spent on its fallback, indexed by node.
+    pub fallback: Vec<Micros>,
+    /// Decision latencies.
+    pub latencies: LatencySamples,
+    /// The faults with a duration.
+    pub fault_spans: Vec<FaultSpan>,
+    /// Admissions of the charted key per [`CHART_BUCKET`], per node.
+    pub series: AdmissionSeries,
+    /// What the policy allows per bucket, to chart against.
+    pub limit_lines: Vec<LimitLine>,
+}
+
+impl LatencySamples {
+    /// The samples, in any order.
+    pub fn new(samples: impl IntoIterator<Item = Micros>) -> Self {
+        let mut sorted: Vec<Micros> = samples.into_iter().collect();
+        sorted.sort_unstable();
+        Self { sorted }
+    }
+
+    /// How many samples there are.
+    pub fn len(&self) -> usize {
+        self.sorted.len()
+    }
+
+    /// `true` with no samples.
+    pub fn is_empty(&self) -> bool {
+        self.sorted.is_empty()
+    }
+
+    /// The nearest-rank percentile for the share `numerator / denominator` (p99 is
+    /// `(99, 100)`): the ⌈n × share⌉-th smallest sample, at least the first. Always one of
+    /// the samples, never an interpolation. `None` with no samples or a zero denominator.
+    pub fn percentile(&self, numerator: u64, denominator: u64) -> Option<Micros> {
+        let n = self.sorted.len() as u128;
+        let denominator = u128::from(denominator);
+        if n == 0 || denominator == 0 {
+            return None;
+        }
+        let rank = (n * u128::from(numerator))
+            .div_ceil(denominator)
+            .clamp(1, n);
+        // rank ≤ n, which came from a usize.
+        self.sorted.get(rank as usize - 1).copied()
+    }
+
+    /// The median (nearest rank).
+    pub fn p50(&self) -> Option<Micros> {
+        self.percentile(50, 100)
+    }
+
+    /// The 99th percentile (nearest rank).
+    pub fn p99(&self) -> Option<Micros> {
+        self.percentile(99, 100)
+    }
+
+    /// The slowest decision.
+    pub fn max(&self) -> Option<Micros> {
+        self.sorted.last().copied()
+    }
+}
+
+impl ScenarioResult {
+    /// Runs the oracle over the log and derives the series and limit lines.
+    pub fn measure(inputs: ScenarioInputs<'_>) -> Self {
+        let verdict = inputs
+            .log
+            .check_policy(inputs.policy, inputs.extra_allowance);
+        let series = AdmissionSeries::from_log(
+            inputs.log,
+            inputs.chart_key,
+            inputs.run,
+            CHART_BUCKET,
+            inputs.nodes,
+        );
+        let limit_lines = LimitLine::for_policy(
+            inputs.policy,
+            inputs.run.start,
+            CHART_BUCKET,
+            inputs.extra_allowance,
+        );
+        Self {
+            name: inputs.name.to_owned(),
+            seed: inputs.seed,
+            nodes: inputs.nodes,
+            policy: describe_policy(inputs.policy),
+            faults: inputs.faults.to_owned(),
+            run: inputs.run,
+            demanded: inputs.demanded,
+            admitted: inputs.log.admitted(),
+            exact_admitted: inputs.exact_admitted,
+            extra_allowance: inputs.extra_allowance,
+            verdict,
+            fallback: inputs.fallback,
+            latencies: LatencySamples::new(inputs.latencies),
+            fault_spans: inputs.fault_spans,
+            series,
+            limit_lines,
+        }
+    }
+
+    /// `true` when every limit's guarantee (plus the allowance) held on every key: the
+    /// invariant every simulation asserts.
+    pub fn is_within_bound(&self) -> bool {
+        self.verdict.is_within_bound()
+    }
+
+    /// The verdict and window with the largest excess relative to its bound.
+    pub fn worst(&self) -> Option<(&Verdict, Window)> {
+        let verdict = self.verdict.worst()?;
+        Some((verdict, verdict.worst?))
+    }
+
+    /// Over-admission: the worst window's excess over its bound, as a share of the bound;
+    /// zero when every bound held.
+    pub fn over_admission(&self) -> Fraction {
+        self.verdict.over_admission()
+    }
+
+    /// Under-admission: how much less than an exact limiter was admitted, as a share of
+    /// what it would have admitted; zero when at least as much was admitted (or when an
+    /// exact limiter would have admitted nothing).
+    pub fn under_admission(&self) -> Fraction {
+        let shortfall = self.exact_admitted.saturating_sub(self.admitted);
+        Fraction::new(i128::from(shortfall), i128::from(self.exact_admitted))
+            .unwrap_or(Fraction::ZERO)
+    }
+
+    /// Time on fallback, summed over nodes.
+    pub fn fallback_time(&self) -> Micros {
+        Micros::from_micros(
+            self.fallback
+                .iter()
+                .fold(0, |sum: u64, m| sum.saturating_add(m.as_micros())),
+        )
+    }
+
+    /// Time on fallback as a share of node-time (nodes × run length); zero for a run of
+    /// no length or no nodes.
+    pub fn fallback_share(&self) -> Fraction {
+        let node_time =
+            i128::from(self.run.length().as_micros()) * i128::try_from(self.nodes).unwrap_or(0);
+        Fraction::new(i128::from(self.fallback_time().as_micros()), node_time)
+            .unwrap_or(Fraction::ZERO)
+    }
+
+    /// The first instant of the run, the zero of the chart's time axis.
+    pub fn start(&self) -> Timestamp {
+        self.run.start
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(us: &[u64]) -> LatencySamples {
+        LatencySamples::new(us.iter().map(|&u| Micros::from_micros(u)))
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let us = |u| Some(Micros::from_micros(u));
+        // The textbook example: 15, 20, 35, 40, 50.
+        let five = samples(&[50, 15, 40, 35, 20]);
+        assert_eq!(five.percentile(5, 100), us(15));
+        assert_eq!(five.percentile(30, 100), us(20));
+        assert_eq!(five.percentile(40, 100), us(20));
+        assert_eq!(five.p50(), us(35));
+        assert_eq!(five.percentile(100, 100), us(50));
+        assert_eq!(five.percentile(0, 100), us(15));
+        let hundred = samples(&(1..=100).rev().collect::<Vec<_>>());
+        assert_eq!((hundred.p50(), hundred.p99()), (us(50), us(99)));
+        assert_eq!(hundred.max(), us(100));
+        assert_eq!(samples(&[7]).p99(), us(7));
+        assert_eq!(samples(&[]).p50(), None);
+        assert_eq!(five.percentile(1, 0), None);
+    }
+}

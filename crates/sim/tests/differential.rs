@@ -1,0 +1,431 @@
+//! The simulated Redis against a real one: random commands and random Lua scripts go to a
+//! private `redis-server` and to an in-process [`Shared`] node, and their replies must be
+//! identical byte for byte.
+//!
+//! The grammar stays away from what legitimately differs between the two: wall-clock time
+//! (`TIME`, `TTL`, `PTTL` and expiries that could lapse during the test; only far-future and
+//! already-past ones are used), `tostring` of tables (it prints an address), `math.random`
+//! (its state depends on the server's history), and `error({})`, which crashes Redis 7.0.
+//! Hash values stay short so Redis keeps hashes in insertion order (see `hash.rs`).
+
+mod support;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed};
+use rein_core::Timestamp;
+use sim::redis::{ManualClock, Shared};
+use support::{escape, real_server};
+
+/// One call made to both servers.
+#[derive(Clone, Debug)]
+enum Call {
+    /// A command, as its arguments.
+    Command(Vec<String>),
+    /// A script run by `EVAL`, or by `SCRIPT LOAD` then `EVALSHA`.
+    Script {
+        body: String,
+        keys: Vec<String>,
+        args: Vec<String>,
+        by_sha: bool,
+    },
+}
+
+proptest! {
+    #![proptest_config(Config {
+        cases: 96,
+        rng_seed: RngSeed::Fixed(0x5EED_0001),
+        ..Config::default()
+    })]
+
+    #[test]
+    fn simulated_redis_replies_like_redis_7(calls in prop::collection::vec(call(), 1..14)) {
+        let mut real = real_server().lock().unwrap_or_else(|p| p.into_inner());
+        let sim = Shared::new(ManualClock::new(Timestamp::from_micros(SIM_NOW_MICROS)).clock());
+        real.request(&["FLUSHALL"]);
+        for call in &calls {
+            for request in requests(call) {
+                let expected = real.request(&request);
+                let actual = sim.execute(&request).to_resp();
+                prop_assert_eq!(
+                    escape(&actual), escape(&expected), "request {:?} in {:#?}", request, calls
+                );
+            }
+        }
+    }
+}
+
+/// The requests one call makes, in order.
+fn requests(call: &Call) -> Vec<Vec<String>> {
+    match call {
+        Call::Command(args) => vec![args.clone()],
+        Call::Script {
+            body,
+            keys,
+            args,
+            by_sha,
+        } => {
+            let mut tail = vec![keys.len().to_string()];
+            tail.extend(keys.iter().cloned());
+            tail.extend(args.iter().cloned());
+            if *by_sha {
+                let sha = sha1_smol::Sha1::from(body.as_bytes()).digest().to_string();
+                let mut evalsha = vec!["EVALSHA".to_string(), sha];
+                evalsha.extend(tail);
+                vec![vec!["SCRIPT".into(), "LOAD".into(), body.clone()], evalsha]
+            } else {
+                let mut eval = vec!["EVAL".to_string(), body.clone()];
+                eval.extend(tail);
+                vec![eval]
+            }
+        }
+    }
+}
+
+// ---- the grammar ----
+
+fn call() -> impl Strategy<Value = Call> {
+    prop_oneof![
+        6 => command().prop_map(Call::Command),
+        6 => script(),
+        1 => (pick(BROKEN_SCRIPTS), any::<bool>()).prop_map(|(body, by_sha)| Call::Script {
+            body: body.to_string(),
+            keys: vec![],
+            args: vec![],
+            by_sha,
+        }),
+    ]
+}
+
+fn pick(items: &'static [&'static str]) -> impl Strategy<Value = &'static str> + Clone {
+    prop::sample::select(items)
+}
+
+fn strings(
+    items: &'static [&'static str],
+    len: std::ops::Range<usize>,
+) -> impl Strategy<Value = Vec<&'static str>> {
+    prop::collection::vec(pick(items), len)
+}
+
+fn args(parts: &[&[&str]]) -> Vec<String> {
+    parts
+        .iter()
+        .flat_map(|p| p.iter().map(|s| s.to_string()))
+        .collect()
+}
+
+/// A command with arguments drawn from small pools, so that keys collide across types
+/// (WRONGTYPE), members repeat (updates) and numbers hit the parsers' edges.
+fn command() -> impl Strategy<Value = Vec<String>> {
+    prop_oneof![
+        (pick(KEYS), pick(VALUES), strings(SET_OPTIONS, 0..3))
+            .prop_map(|(k, v, o)| args(&[&["SET", k, v], &o])),
+        (
+            pick(&[
+                "GET", "INCR", "DECR", "TYPE", "HGETALL", "HLEN", "ZCARD", "PERSIST"
+            ]),
+            pick(KEYS)
+        )
+            .prop_map(|(c, k)| args(&[&[c, k]])),
+        (pick(&["INCRBY", "DECRBY"]), pick(KEYS), pick(NUMBERS))
+            .prop_map(|(c, k, n)| args(&[&[c, k, n]])),
+        (pick(&["DEL", "EXISTS"]), strings(KEYS, 0..4)).prop_map(|(c, k)| args(&[&[c], &k])),
+        (
+            pick(&["HSET", "HMSET"]),
+            pick(KEYS),
+            strings(FIELDS_AND_VALUES, 0..5)
+        )
+            .prop_map(|(c, k, fv)| args(&[&[c, k], &fv])),
+        (
+            pick(&["HGET", "HEXISTS"]),
+            pick(KEYS),
+            pick(FIELDS_AND_VALUES)
+        )
+            .prop_map(|(c, k, f)| args(&[&[c, k, f]])),
+        (
+            pick(&["HMGET", "HDEL"]),
+            pick(KEYS),
+            strings(FIELDS_AND_VALUES, 0..3)
+        )
+            .prop_map(|(c, k, f)| args(&[&[c, k], &f])),
+        (pick(KEYS), pick(FIELDS_AND_VALUES), pick(NUMBERS))
+            .prop_map(|(k, f, n)| args(&[&["HINCRBY", k, f, n]])),
+        (
+            pick(KEYS),
+            strings(ZADD_OPTIONS, 0..3),
+            strings(SCORES_AND_MEMBERS, 0..6)
+        )
+            .prop_map(|(k, o, sm)| args(&[&["ZADD", k], &o, &sm])),
+        (pick(KEYS), strings(MEMBERS, 0..3)).prop_map(|(k, m)| args(&[&["ZREM", k], &m])),
+        (pick(KEYS), pick(MEMBERS)).prop_map(|(k, m)| args(&[&["ZSCORE", k, m]])),
+        (
+            pick(&["ZRANGEBYSCORE", "ZREVRANGEBYSCORE"]),
+            pick(KEYS),
+            pick(BOUNDS),
+            pick(BOUNDS),
+            strings(RANGE_OPTIONS, 0..3)
+        )
+            .prop_map(|(c, k, a, b, o)| args(&[&[c, k, a, b], &o])),
+        (
+            pick(&["ZCOUNT", "ZREMRANGEBYSCORE"]),
+            pick(KEYS),
+            pick(BOUNDS),
+            pick(BOUNDS)
+        )
+            .prop_map(|(c, k, a, b)| args(&[&[c, k, a, b]])),
+        (
+            pick(KEYS),
+            pick(INDEXES),
+            pick(INDEXES),
+            strings(RANGE_OPTIONS, 0..3)
+        )
+            .prop_map(|(k, a, b, o)| args(&[&["ZRANGE", k, a, b], &o])),
+        (pick(KEYS), pick(INDEXES), pick(INDEXES)).prop_map(|(k, a, b)| args(&[&[
+            "ZREMRANGEBYRANK",
+            k,
+            a,
+            b
+        ]])),
+        (
+            pick(&["PEXPIRE", "EXPIRE", "PEXPIREAT"]),
+            pick(KEYS),
+            pick(EXPIRY_TIMES),
+            strings(EXPIRE_OPTIONS, 0..2)
+        )
+            .prop_map(|(c, k, t, o)| args(&[&[c, k, t], &o])),
+        pick(ODD_COMMANDS).prop_map(|line| line.split(' ').map(str::to_string).collect()),
+    ]
+}
+
+/// A small script: some `redis.call`/`redis.pcall` statements whose arguments are Lua
+/// literals, `KEYS[i]` or `ARGV[i]`, then a return of one of the shapes whose conversion
+/// rules matter.
+fn script() -> impl Strategy<Value = Call> {
+    let statement = (any::<bool>(), command(), prop::collection::vec(0u8..4, 8));
+    (
+        prop::collection::vec(statement, 0..5),
+        ending(),
+        any::<bool>(),
+    )
+        .prop_map(|(statements, ending, by_sha)| {
+            let keys: Vec<String> = ["s", "h", "z"].map(String::from).to_vec();
+            let argv: Vec<String> = ["1", "2.5", "m1"].map(String::from).to_vec();
+            let mut body = String::new();
+            for (i, (protected, command, styles)) in statements.iter().enumerate() {
+                let call = if *protected {
+                    "redis.pcall"
+                } else {
+                    "redis.call"
+                };
+                let rendered: Vec<String> = command
+                    .iter()
+                    .enumerate()
+                    .map(|(j, arg)| lua_argument(arg, styles[j % styles.len()], &keys, &argv))
+                    .collect();
+                body.push_str(&format!("local v{i} = {call}({})\n", rendered.join(", ")));
+            }
+            let vars = statements.len();
+            body.push_str(&ending.render(vars));
+            Call::Script {
+                body,
+                keys,
+                args: argv,
+                by_sha,
+            }
+        })
+}
+
+/// An argument as Lua source: a string literal, a number literal, or a KEYS/ARGV lookup.
+fn lua_argument(arg: &str, style: u8, keys: &[String], argv: &[String]) -> String {
+    if style == 1 {
+        if let Some(i) = keys.iter().position(|k| k == arg) {
+            return format!("KEYS[{}]", i + 1);
+        }
+        if let Some(i) = argv.iter().position(|a| a == arg) {
+            return format!("ARGV[{}]", i + 1);
+        }
+    }
+    let is_number = arg.parse::<f64>().is_ok_and(f64::is_finite)
+        && arg
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-' || b == b'e');
+    if style == 2 && is_number && !arg.is_empty() {
+        return arg.to_string();
+    }
+    format!("{arg:?}")
+}
+
+/// How a script ends.
+#[derive(Clone, Debug)]
+enum Ending {
+    /// `return v<i>` (or a literal when there are no variables).
+    Variable(usize),
+    /// `return {v0, v1, ...}`.
+    AllVariables,
+    /// `return <lua expression>`, no variables involved.
+    Literal(&'static str),
+    /// `return type(v<i>)`.
+    TypeOf(usize),
+    /// The message of a caught error, or the value: `pcall` turns error tables into text.
+    Caught(&'static str),
+    /// `error(...)` on the last line.
+    Raise(&'static str),
+}
+
+impl Ending {
+    fn render(&self, vars: usize) -> String {
+        let var = |i: usize| {
+            if vars == 0 {
+                "nil".to_string()
+            } else {
+                format!("v{}", i % vars)
+            }
+        };
+        match self {
+            Ending::Variable(i) => format!("return {}", var(*i)),
+            Ending::AllVariables => {
+                let all: Vec<String> = (0..vars).map(|i| format!("v{i}")).collect();
+                format!("return {{{}}}", all.join(", "))
+            }
+            Ending::Literal(expression) => format!("return {expression}"),
+            Ending::TypeOf(i) => format!("return type({})", var(*i)),
+            Ending::Caught(call) => {
+                format!("local ok, e = pcall(redis.call, {call})\nreturn {{ok and 1 or 0, e}}")
+            }
+            Ending::Raise(value) => format!("error({value})"),
+        }
+    }
+}
+
+fn ending() -> impl Strategy<Value = Ending> {
+    prop_oneof![
+        3 => (0usize..5).prop_map(Ending::Variable),
+        1 => Just(Ending::AllVariables),
+        3 => pick(LITERAL_RETURNS).prop_map(Ending::Literal),
+        1 => (0usize..5).prop_map(Ending::TypeOf),
+        1 => pick(CAUGHT_CALLS).prop_map(Ending::Caught),
+        1 => pick(RAISED).prop_map(Ending::Raise),
+    ]
+}
+
+const KEYS: &[&str] = &["s", "h", "z", "n"];
+const VALUES: &[&str] = &["v", "1", "10", "-4", "x y", "", "9223372036854775807"];
+const NUMBERS: &[&str] = &[
+    "0",
+    "1",
+    "3",
+    "-1",
+    "-3",
+    "10",
+    "1.5",
+    "-0",
+    "+1",
+    "01",
+    "1e3",
+    "abc",
+    "",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "inf",
+    "nan",
+    "0.1",
+];
+const SET_OPTIONS: &[&str] = &["NX", "XX", "GET", "KEEPTTL", "PX", "100000000", "EX", "0"];
+const FIELDS_AND_VALUES: &[&str] = &["a", "b", "c", "1", "-2", "x"];
+const MEMBERS: &[&str] = &["m1", "m2", "m3", "m4"];
+const SCORES_AND_MEMBERS: &[&str] = &[
+    "1",
+    "2",
+    "2.5",
+    "-1",
+    "0.1",
+    "1e20",
+    "-inf",
+    "+inf",
+    "-0",
+    "x",
+    "m1",
+    "m2",
+    "m3",
+    "m4",
+    "1e-5",
+    "123456789.123",
+];
+const ZADD_OPTIONS: &[&str] = &["NX", "XX", "GT", "LT", "CH", "INCR"];
+const BOUNDS: &[&str] = &[
+    "-inf", "+inf", "(1", "1", "2", "(2.5", "3", "x", "((1", "", "(inf", "0.1",
+];
+const INDEXES: &[&str] = &["0", "1", "2", "-1", "-2", "-100", "100", "x"];
+const RANGE_OPTIONS: &[&str] = &["WITHSCORES", "LIMIT", "0", "1", "-1", "2", "REV", "BYSCORE"];
+const EXPIRY_TIMES: &[&str] = &[
+    "100000000",
+    "0",
+    "-5",
+    "4102444800000",
+    "x",
+    "9223372036854775807",
+];
+const EXPIRE_OPTIONS: &[&str] = &["NX", "XX", "GT", "LT", "FOO"];
+const ODD_COMMANDS: &[&str] = &[
+    "PING",
+    "PING hello",
+    "ECHO hi",
+    "SELECT 0",
+    "SELECT x",
+    "DBSIZE",
+    "HSET h f",
+    "GET",
+    "NOSUCH a b",
+    "ZADD z 1",
+    "SCRIPT EXISTS e0e1f9fabfc9d4800c877a703b823ac0578ff8db",
+    "EVALSHA 0000000000000000000000000000000000000000 0",
+    "EVAL x",
+    "EVAL x -1",
+    "EVAL x 5 a",
+    "SCRIPT FLUSH x",
+    "SCRIPT NOPE",
+    "FLUSHALL x",
+    "CLIENT SETNAME a",
+];
+const LITERAL_RETURNS: &[&str] = &[
+    "3.7",
+    "-2.5",
+    "1e20",
+    "0",
+    "'text'",
+    "true",
+    "false",
+    "nil",
+    "{1, 'a', {2, {ok='k'}}, nil, 5}",
+    "redis.error_reply('My error')",
+    "redis.error_reply('-CODE msg')",
+    "redis.error_reply('-X')",
+    "redis.status_reply('fine')",
+    "{err='x y'}",
+    "{ok='z'}",
+    "{double=2.5}",
+    "{ok=5}",
+    "redis.error_reply(5)",
+    "redis.sha1hex('abc')",
+    "ARGV",
+    "KEYS",
+    "#KEYS",
+    "{KEYS[1], ARGV[2]}",
+    "nonexistent_global",
+    "tonumber(ARGV[2]) * 2",
+];
+const CAUGHT_CALLS: &[&str] = &[
+    "'nosuch'",
+    "'HSET', 'h'",
+    "'GET', {}",
+    "'INCR', 's', 'x'",
+    "'SET', 'k', true",
+    "'EVAL', 'return 1', 0",
+    "'HGET', 's', 'f'",
+    "'ZADD', 'z', 'x', 'm'",
+];
+const RAISED: &[&str] = &["'boom'", "'lvl0', 0", "42", "{err='FOO bar'}", ""];
+const BROKEN_SCRIPTS: &[&str] = &["return (", "retur 1", "x = = 1", "x = 1", "math.x = 1"];
+
+/// The fixed time of the simulated node; the grammar's expiries are far from both clocks.
+const SIM_NOW_MICROS: u64 = 1_700_000_000_000_000;
