@@ -1,1 +1,142 @@
-//! placeholder
+//! Shared inputs for rein's criterion benches: seeded key sequences, short settings, and a
+//! CPU-time measurement for machines shared with other work.
+//!
+//! The benches live in `benches/benches/`; run them with `cargo bench -p rein-benches`.
+//! Everything random here comes from a fixed seed, so every run (and every store within a
+//! run) sees the same keys in the same order.
+
+use std::time::Duration;
+
+use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::{Criterion, Throughput};
+
+/// Criterion settings short enough for 2 shared cores: 1 s warm-up, 3 s of measurement,
+/// 30 samples. A whole bench target then takes a minute or two.
+pub fn quick() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(30)
+        .configure_from_args()
+}
+
+/// [`quick`] measuring [`ThreadCpuTime`] instead of wall time.
+pub fn quick_cpu() -> Criterion<ThreadCpuTime> {
+    quick().with_measurement(ThreadCpuTime)
+}
+
+/// Whether to run the CPU-time variants of the benches: set `REIN_BENCH_CPU_TIME=1`.
+pub fn cpu_time_requested() -> bool {
+    std::env::var_os("REIN_BENCH_CPU_TIME").is_some_and(|v| v != "0")
+}
+
+/// The CPU time of the measuring thread (`CLOCK_THREAD_CPUTIME_ID`), in nanoseconds.
+///
+/// On a machine whose cores other processes also use, wall time counts the slices in which
+/// the bench was not running at all; this counts only the ones in which it was. What it
+/// cannot remove is the cache and TLB state those other processes leave behind, so it
+/// is still slower than an idle machine. Only for single-threaded benches.
+pub struct ThreadCpuTime;
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = u64;
+    type Value = u64;
+
+    fn start(&self) -> u64 {
+        thread_cpu_nanos()
+    }
+
+    fn end(&self, start: u64) -> u64 {
+        thread_cpu_nanos().saturating_sub(start)
+    }
+
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+
+    fn zero(&self) -> u64 {
+        0
+    }
+
+    fn to_f64(&self, value: &u64) -> f64 {
+        *value as f64
+    }
+
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &CpuNanos
+    }
+}
+
+/// Formats [`ThreadCpuTime`] values: always nanoseconds, throughput in elements per second.
+struct CpuNanos;
+
+impl ValueFormatter for CpuNanos {
+    fn scale_values(&self, _typical: f64, _values: &mut [f64]) -> &'static str {
+        "ns (cpu)"
+    }
+
+    fn scale_throughputs(
+        &self,
+        _typical: f64,
+        throughput: &Throughput,
+        values: &mut [f64],
+    ) -> &'static str {
+        let per_iteration = match *throughput {
+            Throughput::Elements(n) | Throughput::ElementsAndBytes { elements: n, .. } => n,
+            Throughput::Bytes(n) | Throughput::BytesDecimal(n) | Throughput::Bits(n) => n,
+        };
+        for value in values {
+            // Nanoseconds per iteration to millions of elements per CPU-second.
+            *value = per_iteration as f64 * 1e3 / *value;
+        }
+        "Melem/s (cpu)"
+    }
+
+    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
+fn thread_cpu_nanos() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec, and CLOCK_THREAD_CPUTIME_ID is supported
+    // on every Linux and BSD; on failure `ts` stays zero and the sample reads as zero.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs * 1_000_000_000 + nanos
+}
+
+/// `len` indices below `keys`, uniformly pseudo-random from `seed` (splitmix64).
+///
+/// The length should be a power of two, so a bench can wrap with a mask.
+pub fn key_sequence(keys: u32, len: usize, seed: u64) -> Vec<u32> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            let r = splitmix64(&mut state);
+            // Multiply-shift maps 32 random bits onto 0..keys without a division.
+            (((r >> 32) * u64::from(keys)) >> 32) as u32
+        })
+        .collect()
+}
+
+/// `n` distinct string keys shaped like IPv4 addresses in 10.0.0.0/8 ("10.0.1.45"), the
+/// typical key of a per-client limit.
+pub fn ip_keys(n: u32) -> Vec<String> {
+    (0..n)
+        .map(|i| format!("10.{}.{}.{}", (i >> 16) & 0xff, (i >> 8) & 0xff, i & 0xff))
+        .collect()
+}
+
+/// One step of splitmix64 (Steele, Lea and Flood), enough for benchmark inputs.
+pub fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}

@@ -15,3 +15,4 @@
 pub mod oracle;
 pub mod redis;
 pub mod report;
+pub mod world;

@@ -1,45 +1,159 @@
-//! The project's main job. Until the scenario report lands, it replays seed 001's demo:
-//! a bucket of 10 tokens refilled at 1 per second takes 12 requests in a burst, waits 5
-//! seconds, then takes 5 more, and every decision is printed with its figures.
+//! The scenario report: `cargo run -p sim --release` plays the default suite in the
+//! simulated world (no external service), prints one table of results, and writes one SVG
+//! chart per scenario.
 //!
-//! Time is virtual (an explicit `Timestamp` advanced by the demo), so the "wait" costs
-//! nothing and the output is the same on every run.
+//! Every run is a function of its seed: the seed is printed first for each scenario, and
+//! `--seed` replays it. See docs/sim.md for how the world is built and docs/guarantees.md
+//! for the bound each scenario is judged against.
 
-use rein_core::{Limit, Micros, Policy, Timestamp};
+use std::path::PathBuf;
+use std::process::ExitCode;
 
-fn main() {
-    let policy = match Limit::token_bucket(10, 1, Micros::from_secs(1)) {
-        Ok(limit) => Policy::single(limit),
-        Err(e) => {
-            eprintln!("invalid demo policy: {e}");
-            std::process::exit(2);
+use sim::report::{render_text, write_chart};
+use sim::world::{SUITE, suite_scenario};
+
+const HELP: &str = "\
+sim: rein's deterministic scenario report
+
+USAGE:
+    cargo run -p sim --release -- [OPTIONS]
+
+OPTIONS:
+    --scenario NAME   run only NAME; repeat, or give a comma-separated list (default: all)
+    --nodes N         application nodes per scenario (default: 4)
+    --seed S          the seed of every scenario (default: 1); same seed, same report
+    --out DIR         where the SVG charts go (default: report/)
+    --list            list the scenarios and exit
+    --help            this text
+
+Each scenario prints its seed, then the table shows per scenario: nodes, policy, faults,
+demanded, admitted, what an exact limiter would have admitted, the bound, over- and
+under-admission, time on fallback and p50/p99 decision latency in simulated time. The
+charts show admissions per 100 ms per node and in total against the limit, with fault
+intervals shaded. The exit status is 1 if any scenario broke its documented bound.
+";
+
+struct Options {
+    scenarios: Vec<String>,
+    nodes: usize,
+    seed: u64,
+    out: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let options = match parse(std::env::args().skip(1)) {
+        Ok(Some(options)) => options,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}\n\n{HELP}");
+            return ExitCode::from(2);
         }
     };
-    let mut state = policy.new_state();
-    let mut now = Timestamp::from_micros(1_700_000_000_000_000);
-    println!("token bucket: capacity 10, refill 1 per second (seed 001)");
-    println!(
-        "{:>7}  {:>9}  {:>7}  {:>9}  {:>11}  {:>11}",
-        "request", "t (s)", "allowed", "remaining", "retry_after", "reset_after"
-    );
-    let print = |n: u32, now: Timestamp, state: &mut rein_core::PolicyState, t: f64| match policy
-        .acquire(now, state, 1)
-    {
-        Ok(d) => println!(
-            "{n:>7}  {t:>9.3}  {:>7}  {:>9}  {:>10.3}s  {:>10.3}s",
-            d.is_allowed(),
-            d.remaining,
-            d.retry_after.as_micros() as f64 / 1e6,
-            d.reset_after.as_micros() as f64 / 1e6,
-        ),
-        Err(e) => println!("{n:>7}  {t:>9.3}  error: {e}"),
-    };
-    for n in 1..=12 {
-        print(n, now, &mut state, 0.0);
+    let mut results = Vec::new();
+    let mut broken = false;
+    for name in &options.scenarios {
+        let Some(scenario) = suite_scenario(name, options.nodes, options.seed) else {
+            eprintln!("error: unknown scenario {name:?}; --list shows them");
+            return ExitCode::from(2);
+        };
+        println!("seed {} — {name}", scenario.seed);
+        let run = match scenario.run() {
+            Ok(run) => run,
+            Err(e) => {
+                eprintln!("error: scenario {name} failed to run: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let result = run.result();
+        // The naive baseline is expected to break the bound: that is what it shows.
+        if !result.is_within_bound() && name != "naive-baseline" {
+            broken = true;
+        }
+        match write_chart(&result, &options.out) {
+            Ok(path) => println!("  chart: {}", path.display()),
+            Err(e) => eprintln!("  chart not written: {e}"),
+        }
+        results.push(result);
     }
-    println!("waiting 5 s for tokens to refill ...");
-    now = now.saturating_add(Micros::from_secs(5));
-    for n in 13..=17 {
-        print(n, now, &mut state, 5.0);
+    println!();
+    print!("{}", render_text(&results));
+    if broken {
+        eprintln!("error: a scenario broke its documented bound");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// Parses the arguments by hand (no argument-parsing dependency for six flags). `Ok(None)`
+/// when the work is done already (`--help`, `--list`).
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
+    let mut options = Options {
+        scenarios: Vec::new(),
+        nodes: 4,
+        seed: 1,
+        out: PathBuf::from("report"),
+    };
+    while let Some(arg) = args.next() {
+        let mut value = |flag: &str| args.next().ok_or(format!("{flag} needs a value"));
+        match arg.as_str() {
+            "--help" | "-h" => {
+                print!("{HELP}");
+                return Ok(None);
+            }
+            "--list" => {
+                for name in SUITE {
+                    println!("{name}");
+                }
+                return Ok(None);
+            }
+            "--scenario" => options.scenarios.extend(
+                value("--scenario")?
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned),
+            ),
+            "--nodes" => {
+                options.nodes = value("--nodes")?
+                    .parse()
+                    .ok()
+                    .filter(|&n| (1..=64).contains(&n))
+                    .ok_or("--nodes takes a number from 1 to 64")?;
+            }
+            "--seed" => {
+                options.seed = value("--seed")?
+                    .parse()
+                    .map_err(|_| "--seed takes an unsigned integer")?;
+            }
+            "--out" => options.out = PathBuf::from(value("--out")?),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if options.scenarios.is_empty() {
+        options.scenarios = SUITE.iter().map(|s| (*s).to_owned()).collect();
+    }
+    Ok(Some(options))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> impl Iterator<Item = String> {
+        list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>().into_iter()
+    }
+
+    #[test]
+    fn scenarios_repeat_or_split_on_commas_and_numbers_parse() {
+        let options = parse(args(&[
+            "--scenario", "a,b", "--scenario", "c", "--nodes", "3", "--seed", "9", "--out", "x",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(options.scenarios, ["a", "b", "c"]);
+        assert_eq!((options.nodes, options.seed), (3, 9));
+        assert_eq!(options.out, PathBuf::from("x"));
+        assert!(parse(args(&["--nodes", "0"])).is_err());
+        assert!(parse(args(&["--bogus"])).is_err());
+        assert_eq!(parse(args(&[])).unwrap().unwrap().scenarios.len(), SUITE.len());
     }
 }

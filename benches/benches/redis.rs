@@ -1,0 +1,363 @@
+//! rein-redis end to end, against the ceiling of the same Redis running the same script.
+//!
+//! Starts a private `redis-server`, then measures, alternating rounds so that both sides see
+//! the same machine load:
+//!
+//! - **throughput**: rein-redis with one multiplexed connection and 64 concurrent tasks on a
+//!   single-threaded runtime (one client core, as `redis-benchmark` has), against
+//!   `redis-benchmark -P 32 -c 50` sending `EVALSHA` of rein's script with the same KEYS
+//!   shape and ARGV. The ratio is the share of the server's script ceiling rein reaches
+//!   (goal ≥ 0.9).
+//! - **latency**: one task deciding sequentially, p50 and p99, against
+//!   `redis-benchmark -c 1` on the same script (goal ≤ 1.2×).
+//!
+//! The policy is one token bucket that always admits (10^6 per second), over 100 000 user
+//! keys, so every call reads, writes and sets a TTL. Set `REIN_BENCH_SECS` to change the
+//! measuring time per round (default 3). Not a criterion bench: the comparison needs both
+//! clients measured the same way, by wall clock over a fixed run.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rein_core::{Limit, Micros, Policy};
+use rein_redis::{NamedPolicy, RedisStore, RedisStoreBuilder, SCRIPT_SOURCE};
+use rein_redis_harness::RedisServer;
+
+const TASKS: usize = 64;
+const KEYS: u64 = 100_000;
+const ROUNDS: usize = 3;
+
+fn main() {
+    // `cargo bench` passes `--bench`; a plain `cargo test --benches` passes nothing and
+    // must not spend minutes here.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("redis bench: run with `cargo bench -p rein-benches --bench redis`");
+        return;
+    }
+    let secs: u64 = std::env::var("REIN_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let measure = Duration::from_secs(secs);
+    let server = RedisServer::start().expect("start redis-server");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+
+    let limit = Limit::token_bucket(1_000_000, 1_000_000, Micros::from_secs(1)).expect("valid");
+    let policy = Arc::new(NamedPolicy::new("bench", Policy::single(limit)).expect("valid name"));
+    let store = rt.block_on(async {
+        let client = redis::Client::open(server.url()).expect("client");
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        RedisStoreBuilder::new()
+            .deadline(Duration::from_secs(1))
+            .build(conn)
+            .expect("store")
+    });
+    let sha: String = rt
+        .block_on(async {
+            let client = redis::Client::open(server.url())?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(SCRIPT_SOURCE)
+                .query_async(&mut conn)
+                .await
+        })
+        .expect("SCRIPT LOAD");
+    let Limit::TokenBucket(bucket) = limit else {
+        unreachable!("built as a token bucket")
+    };
+    let (units_per_token, units_per_micro) = bucket.emission_interval();
+    // The same ARGV the store sends: op, now ('' = TIME), cost, min_ttl, then the limit.
+    let script_args: Vec<String> = [
+        "1",
+        "rein:{__rand_int__}:bench:0:tb",
+        "acquire",
+        "",
+        "1",
+        "0",
+        "tb",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain(
+        [
+            bucket.capacity(),
+            units_per_token,
+            units_per_micro,
+            bucket.capacity() * units_per_token,
+        ]
+        .map(|n| n.to_string()),
+    )
+    .collect();
+
+    let server_pid: String = rt
+        .block_on(async {
+            let client = redis::Client::open(server.url())?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            redis::cmd("INFO")
+                .arg("server")
+                .query_async::<String>(&mut conn)
+                .await
+        })
+        .expect("INFO server")
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .map(|pid| pid.trim().to_owned())
+        .expect("process_id in INFO");
+
+    // Warm up both: connections, script cache, 100k keys written.
+    rt.block_on(rein_throughput(&store, &policy, Duration::from_secs(1)));
+    let warm = ["-P", "32", "-c", "50", "-n", "100000"];
+    redis_benchmark(&server, &sha, &script_args, &warm);
+
+    let mut rein = Vec::new();
+    let mut ceiling = Vec::new();
+    let mut rein_lat = Vec::new();
+    let mut ceiling_lat = Vec::new();
+    for _ in 0..ROUNDS {
+        let (before, server_before) = (cpu("self"), cpu(&server_pid));
+        let (count, elapsed) = rt.block_on(rein_throughput(&store, &policy, measure));
+        let (after, server_after) = (cpu("self"), cpu(&server_pid));
+        rein.push(Round::new(
+            count,
+            elapsed,
+            after.own - before.own,
+            server_after.own - server_before.own,
+        ));
+
+        // Sized to run about as long as rein's round did.
+        let n = (count.max(50_000)).to_string();
+        let pipelined = ["-P", "32", "-c", "50", "-n", n.as_str()];
+        let (before, server_before) = (cpu("self"), cpu(&server_pid));
+        let started = Instant::now();
+        redis_benchmark(&server, &sha, &script_args, &pipelined);
+        let elapsed = started.elapsed();
+        let (after, server_after) = (cpu("self"), cpu(&server_pid));
+        ceiling.push(Round::new(
+            count.max(50_000),
+            elapsed,
+            after.children - before.children,
+            server_after.own - server_before.own,
+        ));
+
+        rein_lat.push(rt.block_on(rein_latency(&store, &policy, 20_000)));
+        let single = redis_benchmark(&server, &sha, &script_args, &["-c", "1", "-n", "20000"]);
+        ceiling_lat.push((single.p50_ms * 1000.0, single.p99_ms * 1000.0));
+    }
+
+    let med =
+        |rounds: &[Round], f: fn(&Round) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
+    let (rein_rps, ceiling_rps) = (med(&rein, |r| r.rps), med(&ceiling, |r| r.rps));
+    let (rein_client, ceiling_client) =
+        (med(&rein, |r| r.client_us), med(&ceiling, |r| r.client_us));
+    let (rein_server, ceiling_server) =
+        (med(&rein, |r| r.server_us), med(&ceiling, |r| r.server_us));
+    let lat =
+        |l: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| median(&l.iter().map(f).collect::<Vec<_>>());
+    let (r50, r99) = (lat(&rein_lat, |l| l.0), lat(&rein_lat, |l| l.1));
+    let (c50, c99) = (lat(&ceiling_lat, |l| l.0), lat(&ceiling_lat, |l| l.1));
+    println!();
+    println!("rein-redis vs redis-benchmark, same server, same script (EVALSHA {sha})");
+    println!("median of {ROUNDS} rounds; {secs} s per throughput round; {KEYS} keys");
+    println!();
+    println!("| measure | rein-redis | redis-benchmark | ratio | goal |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| throughput, decisions/s ({TASKS} tasks, 1 conn / -P 32 -c 50) | {rein_rps:.0} | \
+         {ceiling_rps:.0} | {:.2} | >= 0.9 |",
+        rein_rps / ceiling_rps
+    );
+    println!(
+        "| client CPU per decision, µs | {rein_client:.1} | {ceiling_client:.1} | {:.2} | |",
+        rein_client / ceiling_client
+    );
+    println!(
+        "| server CPU per decision, µs | {rein_server:.1} | {ceiling_server:.1} | {:.2} | |",
+        rein_server / ceiling_server
+    );
+    println!(
+        "| latency p50, µs (1 task / -c 1) | {r50:.1} | {c50:.1} | {:.2} | <= 1.2 |",
+        r50 / c50
+    );
+    println!(
+        "| latency p99, µs (1 task / -c 1) | {r99:.1} | {c99:.1} | {:.2} | <= 1.2 |",
+        r99 / c99
+    );
+    println!();
+    let rps = |rounds: &[Round]| rounds.iter().map(|r| r.rps.round()).collect::<Vec<_>>();
+    println!(
+        "rounds: rein {:?} /s, redis-benchmark {:?} /s",
+        rps(&rein),
+        rps(&ceiling)
+    );
+    println!("rounds: rein p50/p99 {rein_lat:.1?} µs, redis-benchmark {ceiling_lat:.1?} µs");
+}
+
+/// One throughput round: the rate, and CPU per decision of each side.
+struct Round {
+    rps: f64,
+    client_us: f64,
+    server_us: f64,
+}
+
+impl Round {
+    fn new(count: u64, elapsed: Duration, client_cpu: f64, server_cpu: f64) -> Self {
+        let count = count.max(1) as f64;
+        Self {
+            rps: count / elapsed.as_secs_f64(),
+            client_us: client_cpu * 1e6 / count,
+            server_us: server_cpu * 1e6 / count,
+        }
+    }
+}
+
+/// Decisions per second from `TASKS` tasks sharing one store (one connection).
+async fn rein_throughput(
+    store: &RedisStore<redis::aio::MultiplexedConnection>,
+    policy: &Arc<NamedPolicy>,
+    run: Duration,
+) -> (u64, Duration) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..TASKS as u64 {
+        let (store, policy, stop, done) =
+            (store.clone(), policy.clone(), stop.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut key = task.wrapping_mul(0x9e37_79b9_7f4a_7c15) % KEYS;
+            while !stop.load(Ordering::Relaxed) {
+                key = (key + 7_919) % KEYS;
+                let decision = store.acquire(&policy, key.to_le_bytes(), 1).await;
+                assert!(decision.expect("a decision").is_allowed());
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let started = Instant::now();
+    tokio::time::sleep(run).await;
+    let count = done.load(Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.expect("task");
+    }
+    (count, elapsed)
+}
+
+/// p50 and p99 in µs of `n` sequential decisions.
+async fn rein_latency(
+    store: &RedisStore<redis::aio::MultiplexedConnection>,
+    policy: &NamedPolicy,
+    n: u64,
+) -> (f64, f64) {
+    let mut samples = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let key = (i * 7_919) % KEYS;
+        let started = Instant::now();
+        let decision = store.acquire(policy, key.to_le_bytes(), 1).await;
+        samples.push(started.elapsed());
+        assert!(decision.expect("a decision").is_allowed());
+    }
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
+    (at(0.50).as_secs_f64() * 1e6, at(0.99).as_secs_f64() * 1e6)
+}
+
+struct BenchResult {
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// Runs `redis-benchmark` with `EVALSHA <sha> <script_args...>` and parses its CSV line.
+fn redis_benchmark(
+    server: &RedisServer,
+    sha: &str,
+    script_args: &[String],
+    options: &[&str],
+) -> BenchResult {
+    let port = server.port().to_string();
+    let output = Command::new("redis-benchmark")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-r",
+            &KEYS.to_string(),
+            "--csv",
+        ])
+        .args(options)
+        .arg("EVALSHA")
+        .arg(sha)
+        .args(script_args)
+        .output()
+        .expect("redis-benchmark (apt-get install redis-tools)");
+    let text = String::from_utf8_lossy(&output.stdout);
+    // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",...
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("\"EVALSHA") || l.starts_with("\"evalsha"))
+        .unwrap_or_else(|| panic!("no result from redis-benchmark: {text}"));
+    let fields: Vec<f64> = line
+        .split(',')
+        .skip(1)
+        .map(|f| f.trim_matches('"').parse().expect("a number"))
+        .collect();
+    // rps, avg, min, p50, p95, p99, max
+    BenchResult {
+        p50_ms: fields[3],
+        p99_ms: fields[5],
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
+}
+
+/// CPU time (user + system) of a process, and of its waited-for children, from
+/// `/proc/<pid>/stat` (Linux), in seconds. The share of a core each side burns per decision
+/// is the figure that stays comparable when other work loads the machine.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    own: f64,
+    children: f64,
+}
+
+fn cpu(pid: &str) -> Cpu {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name, from field 3 (state) on.
+    let fields: Vec<f64> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or("")
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0.0))
+        .collect();
+    let ticks = |i: usize| fields.get(i).copied().unwrap_or(0.0) / clock_ticks();
+    Cpu {
+        own: ticks(11) + ticks(12),
+        children: ticks(13) + ticks(14),
+    }
+}
+
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}

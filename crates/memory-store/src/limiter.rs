@@ -1,0 +1,586 @@
+//! [`MemoryLimiter`]: one policy applied to many keys, in process, with bounded memory.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::num::NonZeroUsize;
+
+use rein_core::{
+    AcquireError, Decision, FixedWindow, Limit, Policy, SlidingCounter, SlidingLog, Timestamp,
+    TokenBucket,
+};
+
+use crate::rule::WholeMicroBucket;
+use crate::shard::Shards;
+use crate::{Clock, SystemClock};
+
+/// Runs `$body` with `$t` bound to the `Shards` of whichever state type `$tables` holds.
+macro_rules! dispatch {
+    ($tables:expr, |$t:ident| $body:expr) => {
+        match $tables {
+            Tables::WholeMicroBucket($t) => $body,
+            Tables::TokenBucket($t) => $body,
+            Tables::FixedWindow($t) => $body,
+            Tables::SlidingLog($t) => $body,
+            Tables::SlidingCounter($t) => $body,
+            Tables::Policy($t) => $body,
+        }
+    };
+}
+
+/// One [`Policy`] applied to many keys, each with its own state, in this process.
+///
+/// Every method comes in two forms: `acquire_at(now, key, cost)` decides at the
+/// [`Timestamp`] the caller passes, and `acquire(key, cost)` reads the limiter's [`Clock`]
+/// (by default [`SystemClock`]) and does the same. The decisions are rein-core's, applied
+/// atomically per key: the answers are exactly what [`Policy::acquire`], [`Policy::peek`]
+/// and [`Policy::refund`] would give on one state per key, however many threads call at
+/// once.
+///
+/// ```
+/// use rein_core::{Limit, Micros, Policy, Timestamp};
+/// use rein_memory::MemoryLimiter;
+///
+/// // Per client: bursts of 5, refilled at 5 per second.
+/// let policy = Policy::single(Limit::token_bucket(5, 5, Micros::from_secs(1))?);
+/// let limiter: MemoryLimiter<String> = MemoryLimiter::new(policy);
+/// let now = Timestamp::from_micros(1_700_000_000_000_000);
+/// for _ in 0..5 {
+///     assert!(limiter.acquire_at(now, "alice", 1)?.is_allowed());
+/// }
+/// let denied = limiter.acquire_at(now, "alice", 1)?;
+/// assert_eq!(denied.retry_after, Micros::from_millis(200));
+/// // Other keys are untouched, and `&str` finds `String` keys without allocating.
+/// assert!(limiter.acquire_at(now, "bob", 5)?.is_allowed());
+/// assert_eq!(limiter.peek_at(now, "alice", 0)?.remaining, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Contract
+/// - No call order is required, and no error is sticky: an `Err` is about that request
+///   only ([`AcquireError::InsufficientCapacity`]: the cost exceeds the policy's capacity).
+/// - `now` need not be monotonic, across keys or for one key: see
+///   [Clock regressions](#clock-regressions).
+/// - A key whose state is full ([`Policy::is_full`]) is the same as a key never seen.
+///   [`peek_at`](Self::peek_at) and [`refund_at`](Self::refund_at) never store a key, and
+///   [`acquire_at`](Self::acquire_at) stores one only when it leaves the state not full.
+///
+/// # Memory and eviction
+/// At most [`max_keys`](Self::max_keys) keys are stored (by default 2^20, see
+/// [`Builder::max_keys`]). Each stored key costs one table slot of `size_of::<K>()` plus
+/// the state, plus one control byte. A policy of one limit stores that algorithm's own
+/// state: 8 bytes for a token bucket whose emission interval is a whole number of µs
+/// (50 per second is; 3 per second is not, and takes 16), 16 for a fixed window, 24 for a
+/// sliding counter, 40 for a sliding log. A policy of several limits stores a 64-byte
+/// [`PolicyState`](rein_core::PolicyState). So a `u64` key under one token bucket takes a
+/// 16-byte slot; the tables grow by doubling and stay at most 7/8 full, so a slot costs
+/// 1.15× to 2.3× its size. Heap data comes on top: the bytes of a `String` key, 40 bytes
+/// per limit after the first in a multi-limit policy, and 16 bytes per logged admission of
+/// a [sliding log](rein_core::SlidingLog). Tables never shrink, so memory follows the peak
+/// key count, which `max_keys` bounds.
+///
+/// The keys are spread over a power-of-two number of shards by their hash, and each shard
+/// may hold `max_keys / shards` of them. When a new key must be stored in a full shard,
+/// the shard first drops every key whose state is full at `now`: they are semantically
+/// absent, so this loses nothing. If that frees no room, it evicts the keys *closest to
+/// full* (smallest [`reset_after`](Decision::reset_after) from a peek at `now`), 1/8 of the
+/// shard at a time, so the cost of the scan is shared by the next eighth's worth of new
+/// keys. An evicted key starts over from a full state if it comes back: under that much
+/// key pressure the limiter admits more than the policy says, for the keys that were
+/// nearest to being forgiven anyway. Size `max_keys` for the number of keys active within
+/// the longest reset time of the policy to avoid it.
+///
+/// # Clock regressions
+/// For a stored key, a `now` earlier than before is handled by rein-core: it never admits
+/// more than the latest `now` would have. A dropped or evicted key has lost that history,
+/// so each shard remembers the latest `now` at which it dropped anything, and a key that is
+/// absent is judged at that instant if `now` is earlier. A clock that goes back after a key
+/// was dropped therefore cannot re-admit a burst that the latest clock reading would not
+/// have admitted; the decision's `reset_after` is still counted from the caller's `now`.
+///
+/// # Why a `std::sync::Mutex` per shard
+/// A decision is a few hundred nanoseconds at most (one table probe and rein-core's integer
+/// arithmetic), never awaits, and never calls back into user code other than the key's
+/// `Hash` and `Eq`. A blocking mutex held that briefly is cheaper than an async one
+/// (tokio's `Mutex` is itself a semaphore guarding a std-style lock) and is safe to use from
+/// async tasks, as tokio's documentation recommends for short critical sections. Sharding
+/// keeps two threads from waiting on each other unless their keys share a shard. A mutex
+/// poisoned by a panic in a key's `Hash` or `Eq` is recovered: every update of a state is a
+/// single assignment after the decision is computed, so no state is ever half-written.
+pub struct MemoryLimiter<K, C = SystemClock> {
+    policy: Policy,
+    tables: Tables<K>,
+    clock: C,
+}
+
+/// Settings for a [`MemoryLimiter`], from [`MemoryLimiter::builder`].
+///
+/// ```
+/// use std::num::NonZeroUsize;
+///
+/// use rein_core::{Limit, Micros, Policy, Timestamp};
+/// use rein_memory::{FakeClock, MemoryLimiter};
+///
+/// let policy = Policy::single(Limit::fixed_window(100, Micros::from_secs(60))?);
+/// let clock = FakeClock::new(Timestamp::from_micros(0));
+/// let limiter = MemoryLimiter::<u64, _>::builder(policy)
+///     .max_keys(NonZeroUsize::new(10_000).unwrap())
+///     .shards(NonZeroUsize::new(16).unwrap())
+///     .clock(clock.clone())
+///     .build();
+/// assert_eq!(limiter.max_keys(), 10_000);
+/// assert!(limiter.acquire(&7, 1)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Builder<K, C = SystemClock> {
+    policy: Policy,
+    max_keys: NonZeroUsize,
+    shards: Option<NonZeroUsize>,
+    clock: C,
+    _keys: PhantomData<fn() -> K>,
+}
+
+impl<K: Hash + Eq> MemoryLimiter<K, SystemClock> {
+    /// A limiter applying `policy` to each key, with the defaults of [`Builder`]: at most
+    /// 2^20 keys, the [`SystemClock`], and shards for this machine's parallelism.
+    pub fn new(policy: Policy) -> Self {
+        Self::builder(policy).build()
+    }
+
+    /// Settings for a limiter applying `policy` to each key.
+    pub fn builder(policy: Policy) -> Builder<K, SystemClock> {
+        Builder {
+            policy,
+            max_keys: DEFAULT_MAX_KEYS,
+            shards: None,
+            clock: SystemClock,
+            _keys: PhantomData,
+        }
+    }
+}
+
+impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
+    /// Consumes `cost` from `key`'s state at `now` if the policy admits it; a denial
+    /// changes nothing. The same answer as [`Policy::acquire`] on that key's state.
+    ///
+    /// The key is looked up by any borrowed form (`&str` for `String` keys) and cloned into
+    /// the table only when a new key is stored.
+    ///
+    /// ```
+    /// use rein_core::{AcquireError, Limit, Micros, Policy, Timestamp};
+    /// use rein_memory::MemoryLimiter;
+    ///
+    /// let policy = Policy::single(Limit::sliding_log(3, Micros::from_secs(10))?);
+    /// let limiter = MemoryLimiter::<u64>::new(policy);
+    /// let now = Timestamp::from_micros(5_000_000);
+    /// assert!(limiter.acquire_at(now, &42, 3)?.is_allowed());
+    /// assert!(!limiter.acquire_at(now, &42, 1)?.is_allowed());
+    /// // A cost above the capacity can never fit: an error, not a denial.
+    /// assert!(matches!(
+    ///     limiter.acquire_at(now, &42, 4),
+    ///     Err(AcquireError::InsufficientCapacity { cost: 4, capacity: 3 })
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn acquire_at<Q>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        cost: u64,
+    ) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        dispatch!(&self.tables, |t| t.acquire(now, key, cost))
+    }
+
+    /// What [`acquire_at`](Self::acquire_at) would answer, without consuming anything or
+    /// storing the key. A `cost` of zero asks how much is left.
+    ///
+    /// ```
+    /// use rein_core::{Limit, Micros, Policy, Timestamp};
+    /// use rein_memory::MemoryLimiter;
+    ///
+    /// let policy = Policy::single(Limit::token_bucket(10, 1, Micros::from_secs(1))?);
+    /// let limiter = MemoryLimiter::<String>::new(policy);
+    /// let now = Timestamp::from_micros(0);
+    /// assert_eq!(limiter.peek_at(now, "carol", 0)?.remaining, 10);
+    /// assert!(limiter.is_empty()); // peeking stored nothing
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn peek_at<Q>(&self, now: Timestamp, key: &Q, cost: u64) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        dispatch!(&self.tables, |t| t.peek(now, key, cost))
+    }
+
+    /// Gives back up to `amount` to every limit of `key`'s state, never beyond full (for
+    /// example when the work a request paid for was not done). An absent key is full
+    /// already, so this stores nothing.
+    ///
+    /// ```
+    /// use rein_core::{Limit, Micros, Policy, Timestamp};
+    /// use rein_memory::MemoryLimiter;
+    ///
+    /// let policy = Policy::single(Limit::fixed_window(2, Micros::from_secs(1))?);
+    /// let limiter = MemoryLimiter::<u64>::new(policy);
+    /// let now = Timestamp::from_micros(0);
+    /// limiter.acquire_at(now, &1, 2)?;
+    /// limiter.refund_at(now, &1, 1)?;
+    /// assert_eq!(limiter.peek_at(now, &1, 0)?.remaining, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund_at<Q>(&self, now: Timestamp, key: &Q, amount: u64) -> Result<(), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        dispatch!(&self.tables, |t| t.refund(now, key, amount))
+    }
+
+    /// Drops every key whose state is full at `now` and returns how many. Never needed for
+    /// correctness or for the memory bound (a full shard does this itself). Calling it
+    /// periodically frees the heap memory of keys that no longer hold anything (`String`
+    /// keys, sliding logs) sooner; the tables themselves keep their size.
+    pub fn purge_full_at(&self, now: Timestamp) -> usize {
+        dispatch!(&self.tables, |t| t.purge_full(now))
+    }
+
+    /// The number of keys stored, summed over shards one lock at a time (so only a
+    /// snapshot under concurrent use). Keys with full states may still be counted.
+    pub fn len(&self) -> usize {
+        dispatch!(&self.tables, |t| t.len())
+    }
+
+    /// `true` when no key is stored.
+    pub fn is_empty(&self) -> bool {
+        dispatch!(&self.tables, |t| t.is_empty())
+    }
+
+    /// The most keys this limiter stores: the configured maximum rounded down to a
+    /// multiple of the shard count.
+    pub fn max_keys(&self) -> usize {
+        dispatch!(&self.tables, |t| t.max_keys())
+    }
+
+    /// Lock acquisitions that found their shard already locked.
+    #[cfg(test)]
+    fn contended(&self) -> u64 {
+        let counter = dispatch!(&self.tables, |t| &t.contended);
+        counter.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[cfg(test)]
+    fn shard_count(&self) -> usize {
+        dispatch!(&self.tables, |t| t.shard_count())
+    }
+
+    /// The policy applied to every key.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The clock the conveniences read.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<K: Hash + Eq, C: Clock> MemoryLimiter<K, C> {
+    /// [`acquire_at`](Self::acquire_at) at the clock's `now`.
+    ///
+    /// ```
+    /// use rein_core::{Limit, Micros, Policy};
+    /// use rein_memory::MemoryLimiter;
+    ///
+    /// let policy = Policy::single(Limit::token_bucket(50, 50, Micros::from_secs(1))?);
+    /// let limiter = MemoryLimiter::<String>::new(policy); // reads the system clock
+    /// let decision = limiter.acquire("10.0.0.1", 1)?;
+    /// assert!(decision.is_allowed());
+    /// assert_eq!(decision.remaining, 49);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn acquire<Q>(&self, key: &Q, cost: u64) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.acquire_at(self.clock.now(), key, cost)
+    }
+
+    /// [`peek_at`](Self::peek_at) at the clock's `now`.
+    #[inline]
+    pub fn peek<Q>(&self, key: &Q, cost: u64) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.peek_at(self.clock.now(), key, cost)
+    }
+
+    /// [`refund_at`](Self::refund_at) at the clock's `now`.
+    pub fn refund<Q>(&self, key: &Q, amount: u64) -> Result<(), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.refund_at(self.clock.now(), key, amount)
+    }
+
+    /// [`purge_full_at`](Self::purge_full_at) at the clock's `now`.
+    pub fn purge_full(&self) -> usize {
+        self.purge_full_at(self.clock.now())
+    }
+}
+
+impl<K, C: fmt::Debug> fmt::Debug for MemoryLimiter<K, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryLimiter")
+            .field("policy", &self.policy)
+            .field("shards", &dispatch!(&self.tables, |t| t.shard_count()))
+            .field("max_keys", &dispatch!(&self.tables, |t| t.max_keys()))
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Hash + Eq, C> Builder<K, C> {
+    /// The most keys to store (default 2^20). The limiter may hold fewer: the maximum is
+    /// split evenly over the shards and rounded down, and the shard count is lowered to fit
+    /// when `max_keys` is smaller than it.
+    pub fn max_keys(mut self, max_keys: NonZeroUsize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// How many shards (independently locked tables) to use, rounded up to a power of two.
+    /// The default is four per available core, as dashmap does; more shards mean fewer
+    /// threads waiting on each other, and a smaller share of `max_keys` each.
+    pub fn shards(mut self, shards: NonZeroUsize) -> Self {
+        self.shards = Some(shards);
+        self
+    }
+
+    /// The clock the conveniences read (default [`SystemClock`]).
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<K, C2> {
+        Builder {
+            policy: self.policy,
+            max_keys: self.max_keys,
+            shards: self.shards,
+            clock,
+            _keys: PhantomData,
+        }
+    }
+
+    /// The limiter, with no key stored.
+    pub fn build(self) -> MemoryLimiter<K, C> {
+        let max_keys = self.max_keys.get();
+        let wanted = self.shards.map_or_else(default_shards, NonZeroUsize::get);
+        let shard_count = wanted
+            .checked_next_power_of_two()
+            .unwrap_or(MAX_SHARDS)
+            .min(MAX_SHARDS)
+            .min(prev_power_of_two(max_keys));
+        let capacity = max_keys / shard_count;
+        MemoryLimiter {
+            tables: Tables::new(&self.policy, shard_count, capacity),
+            policy: self.policy,
+            clock: self.clock,
+        }
+    }
+}
+
+impl<K, C: fmt::Debug> fmt::Debug for Builder<K, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("policy", &self.policy)
+            .field("max_keys", &self.max_keys)
+            .field("shards", &self.shards)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+/// The shard tables, holding each algorithm's own state when the policy has one limit
+/// (see the `rule` module for why).
+enum Tables<K> {
+    WholeMicroBucket(Shards<K, WholeMicroBucket>),
+    TokenBucket(Shards<K, TokenBucket>),
+    FixedWindow(Shards<K, FixedWindow>),
+    SlidingLog(Shards<K, SlidingLog>),
+    SlidingCounter(Shards<K, SlidingCounter>),
+    Policy(Shards<K, Policy>),
+}
+
+impl<K: Hash + Eq> Tables<K> {
+    fn new(policy: &Policy, shards: usize, capacity: usize) -> Self {
+        match *policy.limits() {
+            [Limit::TokenBucket(l)] => match WholeMicroBucket::new(l) {
+                Some(whole) => Self::WholeMicroBucket(Shards::new(whole, shards, capacity)),
+                None => Self::TokenBucket(Shards::new(l, shards, capacity)),
+            },
+            [Limit::FixedWindow(l)] => Self::FixedWindow(Shards::new(l, shards, capacity)),
+            [Limit::SlidingLog(l)] => Self::SlidingLog(Shards::new(l, shards, capacity)),
+            [Limit::SlidingCounter(l)] => Self::SlidingCounter(Shards::new(l, shards, capacity)),
+            _ => Self::Policy(Shards::new(policy.clone(), shards, capacity)),
+        }
+    }
+}
+
+fn default_shards() -> usize {
+    std::thread::available_parallelism().map_or(1, NonZeroUsize::get) * SHARDS_PER_CORE
+}
+
+/// The largest power of two not above `n` (`n ≥ 1`).
+fn prev_power_of_two(n: usize) -> usize {
+    1 << (usize::BITS - 1 - n.max(1).leading_zeros())
+}
+
+/// 2^20 keys: enough for a busy server's distinct clients within a policy's reset time, at
+/// 20–40 MB with `u64` keys under one token bucket and 80–170 MB under a multi-limit
+/// policy (see "Memory and eviction" on [`MemoryLimiter`]).
+const DEFAULT_MAX_KEYS: NonZeroUsize = NonZeroUsize::new(1 << 20).unwrap();
+
+/// Four shards per core, dashmap's default: with uniformly hashed keys, two threads pick
+/// the same shard with probability 1/shards.
+const SHARDS_PER_CORE: usize = 4;
+
+/// The most shards: 2^16, which keeps a shard index (hash bits 40..56, see the `shard`
+/// module) clear of the top 7 bits that hashbrown uses as tags.
+const MAX_SHARDS: usize = 1 << 16;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use rein_core::{Limit, Micros};
+
+    use super::*;
+
+    #[test]
+    fn threads_on_one_key_admit_exactly_the_capacity() {
+        const THREADS: u64 = 4;
+        const CAPACITY: u64 = 20_000;
+        const ATTEMPTS: u64 = 20;
+        // No refill within an hour, and a queue-shaped state beside the 16-byte one.
+        let hour = Micros::from_secs(3_600);
+        let policy = Policy::new([
+            Limit::token_bucket(CAPACITY, 1, hour).unwrap(),
+            Limit::sliding_log(CAPACITY, hour).unwrap(),
+        ])
+        .unwrap();
+        let limiter = MemoryLimiter::<u64>::new(policy);
+        let now = Timestamp::from_micros(1_000_000);
+        for key in 0..ATTEMPTS {
+            let contended_before = limiter.contended();
+            let admitted = AtomicU64::new(0);
+            std::thread::scope(|s| {
+                for _ in 0..THREADS {
+                    s.spawn(|| {
+                        let mine = (0..CAPACITY)
+                            .filter(|_| limiter.acquire_at(now, &key, 1).unwrap().is_allowed())
+                            .count() as u64;
+                        admitted.fetch_add(mine, Ordering::Relaxed);
+                    });
+                }
+            });
+            // Exact whatever the interleaving: a lost update would admit more.
+            assert_eq!(admitted.load(Ordering::Relaxed), CAPACITY);
+            let contended = limiter.contended() - contended_before;
+            if contended > 0 {
+                println!("key {key}: {contended} lock acquisitions found the shard locked");
+                return;
+            }
+            println!("key {key}: the threads never met; trying again");
+        }
+        panic!("no lock contention in {ATTEMPTS} attempts: the test proved nothing");
+    }
+
+    #[test]
+    fn keys_spread_evenly_over_shards() {
+        let policy = Policy::single(Limit::fixed_window(1, Micros::from_secs(1)).unwrap());
+        let limiter = MemoryLimiter::<u64>::builder(policy)
+            .shards(NonZeroUsize::new(8).unwrap())
+            .build();
+        let now = Timestamp::from_micros(0);
+        for key in 0..80_000 {
+            limiter.acquire_at(now, &key, 1).unwrap();
+        }
+        for len in dispatch!(&limiter.tables, |t| t.shard_lens()) {
+            assert!(
+                (9_000..11_000).contains(&len),
+                "a shard holds {len} of 80 000 keys"
+            );
+        }
+    }
+
+    #[test]
+    fn shard_count_is_a_power_of_two_that_fits_max_keys() {
+        let policy = Policy::single(Limit::fixed_window(1, Micros::from_secs(1)).unwrap());
+        let build = |max_keys: usize, shards: usize| {
+            MemoryLimiter::<u64>::builder(policy.clone())
+                .max_keys(NonZeroUsize::new(max_keys).unwrap())
+                .shards(NonZeroUsize::new(shards).unwrap())
+                .build()
+        };
+        let limiter = build(1_000, 5);
+        assert_eq!((limiter.shard_count(), limiter.max_keys()), (8, 1_000));
+        let limiter = build(3, 8);
+        assert_eq!((limiter.shard_count(), limiter.max_keys()), (2, 2));
+        let limiter = build(1, usize::MAX);
+        assert_eq!((limiter.shard_count(), limiter.max_keys()), (1, 1));
+    }
+
+    #[test]
+    fn one_limit_policies_store_the_algorithms_own_state() {
+        let second = Micros::from_secs(1);
+        let tables = |limits: Vec<Limit>| {
+            let limiter = MemoryLimiter::<u64>::new(Policy::new(limits).unwrap());
+            std::mem::discriminant(&limiter.tables)
+        };
+        let bucket = Limit::token_bucket(1, 1, second).unwrap();
+        let window = Limit::fixed_window(1, second).unwrap();
+        let shapes = [
+            tables(vec![bucket]),
+            // 3 per second: 333 333.3 µs apart.
+            tables(vec![Limit::token_bucket(1, 3, second).unwrap()]),
+            tables(vec![window]),
+            tables(vec![Limit::sliding_log(1, second).unwrap()]),
+            tables(vec![Limit::sliding_counter(1, second).unwrap()]),
+            tables(vec![bucket, window]),
+        ];
+        for (i, a) in shapes.iter().enumerate() {
+            assert!(
+                shapes[i + 1..].iter().all(|b| a != b),
+                "shape {i} is not distinct"
+            );
+        }
+    }
+
+    #[test]
+    fn slot_sizes_are_as_documented() {
+        use rein_core::{
+            FixedWindowState, PolicyState, SlidingCounterState, SlidingLogState, TokenBucketState,
+        };
+        assert_eq!(size_of::<(u64, Timestamp)>(), 16);
+        assert_eq!(size_of::<(u64, TokenBucketState)>(), 24);
+        assert_eq!(size_of::<(u64, FixedWindowState)>(), 24);
+        assert_eq!(size_of::<(u64, SlidingCounterState)>(), 32);
+        assert_eq!(size_of::<(u64, SlidingLogState)>(), 48);
+        assert_eq!(size_of::<(u64, PolicyState)>(), 72);
+    }
+
+    #[test]
+    fn limiter_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<MemoryLimiter<String>>();
+        assert_send_sync::<MemoryLimiter<u64, crate::FakeClock>>();
+    }
+}

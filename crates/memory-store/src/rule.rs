@@ -1,0 +1,209 @@
+//! The decision a shard table applies, behind one trait, so that a one-limit policy can
+//! store its algorithm's own state.
+//!
+//! A [`PolicyState`] is 64 bytes whatever it holds, because it must fit any algorithm and
+//! any number of limits. A policy of one fixed window needs only the window's 16-byte
+//! [`FixedWindowState`], and a token bucket whose emission interval is a whole number of
+//! microseconds (50 per second: 20 000 µs) only the 8-byte `tat` of its
+//! [`TokenBucketState`]. Storing that instead makes a `u64`-keyed slot 16 to 24 bytes rather
+//! than 72, and a random probe into a large table costs a cache miss whatever the slot size,
+//! so fewer, denser cache lines are most of the store's speed (docs/performance.md).
+//!
+//! The answers are the same: a one-limit [`Policy`] calls the limit's own `acquire`,
+//! `peek`, `refund` and `is_full` with nothing added but a shape check that a store-made
+//! state always passes, and its capacity check in `peek` is the algorithm's own. The
+//! property test in `tests/model.rs` compares every shape against `Policy` on a map.
+
+use rein_core::{
+    AcquireError, Decision, FixedWindow, FixedWindowState, Policy, PolicyState, SlidingCounter,
+    SlidingCounterState, SlidingLog, SlidingLogState, Timestamp, TokenBucket, TokenBucketState,
+};
+
+/// rein-core's decision functions for one state type.
+pub(crate) trait Rule {
+    /// What the table stores per key.
+    type State: Clone;
+
+    /// A full state: what every absent key has.
+    fn fresh(&self) -> Self::State;
+
+    /// See [`Policy::acquire`].
+    fn acquire(
+        &self,
+        now: Timestamp,
+        state: &mut Self::State,
+        cost: u64,
+    ) -> Result<Decision, AcquireError>;
+
+    /// See [`Policy::peek`].
+    fn peek(
+        &self,
+        now: Timestamp,
+        state: &Self::State,
+        cost: u64,
+    ) -> Result<Decision, AcquireError>;
+
+    /// See [`Policy::refund`].
+    fn refund(
+        &self,
+        now: Timestamp,
+        state: &mut Self::State,
+        amount: u64,
+    ) -> Result<(), AcquireError>;
+
+    /// See [`Policy::is_full`].
+    fn is_full(&self, now: Timestamp, state: &Self::State) -> bool;
+}
+
+impl Rule for Policy {
+    type State = PolicyState;
+
+    fn fresh(&self) -> PolicyState {
+        self.new_state()
+    }
+
+    #[inline]
+    fn acquire(
+        &self,
+        now: Timestamp,
+        state: &mut PolicyState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        Policy::acquire(self, now, state, cost)
+    }
+
+    #[inline]
+    fn peek(
+        &self,
+        now: Timestamp,
+        state: &PolicyState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        Policy::peek(self, now, state, cost)
+    }
+
+    fn refund(
+        &self,
+        now: Timestamp,
+        state: &mut PolicyState,
+        amount: u64,
+    ) -> Result<(), AcquireError> {
+        Policy::refund(self, now, state, amount)
+    }
+
+    fn is_full(&self, now: Timestamp, state: &PolicyState) -> bool {
+        Policy::is_full(self, now, state)
+    }
+}
+
+/// Implements [`Rule`] for an algorithm whose `refund` cannot fail.
+macro_rules! algorithm_rule {
+    ($algorithm:ty, $state:ty) => {
+        impl Rule for $algorithm {
+            type State = $state;
+
+            fn fresh(&self) -> $state {
+                <$state>::default()
+            }
+
+            #[inline]
+            fn acquire(
+                &self,
+                now: Timestamp,
+                state: &mut $state,
+                cost: u64,
+            ) -> Result<Decision, AcquireError> {
+                <$algorithm>::acquire(self, now, state, cost)
+            }
+
+            #[inline]
+            fn peek(
+                &self,
+                now: Timestamp,
+                state: &$state,
+                cost: u64,
+            ) -> Result<Decision, AcquireError> {
+                <$algorithm>::peek(self, now, state, cost)
+            }
+
+            fn refund(
+                &self,
+                now: Timestamp,
+                state: &mut $state,
+                amount: u64,
+            ) -> Result<(), AcquireError> {
+                <$algorithm>::refund(self, now, state, amount);
+                Ok(())
+            }
+
+            fn is_full(&self, now: Timestamp, state: &$state) -> bool {
+                <$algorithm>::is_full(self, now, state)
+            }
+        }
+    };
+}
+
+algorithm_rule!(TokenBucket, TokenBucketState);
+
+/// A token bucket whose emission interval is a whole number of µs
+/// ([`TokenBucket::emission_interval`] is `(micros, 1)`), stored as its `tat` alone.
+///
+/// With one unit per microsecond every remainder in the bucket's arithmetic is taken modulo
+/// 1, so `tat_units` is zero in every state it produces; the full state is rebuilt around
+/// the stored `tat` for each call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WholeMicroBucket(TokenBucket);
+
+impl WholeMicroBucket {
+    /// `Some` when `bucket`'s emission interval is a whole number of µs.
+    pub(crate) fn new(bucket: TokenBucket) -> Option<Self> {
+        (bucket.emission_interval().1 == 1).then_some(Self(bucket))
+    }
+
+    #[inline]
+    fn state(tat: Timestamp) -> TokenBucketState {
+        TokenBucketState { tat, tat_units: 0 }
+    }
+}
+
+impl Rule for WholeMicroBucket {
+    type State = Timestamp;
+
+    fn fresh(&self) -> Timestamp {
+        TokenBucketState::default().tat
+    }
+
+    #[inline]
+    fn acquire(
+        &self,
+        now: Timestamp,
+        tat: &mut Timestamp,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        let mut state = Self::state(*tat);
+        let decision = self.0.acquire(now, &mut state, cost)?;
+        debug_assert_eq!(state.tat_units, 0);
+        *tat = state.tat;
+        Ok(decision)
+    }
+
+    #[inline]
+    fn peek(&self, now: Timestamp, tat: &Timestamp, cost: u64) -> Result<Decision, AcquireError> {
+        self.0.peek(now, &Self::state(*tat), cost)
+    }
+
+    fn refund(&self, now: Timestamp, tat: &mut Timestamp, amount: u64) -> Result<(), AcquireError> {
+        let mut state = Self::state(*tat);
+        self.0.refund(now, &mut state, amount);
+        debug_assert_eq!(state.tat_units, 0);
+        *tat = state.tat;
+        Ok(())
+    }
+
+    fn is_full(&self, now: Timestamp, tat: &Timestamp) -> bool {
+        self.0.is_full(now, &Self::state(*tat))
+    }
+}
+algorithm_rule!(FixedWindow, FixedWindowState);
+algorithm_rule!(SlidingLog, SlidingLogState);
+algorithm_rule!(SlidingCounter, SlidingCounterState);

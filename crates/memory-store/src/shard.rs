@@ -1,0 +1,283 @@
+//! The sharded tables behind [`MemoryLimiter`](crate::MemoryLimiter): locking, lookup,
+//! and the eviction that keeps each shard within its share of `max_keys`.
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+use rein_core::{AcquireError, Decision, Micros, Timestamp};
+
+use crate::rule::Rule;
+
+/// Keys spread over a power-of-two number of independently locked tables, each key's
+/// state decided by `rule`.
+pub(crate) struct Shards<K, R: Rule> {
+    rule: R,
+    /// A full state: what every absent key has.
+    fresh: R::State,
+    shards: Box<[Shard<K, R::State>]>,
+    /// `shards.len() - 1`, to pick a shard from hash bits.
+    mask: usize,
+    /// How many keys each shard may hold: `max_keys / shards.len()`, at least 1.
+    capacity: usize,
+    /// foldhash, hashbrown's default: see [`SHARD_SHIFT`] for how its bits are shared.
+    hasher: DefaultHashBuilder,
+    /// Lock acquisitions that found their shard already locked (tests prove contention).
+    #[cfg(test)]
+    pub(crate) contended: std::sync::atomic::AtomicU64,
+}
+
+impl<K, R: Rule> Shards<K, R> {
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    pub(crate) fn max_keys(&self) -> usize {
+        self.capacity * self.shards.len()
+    }
+}
+
+impl<K: Hash + Eq, R: Rule> Shards<K, R> {
+    /// `shards` tables (a power of two) of `capacity` keys each.
+    pub(crate) fn new(rule: R, shards: usize, capacity: usize) -> Self {
+        debug_assert!(shards.is_power_of_two() && capacity > 0);
+        Self {
+            fresh: rule.fresh(),
+            rule,
+            shards: (0..shards).map(|_| Shard::default()).collect(),
+            mask: shards - 1,
+            capacity,
+            hasher: DefaultHashBuilder::default(),
+            #[cfg(test)]
+            contended: Default::default(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn acquire<Q>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        cost: u64,
+    ) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock(hash);
+        if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
+            return self.rule.acquire(now, state, cost);
+        }
+        self.acquire_absent(&mut shard, hash, now, key, cost)
+    }
+
+    #[inline]
+    pub(crate) fn peek<Q>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        cost: u64,
+    ) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.lock(hash);
+        if let Some((_, state)) = shard.table.find(hash, |(k, _)| k.borrow() == key) {
+            return self.rule.peek(now, state, cost);
+        }
+        let judged = now.max(shard.dropped_at);
+        let decision = self.rule.peek(judged, &self.fresh, cost)?;
+        Ok(counted_from(decision, judged.saturating_since(now)))
+    }
+
+    pub(crate) fn refund<Q>(&self, now: Timestamp, key: &Q, amount: u64) -> Result<(), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock(hash);
+        match shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
+            Some((_, state)) => self.rule.refund(now, state, amount),
+            // Absent means full: nothing to give back.
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn purge_full(&self, now: Timestamp) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.lock().drop_full(&self.rule, now))
+            .sum()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.lock().table.len())
+            .sum()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.shards
+            .iter()
+            .all(|shard| shard.lock().table.is_empty())
+    }
+
+    /// The keys stored in each shard, in shard order.
+    #[cfg(test)]
+    pub(crate) fn shard_lens(&self) -> Vec<usize> {
+        self.shards.iter().map(|s| s.lock().table.len()).collect()
+    }
+
+    /// Decides for a key the shard does not hold, and stores it if that leaves it not full.
+    ///
+    /// Out of line: the hit path is the one that must stay small.
+    #[inline(never)]
+    fn acquire_absent<Q>(
+        &self,
+        shard: &mut ShardState<K, R::State>,
+        hash: u64,
+        now: Timestamp,
+        key: &Q,
+        cost: u64,
+    ) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // Judged no earlier than the shard's last drop: see "Clock regressions" on
+        // `MemoryLimiter`.
+        let judged = now.max(shard.dropped_at);
+        let mut state = self.fresh.clone();
+        let decision = self.rule.acquire(judged, &mut state, cost)?;
+        // A zero cost leaves the state full: nothing to store.
+        if !self.rule.is_full(judged, &state) {
+            if shard.table.len() >= self.capacity {
+                shard.make_room(&self.rule, judged, self.capacity);
+            }
+            let hasher = &self.hasher;
+            shard
+                .table
+                .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
+        }
+        Ok(counted_from(decision, judged.saturating_since(now)))
+    }
+
+    /// Locks the shard that owns `hash`.
+    #[inline]
+    fn lock(&self, hash: u64) -> MutexGuard<'_, ShardState<K, R::State>> {
+        // The mask keeps the index below `shards.len()`, a power of two.
+        let shard = &self.shards[(hash >> SHARD_SHIFT) as usize & self.mask];
+        #[cfg(test)]
+        if let Err(std::sync::TryLockError::WouldBlock) = shard.0.try_lock() {
+            self.contended
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        shard.lock()
+    }
+}
+
+/// One independently locked table, aligned so that two shards' locks never share a cache
+/// line (128 bytes: x86's adjacent-line prefetch pairs 64-byte lines, as crossbeam's
+/// `CachePadded` assumes).
+#[repr(align(128))]
+struct Shard<K, S>(Mutex<ShardState<K, S>>);
+
+struct ShardState<K, S> {
+    table: HashTable<(K, S)>,
+    /// The latest `now` at which this shard dropped or evicted a key: absent keys are
+    /// judged no earlier, so a regressed clock cannot undo what a dropped state recorded.
+    dropped_at: Timestamp,
+}
+
+impl<K, S> Default for Shard<K, S> {
+    fn default() -> Self {
+        Self(Mutex::new(ShardState {
+            table: HashTable::new(),
+            dropped_at: Timestamp::EPOCH,
+        }))
+    }
+}
+
+impl<K, S> Shard<K, S> {
+    #[inline]
+    fn lock(&self) -> MutexGuard<'_, ShardState<K, S>> {
+        // A poisoned shard is still consistent: see "Why a `std::sync::Mutex` per shard"
+        // on `MemoryLimiter`.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<K, S> ShardState<K, S> {
+    /// Makes room for one more key in a shard holding `capacity` or more: drops the full
+    /// keys, then if none was full evicts the batch closest to full.
+    #[cold]
+    fn make_room<R: Rule<State = S>>(&mut self, rule: &R, now: Timestamp, capacity: usize) {
+        self.drop_full(rule, now);
+        let len = self.table.len();
+        if len < capacity {
+            return;
+        }
+        let batch = (capacity / EVICTION_FRACTION).clamp(1, len);
+        let reset_after = |state: &S| {
+            // A peek of cost zero never fails on a state the rule made.
+            rule.peek(now, state, 0)
+                .map_or(Micros::MAX, |d| d.reset_after)
+        };
+        let mut resets: Vec<Micros> = self.table.iter().map(|(_, s)| reset_after(s)).collect();
+        let (below, &mut threshold, _) = resets.select_nth_unstable(batch - 1);
+        // Everything below the threshold goes, then ties at the threshold until `batch`.
+        let mut ties = batch - below.iter().filter(|r| **r < threshold).count();
+        self.table.retain(|(_, state)| {
+            let reset = reset_after(state);
+            if reset < threshold {
+                false
+            } else if reset == threshold && ties > 0 {
+                ties -= 1;
+                false
+            } else {
+                true
+            }
+        });
+        self.dropped_at = self.dropped_at.max(now);
+    }
+
+    /// Drops every key whose state is full at `now`; returns how many.
+    fn drop_full<R: Rule<State = S>>(&mut self, rule: &R, now: Timestamp) -> usize {
+        let before = self.table.len();
+        self.table.retain(|(_, state)| !rule.is_full(now, state));
+        let dropped = before - self.table.len();
+        if dropped > 0 {
+            self.dropped_at = self.dropped_at.max(now);
+        }
+        dropped
+    }
+}
+
+/// Restates a decision made `lag` after the caller's `now` as seen from `now`.
+#[inline]
+fn counted_from(mut decision: Decision, lag: Micros) -> Decision {
+    if lag > Micros::ZERO {
+        let later = |d: Micros| Micros::from_micros(d.as_micros() + lag.as_micros());
+        decision.reset_after = later(decision.reset_after);
+        if decision.retry_after > Micros::ZERO {
+            decision.retry_after = later(decision.retry_after);
+        }
+    }
+    decision
+}
+
+/// Which hash bits choose the shard. hashbrown takes the bucket from the low bits and its
+/// 7-bit tag from the top ones; taking the shard from either would make every key of a
+/// shard agree on those bits, crowding buckets or defeating the tag filter. Bits 40..56
+/// are used by neither while a shard has under 2^40 buckets (see `MAX_SHARDS`).
+const SHARD_SHIFT: u32 = 40;
+
+/// An eviction frees this fraction of the shard (1/8), so one scan of the shard pays for
+/// the next `capacity / 8` new keys.
+const EVICTION_FRACTION: usize = 8;

@@ -1,0 +1,108 @@
+-- rein-redis: rein_core::TokenBucket::{decide, refund, is_full, remaining} and
+-- `reset_after` (crates/core/src/token_bucket.rs), line for line, with the same names.
+--
+-- Parameters `p`: capacity, units_per_token, units_per_micro, tolerance.
+-- State: a HASH with fields `tat` (whole µs) and `tat_units` (the fraction, in units).
+--
+-- Built only when a policy uses it: Redis runs the whole script body on every call, and
+-- each function defined is an allocation.
+local function token_bucket()
+  local function params(a, i)
+    return {
+      capacity = int(a[i], 'capacity'),
+      units_per_token = int(a[i + 1], 'units_per_token'),
+      units_per_micro = int(a[i + 2], 'units_per_micro'),
+      tolerance = int(a[i + 3], 'tolerance'),
+    }, i + 4
+  end
+
+  local function load(key)
+    local v = redis.call('HMGET', key, 'tat', 'tat_units')
+    return { tat = field(v[1], 'tat'), tat_units = field(v[2], 'tat_units') }
+  end
+
+  local function save(key, s)
+    redis.call('HSET', key, 'tat', s.tat, 'tat_units', s.tat_units)
+  end
+
+  local function is_full(now, s)
+    return s.tat < now or (s.tat == now and s.tat_units == 0)
+  end
+
+  -- Time until `tat` (relative to now) is reached, rounded up to a whole µs.
+  local function reset_after(ahead_us, ahead_units)
+    if ahead_units > 0 then
+      return clamp(ahead_us + 1)
+    end
+    return clamp(ahead_us)
+  end
+
+  -- Whole tokens available when `tat` is `ahead_us` µs and `ahead_units` units past now.
+  local function remaining(p, ahead_us, ahead_units)
+    local tol_us = idiv(p.tolerance, p.units_per_micro)
+    if ahead_us > tol_us then
+      return 0
+    end
+    local used = ahead_us * p.units_per_micro + ahead_units
+    return (idiv(sat_sub(p.tolerance, used), p.units_per_token))
+  end
+
+  -- Returns the decision and, when it consumes anything, the state to store.
+  local function decide(p, now, s, cost)
+    local ahead_us, ahead_units = 0, 0
+    if not is_full(now, s) then
+      ahead_us = s.tat - now
+      ahead_units = math.min(s.tat_units, p.units_per_micro - 1)
+    end
+    local sum = ahead_units + cost * p.units_per_token
+    local q, next_units = idiv(sum, p.units_per_micro)
+    local next_us = ahead_us + q
+    local tol_us, tol_units = idiv(p.tolerance, p.units_per_micro)
+    if next_us < tol_us or (next_us == tol_us and next_units <= tol_units) then
+      if cost == 0 then
+        return allowed(p.capacity, remaining(p, ahead_us, ahead_units),
+          reset_after(ahead_us, ahead_units)), nil
+      end
+      local next = { tat = clamp(now + next_us), tat_units = next_units }
+      return allowed(p.capacity, remaining(p, next_us, next_units),
+        reset_after(next_us, next_units)), next
+    end
+    local retry_after = next_us - tol_us
+    if next_units > tol_units then
+      retry_after = retry_after + 1
+    end
+    return denied(p.capacity, remaining(p, ahead_us, ahead_units), clamp(retry_after),
+      reset_after(ahead_us, ahead_units)), nil
+  end
+
+  -- The write half of `TokenBucket::acquire`: stores the state `decide` returned.
+  local function apply(key, p, now, s, cost, next)
+    save(key, next)
+  end
+
+  -- Gives back up to `amount` tokens; returns the new state, or nil when nothing changed.
+  local function refund(key, p, now, s, amount)
+    if is_full(now, s) then
+      return nil
+    end
+    local units = math.min(amount, p.capacity) * p.units_per_token
+    local us, rem = s.tat, s.tat_units
+    local back_us, back_rem = idiv(units, p.units_per_micro)
+    if rem < back_rem then
+      rem = rem + p.units_per_micro
+      us = sat_sub(us, 1)
+    end
+    rem = rem - back_rem
+    us = sat_sub(us, back_us)
+    local next
+    if us < now or (us == now and rem == 0) then
+      next = { tat = 0, tat_units = 0 }
+    else
+      next = { tat = us, tat_units = rem }
+    end
+    save(key, next)
+    return next
+  end
+
+  return { params = params, load = load, decide = decide, apply = apply, refund = refund }
+end

@@ -1,0 +1,160 @@
+//! Building a store from a URL: standalone (`ConnectionManager`) or Cluster
+//! (`ClusterConnection`), plain or TLS (`rediss://`), with credentials from the URL.
+//!
+//! Each constructor connects, then loads rein's script with `SCRIPT LOAD`, so a server that
+//! is not Redis, or an ACL user that may not load scripts, is reported when the store is
+//! built rather than on the first decision.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Value};
+
+use crate::error::CallError;
+use crate::{ConnectError, RedisStore, RedisStoreBuilder};
+
+impl RedisStore<ConnectionManager> {
+    /// Connects to a standalone Redis with default settings; see
+    /// [`RedisStoreBuilder::connect`].
+    pub async fn connect(url: &str) -> Result<Self, ConnectError> {
+        RedisStoreBuilder::new().connect(url).await
+    }
+}
+
+impl RedisStore<ClusterConnection> {
+    /// Connects to a Redis Cluster with default settings; see
+    /// [`RedisStoreBuilder::connect_cluster`].
+    pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, ConnectError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        RedisStoreBuilder::new().connect_cluster(urls).await
+    }
+}
+
+impl RedisStoreBuilder {
+    /// Connects to a standalone Redis through a `ConnectionManager`, which reconnects by
+    /// itself when the connection drops.
+    ///
+    /// `url` is `redis://[[user]:password@]host[:port][/db]`, or `rediss://...` for TLS
+    /// (verified against the platform's root certificates; requires the `tls` feature, on
+    /// by default). Credentials in the URL are sent with `AUTH`.
+    pub async fn connect(self, url: &str) -> Result<RedisStore<ConnectionManager>, ConnectError> {
+        self.validate()?;
+        install_crypto_provider();
+        let client = Client::open(url).map_err(ConnectError::InvalidUrl)?;
+        let timeout = self.connect_timeout_value();
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            // The store's deadline bounds every call; a second, shorter timer inside
+            // redis-rs would only race it.
+            .set_response_timeout(None);
+        let conn = first_connection(timeout, async move {
+            // One plain connection first: the manager retries a failed connect with backoff,
+            // which would turn a wrong password or an untrusted certificate into a timeout.
+            // Its PING reports a missing password as NOAUTH (and a least-privilege user's
+            // NOPERM for PING itself is no concern).
+            let probe = AsyncConnectionConfig::new().set_connection_timeout(Some(timeout));
+            let mut probe = client
+                .get_multiplexed_async_connection_with_config(&probe)
+                .await?;
+            match redis::cmd("PING").query_async::<Value>(&mut probe).await {
+                Err(e) if is_auth_error(&e) => return Err(e),
+                _ => drop(probe),
+            }
+            client.get_connection_manager_with_config(config).await
+        })
+        .await?;
+        load_script(conn.clone(), timeout).await?;
+        Ok(self.build(conn)?)
+    }
+
+    /// Connects to a Redis Cluster, given one or more of its nodes.
+    ///
+    /// URLs are as for [`connect`](Self::connect); TLS and credentials are taken from the
+    /// first. The client follows no redirections by resending: a `MOVED` or `TRYAGAIN`
+    /// during resharding surfaces once as a `Connection` error while the client refreshes
+    /// its slot map, because the same retry machinery would also resend a script whose
+    /// connection broke after it ran, counting it twice.
+    pub async fn connect_cluster<I, S>(
+        self,
+        urls: I,
+    ) -> Result<RedisStore<ClusterConnection>, ConnectError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.validate()?;
+        install_crypto_provider();
+        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        let timeout = self.connect_timeout_value();
+        let client = ClusterClientBuilder::new(urls)
+            .retries(0)
+            .connection_timeout(timeout)
+            // Bounds the client's own requests (slot map refreshes, the fan-out of SCRIPT
+            // LOAD); the store's deadline, usually shorter, bounds each decision.
+            .response_timeout(timeout)
+            .build()
+            .map_err(ConnectError::InvalidUrl)?;
+        let conn =
+            first_connection(timeout, async move { client.get_async_connection().await }).await?;
+        load_script(conn.clone(), timeout).await?;
+        Ok(self.build(conn)?)
+    }
+}
+
+/// Runs a connect future within `timeout`, sorting its failure.
+pub(crate) async fn first_connection<C>(
+    timeout: Duration,
+    connect: impl Future<Output = RedisResult<C>>,
+) -> Result<C, ConnectError> {
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => Err(connect_error(e, timeout)),
+        Err(_) => Err(ConnectError::Timeout(timeout)),
+    }
+}
+
+/// `SCRIPT LOAD` (on every master, for a Cluster connection), checking the SHA-1 it returns.
+async fn load_script<C: ConnectionLike>(
+    mut conn: C,
+    timeout: Duration,
+) -> Result<(), ConnectError> {
+    let load = crate::script::load_command();
+    match tokio::time::timeout(timeout, load.query_async::<Value>(&mut conn)).await {
+        Ok(Ok(reply)) => crate::script::check_load_reply(&reply).map_err(ConnectError::from),
+        Ok(Err(e)) if is_auth_error(&e) => Err(ConnectError::Auth(e)),
+        Ok(Err(e)) => Err(CallError::classify(e, timeout).into()),
+        Err(_) => Err(ConnectError::Timeout(timeout)),
+    }
+}
+
+/// A refused or missing login: matched on the error code, never on message text.
+fn is_auth_error(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::AuthenticationFailed || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+}
+
+fn connect_error(e: RedisError, timeout: Duration) -> ConnectError {
+    match e.kind() {
+        _ if is_auth_error(&e) => ConnectError::Auth(e),
+        ErrorKind::InvalidClientConfig => ConnectError::InvalidUrl(e),
+        _ if e.is_timeout() => ConnectError::Timeout(timeout),
+        _ => match CallError::classify(e, timeout) {
+            CallError::Server(e) | CallError::Connection(e) => ConnectError::Connection(e),
+            other => other.into(),
+        },
+    }
+}
+
+/// redis-rs builds its rustls config with the process-wide default crypto provider; name
+/// `ring` unless the application installed one already.
+fn install_crypto_provider() {
+    #[cfg(feature = "tls")]
+    {
+        // An error means a provider is installed already, which is what we need.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}

@@ -1,0 +1,123 @@
+//! Key layout: `<prefix>:{<sha1 of the user key>}:<policy>:<index>:<tag>`.
+//!
+//! The user key is hashed, never embedded: any byte string works (binary, braces, a
+//! megabyte), every key has the same bounded length, and user input cannot reach the
+//! Cluster hash tag. The tag is the hex SHA-1 of the user key alone, so all keys of one
+//! user key (every limit of every policy) share a hash slot, and the one script call that
+//! decides a policy is a single-slot call on Redis Cluster. SHA-1 is used as a spreading
+//! hash, not for security: a collision would only make two users share a limit.
+
+use crate::{ConfigError, KeyError, NamedPolicy};
+
+/// The Redis keys of `policy`'s limits for `user_key`, in the policy's order.
+pub(crate) fn state_keys(
+    prefix: &str,
+    policy: &NamedPolicy,
+    user_key: &[u8],
+) -> Result<Vec<String>, KeyError> {
+    if user_key.is_empty() {
+        return Err(KeyError::Empty);
+    }
+    let tag = hex(&sha1_smol::Sha1::from(user_key).digest().bytes());
+    Ok(policy
+        .key_suffixes()
+        .iter()
+        .map(|suffix| {
+            let mut key = String::with_capacity(prefix.len() + tag.len() + suffix.len() + 3);
+            key.push_str(prefix);
+            key.push_str(":{");
+            key.push_str(&tag);
+            key.push('}');
+            key.push_str(suffix);
+            key
+        })
+        .collect())
+}
+
+/// Lower-case hex, as `Digest`'s `Display` writes it, without the formatting machinery:
+/// this runs on every decision.
+fn hex(bytes: &[u8; 20]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(40);
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
+}
+
+/// Checks a key prefix: 1 to 64 printable ASCII bytes, no spaces or braces.
+pub(crate) fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
+    let valid = (1..=MAX_PREFIX_LEN).contains(&prefix.len())
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'{' && b != b'}');
+    if valid {
+        Ok(())
+    } else {
+        Err(ConfigError::InvalidPrefix(prefix.to_owned()))
+    }
+}
+
+/// The longest key prefix: it is repeated in every key.
+const MAX_PREFIX_LEN: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use rein_core::{Limit, Micros, Policy};
+
+    use super::*;
+
+    fn policy() -> NamedPolicy {
+        let limits = [
+            Limit::token_bucket(10, 1, Micros::from_secs(1)).unwrap(),
+            Limit::sliding_log(5, Micros::from_secs(1)).unwrap(),
+        ];
+        NamedPolicy::new("api", Policy::new(limits).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn keys_name_prefix_hash_tag_policy_index_and_algorithm() {
+        let keys = state_keys("rein", &policy(), b"abc").unwrap();
+        // SHA-1("abc") is the FIPS 180 test vector.
+        let tag = "a9993e364706816aba3e25717850c26c9cd0d89d";
+        assert_eq!(
+            keys,
+            [
+                format!("rein:{{{tag}}}:api:0:tb"),
+                format!("rein:{{{tag}}}:api:1:sl")
+            ]
+        );
+    }
+
+    #[test]
+    fn user_input_never_reaches_the_hash_tag() {
+        for user_key in [&b"}{evil}"[..], b"\0\xff\n", &[b'x'; 1 << 20]] {
+            for key in state_keys("rein", &policy(), user_key).unwrap() {
+                assert_eq!(key.matches('{').count(), 1, "{key}");
+                assert!(key.len() < 100, "{key}");
+            }
+        }
+    }
+
+    #[test]
+    fn hex_matches_the_digest_display() {
+        let digest = sha1_smol::Sha1::from(&b"\x00\xff rein"[..]).digest();
+        assert_eq!(hex(&digest.bytes()), digest.to_string());
+    }
+
+    #[test]
+    fn empty_user_key_is_rejected() {
+        assert_eq!(state_keys("rein", &policy(), b""), Err(KeyError::Empty));
+    }
+
+    #[test]
+    fn prefixes_with_braces_spaces_or_nothing_are_rejected() {
+        for bad in ["", "a{b", "a}", "has space", "é", &"x".repeat(65)] {
+            assert!(validate_prefix(bad).is_err(), "{bad:?}");
+        }
+        for good in ["rein", "app:rl", "x".repeat(64).as_str()] {
+            assert!(validate_prefix(good).is_ok(), "{good:?}");
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The store's connection, and replacing it when it may be dead.
+//!
+//! Connections such as `ConnectionManager` and `ClusterConnection` heal themselves; a
+//! plain `MultiplexedConnection` over a caller's stream does not, and a stream cut by a
+//! partition may never report an error: calls just stop being answered. So a store built
+//! with a connector forgets its connection after a timeout or a connection error and
+//! asks the connector for a new one.
+//!
+//! Reconnecting runs in a spawned task, one at a time, with its own timeout. Calls that
+//! find no connection wait for it within their own deadline, so a slow connect never
+//! stretches a call, and a connect outlives the call that started it. After a failed
+//! connect, calls fail at once with the connect error until [`RECONNECT_BACKOFF`] has
+//! passed, so a dead server is not hammered with connects.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError, RedisResult};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::error::CallError;
+
+/// Makes a new connection for a store whose connection may be dead: the closure given to
+/// `RedisStoreBuilder::connect_with`, boxed. Called once when the store is built and again
+/// after a call timed out or hit a connection error.
+pub(crate) type Connector<C> = Arc<dyn Fn() -> ConnectFuture<C> + Send + Sync>;
+
+/// The future a [`Connector`] returns.
+pub(crate) type ConnectFuture<C> = Pin<Box<dyn Future<Output = RedisResult<C>> + Send>>;
+
+/// The connection in use, and how to replace it.
+pub(crate) struct Link<C> {
+    slot: Mutex<Slot<C>>,
+    connector: Option<Connector<C>>,
+    connect_timeout: Duration,
+    /// Bumped after every connect attempt, so waiting calls look again.
+    attempts: watch::Sender<u64>,
+}
+
+struct Slot<C> {
+    conn: Option<C>,
+    /// Counts connections made, so a failure on an old one cannot drop a newer one.
+    generation: u64,
+    connecting: bool,
+    /// After a failed connect: no new attempt before this instant.
+    retry_at: Option<Instant>,
+    last_error: Option<RedisError>,
+}
+
+impl<C: Clone + Send + 'static> Link<C> {
+    /// A link over a connection that is never replaced.
+    pub(crate) fn fixed(conn: C) -> Self {
+        Self::new(Some(conn), None, Duration::MAX)
+    }
+
+    /// A link over `conn` that replaces it through `connector` when it may be dead.
+    pub(crate) fn reconnecting(conn: C, connector: Connector<C>, timeout: Duration) -> Self {
+        Self::new(Some(conn), Some(connector), timeout)
+    }
+
+    fn new(conn: Option<C>, connector: Option<Connector<C>>, connect_timeout: Duration) -> Self {
+        Self {
+            slot: Mutex::new(Slot {
+                conn,
+                generation: 0,
+                connecting: false,
+                retry_at: None,
+                last_error: None,
+            }),
+            connector,
+            connect_timeout,
+            attempts: watch::Sender::new(0),
+        }
+    }
+
+    /// The current connection and its generation, waiting for a reconnect if there is
+    /// none. The caller bounds the wait with its deadline.
+    pub(crate) async fn get(self: &Arc<Self>) -> Result<(C, u64), CallError> {
+        loop {
+            let mut attempts = {
+                let mut slot = self.lock();
+                if let Some(conn) = &slot.conn {
+                    return Ok((conn.clone(), slot.generation));
+                }
+                if !slot.connecting {
+                    if slot.retry_at.is_some_and(|at| Instant::now() < at) {
+                        return Err(CallError::Connection(
+                            slot.last_error.clone().unwrap_or_else(|| {
+                                RedisError::from((ErrorKind::Io, "not connected"))
+                            }),
+                        ));
+                    }
+                    slot.connecting = true;
+                    tokio::spawn(Arc::clone(self).reconnect());
+                }
+                // Subscribed under the lock: an attempt that ends after it is seen.
+                self.attempts.subscribe()
+            };
+            if attempts.changed().await.is_err() {
+                return Err(CallError::Connection(RedisError::from((
+                    ErrorKind::Io,
+                    "the store was dropped while reconnecting",
+                ))));
+            }
+        }
+    }
+
+    /// Forgets the connection of `generation` after a call on it failed in a way that
+    /// suggests it is dead, so the next call reconnects. A link without a connector keeps
+    /// its connection: it heals itself or not at all.
+    pub(crate) fn suspect(&self, generation: u64) {
+        if self.connector.is_none() {
+            return;
+        }
+        let mut slot = self.lock();
+        if slot.generation == generation && slot.conn.is_some() {
+            tracing::debug!(generation, "rein-redis: dropping a suspect connection");
+            slot.conn = None;
+        }
+    }
+
+    async fn reconnect(self: Arc<Self>) {
+        // Clears `connecting` even if this task is cancelled (a runtime shutting down).
+        struct Attempt<'a, C: Clone + Send + 'static>(&'a Link<C>);
+        impl<C: Clone + Send + 'static> Drop for Attempt<'_, C> {
+            fn drop(&mut self) {
+                self.0.lock().connecting = false;
+                self.0.attempts.send_modify(|n| *n += 1);
+            }
+        }
+        let _attempt = Attempt(&self);
+        let Some(connector) = self.connector.clone() else {
+            return;
+        };
+        let result = match tokio::time::timeout(self.connect_timeout, connector()).await {
+            Ok(result) => result,
+            Err(_) => Err(RedisError::from((
+                ErrorKind::Io,
+                "connect timed out",
+                format!("after {:?}", self.connect_timeout),
+            ))),
+        };
+        let mut slot = self.lock();
+        match result {
+            Ok(conn) => {
+                slot.generation += 1;
+                slot.conn = Some(conn);
+                slot.retry_at = None;
+                slot.last_error = None;
+                tracing::debug!(generation = slot.generation, "rein-redis: reconnected");
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "rein-redis: reconnect failed");
+                slot.retry_at = Some(Instant::now() + RECONNECT_BACKOFF);
+                slot.last_error = Some(e);
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Slot<C>> {
+        // Nothing panics while holding the lock, and every update leaves the slot valid.
+        self.slot
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// How long after a failed connect calls fail at once instead of connecting again. Long
+/// enough that thousands of calls per second against a dead server cost ten connects per
+/// second, short enough that a restarted server is back in use within a tenth of a second.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);

@@ -1,0 +1,160 @@
+//! [`Decided`]: a decision and where it came from.
+//!
+//! rein-core's [`Decision`] says what was decided; the resilient limiter also says who
+//! decided, because during an outage an answer from Redis, from a local fallback and from a
+//! blanket "fail open" mean very different things to the caller, to dashboards and to the
+//! simulator that checks rein's bounds.
+
+use rein_core::Decision;
+
+/// A decision and its [`Source`], from [`ResilientLimiter`](crate::ResilientLimiter).
+///
+/// ```
+/// use rein_core::{Decision, Micros, Outcome};
+/// use rein_redis::{Decided, Source, Unavailable};
+///
+/// let decided = Decided {
+///     decision: Decision {
+///         outcome: Outcome::Allowed,
+///         limit: 100,
+///         remaining: 0,
+///         retry_after: Micros::ZERO,
+///         reset_after: Micros::ZERO,
+///     },
+///     source: Source::FailOpen(Unavailable::Timeout),
+/// };
+/// assert!(decided.is_allowed());
+/// assert!(!decided.source.is_exact());
+/// assert_eq!(decided.source.as_str(), "fail_open");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a decision that is not acted on limits nothing"]
+pub struct Decided {
+    /// The decision. Its figures are the source's: see [`Source`] for what each reports.
+    pub decision: Decision,
+    /// Who decided.
+    pub source: Source,
+}
+
+/// Who made a decision.
+///
+/// The first three are the shared limit's own answers; the last three are the failure
+/// policy's, given because Redis could not answer, and carry why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Redis ran the policy's script: the exact, shared decision.
+    Redis,
+    /// A denial Redis gave recently for this policy, key and a cost no larger, repeated
+    /// locally before its `retry_after` ran out. Exact: Redis would have denied too. Its
+    /// `retry_after` is counted down to the cached end; `limit` and `remaining` are those of
+    /// the denial.
+    DenyCache,
+    /// A reuse of an admission Redis made recently (opt-in, over-admitting; see
+    /// [`danger_allow_cache`](crate::ResilientLimiterBuilder::danger_allow_cache)). Redis
+    /// did not count it. `remaining` is what Redis last reported minus local reuses since.
+    AllowCache,
+    /// Redis was unavailable; the local fallback limiter decided at this node's share of
+    /// the policy ([`FailurePolicy::LocalFallback`](crate::FailurePolicy::LocalFallback)).
+    /// Its figures are the share's: `limit` is the share's capacity.
+    Fallback(Unavailable),
+    /// Redis was unavailable; admitted by [`FailurePolicy::FailOpen`](crate::FailurePolicy).
+    /// Nothing is known about the limit: `limit` is the policy's capacity, `remaining`,
+    /// `retry_after` and `reset_after` are zero.
+    FailOpen(Unavailable),
+    /// Redis was unavailable; denied by [`FailurePolicy::FailClosed`](crate::FailurePolicy).
+    /// `limit` is the policy's capacity, `remaining` zero, and `retry_after` (= `reset_after`)
+    /// the time until the circuit breaker lets a call to Redis through again (zero when it is
+    /// closed: the next request tries Redis).
+    FailClosed(Unavailable),
+}
+
+/// Why Redis gave no decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unavailable {
+    /// The circuit breaker is open (or its single probe is out): Redis was not called.
+    BreakerOpen,
+    /// No reply within the deadline. The call may have run in Redis; it is not replayed.
+    Timeout,
+    /// No connection, or it broke during the call (refused, reset, reconnecting, `LOADING`,
+    /// a Cluster slot moving). The call may have run if it broke after being sent.
+    Connection,
+    /// Redis answered with an error (`NOPERM`, `OOM`, `WRONGTYPE`, ...): a deployment
+    /// problem, see [`AcquireError::Server`](crate::AcquireError::Server).
+    Server,
+    /// Redis answered with a reply of the wrong shape.
+    UnexpectedReply,
+}
+
+impl Decided {
+    /// `true` when the request was admitted.
+    pub fn is_allowed(&self) -> bool {
+        self.decision.is_allowed()
+    }
+}
+
+impl Source {
+    /// `redis`, `deny_cache`, `allow_cache`, `fallback`, `fail_open` or `fail_closed`: the
+    /// value of the `source` label in metrics and logs.
+    pub fn as_str(&self) -> &'static str {
+        SOURCE_NAMES[self.index()]
+    }
+
+    /// Why Redis gave no decision, for the failure policy's sources.
+    pub fn unavailable(&self) -> Option<Unavailable> {
+        match self {
+            Source::Redis | Source::DenyCache | Source::AllowCache => None,
+            Source::Fallback(why) | Source::FailOpen(why) | Source::FailClosed(why) => Some(*why),
+        }
+    }
+
+    /// Whether the decision is the shared limit's own: from Redis, or a denial Redis would
+    /// repeat. Reuses of the allow cache and the failure policy's answers are not.
+    pub fn is_exact(&self) -> bool {
+        matches!(self, Source::Redis | Source::DenyCache)
+    }
+
+    /// A dense index, in the order of [`SOURCE_NAMES`], for counters.
+    pub(crate) fn index(&self) -> usize {
+        match self {
+            Source::Redis => 0,
+            Source::DenyCache => 1,
+            Source::AllowCache => 2,
+            Source::Fallback(_) => 3,
+            Source::FailOpen(_) => 4,
+            Source::FailClosed(_) => 5,
+        }
+    }
+}
+
+impl Unavailable {
+    /// `breaker_open`, `timeout`, `connection`, `server` or `unexpected_reply`.
+    pub fn as_str(&self) -> &'static str {
+        self.error_index()
+            .map_or("breaker_open", |index| ERROR_NAMES[index])
+    }
+
+    /// A dense index of the Redis errors (everything but `BreakerOpen`), in the order of
+    /// [`ERROR_NAMES`], for counters.
+    pub(crate) fn error_index(&self) -> Option<usize> {
+        match self {
+            Unavailable::BreakerOpen => None,
+            Unavailable::Timeout => Some(0),
+            Unavailable::Connection => Some(1),
+            Unavailable::Server => Some(2),
+            Unavailable::UnexpectedReply => Some(3),
+        }
+    }
+}
+
+/// The sources' names, by [`Source::index`].
+pub(crate) const SOURCE_NAMES: [&str; 6] = [
+    "redis",
+    "deny_cache",
+    "allow_cache",
+    "fallback",
+    "fail_open",
+    "fail_closed",
+];
+
+/// The Redis errors' names, by [`Unavailable::error_index`].
+pub(crate) const ERROR_NAMES: [&str; 4] = ["timeout", "connection", "server", "unexpected_reply"];

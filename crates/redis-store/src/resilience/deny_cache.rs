@@ -1,0 +1,217 @@
+//! [`DenyCache`]: answers a request Redis has just denied, locally, until Redis would admit
+//! it, and never longer.
+//!
+//! When Redis denies a request (policy `p`, key `k`, cost `c`) with `retry_after = d`, the
+//! same request stays denied for `d` if nothing else happens, and a request of a larger cost
+//! at least as long (every rein algorithm is monotone in cost and time). Other traffic can
+//! only lengthen that. So until `d` has passed, asking Redis again for `(p, k, c' ≥ c)` only
+//! spends a round trip to learn "denied".
+//!
+//! The local expiry is `sent_at + d`, where `sent_at` is the local clock read *before* the
+//! call was sent. Redis decided at some instant after that, so its denial lasted until at
+//! least `sent_at + d` on any clock that runs at Redis's rate: the cached denial ends no
+//! later than Redis's would. With Redis's own `TIME` (the default), a local clock slower than
+//! Redis's by a rate `ρ` could stretch it by at most `ρ × d`; with the store's explicit-time
+//! mode the two instants are the same number and the end is exact.
+//!
+//! What it cannot see: capacity given back by a refund made elsewhere (through the store
+//! directly, or by another node) ends Redis's denial early while the cached one runs on.
+
+use std::num::NonZeroUsize;
+
+use rein_core::{Decision, Micros, Outcome, Timestamp};
+
+use super::bounded::{BoundedMap, Expiring, WhenFull};
+
+/// Recent denials by (policy, key), at most `max_entries` of them.
+///
+/// A full cache evicts the denials that end soonest: it then asks Redis a little more
+/// often, and never denies wrongly.
+pub(crate) struct DenyCache {
+    map: BoundedMap<Denial>,
+}
+
+/// One denial from Redis, as it was answered.
+struct Denial {
+    /// The local instant the denial ends: `sent_at + retry_after`.
+    until: Timestamp,
+    /// The denied cost: requests costing at least this much are denied.
+    cost: u64,
+    /// The local instant read before the call was sent.
+    sent_at: Timestamp,
+    /// Redis's decision.
+    decision: Decision,
+}
+
+impl DenyCache {
+    pub(crate) fn new(max_entries: NonZeroUsize) -> Self {
+        Self {
+            map: BoundedMap::new(max_entries, WhenFull::EvictSoonest),
+        }
+    }
+
+    /// A denial of `cost` at `now` if Redis recently denied this much or less, with
+    /// `retry_after` counted down to the cached end.
+    pub(crate) fn check(
+        &self,
+        now: Timestamp,
+        policy: u32,
+        key: &[u8],
+        cost: u64,
+    ) -> Option<Decision> {
+        self.map
+            .get(now, policy, key, |denial| {
+                (cost >= denial.cost).then(|| denial.answer(now))
+            })
+            .flatten()
+    }
+
+    /// Remembers `decision` if it is a denial, from the call sent at local `sent_at`.
+    /// Denials with no wait (`retry_after` zero) and zero-cost requests are not cached.
+    pub(crate) fn record(
+        &self,
+        sent_at: Timestamp,
+        now: Timestamp,
+        policy: u32,
+        key: &[u8],
+        cost: u64,
+        decision: &Decision,
+    ) {
+        if decision.is_allowed() || cost == 0 || decision.retry_after == Micros::ZERO {
+            return;
+        }
+        let denial = Denial {
+            until: sent_at.saturating_add(decision.retry_after),
+            cost,
+            sent_at,
+            decision: *decision,
+        };
+        // The latest denial replaces an older one: it was judged on newer state, and its
+        // end is still no later than Redis's for its own cost.
+        self.map.upsert(now, policy, key, |_| denial);
+    }
+
+    /// Forgets the denial of (`policy`, `key`): Redis admitted something for it, so the
+    /// state is not what the denial saw.
+    pub(crate) fn forget(&self, policy: u32, key: &[u8]) {
+        self.map.remove(policy, key);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+impl Denial {
+    /// The denial as of `now`: Redis's figures, with the waits counted down.
+    fn answer(&self, now: Timestamp) -> Decision {
+        let elapsed = now.saturating_since(self.sent_at);
+        let retry_after = self.until.saturating_since(now);
+        let reset_left = self
+            .decision
+            .reset_after
+            .as_micros()
+            .saturating_sub(elapsed.as_micros());
+        Decision {
+            outcome: Outcome::Denied,
+            limit: self.decision.limit,
+            remaining: self.decision.remaining,
+            retry_after,
+            reset_after: Micros::from_micros(reset_left).max(retry_after),
+        }
+    }
+}
+
+impl Expiring for Denial {
+    fn expires_at(&self) -> Timestamp {
+        self.until
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_micros(ms * MS)
+    }
+
+    fn denied(retry_ms: u64, reset_ms: u64) -> Decision {
+        Decision {
+            outcome: Outcome::Denied,
+            limit: 10,
+            remaining: 0,
+            retry_after: Micros::from_millis(retry_ms),
+            reset_after: Micros::from_millis(reset_ms),
+        }
+    }
+
+    fn cache() -> DenyCache {
+        DenyCache::new(NonZeroUsize::new(1_000).unwrap())
+    }
+
+    #[test]
+    fn a_denial_is_answered_locally_until_sent_at_plus_retry_after_and_not_after() {
+        let cache = cache();
+        // Sent at 100 ms, answered at 130 ms: denied for 50 ms from when Redis decided.
+        cache.record(at(100), at(130), 0, b"k", 2, &denied(50, 400));
+        assert_eq!(cache.check(at(99), 0, b"k", 2).map(|d| d.retry_after), {
+            // A clock read before the call (time going backwards) still answers, with the
+            // full wait left.
+            Some(Micros::from_millis(51))
+        });
+        let hit = cache.check(at(130), 0, b"k", 2).expect("cached");
+        assert_eq!(hit.outcome, Outcome::Denied);
+        assert_eq!(hit.retry_after, Micros::from_millis(20));
+        assert_eq!(hit.reset_after, Micros::from_millis(370));
+        assert_eq!((hit.limit, hit.remaining), (10, 0));
+        // One microsecond before the end: still denied, 1 µs to wait.
+        let last = Timestamp::from_micros(150 * MS - 1);
+        assert_eq!(
+            cache.check(last, 0, b"k", 2).map(|d| d.retry_after),
+            Some(Micros::from_micros(1))
+        );
+        // At the end: not cached (Redis is asked), and the entry is gone.
+        assert_eq!(cache.check(at(150), 0, b"k", 2), None);
+        assert_eq!(cache.len(), 0);
+    }
+
+    #[test]
+    fn only_costs_at_least_the_denied_one_are_covered() {
+        let cache = cache();
+        cache.record(at(0), at(1), 0, b"k", 3, &denied(100, 100));
+        assert!(cache.check(at(1), 0, b"k", 3).is_some());
+        assert!(cache.check(at(1), 0, b"k", 7).is_some());
+        assert_eq!(
+            cache.check(at(1), 0, b"k", 2),
+            None,
+            "a smaller cost may fit"
+        );
+        assert_eq!(cache.check(at(1), 1, b"k", 3), None, "another policy");
+        assert_eq!(cache.check(at(1), 0, b"j", 3), None, "another key");
+        // A later denial of a smaller cost replaces it.
+        cache.record(at(2), at(3), 0, b"k", 2, &denied(10, 10));
+        assert!(cache.check(at(3), 0, b"k", 2).is_some());
+        assert_eq!(cache.check(at(12), 0, b"k", 3), None);
+        // An admission forgets it.
+        cache.record(at(20), at(21), 0, b"k", 1, &denied(100, 100));
+        cache.forget(0, b"k");
+        assert_eq!(cache.check(at(21), 0, b"k", 1), None);
+    }
+
+    #[test]
+    fn allowed_zero_wait_zero_cost_and_already_over_denials_are_not_cached() {
+        let cache = cache();
+        let mut allowed = denied(0, 10);
+        allowed.outcome = Outcome::Allowed;
+        cache.record(at(0), at(1), 0, b"a", 1, &allowed);
+        cache.record(at(0), at(1), 0, b"b", 1, &denied(0, 10));
+        cache.record(at(0), at(1), 0, b"c", 0, &denied(10, 10));
+        // The reply came after the denial had ended already.
+        cache.record(at(0), at(30), 0, b"d", 1, &denied(20, 20));
+        assert_eq!(cache.len(), 0);
+    }
+}

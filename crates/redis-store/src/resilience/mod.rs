@@ -1,0 +1,121 @@
+//! The layer above [`RedisStore`](crate::RedisStore) that keeps answering when Redis is
+//! slow, partitioned or restarting: [`ResilientLimiter`].
+//!
+//! A rate limiter sits in every request's path, so an outage of Redis must not become an
+//! outage of the service, nor a pile-up of waiting requests, nor a replay storm when Redis
+//! returns. This layer gives every request an answer within the store's deadline, by a
+//! failure policy the operator chose ([`FailurePolicy`]), says where each answer came from
+//! ([`Source`]), stops calling a Redis that keeps failing ([`Breaker`]) and goes back to
+//! Redis by itself when a probe succeeds. docs/failure.md states the exact bounds each
+//! policy gives during and after an outage.
+//!
+//! # Design
+//! - **The breaker is sans-IO.** [`Breaker`] is a pure state machine in quinn's shape
+//!   (`poll_admit`, `handle_success`/`handle_failure`, `poll_timeout`, `poll_event`), tested
+//!   on a number line. [`ResilientLimiter`] is the thin driver: read the clock, ask the
+//!   breaker, call the store, report, and drain the breaker's events into logs and counters.
+//! - **Local time is injected.** Everything local (cache expiry, breaker timers, the
+//!   fallback limiter, latency) reads a [`rein_memory::Clock`] (default [`TokioClock`]), and
+//!   the only wait is the store's call under `tokio::time`. The same code runs under
+//!   turmoil's simulated time with a skewed clock per node.
+//! - **Nothing is replayed.** A call that timed out may have run in Redis; the failure
+//!   policy answers instead, so a request is counted in Redis at most once.
+//! - **Caches are explicit about their error.** The deny cache repeats Redis's denials and
+//!   never outlasts them (its expiry counts from before the call was sent). The allow cache
+//!   over-admits and is off unless enabled with a `danger_` method, under a bound it
+//!   enforces. Both hold a bounded number of entries.
+//! - **Counters are the interface.** [`StatsSnapshot`] counts decisions by source and
+//!   outcome, Redis errors by kind, breaker rejections and transitions, and Redis latency in
+//!   a fixed log-scale histogram; with the `metrics` feature the same numbers go to the
+//!   `metrics` facade.
+//!
+//! # Layout
+//! - `limiter.rs`: [`ResilientLimiter`], its builder and the request path.
+//! - `breaker.rs`: [`Breaker`]. `fallback.rs`: [`FailurePolicy`] and [`local_share`].
+//! - `deny_cache.rs`, `allow_cache.rs`, over `bounded.rs` (the bounded map both use).
+//! - `table.rs`: [`PolicyTable`]. `decided.rs`: [`Decided`], [`Source`], [`Unavailable`].
+//! - `stats.rs`: [`StatsSnapshot`]; `export.rs`: the `metrics` facade export.
+//! - `clock.rs`: [`TokioClock`].
+
+mod allow_cache;
+mod bounded;
+mod breaker;
+mod clock;
+mod decided;
+mod deny_cache;
+#[cfg(feature = "metrics")]
+mod export;
+mod fallback;
+mod limiter;
+mod stats;
+mod table;
+
+use thiserror::Error;
+
+use crate::KeyError;
+
+pub use allow_cache::AllowCacheConfig;
+pub use breaker::{Breaker, BreakerConfig, BreakerEvent, BreakerState, Ticket};
+pub use clock::TokioClock;
+pub use decided::{Decided, Source, Unavailable};
+pub use fallback::{FailurePolicy, local_share};
+pub use limiter::{ResilientLimiter, ResilientLimiterBuilder, TimeSource};
+pub use stats::{LATENCY_BOUNDS_US, LATENCY_BUCKETS, LatencySnapshot, SourceCounts, StatsSnapshot};
+pub use table::PolicyTable;
+
+/// docs/failure.md, compiled with the doctests so that its example keeps up with the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../../docs/failure.md")]
+struct FailureDoc;
+
+/// Why [`ResilientLimiter::acquire`] returned no decision: the request itself can never be
+/// admitted. Redis failures are never an `Err` here; the failure policy answers them.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The cost exceeds the capacity of the key's policy (its smallest limit), so no amount
+    /// of waiting admits it. Fix: split the request, or raise the capacity.
+    #[error("cost {cost} exceeds capacity {capacity}: it can never be admitted")]
+    InsufficientCapacity {
+        /// The requested cost.
+        cost: u64,
+        /// The policy's capacity.
+        capacity: u64,
+    },
+    /// The key cannot be used; see [`KeyError`].
+    #[error(transparent)]
+    InvalidKey(#[from] KeyError),
+    /// [`acquire_as`](ResilientLimiter::acquire_as) named a policy the table does not hold.
+    /// Fix: add it with [`PolicyTable::with_policy`], or correct the name.
+    #[error("no policy named {0:?} in the table")]
+    UnknownPolicy(String),
+}
+
+/// A [`PolicyTable`] or [`ResilientLimiter`] that cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ResilienceConfigError {
+    /// Two policies in one table have the same name. Names must be unique: they select
+    /// policies and are part of their Redis keys.
+    #[error("the table already holds a policy named {0:?}")]
+    DuplicatePolicy(String),
+    /// A prefix rule names a policy the table does not hold. Add the policy first.
+    #[error("no policy named {0:?} in the table")]
+    UnknownPolicy(String),
+    /// A prefix rule's prefix is empty (use the default policy instead) or already routed.
+    #[error("invalid or duplicate key prefix {0:?}")]
+    InvalidPrefix(String),
+    /// A duration that must be positive is zero (the breaker's backoff, the allow cache's
+    /// window).
+    #[error("{0} must be longer than zero")]
+    ZeroDuration(&'static str),
+    /// A policy has no exact share for the expected node count (a token bucket's period
+    /// times `N` above 2^52 µs). Fix: a lower `expected_nodes`, or a faster refill.
+    #[error("policy {policy:?} has no exact local share: {source}")]
+    Share {
+        /// The policy's name.
+        policy: String,
+        /// Why its share could not be built.
+        source: rein_core::ConfigError,
+    },
+}

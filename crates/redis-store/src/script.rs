@@ -1,0 +1,210 @@
+//! The one Lua script, its arguments and its reply: pure encoding and decoding, no I/O.
+//!
+//! The protocol (KEYS, ARGV, reply) is documented at the top of `lua/policy.lua` and in
+//! docs/redis.md; this file is its Rust half.
+
+use std::sync::LazyLock;
+
+use redis::{Cmd, Value};
+use rein_core::{Decision, MAX_MICROS, Micros, Outcome, Timestamp};
+
+use crate::NamedPolicy;
+use crate::error::CallError;
+
+/// The Lua source of the script every decision runs, for tools that run it outside Redis
+/// (a simulator executing it in an embedded Lua 5.1 with an in-memory keyspace).
+///
+/// It is the concatenation of `lua/common.lua`, one file per algorithm and the driver
+/// `lua/policy.lua`. Its calling convention is documented at the top of the driver and in
+/// docs/redis.md. The Redis commands it uses: `TIME`, `HMGET`, `HSET`, `ZRANGE`,
+/// `ZREMRANGEBYRANK`, `ZREM`, `ZADD`, `PEXPIRE` and `DEL`.
+pub const SCRIPT_SOURCE: &str = concat!(
+    include_str!("../lua/common.lua"),
+    include_str!("../lua/token_bucket.lua"),
+    include_str!("../lua/fixed_window.lua"),
+    include_str!("../lua/sliding_log.lua"),
+    include_str!("../lua/sliding_counter.lua"),
+    include_str!("../lua/policy.lua"),
+);
+
+/// The script's SHA-1 in hex, the name `EVALSHA` calls it by.
+pub(crate) static SCRIPT_SHA1: LazyLock<String> =
+    LazyLock::new(|| sha1_smol::Sha1::from(SCRIPT_SOURCE).digest().to_string());
+
+/// What the script is asked to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    Acquire,
+    Peek,
+    Refund,
+}
+
+impl Op {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Op::Acquire => "acquire",
+            Op::Peek => "peek",
+            Op::Refund => "refund",
+        }
+    }
+}
+
+/// One call of the script: KEYS are the policy's state keys, ARGV the operation, `now`
+/// (empty for the server's `TIME`), the cost, `min_ttl` in ms, then each limit's tag and
+/// parameters.
+pub(crate) struct Invocation<'a> {
+    keys: &'a [String],
+    op: Op,
+    now: String,
+    cost: u64,
+    min_ttl_ms: u64,
+    policy: &'a NamedPolicy,
+}
+
+impl<'a> Invocation<'a> {
+    pub(crate) fn new(
+        keys: &'a [String],
+        op: Op,
+        now: Option<Timestamp>,
+        cost: u64,
+        min_ttl_ms: u64,
+        policy: &'a NamedPolicy,
+    ) -> Self {
+        Self {
+            keys,
+            op,
+            now: now.map_or_else(String::new, |t| t.as_micros().to_string()),
+            // Every capacity is at most MAX_MICROS, so a larger refund means the same; the
+            // script only accepts integers it can hold exactly.
+            cost: cost.min(MAX_MICROS),
+            min_ttl_ms,
+            policy,
+        }
+    }
+
+    /// `EVALSHA <sha1> <numkeys> KEYS... ARGV...`: the normal case.
+    pub(crate) fn by_hash(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(SCRIPT_SHA1.as_str());
+        self.fill(cmd)
+    }
+
+    /// `EVAL <source> <numkeys> KEYS... ARGV...`, sent only when the server answered
+    /// [`by_hash`](Self::by_hash) with `NOSCRIPT` (restarted, failed over, `SCRIPT FLUSH`).
+    /// The script had not run, so this cannot double count; and unlike `SCRIPT LOAD` then
+    /// `EVALSHA`, it is one command, which a concurrent flush cannot slip between. It also
+    /// leaves the script cached for the next `EVALSHA`.
+    pub(crate) fn by_source(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(SCRIPT_SOURCE);
+        self.fill(cmd)
+    }
+
+    fn fill(&self, mut cmd: Cmd) -> Cmd {
+        cmd.arg(self.keys.len())
+            .arg(self.keys)
+            .arg(self.op.as_str())
+            .arg(&self.now)
+            .arg(self.cost)
+            .arg(self.min_ttl_ms)
+            .arg(self.policy.limit_args());
+        cmd
+    }
+}
+
+/// `SCRIPT LOAD`, checking that the server hashed the script as expected.
+pub(crate) fn load_command() -> Cmd {
+    let mut cmd = redis::cmd("SCRIPT");
+    cmd.arg("LOAD").arg(SCRIPT_SOURCE);
+    cmd
+}
+
+/// Checks the reply of [`load_command`].
+pub(crate) fn check_load_reply(value: &Value) -> Result<(), CallError> {
+    match value {
+        Value::BulkString(sha) if sha.as_slice() == SCRIPT_SHA1.as_bytes() => Ok(()),
+        other => Err(CallError::UnexpectedReply(format!(
+            "SCRIPT LOAD answered {other:?}, not the script's SHA-1"
+        ))),
+    }
+}
+
+/// Decodes the script's reply: `[allowed, limit, remaining, retry_after, reset_after, now]`.
+pub(crate) fn decode_reply(value: Value) -> Result<(Decision, Timestamp), CallError> {
+    let wrong = |what: &str| CallError::UnexpectedReply(what.to_owned());
+    let Value::Array(items) = value else {
+        return Err(CallError::UnexpectedReply(format!(
+            "expected an array of 6 integers, got {value:?}"
+        )));
+    };
+    let mut numbers = [0u64; 6];
+    if items.len() != numbers.len() {
+        return Err(CallError::UnexpectedReply(format!(
+            "expected an array of 6 integers, got {} items",
+            items.len()
+        )));
+    }
+    for (n, item) in numbers.iter_mut().zip(&items) {
+        *n = match item {
+            Value::Int(i) => u64::try_from(*i)
+                .ok()
+                .filter(|&n| n <= MAX_MICROS)
+                .ok_or_else(|| wrong("a figure out of range"))?,
+            other => {
+                return Err(CallError::UnexpectedReply(format!(
+                    "expected an integer, got {other:?}"
+                )));
+            }
+        };
+    }
+    let [allowed, limit, remaining, retry_after, reset_after, now] = numbers;
+    let outcome = match allowed {
+        1 => Outcome::Allowed,
+        0 => Outcome::Denied,
+        _ => return Err(wrong("an outcome other than 0 or 1")),
+    };
+    let decision = Decision {
+        outcome,
+        limit,
+        remaining,
+        retry_after: Micros::from_micros(retry_after),
+        reset_after: Micros::from_micros(reset_after),
+    };
+    Ok((decision, Timestamp::from_micros(now)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn well_formed_reply_decodes() {
+        let reply = Value::Array([0, 10, 3, 250, 900, 1_000].map(Value::Int).to_vec());
+        let (decision, now) = decode_reply(reply).unwrap();
+        assert_eq!(decision.outcome, Outcome::Denied);
+        assert_eq!((decision.limit, decision.remaining), (10, 3));
+        assert_eq!(decision.retry_after, Micros::from_micros(250));
+        assert_eq!(decision.reset_after, Micros::from_micros(900));
+        assert_eq!(now, Timestamp::from_micros(1_000));
+    }
+
+    #[test]
+    fn wrong_shapes_are_unexpected_replies() {
+        let ints = |v: &[i64]| Value::Array(v.iter().copied().map(Value::Int).collect());
+        for reply in [
+            Value::Okay,
+            Value::Int(1),
+            Value::Nil,
+            ints(&[1, 2, 3]),
+            ints(&[2, 10, 3, 0, 0, 0]),
+            ints(&[1, -1, 3, 0, 0, 0]),
+            ints(&[1, 1 << 53, 3, 0, 0, 0]),
+            Value::Array(vec![Value::Okay; 6]),
+        ] {
+            assert!(
+                matches!(decode_reply(reply), Err(CallError::UnexpectedReply(_))),
+                "accepted a wrong shape"
+            );
+        }
+    }
+}

@@ -1,0 +1,482 @@
+//! [`RedisStore`]: encode the arguments, run the script, decode the reply.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
+use rein_core::{Decision, MAX_MICROS, PolicyState, Timestamp};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::error::CallError;
+use crate::link::{Connector, Link};
+use crate::script::{self, Invocation, Op};
+use crate::{AcquireError, ConfigError, KeyError, NamedPolicy, RefundError, StateError};
+
+/// Exact rate limits shared by every process that uses the same Redis.
+///
+/// Each decision is one `EVALSHA` of rein's script, which reads the policy's state, decides
+/// with rein-core's math and writes the new state, atomically. A denial writes nothing.
+/// The store is cheap to clone (an `Arc`), and every clone shares one connection.
+///
+/// # Clock
+///
+/// [`acquire`](Self::acquire), [`peek`](Self::peek) and [`refund`](Self::refund) take `now`
+/// from the Redis server's `TIME`, inside the script. This is the default and the one to
+/// use in production: every application server then decides on one clock, so a skewed or
+/// jumping application clock cannot admit extra requests or lock clients out.
+///
+/// The `*_at` twins ([`acquire_at`](Self::acquire_at), ...) take `now` from the caller
+/// instead, for tests, replays and simulators, where time is virtual. Don't mix the two on
+/// the same keys: the state would be judged against two clocks. When the caller's clock does
+/// not advance with Redis's, set [`min_ttl`](RedisStoreBuilder::min_ttl), because key TTLs
+/// always run on Redis's clock.
+///
+/// # Deadlines, failures and replays
+///
+/// Every call has a deadline (default 50 ms), covering waiting for a connection and the
+/// round trip. On expiry it returns a `Timeout` error, never a denial. A call that timed
+/// out or lost its connection is **not retried**: it may have run, and running it again
+/// could count the request twice. The only second attempt follows `NOSCRIPT` (the server
+/// lost its script cache: restarted, failed over, `SCRIPT FLUSH`), when the script had not
+/// run at all: it resends the call as `EVAL` with the script's source. Errors are not
+/// sticky: after a failed call the next one starts afresh.
+///
+/// # Keys
+///
+/// `<prefix>:{<hex SHA-1 of the user key>}:<policy name>:<limit index>:<algorithm>`, one
+/// key per limit, all in one Cluster hash slot. Each written key expires when its limit is
+/// full again (its decision's `reset_after`, rounded up to a millisecond), so memory
+/// returns to baseline once traffic stops. See docs/redis.md.
+///
+/// ```no_run
+/// use rein_core::{Limit, Micros, Policy};
+/// use rein_redis::{NamedPolicy, RedisStore};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::connect("redis://127.0.0.1:6379/").await?;
+/// let bucket = Limit::token_bucket(100, 10, Micros::from_secs(1))?;
+/// let api = NamedPolicy::new("api", Policy::single(bucket))?;
+/// let decision = store.acquire(&api, "user-42", 1).await?;
+/// if !decision.is_allowed() {
+///     println!("retry in {:?}", std::time::Duration::from(decision.retry_after));
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisStore<C> {
+    inner: Arc<Inner<C>>,
+}
+
+/// Settings for a [`RedisStore`], then one of the ways to get a connection.
+///
+/// ```
+/// use std::time::Duration;
+/// use rein_redis::RedisStoreBuilder;
+///
+/// let builder = RedisStoreBuilder::new()
+///     .prefix("myapp:rl")
+///     .deadline(Duration::from_millis(20));
+/// # let _ = builder;
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisStoreBuilder {
+    prefix: String,
+    deadline: Duration,
+    connect_timeout: Duration,
+    min_ttl: Duration,
+}
+
+struct Inner<C> {
+    link: Arc<Link<C>>,
+    prefix: String,
+    deadline: Duration,
+    min_ttl_ms: u64,
+}
+
+impl<C> Clone for RedisStore<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<C> std::fmt::Debug for RedisStore<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.inner.prefix)
+            .field("deadline", &self.inner.deadline)
+            .field("min_ttl_ms", &self.inner.min_ttl_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C> RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A store over `conn` with default settings (prefix `rein`, deadline 50 ms). The
+    /// connection is never replaced, so it should heal itself, as `ConnectionManager` and
+    /// `ClusterConnection` do; see [`RedisStoreBuilder::connect_with`] otherwise.
+    pub fn new(conn: C) -> Self {
+        Self::with_link(RedisStoreBuilder::new(), Link::fixed(conn))
+    }
+
+    /// Takes `cost` from every limit of `policy` for `key` if all of them have it, with
+    /// `now` from the Redis server's clock. A denial changes nothing.
+    ///
+    /// Errors before calling Redis if `cost` exceeds the policy's capacity or `key` is
+    /// empty. A cost of zero is a [`peek`](Self::peek).
+    pub async fn acquire(
+        &self,
+        policy: &NamedPolicy,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.decide(Op::Acquire, None, policy, key.as_ref(), cost)
+            .await
+    }
+
+    /// [`acquire`](Self::acquire) at the caller's `now` (see "Clock" on [`RedisStore`]).
+    pub async fn acquire_at(
+        &self,
+        now: Timestamp,
+        policy: &NamedPolicy,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.decide(Op::Acquire, Some(now), policy, key.as_ref(), cost)
+            .await
+    }
+
+    /// What [`acquire`](Self::acquire) would answer, without taking anything or touching
+    /// any key's TTL.
+    pub async fn peek(
+        &self,
+        policy: &NamedPolicy,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.decide(Op::Peek, None, policy, key.as_ref(), cost)
+            .await
+    }
+
+    /// [`peek`](Self::peek) at the caller's `now`.
+    pub async fn peek_at(
+        &self,
+        now: Timestamp,
+        policy: &NamedPolicy,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.decide(Op::Peek, Some(now), policy, key.as_ref(), cost)
+            .await
+    }
+
+    /// Gives up to `amount` back to every limit of `policy` for `key`, never beyond full
+    /// (for example, for a request that was admitted but then not served).
+    pub async fn refund(
+        &self,
+        policy: &NamedPolicy,
+        key: impl AsRef<[u8]>,
+        amount: u64,
+    ) -> Result<(), RefundError> {
+        self.refund_inner(None, policy, key.as_ref(), amount).await
+    }
+
+    /// [`refund`](Self::refund) at the caller's `now`.
+    pub async fn refund_at(
+        &self,
+        now: Timestamp,
+        policy: &NamedPolicy,
+        key: impl AsRef<[u8]>,
+        amount: u64,
+    ) -> Result<(), RefundError> {
+        self.refund_inner(Some(now), policy, key.as_ref(), amount)
+            .await
+    }
+
+    /// Reads the stored state of `policy` for `key`, decoded into rein-core's types: for
+    /// debugging, tests and tools. A missing key reads as a full limit.
+    ///
+    /// The limits are read in one pipeline, not one atomic call, so a state read while
+    /// other clients decide may mix limits from before and after a decision.
+    pub async fn state(
+        &self,
+        policy: &NamedPolicy,
+        key: impl AsRef<[u8]>,
+    ) -> Result<PolicyState, StateError> {
+        let keys = crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())?;
+        let pipeline = crate::state::read_pipeline(policy, &keys);
+        let replies: Vec<Value> = self
+            .run(|mut conn| async move { pipeline.query_async(&mut conn).await })
+            .await?;
+        crate::state::decode(policy, replies).map_err(StateError::UnexpectedReply)
+    }
+
+    /// The Redis keys holding `policy`'s state for `key`, in the policy's order.
+    pub fn keys(
+        &self,
+        policy: &NamedPolicy,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Vec<String>, KeyError> {
+        crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())
+    }
+
+    /// The longest a call may take ([`RedisStoreBuilder::deadline`]): what a caller waits
+    /// at most, and what the resilient limiter's breaker gives a probe.
+    pub fn deadline(&self) -> Duration {
+        self.inner.deadline
+    }
+
+    async fn decide(
+        &self,
+        op: Op,
+        now: Option<Timestamp>,
+        policy: &NamedPolicy,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        let capacity = policy.policy().capacity();
+        if cost > capacity {
+            return Err(AcquireError::InsufficientCapacity { cost, capacity });
+        }
+        let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
+        let span = tracing::debug_span!(
+            "rein_redis",
+            op = op.as_str(),
+            policy = policy.name(),
+            cost,
+            slot_key = keys.first().map(String::as_str),
+        );
+        async {
+            let (decision, now) = self.invoke(&keys, op, now, cost, policy).await?;
+            tracing::debug!(
+                allowed = decision.is_allowed(),
+                remaining = decision.remaining,
+                retry_after_us = decision.retry_after.as_micros(),
+                now_us = now.as_micros(),
+                "decided"
+            );
+            Ok(decision)
+        }
+        .instrument(span)
+        .await
+        .inspect_err(|e: &AcquireError| tracing::debug!(error = %e, "no decision"))
+    }
+
+    async fn refund_inner(
+        &self,
+        now: Option<Timestamp>,
+        policy: &NamedPolicy,
+        key: &[u8],
+        amount: u64,
+    ) -> Result<(), RefundError> {
+        let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
+        let span = tracing::debug_span!(
+            "rein_redis",
+            op = Op::Refund.as_str(),
+            policy = policy.name(),
+            amount,
+            slot_key = keys.first().map(String::as_str),
+        );
+        self.invoke(&keys, Op::Refund, now, amount, policy)
+            .instrument(span)
+            .await
+            .map(|_| ())
+            .map_err(RefundError::from)
+    }
+
+    async fn invoke(
+        &self,
+        keys: &[String],
+        op: Op,
+        now: Option<Timestamp>,
+        cost: u64,
+        policy: &NamedPolicy,
+    ) -> Result<(Decision, Timestamp), CallError> {
+        let invocation = Invocation::new(keys, op, now, cost, self.inner.min_ttl_ms, policy);
+        let invocation = &invocation;
+        let reply: Value = self
+            .run(|mut conn| async move {
+                match invocation.by_hash().query_async(&mut conn).await {
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        tracing::debug!("script not cached: sending its source");
+                        invocation.by_source().query_async(&mut conn).await
+                    }
+                    reply => reply,
+                }
+            })
+            .await?;
+        script::decode_reply(reply)
+    }
+
+    /// Runs one request on the connection within the deadline, and drops the connection
+    /// if the failure suggests it is dead. Never retries.
+    async fn run<T, F, Fut>(&self, request: F) -> Result<T, CallError>
+    where
+        F: FnOnce(C) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let started = Instant::now();
+        let mut generation = None;
+        let attempt = async {
+            let (conn, gen_) = self.inner.link.get().await?;
+            generation = Some(gen_);
+            request(conn)
+                .await
+                .map_err(|e| CallError::classify(e, started.elapsed()))
+        };
+        let result = match tokio::time::timeout(self.inner.deadline, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(CallError::Timeout(self.inner.deadline)),
+        };
+        if let (Err(e), Some(generation)) = (&result, generation)
+            && e.suspects_connection()
+        {
+            self.inner.link.suspect(generation);
+        }
+        result
+    }
+
+    fn with_link(builder: RedisStoreBuilder, link: Link<C>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                link: Arc::new(link),
+                prefix: builder.prefix,
+                deadline: builder.deadline,
+                min_ttl_ms: ttl_millis(builder.min_ttl),
+            }),
+        }
+    }
+}
+
+impl RedisStoreBuilder {
+    /// Default settings: prefix `rein`, deadline 50 ms, connect timeout 1 s, no minimum TTL.
+    pub fn new() -> Self {
+        Self {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            deadline: DEFAULT_DEADLINE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            min_ttl: Duration::ZERO,
+        }
+    }
+
+    /// The first part of every key (default `rein`): 1 to 64 printable ASCII bytes, no
+    /// spaces or braces. Give each application, or each environment sharing a Redis, its
+    /// own; a least-privilege ACL can then be limited to `~<prefix>:*`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The longest a call may take, from asking for a connection to decoding the reply
+    /// (default 50 ms). On expiry the call returns a `Timeout` error and is not retried.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The longest a connect may take (default 1 s): the first one, and each background
+    /// reconnect of a store built with [`connect_with`](Self::connect_with).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The shortest TTL a written key gets (default zero: a key expires as soon as its limit
+    /// is full again). Key TTLs run on Redis's clock; raise this when `now` passed to the
+    /// `*_at` methods does not advance with it (tests, replays, simulators), or a key could
+    /// expire while the caller's timeline still needs it. Rounded up to milliseconds.
+    pub fn min_ttl(mut self, min_ttl: Duration) -> Self {
+        self.min_ttl = min_ttl;
+        self
+    }
+
+    /// A store over `conn`, which is never replaced: it should heal itself, as
+    /// `ConnectionManager` and `ClusterConnection` do.
+    pub fn build<C>(self, conn: C) -> Result<RedisStore<C>, ConfigError>
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        self.validate()?;
+        Ok(RedisStore::with_link(self, Link::fixed(conn)))
+    }
+
+    /// A store that makes its connections with `connector`: once now, and again whenever a
+    /// call times out or hits a connection error (the connection may be dead without
+    /// knowing it, as a TCP stream cut by a partition is). Use it for connections that do
+    /// not heal themselves, such as a `MultiplexedConnection` over the caller's own stream.
+    ///
+    /// ```no_run
+    /// use redis::aio::MultiplexedConnection;
+    /// use rein_redis::RedisStoreBuilder;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let store = RedisStoreBuilder::new()
+    ///     .connect_with(move || {
+    ///         let client = client.clone();
+    ///         async move { client.get_multiplexed_async_connection().await }
+    ///     })
+    ///     .await?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_with<C, F, Fut>(
+        self,
+        connector: F,
+    ) -> Result<RedisStore<C>, crate::ConnectError>
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = RedisResult<C>> + Send + 'static,
+    {
+        self.validate()?;
+        let connector: Connector<C> = Arc::new(move || Box::pin(connector()));
+        let conn = crate::connect::first_connection(self.connect_timeout, connector()).await?;
+        let link = Link::reconnecting(conn, connector, self.connect_timeout);
+        Ok(RedisStore::with_link(self, link))
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        crate::key::validate_prefix(&self.prefix)?;
+        if self.deadline.is_zero() {
+            return Err(ConfigError::ZeroDuration("deadline"));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(ConfigError::ZeroDuration("connect timeout"));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn connect_timeout_value(&self) -> Duration {
+        self.connect_timeout
+    }
+}
+
+impl Default for RedisStoreBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The script's `min_ttl` argument: milliseconds, rounded up, kept exact in Lua.
+fn ttl_millis(d: Duration) -> u64 {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    u64::try_from(ms).unwrap_or(u64::MAX).min(MAX_MICROS)
+}
+
+const DEFAULT_PREFIX: &str = "rein";
+
+/// A rate-limit check sits on the request path: 50 ms is long against a healthy Redis
+/// round trip (well under 1 ms on a LAN) and short enough that a stalled Redis costs each
+/// request little before the caller's failure policy takes over.
+const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
+
+/// Covers a TCP and TLS handshake to a Redis in another zone, and fails fast enough that a
+/// background reconnect loop notices a recovered server within about a second.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);

@@ -1,0 +1,268 @@
+//! Absurd keys, invalid settings, impossible costs, servers that are not Redis and servers
+//! that never answer: each gives a typed error (or, for odd keys, a decision), never a panic.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::FakeServer;
+use rein_core::{Limit, Micros, Policy};
+use rein_redis::{
+    AcquireError, ConfigError, ConnectError, KeyError, NamedPolicy, RedisStore, RedisStoreBuilder,
+    RefundError, StateError,
+};
+use rein_redis_harness::RedisServer;
+
+fn policy() -> NamedPolicy {
+    let limits = [
+        Limit::token_bucket(10, 1, Micros::from_secs(1)).expect("valid"),
+        Limit::sliding_log(20, Micros::from_secs(1)).expect("valid"),
+    ];
+    NamedPolicy::new("bad-input", Policy::new(limits).expect("valid")).expect("valid name")
+}
+
+/// A store that waits long enough for a fake server on a busy machine: these tests are
+/// about the shape of replies, not about time.
+fn patient(
+    conn: redis::aio::MultiplexedConnection,
+) -> RedisStore<redis::aio::MultiplexedConnection> {
+    RedisStoreBuilder::new()
+        .deadline(Duration::from_secs(5))
+        .build(conn)
+        .expect("valid settings")
+}
+
+#[tokio::test]
+async fn odd_user_keys_are_hashed_and_the_empty_key_is_refused() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = common::store(&server).await;
+    let policy = policy();
+    let huge = vec![b'k'; 1 << 20];
+    let odd: [&[u8]; 6] = [
+        b"{",
+        b"}{",
+        b"{user}",
+        b"\0\xff\xfe\r\n",
+        &huge,
+        "ключ 🔑".as_bytes(),
+    ];
+    for key in odd {
+        let decision = store.acquire(&policy, key, 1).await.expect("a decision");
+        assert!(decision.is_allowed());
+        assert_eq!(decision.remaining, 9, "each odd key is its own limit");
+    }
+    // A megabyte key and its one-byte-shorter sibling do not share a limit.
+    let decision = store
+        .acquire(&policy, &huge[1..], 1)
+        .await
+        .expect("a decision");
+    assert_eq!(decision.remaining, 9);
+
+    assert!(matches!(
+        store.acquire(&policy, "", 1).await,
+        Err(AcquireError::InvalidKey(KeyError::Empty))
+    ));
+    assert!(matches!(
+        store.peek(&policy, b"", 0).await,
+        Err(AcquireError::InvalidKey(KeyError::Empty))
+    ));
+    assert!(matches!(
+        store.refund(&policy, "", 1).await,
+        Err(RefundError::InvalidKey(KeyError::Empty))
+    ));
+    assert!(matches!(
+        store.state(&policy, "").await,
+        Err(StateError::InvalidKey(KeyError::Empty))
+    ));
+    assert_eq!(store.keys(&policy, ""), Err(KeyError::Empty));
+}
+
+#[test]
+fn invalid_settings_are_typed_config_errors() {
+    // Invalid limits never reach the store: rein-core refuses to build them.
+    assert!(matches!(
+        Limit::token_bucket(0, 1, Micros::from_secs(1)),
+        Err(rein_core::ConfigError::Zero { .. })
+    ));
+    assert!(matches!(
+        Limit::sliding_counter(1 << 30, Micros::from_secs(1 << 30)),
+        Err(rein_core::ConfigError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        Policy::new([]),
+        Err(rein_core::ConfigError::NoLimits)
+    ));
+
+    let single = || Policy::single(Limit::fixed_window(1, Micros::from_secs(1)).expect("valid"));
+    for name in ["", "has space", "a:b", "{tag}", "é", &"n".repeat(65)] {
+        assert_eq!(
+            NamedPolicy::new(name, single()),
+            Err(ConfigError::InvalidPolicyName(name.to_owned())),
+        );
+    }
+    assert!(NamedPolicy::new("Api_v2.login-1", single()).is_ok());
+
+    // Bad store settings are refused before any connection is made.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        for (builder, expected) in [
+            (
+                RedisStoreBuilder::new().prefix("a{b}"),
+                ConfigError::InvalidPrefix("a{b}".into()),
+            ),
+            (
+                RedisStoreBuilder::new().prefix(""),
+                ConfigError::InvalidPrefix(String::new()),
+            ),
+            (
+                RedisStoreBuilder::new().deadline(Duration::ZERO),
+                ConfigError::ZeroDuration("deadline"),
+            ),
+            (
+                RedisStoreBuilder::new().connect_timeout(Duration::ZERO),
+                ConfigError::ZeroDuration("connect timeout"),
+            ),
+        ] {
+            // Port 1 is never a Redis: a config check that let this through would fail
+            // differently.
+            match builder.connect("redis://127.0.0.1:1/").await {
+                Err(ConnectError::Config(e)) => assert_eq!(e, expected),
+                other => panic!("expected {expected:?}, got {other:?}"),
+            }
+        }
+    });
+}
+
+#[tokio::test]
+async fn cost_above_capacity_is_refused_without_calling_redis() {
+    // A server that records what it receives and never answers.
+    let silent = FakeServer::start(b"").await;
+    let store = RedisStore::new(common::quiet_connection(silent.port).await);
+    let policy = policy();
+    for result in [
+        store.acquire(&policy, "k", 11).await,
+        store.peek(&policy, "k", u64::MAX).await,
+        store
+            .acquire_at(rein_core::Timestamp::EPOCH, &policy, "k", 12)
+            .await,
+    ] {
+        assert!(
+            matches!(
+                result,
+                Err(AcquireError::InsufficientCapacity { capacity: 10, .. })
+            ),
+            "{result:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        silent.received.load(Ordering::SeqCst),
+        0,
+        "Redis was called"
+    );
+}
+
+#[tokio::test]
+async fn replies_of_the_wrong_shape_are_unexpected_replies() {
+    let policy = policy();
+    for reply in [
+        &b"+OK\r\n"[..],
+        b":1\r\n",
+        b"$-1\r\n",
+        b"*2\r\n:1\r\n:2\r\n",
+        b"*6\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n$2\r\nhi\r\n",
+        b"*6\r\n:7\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n",
+    ] {
+        let fake = FakeServer::start(reply).await;
+        let store = patient(common::quiet_connection(fake.port).await);
+        let shown = String::from_utf8_lossy(reply);
+        let result = store.acquire(&policy, "k", 1).await;
+        assert!(
+            matches!(result, Err(AcquireError::UnexpectedReply(_))),
+            "{shown}: {result:?}"
+        );
+        let result = store.refund(&policy, "k", 1).await;
+        assert!(
+            matches!(result, Err(RefundError::UnexpectedReply(_))),
+            "{shown}: {result:?}"
+        );
+        let result = store.state(&policy, "k").await;
+        assert!(
+            matches!(result, Err(StateError::UnexpectedReply(_))),
+            "{shown}: {result:?}"
+        );
+        // Connecting by URL loads the script first, and notices.
+        let result = RedisStoreBuilder::new()
+            .connect_timeout(Duration::from_millis(500))
+            .connect(&fake.url())
+            .await;
+        assert!(
+            matches!(result, Err(ConnectError::UnexpectedReply(_))),
+            "{shown}: {result:?}"
+        );
+    }
+    // Bytes that are not RESP at all break the connection's parser.
+    let garbage = FakeServer::start(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+    let store = patient(common::quiet_connection(garbage.port).await);
+    let result = store.acquire(&policy, "k", 1).await;
+    assert!(
+        matches!(
+            result,
+            Err(AcquireError::UnexpectedReply(_) | AcquireError::Connection(_))
+        ),
+        "{result:?}"
+    );
+    // An error reply is the server's.
+    let erring = FakeServer::start(b"-ERR unknown command 'EVALSHA'\r\n").await;
+    let store = patient(common::quiet_connection(erring.port).await);
+    let result = store.acquire(&policy, "k", 1).await;
+    assert!(matches!(result, Err(AcquireError::Server(_))), "{result:?}");
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_is_a_timeout_within_the_deadline() {
+    let silent = FakeServer::start(b"").await;
+    let deadline = Duration::from_millis(50);
+    let store = RedisStoreBuilder::new()
+        .deadline(deadline)
+        .build(common::quiet_connection(silent.port).await)
+        .expect("valid settings");
+    let policy = policy();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let result = store.acquire(&policy, "k", 1).await;
+        let took = started.elapsed();
+        assert!(
+            matches!(result, Err(AcquireError::Timeout(d)) if d == deadline),
+            "{result:?}"
+        );
+        assert!(
+            took >= deadline && took < deadline + Duration::from_millis(250),
+            "{took:?}"
+        );
+    }
+    assert!(
+        silent.received.load(Ordering::SeqCst) > 0,
+        "the call was never sent"
+    );
+
+    // Connecting by URL to it times out as well, within the connect timeout.
+    let started = Instant::now();
+    let result = RedisStoreBuilder::new()
+        .connect_timeout(Duration::from_millis(200))
+        .connect(&silent.url())
+        .await;
+    assert!(
+        matches!(result, Err(ConnectError::Timeout(_))),
+        "{result:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(700),
+        "{:?}",
+        started.elapsed()
+    );
+}

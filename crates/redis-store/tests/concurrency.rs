@@ -1,0 +1,154 @@
+//! Many callers on one key: exact counts under real contention, and no failed decision while
+//! the server's script cache is flushed under load.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use rein_core::{Limit, Micros, Policy};
+use rein_redis::{NamedPolicy, RedisStore};
+use rein_redis_harness::RedisServer;
+
+const LIMIT: u64 = 100;
+const TASKS_PER_INSTANCE: usize = 32;
+const FLUSHES: usize = 60;
+
+/// A limit of `LIMIT` that does not refill while the test runs, in each algorithm.
+fn policies() -> Vec<NamedPolicy> {
+    let hour = Micros::from_secs(3600);
+    // Windows aligned to the epoch: long enough that no boundary falls inside the test
+    // (the next 10^15 µs boundary is in 2033; 4.5 × 10^13 µs is 521 days).
+    let eon = Micros::from_micros(1_000_000_000_000_000);
+    let long = Micros::from_micros(45_000_000_000_000);
+    [
+        ("tb", Limit::token_bucket(LIMIT, 1, hour)),
+        ("fw", Limit::fixed_window(LIMIT, eon)),
+        ("sl", Limit::sliding_log(LIMIT, hour)),
+        ("sc", Limit::sliding_counter(LIMIT, long)),
+    ]
+    .into_iter()
+    .map(|(name, limit)| {
+        NamedPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
+    })
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_of_32_tasks_admit_exactly_the_limit() {
+    let server = RedisServer::start().expect("start redis-server");
+    // Two independent limiter instances: separate stores, separate connections.
+    let instances = [common::store(&server).await, common::store(&server).await];
+    for policy in policies() {
+        let policy = Arc::new(policy);
+        let admitted = Arc::new(AtomicU64::new(0));
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let most_in_flight = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for store in &instances {
+            for _ in 0..TASKS_PER_INSTANCE {
+                let (store, policy) = (store.clone(), Arc::clone(&policy));
+                let (admitted, in_flight, most) =
+                    (admitted.clone(), in_flight.clone(), most_in_flight.clone());
+                tasks.push(tokio::spawn(async move {
+                    // Until this task has seen denials: with no refill, every later call is
+                    // denied too.
+                    loop {
+                        let now_in_flight = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now_in_flight, Ordering::SeqCst);
+                        let decision = store.acquire(&policy, "shared-key", 1).await;
+                        in_flight.fetch_sub(1, Ordering::SeqCst);
+                        if decision.expect("a decision").is_allowed() {
+                            admitted.fetch_add(1, Ordering::SeqCst);
+                        } else {
+                            break;
+                        }
+                    }
+                }));
+            }
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        let most = most_in_flight.load(Ordering::SeqCst);
+        assert!(
+            most >= 8,
+            "{}: at most {most} calls were in flight at once",
+            policy.name()
+        );
+        assert_eq!(admitted.load(Ordering::SeqCst), LIMIT, "{}", policy.name());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flushes_during_traffic_fail_no_decision() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = common::store(&server).await;
+    let mut flusher = common::raw(&server).await;
+    let policy = Arc::new(
+        NamedPolicy::new(
+            "flush",
+            Policy::new([
+                Limit::token_bucket(1_000, 1_000, Micros::from_secs(1)).expect("valid"),
+                Limit::sliding_log(50, Micros::from_millis(100)).expect("valid"),
+            ])
+            .expect("valid policy"),
+        )
+        .expect("valid name"),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let decisions = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..16 {
+        let (store, policy, stop, decisions): (RedisStore<ConnectionManager>, _, _, _) = (
+            store.clone(),
+            policy.clone(),
+            stop.clone(),
+            decisions.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let key = format!("user-{}", task % 4);
+            while !stop.load(Ordering::SeqCst) {
+                if let Err(e) = store.acquire(&policy, &key, 1).await {
+                    panic!("a failed decision while the script cache was flushed: {e}");
+                }
+                decisions.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    for _ in 0..FLUSHES {
+        let () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut flusher)
+            .await
+            .expect("SCRIPT FLUSH");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await.expect("no decision failed");
+    }
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut flusher)
+        .await
+        .expect("INFO");
+    let evals = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_eval:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    eprintln!("{FLUSHES} flushes, {evals} EVAL fallbacks");
+    assert!(
+        evals > 10,
+        "the script was resent only {evals} times: flushes did not bite"
+    );
+    let decisions = decisions.load(Ordering::SeqCst);
+    assert!(
+        decisions > 200,
+        "{decisions} decisions: too little traffic to mean anything"
+    );
+}

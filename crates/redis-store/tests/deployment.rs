@@ -1,0 +1,274 @@
+//! Running against a real deployment: AUTH, a least-privilege ACL user, TLS, and replacing
+//! a connection that died (silently, or with the server).
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::FakeServer;
+use redis::aio::MultiplexedConnection;
+use rein_core::{Limit, Micros, Policy};
+use rein_redis::{AcquireError, ConnectError, NamedPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis_harness::RedisServer;
+
+/// A policy with one limit of each algorithm, so every command the script uses runs.
+fn policy() -> NamedPolicy {
+    let minute = Micros::from_secs(60);
+    let limits = [
+        Limit::token_bucket(10, 1, minute),
+        Limit::fixed_window(10, minute),
+        Limit::sliding_log(10, minute),
+        Limit::sliding_counter(10, minute),
+    ];
+    NamedPolicy::new(
+        "deploy",
+        Policy::new(limits.map(|l| l.expect("valid"))).expect("valid"),
+    )
+    .expect("valid name")
+}
+
+#[tokio::test]
+async fn auth_from_the_url_and_a_wrong_password_is_an_auth_error() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]).expect("start redis-server");
+    let port = server.port();
+    let store = RedisStore::connect(&format!("redis://:s3cret@127.0.0.1:{port}/"))
+        .await
+        .expect("connect with the password");
+    assert!(
+        store
+            .acquire(&policy(), "u", 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+
+    let wrong = RedisStore::connect(&format!("redis://:nope@127.0.0.1:{port}/")).await;
+    assert!(matches!(wrong, Err(ConnectError::Auth(_))), "{wrong:?}");
+    let missing = RedisStore::connect(&format!("redis://127.0.0.1:{port}/")).await;
+    assert!(matches!(missing, Err(ConnectError::Auth(_))), "{missing:?}");
+}
+
+/// The ACL docs/redis.md recommends is enough, and no more than enough.
+#[tokio::test]
+async fn a_least_privilege_acl_user_can_decide_on_its_prefix_only() {
+    let server = RedisServer::start().expect("start redis-server");
+    let acl = [
+        "ACL",
+        "SETUSER",
+        "rein",
+        "reset",
+        "on",
+        ">pw",
+        "~rein:*",
+        "-@all",
+        "+evalsha",
+        "+eval",
+        "+script|load",
+        "+time",
+        "+hmget",
+        "+hset",
+        "+zrange",
+        "+zadd",
+        "+zrem",
+        "+zremrangebyrank",
+        "+pexpire",
+        "+del",
+    ];
+    assert_eq!(server.command(&acl).expect("ACL SETUSER"), "+OK\r\n");
+    let url = format!("redis://rein:pw@127.0.0.1:{}/", server.port());
+    let store = RedisStore::connect(&url)
+        .await
+        .expect("connect as the ACL user");
+    let policy = policy();
+    for _ in 0..12 {
+        store.acquire(&policy, "u", 1).await.expect("decision");
+    }
+    store.peek(&policy, "u", 1).await.expect("peek");
+    store.refund(&policy, "u", 1).await.expect("refund");
+    store.state(&policy, "u").await.expect("state");
+    // A refund back to full deletes the key (a zero TTL).
+    let bucket = NamedPolicy::new(
+        "bucket",
+        Policy::single(Limit::token_bucket(5, 1, Micros::from_secs(60)).expect("valid")),
+    )
+    .expect("valid name");
+    store.acquire(&bucket, "u", 1).await.expect("decision");
+    store.refund(&bucket, "u", 1).await.expect("refund");
+    assert_eq!(
+        server.command(&["DBSIZE"]).expect("DBSIZE"),
+        ":4\r\n",
+        "only `deploy` keys"
+    );
+
+    // Outside its prefix the same user is refused by the server: a typed server error.
+    let elsewhere = RedisStoreBuilder::new()
+        .prefix("other")
+        .connect(&url)
+        .await
+        .expect("connect as the ACL user");
+    let refused = elsewhere.acquire(&policy, "u", 1).await;
+    assert!(
+        matches!(refused, Err(AcquireError::Server(_))),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn tls_with_a_private_ca_and_rediss_urls() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tls");
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string();
+    let server = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &format!("{dir}/server.crt"),
+        "--tls-key-file",
+        &format!("{dir}/server.key"),
+        "--tls-ca-cert-file",
+        &format!("{dir}/ca.crt"),
+        "--tls-auth-clients",
+        "no",
+    ])
+    .expect("start redis-server with TLS");
+    let url = format!("rediss://localhost:{tls_port}/");
+
+    // A `rediss://` URL verifies against the platform's roots, which do not hold the test
+    // CA: a typed connection error, not a panic in the TLS stack.
+    let untrusted = RedisStore::connect(&url).await;
+    assert!(
+        matches!(untrusted, Err(ConnectError::Connection(_))),
+        "{untrusted:?}"
+    );
+
+    // With the private CA, as docs/redis.md shows: build the connection, hand it over.
+    let ca = std::fs::read(format!("{dir}/ca.crt")).expect("test CA");
+    let certs = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca),
+    };
+    let client = redis::Client::build_with_tls(url.as_str(), certs).expect("TLS client");
+    let conn = client
+        .get_connection_manager()
+        .await
+        .expect("TLS connection");
+    let store = RedisStoreBuilder::new()
+        .build(conn)
+        .expect("valid settings");
+    assert!(
+        store
+            .acquire(&policy(), "u", 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    drop(server);
+}
+
+/// A plain `MultiplexedConnection`, as a simulator's connector would make one.
+async fn multiplexed(port: u16) -> redis::RedisResult<MultiplexedConnection> {
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let info = redis::RedisConnectionInfo::default().set_skip_set_lib_name();
+    let (conn, driver) =
+        MultiplexedConnection::new_with_config(&info, stream, redis::AsyncConnectionConfig::new())
+            .await?;
+    tokio::spawn(driver);
+    Ok(conn)
+}
+
+#[tokio::test]
+async fn a_connection_that_went_silent_is_replaced_after_a_timeout() {
+    let server = RedisServer::start().expect("start redis-server");
+    // The first connection goes to a server that never answers, as a stream cut by a
+    // partition does; the connector's later ones go to Redis.
+    let silent = FakeServer::start(b"").await;
+    let (silent_port, redis_port) = (silent.port, server.port());
+    let connects = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&connects);
+    let store = RedisStoreBuilder::new()
+        .deadline(Duration::from_millis(300))
+        .connect_with(move || {
+            let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
+            multiplexed(if first { silent_port } else { redis_port })
+        })
+        .await
+        .expect("first connection");
+    let policy = policy();
+    let timed_out = store.acquire(&policy, "u", 1).await;
+    assert!(
+        matches!(timed_out, Err(AcquireError::Timeout(_))),
+        "{timed_out:?}"
+    );
+    // The next call waits for the reconnect within its own deadline (a busy machine may
+    // need another try).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let decision = loop {
+        match store.acquire(&policy, "u", 1).await {
+            Ok(decision) => break decision,
+            Err(AcquireError::Timeout(_)) if tokio::time::Instant::now() < deadline => {}
+            Err(e) => panic!("no decision after reconnecting: {e}"),
+        }
+    };
+    assert!(decision.is_allowed());
+    assert!(connects.load(Ordering::SeqCst) >= 2);
+}
+
+#[tokio::test]
+async fn a_connection_lost_with_its_server_is_replaced_once_the_server_is_back() {
+    let mut server = RedisServer::start().expect("start redis-server");
+    let port = server.port();
+    let connects = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&connects);
+    let store = RedisStoreBuilder::new()
+        .deadline(Duration::from_millis(200))
+        .connect_with(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            multiplexed(port)
+        })
+        .await
+        .expect("first connection");
+    let policy = policy();
+    assert!(
+        store
+            .acquire(&policy, "u", 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+
+    server.kill().expect("kill redis-server");
+    for _ in 0..5 {
+        let result = store.acquire(&policy, "u", 1).await;
+        assert!(
+            matches!(
+                result,
+                Err(AcquireError::Connection(_) | AcquireError::Timeout(_))
+            ),
+            "{result:?}"
+        );
+    }
+    server.restart().expect("restart redis-server");
+    // Connects are paced after a failure; soon after the restart the store is back.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match store.acquire(&policy, "u", 1).await {
+            Ok(decision) => {
+                // The restarted server is empty: a fresh limit, and the script is resent.
+                assert_eq!(decision.remaining, 9);
+                break;
+            }
+            Err(AcquireError::Connection(_) | AcquireError::Timeout(_))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("still failing after the restart: {e}"),
+        }
+    }
+    assert!(connects.load(Ordering::SeqCst) >= 2);
+}

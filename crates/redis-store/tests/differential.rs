@@ -1,0 +1,350 @@
+//! The Lua script is rein-core's math, not a second guess: random policies and random
+//! operation sequences run against a real redis-server and against rein-core must give
+//! identical decisions and identical stored state after every step.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use redis::aio::ConnectionManager;
+use rein_core::{Limit, MAX_MICROS, Micros, Policy, Timestamp};
+use rein_redis::{AcquireError, NamedPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis_harness::RedisServer;
+
+/// One step: move the clock, then do one operation.
+#[derive(Clone, Debug)]
+struct Step {
+    clock: ClockMove,
+    op: Op,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum ClockMove {
+    Stay,
+    Forward(u64),
+    /// A clock that went backwards (saturating at the epoch).
+    Back(u64),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Acquire(u64),
+    Peek(u64),
+    Refund(u64),
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    policy: Policy,
+    start: u64,
+    user_key: Vec<u8>,
+    steps: Vec<Step>,
+}
+
+#[test]
+fn script_matches_core_decisions_and_state_at_every_step() {
+    let server = RedisServer::start().expect("start redis-server");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let conn: ConnectionManager = rt.block_on(async {
+        let client = redis::Client::open(server.url()).expect("client");
+        client.get_connection_manager().await.expect("connect")
+    });
+
+    let config = Config {
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "tests/differential.proptest-regressions",
+        ))),
+        ..Config::with_cases(256)
+    };
+    let mut runner = TestRunner::new(config);
+    let case_no = std::sync::atomic::AtomicU64::new(0);
+    let result = runner.run(&case(), |case| {
+        let case_no = case_no.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A fresh prefix per case; one server and one connection for all of them.
+        let store = RedisStoreBuilder::new()
+            .prefix(format!("diff{case_no}"))
+            // Key TTLs run on the server's clock, not on this test's timeline.
+            .min_ttl(Duration::from_secs(3600))
+            .deadline(Duration::from_secs(5))
+            .build(conn.clone())
+            .expect("store");
+        rt.block_on(run_case(&store, &case))
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<(), TestCaseError> {
+    let named = NamedPolicy::new("p", case.policy.clone()).expect("valid name");
+    let policy = &case.policy;
+    let mut state = policy.new_state();
+    let mut now = case.start;
+    for (i, step) in case.steps.iter().enumerate() {
+        now = match step.clock {
+            ClockMove::Stay => now,
+            ClockMove::Forward(d) => (now + d).min(MAX_MICROS),
+            ClockMove::Back(d) => now.saturating_sub(d),
+        };
+        let t = Timestamp::from_micros(now);
+        let key = &case.user_key;
+        let before = format!("{:?} at {now}", state);
+        match step.op {
+            Op::Acquire(cost) => {
+                let core = policy.acquire(t, &mut state, cost);
+                let redis = store.acquire_at(t, &named, key, cost).await;
+                same_outcome(i, step, core, redis).map_err(|e| context(e, &before))?;
+            }
+            Op::Peek(cost) => {
+                let core = policy.peek(t, &state, cost);
+                let redis = store.peek_at(t, &named, key, cost).await;
+                same_outcome(i, step, core, redis).map_err(|e| context(e, &before))?;
+            }
+            Op::Refund(amount) => {
+                policy.refund(t, &mut state, amount).expect("shape matches");
+                store
+                    .refund_at(t, &named, key, amount)
+                    .await
+                    .map_err(|e| TestCaseError::fail(format!("step {i} {step:?}: {e}")))?;
+            }
+        }
+        let stored = store
+            .state(&named, key)
+            .await
+            .map_err(|e| TestCaseError::fail(format!("step {i}: reading state: {e}")))?;
+        prop_assert_eq!(
+            &stored,
+            &state,
+            "state after step {} {:?} at {}",
+            i,
+            step,
+            now
+        );
+    }
+    Ok(())
+}
+
+fn context(e: TestCaseError, before: &str) -> TestCaseError {
+    TestCaseError::fail(format!("{e}\nstate before the step: {before}"))
+}
+
+fn same_outcome(
+    i: usize,
+    step: &Step,
+    core: Result<rein_core::Decision, rein_core::AcquireError>,
+    redis: Result<rein_core::Decision, AcquireError>,
+) -> Result<(), TestCaseError> {
+    match (core, redis) {
+        (Ok(core), Ok(redis)) => {
+            prop_assert_eq!(core, redis, "decision at step {} {:?}", i, step);
+        }
+        (
+            Err(rein_core::AcquireError::InsufficientCapacity { cost, capacity }),
+            Err(AcquireError::InsufficientCapacity {
+                cost: c2,
+                capacity: k2,
+            }),
+        ) => prop_assert_eq!((cost, capacity), (c2, k2)),
+        (core, redis) => {
+            return Err(TestCaseError::fail(format!(
+                "step {i} {step:?}: core {core:?}, redis {redis:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+// ---- strategies ----
+
+fn case() -> impl Strategy<Value = Case> {
+    (prop::collection::vec(limit(), 1..=3), start(), user_key())
+        .prop_flat_map(|(limits, start, user_key)| {
+            let policy = Policy::new(limits).expect("1 to 3 limits");
+            let capacity = policy.capacity();
+            let scale = policy.limits().iter().map(time_scale).max().unwrap_or(1);
+            (
+                Just(policy),
+                Just(start),
+                Just(user_key),
+                prop::collection::vec(step(capacity, scale), 50..=64),
+            )
+        })
+        .prop_map(|(policy, start, user_key, steps)| Case {
+            policy,
+            start,
+            user_key,
+            steps,
+        })
+}
+
+/// Limits of every algorithm: mostly small, denial-prone ones with awkward periods, and
+/// some at the edge of exactness (products near 2^52).
+fn limit() -> impl Strategy<Value = Limit> {
+    let small = prop_oneof![
+        (1u64..=12, 1u64..=7, 1u64..=3_000_000).prop_filter_map("valid", |(c, r, p)| {
+            Limit::token_bucket(c, r, Micros::from_micros(p)).ok()
+        }),
+        (1u64..=12, 1u64..=3_000_000).prop_filter_map("valid", |(l, w)| Limit::fixed_window(
+            l,
+            Micros::from_micros(w)
+        )
+        .ok()),
+        (1u64..=12, 1u64..=3_000_000).prop_filter_map("valid", |(l, w)| Limit::sliding_log(
+            l,
+            Micros::from_micros(w)
+        )
+        .ok()),
+        (1u64..=12, 1u64..=3_000_000).prop_filter_map("valid", |(l, w)| {
+            Limit::sliding_counter(l, Micros::from_micros(w)).ok()
+        }),
+    ];
+    let huge = prop_oneof![
+        // capacity × period / gcd close to 2^52; a refill that does not divide the period.
+        (1u64..=1 << 20, 1u64..=1_000_003, 1u64..=1 << 32).prop_filter_map("valid", |(c, r, p)| {
+            let p = p.min(MAX_MICROS / c);
+            Limit::token_bucket(c, r, Micros::from_micros(p)).ok()
+        }),
+        (1u64..=1 << 30, 1u64..=MAX_MICROS).prop_filter_map("valid", |(l, w)| Limit::fixed_window(
+            l,
+            Micros::from_micros(w)
+        )
+        .ok()),
+        (1u64..=1 << 26, 1u64..=1 << 26).prop_filter_map("valid", |(l, w)| {
+            Limit::sliding_counter(l, Micros::from_micros(w.max(MAX_MICROS / l))).ok()
+        }),
+        (1u64..=6, 1u64..=MAX_MICROS).prop_filter_map("valid", |(l, w)| Limit::sliding_log(
+            l,
+            Micros::from_micros(w)
+        )
+        .ok()),
+    ];
+    prop_oneof![6 => small, 1 => huge]
+}
+
+/// How far the clock should move to make a limit interesting: its period or window.
+fn time_scale(limit: &Limit) -> u64 {
+    match limit {
+        Limit::TokenBucket(b) => {
+            let (micros, per) = b.emission_interval();
+            (micros / per)
+                .max(1)
+                .saturating_mul(b.capacity())
+                .min(MAX_MICROS)
+        }
+        Limit::FixedWindow(w) => w.window().as_micros(),
+        Limit::SlidingLog(w) => w.window().as_micros(),
+        Limit::SlidingCounter(w) => w.window().as_micros(),
+    }
+}
+
+fn start() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        4 => 0u64..=1 << 42,
+        // Redis TIME today is about 1.8e15 µs.
+        2 => 1_700_000_000_000_000u64..=1_900_000_000_000_000,
+        1 => (MAX_MICROS - (1 << 30))..=MAX_MICROS,
+        1 => Just(0u64),
+    ]
+}
+
+fn user_key() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 1..=24)
+}
+
+fn step(capacity: u64, scale: u64) -> impl Strategy<Value = Step> {
+    let scale = scale.max(1);
+    let clock = prop_oneof![
+        3 => Just(ClockMove::Stay),
+        6 => (0..=scale / 4).prop_map(ClockMove::Forward),
+        3 => (0..=scale.saturating_mul(2)).prop_map(ClockMove::Forward),
+        1 => (0..=MAX_MICROS).prop_map(ClockMove::Forward),
+        2 => (0..=scale).prop_map(ClockMove::Back),
+        1 => (0..=MAX_MICROS).prop_map(ClockMove::Back),
+    ];
+    let small_cap = capacity.min(12);
+    let cost = prop_oneof![
+        6 => 0..=small_cap,
+        1 => 0..=capacity,
+        1 => Just(capacity),
+        1 => Just(capacity + 1),
+    ];
+    let op = prop_oneof![
+        6 => cost.clone().prop_map(Op::Acquire),
+        2 => cost.prop_map(Op::Peek),
+        1 => prop_oneof![0..=small_cap + 2, Just(u64::MAX)].prop_map(Op::Refund),
+    ];
+    (clock, op).prop_map(|(clock, op)| Step { clock, op })
+}
+
+/// The exact integer division every algorithm file uses, at the edge of exact doubles.
+#[test]
+fn lua_integer_division_is_exact_up_to_2_pow_53() {
+    let server = RedisServer::start().expect("start redis-server");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let edge = [
+        (1u64 << 53) - 1,
+        (1 << 53) - 2,
+        (1 << 52) + 1,
+        1 << 52,
+        (1 << 52) - 1,
+        MAX_MICROS - 7,
+        3,
+        1,
+        0,
+    ];
+    let divisors = [
+        1u64,
+        2,
+        3,
+        7,
+        10,
+        999_983,
+        (1 << 26) + 1,
+        (1 << 52) - 1,
+        1 << 52,
+        (1 << 53) - 1,
+    ];
+    let mut pairs = Vec::new();
+    for &a in &edge {
+        for &b in &divisors {
+            pairs.push((a, b));
+        }
+    }
+    // Near-multiples, where a rounded quotient would land on the next integer.
+    for &b in &divisors[1..] {
+        let q = ((1u64 << 53) - 1) / b;
+        pairs.push((q * b - 1, b));
+        pairs.push((q * b, b));
+    }
+    let script = redis::Script::new(concat!(
+        include_str!("../lua/common.lua"),
+        "local out = {}\n",
+        "for i = 1, #ARGV, 2 do\n",
+        "  local q, r = idiv(tonumber(ARGV[i]), tonumber(ARGV[i + 1]))\n",
+        "  out[#out + 1] = string.format('%d', q)\n",
+        "  out[#out + 1] = string.format('%d', r)\n",
+        "end\n",
+        "return out\n",
+    ));
+    let replies: Vec<String> = rt.block_on(async {
+        let client = redis::Client::open(server.url()).expect("client");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let mut invocation = script.prepare_invoke();
+        for (a, b) in &pairs {
+            invocation.arg(*a).arg(*b);
+        }
+        invocation.invoke_async(&mut conn).await.expect("eval")
+    });
+    for ((a, b), qr) in pairs.iter().zip(replies.chunks(2)) {
+        assert_eq!(qr, [(a / b).to_string(), (a % b).to_string()], "{a} / {b}");
+    }
+}

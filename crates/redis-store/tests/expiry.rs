@@ -1,0 +1,230 @@
+//! Memory returns to baseline once traffic stops: every written key has a TTL no longer
+//! than its limit's time to full, so after the longest one the database is empty.
+
+mod common;
+
+use std::time::Duration;
+
+use rein_core::{Limit, Micros, Policy};
+use rein_redis::NamedPolicy;
+use rein_redis_harness::RedisServer;
+
+const PERIOD: Micros = Micros::from_millis(200);
+
+fn single(name: &str, limit: Result<Limit, rein_core::ConfigError>) -> NamedPolicy {
+    NamedPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
+}
+
+#[tokio::test]
+async fn keys_expire_when_their_limits_are_full_again() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = common::store(&server).await;
+    let mut raw = common::raw(&server).await;
+
+    // One policy per algorithm, so each decision's reset_after is its key's.
+    let singles = [
+        single("tb", Limit::token_bucket(5, 3, PERIOD)),
+        single("fw", Limit::fixed_window(5, PERIOD)),
+        single("sl", Limit::sliding_log(5, PERIOD)),
+        single("sc", Limit::sliding_counter(5, PERIOD)),
+    ];
+    let multi = NamedPolicy::new(
+        "multi",
+        Policy::new([
+            Limit::token_bucket(4, 1, PERIOD).expect("valid"),
+            Limit::sliding_counter(6, PERIOD).expect("valid"),
+            Limit::sliding_log(3, PERIOD).expect("valid"),
+        ])
+        .expect("valid"),
+    )
+    .expect("valid name");
+
+    let mut longest = Duration::ZERO;
+    for round in 0..6 {
+        for user in ["u1", "u2", "u3"] {
+            for policy in &singles {
+                let decision = store.acquire(policy, user, 1).await.expect("decision");
+                // A denial writes nothing, so only an admission bounds the TTL from above.
+                if !decision.is_allowed() {
+                    continue;
+                }
+                let reset_ms = decision.reset_after.as_micros().div_ceil(1000) as i64;
+                let key = &store.keys(policy, user).expect("valid key")[0];
+                let ttl: i64 = redis::cmd("PTTL")
+                    .arg(key)
+                    .query_async(&mut raw)
+                    .await
+                    .expect("PTTL");
+                // -2: already expired, which a stalled test thread may see.
+                assert!(
+                    ttl == -2 || (0 < ttl && ttl <= reset_ms),
+                    "{key}: TTL {ttl} ms, reset after {reset_ms} ms"
+                );
+                longest = longest.max(decision.reset_after.into());
+            }
+            let decision = store.acquire(&multi, user, 1).await.expect("decision");
+            longest = longest.max(decision.reset_after.into());
+            // Every key of the policy expires, none later than the policy's reset.
+            for key in store.keys(&multi, user).expect("valid key") {
+                let ttl: i64 = redis::cmd("PTTL")
+                    .arg(&key)
+                    .query_async(&mut raw)
+                    .await
+                    .expect("PTTL");
+                let bound = decision.reset_after.as_micros().div_ceil(1000) as i64;
+                assert!(
+                    ttl == -2 || (0 < ttl && ttl <= bound),
+                    "{key}: TTL {ttl} > {bound}"
+                );
+            }
+        }
+        // Peeks and denials leave TTLs alone: no key without one, ever.
+        for policy in &singles {
+            store.peek(policy, "u1", 1).await.expect("peek");
+        }
+        if round == 3 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut raw)
+        .await
+        .expect("KEYS");
+    assert!(!keys.is_empty(), "the traffic wrote nothing");
+    for key in &keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .expect("PTTL");
+        // -2: expired between KEYS and PTTL; -1 would be a key without a TTL.
+        assert!(ttl > 0 || ttl == -2, "{key} has no TTL ({ttl})");
+    }
+
+    // Traffic stops. After the longest reset, Redis's expiry (lazy, and an active cycle
+    // ten times a second) empties the database.
+    tokio::time::sleep(longest + Duration::from_millis(5)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let size: u64 = redis::cmd("DBSIZE")
+            .query_async(&mut raw)
+            .await
+            .expect("DBSIZE");
+        if size == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{size} keys left after their TTLs"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_refund_to_full_deletes_the_key() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = common::store(&server).await;
+    let mut raw = common::raw(&server).await;
+    for policy in [
+        single("tb", Limit::token_bucket(5, 1, Micros::from_secs(60))),
+        single("sl", Limit::sliding_log(5, Micros::from_secs(60))),
+    ] {
+        assert!(
+            store
+                .acquire(&policy, "u", 2)
+                .await
+                .expect("decision")
+                .is_allowed()
+        );
+        store.refund(&policy, "u", 2).await.expect("refund");
+        let key = &store.keys(&policy, "u").expect("valid key")[0];
+        let exists: u64 = redis::cmd("EXISTS")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .expect("EXISTS");
+        assert_eq!(exists, 0, "{} kept a full state", policy.name());
+    }
+}
+
+#[tokio::test]
+async fn denials_and_peeks_neither_write_nor_touch_ttls() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = common::store(&server).await;
+    let mut raw = common::raw(&server).await;
+    let policy = NamedPolicy::new(
+        "deny",
+        Policy::new([
+            Limit::fixed_window(1, Micros::from_secs(3600)).expect("valid"),
+            Limit::sliding_log(5, Micros::from_secs(60)).expect("valid"),
+        ])
+        .expect("valid"),
+    )
+    .expect("valid name");
+    assert!(
+        store
+            .acquire(&policy, "u", 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    let keys = store.keys(&policy, "u").expect("valid key");
+    let ttls = |mut raw: redis::aio::MultiplexedConnection, keys: Vec<String>| async move {
+        let mut out = Vec::new();
+        for key in keys {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(key)
+                .query_async(&mut raw)
+                .await
+                .expect("PTTL");
+            out.push(ttl);
+        }
+        out
+    };
+    let before = ttls(raw.clone(), keys.clone()).await;
+    let dirty = changes(&mut raw).await;
+    let state = store.state(&policy, "u").await.expect("state");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    for _ in 0..3 {
+        assert!(
+            !store
+                .acquire(&policy, "u", 1)
+                .await
+                .expect("decision")
+                .is_allowed()
+        );
+        store.peek(&policy, "u", 1).await.expect("peek");
+        store
+            .acquire(&policy, "u", 0)
+            .await
+            .expect("a zero cost is a peek");
+    }
+    let after = ttls(raw.clone(), keys).await;
+    for (b, a) in before.iter().zip(&after) {
+        // Counting down, never reset upwards by a denial, never cut short.
+        assert!(*a <= *b && *a >= *b - 1_000, "TTL went from {b} to {a}");
+    }
+    assert_eq!(store.state(&policy, "u").await.expect("state"), state);
+    // The server's own count of changes: nothing since the admission's writes.
+    assert_eq!(
+        changes(&mut raw).await,
+        dirty,
+        "a denial or peek changed the dataset"
+    );
+}
+
+/// `rdb_changes_since_last_save`: every write the server applied (persistence is off, so
+/// it only grows).
+async fn changes(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("persistence")
+        .query_async(raw)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("rdb_changes_since_last_save in INFO")
+}

@@ -1,0 +1,232 @@
+//! Faults: what goes wrong, when, and how it is applied to the turmoil world.
+//!
+//! A scenario lists its faults with times relative to the start of the demand. The runner
+//! turns them into a schedule of [`Action`]s and applies each between simulation steps,
+//! from the test body, the way turmoil's own tests script chaos inline: `partition` /
+//! `repair` for cut links, `hold` / `release` for stalls (messages delayed, not lost),
+//! `crash` / `bounce` for a Redis restart (whose data survives or not per the host's
+//! [`Persistence`](crate::redis::Persistence)), and an in-place script-cache flush for a
+//! failover or `SCRIPT FLUSH` that keeps connections up.
+
+use std::time::Duration;
+
+use rein_core::Timestamp;
+
+use crate::oracle::Interval;
+use crate::redis::Shared;
+use crate::report::FaultSpan;
+
+use super::{REDIS_HOST, node_name};
+
+/// One fault of a scenario. Times are from the start of the demand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The listed nodes cannot reach Redis from `from` until `until`; their open TCP
+    /// streams die (turmoil does not retransmit) and connects fail at once.
+    Partition {
+        /// The nodes cut off.
+        nodes: Vec<usize>,
+        /// When the cut starts.
+        from: Duration,
+        /// When it heals.
+        until: Duration,
+    },
+    /// Messages between the listed nodes and Redis are held from `from` and delivered at
+    /// `until`: a stall (a Redis busy in a slow command, a paused VM), longer than a
+    /// deadline.
+    Stall {
+        /// The nodes whose links stall.
+        nodes: Vec<usize>,
+        /// When the stall starts.
+        from: Duration,
+        /// When held messages are released.
+        until: Duration,
+    },
+    /// Redis crashes at `at` and restarts `down` later, with or without its data per the
+    /// host's persistence; its script cache is always lost.
+    RedisCrash {
+        /// When it crashes.
+        at: Duration,
+        /// How long it stays down.
+        down: Duration,
+    },
+    /// Redis forgets its script cache every `every` from `from` to `until`, keeping data
+    /// and connections (a failover to a replica, `SCRIPT FLUSH`).
+    ScriptFlush {
+        /// The first flush.
+        from: Duration,
+        /// No flush at or after this.
+        until: Duration,
+        /// The interval between flushes.
+        every: Duration,
+    },
+    /// Every message's latency is drawn up to `max` from `from` to `until`.
+    Latency {
+        /// When the slow network starts.
+        from: Duration,
+        /// When it ends.
+        until: Duration,
+        /// The largest latency drawn.
+        max: Duration,
+    },
+}
+
+/// One change to the world at one instant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    Partition(Vec<usize>),
+    Repair(Vec<usize>),
+    Hold(Vec<usize>),
+    Release(Vec<usize>),
+    Crash,
+    Restart,
+    FlushScripts,
+    MaxLatency(Duration),
+}
+
+impl Fault {
+    /// Its actions, at times from the start of the demand.
+    pub(crate) fn actions(&self, base_latency: Duration) -> Vec<(Duration, Action)> {
+        match self {
+            Fault::Partition { nodes, from, until } => vec![
+                (*from, Action::Partition(nodes.clone())),
+                (*until, Action::Repair(nodes.clone())),
+            ],
+            Fault::Stall { nodes, from, until } => vec![
+                (*from, Action::Hold(nodes.clone())),
+                (*until, Action::Release(nodes.clone())),
+            ],
+            Fault::RedisCrash { at, down } => {
+                vec![(*at, Action::Crash), (*at + *down, Action::Restart)]
+            }
+            Fault::ScriptFlush { from, until, every } => {
+                let mut at = *from;
+                let mut actions = Vec::new();
+                while at < *until && !every.is_zero() {
+                    actions.push((at, Action::FlushScripts));
+                    at += *every;
+                }
+                actions
+            }
+            Fault::Latency { from, until, max } => vec![
+                (*from, Action::MaxLatency(*max)),
+                (*until, Action::MaxLatency(base_latency)),
+            ],
+        }
+    }
+
+    /// The span it is in force, in true time, and a label for the chart.
+    pub(crate) fn span(&self, start: Timestamp) -> FaultSpan {
+        let at = |d: &Duration| start.saturating_add(rein_core::Micros::from(*d));
+        let (from, until, label) = match self {
+            Fault::Partition { nodes, from, until } => {
+                (from, until, format!("partition: {}", nodes_label(nodes)))
+            }
+            Fault::Stall { nodes, from, until } => {
+                (from, until, format!("stall: {}", nodes_label(nodes)))
+            }
+            Fault::RedisCrash { at, down } => {
+                return FaultSpan {
+                    during: Interval::new(
+                        start.saturating_add((*at).into()),
+                        start.saturating_add((*at + *down).into()),
+                    ),
+                    label: "redis down".to_owned(),
+                };
+            }
+            Fault::ScriptFlush { from, until, every } => (
+                from,
+                until,
+                format!("script flush every {} ms", every.as_millis()),
+            ),
+            Fault::Latency { from, until, max } => {
+                (from, until, format!("latency ≤ {} ms", max.as_millis()))
+            }
+        };
+        FaultSpan {
+            during: Interval::new(at(from), at(until)),
+            label,
+        }
+    }
+
+    /// The fault in words, for the table.
+    pub fn describe(&self) -> String {
+        let s = |d: &Duration| format!("{:.1} s", d.as_secs_f64());
+        match self {
+            Fault::Partition { nodes, from, until } => format!(
+                "partition {} from Redis at {}–{}",
+                nodes_label(nodes),
+                s(from),
+                s(until)
+            ),
+            Fault::Stall { nodes, from, until } => format!(
+                "stall {} ↔ Redis at {}–{}",
+                nodes_label(nodes),
+                s(from),
+                s(until)
+            ),
+            Fault::RedisCrash { at, down } => {
+                format!("Redis crash at {}, down {} ms", s(at), down.as_millis())
+            }
+            Fault::ScriptFlush { from, until, every } => format!(
+                "script cache flushed every {} ms at {}–{}",
+                every.as_millis(),
+                s(from),
+                s(until)
+            ),
+            Fault::Latency { from, until, max } => format!(
+                "latency up to {} ms at {}–{}",
+                max.as_millis(),
+                s(from),
+                s(until)
+            ),
+        }
+    }
+}
+
+impl Action {
+    /// Applies the action to the world, between steps.
+    pub(crate) fn apply(&self, sim: &mut turmoil::Sim<'_>, redis: &Shared) {
+        let names = |nodes: &[usize]| nodes.iter().map(|&n| node_name(n)).collect::<Vec<_>>();
+        match self {
+            Action::Partition(nodes) => {
+                for n in names(nodes) {
+                    sim.partition(n.as_str(), REDIS_HOST);
+                }
+            }
+            Action::Repair(nodes) => {
+                for n in names(nodes) {
+                    sim.repair(n.as_str(), REDIS_HOST);
+                }
+            }
+            Action::Hold(nodes) => {
+                for n in names(nodes) {
+                    sim.hold(n.as_str(), REDIS_HOST);
+                }
+            }
+            Action::Release(nodes) => {
+                for n in names(nodes) {
+                    sim.release(n.as_str(), REDIS_HOST);
+                }
+            }
+            Action::Crash => sim.crash(REDIS_HOST),
+            Action::Restart => sim.bounce(REDIS_HOST),
+            Action::FlushScripts => redis.restart_keeping_data(),
+            Action::MaxLatency(max) => sim.set_max_message_latency(*max),
+        }
+    }
+}
+
+/// `node 2` or `nodes 0, 1, 3`.
+fn nodes_label(nodes: &[usize]) -> String {
+    match nodes {
+        [one] => format!("node {one}"),
+        many => format!(
+            "nodes {}",
+            many.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}

@@ -1,0 +1,149 @@
+//! The world: N application nodes running rein-redis against one simulated Redis, in a
+//! deterministic turmoil simulation, with scripted faults and an oracle.
+//!
+//! # How a run goes
+//!
+//! 1. A [`Scenario`] names everything: seed, node count, policy, [`Workload`], whether
+//!    nodes pass their own (skewed) clocks or let Redis read its `TIME`
+//!    ([`TimeSource`]), the network's latency, and its [`Fault`]s.
+//! 2. [`Scenario::run`] builds a turmoil world (epoch and RNG seed fixed), adds the Redis
+//!    host (with a [`tap`](ScriptTap) noting when each script ran) and one client per
+//!    node, and steps it, applying each fault between steps at its scheduled time.
+//! 3. Every decision becomes an [`Event`] with true simulated instants; every admission
+//!    goes into an [`AdmissionLog`](crate::oracle::AdmissionLog) at the instant it took
+//!    effect. The [`Run`] checks it with the oracle against the bound the scenario's
+//!    faults document ([`Scenario::allowance`]), renders it as a report row, and hashes the
+//!    whole trace into a digest that two runs of one seed must share.
+//!
+//! # Layout
+//!
+//! - `scenario.rs`: [`Scenario`], the runner, [`Run`].
+//! - `node.rs`: an application node. `naive.rs`: seed 004's baseline limiter.
+//! - `workload.rs`: demand. `fault.rs`: faults. `tap.rs`: the Redis host with its tap.
+//! - `clock.rs`: true and skewed time. `rng.rs`: the seeded generator.
+//! - `suite.rs`: the default scenarios of the report.
+
+mod clock;
+mod fault;
+mod naive;
+mod node;
+mod rng;
+mod scenario;
+mod suite;
+mod tap;
+mod workload;
+
+use rein_core::Timestamp;
+use rein_redis::{AllowCacheConfig, BreakerConfig, FailurePolicy, Source};
+
+pub use clock::{EPOCH_SECS, Skew};
+pub use fault::Fault;
+pub use naive::NaiveBucket;
+pub use rng::Rng;
+pub use scenario::{Run, Scenario};
+pub use suite::{SUITE, suite_scenario};
+pub use tap::{ScriptTap, tapped_host};
+pub use workload::{Request, Workload};
+
+/// Where a decision's `now` comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSource {
+    /// The script reads the simulated Redis's `TIME` (`RedisStore::acquire`): one clock.
+    Server,
+    /// Each node passes its own skewed clock (`RedisStore::acquire_at`).
+    Client,
+}
+
+/// Which limiter the nodes run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimiterKind {
+    /// rein-redis's `RedisStore`, unmodified.
+    Rein,
+    /// Seed 004's read-modify-write token bucket ([`NaiveBucket`]), the baseline.
+    Naive,
+}
+
+/// The resilience layer a node puts in front of its store (rein-redis's
+/// `ResilientLimiter`), or none: the node then calls the store directly.
+#[derive(Clone, Debug)]
+pub struct Guard {
+    /// What to answer when Redis gives no decision.
+    pub on_failure: FailurePolicy,
+    /// Whether the deny cache is on (the limiter's default).
+    pub deny_cache: bool,
+    /// The opt-in allow cache, if enabled.
+    pub allow_cache: Option<AllowCacheConfig>,
+    /// The circuit breaker's settings.
+    pub breaker: BreakerConfig,
+}
+
+impl Guard {
+    /// A guard with `on_failure`, the deny cache on, no allow cache, and the breaker's
+    /// defaults.
+    pub fn new(on_failure: FailurePolicy) -> Self {
+        Self {
+            on_failure,
+            deny_cache: true,
+            allow_cache: None,
+            breaker: BreakerConfig::new(),
+        }
+    }
+}
+
+/// One decision a node made, at true simulated instants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// The node, `0..nodes`.
+    pub node: usize,
+    /// The key.
+    pub key: u64,
+    /// The cost asked.
+    pub cost: u64,
+    /// When the node asked its limiter.
+    pub issued: Timestamp,
+    /// When the limiter answered.
+    pub answered: Timestamp,
+    /// What it answered.
+    pub outcome: Outcome,
+    /// Who decided: Redis, a cache or the failure policy (`None` for a failed call, and
+    /// for the naive baseline).
+    pub source: Option<Source>,
+}
+
+/// What a decision came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted; `at` is when it took effect (for Redis, when the script ran).
+    Admitted {
+        /// The instant it took effect.
+        at: Timestamp,
+        /// `false` when the tap had no script run for this call and `at` is the answer's
+        /// instant instead (never expected; counted by [`Run::untraced`]).
+        traced: bool,
+    },
+    /// Denied.
+    Denied,
+    /// No decision: the limiter returned an error.
+    Failed(Failure),
+}
+
+/// Why a decision failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The deadline passed.
+    Timeout,
+    /// Redis was unreachable or the connection broke.
+    Connection,
+    /// Anything else (a server error, an unexpected reply).
+    Other,
+}
+
+/// The simulated Redis's host name.
+pub const REDIS_HOST: &str = "redis";
+/// The simulated Redis's port (no real socket is opened).
+pub const REDIS_PORT: u16 = 6379;
+
+/// The host name of node `n`.
+pub fn node_name(n: usize) -> String {
+    format!("node{n}")
+}

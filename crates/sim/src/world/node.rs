@@ -1,0 +1,293 @@
+//! One application node: a turmoil client running rein-redis, unmodified, against the
+//! simulated Redis, and sending its share of the demand.
+//!
+//! The node builds its store with [`RedisStoreBuilder::connect_with`] and a connector that
+//! opens a turmoil TCP stream and wraps it in a `MultiplexedConnection`. turmoil never
+//! retransmits, so a stream cut by a partition is dead for good; the store drops a
+//! connection after a timeout or connection error and calls the connector again, exactly
+//! as it would over a real network. The node sends one request at a time (a request due
+//! while another is in flight waits), records every decision with its true simulated
+//! instants, and never reads a real clock.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisConnectionInfo};
+use rein_core::Timestamp;
+use rein_redis::{
+    AcquireError, NamedPolicy, PolicyTable, RedisStore, RedisStoreBuilder, ResilientLimiter, Source,
+};
+
+use super::clock::{self, Skew, true_now};
+use super::naive::NaiveBucket;
+use super::tap::ScriptTap;
+use super::workload::Request;
+use super::{
+    Event, Failure, Guard, LimiterKind, Outcome, REDIS_HOST, REDIS_PORT, TimeSource, node_name,
+};
+
+/// Everything one node needs; built by the scenario runner.
+pub(crate) struct NodeConfig {
+    pub index: usize,
+    pub requests: Vec<Request>,
+    pub policy: NamedPolicy,
+    pub limiter: LimiterKind,
+    pub time: TimeSource,
+    pub skew: Skew,
+    pub deadline: Duration,
+    pub connect_timeout: Duration,
+    pub tap: ScriptTap,
+    pub guard: Option<Guard>,
+    pub events: Rc<RefCell<Vec<Event>>>,
+}
+
+/// The node's software: connect, then serve the demand in order.
+pub(crate) async fn run(config: NodeConfig) -> turmoil::Result {
+    match config.limiter {
+        LimiterKind::Rein if config.guard.is_some() => run_guarded(config).await,
+        LimiterKind::Rein => run_rein(config).await,
+        LimiterKind::Naive => run_naive(config).await,
+    }
+}
+
+async fn run_rein(config: NodeConfig) -> turmoil::Result {
+    // The local address of the connection the store uses now: the tap's index.
+    let current: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
+    let store = build_store(&config, current.clone()).await?;
+    for request in &config.requests {
+        wait_until_due(request).await;
+        let issued = true_now();
+        let user = user_key(request.key);
+        let result = match config.time {
+            TimeSource::Server => store.acquire(&config.policy, &user, request.cost).await,
+            TimeSource::Client => {
+                let now = config.skew.read(issued);
+                store
+                    .acquire_at(now, &config.policy, &user, request.cost)
+                    .await
+            }
+        };
+        let answered = true_now();
+        let source = result.is_ok().then_some(Source::Redis);
+        let outcome = match result {
+            Ok(decision) if decision.is_allowed() => {
+                admitted_in_redis(&current, &config.tap, issued, answered)
+            }
+            Ok(_) => Outcome::Denied,
+            Err(AcquireError::Timeout(_)) => Outcome::Failed(Failure::Timeout),
+            Err(AcquireError::Connection(_)) => Outcome::Failed(Failure::Connection),
+            Err(_) => Outcome::Failed(Failure::Other),
+        };
+        config.events.borrow_mut().push(Event {
+            node: config.index,
+            key: request.key,
+            cost: request.cost,
+            issued,
+            answered,
+            outcome,
+            source,
+        });
+    }
+    Ok(())
+}
+
+/// The node behind rein-redis's `ResilientLimiter`: the same store, with the guard's
+/// failure policy, caches and breaker, on a local clock that reads the node's (skewed)
+/// simulated time. Redis decides on its own `TIME`.
+async fn run_guarded(config: NodeConfig) -> turmoil::Result {
+    let Some(guard) = config.guard.clone() else {
+        return Err("run_guarded needs a guard".into());
+    };
+    let current: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
+    let store = build_store(&config, current.clone()).await?;
+    let mut builder = ResilientLimiter::builder(
+        store,
+        PolicyTable::new(config.policy.clone()),
+        guard.on_failure,
+    )
+    .name(node_name(config.index))
+    .clock(NodeClock { skew: config.skew })
+    .breaker(guard.breaker);
+    if !guard.deny_cache {
+        builder = builder.deny_cache(None);
+    }
+    if let Some(allow) = guard.allow_cache {
+        builder = builder.danger_allow_cache(allow);
+    }
+    let limiter = builder.build()?;
+    for request in &config.requests {
+        wait_until_due(request).await;
+        let issued = true_now();
+        let result = limiter.acquire(user_key(request.key), request.cost).await;
+        let answered = true_now();
+        let (outcome, source) = match result {
+            Ok(decided) => {
+                let outcome = match (decided.is_allowed(), decided.source) {
+                    (false, _) => Outcome::Denied,
+                    (true, Source::Redis) => {
+                        admitted_in_redis(&current, &config.tap, issued, answered)
+                    }
+                    // Decided locally, at once: it takes effect when it is answered.
+                    (true, _) => Outcome::Admitted {
+                        at: answered,
+                        traced: true,
+                    },
+                };
+                (outcome, Some(decided.source))
+            }
+            Err(_) => (Outcome::Failed(Failure::Other), None),
+        };
+        config.events.borrow_mut().push(Event {
+            node: config.index,
+            key: request.key,
+            cost: request.cost,
+            issued,
+            answered,
+            outcome,
+            source,
+        });
+    }
+    Ok(())
+}
+
+/// An admission Redis made: at the instant the tap saw the script run on the node's
+/// current connection, which must lie between the call and its answer.
+fn admitted_in_redis(
+    current: &Mutex<Option<SocketAddr>>,
+    tap: &ScriptTap,
+    issued: Timestamp,
+    answered: Timestamp,
+) -> Outcome {
+    let addr = *current.lock().unwrap_or_else(|p| p.into_inner());
+    match addr
+        .and_then(|a| tap.last_run(a))
+        .filter(|&at| at >= issued && at <= answered)
+    {
+        Some(at) => Outcome::Admitted { at, traced: true },
+        None => Outcome::Admitted {
+            at: answered,
+            traced: false,
+        },
+    }
+}
+
+/// The resilient limiter's local clock on a node: true simulated time plus the node's
+/// offset. Never a real clock.
+#[derive(Clone, Copy, Debug)]
+struct NodeClock {
+    skew: Skew,
+}
+
+impl rein_memory::Clock for NodeClock {
+    fn now(&self) -> Timestamp {
+        self.skew.read(true_now())
+    }
+}
+
+async fn run_naive(config: NodeConfig) -> turmoil::Result {
+    let Some(bucket) = NaiveBucket::for_policy(config.policy.policy()) else {
+        return Err("the naive baseline needs a token-bucket policy".into());
+    };
+    let mut conn = None;
+    for request in &config.requests {
+        wait_until_due(request).await;
+        let issued = true_now();
+        if conn.is_none() {
+            conn = connect(None).await.ok();
+        }
+        let outcome = match conn.as_mut() {
+            None => Outcome::Failed(Failure::Connection),
+            Some(c) => {
+                let user = format!("user-{}", request.key);
+                match bucket.is_allowed(c, issued, &user).await {
+                    // The seed decides on the client, between its read and its write.
+                    Ok(true) => Outcome::Admitted {
+                        at: true_now(),
+                        traced: true,
+                    },
+                    Ok(false) => Outcome::Denied,
+                    Err(_) => {
+                        conn = None;
+                        Outcome::Failed(Failure::Connection)
+                    }
+                }
+            }
+        };
+        config.events.borrow_mut().push(Event {
+            node: config.index,
+            key: request.key,
+            cost: request.cost,
+            issued,
+            answered: true_now(),
+            outcome,
+            source: None,
+        });
+    }
+    Ok(())
+}
+
+/// The store, once its first connection is up. Redis binds its port during the first
+/// tick, so the node retries a refused first connect a few times.
+async fn build_store(
+    config: &NodeConfig,
+    current: Arc<Mutex<Option<SocketAddr>>>,
+) -> Result<RedisStore<MultiplexedConnection>, Box<dyn std::error::Error>> {
+    let mut attempts = 0;
+    loop {
+        let current = current.clone();
+        let built = RedisStoreBuilder::new()
+            .deadline(config.deadline)
+            .connect_timeout(config.connect_timeout)
+            // Client-time mode: TTLs run on Redis's clock, which a node behind it lags.
+            .min_ttl(MIN_TTL)
+            .connect_with(move || connect(Some(current.clone())))
+            .await;
+        match built {
+            Ok(store) => return Ok(store),
+            Err(e) if attempts >= 20 => return Err(Box::new(e)),
+            Err(_) => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// A `MultiplexedConnection` over a new turmoil TCP stream to the simulated Redis, noting
+/// the stream's local address for the tap. redis-rs's own response timeout is off: the
+/// store's deadline bounds every call.
+async fn connect(
+    current: Option<Arc<Mutex<Option<SocketAddr>>>>,
+) -> redis::RedisResult<MultiplexedConnection> {
+    let stream = turmoil::net::TcpStream::connect((REDIS_HOST, REDIS_PORT)).await?;
+    let local = stream.local_addr()?;
+    let info = RedisConnectionInfo::default().set_skip_set_lib_name();
+    let config = AsyncConnectionConfig::new().set_response_timeout(None);
+    let (conn, driver) = MultiplexedConnection::new_with_config(&info, stream, config).await?;
+    tokio::spawn(driver);
+    if let Some(current) = current {
+        *current.lock().unwrap_or_else(|p| p.into_inner()) = Some(local);
+    }
+    Ok(conn)
+}
+
+async fn wait_until_due(request: &Request) {
+    let due = clock::start().as_micros() + request.due.as_micros() as u64;
+    let now = true_now().as_micros();
+    if due > now {
+        tokio::time::sleep(Duration::from_micros(due - now)).await;
+    }
+}
+
+/// The user key a key id stands for.
+pub(crate) fn user_key(key: u64) -> String {
+    format!("user-{key}")
+}
+
+/// Keys outlive any client-time skew the world draws (at most a few seconds).
+const MIN_TTL: Duration = Duration::from_secs(30);
+

@@ -1,0 +1,648 @@
+//! A scenario, the runner that plays it in a turmoil world, and what one run measured.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::error::Error;
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::time::Duration;
+
+use rein_core::{Limit, Micros, Policy, PolicyState, Timestamp};
+use rein_redis::{FailurePolicy, NamedPolicy, Source, local_share};
+
+use super::clock::{self, Skew};
+use super::fault::{Action, Fault};
+use super::node::{self, NodeConfig};
+use super::rng::Rng;
+use super::tap::{ScriptTap, tapped_host};
+use super::workload::{Request, Workload};
+use super::{Event, Guard, LimiterKind, Outcome, REDIS_HOST, REDIS_PORT, TimeSource, node_name};
+use crate::oracle::{Admission, AdmissionLog, Interval};
+use crate::redis::{Clock, Persistence, Shared};
+use crate::report::{ScenarioInputs, ScenarioResult};
+
+/// Everything that defines one run. Same scenario, same run, byte for byte.
+///
+/// Build one with [`Scenario::new`] and change the public fields:
+///
+/// ```
+/// use std::time::Duration;
+/// use rein_core::{Limit, Micros, Policy};
+/// use sim::world::{Fault, Scenario};
+///
+/// let policy = Policy::single(Limit::token_bucket(10, 20, Micros::from_secs(1))?);
+/// let mut scenario = Scenario::new("crash", 7, 2, policy);
+/// scenario.span = Duration::from_millis(500);
+/// scenario.faults = vec![Fault::RedisCrash {
+///     at: Duration::from_millis(200),
+///     down: Duration::from_millis(50),
+/// }];
+/// let run = scenario.run()?;
+/// assert!(run.result().is_within_bound());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// The name: the report row's label and the chart's file name.
+    pub name: String,
+    /// The seed of everything random: demand, clock offsets, turmoil's network.
+    pub seed: u64,
+    /// How many application nodes.
+    pub nodes: usize,
+    /// The policy every node enforces (under the name `sim`).
+    pub policy: Policy,
+    /// The shape of the demand.
+    pub workload: Workload,
+    /// Requests per second each node is asked to decide.
+    pub per_node_rate: u64,
+    /// How long demand lasts.
+    pub span: Duration,
+    /// Where decisions read `now`.
+    pub time: TimeSource,
+    /// Node clocks are offset by up to ± this from true time (node 0 at +, node 1 at −,
+    /// the rest drawn uniformly). Matters only for [`TimeSource::Client`].
+    pub max_skew: Duration,
+    /// Which limiter the nodes run.
+    pub limiter: LimiterKind,
+    /// The shortest one-way network latency.
+    pub min_latency: Duration,
+    /// The longest one-way network latency (drawn by turmoil between the two).
+    pub max_latency: Duration,
+    /// turmoil's tick: the resolution of message delivery.
+    pub tick: Duration,
+    /// The store's deadline per call.
+    pub deadline: Duration,
+    /// The store's connect timeout.
+    pub connect_timeout: Duration,
+    /// Whether Redis keeps its data across a crash.
+    pub persistence: Persistence,
+    /// The faults, in any order.
+    pub faults: Vec<Fault>,
+    /// The resilience layer in front of each node's store, or none.
+    pub guard: Option<Guard>,
+}
+
+/// What one run of a [`Scenario`] recorded.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// The scenario that ran.
+    pub scenario: Scenario,
+    /// Every decision, in the order nodes recorded them.
+    pub events: Vec<Event>,
+    /// Every admission at the instant it took effect.
+    pub log: AdmissionLog,
+    /// Each node's clock offset.
+    pub skews: Vec<Skew>,
+    /// The demand, per node.
+    pub demand: Vec<Vec<Request>>,
+    /// The end of the measured span: the later of the demand's end and the last answer.
+    pub end: Timestamp,
+}
+
+impl Scenario {
+    /// A healthy scenario: steady demand of 100 requests per second per node for 2 s,
+    /// server time, 1–3 ms latency, 1 ms ticks, 50 ms deadline, no faults.
+    pub fn new(name: impl Into<String>, seed: u64, nodes: usize, policy: Policy) -> Self {
+        Self {
+            name: name.into(),
+            seed,
+            nodes,
+            policy,
+            workload: Workload::Steady,
+            per_node_rate: 100,
+            span: Duration::from_secs(2),
+            time: TimeSource::Server,
+            max_skew: Duration::ZERO,
+            limiter: LimiterKind::Rein,
+            min_latency: Duration::from_millis(1),
+            max_latency: Duration::from_millis(3),
+            tick: Duration::from_millis(1),
+            deadline: Duration::from_millis(50),
+            connect_timeout: Duration::from_millis(100),
+            persistence: Persistence::LoseData,
+            faults: Vec::new(),
+            guard: None,
+        }
+    }
+
+    /// Each node's clock offset: node 0 at `+max_skew`, node 1 at `−max_skew`, others
+    /// uniform in between, from the seed. All zero without skew.
+    pub fn skews(&self) -> Vec<Skew> {
+        let s = self.max_skew.as_micros() as i64;
+        let mut rng = Rng::new(self.seed).child(SKEW_STREAM);
+        (0..self.nodes)
+            .map(|n| Skew {
+                offset_us: match n {
+                    _ if s == 0 => 0,
+                    0 => s,
+                    1 => -s,
+                    _ => rng.between(0, 2 * s as u64) as i64 - s,
+                },
+            })
+            .collect()
+    }
+
+    /// The documented slack on every window's bound, in cost units, for this scenario's
+    /// faults (docs/guarantees.md):
+    ///
+    /// - client time: `⌈rate × (D + deadline)⌉` for a token bucket, `limit × ⌈(D +
+    ///   deadline) / window⌉` for a window, where `D` is the spread of node clocks (at most
+    ///   `2 × max_skew`) and the deadline bounds how stale a call's `now` is when its
+    ///   script runs;
+    /// - each Redis crash that loses data: one full capacity.
+    pub fn allowance(&self) -> u64 {
+        let mut extra = 0;
+        if self.time == TimeSource::Client {
+            let offsets: Vec<i64> = self.skews().iter().map(|s| s.offset_us).collect();
+            let spread = offsets.iter().max().unwrap_or(&0) - offsets.iter().min().unwrap_or(&0);
+            let stale = Micros::from_micros(spread as u64 + self.deadline.as_micros() as u64);
+            extra += self
+                .policy
+                .limits()
+                .iter()
+                .map(|l| stale_allowance(l, stale))
+                .max()
+                .unwrap_or(0);
+        }
+        if let Some(guard) = &self.guard {
+            extra += self.guard_allowance(guard);
+        }
+        if self.persistence == Persistence::LoseData {
+            let crashes = self
+                .faults
+                .iter()
+                .filter(|f| matches!(f, Fault::RedisCrash { .. }))
+                .count() as u64;
+            extra += crashes * self.policy.capacity();
+        }
+        extra
+    }
+
+    /// What the guard's failure policy and allow cache may add, as a constant per window:
+    ///
+    /// - local fallback, `k` nodes cut off for `P`: each admits at most its share
+    ///   ([`local_share`]) for as long as it is on fallback, at most `P` plus the breaker's
+    ///   longest backoff, a probe timeout and a deadline: `k × (⌊C/N⌋ + ⌈r/N × that⌉)` for a
+    ///   bucket of capacity `C` and rate `r`, `k × ⌊L/N⌋ × ⌈that / window⌉` for a window;
+    /// - allow cache of `m` reuses per `ttl`: `N × m × (⌈run / ttl⌉ + 1)`, the run being the
+    ///   longest window the oracle can look at;
+    /// - fail open: nothing (it has no bound; the report measures it), fail closed: nothing.
+    fn guard_allowance(&self, guard: &Guard) -> u64 {
+        let mut extra = 0;
+        if let FailurePolicy::LocalFallback { expected_nodes } = guard.on_failure {
+            let cut: BTreeSet<usize> = self
+                .faults
+                .iter()
+                .flat_map(|f| match f {
+                    Fault::Partition { nodes, .. } | Fault::Stall { nodes, .. } => nodes.clone(),
+                    _ => Vec::new(),
+                })
+                .collect();
+            let outage = self
+                .faults
+                .iter()
+                .map(|f| match f {
+                    Fault::Partition { from, until, .. } | Fault::Stall { from, until, .. } => {
+                        until.saturating_sub(*from)
+                    }
+                    Fault::RedisCrash { down, .. } => *down,
+                    _ => Duration::ZERO,
+                })
+                .sum::<Duration>();
+            let crashed = self
+                .faults
+                .iter()
+                .any(|f| matches!(f, Fault::RedisCrash { .. }));
+            let k = if crashed { self.nodes } else { cut.len() } as u64;
+            let on_fallback = Micros::from(
+                outage
+                    + guard.breaker.max_backoff_value()
+                    + self.deadline
+                    + self.deadline
+                    + RECOVERY_SLACK,
+            );
+            let share = local_share(&self.policy, expected_nodes).ok();
+            extra += share
+                .map(|share| {
+                    share
+                        .limits()
+                        .iter()
+                        .map(|l| l.capacity() + stale_allowance(l, on_fallback))
+                        .max()
+                        .unwrap_or(0)
+                })
+                .unwrap_or(0)
+                * k;
+        }
+        if let Some(allow) = guard.allow_cache {
+            let ttl = allow.ttl_value().as_micros().max(1) as u64;
+            let run = (WARMUP + self.span + Duration::from_secs(1)).as_micros() as u64;
+            extra += self.nodes as u64
+                * u64::from(allow.max_reuses_value().get())
+                * (run.div_ceil(ttl) + 1);
+        }
+        extra
+    }
+
+    /// The global bound with local fallback, as one policy: Redis's limit plus one share
+    /// per node cut off (`k` nodes, [`local_share`] at `N`), each limit summed, so it holds
+    /// over windows of any length: a bucket of `C + k⌊C/N⌋` refilled at `r × (N + k)/N`; a
+    /// window limit of `L + k⌊L/N⌋`. `None` without local fallback.
+    pub fn fallback_bound(&self, cut: u64) -> Option<Policy> {
+        let Some(Guard {
+            on_failure: FailurePolicy::LocalFallback { expected_nodes },
+            ..
+        }) = &self.guard
+        else {
+            return None;
+        };
+        let n = u64::from(expected_nodes.get());
+        let limits = self.policy.limits().iter().map(|limit| match limit {
+            Limit::TokenBucket(b) => {
+                let (per_token, per_micro) = b.emission_interval();
+                Limit::token_bucket(
+                    b.capacity() + cut * (b.capacity() / n).max(1),
+                    per_micro * (n + cut),
+                    Micros::from_micros(per_token * n),
+                )
+            }
+            Limit::FixedWindow(w) => {
+                Limit::fixed_window(w.limit() + cut * (w.limit() / n).max(1), w.window())
+            }
+            Limit::SlidingLog(w) => {
+                Limit::sliding_log(w.limit() + cut * (w.limit() / n).max(1), w.window())
+            }
+            Limit::SlidingCounter(w) => {
+                Limit::sliding_counter(w.limit() + cut * (w.limit() / n).max(1), w.window())
+            }
+        });
+        Policy::new(limits.collect::<Result<Vec<_>, _>>().ok()?).ok()
+    }
+
+    /// The global bound with the allow cache, as one token bucket: the policy's bucket
+    /// plus `N × m` reuses per `ttl` and a burst of `2 × N × m` (from `reuses ≤ N × m ×
+    /// (⌈T / ttl⌉ + 1)` over any `T`). `None` without an allow cache or a bucket policy.
+    pub fn allow_cache_bound(&self) -> Option<Policy> {
+        let allow = self.guard.as_ref()?.allow_cache?;
+        let Limit::TokenBucket(b) = self.policy.limits().first()? else {
+            return None;
+        };
+        let (per_token, per_micro) = b.emission_interval();
+        let ttl = allow.ttl_value().as_micros() as u64;
+        let reuses = self.nodes as u64 * u64::from(allow.max_reuses_value().get());
+        Limit::token_bucket(
+            b.capacity() + 2 * reuses,
+            per_micro * ttl + reuses * per_token,
+            Micros::from_micros(per_token * ttl),
+        )
+        .ok()
+        .map(Policy::single)
+    }
+
+    /// The faults in words, `none` without any.
+    pub fn describe_faults(&self) -> String {
+        let mut words: Vec<String> = self.faults.iter().map(Fault::describe).collect();
+        if self.time == TimeSource::Client {
+            words.push(format!(
+                "client clocks ±{} ms",
+                self.max_skew.as_millis()
+            ));
+        }
+        if let Some(guard) = &self.guard {
+            let mut g = match guard.on_failure {
+                FailurePolicy::FailOpen => "fail open".to_owned(),
+                FailurePolicy::FailClosed => "fail closed".to_owned(),
+                FailurePolicy::LocalFallback { expected_nodes } => {
+                    format!("local fallback at limit ÷ {expected_nodes}")
+                }
+            };
+            if !guard.deny_cache {
+                g.push_str(", no deny cache");
+            }
+            if let Some(allow) = guard.allow_cache {
+                g.push_str(&format!(
+                    ", allow cache {} per {} ms",
+                    allow.max_reuses_value(),
+                    allow.ttl_value().as_millis()
+                ));
+            }
+            words.push(g);
+        }
+        if words.is_empty() {
+            "none".to_owned()
+        } else {
+            words.join("; ")
+        }
+    }
+
+    /// Plays the scenario in a fresh turmoil world and returns what it recorded.
+    pub fn run(&self) -> Result<Run, Box<dyn Error>> {
+        let policy = NamedPolicy::new("sim", self.policy.clone())?;
+        let demand = self.workload.generate(
+            &Rng::new(self.seed).child(DEMAND_STREAM),
+            self.nodes,
+            self.per_node_rate,
+            self.span,
+        );
+        let skews = self.skews();
+        let mut world = turmoil::Builder::new()
+            .epoch(clock::epoch())
+            .rng_seed(self.seed)
+            .tick_duration(self.tick)
+            .min_message_latency(self.min_latency)
+            .max_message_latency(self.max_latency)
+            .simulation_duration(WARMUP + self.span + Duration::from_secs(60))
+            .build();
+        let redis = Shared::new(Clock::turmoil());
+        let tap = ScriptTap::default();
+        world.host(
+            REDIS_HOST,
+            tapped_host(redis.clone(), REDIS_PORT, self.persistence, tap.clone()),
+        );
+        let events = Rc::new(RefCell::new(Vec::new()));
+        for (index, requests) in demand.iter().enumerate() {
+            let config = NodeConfig {
+                index,
+                requests: requests.clone(),
+                policy: policy.clone(),
+                limiter: self.limiter,
+                time: self.time,
+                skew: skews[index],
+                deadline: self.deadline,
+                connect_timeout: self.connect_timeout,
+                tap: tap.clone(),
+                guard: self.guard.clone(),
+                events: events.clone(),
+            };
+            world.client(node_name(index), node::run(config));
+        }
+        let mut schedule: Vec<(Duration, Action)> = self
+            .faults
+            .iter()
+            .flat_map(|f| f.actions(self.max_latency))
+            .collect();
+        // Stable: actions at one instant apply in the order the faults were listed.
+        schedule.sort_by_key(|(at, _)| *at);
+        let mut next = 0;
+        loop {
+            while let Some((at, action)) = schedule.get(next) {
+                if WARMUP + *at > world.elapsed() {
+                    break;
+                }
+                action.apply(&mut world, &redis);
+                next += 1;
+            }
+            if world.step()? {
+                break;
+            }
+        }
+        let events = events.take();
+        let log = events
+            .iter()
+            .filter_map(|e| match e.outcome {
+                Outcome::Admitted { at, .. } => Some(Admission {
+                    at,
+                    node: e.node,
+                    key: e.key,
+                    cost: e.cost,
+                }),
+                _ => None,
+            })
+            .collect();
+        let demand_end = clock::start().saturating_add(self.span.into());
+        let end = events
+            .iter()
+            .map(|e| e.answered.saturating_add(Micros::from_micros(1)))
+            .max()
+            .unwrap_or(demand_end)
+            .max(demand_end);
+        Ok(Run {
+            scenario: self.clone(),
+            events,
+            log,
+            skews,
+            demand,
+            end,
+        })
+    }
+}
+
+impl Run {
+    /// The measured span: from the start of demand to the last answer.
+    pub fn interval(&self) -> Interval {
+        Interval::new(clock::start(), self.end)
+    }
+
+    /// The total cost asked for.
+    pub fn demanded(&self) -> u64 {
+        self.demand.iter().flatten().map(|r| r.cost).sum()
+    }
+
+    /// The total cost admitted.
+    pub fn admitted(&self) -> u64 {
+        self.log.admitted()
+    }
+
+    /// How many decisions failed (an error instead of a decision).
+    pub fn failures(&self) -> usize {
+        self.events
+            .iter()
+            .filter(|e| matches!(e.outcome, Outcome::Failed(_)))
+            .count()
+    }
+
+    /// How many of `nodes`' decisions admitted anything, at instants in `during`.
+    pub fn admitted_by(&self, nodes: &[usize], during: Interval) -> u64 {
+        self.log
+            .admissions()
+            .iter()
+            .filter(|a| nodes.contains(&a.node) && during.contains(a.at))
+            .map(|a| a.cost)
+            .sum()
+    }
+
+    /// Admissions whose script run the tap did not see (expected: none).
+    pub fn untraced(&self) -> usize {
+        self.events
+            .iter()
+            .filter(|e| matches!(e.outcome, Outcome::Admitted { traced: false, .. }))
+            .count()
+    }
+
+    /// How many decisions each source made, in [`Source`] order (redis, deny cache, allow
+    /// cache, fallback, fail open, fail closed).
+    pub fn by_source(&self) -> [usize; 6] {
+        let mut counts = [0; 6];
+        for e in &self.events {
+            let slot = match e.source {
+                Some(Source::Redis) => 0,
+                Some(Source::DenyCache) => 1,
+                Some(Source::AllowCache) => 2,
+                Some(Source::Fallback(_)) => 3,
+                Some(Source::FailOpen(_)) => 4,
+                Some(Source::FailClosed(_)) => 5,
+                _ => continue,
+            };
+            counts[slot] += 1;
+        }
+        counts
+    }
+
+    /// Time each node spent on its failure policy: from a decision the failure policy made
+    /// (or a failed call) until the next one Redis or the deny cache made.
+    pub fn fallback_time(&self) -> Vec<Micros> {
+        let mut total = vec![0u64; self.scenario.nodes];
+        let mut since: Vec<Option<Timestamp>> = vec![None; self.scenario.nodes];
+        for e in &self.events {
+            let exact = e.source.is_some_and(|s| s.is_exact() || s == Source::AllowCache);
+            let n = e.node;
+            match (since[n], exact) {
+                (None, false) => since[n] = Some(e.issued),
+                (Some(from), true) => {
+                    total[n] += e.issued.saturating_since(from).as_micros();
+                    since[n] = None;
+                }
+                _ => {}
+            }
+        }
+        for (n, from) in since.iter().enumerate() {
+            if let Some(from) = from {
+                total[n] += self.end.saturating_since(*from).as_micros();
+            }
+        }
+        total.into_iter().map(Micros::from_micros).collect()
+    }
+
+    /// The first instant after `after` at which `node` got a decision from Redis.
+    pub fn back_on_redis(&self, node: usize, after: Timestamp) -> Option<Timestamp> {
+        self.events
+            .iter()
+            .filter(|e| e.node == node && e.issued >= after && e.source == Some(Source::Redis))
+            .map(|e| e.answered)
+            .min()
+    }
+
+    /// Every decision's latency, request to answer, in simulated time.
+    pub fn latencies(&self) -> Vec<Micros> {
+        self.events
+            .iter()
+            .map(|e| e.answered.saturating_since(e.issued))
+            .collect()
+    }
+
+    /// The slowest decision.
+    pub fn max_latency(&self) -> Micros {
+        self.latencies().into_iter().max().unwrap_or_default()
+    }
+
+    /// What one exact limiter would have admitted, given each request at the instant it
+    /// was issued, in issue order: the reference for under-admission.
+    pub fn exact_admitted(&self) -> u64 {
+        let mut asks: Vec<&Event> = self.events.iter().collect();
+        asks.sort_by_key(|e| (e.issued, e.node));
+        let mut states: BTreeMap<u64, PolicyState> = BTreeMap::new();
+        let policy: &Policy = &self.scenario.policy;
+        asks.iter()
+            .filter(|e| {
+                let state = states.entry(e.key).or_insert_with(|| policy.new_state());
+                policy
+                    .acquire(e.issued, state, e.cost)
+                    .is_ok_and(|d| d.is_allowed())
+            })
+            .map(|e| e.cost)
+            .sum()
+    }
+
+    /// The run as a report row and chart, judged against [`Scenario::allowance`].
+    pub fn result(&self) -> ScenarioResult {
+        self.result_with_allowance(self.scenario.allowance())
+    }
+
+    /// The run judged against a given allowance (0: the exact bound, to measure).
+    pub fn result_with_allowance(&self, extra_allowance: u64) -> ScenarioResult {
+        let faults = self.scenario.describe_faults();
+        let start = clock::start();
+        ScenarioResult::measure(ScenarioInputs {
+            name: &self.scenario.name,
+            seed: self.scenario.seed,
+            nodes: self.scenario.nodes,
+            policy: &self.scenario.policy,
+            faults: &faults,
+            run: self.interval(),
+            log: &self.log,
+            extra_allowance,
+            chart_key: 0,
+            demanded: self.demanded(),
+            exact_admitted: self.exact_admitted(),
+            fallback: self.fallback_time(),
+            latencies: self.latencies(),
+            fault_spans: self.scenario.faults.iter().map(|f| f.span(start)).collect(),
+        })
+    }
+
+    /// A SHA-1 over every decision (node, key, cost, instants, outcome) in recording
+    /// order: two runs of one scenario must agree on it, byte for byte.
+    pub fn digest(&self) -> String {
+        let mut trace = String::new();
+        for e in &self.events {
+            let _ = writeln!(
+                trace,
+                "{} {} {} {} {} {:?}",
+                e.node,
+                e.key,
+                e.cost,
+                e.issued.as_micros(),
+                e.answered.as_micros(),
+                e.outcome
+            );
+        }
+        sha1_smol::Sha1::from(trace).digest().to_string()
+    }
+
+    /// One line of measured numbers, for a test's stderr.
+    pub fn summary(&self) -> String {
+        let result = self.result();
+        let exact = self.result_with_allowance(0);
+        format!(
+            "{}: seed {} nodes {} demanded {} admitted {} exact {} allowance {} \
+             over-admission (vs exact bound) {} excess {} failures {} max latency {} µs",
+            self.scenario.name,
+            self.scenario.seed,
+            self.scenario.nodes,
+            self.demanded(),
+            self.admitted(),
+            result.exact_admitted,
+            result.extra_allowance,
+            exact.over_admission(),
+            exact.verdict.worst().map(|v| v.excess()).unwrap_or_default(),
+            self.failures(),
+            self.max_latency().as_micros(),
+        )
+    }
+}
+
+/// How much more than its bound a limit may admit when calls judge at `now`s up to `stale`
+/// apart from when they take effect: `⌈rate × stale⌉` tokens for a bucket, one limit per
+/// window `stale` can reach into for the window algorithms.
+fn stale_allowance(limit: &Limit, stale: Micros) -> u64 {
+    let stale = stale.as_micros();
+    match limit {
+        Limit::TokenBucket(b) => {
+            let (per_token, per_micro) = b.emission_interval();
+            (stale * per_micro).div_ceil(per_token)
+        }
+        Limit::FixedWindow(w) => w.limit() * stale.div_ceil(w.window().as_micros()),
+        Limit::SlidingLog(w) => w.limit() * stale.div_ceil(w.window().as_micros()),
+        Limit::SlidingCounter(w) => w.limit() * stale.div_ceil(w.window().as_micros()),
+    }
+}
+
+/// Beyond the breaker's longest backoff and a probe: a few round trips and the store's
+/// reconnect backoff after a failed connect (100 ms), before a node is back on Redis.
+const RECOVERY_SLACK: Duration = Duration::from_millis(150);
+
+/// Time before demand starts, for nodes to connect.
+pub(crate) const WARMUP: Duration = Duration::from_millis(200);
+
+const DEMAND_STREAM: u64 = 1;
+const SKEW_STREAM: u64 = 2;

@@ -1,0 +1,155 @@
+//! The default scenarios: the report's rows, one per fault class, each with its bound.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use rein_core::{Limit, Micros, Policy};
+use rein_redis::{AllowCacheConfig, BreakerConfig, FailurePolicy};
+
+use super::{Fault, Guard, LimiterKind, Scenario, TimeSource, Workload};
+use crate::redis::Persistence;
+
+/// The default suite's scenario names, in report order.
+pub const SUITE: &[&str] = &[
+    "healthy-token-bucket",
+    "healthy-sliding-log",
+    "healthy-fixed-window",
+    "healthy-sliding-counter",
+    "hot-key-bursty",
+    "skew-server-time",
+    "skew-client-time",
+    "redis-crash-data-loss",
+    "script-cache-loss",
+    "stall-past-deadline",
+    "naive-baseline",
+    "partition-fail-closed",
+    "partition-local-fallback",
+    "partition-fail-open",
+    "deny-cache",
+    "allow-cache",
+    "recovery-after-partition",
+];
+
+/// The scenario `name` of the default suite with `nodes` nodes and `seed`; `None` for an
+/// unknown name.
+pub fn suite_scenario(name: &str, nodes: usize, seed: u64) -> Option<Scenario> {
+    let bucket = || policy(Limit::token_bucket(20, 100, Micros::from_secs(1)));
+    let window = Micros::from_secs(1);
+    let mut s = match name {
+        "healthy-token-bucket" => Scenario::new(name, seed, nodes, bucket()),
+        "healthy-sliding-log" => {
+            Scenario::new(name, seed, nodes, policy(Limit::sliding_log(100, window)))
+        }
+        "healthy-fixed-window" => {
+            Scenario::new(name, seed, nodes, policy(Limit::fixed_window(100, window)))
+        }
+        "healthy-sliding-counter" => Scenario::new(
+            name,
+            seed,
+            nodes,
+            policy(Limit::sliding_counter(100, window)),
+        ),
+        "hot-key-bursty" => {
+            let mut s = Scenario::new(name, seed, nodes, bucket());
+            s.workload = Workload::HotKey { keys: 8 };
+            s.max_latency = Duration::from_millis(8);
+            s
+        }
+        "skew-server-time" | "skew-client-time" => {
+            let mut s = Scenario::new(name, seed, nodes, bucket());
+            s.max_skew = Duration::from_millis(100);
+            if name == "skew-client-time" {
+                s.time = TimeSource::Client;
+            }
+            s
+        }
+        "redis-crash-data-loss" => {
+            let mut s = Scenario::new(name, seed, nodes, bucket());
+            s.faults = vec![Fault::RedisCrash {
+                at: Duration::from_millis(800),
+                down: Duration::from_millis(200),
+            }];
+            s
+        }
+        "script-cache-loss" => {
+            let mut s = Scenario::new(name, seed, nodes, bucket());
+            s.persistence = Persistence::KeepData;
+            s.faults = vec![Fault::ScriptFlush {
+                from: Duration::from_millis(100),
+                until: Duration::from_millis(1900),
+                every: Duration::from_millis(7),
+            }];
+            s
+        }
+        "stall-past-deadline" => {
+            let mut s = Scenario::new(name, seed, nodes, bucket());
+            s.faults = vec![Fault::Stall {
+                nodes: (0..nodes).collect(),
+                from: Duration::from_millis(700),
+                until: Duration::from_millis(1000),
+            }];
+            s
+        }
+        "naive-baseline" => {
+            let mut s = Scenario::new(name, seed, nodes, bucket());
+            s.limiter = LimiterKind::Naive;
+            s
+        }
+        "partition-fail-closed" | "partition-local-fallback" | "partition-fail-open" => {
+            let mut s = Scenario::new(name, seed, nodes, bucket());
+            let expected_nodes = NonZeroU32::new(nodes.max(1) as u32).unwrap_or(NonZeroU32::MIN);
+            s.guard = Some(Guard::new(match name {
+                "partition-fail-closed" => FailurePolicy::FailClosed,
+                "partition-fail-open" => FailurePolicy::FailOpen,
+                _ => FailurePolicy::LocalFallback { expected_nodes },
+            }));
+            s.faults = vec![Fault::Partition {
+                nodes: (0..nodes.div_ceil(2)).collect(),
+                from: Duration::from_millis(600),
+                until: Duration::from_millis(1400),
+            }];
+            s
+        }
+        "deny-cache" => {
+            let mut s = Scenario::new(name, seed, nodes, bucket());
+            s.guard = Some(Guard::new(FailurePolicy::FailClosed));
+            s.workload = Workload::Bursty { burst: 5 };
+            s
+        }
+        "allow-cache" => {
+            let mut s = Scenario::new(name, seed, nodes, bucket());
+            let mut guard = Guard::new(FailurePolicy::FailClosed);
+            guard.allow_cache = Some(AllowCacheConfig::new(
+                Duration::from_millis(100),
+                NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN),
+            ));
+            s.guard = Some(guard);
+            s
+        }
+        "recovery-after-partition" => {
+            let mut s = Scenario::new(name, seed, nodes, bucket());
+            let expected_nodes = NonZeroU32::new(nodes.max(1) as u32).unwrap_or(NonZeroU32::MIN);
+            let mut guard = Guard::new(FailurePolicy::LocalFallback { expected_nodes });
+            guard.breaker = BreakerConfig::new()
+                .backoff(Duration::from_millis(50), Duration::from_millis(400));
+            s.guard = Some(guard);
+            s.span = Duration::from_secs(4);
+            s.faults = vec![Fault::Partition {
+                nodes: (0..nodes).collect(),
+                from: Duration::from_millis(500),
+                until: Duration::from_millis(2000),
+            }];
+            s
+        }
+        _ => return None,
+    };
+    if nodes == 0 {
+        s.nodes = 1;
+    }
+    Some(s)
+}
+
+fn policy(limit: Result<Limit, rein_core::ConfigError>) -> Policy {
+    // The suite's limits are constants, valid by construction.
+    Policy::single(limit.expect("the suite's limits are valid"))
+}
