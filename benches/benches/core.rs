@@ -11,19 +11,23 @@
 //! bucket and a fixed window decided together). Time moves 1 µs per iteration by a counter
 //! increment, which is part of the measured time (well under a nanosecond).
 //!
+//! With `REIN_BENCH_CPU_TIME=1`, the same again as `core_allow_cpu` and `core_deny_cpu`,
+//! measured in the thread's CPU time (see `rein_benches::ThreadCpuTime`).
+//!
 //! Run: `cargo bench -p rein-benches --bench core`.
 
 use std::hint::black_box;
 
-use criterion::measurement::WallTime;
+use criterion::measurement::Measurement;
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+use rein_benches::ThreadCpuTime;
 use rein_core::{
     AcquireError, Decision, FixedWindow, FixedWindowState, Limit, Micros, Policy, SlidingCounter,
     SlidingCounterState, SlidingLog, SlidingLogState, Timestamp, TokenBucket, TokenBucketState,
 };
 
-fn allow_heavy(c: &mut Criterion) {
-    let mut group = c.benchmark_group("core_allow");
+fn allow_heavy<M: Measurement>(c: &mut Criterion<M>, group: &str) {
+    let mut group = c.benchmark_group(group);
     group.throughput(Throughput::Elements(1));
     // One admission per µs against a refill of one per µs, or a window limit of one per µs.
     let second = Micros::from_secs(1);
@@ -37,8 +41,8 @@ fn allow_heavy(c: &mut Criterion) {
     group.finish();
 }
 
-fn deny_heavy(c: &mut Criterion) {
-    let mut group = c.benchmark_group("core_deny");
+fn deny_heavy<M: Measurement>(c: &mut Criterion<M>, group: &str) {
+    let mut group = c.benchmark_group(group);
     group.throughput(Throughput::Elements(1));
     let hour = Micros::from_secs(3_600);
     let bucket = ok(TokenBucket::new(10, 10, hour));
@@ -49,8 +53,8 @@ fn deny_heavy(c: &mut Criterion) {
     group.finish();
 }
 
-fn all_algorithms(
-    group: &mut BenchmarkGroup<'_, WallTime>,
+fn all_algorithms<M: Measurement>(
+    group: &mut BenchmarkGroup<'_, M>,
     bucket: TokenBucket,
     window: FixedWindow,
     log: SlidingLog,
@@ -97,8 +101,8 @@ fn all_algorithms(
 }
 
 /// Benchmarks one decision per iteration on one state, with `now` 1 µs later each time.
-fn decide<S>(
-    group: &mut BenchmarkGroup<'_, WallTime>,
+fn decide<S, M: Measurement>(
+    group: &mut BenchmarkGroup<'_, M>,
     name: &str,
     mut state: S,
     acquire: impl Fn(Timestamp, &mut S) -> Result<Decision, AcquireError>,
@@ -123,9 +127,26 @@ fn ok<T, E: std::fmt::Debug>(built: Result<T, E>) -> T {
 /// Where time starts: mid-2023, so windows and buckets see realistic timestamps.
 const START: u64 = 1_690_000_000_000_000;
 
-criterion_group! {
-    name = benches;
-    config = rein_benches::quick();
-    targets = allow_heavy, deny_heavy
+fn wall_time(c: &mut Criterion) {
+    allow_heavy(c, "core_allow");
+    deny_heavy(c, "core_deny");
 }
-criterion_main!(benches);
+
+fn cpu_time(c: &mut Criterion<ThreadCpuTime>) {
+    if rein_benches::cpu_time_requested() {
+        allow_heavy(c, "core_allow_cpu");
+        deny_heavy(c, "core_deny_cpu");
+    }
+}
+
+criterion_group! {
+    name = wall;
+    config = rein_benches::quick();
+    targets = wall_time
+}
+criterion_group! {
+    name = cpu;
+    config = rein_benches::quick_cpu();
+    targets = cpu_time
+}
+criterion_main!(wall, cpu);

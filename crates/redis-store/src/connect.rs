@@ -51,7 +51,11 @@ impl RedisStoreBuilder {
             .set_connection_timeout(Some(timeout))
             // The store's deadline bounds every call; a second, shorter timer inside
             // redis-rs would only race it.
-            .set_response_timeout(None);
+            .set_response_timeout(None)
+            // redis-rs's default reconnect backoff grows to seconds during a long outage;
+            // capped at 100 ms, a restarted server is back in use within about half a
+            // second (measured in tests/resilience.rs; docs/failure.md).
+            .set_max_delay(Duration::from_millis(100));
         let conn = first_connection(timeout, async move {
             // One plain connection first: the manager retries a failed connect with backoff,
             // which would turn a wrong password or an untrusted certificate into a timeout.

@@ -115,6 +115,7 @@ async fn a_least_privilege_acl_user_can_decide_on_its_prefix_only() {
     );
 }
 
+#[cfg(feature = "tls")]
 #[tokio::test]
 async fn tls_with_a_private_ca_and_rediss_urls() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tls");

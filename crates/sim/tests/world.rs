@@ -113,7 +113,11 @@ fn stall_longer_than_the_deadline_never_delays_a_decision_past_deadline_plus_one
         let run = run(&s);
         let worst = run.max_latency();
         let limit = Micros::from(s.deadline + s.tick);
-        eprintln!("slowest decision {} µs, limit {} µs", worst.as_micros(), limit.as_micros());
+        eprintln!(
+            "slowest decision {} µs, limit {} µs",
+            worst.as_micros(),
+            limit.as_micros()
+        );
         assert!(run.failures() > 0, "the stall was felt");
         assert!(worst <= limit);
         assert!(run.result_with_allowance(0).is_within_bound());

@@ -20,7 +20,7 @@ use super::fallback::{FailurePolicy, local_share};
 use super::stats::{Stats, StatsSnapshot};
 use super::table::PolicyTable;
 use super::{RequestError, ResilienceConfigError};
-use crate::{AcquireError, KeyError, NamedPolicy, RedisStore};
+use crate::{AcquireError, KeyError, NamedPolicy, RedisStore, RefundError};
 
 /// Rate limits through Redis that still answer, within the deadline, when Redis does not.
 ///
@@ -198,6 +198,44 @@ where
             return Err(RequestError::UnknownPolicy(policy.to_owned()));
         };
         self.decide(index, key.as_ref(), cost).await
+    }
+
+    /// Gives back up to `amount` to every limit of the policy `key` is classified into, in
+    /// Redis, and forgets any cached denial or reuse for the key (the capacity came back,
+    /// so a cached answer would be stale).
+    ///
+    /// A refund is best effort by design: it is bounded by the store's deadline, it is
+    /// never replayed (a timed-out refund may have run), it does not go through the circuit
+    /// breaker, and it is not applied to the local fallback, whose admissions Redis never
+    /// saw. A failure is returned as the store's [`RefundError`].
+    pub async fn refund(&self, key: impl AsRef<[u8]>, amount: u64) -> Result<(), RefundError> {
+        let key = key.as_ref();
+        let inner = &*self.inner;
+        let index = inner.table.classify_index(key);
+        let policy = &inner.table.policies()[index];
+        // The table holds far fewer than 2^32 policies (each is a Vec entry built by hand).
+        let slot = index as u32;
+        if let Some(cache) = &inner.deny_cache {
+            cache.forget(slot, key);
+        }
+        if let Some(cache) = &inner.allow_cache {
+            cache.block(inner.clock.now(), slot, key);
+        }
+        let request = async {
+            match inner.time_source {
+                TimeSource::RedisServer => inner.store.refund(policy, key, amount).await,
+                TimeSource::LocalClock => {
+                    inner
+                        .store
+                        .refund_at(inner.clock.now(), policy, key, amount)
+                        .await
+                }
+            }
+        };
+        match tokio::time::timeout(inner.guard_deadline, request).await {
+            Ok(result) => result,
+            Err(_) => Err(RefundError::Timeout(inner.guard_deadline)),
+        }
     }
 
     /// The counters since the limiter was built.

@@ -50,7 +50,9 @@ impl NaiveBucket {
             (self.capacity, now_ns)
         } else {
             (
-                data.get("tokens").and_then(|t| t.parse().ok()).unwrap_or(0.0),
+                data.get("tokens")
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or(0.0),
                 data.get("last_refill")
                     .and_then(|t| t.parse().ok())
                     .unwrap_or(0_i64),

@@ -290,4 +290,3 @@ pub(crate) fn user_key(key: u64) -> String {
 
 /// Keys outlive any client-time skew the world draws (at most a few seconds).
 const MIN_TTL: Duration = Duration::from_secs(30);
-

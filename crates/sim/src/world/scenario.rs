@@ -303,10 +303,7 @@ impl Scenario {
     pub fn describe_faults(&self) -> String {
         let mut words: Vec<String> = self.faults.iter().map(Fault::describe).collect();
         if self.time == TimeSource::Client {
-            words.push(format!(
-                "client clocks ±{} ms",
-                self.max_skew.as_millis()
-            ));
+            words.push(format!("client clocks ±{} ms", self.max_skew.as_millis()));
         }
         if let Some(guard) = &self.guard {
             let mut g = match guard.on_failure {
@@ -494,7 +491,9 @@ impl Run {
         let mut total = vec![0u64; self.scenario.nodes];
         let mut since: Vec<Option<Timestamp>> = vec![None; self.scenario.nodes];
         for e in &self.events {
-            let exact = e.source.is_some_and(|s| s.is_exact() || s == Source::AllowCache);
+            let exact = e
+                .source
+                .is_some_and(|s| s.is_exact() || s == Source::AllowCache);
             let n = e.node;
             match (since[n], exact) {
                 (None, false) => since[n] = Some(e.issued),
@@ -614,7 +613,11 @@ impl Run {
             result.exact_admitted,
             result.extra_allowance,
             exact.over_admission(),
-            exact.verdict.worst().map(|v| v.excess()).unwrap_or_default(),
+            exact
+                .verdict
+                .worst()
+                .map(|v| v.excess())
+                .unwrap_or_default(),
             self.failures(),
             self.max_latency().as_micros(),
         )

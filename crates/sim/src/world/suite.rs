@@ -103,6 +103,7 @@ pub fn suite_scenario(name: &str, nodes: usize, seed: u64) -> Option<Scenario> {
                 "partition-fail-open" => FailurePolicy::FailOpen,
                 _ => FailurePolicy::LocalFallback { expected_nodes },
             }));
+            s.span = Duration::from_secs(3);
             s.faults = vec![Fault::Partition {
                 nodes: (0..nodes.div_ceil(2)).collect(),
                 from: Duration::from_millis(600),
@@ -130,8 +131,8 @@ pub fn suite_scenario(name: &str, nodes: usize, seed: u64) -> Option<Scenario> {
             let mut s = Scenario::new(name, seed, nodes, bucket());
             let expected_nodes = NonZeroU32::new(nodes.max(1) as u32).unwrap_or(NonZeroU32::MIN);
             let mut guard = Guard::new(FailurePolicy::LocalFallback { expected_nodes });
-            guard.breaker = BreakerConfig::new()
-                .backoff(Duration::from_millis(50), Duration::from_millis(400));
+            guard.breaker =
+                BreakerConfig::new().backoff(Duration::from_millis(50), Duration::from_millis(400));
             s.guard = Some(guard);
             s.span = Duration::from_secs(4);
             s.faults = vec![Fault::Partition {

@@ -100,8 +100,8 @@ async fn serve(
                     input.advance(used);
                     let Some(name) = args.first() else { continue };
                     let reply = node.execute_in(&mut session, &args);
-                    let script = name.eq_ignore_ascii_case(b"EVALSHA")
-                        || name.eq_ignore_ascii_case(b"EVAL");
+                    let script =
+                        name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL");
                     if script && !matches!(reply, Reply::Error(_)) {
                         tap.note(peer, true_now());
                     }

@@ -121,7 +121,10 @@ mod tests {
         let a = Workload::HotKey { keys: 8 }.generate(&Rng::new(1), 3, 100, span);
         let b = Workload::HotKey { keys: 8 }.generate(&Rng::new(1), 3, 100, span);
         assert_eq!(a, b);
-        assert_ne!(a, Workload::HotKey { keys: 8 }.generate(&Rng::new(2), 3, 100, span));
+        assert_ne!(
+            a,
+            Workload::HotKey { keys: 8 }.generate(&Rng::new(2), 3, 100, span)
+        );
         for node in &a {
             assert!((900..=1100).contains(&node.len()), "{}", node.len());
             assert!(node.windows(2).all(|w| w[0].due <= w[1].due));
