@@ -100,14 +100,15 @@ macro_rules! dispatch {
 /// have admitted; the decision's `reset_after` is still counted from the caller's `now`.
 ///
 /// # Why a `std::sync::Mutex` per shard
-/// A decision is a few hundred nanoseconds at most (one table probe and rein-core's integer
-/// arithmetic), never awaits, and never calls back into user code other than the key's
-/// `Hash` and `Eq`. A blocking mutex held that briefly is cheaper than an async one
+/// A decision holds the lock for tens of nanoseconds (one table probe and rein-core's
+/// integer arithmetic), never awaits, and never calls back into user code other than the
+/// key's `Hash` and `Eq`. A blocking mutex held that briefly is cheaper than an async one
 /// (tokio's `Mutex` is itself a semaphore guarding a std-style lock) and is safe to use from
 /// async tasks, as tokio's documentation recommends for short critical sections. Sharding
 /// keeps two threads from waiting on each other unless their keys share a shard. A mutex
-/// poisoned by a panic in a key's `Hash` or `Eq` is recovered: every update of a state is a
-/// single assignment after the decision is computed, so no state is ever half-written.
+/// poisoned by a panic in a key's `Hash` or `Eq` is recovered: rein-core's updates run no
+/// user code and do not panic, and hashbrown's table stays consistent when a `Hash` panics
+/// during a resize, so no state is ever half-written.
 pub struct MemoryLimiter<K, C = SystemClock> {
     policy: Policy,
     tables: Tables<K>,

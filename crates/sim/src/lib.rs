@@ -10,6 +10,15 @@
 //! simulated, by [`redis`], a faithful Redis 7.0 subset whose replies are checked byte for
 //! byte against a real `redis-server` by this crate's differential test. So a bug found
 //! here is a bug in rein or in the simulator's fidelity, never in a stand-in for the store.
+//!
+//! # Layout
+//!
+//! - [`redis`]: the simulated Redis node and its turmoil host.
+//! - [`world`]: application nodes, workloads, faults and the scenario runner; the default
+//!   suite the report (`cargo run -p sim --release`) plays. docs/sim.md explains the world,
+//!   docs/guarantees.md the bound each fault class is held to and the test that holds it.
+//! - [`oracle`]: the exact per-window check of every admission.
+//! - [`report`]: tables and SVG charts of scenario results.
 #![deny(missing_docs)]
 
 pub mod oracle;

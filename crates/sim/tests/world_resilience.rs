@@ -6,6 +6,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use proptest::prelude::*;
 use rein_core::{Limit, Micros, Policy, Timestamp};
 use rein_redis::{BreakerConfig, FailurePolicy, Source};
 use sim::oracle::{Fraction, Interval};
@@ -28,6 +29,52 @@ fn partition(scenario: &Scenario) -> (Vec<usize>, Duration, Duration) {
     match &scenario.faults[..] {
         [Fault::Partition { nodes, from, until }] => (nodes.clone(), *from, *until),
         other => panic!("expected one partition, got {other:?}"),
+    }
+}
+
+/// Checks a per-window bound given as a function of the window's length, by brute force over
+/// every pair of admissions of key 0 (the closed span `[t_i, t_j]`): the exact forms of
+/// docs/failure.md, with their floors and ceilings, which no single-policy oracle expresses.
+fn every_window_within(run: &Run, bound: impl Fn(u64) -> Fraction) -> (bool, Fraction) {
+    let mut times: Vec<(u64, u64)> = run
+        .log
+        .admissions()
+        .iter()
+        .filter(|a| a.key == 0)
+        .map(|a| (a.at.as_micros(), a.cost))
+        .collect();
+    times.sort_unstable();
+    let mut worst = None::<Fraction>;
+    for i in 0..times.len() {
+        let mut admitted = 0i128;
+        for j in i..times.len() {
+            admitted += i128::from(times[j].1);
+            let b = bound(times[j].0 - times[i].0);
+            let excess =
+                Fraction::new(admitted * b.denominator() - b.numerator(), b.denominator()).unwrap();
+            if worst.is_none_or(|w| excess > w) {
+                worst = Some(excess);
+            }
+        }
+    }
+    let worst = worst.unwrap_or(Fraction::ZERO);
+    (worst <= Fraction::ZERO, worst)
+}
+
+/// docs/failure.md, local fallback, token bucket: `C + r·T + k × (C' + ⌊T × r / (p × N)⌋)`.
+fn failure_md_fallback_bound(policy: &Policy, cut: u64, n: u64) -> impl Fn(u64) -> Fraction {
+    let Limit::TokenBucket(bucket) = policy.limits()[0] else {
+        panic!("a token-bucket policy")
+    };
+    let (per_token, per_micro) = bucket.emission_interval();
+    let (c, share) = (bucket.capacity(), (bucket.capacity() / n).max(1));
+    move |t| {
+        let whole = i128::from(c + cut * (share + t * per_micro / (per_token * n)));
+        Fraction::new(
+            whole * i128::from(per_token) + i128::from(t * per_micro),
+            i128::from(per_token),
+        )
+        .unwrap()
     }
 }
 
@@ -79,12 +126,52 @@ fn partition_local_fallback_stays_within_limit_plus_one_share_per_cut_node() {
             verdict.over_admission(),
             verdict.worst().map(|v| v.excess()).unwrap_or_default()
         );
+        let (exact_form, worst) = every_window_within(
+            &run,
+            failure_md_fallback_bound(&s.policy, cut.len() as u64, nodes as u64),
+        );
+        eprintln!("docs/failure.md's exact form: worst excess {worst}");
         assert!(run.by_source()[3] > 0, "the fallback decided");
         assert!(verdict.is_within_bound());
+        assert!(exact_form);
         assert!(
             run.result().is_within_bound(),
             "the constant-allowance form holds too"
         );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 4,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(3),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn partition_of_any_subset_with_local_fallback_stays_within_limit_plus_k_shares(
+        seed in 0u64..1_000,
+        nodes in 2usize..=6,
+        subset in any::<u8>(),
+        from_ms in 100u64..800,
+        length_ms in 100u64..900,
+    ) {
+        let mut s = suite_scenario("partition-local-fallback", nodes, seed).unwrap();
+        let mut cut: Vec<usize> = (0..nodes).filter(|n| subset & (1 << n) != 0).collect();
+        if cut.is_empty() {
+            cut.push(0);
+        }
+        s.faults = vec![Fault::Partition {
+            nodes: cut.clone(),
+            from: Duration::from_millis(from_ms),
+            until: Duration::from_millis(from_ms + length_ms),
+        }];
+        let run = run(&s);
+        let verdict = run.log.check_policy(&s.fallback_bound(cut.len() as u64).unwrap(), 0);
+        eprintln!("cut {cut:?} of {nodes}: against limit + k shares {}", verdict.over_admission());
+        prop_assert!(verdict.is_within_bound());
+        let bound = failure_md_fallback_bound(&s.policy, cut.len() as u64, nodes as u64);
+        prop_assert!(every_window_within(&run, bound).0);
     }
 }
 
@@ -152,8 +239,28 @@ fn allow_cache_over_admits_within_its_stated_bound() {
             run.result_with_allowance(0).over_admission(),
             verdict.over_admission()
         );
+        // docs/failure.md's exact form: C + r·T + N × m × (⌈T / ttl⌉ + 1) × c̄, c̄ = 1.
+        let Limit::TokenBucket(bucket) = s.policy.limits()[0] else {
+            unreachable!()
+        };
+        let (per_token, per_micro) = bucket.emission_interval();
+        let allow = s.guard.as_ref().unwrap().allow_cache.unwrap();
+        let (ttl, m) = (
+            allow.ttl_value().as_micros() as u64,
+            u64::from(allow.max_reuses_value().get()),
+        );
+        let (exact_form, worst) = every_window_within(&run, |t| {
+            let whole = bucket.capacity() + nodes as u64 * m * (t.div_ceil(ttl) + 1);
+            Fraction::new(
+                i128::from(whole * per_token + t * per_micro),
+                i128::from(per_token),
+            )
+            .unwrap()
+        });
+        eprintln!("docs/failure.md's exact form: worst excess {worst}");
         assert!(run.by_source()[2] > 0, "the allow cache reused");
         assert!(verdict.is_within_bound());
+        assert!(exact_form);
     }
 }
 

@@ -5,7 +5,9 @@
 //!
 //! 1. A [`Scenario`] names everything: seed, node count, policy, [`Workload`], whether
 //!    nodes pass their own (skewed) clocks or let Redis read its `TIME`
-//!    ([`TimeSource`]), the network's latency, and its [`Fault`]s.
+//!    ([`TimeSource`]), the network's latency, its [`Fault`]s, and optionally a [`Guard`]:
+//!    rein-redis's `ResilientLimiter` (failure policy, breaker, deny and allow caches) in
+//!    front of each node's store.
 //! 2. [`Scenario::run`] builds a turmoil world (epoch and RNG seed fixed), adds the Redis
 //!    host (with a [`tap`](ScriptTap) noting when each script ran) and one client per
 //!    node, and steps it, applying each fault between steps at its scheduled time.

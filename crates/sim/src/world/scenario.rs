@@ -97,6 +97,8 @@ pub struct Run {
     pub demand: Vec<Vec<Request>>,
     /// The end of the measured span: the later of the demand's end and the last answer.
     pub end: Timestamp,
+    /// Script runs Redis got as `EVAL` with the source (after a `NOSCRIPT`).
+    pub runs_by_source: u64,
 }
 
 impl Scenario {
@@ -420,6 +422,7 @@ impl Scenario {
             skews,
             demand,
             end,
+            runs_by_source: tap.runs_by_source(),
         })
     }
 }
@@ -485,15 +488,18 @@ impl Run {
         counts
     }
 
-    /// Time each node spent on its failure policy: from a decision the failure policy made
-    /// (or a failed call) until the next one Redis or the deny cache made.
+    /// Time each node spent on its failure path: from a decision the failure policy made
+    /// (or, without a guard, a failed call) until the next one Redis or a cache made.
     pub fn fallback_time(&self) -> Vec<Micros> {
         let mut total = vec![0u64; self.scenario.nodes];
         let mut since: Vec<Option<Timestamp>> = vec![None; self.scenario.nodes];
         for e in &self.events {
-            let exact = e
-                .source
-                .is_some_and(|s| s.is_exact() || s == Source::AllowCache);
+            // Redis, a cache, or (the naive baseline) the client's own decision: not the
+            // failure path. A failed call or a failure-policy answer is.
+            let exact = match e.source {
+                Some(source) => source.unavailable().is_none(),
+                None => !matches!(e.outcome, Outcome::Failed(_)),
+            };
             let n = e.node;
             match (since[n], exact) {
                 (None, false) => since[n] = Some(e.issued),

@@ -53,6 +53,11 @@ pub fn suite_scenario(name: &str, nodes: usize, seed: u64) -> Option<Scenario> {
             let mut s = Scenario::new(name, seed, nodes, bucket());
             s.workload = Workload::HotKey { keys: 8 };
             s.max_latency = Duration::from_millis(8);
+            s.faults = vec![Fault::Latency {
+                from: Duration::from_millis(500),
+                until: Duration::from_millis(1500),
+                max: Duration::from_millis(25),
+            }];
             s
         }
         "skew-server-time" | "skew-client-time" => {
@@ -67,7 +72,7 @@ pub fn suite_scenario(name: &str, nodes: usize, seed: u64) -> Option<Scenario> {
             let mut s = Scenario::new(name, seed, nodes, bucket());
             s.faults = vec![Fault::RedisCrash {
                 at: Duration::from_millis(800),
-                down: Duration::from_millis(200),
+                down: Duration::from_millis(30),
             }];
             s
         }

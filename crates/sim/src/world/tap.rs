@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Buf, BytesMut};
@@ -30,12 +31,20 @@ use crate::redis::{Persistence, Reply, Session, Shared, parse_request};
 #[derive(Clone, Debug, Default)]
 pub struct ScriptTap {
     runs: Arc<Mutex<BTreeMap<SocketAddr, Timestamp>>>,
+    /// Script runs sent as `EVAL` with the source: the store's answer to `NOSCRIPT`.
+    by_source: Arc<AtomicU64>,
 }
 
 impl ScriptTap {
     /// The instant the latest script call from `peer` ran, if any did.
     pub fn last_run(&self, peer: SocketAddr) -> Option<Timestamp> {
         self.lock().get(&peer).copied()
+    }
+
+    /// How many script runs came as `EVAL` with the source, i.e. after a `NOSCRIPT`: proof
+    /// that a script-cache loss was felt.
+    pub fn runs_by_source(&self) -> u64 {
+        self.by_source.load(Ordering::Relaxed)
     }
 
     fn note(&self, peer: SocketAddr, at: Timestamp) {
@@ -104,6 +113,9 @@ async fn serve(
                         name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL");
                     if script && !matches!(reply, Reply::Error(_)) {
                         tap.note(peer, true_now());
+                        if name.eq_ignore_ascii_case(b"EVAL") {
+                            tap.by_source.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                     reply.encode(&mut output);
                 }
