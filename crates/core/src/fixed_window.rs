@@ -6,6 +6,7 @@
 //! admitting up to `2 × limit` within any span of one `window` length. Use
 //! [`SlidingLog`](crate::SlidingLog) when that matters.
 
+use crate::divisor::Divisor;
 use crate::{AcquireError, ConfigError, Decision, MAX_MICROS, Micros, Timestamp};
 
 /// A validated fixed-window limit: `limit` cost units per aligned `window`.
@@ -27,7 +28,7 @@ pub struct FixedWindow {
     /// Cost units admitted per window.
     limit: u64,
     /// Window length in µs.
-    window: u64,
+    window: Divisor,
 }
 
 /// The persisted state of one fixed window. Memory: 16 bytes.
@@ -47,7 +48,7 @@ impl FixedWindow {
         crate::ensure_exact("limit", limit)?;
         Ok(Self {
             limit,
-            window: window.as_micros(),
+            window: Divisor::new(window.as_micros()),
         })
     }
 
@@ -58,7 +59,7 @@ impl FixedWindow {
 
     /// The window length.
     pub fn window(&self) -> Micros {
-        Micros::from_micros(self.window)
+        Micros::from_micros(self.window.get())
     }
 
     /// Counts `cost` if it fits in the current window; otherwise changes nothing.
@@ -115,7 +116,7 @@ impl FixedWindow {
         }
         let (start, count) = self.current(now, state);
         // `start` is never before `now`'s window, so this is at least 1 µs.
-        let window_end = start.as_micros() + self.window - now.as_micros();
+        let window_end = start.as_micros() + self.window.get() - now.as_micros();
         let reset = |count: u64| Micros::from_micros(if count > 0 { window_end } else { 0 });
         let remaining = self.limit.saturating_sub(count);
         if cost <= remaining {
@@ -141,7 +142,7 @@ impl FixedWindow {
     /// earlier window keeps counting in the stored one: regressions never reopen a window.
     fn current(&self, now: Timestamp, state: &FixedWindowState) -> (Timestamp, u64) {
         let now = now.max(state.window_start).as_micros();
-        let start = Timestamp::from_micros(now - now % self.window);
+        let start = Timestamp::from_micros(now - self.window.rem(now));
         if start == state.window_start {
             (start, state.count)
         } else {

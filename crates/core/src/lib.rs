@@ -48,6 +48,7 @@
 #![deny(missing_docs)]
 
 mod decision;
+mod divisor;
 mod encoding;
 mod error;
 pub mod fixed_window;

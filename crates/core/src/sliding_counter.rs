@@ -19,6 +19,7 @@
 //! at its start, it overcounts and admits less than the exact log would. docs/algorithms.md
 //! gives the bound and the error measured against the exact log.
 
+use crate::divisor::Divisor;
 use crate::{AcquireError, ConfigError, Decision, MAX_MICROS, Micros, Timestamp};
 
 /// A validated sliding-window-counter limit: about `limit` cost units per `window`.
@@ -39,7 +40,7 @@ pub struct SlidingCounter {
     /// Cost units admitted per sliding window (approximately).
     limit: u64,
     /// Window length in µs.
-    window: u64,
+    window: Divisor,
 }
 
 /// The persisted state of one sliding window counter. Memory: 24 bytes.
@@ -70,7 +71,7 @@ impl SlidingCounter {
         crate::exact_product("limit × window", limit, window.as_micros())?;
         Ok(Self {
             limit,
-            window: window.as_micros(),
+            window: Divisor::new(window.as_micros()),
         })
     }
 
@@ -81,7 +82,7 @@ impl SlidingCounter {
 
     /// The window length.
     pub fn window(&self) -> Micros {
-        Micros::from_micros(self.window)
+        Micros::from_micros(self.window.get())
     }
 
     /// Counts `cost` if the estimate leaves room for it; otherwise changes nothing.
@@ -140,24 +141,24 @@ impl SlidingCounter {
         }
         let v = self.view(now, state);
         let now = now.as_micros();
-        let budget = self.limit * self.window;
-        let weighted_previous = v.previous * (self.window - v.elapsed);
-        let used = weighted_previous + v.current * self.window;
-        if used + cost * self.window <= budget {
+        let budget = self.limit * self.window.get();
+        let weighted_previous = v.previous * (self.window.get() - v.elapsed);
+        let used = weighted_previous + v.current * self.window.get();
+        if used + cost * self.window.get() <= budget {
             let current = v.current + cost;
             let next = (cost > 0).then_some(SlidingCounterState {
                 window_start: Timestamp::from_micros(v.start),
                 current,
                 previous: v.previous,
             });
-            let remaining = (budget - weighted_previous) / self.window - current;
+            let remaining = self.window.div(budget - weighted_previous) - current;
             let reset = self
                 .reset_at(v.start, v.previous, current)
                 .saturating_sub(now);
             let decision = Decision::allowed(self.limit, remaining, Micros::from_micros(reset));
             return Ok((decision, next));
         }
-        let remaining = budget.saturating_sub(weighted_previous) / self.window;
+        let remaining = self.window.div(budget.saturating_sub(weighted_previous));
         let remaining = remaining.saturating_sub(v.current);
         let retry = self.admitted_at(&v, cost).saturating_sub(now);
         let reset = self
@@ -177,7 +178,7 @@ impl SlidingCounter {
     fn view(&self, now: Timestamp, state: &SlidingCounterState) -> View {
         let stored = state.window_start.as_micros();
         let now = now.as_micros().max(stored);
-        let start = now - now % self.window;
+        let start = now - self.window.rem(now);
         // Decoded state is input too: counts beyond the limit are read as the limit, which
         // keeps every product below 2^53 and changes no decision.
         let (current, previous) = (
@@ -186,7 +187,7 @@ impl SlidingCounter {
         );
         let (previous, current) = if start == stored {
             (previous, current)
-        } else if start == stored + self.window {
+        } else if start == stored + self.window.get() {
             (current, 0)
         } else {
             (0, 0)
@@ -201,7 +202,7 @@ impl SlidingCounter {
 
     /// The first instant at which `cost` fits, for a request denied in view `v`.
     fn admitted_at(&self, v: &View, cost: u64) -> u64 {
-        let w = self.window;
+        let w = self.window.get();
         // Later in this window, the previous window's weight `previous × (w − e)` must
         // fall to `room × w`, i.e. `w − e ≤ room × w / previous`.
         if let Some(room) = self.limit.checked_sub(v.current + cost) {
@@ -222,9 +223,9 @@ impl SlidingCounter {
     /// `start`: after a clock regression `start` can be later than `now`.
     fn reset_at(&self, start: u64, previous: u64, current: u64) -> u64 {
         if current > 0 {
-            start + 2 * self.window
+            start + 2 * self.window.get()
         } else if previous > 0 {
-            start + self.window
+            start + self.window.get()
         } else {
             0
         }

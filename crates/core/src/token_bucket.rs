@@ -14,6 +14,7 @@
 //! come from reducing `period / refill` by their gcd. All arithmetic is in integers
 //! below 2^53, so the Lua rendering in rein-redis computes the very same numbers.
 
+use crate::divisor::Divisor;
 use crate::{AcquireError, ConfigError, Decision, MAX_MICROS, Micros, Timestamp};
 
 /// A validated token-bucket limit: `capacity` tokens, `refill` more every `period`.
@@ -38,11 +39,13 @@ pub struct TokenBucket {
     /// Tokens when full: the largest burst and the largest single cost.
     capacity: u64,
     /// The emission interval in units: how far one token moves `tat`.
-    units_per_token: u64,
+    units_per_token: Divisor,
     /// How many units make one microsecond (the interval's reduced denominator).
-    units_per_micro: u64,
+    units_per_micro: Divisor,
     /// `capacity × units_per_token`: how far ahead of `now` `tat` may run, in units.
     tolerance: u64,
+    /// `tolerance` split into whole µs and a remainder in units, as `tat` is stored.
+    tolerance_split: (u64, u64),
 }
 
 /// The persisted state of one token bucket: its theoretical arrival time.
@@ -74,11 +77,13 @@ impl TokenBucket {
         let units_per_micro = refill / g;
         let tolerance =
             crate::exact_product("capacity × emission interval", capacity, units_per_token)?;
+        let units_per_micro = Divisor::new(units_per_micro);
         Ok(Self {
             capacity,
-            units_per_token,
+            units_per_token: Divisor::new(units_per_token),
             units_per_micro,
             tolerance,
+            tolerance_split: units_per_micro.div_rem(tolerance),
         })
     }
 
@@ -90,7 +95,7 @@ impl TokenBucket {
     /// The emission interval as the exact fraction `(micros, per)`: one token every
     /// `micros / per` microseconds.
     pub fn emission_interval(&self) -> (u64, u64) {
-        (self.units_per_token, self.units_per_micro)
+        (self.units_per_token.get(), self.units_per_micro.get())
     }
 
     /// Takes `cost` tokens if they are all there; otherwise changes nothing.
@@ -122,11 +127,11 @@ impl TokenBucket {
         if self.is_full(now, state) {
             return;
         }
-        let units = amount.min(self.capacity) * self.units_per_token;
+        let units = amount.min(self.capacity) * self.units_per_token.get();
         let (mut us, mut rem) = (state.tat.as_micros(), state.tat_units);
-        let (back_us, back_rem) = (units / self.units_per_micro, units % self.units_per_micro);
+        let (back_us, back_rem) = self.units_per_micro.div_rem(units);
         if rem < back_rem {
-            rem += self.units_per_micro;
+            rem += self.units_per_micro.get();
             us = us.saturating_sub(1);
         }
         rem -= back_rem;
@@ -168,19 +173,14 @@ impl TokenBucket {
             // Clamped: decoded state is input too, and must not overflow what follows.
             (
                 state.tat.as_micros() - now_us,
-                state.tat_units.min(self.units_per_micro - 1),
+                state.tat_units.min(self.units_per_micro.get() - 1),
             )
         };
-        let sum = ahead_units + cost * self.units_per_token;
-        let (next_us, next_units) = (
-            ahead_us + sum / self.units_per_micro,
-            sum % self.units_per_micro,
-        );
+        let sum = ahead_units + cost * self.units_per_token.get();
+        let (whole_us, next_units) = self.units_per_micro.div_rem(sum);
+        let next_us = ahead_us + whole_us;
         // The tolerance, split the same way, so the comparison needs no multiplication.
-        let (tol_us, tol_units) = (
-            self.tolerance / self.units_per_micro,
-            self.tolerance % self.units_per_micro,
-        );
+        let (tol_us, tol_units) = self.tolerance_split;
         if (next_us, next_units) <= (tol_us, tol_units) {
             if cost == 0 {
                 let decision = Decision::allowed(
@@ -216,11 +216,12 @@ impl TokenBucket {
     /// Whole tokens available when `tat` is `ahead_us` µs and `ahead_units` units past now.
     fn remaining(&self, ahead_us: u64, ahead_units: u64) -> u64 {
         // Checked before multiplying: after a clock regression `ahead_us` is unbounded.
-        if ahead_us > self.tolerance / self.units_per_micro {
+        if ahead_us > self.tolerance_split.0 {
             return 0;
         }
-        let used = ahead_us * self.units_per_micro + ahead_units;
-        self.tolerance.saturating_sub(used) / self.units_per_token
+        let used = ahead_us * self.units_per_micro.get() + ahead_units;
+        self.units_per_token
+            .div(self.tolerance.saturating_sub(used))
     }
 }
 

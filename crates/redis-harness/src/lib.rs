@@ -58,6 +58,9 @@ pub struct RedisServer {
     dir: PathBuf,
     extra_args: Vec<String>,
     child: Option<Child>,
+    /// Kills the server if this process dies without dropping it (a panic that aborts, a
+    /// killed test run, or a server kept in a `static`, which is never dropped).
+    watchdog: Option<Child>,
 }
 
 impl RedisServer {
@@ -79,6 +82,7 @@ impl RedisServer {
                 dir,
                 extra_args: extra_args.clone(),
                 child: None,
+                watchdog: None,
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
@@ -116,6 +120,10 @@ impl RedisServer {
 
     /// Kills the process; the dataset is lost (persistence is off).
     pub fn kill(&mut self) -> Result<(), HarnessError> {
+        if let Some(mut watchdog) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
         if let Some(mut child) = self.child.take() {
             // A stopped process must be continued to act on SIGKILL promptly everywhere.
             let _ = Command::new("kill")
@@ -178,6 +186,7 @@ impl RedisServer {
                 std::io::ErrorKind::NotFound => HarnessError::MissingBinary("redis-server"),
                 _ => HarnessError::Io(e),
             })?;
+        self.watchdog = spawn_watchdog(child.id());
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
@@ -252,6 +261,7 @@ impl RedisCluster {
                     dir,
                     extra_args: args.iter().map(|s| s.to_string()).collect(),
                     child: None,
+                    watchdog: None,
                 };
                 match server.spawn() {
                     Ok(()) => {
@@ -310,6 +320,22 @@ impl RedisCluster {
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
     }
+}
+
+/// A shell loop that kills `server` once this process is gone. `None` if `sh` is missing:
+/// the server is then only stopped by `Drop`.
+fn spawn_watchdog(server: u32) -> Option<Child> {
+    let script = format!(
+        "while kill -0 {} 2>/dev/null; do sleep 0.5; done; kill -9 {server} 2>/dev/null",
+        std::process::id()
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
 }
 
 /// A port on 127.0.0.1 that was free a moment ago (and, if `with_bus`, port + 10000 too).
