@@ -102,3 +102,8 @@ pub use resilience::{
 };
 pub use script::SCRIPT_SOURCE;
 pub use store::{RedisStore, RedisStoreBuilder};
+
+/// The README's examples, compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
