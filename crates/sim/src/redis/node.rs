@@ -132,6 +132,15 @@ impl Shared {
         self.lock().restart_losing_data();
     }
 
+    /// Restarts the node as a server with `persistence` would come back: with or without
+    /// its data, always without its script cache.
+    pub fn restart(&self, persistence: Persistence) {
+        match persistence {
+            Persistence::KeepData => self.restart_keeping_data(),
+            Persistence::LoseData => self.restart_losing_data(),
+        }
+    }
+
     /// Exclusive access to the node, for inspection between simulation steps.
     pub fn lock(&self) -> MutexGuard<'_, Node> {
         // A std mutex, not tokio's: no command awaits while holding it. A panic inside a

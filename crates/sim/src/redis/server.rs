@@ -38,10 +38,7 @@ pub fn host(
     let started = Cell::new(false);
     move || {
         if started.replace(true) {
-            match persistence {
-                Persistence::KeepData => node.restart_keeping_data(),
-                Persistence::LoseData => node.restart_losing_data(),
-            }
+            node.restart(persistence);
         }
         let node = node.clone();
         Box::pin(async move {

@@ -68,10 +68,7 @@ pub fn tapped_host(
     let started = Cell::new(false);
     move || {
         if started.replace(true) {
-            match persistence {
-                Persistence::KeepData => node.restart_keeping_data(),
-                Persistence::LoseData => node.restart_losing_data(),
-            }
+            node.restart(persistence);
         }
         let (node, tap) = (node.clone(), tap.clone());
         Box::pin(async move {
