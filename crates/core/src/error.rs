@@ -27,6 +27,11 @@ pub enum ConfigError {
     /// A policy needs at least one limit.
     #[error("a policy needs at least one limit")]
     NoLimits,
+    /// A policy name is empty, longer than 64 bytes, or holds a byte other than ASCII
+    /// letters, digits, `_`, `-` and `.`. Names become part of every Redis key and header.
+    /// Use e.g. `api-login`.
+    #[error("invalid policy name {0:?}: 1 to 64 of A-Z a-z 0-9 _ - .")]
+    InvalidName(String),
     /// More limits in one policy than [`MAX_LIMITS`](crate::MAX_LIMITS).
     #[error("a policy holds at most {max} limits, got {got}")]
     TooManyLimits {

@@ -53,6 +53,7 @@ mod encoding;
 mod error;
 pub mod fixed_window;
 mod limit;
+mod limiter;
 mod policy;
 pub mod sliding_counter;
 pub mod sliding_log;
@@ -63,6 +64,9 @@ pub use decision::{Decision, Outcome};
 pub use error::{AcquireError, ConfigError, DecodeError};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use limit::{Limit, LimitState};
+pub use limiter::{
+    DecideError, KeyError, Limiter, NamedPolicy, PrepareError, SourceError, StoreError,
+};
 pub use policy::{MAX_LIMITS, Policy, PolicyState};
 pub use sliding_counter::{SlidingCounter, SlidingCounterState};
 pub use sliding_log::{LogEntry, SlidingLog, SlidingLogState};

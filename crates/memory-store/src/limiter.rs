@@ -447,7 +447,7 @@ fn prev_power_of_two(n: usize) -> usize {
 /// 2^20 keys: enough for a busy server's distinct clients within a policy's reset time, at
 /// 20–40 MB with `u64` keys under one token bucket and 80–170 MB under a multi-limit
 /// policy (see "Memory and eviction" on [`MemoryLimiter`]).
-const DEFAULT_MAX_KEYS: NonZeroUsize = NonZeroUsize::new(1 << 20).unwrap();
+pub(crate) const DEFAULT_MAX_KEYS: NonZeroUsize = NonZeroUsize::new(1 << 20).unwrap();
 
 /// Four shards per core, dashmap's default: with uniformly hashed keys, two threads pick
 /// the same shard with probability 1/shards.

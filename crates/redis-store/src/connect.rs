@@ -12,7 +12,9 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Value};
 
-use crate::error::CallError;
+use rein_core::StoreError;
+
+use crate::error::store_error;
 use crate::{ConnectError, RedisStore, RedisStoreBuilder};
 
 impl RedisStore<ConnectionManager> {
@@ -118,7 +120,7 @@ pub(crate) async fn first_connection<C>(
     match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(conn)) => Ok(conn),
         Ok(Err(e)) => Err(connect_error(e, timeout)),
-        Err(_) => Err(ConnectError::Timeout(timeout)),
+        Err(_) => Err(StoreError::Timeout(timeout).into()),
     }
 }
 
@@ -131,8 +133,8 @@ async fn load_script<C: ConnectionLike>(
     match tokio::time::timeout(timeout, load.query_async::<Value>(&mut conn)).await {
         Ok(Ok(reply)) => crate::script::check_load_reply(&reply).map_err(ConnectError::from),
         Ok(Err(e)) if is_auth_error(&e) => Err(ConnectError::Auth(e)),
-        Ok(Err(e)) => Err(CallError::classify(e, timeout).into()),
-        Err(_) => Err(ConnectError::Timeout(timeout)),
+        Ok(Err(e)) => Err(store_error(e, timeout).into()),
+        Err(_) => Err(StoreError::Timeout(timeout).into()),
     }
 }
 
@@ -145,9 +147,9 @@ fn connect_error(e: RedisError, timeout: Duration) -> ConnectError {
     match e.kind() {
         _ if is_auth_error(&e) => ConnectError::Auth(e),
         ErrorKind::InvalidClientConfig => ConnectError::InvalidUrl(e),
-        _ if e.is_timeout() => ConnectError::Timeout(timeout),
-        _ => match CallError::classify(e, timeout) {
-            CallError::Server(e) | CallError::Connection(e) => ConnectError::Connection(e),
+        _ => match store_error(e, timeout) {
+            // Before a connection exists, a server error is a refused connection too.
+            StoreError::Server(e) => StoreError::Connection(e).into(),
             other => other.into(),
         },
     }

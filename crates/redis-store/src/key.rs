@@ -7,12 +7,14 @@
 //! decides a policy is a single-slot call on Redis Cluster. SHA-1 is used as a spreading
 //! hash, not for security: a collision would only make two users share a limit.
 
-use crate::{ConfigError, KeyError, NamedPolicy};
+use rein_core::KeyError;
+
+use crate::{ConfigError, RedisPolicy};
 
 /// The Redis keys of `policy`'s limits for `user_key`, in the policy's order.
 pub(crate) fn state_keys(
     prefix: &str,
-    policy: &NamedPolicy,
+    policy: &RedisPolicy,
     user_key: &[u8],
 ) -> Result<Vec<String>, KeyError> {
     if user_key.is_empty() {
@@ -68,12 +70,12 @@ mod tests {
 
     use super::*;
 
-    fn policy() -> NamedPolicy {
+    fn policy() -> RedisPolicy {
         let limits = [
             Limit::token_bucket(10, 1, Micros::from_secs(1)).unwrap(),
             Limit::sliding_log(5, Micros::from_secs(1)).unwrap(),
         ];
-        NamedPolicy::new("api", Policy::new(limits).unwrap()).unwrap()
+        RedisPolicy::new("api", Policy::new(limits).unwrap()).unwrap()
     }
 
     #[test]

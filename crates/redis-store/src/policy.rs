@@ -1,8 +1,8 @@
-use rein_core::{Limit, Policy};
+use rein_core::{ConfigError, Limit, NamedPolicy, Policy};
 
-use crate::ConfigError;
-
-/// A [`Policy`] under a name, ready to be sent to Redis.
+/// A [`NamedPolicy`] prepared for Redis: its keys' suffixes and the script's arguments,
+/// computed once. What [`RedisStore`](crate::RedisStore) decides with, and its
+/// [`Limiter::Prepared`](rein_core::Limiter::Prepared) type.
 ///
 /// The name becomes part of every key of the policy, next to each limit's index and
 /// algorithm (see docs/redis.md, "Key layout"), so two policies never share state and a
@@ -15,9 +15,9 @@ use crate::ConfigError;
 ///
 /// ```
 /// use rein_core::{Limit, Micros, Policy};
-/// use rein_redis::NamedPolicy;
+/// use rein_redis::RedisPolicy;
 ///
-/// let login = NamedPolicy::new(
+/// let login = RedisPolicy::new(
 ///     "login",
 ///     Policy::new([
 ///         Limit::token_bucket(5, 1, Micros::from_secs(10))?,   // bursts of 5, 1 per 10 s
@@ -29,27 +29,24 @@ use crate::ConfigError;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NamedPolicy {
-    name: String,
-    policy: Policy,
+pub struct RedisPolicy {
+    named: NamedPolicy,
     /// Per limit, in order: `:<name>:<index>:<tag>`, the end of its key.
     key_suffixes: Vec<String>,
     /// The script's per-limit arguments: each limit's tag, then its parameters.
     limit_args: Vec<String>,
 }
 
-impl NamedPolicy {
-    /// Names `policy`. Errors if the name is empty, longer than 64 bytes, or holds anything
-    /// but ASCII letters, digits, `_`, `-` and `.`.
+impl RedisPolicy {
+    /// Names `policy` and prepares it. Errors if the name is invalid (see [`NamedPolicy`]).
     pub fn new(name: impl Into<String>, policy: Policy) -> Result<Self, ConfigError> {
-        let name = name.into();
-        let valid = (1..=MAX_NAME_LEN).contains(&name.len())
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-        if !valid {
-            return Err(ConfigError::InvalidPolicyName(name));
-        }
+        Ok(Self::prepare(&NamedPolicy::new(name, policy)?))
+    }
+
+    /// Prepares `named` for the script.
+    pub fn prepare(named: &NamedPolicy) -> Self {
+        let name = named.name();
+        let policy = named.policy();
         let mut key_suffixes = Vec::with_capacity(policy.limits().len());
         let mut limit_args = Vec::with_capacity(policy.limits().len() * 5);
         for (index, limit) in policy.limits().iter().enumerate() {
@@ -82,22 +79,26 @@ impl NamedPolicy {
                 }
             }
         }
-        Ok(Self {
-            name,
-            policy,
+        Self {
+            named: named.clone(),
             key_suffixes,
             limit_args,
-        })
+        }
     }
 
     /// The name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.named.name()
     }
 
     /// The policy.
     pub fn policy(&self) -> &Policy {
-        &self.policy
+        self.named.policy()
+    }
+
+    /// The policy and its name.
+    pub fn named(&self) -> &NamedPolicy {
+        &self.named
     }
 
     pub(crate) fn key_suffixes(&self) -> &[String] {
@@ -118,6 +119,3 @@ pub(crate) fn algorithm_tag(limit: &Limit) -> &'static str {
         Limit::SlidingCounter(_) => "sc",
     }
 }
-
-/// The longest policy name: it is repeated in every key of the policy.
-const MAX_NAME_LEN: usize = 64;

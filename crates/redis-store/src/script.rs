@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 use redis::{Cmd, Value};
 use rein_core::{Decision, MAX_MICROS, Micros, Outcome, Timestamp};
 
-use crate::NamedPolicy;
-use crate::error::CallError;
+use crate::RedisPolicy;
+use rein_core::StoreError;
 
 /// The Lua source of the script every decision runs, for tools that run it outside Redis
 /// (a simulator executing it in an embedded Lua 5.1 with an in-memory keyspace).
@@ -58,7 +58,7 @@ pub(crate) struct Invocation<'a> {
     now: String,
     cost: u64,
     min_ttl_ms: u64,
-    policy: &'a NamedPolicy,
+    policy: &'a RedisPolicy,
 }
 
 impl<'a> Invocation<'a> {
@@ -68,7 +68,7 @@ impl<'a> Invocation<'a> {
         now: Option<Timestamp>,
         cost: u64,
         min_ttl_ms: u64,
-        policy: &'a NamedPolicy,
+        policy: &'a RedisPolicy,
     ) -> Self {
         Self {
             keys,
@@ -120,26 +120,26 @@ pub(crate) fn load_command() -> Cmd {
 }
 
 /// Checks the reply of [`load_command`].
-pub(crate) fn check_load_reply(value: &Value) -> Result<(), CallError> {
+pub(crate) fn check_load_reply(value: &Value) -> Result<(), StoreError> {
     match value {
         Value::BulkString(sha) if sha.as_slice() == SCRIPT_SHA1.as_bytes() => Ok(()),
-        other => Err(CallError::UnexpectedReply(format!(
+        other => Err(StoreError::UnexpectedReply(format!(
             "SCRIPT LOAD answered {other:?}, not the script's SHA-1"
         ))),
     }
 }
 
 /// Decodes the script's reply: `[allowed, limit, remaining, retry_after, reset_after, now]`.
-pub(crate) fn decode_reply(value: Value) -> Result<(Decision, Timestamp), CallError> {
-    let wrong = |what: &str| CallError::UnexpectedReply(what.to_owned());
+pub(crate) fn decode_reply(value: Value) -> Result<(Decision, Timestamp), StoreError> {
+    let wrong = |what: &str| StoreError::UnexpectedReply(what.to_owned());
     let Value::Array(items) = value else {
-        return Err(CallError::UnexpectedReply(format!(
+        return Err(StoreError::UnexpectedReply(format!(
             "expected an array of 6 integers, got {value:?}"
         )));
     };
     let mut numbers = [0u64; 6];
     if items.len() != numbers.len() {
-        return Err(CallError::UnexpectedReply(format!(
+        return Err(StoreError::UnexpectedReply(format!(
             "expected an array of 6 integers, got {} items",
             items.len()
         )));
@@ -151,7 +151,7 @@ pub(crate) fn decode_reply(value: Value) -> Result<(Decision, Timestamp), CallEr
                 .filter(|&n| n <= MAX_MICROS)
                 .ok_or_else(|| wrong("a figure out of range"))?,
             other => {
-                return Err(CallError::UnexpectedReply(format!(
+                return Err(StoreError::UnexpectedReply(format!(
                     "expected an integer, got {other:?}"
                 )));
             }
@@ -202,7 +202,7 @@ mod tests {
             Value::Array(vec![Value::Okay; 6]),
         ] {
             assert!(
-                matches!(decode_reply(reply), Err(CallError::UnexpectedReply(_))),
+                matches!(decode_reply(reply), Err(StoreError::UnexpectedReply(_))),
                 "accepted a wrong shape"
             );
         }

@@ -11,10 +11,10 @@ use rein_core::{
     SlidingLogState, Timestamp, TokenBucketState,
 };
 
-use crate::NamedPolicy;
+use crate::RedisPolicy;
 
 /// One read per limit: `HMGET` of its fields, or `ZRANGE 0 -1` of its log.
-pub(crate) fn read_pipeline(policy: &NamedPolicy, keys: &[String]) -> Pipeline {
+pub(crate) fn read_pipeline(policy: &RedisPolicy, keys: &[String]) -> Pipeline {
     let mut pipe = redis::pipe();
     for (limit, key) in policy.policy().limits().iter().zip(keys) {
         match limit {
@@ -26,7 +26,7 @@ pub(crate) fn read_pipeline(policy: &NamedPolicy, keys: &[String]) -> Pipeline {
 }
 
 /// Decodes the replies of [`read_pipeline`].
-pub(crate) fn decode(policy: &NamedPolicy, replies: Vec<Value>) -> Result<PolicyState, String> {
+pub(crate) fn decode(policy: &RedisPolicy, replies: Vec<Value>) -> Result<PolicyState, String> {
     let limits = policy.policy().limits();
     if replies.len() != limits.len() {
         return Err(format!(

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use redis::aio::ConnectionManager;
 use rein_core::{Limit, MAX_MICROS, Micros, Policy, Timestamp};
-use rein_redis::{AcquireError, NamedPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 
 /// One step: move the clock, then do one operation.
@@ -79,7 +79,7 @@ fn script_matches_core_decisions_and_state_at_every_step() {
 }
 
 async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<(), TestCaseError> {
-    let named = NamedPolicy::new("p", case.policy.clone()).expect("valid name");
+    let named = RedisPolicy::new("p", case.policy.clone()).expect("valid name");
     let policy = &case.policy;
     let mut state = policy.new_state();
     let mut now = case.start;
@@ -135,7 +135,7 @@ fn same_outcome(
     i: usize,
     step: &Step,
     core: Result<rein_core::Decision, rein_core::AcquireError>,
-    redis: Result<rein_core::Decision, AcquireError>,
+    redis: Result<rein_core::Decision, rein_redis::DecideError>,
 ) -> Result<(), TestCaseError> {
     match (core, redis) {
         (Ok(core), Ok(redis)) => {
@@ -143,7 +143,7 @@ fn same_outcome(
         }
         (
             Err(rein_core::AcquireError::InsufficientCapacity { cost, capacity }),
-            Err(AcquireError::InsufficientCapacity {
+            Err(rein_redis::DecideError::InsufficientCapacity {
                 cost: c2,
                 capacity: k2,
             }),
