@@ -63,7 +63,13 @@ local function token_bucket()
         return allowed(p.capacity, remaining(p, ahead_us, ahead_units),
           reset_after(ahead_us, ahead_units)), nil
       end
-      local next = { tat = clamp(now + next_us), tat_units = next_units }
+      if next_us > MAX_MICROS - now then
+        -- The end of time: a `tat` past MAX_MICROS cannot be stored, and clamping it would
+        -- refill the bucket early. Denied for good (rein_core: issue 9).
+        return denied(p.capacity, remaining(p, ahead_us, ahead_units), MAX_MICROS,
+          reset_after(ahead_us, ahead_units)), nil
+      end
+      local next = { tat = now + next_us, tat_units = next_units }
       return allowed(p.capacity, remaining(p, next_us, next_units),
         reset_after(next_us, next_units)), next
     end
