@@ -75,7 +75,7 @@
 //! - `store.rs`: [`RedisStore`] and [`RedisStoreBuilder`]: encode, call, decode.
 //! - `connect.rs`: constructors from URLs (standalone, Cluster, TLS, AUTH).
 //! - `link.rs`: the connection, and replacing it through the caller's connector.
-//! - `script.rs`: the script ([`SCRIPT_SOURCE`]), its arguments and its reply.
+//! - `script.rs`: the scripts ([`SCRIPTS`]), their arguments and their reply.
 //! - `key.rs`: key layout. `policy.rs`: [`NamedPolicy`]. `state.rs`: reading state back.
 //! - `error.rs`: one error enum per operation.
 //! - `resilience/`: [`ResilientLimiter`] and its parts (breaker, caches, fallback, policy
@@ -100,7 +100,7 @@ pub use resilience::{
     ResilienceConfigError, ResilientLimiter, ResilientLimiterBuilder, Source, SourceCounts,
     StatsSnapshot, Ticket, TimeSource, TokioClock, Unavailable, local_share,
 };
-pub use script::SCRIPT_SOURCE;
+pub use script::{SCRIPT_SOURCE, SCRIPTS};
 pub use store::{RedisStore, RedisStoreBuilder};
 
 /// The README's examples, compiled and run as doctests so that they stay true.
