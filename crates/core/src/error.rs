@@ -24,6 +24,20 @@ pub enum ConfigError {
         /// The largest accepted value.
         max: u64,
     },
+    /// The limit's span, the time from empty to full (a token bucket's `capacity × period
+    /// / refill`, rounded up, or a window), exceeds [`MAX_SPAN`](crate::MAX_SPAN), about
+    /// 8.9 years. A limit remembers instants up to one span ahead of `now`, and those must
+    /// stay below [`MAX_MICROS`](crate::MAX_MICROS) (the year 2112). Use a shorter period,
+    /// a smaller burst or a shorter window.
+    #[error("{what} is {span} µs, longer than the maximum span {max} µs (about 8.9 years)")]
+    SpanTooLong {
+        /// Which setting or product.
+        what: &'static str,
+        /// The span in µs.
+        span: u64,
+        /// The longest accepted span in µs.
+        max: u64,
+    },
     /// A policy needs at least one limit.
     #[error("a policy needs at least one limit")]
     NoLimits,

@@ -63,12 +63,14 @@ struct View {
 }
 
 impl SlidingCounter {
-    /// About `limit` cost units per `window`. Errors if either is zero or if
-    /// `limit × window` exceeds [`MAX_MICROS`].
+    /// About `limit` cost units per `window`. Errors if either is zero, if
+    /// `limit × window` exceeds [`MAX_MICROS`], or if `window` exceeds
+    /// [`MAX_SPAN`](crate::MAX_SPAN).
     pub fn new(limit: u64, window: Micros) -> Result<Self, ConfigError> {
         crate::ensure_nonzero("limit", limit)?;
         crate::ensure_nonzero("window", window.as_micros())?;
         crate::exact_product("limit × window", limit, window.as_micros())?;
+        crate::ensure_span("window", window.as_micros())?;
         Ok(Self {
             limit,
             window: Divisor::new(window.as_micros()),

@@ -22,7 +22,7 @@ use crate::{AcquireError, ConfigError, Decision, MAX_MICROS, Micros, Timestamp};
 /// ```
 /// use rein_core::{Micros, Timestamp, TokenBucket, TokenBucketState};
 ///
-/// // 10 tokens, refilled at 1 per second (seed 001's example).
+/// // 10 tokens, refilled at 1 per second.
 /// let bucket = TokenBucket::new(10, 1, Micros::from_secs(1))?;
 /// let mut state = TokenBucketState::default();
 /// let now = Timestamp::from_micros(1_000_000);
@@ -63,8 +63,10 @@ pub struct TokenBucketState {
 impl TokenBucket {
     /// A bucket of `capacity` tokens gaining `refill` tokens every `period`.
     ///
-    /// Errors if any of them is zero, or if `capacity × period / gcd(refill, period)`
-    /// (the tolerance in units) or `refill` exceeds [`MAX_MICROS`].
+    /// Errors if any of them is zero, if `capacity × period / gcd(refill, period)` (the
+    /// tolerance in units) or `refill` exceeds [`MAX_MICROS`], or if the span from empty to
+    /// full, `capacity × period / refill` µs rounded up, exceeds
+    /// [`MAX_SPAN`](crate::MAX_SPAN) ([`ConfigError::SpanTooLong`]).
     pub fn new(capacity: u64, refill: u64, period: Micros) -> Result<Self, ConfigError> {
         let period = period.as_micros();
         crate::ensure_nonzero("capacity", capacity)?;
@@ -78,12 +80,16 @@ impl TokenBucket {
         let tolerance =
             crate::exact_product("capacity × emission interval", capacity, units_per_token)?;
         let units_per_micro = Divisor::new(units_per_micro);
+        let tolerance_split = units_per_micro.div_rem(tolerance);
+        // `tat` runs up to this far ahead of `now`, and is stored as an instant.
+        let span = tolerance_split.0 + u64::from(tolerance_split.1 > 0);
+        crate::ensure_span("capacity × period / refill", span)?;
         Ok(Self {
             capacity,
             units_per_token: Divisor::new(units_per_token),
             units_per_micro,
             tolerance,
-            tolerance_split: units_per_micro.div_rem(tolerance),
+            tolerance_split,
         })
     }
 
@@ -99,6 +105,10 @@ impl TokenBucket {
     }
 
     /// Takes `cost` tokens if they are all there; otherwise changes nothing.
+    ///
+    /// At the end of time, when the `tat` an admission would store is past
+    /// [`MAX_MICROS`], the request is denied with `retry_after` [`Micros::MAX`] (it can
+    /// never be admitted): clamping that `tat` would refill the bucket early.
     pub fn acquire(
         &self,
         now: Timestamp,
@@ -186,6 +196,19 @@ impl TokenBucket {
                 let decision = Decision::allowed(
                     self.capacity,
                     self.remaining(ahead_us, ahead_units),
+                    reset_after(ahead_us, ahead_units),
+                );
+                return Ok((decision, None));
+            }
+            if next_us > MAX_MICROS - now_us {
+                // The end of time: `tat` would be past the last representable instant, and
+                // `Timestamp` would clamp it, forgetting tokens taken (issue 9). Refused
+                // for good: while `tat > now` waiting leaves `now + next_us` unchanged, and
+                // after that it only grows. Only reachable after the year 2103 (MAX_SPAN).
+                let decision = Decision::denied(
+                    self.capacity,
+                    self.remaining(ahead_us, ahead_units),
+                    Micros::MAX,
                     reset_after(ahead_us, ahead_units),
                 );
                 return Ok((decision, None));

@@ -10,8 +10,10 @@
 //! `reset_after`; peeks, cost 0 and denials write nothing; refunds round-trip; a regressed
 //! clock never admits more than its latest reading; policies are all-or-nothing; encodings
 //! round-trip and decoding never panics; any `u64` settings either build or fail with a
-//! `ConfigError`; and the sliding counter stays below twice its limit (with the measured
-//! error printed for docs/algorithms.md).
+//! `ConfigError`; the sliding counter stays below twice its limit (with the measured
+//! error printed for docs/algorithms.md); and at the end of time (`now` within two spans of
+//! `MAX_MICROS`, spans up to `MAX_SPAN`) no limit admits beyond its bound, and a token
+//! bucket denies exactly the requests whose `tat` could not be stored (issue 9).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,8 +21,8 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{RngSeed, TestCaseError};
 use rein_core::{
-    AcquireError, ConfigError, FixedWindowState, Limit, LimitState, MAX_MICROS, Micros, Policy,
-    PolicyState, SlidingCounterState, SlidingLogState, Timestamp, TokenBucketState,
+    AcquireError, ConfigError, FixedWindowState, Limit, LimitState, MAX_MICROS, MAX_SPAN, Micros,
+    Policy, PolicyState, SlidingCounterState, SlidingLogState, Timestamp, TokenBucketState,
 };
 
 const CASES: u32 = 256;
@@ -211,8 +213,82 @@ proptest! {
         prop_assert_eq!(built.is_ok(), valid, "kind {} settings {} {} {}", kind, a, b, c);
         match built {
             Ok(limit) => drive_anything(&limit, limit.new_state(), &ops)?,
-            Err(ConfigError::Zero { .. } | ConfigError::TooLarge { .. }) => {}
+            Err(
+                ConfigError::Zero { .. }
+                | ConfigError::TooLarge { .. }
+                | ConfigError::SpanTooLong { .. },
+            ) => {}
             Err(other) => prop_assert!(false, "unexpected {:?}", other),
+        }
+    }
+
+    /// Issue 9: spans up to `MAX_SPAN` and instants up to `MAX_MICROS` never admit beyond
+    /// the algorithm's bound. The clock stops at `MAX_MICROS`, as `Timestamp` does.
+    #[test]
+    fn no_limit_over_admits_at_the_end_of_time(
+        (config, start, ops) in end_of_time_case(),
+    ) {
+        let limit = config.limit();
+        let mut state = limit.new_state();
+        let mut now = start;
+        let mut admitted = Vec::new();
+        for op in ops {
+            match op {
+                Op::Advance(d) => now = (now + d).min(MAX_MICROS),
+                Op::Acquire(cost) => {
+                    let decision = limit.acquire(at(now), &mut state, cost);
+                    if decision.is_ok_and(|d| d.is_allowed()) && cost > 0 {
+                        admitted.push((now, cost));
+                    }
+                }
+                _ => {}
+            }
+        }
+        check_bound(config, &admitted)?;
+    }
+
+    /// The token bucket at the end of time agrees with the exact token count, except that
+    /// it denies, with `retry_after` `Micros::MAX`, exactly those admissions after which
+    /// the bucket would be full again only after `MAX_MICROS`.
+    #[test]
+    fn token_bucket_denies_exactly_what_it_cannot_store(
+        (config, start, ops) in end_of_time_case().prop_filter(
+            "buckets", |(c, _, _)| matches!(c, Config::Bucket { .. })),
+    ) {
+        let Config::Bucket { capacity, refill, period } = config else { unreachable!() };
+        let limit = config.limit();
+        let mut state = limit.new_state();
+        let mut oracle = BucketOracle {
+            capacity: capacity.into(),
+            refill: refill.into(),
+            period: period.into(),
+            scaled: u128::from(capacity) * u128::from(period),
+            at: start,
+        };
+        let mut now = start;
+        for (i, op) in ops.into_iter().enumerate() {
+            let Op::Acquire(cost) = op else {
+                if let Op::Advance(d) = op {
+                    now = (now + d).min(MAX_MICROS);
+                }
+                continue;
+            };
+            let decision = limit.acquire(at(now), &mut state, cost)?;
+            let fits = oracle.admits(now, cost);
+            // After admitting, the bucket is full again `(C·P − scaled) / R` µs later; the
+            // whole µs of that instant is the `tat` that must be stored.
+            let scaled_after = oracle.scaled_at(now).saturating_sub(u128::from(cost) * oracle.period);
+            let full_again = u128::from(now)
+                + (oracle.capacity * oracle.period - scaled_after) / oracle.refill;
+            let storable = full_again <= u128::from(MAX_MICROS);
+            prop_assert_eq!(decision.is_allowed(), fits && (storable || cost == 0), "op {} at {}", i, now);
+            if fits && !storable && cost > 0 {
+                prop_assert_eq!(decision.retry_after, Micros::MAX, "op {}", i);
+            }
+            if decision.is_allowed() && cost > 0 {
+                oracle.admit(now, cost);
+            }
+            prop_assert_eq!(decision.remaining, oracle.remaining(now), "op {} remaining", i);
         }
     }
 }
@@ -515,6 +591,53 @@ fn case(
             Just(start),
             ops(config.capacity(), config.span(), mix),
         )
+    })
+}
+
+/// Limits of every algorithm with spans up to `MAX_SPAN` (log-uniform, so the longest are
+/// common), a start within two spans of `MAX_MICROS`, and acquires with clock steps of
+/// about a quarter span.
+fn end_of_time_case() -> impl Strategy<Value = (Config, u64, Vec<Op>)> {
+    let max_span = MAX_SPAN.as_micros();
+    let long = (0..=48u32, any::<u64>()).prop_map(move |(bits, x)| {
+        let span = max_span >> (48 - bits);
+        span - x % (span / 2 + 1)
+    });
+    let config = (0..4u8, 1..=12u64, 1..=7u64, long).prop_map(|(kind, size, refill, span)| {
+        match kind {
+            // The longest period whose span `size × period / refill` (rounded up) fits.
+            0 => Config::Bucket {
+                capacity: size,
+                refill,
+                period: (span * refill / size).max(1),
+            },
+            1 => Config::Window {
+                limit: size,
+                window: span,
+            },
+            2 => Config::Log {
+                limit: size,
+                window: span,
+            },
+            _ => Config::Counter {
+                limit: size,
+                window: span,
+            },
+        }
+    });
+    config.prop_flat_map(|config| {
+        let span = config.span();
+        let start = prop_oneof![
+            Just(MAX_MICROS),
+            MAX_MICROS.saturating_sub(2 * span)..=MAX_MICROS,
+            Just(MAX_MICROS - span.min(MAX_MICROS)),
+        ];
+        let cost = 0..=config.capacity();
+        let op = prop_oneof![
+            3 => cost.prop_map(Op::Acquire),
+            2 => prop_oneof![0..=span / 4 + 1, 0..=span].prop_map(Op::Advance),
+        ];
+        (Just(config), start, vec(op, 1..60))
     })
 }
 
@@ -1203,17 +1326,19 @@ fn drive_anything(
 fn build(kind: u8, a: u64, b: u64, c: u64) -> (Result<Limit, ConfigError>, bool) {
     let exact = |v: u128| v <= u128::from(MAX_MICROS);
     let clamp = |v: u64| v.min(MAX_MICROS);
+    let short = |span: u128| span <= u128::from(MAX_SPAN.as_micros());
     match kind {
         0 => {
             let period = clamp(c);
             let valid = a >= 1 && b >= 1 && period >= 1 && exact(a.into()) && exact(b.into()) && {
                 let interval = period / gcd(b, period);
                 exact(u128::from(a) * u128::from(interval))
+                    && short((u128::from(a) * u128::from(period)).div_ceil(b.into()))
             };
             (Limit::token_bucket(a, b, Micros::from_micros(c)), valid)
         }
         1 | 2 => {
-            let valid = a >= 1 && exact(a.into()) && clamp(b) >= 1;
+            let valid = a >= 1 && exact(a.into()) && clamp(b) >= 1 && short(clamp(b).into());
             let window = Micros::from_micros(b);
             let built = if kind == 1 {
                 Limit::fixed_window(a, window)
@@ -1223,7 +1348,10 @@ fn build(kind: u8, a: u64, b: u64, c: u64) -> (Result<Limit, ConfigError>, bool)
             (built, valid)
         }
         _ => {
-            let valid = a >= 1 && b >= 1 && exact(u128::from(a) * u128::from(clamp(b)));
+            let valid = a >= 1
+                && b >= 1
+                && exact(u128::from(a) * u128::from(clamp(b)))
+                && short(clamp(b).into());
             (Limit::sliding_counter(a, Micros::from_micros(b)), valid)
         }
     }

@@ -142,8 +142,10 @@ mod tests {
 
     #[test]
     fn a_share_that_cannot_be_exact_is_a_config_error() {
-        let slow =
-            Policy::single(Limit::token_bucket(1, 1, Micros::from_micros(MAX_MICROS / 2)).unwrap());
+        // One token every (2^51 − 1) / 17 µs: a span within MAX_SPAN, a period that is not.
+        let slow = Policy::single(
+            Limit::token_bucket(1, 17, Micros::from_micros(MAX_MICROS / 2)).unwrap(),
+        );
         assert!(local_share(&slow, nodes(2)).is_ok());
         assert!(matches!(
             local_share(&slow, nodes(3)),

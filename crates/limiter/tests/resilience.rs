@@ -44,10 +44,10 @@ fn bucket(name: &str, capacity: u64) -> NamedPolicy {
     NamedPolicy::new(name, Policy::single(limit)).expect("valid name")
 }
 
-/// `limit` per window of 10^15 µs (the next boundary is in 2033): its stored count is
-/// exactly what was admitted.
+/// `limit` per window of `MAX_SPAN`, 2^48 µs (the next boundary is in 2032): its stored
+/// count is exactly what was admitted.
 fn eon_window(name: &str, limit: u64) -> NamedPolicy {
-    let eon = Micros::from_micros(1_000_000_000_000_000);
+    let eon = rein_core::MAX_SPAN;
     let limit = Limit::fixed_window(limit, eon).expect("valid");
     NamedPolicy::new(name, Policy::single(limit)).expect("valid name")
 }

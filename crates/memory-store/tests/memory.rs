@@ -83,7 +83,10 @@ struct Row {
 /// Bytes per key (requested, chunks) after `KEYS` keys were admitted once at `now`.
 fn measure<K: std::hash::Hash + Eq + Clone>(policy: &Policy, key: impl Fn(u64) -> K) -> (f64, f64) {
     let now = Timestamp::from_micros(1_000_000);
-    let before = (REQUESTED.load(Ordering::Relaxed), CHUNKS.load(Ordering::Relaxed));
+    let before = (
+        REQUESTED.load(Ordering::Relaxed),
+        CHUNKS.load(Ordering::Relaxed),
+    );
     let limiter = MemoryLimiter::<K>::builder(policy.clone())
         .max_keys(NonZeroUsize::new(2 * KEYS as usize).expect("nonzero"))
         .build();
@@ -110,7 +113,9 @@ fn memory_per_key_stays_within_the_documented_figures() {
         Row { label: "sliding counter", limit: Limit::sliding_counter(100, minute).expect("valid"), max_u64: 48.0, max_string: 106.0 },
         Row { label: "sliding log (1 entry)", limit: Limit::sliding_log(100, minute).expect("valid"), max_u64: 160.0, max_string: 217.0 },
     ];
-    println!("| policy | u64 key: requested | u64: glibc chunks | String key: requested | String: glibc chunks |");
+    println!(
+        "| policy | u64 key: requested | u64: glibc chunks | String key: requested | String: glibc chunks |"
+    );
     println!("|---|---|---|---|---|");
     for row in rows {
         let policy = Policy::single(row.limit);
@@ -121,7 +126,11 @@ fn memory_per_key_stays_within_the_documented_figures() {
             "| {} | {u64_requested:.1} | {u64_chunks:.1} | {string_requested:.1} | {string_chunks:.1} |",
             row.label
         );
-        assert!(u64_chunks <= row.max_u64, "{}: {u64_chunks:.1} B per u64 key", row.label);
+        assert!(
+            u64_chunks <= row.max_u64,
+            "{}: {u64_chunks:.1} B per u64 key",
+            row.label
+        );
         assert!(
             string_chunks <= row.max_string,
             "{}: {string_chunks:.1} B per String key",

@@ -124,18 +124,21 @@ pub(crate) async fn first_connection<C>(
     }
 }
 
-/// `SCRIPT LOAD` (on every master, for a Cluster connection), checking the SHA-1 it returns.
+/// `SCRIPT LOAD` of every script (on every master, for a Cluster connection), checking the
+/// SHA-1 each returns.
 async fn load_script<C: ConnectionLike>(
     mut conn: C,
     timeout: Duration,
 ) -> Result<(), ConnectError> {
-    let load = crate::script::load_command();
-    match tokio::time::timeout(timeout, load.query_async::<Value>(&mut conn)).await {
-        Ok(Ok(reply)) => crate::script::check_load_reply(&reply).map_err(ConnectError::from),
-        Ok(Err(e)) if is_auth_error(&e) => Err(ConnectError::Auth(e)),
-        Ok(Err(e)) => Err(store_error(e, timeout).into()),
-        Err(_) => Err(StoreError::Timeout(timeout).into()),
+    for (load, sha1) in crate::script::load_commands() {
+        match tokio::time::timeout(timeout, load.query_async::<Value>(&mut conn)).await {
+            Ok(Ok(reply)) => crate::script::check_load_reply(&reply, sha1)?,
+            Ok(Err(e)) if is_auth_error(&e) => return Err(ConnectError::Auth(e)),
+            Ok(Err(e)) => return Err(store_error(e, timeout).into()),
+            Err(_) => return Err(StoreError::Timeout(timeout).into()),
+        }
     }
+    Ok(())
 }
 
 /// A refused or missing login: matched on the error code, never on message text.

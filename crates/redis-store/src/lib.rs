@@ -65,7 +65,7 @@
 //! - `store.rs`: [`RedisStore`] and [`RedisStoreBuilder`]: encode, call, decode.
 //! - `connect.rs`: constructors from URLs (standalone, Cluster, TLS, AUTH).
 //! - `link.rs`: the connection, and replacing it through the caller's connector.
-//! - `script.rs`: the script ([`SCRIPT_SOURCE`]), its arguments and its reply.
+//! - `script.rs`: the scripts ([`SCRIPTS`]), their arguments and their reply.
 //! - `key.rs`: key layout. `policy.rs`: [`RedisPolicy`]. `state.rs`: reading state back.
 //! - `error.rs`: the errors only this store has (connecting, reading state, settings).
 #![deny(missing_docs)]
@@ -82,5 +82,5 @@ mod store;
 pub use error::{ConfigError, ConnectError, StateError};
 pub use policy::RedisPolicy;
 pub use rein_core::{DecideError, KeyError, StoreError};
-pub use script::SCRIPT_SOURCE;
+pub use script::{SCRIPT_SOURCE, SCRIPTS};
 pub use store::{RedisStore, RedisStoreBuilder};

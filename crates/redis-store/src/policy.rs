@@ -1,8 +1,10 @@
 use rein_core::{ConfigError, Limit, NamedPolicy, Policy};
 
-/// A [`NamedPolicy`] prepared for Redis: its keys' suffixes and the script's arguments,
-/// computed once. What [`RedisStore`](crate::RedisStore) decides with, and its
-/// [`Limiter::Prepared`](rein_core::Limiter::Prepared) type.
+use crate::script::ScriptKind;
+
+/// A [`NamedPolicy`] prepared for Redis: its keys' suffixes, which script it runs, and that
+/// script's arguments, computed once. What [`RedisStore`](crate::RedisStore) decides with,
+/// and its [`Limiter::Prepared`](rein_core::Limiter::Prepared) type.
 ///
 /// The name becomes part of every key of the policy, next to each limit's index and
 /// algorithm (see docs/redis.md, "Key layout"), so two policies never share state and a
@@ -11,7 +13,9 @@ use rein_core::{ConfigError, Limit, NamedPolicy, Policy};
 /// numbers (a higher capacity, a longer window) keeps the stored state, which rein-core
 /// reads safely under the new parameters.
 ///
-/// The script's parameters are computed once here, not per call.
+/// The script's parameters are computed once here, not per call, and so is the choice of
+/// script: a policy of one token bucket, fixed window or sliding log runs that algorithm's
+/// lean script; any other policy runs the generic one (see docs/redis.md, "Scripts").
 ///
 /// ```
 /// use rein_core::{Limit, Micros, Policy};
@@ -33,8 +37,11 @@ pub struct RedisPolicy {
     named: NamedPolicy,
     /// Per limit, in order: `:<name>:<index>:<tag>`, the end of its key.
     key_suffixes: Vec<String>,
-    /// The script's per-limit arguments: each limit's tag, then its parameters.
-    limit_args: Vec<String>,
+    /// The script this policy runs.
+    script: ScriptKind,
+    /// The script's arguments after the common header: for a lean script, its limit's
+    /// parameters; for the generic script, each limit's tag, then its parameters.
+    script_args: Vec<String>,
 }
 
 impl RedisPolicy {
@@ -43,46 +50,22 @@ impl RedisPolicy {
         Ok(Self::prepare(&NamedPolicy::new(name, policy)?))
     }
 
-    /// Prepares `named` for the script.
+    /// Prepares `named` for the scripts.
     pub fn prepare(named: &NamedPolicy) -> Self {
         let name = named.name();
         let policy = named.policy();
-        let mut key_suffixes = Vec::with_capacity(policy.limits().len());
-        let mut limit_args = Vec::with_capacity(policy.limits().len() * 5);
-        for (index, limit) in policy.limits().iter().enumerate() {
-            let tag = algorithm_tag(limit);
-            key_suffixes.push(format!(":{name}:{index}:{tag}"));
-            limit_args.push(tag.to_owned());
-            match limit {
-                Limit::TokenBucket(bucket) => {
-                    let (units_per_token, units_per_micro) = bucket.emission_interval();
-                    // The core validated `capacity × units_per_token` to stay exact.
-                    let tolerance = bucket.capacity() * units_per_token;
-                    limit_args.extend(
-                        [
-                            bucket.capacity(),
-                            units_per_token,
-                            units_per_micro,
-                            tolerance,
-                        ]
-                        .map(|n| n.to_string()),
-                    );
-                }
-                Limit::FixedWindow(w) => {
-                    limit_args.extend([w.limit(), w.window().as_micros()].map(|n| n.to_string()))
-                }
-                Limit::SlidingLog(w) => {
-                    limit_args.extend([w.limit(), w.window().as_micros()].map(|n| n.to_string()))
-                }
-                Limit::SlidingCounter(w) => {
-                    limit_args.extend([w.limit(), w.window().as_micros()].map(|n| n.to_string()))
-                }
-            }
-        }
+        let key_suffixes = policy
+            .limits()
+            .iter()
+            .enumerate()
+            .map(|(index, limit)| format!(":{name}:{index}:{}", algorithm_tag(limit)))
+            .collect();
+        let (script, script_args) = script_for(policy);
         Self {
             named: named.clone(),
             key_suffixes,
-            limit_args,
+            script,
+            script_args,
         }
     }
 
@@ -105,8 +88,67 @@ impl RedisPolicy {
         &self.key_suffixes
     }
 
-    pub(crate) fn limit_args(&self) -> &[String] {
-        &self.limit_args
+    pub(crate) fn script(&self) -> ScriptKind {
+        self.script
+    }
+
+    pub(crate) fn script_args(&self) -> &[String] {
+        &self.script_args
+    }
+}
+
+/// The script a policy runs and its precomputed arguments. Everything a lean script would
+/// otherwise derive on every call (the tolerance split into whole µs and a remainder) is
+/// computed here; the scripts still check every argument, as anyone with the ACL may call
+/// them.
+fn script_for(policy: &Policy) -> (ScriptKind, Vec<String>) {
+    let strings = |numbers: &[u64]| numbers.iter().map(u64::to_string).collect();
+    match policy.limits() {
+        [Limit::TokenBucket(bucket)] => {
+            let (units_per_token, units_per_micro) = bucket.emission_interval();
+            // The core validated `capacity × units_per_token` to stay exact.
+            let tolerance = bucket.capacity() * units_per_token;
+            let (tol_us, tol_units) = (tolerance / units_per_micro, tolerance % units_per_micro);
+            let args = [
+                bucket.capacity(),
+                units_per_token,
+                units_per_micro,
+                tol_us,
+                tol_units,
+            ];
+            (ScriptKind::TokenBucket, strings(&args))
+        }
+        [Limit::FixedWindow(w)] => (
+            ScriptKind::FixedWindow,
+            strings(&[w.limit(), w.window().as_micros()]),
+        ),
+        [Limit::SlidingLog(w)] => (
+            ScriptKind::SlidingLog,
+            strings(&[w.limit(), w.window().as_micros()]),
+        ),
+        limits => {
+            let mut args = Vec::with_capacity(limits.len() * 5);
+            for limit in limits {
+                args.push(algorithm_tag(limit).to_owned());
+                let params: Vec<u64> = match limit {
+                    Limit::TokenBucket(bucket) => {
+                        let (units_per_token, units_per_micro) = bucket.emission_interval();
+                        let tolerance = bucket.capacity() * units_per_token;
+                        vec![
+                            bucket.capacity(),
+                            units_per_token,
+                            units_per_micro,
+                            tolerance,
+                        ]
+                    }
+                    Limit::FixedWindow(w) => vec![w.limit(), w.window().as_micros()],
+                    Limit::SlidingLog(w) => vec![w.limit(), w.window().as_micros()],
+                    Limit::SlidingCounter(w) => vec![w.limit(), w.window().as_micros()],
+                };
+                args.extend(params.iter().map(u64::to_string));
+            }
+            (ScriptKind::Policy, args)
+        }
     }
 }
 

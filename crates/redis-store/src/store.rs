@@ -212,7 +212,7 @@ where
         key: impl AsRef<[u8]>,
     ) -> Result<PolicyState, StateError> {
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())?;
-        let pipeline = crate::state::read_pipeline(policy, &keys);
+        let pipeline = crate::state::read_pipeline(&keys);
         let replies: Vec<Value> = self
             .run(|mut conn| async move { pipeline.query_async(&mut conn).await })
             .await?;

@@ -16,7 +16,7 @@ fn policy() -> RedisPolicy {
     let limits = [
         Limit::token_bucket(10, 1, hour),
         Limit::sliding_log(10, hour),
-        Limit::fixed_window(3, Micros::from_micros(1_000_000_000_000_000)),
+        Limit::fixed_window(3, rein_core::MAX_SPAN),
         Limit::sliding_counter(10, Micros::from_micros(45_000_000_000_000)),
     ];
     let limits = limits.map(|l| l.expect("valid limit"));

@@ -196,12 +196,14 @@ async fn replies_of_the_wrong_shape_are_unexpected_replies() {
             ),
             "{shown}: {result:?}"
         );
+        // State is read with one `GET` per limit, for which a nil is a missing key (a
+        // full limit), so only the other shapes are wrong there.
         let result = store.state(&policy, "k").await;
         assert!(
             matches!(
                 result,
                 Err(StateError::Unavailable(StoreError::UnexpectedReply(_)))
-            ),
+            ) || (reply == b"$-1\r\n" && result.is_ok()),
             "{shown}: {result:?}"
         );
         // Connecting by URL loads the script first, and notices.

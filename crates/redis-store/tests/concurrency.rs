@@ -20,8 +20,8 @@ const FLUSHES: usize = 60;
 fn policies() -> Vec<RedisPolicy> {
     let hour = Micros::from_secs(3600);
     // Windows aligned to the epoch: long enough that no boundary falls inside the test
-    // (the next 10^15 µs boundary is in 2033; 4.5 × 10^13 µs is 521 days).
-    let eon = Micros::from_micros(1_000_000_000_000_000);
+    // (the next boundary of MAX_SPAN, 2^48 µs, is in 2032; 4.5 × 10^13 µs is 521 days).
+    let eon = rein_core::MAX_SPAN;
     let long = Micros::from_micros(45_000_000_000_000);
     [
         ("tb", Limit::token_bucket(LIMIT, 1, hour)),
