@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rein_core::{Limit, Micros, Policy};
+use rein_core::{Algorithm, Limit, Micros, Policy};
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder, SCRIPT_SOURCE};
 use rein_redis_harness::RedisServer;
 

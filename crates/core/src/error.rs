@@ -75,16 +75,13 @@ pub enum AcquireError {
     StateMismatch,
 }
 
-/// Persisted state bytes that do not decode.
+/// State read back from a store that no sequence of decisions could have produced (see
+/// [`SlidingLogState::from_entries`](crate::SlidingLogState::from_entries)).
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum DecodeError {
-    /// The input ended early or has bytes left over.
-    #[error("state encoding has the wrong length")]
-    WrongLength,
-    /// The algorithm tag is unknown.
-    #[error("unknown algorithm tag {0}")]
-    UnknownTag(u8),
-    /// A field is out of range (for example, a timestamp above `MAX_MICROS`).
+    /// A field is out of range: log entries out of order, a zero cost, a total that
+    /// overflows.
     #[error("state field out of range")]
     OutOfRange,
 }

@@ -51,9 +51,9 @@
 //! [`rein-redis`]: https://docs.rs/rein-redis
 #![deny(missing_docs)]
 
+mod algorithm;
 mod decision;
 mod divisor;
-mod encoding;
 mod error;
 pub mod fixed_window;
 mod limit;
@@ -64,6 +64,7 @@ pub mod sliding_log;
 mod time;
 pub mod token_bucket;
 
+pub use algorithm::Algorithm;
 pub use decision::{Decision, Outcome};
 pub use error::{AcquireError, ConfigError, DecodeError};
 pub use fixed_window::{FixedWindow, FixedWindowState};

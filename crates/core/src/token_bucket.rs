@@ -14,13 +14,16 @@
 //! come from reducing `period / refill` by their gcd. All arithmetic is in integers
 //! below 2^53, so the Lua rendering in rein-redis computes the very same numbers.
 
+use std::num::NonZeroU32;
+
+use crate::algorithm::{capacity_share, commit};
 use crate::divisor::Divisor;
-use crate::{AcquireError, ConfigError, Decision, MAX_MICROS, Micros, Timestamp};
+use crate::{AcquireError, Algorithm, ConfigError, Decision, MAX_MICROS, Micros, Timestamp};
 
 /// A validated token-bucket limit: `capacity` tokens, `refill` more every `period`.
 ///
 /// ```
-/// use rein_core::{Micros, Timestamp, TokenBucket, TokenBucketState};
+/// use rein_core::{Algorithm, Micros, Timestamp, TokenBucket, TokenBucketState};
 ///
 /// // 10 tokens, refilled at 1 per second.
 /// let bucket = TokenBucket::new(10, 1, Micros::from_secs(1))?;
@@ -93,73 +96,10 @@ impl TokenBucket {
         })
     }
 
-    /// The number of tokens when full.
-    pub fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
     /// The emission interval as the exact fraction `(micros, per)`: one token every
     /// `micros / per` microseconds.
     pub fn emission_interval(&self) -> (u64, u64) {
         (self.units_per_token.get(), self.units_per_micro.get())
-    }
-
-    /// Takes `cost` tokens if they are all there; otherwise changes nothing.
-    ///
-    /// At the end of time, when the `tat` an admission would store is past
-    /// [`MAX_MICROS`], the request is denied with `retry_after` [`Micros::MAX`] (it can
-    /// never be admitted): clamping that `tat` would refill the bucket early.
-    pub fn acquire(
-        &self,
-        now: Timestamp,
-        state: &mut TokenBucketState,
-        cost: u64,
-    ) -> Result<Decision, AcquireError> {
-        let (decision, next) = self.decide(now, state, cost)?;
-        if let Some(next) = next {
-            *state = next;
-        }
-        Ok(decision)
-    }
-
-    /// What [`acquire`](Self::acquire) would answer, without taking anything.
-    pub fn peek(
-        &self,
-        now: Timestamp,
-        state: &TokenBucketState,
-        cost: u64,
-    ) -> Result<Decision, AcquireError> {
-        self.decide(now, state, cost).map(|(decision, _)| decision)
-    }
-
-    /// Gives back up to `amount` tokens, never beyond a full bucket.
-    pub fn refund(&self, now: Timestamp, state: &mut TokenBucketState, amount: u64) {
-        if self.is_full(now, state) {
-            return;
-        }
-        let units = amount.min(self.capacity) * self.units_per_token.get();
-        let (mut us, mut rem) = (state.tat.as_micros(), state.tat_units);
-        let (back_us, back_rem) = self.units_per_micro.div_rem(units);
-        if rem < back_rem {
-            rem += self.units_per_micro.get();
-            us = us.saturating_sub(1);
-        }
-        rem -= back_rem;
-        us = us.saturating_sub(back_us);
-        *state = if us < now.as_micros() || (us == now.as_micros() && rem == 0) {
-            TokenBucketState::default()
-        } else {
-            TokenBucketState {
-                tat: Timestamp::from_micros(us),
-                tat_units: rem,
-            }
-        };
-    }
-
-    /// `true` when the bucket holds all its tokens at `now`, so the state carries no
-    /// information and a store may forget it.
-    pub fn is_full(&self, now: Timestamp, state: &TokenBucketState) -> bool {
-        state.tat < now || (state.tat == now && state.tat_units == 0)
     }
 
     /// The decision and, when it consumes anything, the state to store.
@@ -248,22 +188,88 @@ impl TokenBucket {
     }
 }
 
-impl TokenBucketState {
-    /// The fixed 16-byte encoding: `tat` then `tat_units`, little-endian.
-    pub fn to_bytes(&self) -> [u8; 16] {
-        crate::encoding::words([self.tat.as_micros(), self.tat_units])
+impl Algorithm for TokenBucket {
+    type State = TokenBucketState;
+
+    const TAG: &'static str = "tb";
+
+    /// The number of tokens when full.
+    fn capacity(&self) -> u64 {
+        self.capacity
     }
 
-    /// Decodes [`to_bytes`](Self::to_bytes).
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, crate::DecodeError> {
-        let [tat, tat_units] = crate::encoding::from_words(bytes)?;
-        if tat > MAX_MICROS {
-            return Err(crate::DecodeError::OutOfRange);
+    /// Takes `cost` tokens if they are all there; otherwise changes nothing.
+    ///
+    /// At the end of time, when the `tat` an admission would store is past
+    /// [`MAX_MICROS`], the request is denied with `retry_after` [`Micros::MAX`] (it can
+    /// never be admitted): clamping that `tat` would refill the bucket early.
+    fn acquire(
+        &self,
+        now: Timestamp,
+        state: &mut TokenBucketState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        commit(state, self.decide(now, state, cost))
+    }
+
+    /// What [`acquire`](Self::acquire) would answer, without taking anything.
+    fn peek(
+        &self,
+        now: Timestamp,
+        state: &TokenBucketState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.decide(now, state, cost).map(|(decision, _)| decision)
+    }
+
+    /// Gives back up to `amount` tokens, never beyond a full bucket.
+    fn refund(&self, now: Timestamp, state: &mut TokenBucketState, amount: u64) {
+        if self.is_full(now, state) {
+            return;
         }
-        Ok(Self {
-            tat: Timestamp::from_micros(tat),
-            tat_units,
-        })
+        let units = amount.min(self.capacity) * self.units_per_token.get();
+        let (mut us, mut rem) = (state.tat.as_micros(), state.tat_units);
+        let (back_us, back_rem) = self.units_per_micro.div_rem(units);
+        if rem < back_rem {
+            rem += self.units_per_micro.get();
+            us = us.saturating_sub(1);
+        }
+        rem -= back_rem;
+        us = us.saturating_sub(back_us);
+        *state = if us < now.as_micros() || (us == now.as_micros() && rem == 0) {
+            TokenBucketState::default()
+        } else {
+            TokenBucketState {
+                tat: Timestamp::from_micros(us),
+                tat_units: rem,
+            }
+        };
+    }
+
+    /// `true` when the bucket holds all its tokens at `now`, so the state carries no
+    /// information and a store may forget it.
+    fn is_full(&self, now: Timestamp, state: &TokenBucketState) -> bool {
+        state.tat < now || (state.tat == now && state.tat_units == 0)
+    }
+
+    /// One token every `units_per_token / units_per_micro` µs; `nodes` times slower is
+    /// `units_per_micro` tokens every `units_per_token × nodes` µs, exactly.
+    fn share(&self, nodes: NonZeroU32) -> Result<Self, ConfigError> {
+        let (units_per_token, units_per_micro) = self.emission_interval();
+        let n = u64::from(nodes.get());
+        let period = units_per_token
+            .checked_mul(n)
+            .filter(|p| *p <= MAX_MICROS)
+            .ok_or(ConfigError::TooLarge {
+                what: "period × expected nodes",
+                value: units_per_token.saturating_mul(n),
+                max: MAX_MICROS,
+            })?;
+        Self::new(
+            capacity_share(self.capacity, nodes),
+            units_per_micro,
+            Micros::from_micros(period),
+        )
     }
 }
 

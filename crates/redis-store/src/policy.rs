@@ -1,4 +1,4 @@
-use rein_core::{ConfigError, Limit, NamedPolicy, Policy};
+use rein_core::{Algorithm, ConfigError, Limit, NamedPolicy, Policy};
 
 use crate::script::ScriptKind;
 
@@ -58,7 +58,7 @@ impl RedisPolicy {
             .limits()
             .iter()
             .enumerate()
-            .map(|(index, limit)| format!(":{name}:{index}:{}", algorithm_tag(limit)))
+            .map(|(index, limit)| format!(":{name}:{index}:{}", limit.tag()))
             .collect();
         let (script, script_args) = script_for(policy);
         Self {
@@ -129,7 +129,7 @@ fn script_for(policy: &Policy) -> (ScriptKind, Vec<String>) {
         limits => {
             let mut args = Vec::with_capacity(limits.len() * 5);
             for limit in limits {
-                args.push(algorithm_tag(limit).to_owned());
+                args.push(limit.tag().to_owned());
                 let params: Vec<u64> = match limit {
                     Limit::TokenBucket(bucket) => {
                         let (units_per_token, units_per_micro) = bucket.emission_interval();
@@ -149,15 +149,5 @@ fn script_for(policy: &Policy) -> (ScriptKind, Vec<String>) {
             }
             (ScriptKind::Policy, args)
         }
-    }
-}
-
-/// The short algorithm tag used in keys and in the script's arguments.
-pub(crate) fn algorithm_tag(limit: &Limit) -> &'static str {
-    match limit {
-        Limit::TokenBucket(_) => "tb",
-        Limit::FixedWindow(_) => "fw",
-        Limit::SlidingLog(_) => "sl",
-        Limit::SlidingCounter(_) => "sc",
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use rein::{BreakerConfig, FailurePolicy, Source};
-use rein_core::{Limit, Micros, Policy, Timestamp};
+use rein_core::{Algorithm, Limit, Micros, Policy, Timestamp};
 use sim::oracle::{Fraction, Interval};
 use sim::world::{EPOCH_SECS, Fault, Guard, Run, Scenario, suite_scenario};
 

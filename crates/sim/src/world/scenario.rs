@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use rein::{FailurePolicy, Source, local_share};
-use rein_core::{Limit, Micros, Policy, PolicyState, Timestamp};
+use rein_core::{Algorithm, Limit, Micros, Policy, PolicyState, Timestamp};
 
 use super::clock::{self, Skew};
 use super::fault::{Action, Fault};
