@@ -10,7 +10,7 @@ use std::time::Duration;
 use rein::{FailurePolicy, Source, local_share};
 use rein_core::{Algorithm, Limit, Micros, Policy, PolicyState, Timestamp};
 
-use super::clock::{self, Skew};
+use super::clock::{self, Skew, WARMUP};
 use super::fault::{Action, Fault};
 use super::node::{self, NodeConfig};
 use super::rng::Rng;
@@ -649,9 +649,6 @@ fn stale_allowance(limit: &Limit, stale: Micros) -> u64 {
 /// Beyond the breaker's longest backoff and a probe: a few round trips and the store's
 /// reconnect backoff after a failed connect (100 ms), before a node is back on Redis.
 const RECOVERY_SLACK: Duration = Duration::from_millis(150);
-
-/// Time before demand starts, for nodes to connect.
-pub(crate) const WARMUP: Duration = Duration::from_millis(200);
 
 const DEMAND_STREAM: u64 = 1;
 const SKEW_STREAM: u64 = 2;
