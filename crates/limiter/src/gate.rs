@@ -14,8 +14,9 @@
 //!
 //! # Call order
 //! 1. `begin(now, ..)`; on [`Step::Call`], send the call.
-//! 2. Exactly one of `finish(sent_at, now, ticket, .., reply)` or `abandon(now, ticket)`
-//!    per ticket, when the call ends or is dropped.
+//! 2. Exactly one of `finish(sent_at, now, ticket, .., reply)`, `refused(now, ticket)` or
+//!    `abandon(now, ticket)` per ticket, when the call ends, is refused by the store before
+//!    any I/O, or is dropped.
 //!
 //! `now` need not be monotonic (the breaker and the caches take the latest instant they
 //! have seen). No error is sticky.
@@ -49,9 +50,6 @@ pub(crate) enum Reply {
     Decided(Decision),
     /// The store gave no decision, for this reason.
     Failed(Unavailable),
-    /// The store refused the request before calling anything (it can never be admitted):
-    /// no call was made, which tells the breaker nothing.
-    Refused,
 }
 
 /// The request path's decisions: caches, breaker, failure policy, counters.
@@ -143,8 +141,6 @@ impl<K> Gate<K> {
     }
 
     /// The answer to a request whose call, sent at `sent_at`, ended at `now` with `reply`.
-    /// `None` when the store refused the request ([`Reply::Refused`]): the caller reports
-    /// the store's own error.
     pub(crate) fn finish(
         &self,
         sent_at: Timestamp,
@@ -152,7 +148,7 @@ impl<K> Gate<K> {
         ticket: Ticket,
         request: Request<'_>,
         reply: Reply,
-    ) -> Option<Decided> {
+    ) -> Decided {
         self.stats.store_latency(now.saturating_since(sent_at));
         let why = match reply {
             Reply::Decided(decision) => {
@@ -160,21 +156,23 @@ impl<K> Gate<K> {
                 if request.cost > 0 {
                     self.remember(sent_at, now, request, &decision);
                 }
-                return Some(self.count(Decided {
+                return self.count(Decided {
                     decision,
                     source: Source::Store,
-                }));
-            }
-            Reply::Refused => {
-                self.with_breaker(|b| b.handle_abandoned(now, ticket));
-                self.stats.invalid_request();
-                return None;
+                });
             }
             Reply::Failed(why) => why,
         };
         self.stats.store_error(why);
         self.with_breaker(|b| b.handle_failure(now, ticket));
-        Some(self.count(self.degrade(why, request, now)))
+        self.count(self.degrade(why, request, now))
+    }
+
+    /// The store refused the request before calling anything (it can never be admitted):
+    /// no call was made, which tells the breaker nothing; the caller returns an `Err`.
+    pub(crate) fn refused(&self, now: Timestamp, ticket: Ticket) {
+        self.with_breaker(|b| b.handle_abandoned(now, ticket));
+        self.stats.invalid_request();
     }
 
     /// The call of `ticket` was dropped before it ended (its caller went away).
@@ -460,7 +458,6 @@ mod tests {
                 Some((reply, took)) => {
                     let ticket = call(gate, now, row.cost);
                     gate.finish(now, at(row.at_ms + took), ticket, request(row.cost), reply)
-                        .unwrap_or_else(|| panic!("{}: refused", row.label))
                 }
                 None => answer(gate, now, row.cost),
             };
@@ -536,15 +533,13 @@ mod tests {
         for ms in 0..10 {
             let decided = match g.begin(at(ms), request(1)) {
                 Step::Answer(d) => d,
-                Step::Call(ticket) => g
-                    .finish(
-                        at(ms),
-                        at(ms),
-                        ticket,
-                        request(1),
-                        Reply::Failed(Unavailable::Timeout),
-                    )
-                    .expect("a decision"),
+                Step::Call(ticket) => g.finish(
+                    at(ms),
+                    at(ms),
+                    ticket,
+                    request(1),
+                    Reply::Failed(Unavailable::Timeout),
+                ),
             };
             assert!(matches!(decided.source, Source::Fallback(_)), "{decided:?}");
             admitted += u64::from(decided.is_allowed());
@@ -556,10 +551,7 @@ mod tests {
     fn a_refused_request_or_a_dropped_call_leaves_the_breaker_as_it_was() {
         let g = gate(FailurePolicy::FailOpen);
         let ticket = call(&g, at(0), 1);
-        assert!(
-            g.finish(at(0), at(1), ticket, request(1), Reply::Refused)
-                .is_none()
-        );
+        g.refused(at(1), ticket);
         let ticket = call(&g, at(2), 1);
         g.abandon(at(3), ticket);
         assert_eq!(g.breaker_state(), BreakerState::Closed);
@@ -595,7 +587,7 @@ mod tests {
                         request(1),
                         Reply::Decided(allowed()),
                     );
-                    assert_eq!(d.map(|d| d.source), Some(Source::Store));
+                    assert_eq!(d.source, Source::Store);
                     break now + 1;
                 }
             }

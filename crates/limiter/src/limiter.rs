@@ -325,26 +325,30 @@ impl<S: Limiter> Shared<S> {
         .await;
         let ended = now.unwrap_or_else(|| self.clock.now());
         let ticket = call.finish();
-        let (reply, refused) = match reply {
-            Ok(Ok(decision)) => (Reply::Decided(decision), None),
+        let reply = match reply {
+            Ok(Ok(decision)) => Reply::Decided(decision),
             Ok(Err(DecideError::Unavailable(error))) => {
                 tracing::debug!(error = %error, "the store gave no decision");
-                (Reply::Failed(unavailable(&error)), None)
+                Reply::Failed(unavailable(&error))
             }
-            Ok(Err(error)) => (Reply::Refused, Some(error)),
-            Err(_) => (Reply::Failed(Unavailable::Timeout), None),
+            // Checked before the call; if the store refuses what the table accepted, no
+            // call was made.
+            Ok(Err(DecideError::InsufficientCapacity { cost, capacity })) => {
+                self.gate.refused(ended, ticket);
+                return Err(RequestError::InsufficientCapacity { cost, capacity });
+            }
+            Ok(Err(DecideError::InvalidKey(e))) => {
+                self.gate.refused(ended, ticket);
+                return Err(RequestError::InvalidKey(e));
+            }
+            // An error rein-core adds later: no decision, like a failed call.
+            Ok(Err(error)) => {
+                tracing::debug!(error = %error, "the store gave no decision");
+                Reply::Failed(Unavailable::UnexpectedReply)
+            }
+            Err(_) => Reply::Failed(Unavailable::Timeout),
         };
-        match self.gate.finish(sent_at, ended, ticket, request, reply) {
-            Some(decided) => Ok(decided),
-            None => Err(match refused {
-                Some(DecideError::InsufficientCapacity { cost, capacity }) => {
-                    RequestError::InsufficientCapacity { cost, capacity }
-                }
-                Some(DecideError::InvalidKey(e)) => RequestError::InvalidKey(e),
-                // The gate refuses only what the store refused.
-                _ => RequestError::InvalidKey(rein_core::KeyError::Empty),
-            }),
-        }
+        Ok(self.gate.finish(sent_at, ended, ticket, request, reply))
     }
 
     async fn refund(
@@ -441,7 +445,7 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
         self.decide(now, policy.0, key, cost)
             .await
             .map(|decided| decided.decision)
-            .map_err(DecideError::from)
+            .map_err(decide_error)
     }
 
     fn peek(
@@ -480,19 +484,20 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TablePolicy(usize);
 
-impl From<RequestError> for DecideError {
-    fn from(error: RequestError) -> Self {
-        match error {
-            RequestError::InsufficientCapacity { cost, capacity } => {
-                DecideError::InsufficientCapacity { cost, capacity }
-            }
-            RequestError::InvalidKey(e) => DecideError::InvalidKey(e),
-            RequestError::UnknownPolicy(name) => DecideError::Unavailable(
-                StoreError::UnexpectedReply(format!("no policy named {name:?}")),
-            ),
+/// A request error as the trait's. `UnknownPolicy` cannot come through a [`TablePolicy`]
+/// (it names a policy of the table by construction); it is mapped for completeness.
+fn decide_error(error: RequestError) -> DecideError {
+    match error {
+        RequestError::InsufficientCapacity { cost, capacity } => {
+            DecideError::InsufficientCapacity { cost, capacity }
         }
+        RequestError::InvalidKey(e) => DecideError::InvalidKey(e),
+        RequestError::UnknownPolicy(name) => DecideError::Unavailable(StoreError::UnexpectedReply(
+            format!("no policy named {name:?}"),
+        )),
     }
 }
+
 impl<S: Limiter> ResilientLimiterBuilder<S> {
     /// The `limiter` label of this limiter's metrics and logs (default `rein`).
     pub fn name(mut self, name: impl Into<String>) -> Self {
