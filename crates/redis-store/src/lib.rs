@@ -86,6 +86,7 @@ mod connect;
 mod error;
 mod key;
 mod link;
+mod optimistic;
 mod policy;
 mod resilience;
 mod script;
@@ -93,6 +94,7 @@ mod state;
 mod store;
 
 pub use error::{AcquireError, ConfigError, ConnectError, KeyError, RefundError, StateError};
+pub use optimistic::{OptimisticError, OptimisticStats, OptimisticStore, OptimisticStoreBuilder};
 pub use policy::NamedPolicy;
 pub use resilience::{
     AllowCacheConfig, Breaker, BreakerConfig, BreakerEvent, BreakerState, Decided, FailurePolicy,

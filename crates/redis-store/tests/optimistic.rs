@@ -1,0 +1,482 @@
+//! The optimistic-transaction store (`WATCH`, read, decide here, `MULTI … EXEC`): exact
+//! under real contention (which the conflict counter proves happened), identical to the Lua
+//! store decision for decision, all-or-nothing, silent on denials, on the server's clock,
+//! and never replaying a call that timed out.
+
+mod common;
+
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use rein_core::{Limit, Micros, Policy, Timestamp};
+use rein_redis::{NamedPolicy, OptimisticError, OptimisticStoreBuilder, RedisStoreBuilder};
+use rein_redis_harness::RedisServer;
+
+const LIMIT: u64 = 100;
+
+/// A limit of `LIMIT` that does not refill while the test runs, in each algorithm (as in
+/// tests/concurrency.rs).
+fn policies() -> Vec<NamedPolicy> {
+    let hour = Micros::from_secs(3600);
+    let eon = Micros::from_micros(1_000_000_000_000_000);
+    let long = Micros::from_micros(45_000_000_000_000);
+    [
+        ("tb", Limit::token_bucket(LIMIT, 1, hour)),
+        ("fw", Limit::fixed_window(LIMIT, eon)),
+        ("sl", Limit::sliding_log(LIMIT, hour)),
+        ("sc", Limit::sliding_counter(LIMIT, long)),
+    ]
+    .into_iter()
+    .map(|(name, limit)| {
+        NamedPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
+    })
+    .collect()
+}
+
+/// Four limits, one of each algorithm; the fixed window (3) is the tightest.
+fn mixed_policy() -> NamedPolicy {
+    let hour = Micros::from_secs(3600);
+    let limits = [
+        Limit::token_bucket(10, 1, hour),
+        Limit::sliding_log(10, hour),
+        Limit::fixed_window(3, Micros::from_micros(1_000_000_000_000_000)),
+        Limit::sliding_counter(10, Micros::from_micros(45_000_000_000_000)),
+    ];
+    let limits = limits.map(|l| l.expect("valid limit"));
+    NamedPolicy::new("mixed", Policy::new(limits).expect("valid")).expect("valid name")
+}
+
+/// A store with a deadline generous enough for a debug build on a busy machine: these
+/// tests are about exactness, not latency.
+fn builder() -> OptimisticStoreBuilder {
+    OptimisticStoreBuilder::new()
+        .deadline(Duration::from_secs(10))
+        .rng_seed(12)
+}
+
+async fn exec_calls(raw: &mut MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(raw)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_exec:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_of_32_tasks_on_4_connections_each_admit_exactly_the_limit() {
+    let server = RedisServer::start().expect("start redis-server");
+    // Two independent instances, as two processes would be: own pools, own sockets. Attempts
+    // are unbounded in practice and backoff short, so every task ends with a denial and
+    // contention stays high.
+    let url = server.url();
+    let instance = || {
+        builder()
+            .max_connections(NonZeroUsize::new(4).expect("4 > 0"))
+            .max_attempts(NonZeroU32::new(100_000).expect("> 0"))
+            .backoff(Duration::ZERO, Duration::from_micros(500))
+            .connect(&url)
+    };
+    let stores = [
+        instance().await.expect("connect"),
+        instance().await.expect("connect"),
+    ];
+    for policy in policies() {
+        let policy = Arc::new(policy);
+        let admitted = Arc::new(AtomicU64::new(0));
+        let conflicts_before: u64 = stores.iter().map(|s| s.stats().conflicts).sum();
+        let mut tasks = Vec::new();
+        for store in &stores {
+            for _ in 0..32 {
+                let (store, policy, admitted) = (store.clone(), policy.clone(), admitted.clone());
+                tasks.push(tokio::spawn(async move {
+                    // Until this task sees a denial: with no refill, every later call is
+                    // denied too.
+                    loop {
+                        match store.acquire(&policy, "shared-key", 1).await {
+                            Ok(d) if d.is_allowed() => admitted.fetch_add(1, Ordering::SeqCst),
+                            Ok(_) => break,
+                            Err(e) => panic!("no decision: {e}"),
+                        };
+                    }
+                }));
+            }
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        let conflicts: u64 =
+            stores.iter().map(|s| s.stats().conflicts).sum::<u64>() - conflicts_before;
+        eprintln!("{}: {conflicts} conflicts", policy.name());
+        assert!(
+            conflicts >= 10,
+            "{}: only {conflicts} aborted transactions: no real contention",
+            policy.name()
+        );
+        assert_eq!(admitted.load(Ordering::SeqCst), LIMIT, "{}", policy.name());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_out_of_attempts_is_a_contended_error_that_wrote_nothing() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = builder()
+        .max_connections(NonZeroUsize::new(16).expect("> 0"))
+        .max_attempts(NonZeroU32::new(1).expect("> 0"))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let capacity = 100_000;
+    let limit = Limit::token_bucket(capacity, 1, Micros::from_secs(3600)).expect("valid");
+    let policy = Arc::new(NamedPolicy::new("hot", Policy::single(limit)).expect("valid"));
+    let (admitted, contended) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (store, policy) = (store.clone(), policy.clone());
+        let (admitted, contended) = (admitted.clone(), contended.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..40 {
+                match store.acquire(&policy, "hot-key", 1).await {
+                    Ok(d) => {
+                        assert!(d.is_allowed(), "the bucket never runs dry here");
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(OptimisticError::Contended { attempts }) => {
+                        assert_eq!(attempts, 1);
+                        contended.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) => panic!("unexpected error: {e}"),
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let (admitted, contended) = (
+        admitted.load(Ordering::SeqCst),
+        contended.load(Ordering::SeqCst),
+    );
+    let stats = store.stats();
+    eprintln!("{admitted} admitted, {contended} contended, {stats:?}");
+    assert!(
+        contended > 0,
+        "one attempt each, 16 tasks, and never a conflict"
+    );
+    assert_eq!(admitted + contended, 16 * 40);
+    assert_eq!((stats.contended, stats.conflicts), (contended, contended));
+    // Exactly the admitted calls took a token: the contended ones wrote nothing.
+    // A peek of 0 reports what is left now (a peek of 1 reports what would be left after it).
+    let remaining = store
+        .peek(&policy, "hot-key", 0)
+        .await
+        .expect("peek")
+        .remaining;
+    assert_eq!(remaining, capacity - admitted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_limit_policy_is_all_or_nothing_and_a_denial_writes_nothing() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = builder().connect(&server.url()).await.expect("connect");
+    let mut raw = common::raw(&server).await;
+    let policy = mixed_policy();
+    let key = "user-7";
+    assert!(
+        store
+            .acquire(&policy, key, 2)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    assert!(
+        store
+            .acquire(&policy, key, 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    let keys = store.keys(&policy, key).expect("keys");
+    let values = |keys: Vec<String>, mut raw: MultiplexedConnection| async move {
+        let mut out = Vec::new();
+        for key in keys {
+            let value: Option<Vec<u8>> = redis::cmd("GET")
+                .arg(&key)
+                .query_async(&mut raw)
+                .await
+                .expect("GET");
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut raw)
+                .await
+                .expect("PTTL");
+            out.push((value.expect("every limit was written"), ttl > 0));
+        }
+        out
+    };
+    let before = values(keys.clone(), raw.clone()).await;
+    let execs = exec_calls(&mut raw).await;
+    let state = store.state(&policy, key).await.expect("state");
+
+    let denied = store.acquire(&policy, key, 1).await.expect("decision");
+    assert!(!denied.is_allowed());
+    assert_eq!(
+        (denied.limit, denied.remaining),
+        (3, 0),
+        "the window speaks"
+    );
+    assert_eq!(
+        exec_calls(&mut raw).await,
+        execs,
+        "a denial sent a transaction"
+    );
+    assert_eq!(
+        values(keys.clone(), raw.clone()).await,
+        before,
+        "a denial changed a value"
+    );
+    assert_eq!(store.state(&policy, key).await.expect("state"), state);
+
+    // The connection that saw the denial still watches user-7's keys (the `UNWATCH` is
+    // sent with its next use): a write to them now must not abort that next use, which
+    // is about another user.
+    let () = redis::cmd("SET")
+        .arg(&keys[0])
+        .arg(before[0].0.as_slice())
+        .arg("KEEPTTL")
+        .query_async(&mut raw)
+        .await
+        .expect("SET");
+    assert_eq!(store.idle_connections(), 1);
+    let other = "user-8";
+    assert!(
+        store
+            .acquire(&policy, other, 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    assert_eq!(store.stats().conflicts, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_and_state_match_the_lua_store_step_by_step() {
+    let server = RedisServer::start().expect("start redis-server");
+    let occ = builder()
+        .min_ttl(Duration::from_secs(3600))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let lua = RedisStoreBuilder::new()
+        .min_ttl(Duration::from_secs(3600))
+        .deadline(Duration::from_secs(5))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let second = Micros::from_secs(1);
+    let policies = [
+        mixed_policy(),
+        NamedPolicy::new(
+            "fast",
+            Policy::new([
+                Limit::token_bucket(5, 2, second).expect("valid"),
+                Limit::sliding_log(4, second).expect("valid"),
+                Limit::sliding_counter(6, second).expect("valid"),
+                Limit::fixed_window(7, second).expect("valid"),
+            ])
+            .expect("valid"),
+        )
+        .expect("valid"),
+    ];
+    // A seeded walk: clock steps of 0 to 400 ms (sometimes backwards), costs 0 to 3.
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    for policy in &policies {
+        let mut now = 1_700_000_000_000_000_u64;
+        for step in 0..400 {
+            match next(10) {
+                0 => now = now.saturating_sub(next(50_000)),
+                _ => now += next(400_000),
+            }
+            let t = Timestamp::from_micros(now);
+            let cost = next(4);
+            let label = format!("{} step {step} at {now} cost {cost}", policy.name());
+            match next(6) {
+                0 => assert_eq!(
+                    occ.peek_at(t, policy, "k", cost).await.expect("occ"),
+                    lua.peek_at(t, policy, "k", cost).await.expect("lua"),
+                    "{label}: peek"
+                ),
+                1 => {
+                    occ.refund_at(t, policy, "k", cost).await.expect("occ");
+                    lua.refund_at(t, policy, "k", cost).await.expect("lua");
+                }
+                _ => assert_eq!(
+                    occ.acquire_at(t, policy, "k", cost).await.expect("occ"),
+                    lua.acquire_at(t, policy, "k", cost).await.expect("lua"),
+                    "{label}: acquire"
+                ),
+            }
+            assert_eq!(
+                occ.state(policy, "k").await.expect("occ state"),
+                lua.state(policy, "k").await.expect("lua state"),
+                "{label}: state"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn now_is_the_servers_time() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = builder().connect(&server.url()).await.expect("connect");
+    let mut raw = common::raw(&server).await;
+    // One token per hour: after taking it, the bucket's `tat` is now + 1 h on the clock used.
+    let limit = Limit::token_bucket(1, 1, Micros::from_secs(3600)).expect("valid");
+    let policy = NamedPolicy::new("clock", Policy::single(limit)).expect("valid");
+    let (secs, micros): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut raw)
+        .await
+        .expect("TIME");
+    let server_now = secs * 1_000_000 + micros;
+    assert!(
+        store
+            .acquire(&policy, "k", 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    let state = store.state(&policy, "k").await.expect("state");
+    let Some(rein_core::LimitState::TokenBucket(bucket)) = state.iter().next() else {
+        panic!("a token bucket state: {state:?}");
+    };
+    let used = bucket.tat.as_micros() - 3_600_000_000;
+    assert!(
+        (server_now..server_now + 5_000_000).contains(&used),
+        "decided at {used}, server time {server_now}"
+    );
+    // Its key expires when the bucket is full again: in an hour.
+    let key = &store.keys(&policy, "k").expect("keys")[0];
+    let ttl: u64 = redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut raw)
+        .await
+        .expect("PTTL");
+    assert!((3_590_000..=3_600_000).contains(&ttl), "PTTL {ttl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_call_is_not_replayed_and_its_connection_is_closed() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = OptimisticStoreBuilder::new()
+        .deadline(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let limit = Limit::token_bucket(1, 1, Micros::from_secs(3600)).expect("valid");
+    let policy = NamedPolicy::new("once", Policy::single(limit)).expect("valid");
+    assert_eq!(store.idle_connections(), 1);
+
+    server.pause().expect("SIGSTOP");
+    let timed_out = store.acquire(&policy, "k", 1).await;
+    server.resume().expect("SIGCONT");
+    assert!(
+        matches!(timed_out, Err(OptimisticError::Timeout(_))),
+        "{timed_out:?}"
+    );
+    assert_eq!(
+        store.idle_connections(),
+        0,
+        "the timed-out connection was kept"
+    );
+
+    // The timed-out call never reached EXEC and was not sent again: the one token is there.
+    assert!(
+        store
+            .acquire(&policy, "k", 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    assert!(
+        !store
+            .acquire(&policy, "k", 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    assert_eq!(store.idle_connections(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_format_under_the_prefix_is_an_error_not_a_full_limit() {
+    let server = RedisServer::start().expect("start redis-server");
+    // The Lua store and this one pointed at the same prefix: HASH values where this store
+    // expects its STRINGs.
+    let lua = common::store(&server).await;
+    let occ = builder()
+        .prefix("rein")
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let policy = mixed_policy();
+    assert!(
+        lua.acquire(&policy, "k", 1)
+            .await
+            .expect("lua")
+            .is_allowed()
+    );
+    let err = occ
+        .acquire(&policy, "k", 1)
+        .await
+        .expect_err("must not misread");
+    assert!(matches!(err, OptimisticError::Server(_)), "{err:?}");
+    // A plain counter where a state belongs.
+    let mut raw = common::raw(&server).await;
+    let key = occ.keys(&policy, "j").expect("keys")[0].clone();
+    let () = redis::cmd("SET")
+        .arg(&key)
+        .arg("10")
+        .query_async(&mut raw)
+        .await
+        .expect("SET");
+    let err = occ
+        .acquire(&policy, "j", 1)
+        .await
+        .expect_err("must not misread");
+    assert!(
+        matches!(err, OptimisticError::UnexpectedReply(_)),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_fails_before_redis() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = builder().connect(&server.url()).await.expect("connect");
+    let policy = mixed_policy();
+    assert!(matches!(
+        store.acquire(&policy, "k", 4).await,
+        Err(OptimisticError::InsufficientCapacity {
+            cost: 4,
+            capacity: 3
+        })
+    ));
+    assert!(matches!(
+        store.acquire(&policy, "", 1).await,
+        Err(OptimisticError::InvalidKey(_))
+    ));
+    assert_eq!(store.stats().transactions, 0);
+}
