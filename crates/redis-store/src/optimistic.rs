@@ -186,7 +186,7 @@ pub enum OptimisticError {
 /// Counters of an [`OptimisticStore`] since it was built: how much contention cost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OptimisticStats {
-    /// Calls that returned a decision (or a finished refund).
+    /// Calls that succeeded: decisions (peeks included), finished refunds and state reads.
     pub decisions: u64,
     /// Transactions sent (`EXEC`), committed or aborted.
     pub transactions: u64,

@@ -124,6 +124,142 @@ async fn two_stores_of_32_tasks_on_4_connections_each_admit_exactly_the_limit() 
     }
 }
 
+/// Three processes (this test binary, started again as `cross_process_worker`), 16 tasks
+/// each on 4 connections, one key: together they admit exactly the limit. A barrier in Redis
+/// starts them together, so their transactions really overlap; the summed conflict counters
+/// prove it.
+#[test]
+fn three_processes_admit_exactly_the_limit_together() {
+    const PROCESSES: usize = 3;
+    let server = RedisServer::start().expect("start redis-server");
+    let exe = std::env::current_exe().expect("the test binary");
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|i| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "cross_process_worker",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_URL, server.url())
+                .env(CHILD_SEED, i.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::inherit())
+                .spawn()
+                .expect("start a worker process")
+        })
+        .collect();
+    // Wait until every worker is connected, then start them all at once.
+    let started = std::time::Instant::now();
+    while server
+        .command(&["GET", "occ-test:ready"])
+        .expect("GET")
+        .trim_end()
+        != format!("$1\r\n{PROCESSES}")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "workers never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    server.command(&["SET", "occ-test:go", "1"]).expect("SET");
+    let (mut admitted, mut conflicts) = (0, 0);
+    for child in children {
+        let output = child.wait_with_output().expect("a worker");
+        assert!(output.status.success(), "a worker process failed");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| Some(l.split_once("occ-worker: ")?.1))
+            .unwrap_or_else(|| panic!("no result line from a worker: {stdout}"));
+        let numbers: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|w| w.split_once('=')?.1.parse().ok())
+            .collect();
+        let [a, c] = numbers[..] else {
+            panic!("unreadable worker line {line:?}")
+        };
+        eprintln!("worker: {line}");
+        admitted += a;
+        conflicts += c;
+    }
+    assert!(
+        conflicts >= 10,
+        "only {conflicts} aborted transactions: no real contention"
+    );
+    assert_eq!(admitted, CROSS_PROCESS_LIMIT);
+}
+
+/// The worker half of `three_processes_admit_exactly_the_limit_together`: does nothing
+/// unless that test started this process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_process_worker() {
+    let (Ok(url), Ok(seed)) = (std::env::var(CHILD_URL), std::env::var(CHILD_SEED)) else {
+        return;
+    };
+    let store = OptimisticStoreBuilder::new()
+        .deadline(Duration::from_secs(10))
+        .max_connections(NonZeroUsize::new(4).expect("> 0"))
+        .max_attempts(NonZeroU32::new(100_000).expect("> 0"))
+        .backoff(Duration::ZERO, Duration::from_micros(500))
+        .rng_seed(seed.parse().expect("a seed"))
+        .connect(&url)
+        .await
+        .expect("connect");
+    let mut raw = redis::Client::open(url.as_str())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let () = redis::cmd("INCR")
+        .arg("occ-test:ready")
+        .query_async(&mut raw)
+        .await
+        .map(|_: u64| ())
+        .expect("INCR");
+    while redis::cmd("EXISTS")
+        .arg("occ-test:go")
+        .query_async::<u64>(&mut raw)
+        .await
+        .expect("EXISTS")
+        == 0
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let limit =
+        Limit::token_bucket(CROSS_PROCESS_LIMIT, 1, Micros::from_secs(3600)).expect("valid");
+    let policy = Arc::new(NamedPolicy::new("xproc", Policy::single(limit)).expect("valid"));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (store, policy, admitted) = (store.clone(), policy.clone(), admitted.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                match store.acquire(&policy, "shared-key", 1).await {
+                    Ok(d) if d.is_allowed() => admitted.fetch_add(1, Ordering::SeqCst),
+                    Ok(_) => break,
+                    Err(e) => panic!("no decision: {e}"),
+                };
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    println!(
+        "occ-worker: admitted={} conflicts={}",
+        admitted.load(Ordering::SeqCst),
+        store.stats().conflicts
+    );
+}
+
+/// The limit the three worker processes share.
+const CROSS_PROCESS_LIMIT: u64 = 300;
+const CHILD_URL: &str = "REIN_OCC_TEST_WORKER_URL";
+const CHILD_SEED: &str = "REIN_OCC_TEST_WORKER_SEED";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn running_out_of_attempts_is_a_contended_error_that_wrote_nothing() {
     let server = RedisServer::start().expect("start redis-server");
