@@ -15,9 +15,10 @@
 //! benches/redis.rs.
 //!
 //! Run: `cargo bench -p rein-benches --bench optimistic` (`REIN_BENCH_SECS`, default 2,
-//! sets the seconds per round).
+//! sets the seconds per round; `REIN_BENCH_OCC_ATTEMPTS`, default 8, the optimistic
+//! store's `max_attempts`; `REIN_BENCH_ONE_KEY=1` runs only the one-key rows).
 
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -42,6 +43,12 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(2);
     let run = Duration::from_secs(secs);
+    let attempts: u32 = std::env::var("REIN_BENCH_OCC_ATTEMPTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    let attempts = NonZeroU32::new(attempts).expect("REIN_BENCH_OCC_ATTEMPTS > 0");
+    let one_key_only = std::env::var_os("REIN_BENCH_ONE_KEY").is_some_and(|v| v != "0");
     let server = RedisServer::start().expect("start redis-server");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -61,16 +68,23 @@ fn main() {
     println!();
     println!("Optimistic (WATCH/MULTI/EXEC) vs Lua store, one private redis-server, same run");
     println!("median of {ROUNDS} alternating rounds of {secs} s; token bucket always admitting");
+    println!("optimistic store: max_attempts {attempts}");
     println!();
     println!(
         "| keys | tasks | store | decisions/s | retries/decision | no decision | p50 µs | p99 µs |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    for spread in [false, true] {
+    let spreads: &[bool] = if one_key_only {
+        &[false]
+    } else {
+        &[false, true]
+    };
+    for &spread in spreads {
         for tasks in [1usize, 8, 64] {
             let occ = rt.block_on(async {
                 OptimisticStoreBuilder::new()
                     .max_connections(NonZeroUsize::new(tasks).expect("tasks > 0"))
+                    .max_attempts(attempts)
                     .rng_seed(2026)
                     .connect(&server.url())
                     .await
