@@ -557,6 +557,37 @@ async fn a_timed_out_call_is_not_replayed_and_its_connection_is_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_a_connection_counts_against_the_deadline() {
+    let server = RedisServer::start().expect("start redis-server");
+    let deadline = Duration::from_millis(200);
+    let store = OptimisticStoreBuilder::new()
+        .deadline(deadline)
+        .max_connections(NonZeroUsize::new(1).expect("> 0"))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let limit = Limit::token_bucket(10, 1, Micros::from_secs(1)).expect("valid");
+    let policy = NamedPolicy::new("busy", Policy::single(limit)).expect("valid");
+    server.pause().expect("SIGSTOP");
+    // The first call holds the only connection, waiting for a frozen server; the second
+    // waits for the connection. Both must give up at their deadline, not later.
+    let started = tokio::time::Instant::now();
+    let (a, b) = tokio::join!(
+        store.acquire(&policy, "k", 1),
+        store.acquire(&policy, "k", 1)
+    );
+    let waited = started.elapsed();
+    server.resume().expect("SIGCONT");
+    assert!(matches!(a, Err(OptimisticError::Timeout(_))), "{a:?}");
+    assert!(matches!(b, Err(OptimisticError::Timeout(_))), "{b:?}");
+    assert!(waited < deadline * 2, "waited {waited:?}");
+    // Nothing was written: both calls died before any EXEC.
+    assert_eq!(store.stats().transactions, 0);
+    let left = store.peek(&policy, "k", 0).await.expect("peek").remaining;
+    assert_eq!(left, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_format_under_the_prefix_is_an_error_not_a_full_limit() {
     let server = RedisServer::start().expect("start redis-server");
     // The Lua store and this one pointed at the same prefix: HASH values where this store
