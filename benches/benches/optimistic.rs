@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use rein_core::{Limit, Micros, Policy};
 use rein_redis::{
-    NamedPolicy, OptimisticStore, OptimisticStoreBuilder, RedisStore, RedisStoreBuilder,
+    OptimisticStore, OptimisticStoreBuilder, RedisPolicy, RedisStore, RedisStoreBuilder,
 };
 use rein_redis_harness::RedisServer;
 
@@ -55,7 +55,7 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let limit = Limit::token_bucket(1_000_000, 1_000_000, Micros::from_secs(1)).expect("valid");
-    let policy = Arc::new(NamedPolicy::new("bench", Policy::single(limit)).expect("valid name"));
+    let policy = Arc::new(RedisPolicy::new("bench", Policy::single(limit)).expect("valid name"));
     let lua = rt.block_on(async {
         let client = redis::Client::open(server.url()).expect("client");
         let conn = client
@@ -141,7 +141,7 @@ struct Round {
 /// `tasks` tasks deciding for `run`; a decision is any `Ok` (all are admissions here).
 async fn measure(
     store: &Store,
-    policy: &Arc<NamedPolicy>,
+    policy: &Arc<RedisPolicy>,
     tasks: usize,
     spread: bool,
     run: Duration,

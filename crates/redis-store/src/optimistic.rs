@@ -16,7 +16,7 @@
 //!    after the `WATCH`, Redis discards the whole transaction and `EXEC` answers nil:
 //!    nothing was written, so the call waits a jittered backoff and starts again at 2.
 //! 5. After `max_attempts` aborted transactions the call fails with
-//!    [`OptimisticError::Contended`]; nothing of it was written.
+//!    [`StoreError::Contended`]; nothing of it was written.
 //!
 //! Exactness follows from `EXEC` committing only transactions whose reads are still
 //! current: the committed decisions form one serial history, each applied to the state the
@@ -24,11 +24,11 @@
 //!
 //! # Stored state
 //!
-//! Its own format under its own prefix (default `rein:occ`, with key layout of `key.rs`):
-//! each limit is a STRING holding a format byte and rein-core's persisted form of the limit
-//! state (`optimistic/codec.rs`). It does not share keys with the Lua store, whose format
-//! is not this one; point both at the same prefix and each reports the other's values as
-//! corrupt instead of misreading them.
+//! The Lua store's own keys and values (key format `v2`: one string per limit, `GET` and
+//! `SET … PX`), read with the same decoder and written in the same format
+//! (`optimistic/codec.rs`). Both stores can therefore decide on the same keys at once: a
+//! script's write touches a watched key like any other, so a transaction that raced a
+//! script aborts and retries, and the exact counts hold across the mix (tested).
 
 mod backoff;
 mod codec;
@@ -41,11 +41,15 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Value};
-use rein_core::{Decision, MAX_MICROS, PolicyState, Timestamp};
-use thiserror::Error;
+use rein_core::{
+    DecideError, Decision, KeyError, Limiter, MAX_MICROS, NamedPolicy, PolicyState, PrepareError,
+    SourceError, StoreError, Timestamp,
+};
+use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::{ConfigError, ConnectError, KeyError, NamedPolicy};
+use crate::error::store_error;
+use crate::{ConfigError, ConnectError, RedisPolicy, StateError};
 use backoff::Backoff;
 use pool::{Connector, Lease, Pool};
 
@@ -56,7 +60,7 @@ use pool::{Connector, Lease, Pool};
 /// (for servers or proxies where `EVAL` is disabled), at a price: two round trips per
 /// admission instead of one, a connection held per in-flight call, and, when many callers
 /// hit one key at once, aborted transactions that are retried, then
-/// [`Contended`](OptimisticError::Contended) errors. docs/optimistic.md measures it against
+/// [`StoreError::Contended`] errors. docs/optimistic.md measures it against
 /// the Lua store and says when (rarely) to prefer it.
 ///
 /// # Clock
@@ -73,7 +77,7 @@ use pool::{Connector, Lease, Pool};
 /// attempt and every backoff. The only retry is after an aborted `EXEC`, which Redis
 /// guarantees wrote nothing. A call that times out or loses its connection is never
 /// retried, and its connection is closed, not reused: if `EXEC` was already sent its
-/// effect is unknown ([`OptimisticError::Timeout`]). Errors are not sticky.
+/// effect is unknown ([`StoreError::Timeout`]). Errors are not sticky.
 ///
 /// # Deployment
 ///
@@ -81,13 +85,18 @@ use pool::{Connector, Lease, Pool};
 /// share a hash tag). Each connection is a `MultiplexedConnection` used by one call at a
 /// time; at most [`max_connections`](OptimisticStoreBuilder::max_connections) are open.
 ///
+/// It reads and writes the [`RedisStore`](crate::RedisStore)'s keys and values, under the
+/// same default prefix, so the two serve one limit together and stay exact (on a hot key
+/// the script clients win nearly every race). It implements rein-core's [`Limiter`] with
+/// [`RedisPolicy`] as the prepared policy, like the Lua store.
+///
 /// ```no_run
 /// use rein_core::{Limit, Micros, Policy};
-/// use rein_redis::{NamedPolicy, OptimisticStore};
+/// use rein_redis::{OptimisticStore, RedisPolicy};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = OptimisticStore::connect("redis://127.0.0.1:6379/").await?;
-/// let api = NamedPolicy::new(
+/// let api = RedisPolicy::new(
 ///     "api",
 ///     Policy::single(Limit::token_bucket(100, 10, Micros::from_secs(1))?),
 /// )?;
@@ -129,60 +138,6 @@ pub struct OptimisticStoreBuilder {
     rng_seed: u64,
 }
 
-/// Why an [`OptimisticStore`] call returned no decision (or, for a refund, did not finish).
-///
-/// A denial is a [`Decision`], never an error. After [`Timeout`](Self::Timeout) and
-/// [`Connection`](Self::Connection) the call's effect is unknown; after every other variant
-/// nothing was written.
-#[derive(Clone, Debug, Error)]
-#[non_exhaustive]
-pub enum OptimisticError {
-    /// The cost exceeds the policy's capacity, so no amount of waiting admits it. Checked
-    /// before Redis is called. Fix: split the request, or raise the capacity.
-    #[error("cost {cost} exceeds capacity {capacity}: it can never be admitted")]
-    InsufficientCapacity {
-        /// The requested cost.
-        cost: u64,
-        /// The policy's capacity (its smallest limit's).
-        capacity: u64,
-    },
-    /// The user key cannot be used. Checked before Redis is called; see [`KeyError`].
-    #[error(transparent)]
-    InvalidKey(#[from] KeyError),
-    /// Every attempt's `EXEC` was aborted because another client changed the keys between
-    /// this call's read and its write; nothing was written. Cause: many concurrent calls on
-    /// one key (each round of contenders commits only one). Fix: treat it like a timeout
-    /// (your failure policy), raise [`max_attempts`](OptimisticStoreBuilder::max_attempts),
-    /// or use [`RedisStore`](crate::RedisStore), which never conflicts.
-    #[error("gave up after {attempts} conflicting attempts: the key is contended")]
-    Contended {
-        /// How many transactions were tried and aborted.
-        attempts: u32,
-    },
-    /// No complete answer within the deadline. If the transaction had been sent, it may or
-    /// may not have committed; it is not retried. Likely causes: Redis slow or paused, a
-    /// partition, all connections busy, long backoffs under contention. Fix: apply your
-    /// failure policy; raise [`deadline`](OptimisticStoreBuilder::deadline) or
-    /// [`max_connections`](OptimisticStoreBuilder::max_connections).
-    #[error("no answer from Redis within {0:?}")]
-    Timeout(Duration),
-    /// Redis could not be reached, a connection could not be made, or it broke during the
-    /// call: transient. Its effect is unknown if it broke after `EXEC` was sent.
-    #[error("Redis is unavailable: {0}")]
-    Connection(#[source] RedisError),
-    /// Redis answered with an error. Not transient: likely `NOPERM` (the ACL user lacks
-    /// `watch`, `multi`, `exec`, `get`, `set`, `del`, `time` or the key prefix), `OOM`
-    /// (`maxmemory` with `noeviction`) or `WRONGTYPE` (another program's key under this
-    /// prefix). Fix the deployment.
-    #[error("Redis rejected the call: {0}")]
-    Server(#[source] RedisError),
-    /// A reply of the wrong shape, or a stored value that is not this store's format (a
-    /// value written by another program or by the Lua store under the same prefix). Fix:
-    /// give this store a prefix of its own.
-    #[error("unexpected reply from Redis: {0}")]
-    UnexpectedReply(String),
-}
-
 /// Counters of an [`OptimisticStore`] since it was built: how much contention cost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OptimisticStats {
@@ -191,9 +146,9 @@ pub struct OptimisticStats {
     /// Transactions sent (`EXEC`), committed or aborted.
     pub transactions: u64,
     /// Transactions aborted because a watched key changed: each one is a retry or, on a
-    /// call's last attempt, a [`Contended`](OptimisticError::Contended) error.
+    /// call's last attempt, a [`StoreError::Contended`] error.
     pub conflicts: u64,
-    /// Calls that failed with [`Contended`](OptimisticError::Contended).
+    /// Calls that failed with [`StoreError::Contended`].
     pub contended: u64,
 }
 
@@ -220,10 +175,10 @@ impl OptimisticStore {
     /// [`peek`](Self::peek).
     pub async fn acquire(
         &self,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
         cost: u64,
-    ) -> Result<Decision, OptimisticError> {
+    ) -> Result<Decision, DecideError> {
         self.call(Op::Acquire, None, policy, key.as_ref(), cost)
             .await
             .map(|(d, _)| d)
@@ -234,10 +189,10 @@ impl OptimisticStore {
     pub async fn acquire_at(
         &self,
         now: Timestamp,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
         cost: u64,
-    ) -> Result<Decision, OptimisticError> {
+    ) -> Result<Decision, DecideError> {
         self.call(Op::Acquire, Some(now), policy, key.as_ref(), cost)
             .await
             .map(|(d, _)| d)
@@ -247,10 +202,10 @@ impl OptimisticStore {
     /// trip, no `WATCH`, no transaction.
     pub async fn peek(
         &self,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
         cost: u64,
-    ) -> Result<Decision, OptimisticError> {
+    ) -> Result<Decision, DecideError> {
         self.call(Op::Peek, None, policy, key.as_ref(), cost)
             .await
             .map(|(d, _)| d)
@@ -260,10 +215,10 @@ impl OptimisticStore {
     pub async fn peek_at(
         &self,
         now: Timestamp,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
         cost: u64,
-    ) -> Result<Decision, OptimisticError> {
+    ) -> Result<Decision, DecideError> {
         self.call(Op::Peek, Some(now), policy, key.as_ref(), cost)
             .await
             .map(|(d, _)| d)
@@ -273,10 +228,10 @@ impl OptimisticStore {
     /// Retried on conflicts like an admission.
     pub async fn refund(
         &self,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
         amount: u64,
-    ) -> Result<(), OptimisticError> {
+    ) -> Result<(), DecideError> {
         self.call(Op::Refund, None, policy, key.as_ref(), amount)
             .await
             .map(|_| ())
@@ -286,10 +241,10 @@ impl OptimisticStore {
     pub async fn refund_at(
         &self,
         now: Timestamp,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
         amount: u64,
-    ) -> Result<(), OptimisticError> {
+    ) -> Result<(), DecideError> {
         self.call(Op::Refund, Some(now), policy, key.as_ref(), amount)
             .await
             .map(|_| ())
@@ -299,18 +254,21 @@ impl OptimisticStore {
     /// tests and tools. One round trip; the limits are read together, in order.
     pub async fn state(
         &self,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
-    ) -> Result<PolicyState, OptimisticError> {
-        self.call(Op::Peek, Some(Timestamp::EPOCH), policy, key.as_ref(), 0)
-            .await
-            .map(|(_, state)| state)
+    ) -> Result<PolicyState, StateError> {
+        let keys = crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())?;
+        let read = self.attempts(Op::Peek, Some(Timestamp::EPOCH), policy, &keys, 0);
+        match tokio::time::timeout(self.inner.deadline, read).await {
+            Ok(result) => result.map(|(_, state)| state).map_err(StateError::from),
+            Err(_) => Err(StoreError::Timeout(self.inner.deadline).into()),
+        }
     }
 
     /// The Redis keys holding `policy`'s state for `key`, in the policy's order.
     pub fn keys(
         &self,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
     ) -> Result<Vec<String>, KeyError> {
         crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())
@@ -342,13 +300,13 @@ impl OptimisticStore {
         &self,
         op: Op,
         now: Option<Timestamp>,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: &[u8],
         cost: u64,
-    ) -> Result<(Decision, PolicyState), OptimisticError> {
+    ) -> Result<(Decision, PolicyState), DecideError> {
         let capacity = policy.policy().capacity();
         if op != Op::Refund && cost > capacity {
-            return Err(OptimisticError::InsufficientCapacity { cost, capacity });
+            return Err(DecideError::InsufficientCapacity { cost, capacity });
         }
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         // An acquire of nothing changes nothing: answer it as a peek, without a WATCH.
@@ -372,7 +330,7 @@ impl OptimisticStore {
         {
             Ok(result) => result,
             // The lease inside the cancelled future was dropped, closing its connection.
-            Err(_) => Err(OptimisticError::Timeout(deadline)),
+            Err(_) => Err(StoreError::Timeout(deadline)),
         };
         match &result {
             Ok(_) => self
@@ -380,14 +338,14 @@ impl OptimisticStore {
                 .counters
                 .decisions
                 .fetch_add(1, Ordering::Relaxed),
-            Err(OptimisticError::Contended { .. }) => self
+            Err(StoreError::Contended { .. }) => self
                 .inner
                 .counters
                 .contended
                 .fetch_add(1, Ordering::Relaxed),
             Err(_) => 0,
         };
-        result
+        Ok(result?)
     }
 
     /// Read, decide, write; again after each aborted `EXEC`, up to `max_attempts`.
@@ -395,17 +353,24 @@ impl OptimisticStore {
         &self,
         op: Op,
         now: Option<Timestamp>,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         keys: &[String],
         cost: u64,
-    ) -> Result<(Decision, PolicyState), OptimisticError> {
+    ) -> Result<(Decision, PolicyState), StoreError> {
         let inner = &*self.inner;
+        let started = Instant::now();
+        let classify = |e| store_error(e, started.elapsed());
         let mut lease = inner.pool.lease().await.map_err(classify)?;
         let max_attempts = inner.max_attempts.get();
         let mut conflicts = 0;
         loop {
             let (decision, state, writes) =
-                read_and_decide(&mut lease, op, now, policy, keys, cost, inner).await?;
+                read_and_decide(&mut lease, op, now, policy, keys, cost, inner)
+                    .await
+                    .map_err(|e| match e {
+                        Read::Redis(e) => classify(e),
+                        Read::Store(e) => e,
+                    })?;
             let Some(writes) = writes else {
                 lease.release();
                 return Ok((decision, state));
@@ -426,7 +391,7 @@ impl OptimisticStore {
             if conflicts >= max_attempts {
                 tracing::debug!(attempts = conflicts, "contended: giving up");
                 lease.release();
-                return Err(OptimisticError::Contended {
+                return Err(StoreError::Contended {
                     attempts: conflicts,
                 });
             }
@@ -447,8 +412,51 @@ impl OptimisticStore {
     }
 }
 
+impl Limiter for OptimisticStore {
+    type Prepared = RedisPolicy;
+
+    fn prepare(&self, policy: &NamedPolicy) -> Result<RedisPolicy, PrepareError> {
+        Ok(RedisPolicy::prepare(policy))
+    }
+
+    async fn acquire(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, DecideError> {
+        Ok(self.call(Op::Acquire, now, policy, key, cost).await?.0)
+    }
+
+    async fn peek(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, DecideError> {
+        Ok(self.call(Op::Peek, now, policy, key, cost).await?.0)
+    }
+
+    async fn refund(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        amount: u64,
+    ) -> Result<(), DecideError> {
+        self.call(Op::Refund, now, policy, key, amount).await?;
+        Ok(())
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        Some(self.inner.deadline)
+    }
+}
+
 impl OptimisticStoreBuilder {
-    /// Default settings: prefix `rein:occ`, deadline 50 ms, connect timeout 1 s, 16
+    /// Default settings: prefix `rein`, deadline 50 ms, connect timeout 1 s, 16
     /// connections, 8 attempts, backoff windows from 1 ms doubling to 8 ms, the RNG seeded
     /// from the process id, no minimum TTL.
     pub fn new() -> Self {
@@ -465,9 +473,9 @@ impl OptimisticStoreBuilder {
         }
     }
 
-    /// The first part of every key (default `rein:occ`): 1 to 64 printable ASCII bytes, no
-    /// spaces or braces. Keep it apart from the Lua store's, whose values have another
-    /// format.
+    /// The first part of every key (default `rein`): 1 to 64 printable ASCII bytes, no
+    /// spaces or braces. The same prefix as a [`RedisStore`](crate::RedisStore)'s shares its
+    /// limits.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -475,7 +483,7 @@ impl OptimisticStoreBuilder {
 
     /// The longest a call may take, from waiting for a connection through every attempt
     /// and backoff (default 50 ms). On expiry the call fails with
-    /// [`OptimisticError::Timeout`] and is not retried.
+    /// [`StoreError::Timeout`] and is not retried.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
         self
@@ -504,7 +512,7 @@ impl OptimisticStoreBuilder {
     }
 
     /// How many transactions one call tries before failing with
-    /// [`Contended`](OptimisticError::Contended) (default 8).
+    /// [`StoreError::Contended`] (default 8).
     pub fn max_attempts(mut self, n: NonZeroU32) -> Self {
         self.max_attempts = n;
         self
@@ -583,8 +591,10 @@ impl OptimisticStoreBuilder {
             {
                 return Err(ConnectError::Auth(e));
             }
-            Ok(Err(e)) => return Err(ConnectError::Connection(e)),
-            Err(_) => return Err(ConnectError::Timeout(self.connect_timeout)),
+            Ok(Err(e)) => {
+                return Err(StoreError::Connection(SourceError::new(e)).into());
+            }
+            Err(_) => return Err(StoreError::Timeout(self.connect_timeout).into()),
         };
         let min_ttl_ms = u64::try_from(self.min_ttl.as_nanos().div_ceil(1_000_000))
             .unwrap_or(u64::MAX)
@@ -615,21 +625,27 @@ async fn read_and_decide<'k>(
     lease: &mut Lease<'_>,
     op: Op,
     now: Option<Timestamp>,
-    policy: &NamedPolicy,
+    policy: &RedisPolicy,
     keys: &'k [String],
     cost: u64,
     inner: &Inner,
-) -> Result<(Decision, PolicyState, Option<Vec<(&'k str, Vec<u8>, u64)>>), OptimisticError> {
+) -> Result<(Decision, PolicyState, Option<Writes<'k>>), Read> {
     let watch = op != Op::Peek;
     let conn = lease.conn();
     let read = codec::read_pipeline(keys, conn.watching, watch, now.is_none());
-    let replies: Vec<Value> = read.query_async(&mut conn.conn).await.map_err(classify)?;
+    let replies: Vec<Value> = read
+        .query_async(&mut conn.conn)
+        .await
+        .map_err(Read::Redis)?;
     conn.watching = watch;
     let (mut state, server_now) = codec::decode_read(policy, replies, now.is_none())
-        .map_err(OptimisticError::UnexpectedReply)?;
+        .map_err(|what| Read::Store(StoreError::UnexpectedReply(what)))?;
     let now = match (now, server_now) {
         (Some(now), _) | (None, Some(now)) => now,
-        (None, None) => return Err(OptimisticError::UnexpectedReply("no TIME reply".into())),
+        (None, None) => {
+            let what = "no TIME reply".to_owned();
+            return Err(Read::Store(StoreError::UnexpectedReply(what)));
+        }
     };
     let before = state.clone();
     let limits = policy.policy().limits();
@@ -673,43 +689,21 @@ async fn read_and_decide<'k>(
     Ok((decision, state, Some(writes)))
 }
 
-/// rein-core's errors here mean the policy and the stored state disagree, which the codec
-/// already rules out, or a cost above capacity, which `call` checks first.
-fn decide<T>(result: Result<T, rein_core::AcquireError>) -> Result<T, OptimisticError> {
-    result.map_err(|e| match e {
-        rein_core::AcquireError::InsufficientCapacity { cost, capacity } => {
-            OptimisticError::InsufficientCapacity { cost, capacity }
-        }
-        other => OptimisticError::UnexpectedReply(other.to_string()),
-    })
+/// The first round trip failed: in Redis (classified by the caller, who knows how long the
+/// call has run), or in what came back.
+enum Read {
+    Redis(RedisError),
+    Store(StoreError),
 }
 
-/// Sorts a redis-rs error by what the caller can do about it (the same split as the Lua
-/// store's errors).
-fn classify(e: RedisError) -> OptimisticError {
-    if e.is_timeout() {
-        return OptimisticError::Connection(e);
-    }
-    match e.kind() {
-        ErrorKind::Server(
-            redis::ServerErrorKind::Moved
-            | redis::ServerErrorKind::Ask
-            | redis::ServerErrorKind::TryAgain
-            | redis::ServerErrorKind::ClusterDown
-            | redis::ServerErrorKind::MasterDown
-            | redis::ServerErrorKind::BusyLoading
-            | redis::ServerErrorKind::ReadOnly,
-        ) => OptimisticError::Connection(e),
-        ErrorKind::Server(_)
-        | ErrorKind::Extension
-        | ErrorKind::AuthenticationFailed
-        | ErrorKind::Client
-        | ErrorKind::InvalidClientConfig => OptimisticError::Server(e),
-        ErrorKind::Parse | ErrorKind::UnexpectedReturnType | ErrorKind::RESP3NotSupported => {
-            OptimisticError::UnexpectedReply(e.to_string())
-        }
-        _ => OptimisticError::Connection(e),
-    }
+/// Each changed limit's key, new value (`None`: an empty log) and TTL in ms.
+type Writes<'k> = Vec<(&'k str, Option<String>, u64)>;
+
+/// rein-core's errors cannot happen here: `call` checks the cost against the capacity
+/// first, and the decoder builds each limit's state for its own algorithm. Reported as an
+/// unexpected reply rather than a panic all the same.
+fn decide<T>(result: Result<T, rein_core::AcquireError>) -> Result<T, Read> {
+    result.map_err(|e| Read::Store(StoreError::UnexpectedReply(e.to_string())))
 }
 
 struct Inner {
@@ -747,9 +741,9 @@ impl Op {
     }
 }
 
-/// Separate from the Lua store's `rein`, whose values have another format; `occ1` would
-/// be the place to version the format if it ever changed incompatibly.
-const DEFAULT_PREFIX: &str = "rein:occ";
+/// The Lua store's: the two stores share keys and values, so they can serve one limit
+/// together (one migrating to the other, or clients where scripting is refused).
+const DEFAULT_PREFIX: &str = "rein";
 
 /// As the Lua store's: long against a healthy round trip, short on the request path.
 const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
@@ -761,10 +755,10 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// here run at compile time: a zero would not compile.)
 const DEFAULT_MAX_CONNECTIONS: NonZeroUsize = NonZeroUsize::new(16).unwrap();
 
-/// Measured (docs/optimistic.md): on one key with 64 tasks, 64 attempts instead of 8 left
-/// throughput unchanged (4.6k against 5.0k decisions/s) and only moved calls without a
-/// decision from 26 % to 19 %, most of the rest now ending at the deadline: more attempts
-/// mostly wait longer.
+/// Measured (docs/optimistic.md): on one key with 64 tasks, 64 attempts instead of 8 moved
+/// throughput only within run-to-run noise (4.7k against 3.2k decisions/s, the Lua store
+/// 73–75k) and calls without a decision from 31 % to 19 %, most of the rest now ending at
+/// the deadline: more attempts mostly wait longer.
 const DEFAULT_MAX_ATTEMPTS: NonZeroU32 = NonZeroU32::new(8).unwrap();
 
 /// tokio's timer resolution: a shorter non-zero wait sleeps this long anyway.

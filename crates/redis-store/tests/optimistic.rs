@@ -12,16 +12,16 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use rein_core::{Limit, Micros, Policy, Timestamp};
-use rein_redis::{NamedPolicy, OptimisticError, OptimisticStoreBuilder, RedisStoreBuilder};
+use rein_redis::{DecideError, OptimisticStoreBuilder, RedisPolicy, RedisStoreBuilder, StoreError};
 use rein_redis_harness::RedisServer;
 
 const LIMIT: u64 = 100;
 
 /// A limit of `LIMIT` that does not refill while the test runs, in each algorithm (as in
 /// tests/concurrency.rs).
-fn policies() -> Vec<NamedPolicy> {
+fn policies() -> Vec<RedisPolicy> {
     let hour = Micros::from_secs(3600);
-    let eon = Micros::from_micros(1_000_000_000_000_000);
+    let eon = rein_core::MAX_SPAN;
     let long = Micros::from_micros(45_000_000_000_000);
     [
         ("tb", Limit::token_bucket(LIMIT, 1, hour)),
@@ -31,22 +31,22 @@ fn policies() -> Vec<NamedPolicy> {
     ]
     .into_iter()
     .map(|(name, limit)| {
-        NamedPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
+        RedisPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
     })
     .collect()
 }
 
 /// Four limits, one of each algorithm; the fixed window (3) is the tightest.
-fn mixed_policy() -> NamedPolicy {
+fn mixed_policy() -> RedisPolicy {
     let hour = Micros::from_secs(3600);
     let limits = [
         Limit::token_bucket(10, 1, hour),
         Limit::sliding_log(10, hour),
-        Limit::fixed_window(3, Micros::from_micros(1_000_000_000_000_000)),
+        Limit::fixed_window(3, rein_core::MAX_SPAN),
         Limit::sliding_counter(10, Micros::from_micros(45_000_000_000_000)),
     ];
     let limits = limits.map(|l| l.expect("valid limit"));
-    NamedPolicy::new("mixed", Policy::new(limits).expect("valid")).expect("valid name")
+    RedisPolicy::new("mixed", Policy::new(limits).expect("valid")).expect("valid name")
 }
 
 /// A store with a deadline generous enough for a debug build on a busy machine: these
@@ -230,7 +230,7 @@ async fn cross_process_worker() {
     }
     let limit =
         Limit::token_bucket(CROSS_PROCESS_LIMIT, 1, Micros::from_secs(3600)).expect("valid");
-    let policy = Arc::new(NamedPolicy::new("xproc", Policy::single(limit)).expect("valid"));
+    let policy = Arc::new(RedisPolicy::new("xproc", Policy::single(limit)).expect("valid"));
     let admitted = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..16 {
@@ -269,9 +269,10 @@ async fn running_out_of_attempts_is_a_contended_error_that_wrote_nothing() {
         .connect(&server.url())
         .await
         .expect("connect");
+    // One token back per minute: none while the test runs (well under a minute).
     let capacity = 100_000;
-    let limit = Limit::token_bucket(capacity, 1, Micros::from_secs(3600)).expect("valid");
-    let policy = Arc::new(NamedPolicy::new("hot", Policy::single(limit)).expect("valid"));
+    let limit = Limit::token_bucket(capacity, 1, Micros::from_secs(60)).expect("valid");
+    let policy = Arc::new(RedisPolicy::new("hot", Policy::single(limit)).expect("valid"));
     let (admitted, contended) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let mut tasks = Vec::new();
     for _ in 0..16 {
@@ -284,7 +285,7 @@ async fn running_out_of_attempts_is_a_contended_error_that_wrote_nothing() {
                         assert!(d.is_allowed(), "the bucket never runs dry here");
                         admitted.fetch_add(1, Ordering::SeqCst);
                     }
-                    Err(OptimisticError::Contended { attempts }) => {
+                    Err(DecideError::Unavailable(StoreError::Contended { attempts })) => {
                         assert_eq!(attempts, 1);
                         contended.fetch_add(1, Ordering::SeqCst);
                     }
@@ -402,24 +403,40 @@ async fn a_multi_limit_policy_is_all_or_nothing_and_a_denial_writes_nothing() {
     assert_eq!(store.stats().conflicts, 0);
 }
 
+/// Three worlds on one server, each under its own prefix: the Lua store alone, this store
+/// alone, and both taking turns on the same keys (picked by the walk). After every step all
+/// three must have answered the same and hold the same state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decisions_and_state_match_the_lua_store_step_by_step() {
     let server = RedisServer::start().expect("start redis-server");
-    let occ = builder()
-        .min_ttl(Duration::from_secs(3600))
-        .connect(&server.url())
-        .await
-        .expect("connect");
-    let lua = RedisStoreBuilder::new()
-        .min_ttl(Duration::from_secs(3600))
-        .deadline(Duration::from_secs(5))
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let url = server.url();
+    let occ_at = |prefix: &'static str| {
+        builder()
+            .prefix(prefix)
+            .min_ttl(Duration::from_secs(3600))
+            .connect(&url)
+    };
+    let lua_at = |prefix: &'static str| {
+        RedisStoreBuilder::new()
+            .prefix(prefix)
+            .min_ttl(Duration::from_secs(3600))
+            .deadline(Duration::from_secs(5))
+            .connect(&url)
+    };
+    let occ = occ_at("occ").await.expect("connect");
+    let lua = lua_at("lua").await.expect("connect");
+    let (mix_occ, mix_lua) = (
+        occ_at("mix").await.expect("connect"),
+        lua_at("mix").await.expect("connect"),
+    );
     let second = Micros::from_secs(1);
+    let single = |name: &str, limit: Result<Limit, _>| {
+        RedisPolicy::new(name, Policy::single(limit.expect("valid"))).expect("valid")
+    };
+    // The generic script (several limits) and each lean single-limit script.
     let policies = [
         mixed_policy(),
-        NamedPolicy::new(
+        RedisPolicy::new(
             "fast",
             Policy::new([
                 Limit::token_bucket(5, 2, second).expect("valid"),
@@ -430,6 +447,10 @@ async fn decisions_and_state_match_the_lua_store_step_by_step() {
             .expect("valid"),
         )
         .expect("valid"),
+        single("tb", Limit::token_bucket(5, 3, second)),
+        single("fw", Limit::fixed_window(4, second)),
+        single("sl", Limit::sliding_log(4, second)),
+        single("sc", Limit::sliding_counter(4, second)),
     ];
     // A seeded walk: clock steps of 0 to 400 ms (sometimes backwards), costs 0 to 3.
     let mut rng = 0x2545_f491_4f6c_dd1d_u64;
@@ -441,34 +462,63 @@ async fn decisions_and_state_match_the_lua_store_step_by_step() {
     };
     for policy in &policies {
         let mut now = 1_700_000_000_000_000_u64;
-        for step in 0..400 {
+        for step in 0..300 {
             match next(10) {
                 0 => now = now.saturating_sub(next(50_000)),
                 _ => now += next(400_000),
             }
             let t = Timestamp::from_micros(now);
             let cost = next(4);
-            let label = format!("{} step {step} at {now} cost {cost}", policy.name());
-            match next(6) {
-                0 => assert_eq!(
+            let mix_by_occ = next(2) == 0;
+            let label = format!(
+                "{} step {step} at {now} cost {cost} (mixed world: {})",
+                policy.name(),
+                if mix_by_occ { "optimistic" } else { "Lua" }
+            );
+            let decisions = match next(6) {
+                0 => [
                     occ.peek_at(t, policy, "k", cost).await.expect("occ"),
                     lua.peek_at(t, policy, "k", cost).await.expect("lua"),
-                    "{label}: peek"
-                ),
+                    if mix_by_occ {
+                        mix_occ.peek_at(t, policy, "k", cost).await.expect("mix")
+                    } else {
+                        mix_lua.peek_at(t, policy, "k", cost).await.expect("mix")
+                    },
+                ]
+                .map(Some),
                 1 => {
                     occ.refund_at(t, policy, "k", cost).await.expect("occ");
                     lua.refund_at(t, policy, "k", cost).await.expect("lua");
+                    if mix_by_occ {
+                        mix_occ.refund_at(t, policy, "k", cost).await.expect("mix");
+                    } else {
+                        mix_lua.refund_at(t, policy, "k", cost).await.expect("mix");
+                    }
+                    [None; 3]
                 }
-                _ => assert_eq!(
+                _ => [
                     occ.acquire_at(t, policy, "k", cost).await.expect("occ"),
                     lua.acquire_at(t, policy, "k", cost).await.expect("lua"),
-                    "{label}: acquire"
-                ),
-            }
+                    if mix_by_occ {
+                        mix_occ.acquire_at(t, policy, "k", cost).await.expect("mix")
+                    } else {
+                        mix_lua.acquire_at(t, policy, "k", cost).await.expect("mix")
+                    },
+                ]
+                .map(Some),
+            };
+            assert_eq!(decisions[0], decisions[1], "{label}: optimistic vs Lua");
+            assert_eq!(decisions[2], decisions[1], "{label}: mixed vs Lua");
+            let lua_state = lua.state(policy, "k").await.expect("lua state");
             assert_eq!(
-                occ.state(policy, "k").await.expect("occ state"),
-                lua.state(policy, "k").await.expect("lua state"),
-                "{label}: state"
+                occ.state(policy, "k").await.expect("occ"),
+                lua_state,
+                "{label}"
+            );
+            assert_eq!(
+                mix_occ.state(policy, "k").await.expect("mix"),
+                lua_state,
+                "{label}"
             );
         }
     }
@@ -481,7 +531,7 @@ async fn now_is_the_servers_time() {
     let mut raw = common::raw(&server).await;
     // One token per hour: after taking it, the bucket's `tat` is now + 1 h on the clock used.
     let limit = Limit::token_bucket(1, 1, Micros::from_secs(3600)).expect("valid");
-    let policy = NamedPolicy::new("clock", Policy::single(limit)).expect("valid");
+    let policy = RedisPolicy::new("clock", Policy::single(limit)).expect("valid");
     let (secs, micros): (u64, u64) = redis::cmd("TIME")
         .query_async(&mut raw)
         .await
@@ -522,14 +572,17 @@ async fn a_timed_out_call_is_not_replayed_and_its_connection_is_closed() {
         .await
         .expect("connect");
     let limit = Limit::token_bucket(1, 1, Micros::from_secs(3600)).expect("valid");
-    let policy = NamedPolicy::new("once", Policy::single(limit)).expect("valid");
+    let policy = RedisPolicy::new("once", Policy::single(limit)).expect("valid");
     assert_eq!(store.idle_connections(), 1);
 
     server.pause().expect("SIGSTOP");
     let timed_out = store.acquire(&policy, "k", 1).await;
     server.resume().expect("SIGCONT");
     assert!(
-        matches!(timed_out, Err(OptimisticError::Timeout(_))),
+        matches!(
+            timed_out,
+            Err(DecideError::Unavailable(StoreError::Timeout(_)))
+        ),
         "{timed_out:?}"
     );
     assert_eq!(
@@ -567,7 +620,7 @@ async fn waiting_for_a_connection_counts_against_the_deadline() {
         .await
         .expect("connect");
     let limit = Limit::token_bucket(10, 1, Micros::from_secs(1)).expect("valid");
-    let policy = NamedPolicy::new("busy", Policy::single(limit)).expect("valid");
+    let policy = RedisPolicy::new("busy", Policy::single(limit)).expect("valid");
     server.pause().expect("SIGSTOP");
     // The first call holds the only connection, waiting for a frozen server; the second
     // waits for the connection. Both must give up at their deadline, not later.
@@ -578,8 +631,14 @@ async fn waiting_for_a_connection_counts_against_the_deadline() {
     );
     let waited = started.elapsed();
     server.resume().expect("SIGCONT");
-    assert!(matches!(a, Err(OptimisticError::Timeout(_))), "{a:?}");
-    assert!(matches!(b, Err(OptimisticError::Timeout(_))), "{b:?}");
+    assert!(
+        matches!(a, Err(DecideError::Unavailable(StoreError::Timeout(_)))),
+        "{a:?}"
+    );
+    assert!(
+        matches!(b, Err(DecideError::Unavailable(StoreError::Timeout(_)))),
+        "{b:?}"
+    );
     assert!(waited < deadline * 2, "waited {waited:?}");
     // Nothing was written: both calls died before any EXEC.
     assert_eq!(store.stats().transactions, 0);
@@ -588,43 +647,118 @@ async fn waiting_for_a_connection_counts_against_the_deadline() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn another_format_under_the_prefix_is_an_error_not_a_full_limit() {
+async fn the_lua_store_and_this_one_share_keys_and_stay_exact_together() {
     let server = RedisServer::start().expect("start redis-server");
-    // The Lua store and this one pointed at the same prefix: HASH values where this store
-    // expects its STRINGs.
+    // Same default prefix, same keys, same values: 16 tasks on each store, one key. A
+    // script's write aborts a transaction that read before it, like any other write.
     let lua = common::store(&server).await;
     let occ = builder()
-        .prefix("rein")
+        .max_connections(NonZeroUsize::new(8).expect("> 0"))
+        .max_attempts(NonZeroU32::new(100_000).expect("> 0"))
+        .backoff(Duration::ZERO, Duration::from_micros(500))
         .connect(&server.url())
         .await
         .expect("connect");
+    for policy in policies() {
+        let policy = Arc::new(policy);
+        let (by_lua, by_occ) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let conflicts_before = occ.stats().conflicts;
+        let mut tasks = Vec::new();
+        for _ in 0..16 {
+            let (lua, lua_policy, by_lua) = (lua.clone(), policy.clone(), by_lua.clone());
+            tasks.push(tokio::spawn(async move {
+                while lua
+                    .acquire(&lua_policy, "shared", 1)
+                    .await
+                    .expect("a decision")
+                    .is_allowed()
+                {
+                    by_lua.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+            let (occ, policy, by_occ) = (occ.clone(), policy.clone(), by_occ.clone());
+            tasks.push(tokio::spawn(async move {
+                while occ
+                    .acquire(&policy, "shared", 1)
+                    .await
+                    .expect("a decision")
+                    .is_allowed()
+                {
+                    by_occ.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        let (by_lua, by_occ) = (by_lua.load(Ordering::SeqCst), by_occ.load(Ordering::SeqCst));
+        let conflicts = occ.stats().conflicts - conflicts_before;
+        eprintln!(
+            "{}: Lua {by_lua}, optimistic {by_occ}, {conflicts} conflicts",
+            policy.name()
+        );
+        // The scripts' writes aborted the transactions that read before them: the two
+        // really interleaved. (The scripts win nearly every race: one round trip, never
+        // retried, against two and a backoff.)
+        assert!(
+            conflicts > 0,
+            "{}: no transaction met a script's write",
+            policy.name()
+        );
+        assert_eq!(by_lua + by_occ, LIMIT, "{}", policy.name());
+        // Both read the same state back.
+        assert_eq!(
+            occ.state(&policy, "shared").await.expect("occ state"),
+            lua.state(&policy, "shared").await.expect("lua state"),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_value_is_an_error_not_a_full_limit() {
+    let server = RedisServer::start().expect("start redis-server");
+    let occ = builder().connect(&server.url()).await.expect("connect");
     let policy = mixed_policy();
-    assert!(
-        lua.acquire(&policy, "k", 1)
-            .await
-            .expect("lua")
-            .is_allowed()
-    );
-    let err = occ
-        .acquire(&policy, "k", 1)
-        .await
-        .expect_err("must not misread");
-    assert!(matches!(err, OptimisticError::Server(_)), "{err:?}");
-    // A plain counter where a state belongs.
     let mut raw = common::raw(&server).await;
-    let key = occ.keys(&policy, "j").expect("keys")[0].clone();
+    let keys = occ.keys(&policy, "k").expect("keys");
+    // A plain counter where a token bucket's state belongs.
     let () = redis::cmd("SET")
-        .arg(&key)
+        .arg(&keys[0])
         .arg("10")
         .query_async(&mut raw)
         .await
         .expect("SET");
     let err = occ
-        .acquire(&policy, "j", 1)
+        .acquire(&policy, "k", 1)
         .await
         .expect_err("must not misread");
     assert!(
-        matches!(err, OptimisticError::UnexpectedReply(_)),
+        matches!(
+            err,
+            DecideError::Unavailable(StoreError::UnexpectedReply(_))
+        ),
+        "{err:?}"
+    );
+    // Another type altogether: Redis refuses the GET (WRONGTYPE).
+    let () = redis::cmd("DEL")
+        .arg(&keys[0])
+        .query_async(&mut raw)
+        .await
+        .expect("DEL");
+    let () = redis::cmd("HSET")
+        .arg(&keys[0])
+        .arg("tat")
+        .arg("1")
+        .query_async(&mut raw)
+        .await
+        .map(|_: u64| ())
+        .expect("HSET");
+    let err = occ
+        .acquire(&policy, "k", 1)
+        .await
+        .expect_err("must not misread");
+    assert!(
+        matches!(err, DecideError::Unavailable(StoreError::Server(_))),
         "{err:?}"
     );
 }
@@ -636,14 +770,14 @@ async fn bad_input_fails_before_redis() {
     let policy = mixed_policy();
     assert!(matches!(
         store.acquire(&policy, "k", 4).await,
-        Err(OptimisticError::InsufficientCapacity {
+        Err(DecideError::InsufficientCapacity {
             cost: 4,
             capacity: 3
         })
     ));
     assert!(matches!(
         store.acquire(&policy, "", 1).await,
-        Err(OptimisticError::InvalidKey(_))
+        Err(DecideError::InvalidKey(_))
     ));
     assert_eq!(store.stats().transactions, 0);
 }

@@ -27,7 +27,7 @@
 
 use rein_core::{Limit, Micros, Policy};
 use rein_examples::{DemoResult, MIN_TTL, PREFIX, at_millis, delete_keys, describe, redis_url};
-use rein_redis::{NamedPolicy, RedisStoreBuilder};
+use rein_redis::{RedisPolicy, RedisStoreBuilder};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> DemoResult {
@@ -37,7 +37,7 @@ async fn main() -> DemoResult {
         .min_ttl(MIN_TTL)
         .connect(&url)
         .await?;
-    let policy = NamedPolicy::new(
+    let policy = RedisPolicy::new(
         "sliding-5-per-minute",
         Policy::single(Limit::sliding_log(5, Micros::from_secs(60))?),
     )?;

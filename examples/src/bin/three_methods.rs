@@ -45,7 +45,7 @@
 
 use rein_core::{Limit, Micros, Policy};
 use rein_examples::{DemoResult, MIN_TTL, PREFIX, at, delete_keys, describe, redis_url};
-use rein_redis::{NamedPolicy, RedisStoreBuilder};
+use rein_redis::{RedisPolicy, RedisStoreBuilder};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> DemoResult {
@@ -57,15 +57,15 @@ async fn main() -> DemoResult {
         .await?;
     let window = Micros::from_secs(10);
     let methods = [
-        NamedPolicy::new(
+        RedisPolicy::new(
             "token-bucket",
             Policy::single(Limit::token_bucket(5, 1, Micros::from_secs(2))?),
         )?,
-        NamedPolicy::new(
+        RedisPolicy::new(
             "fixed-window",
             Policy::single(Limit::fixed_window(5, window)?),
         )?,
-        NamedPolicy::new(
+        RedisPolicy::new(
             "sliding-window",
             Policy::single(Limit::sliding_log(5, window)?),
         )?,

@@ -38,12 +38,13 @@
 
 use rein_core::{Limit, Micros, Policy, Timestamp};
 use rein_examples::{DemoResult, MIN_TTL, PREFIX, at, delete_keys, describe, redis_url};
-use rein_redis::{NamedPolicy, OptimisticStoreBuilder, RedisStoreBuilder};
+use rein_redis::{OptimisticStoreBuilder, RedisPolicy, RedisStoreBuilder};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> DemoResult {
     let url = redis_url();
-    // Each store under its own prefix: their stored formats differ.
+    // Each store under its own prefix, so each has its own bucket: on one prefix they
+    // would share it (they read and write the same values).
     let optimistic = OptimisticStoreBuilder::new()
         .prefix(format!("{PREFIX}:occ"))
         .min_ttl(MIN_TTL)
@@ -54,7 +55,7 @@ async fn main() -> DemoResult {
         .min_ttl(MIN_TTL)
         .connect(&url)
         .await?;
-    let policy = NamedPolicy::new(
+    let policy = RedisPolicy::new(
         "bucket-10-1ps",
         Policy::single(Limit::token_bucket(10, 1, Micros::from_secs(1))?),
     )?;
@@ -87,7 +88,7 @@ async fn both(
     optimistic: &rein_redis::OptimisticStore,
     lua: &rein_redis::RedisStore<redis::aio::ConnectionManager>,
     now: Timestamp,
-    policy: &NamedPolicy,
+    policy: &RedisPolicy,
     client: &str,
 ) -> Result<(rein_core::Decision, rein_core::Decision), Box<dyn std::error::Error>> {
     let a = optimistic.acquire_at(now, policy, client, 1).await?;

@@ -1,17 +1,18 @@
 //! The optimistic store's Redis commands and stored values: pure encoding and decoding, no
 //! I/O.
 //!
-//! Each limit's state is one Redis STRING under the key `key.rs` gives that limit: a format
-//! byte ([`FORMAT`]) followed by rein-core's own persisted form of the limit state
-//! ([`LimitState::encode`]: an algorithm tag and fixed little-endian words, or a sliding
-//! log's entries). A STRING is what one `GET` reads and one `SET … PX` writes, so the
-//! transaction stays two round trips whatever the algorithm; the Lua store's HASH and ZSET
-//! layout would need a different read command per algorithm and a rewrite of whole logs.
+//! The values are the Lua scripts' own (key format `v2`, `state.rs`): one string per limit,
+//! its integers in decimal joined by `:` (`<tat>:<tat_units>`, `<window_start>:<count>`,
+//! `<window_start>:<current>:<previous>`), or a sliding log's entries `<at>:<cost>` joined
+//! by `,`. Reading goes through `state.rs`, the decoder the Lua store's `state` uses;
+//! writing is [`encode_value`], the Rust half of each script's `encode`. Sharing the format
+//! lets both stores decide on the same keys: a script's `SET` touches a watched key like any
+//! other write, so a transaction racing a script aborts and retries.
 
 use redis::{Pipeline, Value};
-use rein_core::{Limit, LimitState, MAX_MICROS, Micros, PolicyState, Timestamp};
+use rein_core::{LimitState, MAX_MICROS, Micros, PolicyState, Timestamp};
 
-use crate::NamedPolicy;
+use crate::RedisPolicy;
 
 /// The first round trip: forget an earlier `WATCH` left by a denial on this connection
 /// (`unwatch`), `WATCH` the keys (`watch`, for operations that may write), `GET` each key
@@ -37,58 +38,43 @@ pub(crate) fn read_pipeline(keys: &[String], unwatch: bool, watch: bool, time: b
 /// Decodes the replies of [`read_pipeline`]: the policy's state (a missing key is a full
 /// limit) and the server's clock if it was asked for.
 pub(crate) fn decode_read(
-    policy: &NamedPolicy,
-    replies: Vec<Value>,
+    policy: &RedisPolicy,
+    mut replies: Vec<Value>,
     time: bool,
 ) -> Result<(PolicyState, Option<Timestamp>), String> {
-    let limits = policy.policy().limits();
-    let expected = limits.len() + usize::from(time);
-    if replies.len() != expected {
-        return Err(format!(
-            "expected {expected} replies, got {}",
-            replies.len()
-        ));
-    }
-    let mut replies = replies.into_iter();
-    let mut states = Vec::with_capacity(limits.len());
-    for (index, limit) in limits.iter().enumerate() {
-        let reply = replies.next().ok_or("a missing reply")?;
-        states.push(decode_value(limit, reply).map_err(|e| format!("limit {index}: {e}"))?);
-    }
-    let now = match (time, replies.next()) {
-        (true, Some(reply)) => Some(decode_time(reply)?),
-        _ => None,
+    let now = if time {
+        let reply = replies.pop().ok_or("no TIME reply")?;
+        Some(decode_time(reply)?)
+    } else {
+        None
     };
-    let state = PolicyState::from_states(states).ok_or("a policy of no limits")?;
+    let state = crate::state::decode(policy, replies)?;
     Ok((state, now))
 }
 
-/// One limit's stored value, or a full limit for a missing key.
-fn decode_value(limit: &Limit, reply: Value) -> Result<LimitState, String> {
-    let bytes = match reply {
-        Value::Nil => return Ok(limit.new_state()),
-        Value::BulkString(bytes) => bytes,
-        other => return Err(format!("expected a string, got {other:?}")),
-    };
-    let Some((&FORMAT, encoded)) = bytes.split_first() else {
-        return Err("a value that is not rein's optimistic-store format".to_owned());
-    };
-    let (state, used) = LimitState::decode(encoded).map_err(|e| e.to_string())?;
-    if used != encoded.len() {
-        return Err("trailing bytes after the state".to_owned());
-    }
-    // The key names the algorithm, so a mismatch is another program's value.
-    if std::mem::discriminant(&state) != std::mem::discriminant(&limit.new_state()) {
-        return Err("a state of another algorithm".to_owned());
-    }
-    Ok(state)
-}
-
-/// The value [`decode_value`] reads back.
-pub(crate) fn encode_value(state: &LimitState) -> Vec<u8> {
-    let mut out = vec![FORMAT];
-    state.encode(&mut out);
-    out
+/// A limit state as the scripts store it; `None` for an empty sliding log, which is stored
+/// as no key at all.
+pub(crate) fn encode_value(state: &LimitState) -> Option<String> {
+    Some(match state {
+        LimitState::TokenBucket(s) => format!("{}:{}", s.tat.as_micros(), s.tat_units),
+        LimitState::FixedWindow(s) => format!("{}:{}", s.window_start.as_micros(), s.count),
+        LimitState::SlidingCounter(s) => format!(
+            "{}:{}:{}",
+            s.window_start.as_micros(),
+            s.current,
+            s.previous
+        ),
+        LimitState::SlidingLog(s) => {
+            let entries: Vec<String> = s
+                .entries()
+                .map(|e| format!("{}:{}", e.at.as_micros(), e.cost))
+                .collect();
+            if entries.is_empty() {
+                return None;
+            }
+            entries.join(",")
+        }
+    })
 }
 
 /// `TIME`: seconds and microseconds as two decimal strings.
@@ -115,27 +101,24 @@ fn decode_time(reply: Value) -> Result<Timestamp, String> {
 }
 
 /// The second round trip: `MULTI`, one `SET … PX` (or `DEL`) per changed limit, `EXEC`.
-/// `writes` holds each key with its new value and TTL in ms; a TTL of zero deletes the key,
-/// as the Lua store does for a limit that is full again.
-pub(crate) fn write_transaction(writes: &[(&str, Vec<u8>, u64)]) -> Pipeline {
+/// Each write is a key, its new value (`None`: an empty log) and its TTL in ms; a zero TTL
+/// or no value deletes the key, as the scripts' `store` does.
+pub(crate) fn write_transaction(writes: &[(&str, Option<String>, u64)]) -> Pipeline {
     let mut pipe = redis::pipe();
     pipe.atomic();
     for (key, value, ttl_ms) in writes {
-        if *ttl_ms == 0 {
-            pipe.cmd("DEL").arg(*key);
-        } else {
-            pipe.cmd("SET")
-                .arg(*key)
-                .arg(value.as_slice())
-                .arg("PX")
-                .arg(*ttl_ms);
-        }
+        match value {
+            Some(value) if *ttl_ms > 0 => {
+                pipe.cmd("SET").arg(*key).arg(value).arg("PX").arg(*ttl_ms)
+            }
+            _ => pipe.cmd("DEL").arg(*key),
+        };
     }
     pipe
 }
 
 /// A written key's TTL in ms: its limit's `reset_after` rounded up, at least `min_ttl_ms`;
-/// zero means "delete it". The same rule as the Lua store's, so both free memory alike.
+/// zero means "delete it". The scripts' rule, so both stores free memory alike.
 pub(crate) fn ttl_millis(reset_after: Micros, min_ttl_ms: u64) -> u64 {
     reset_after
         .as_micros()
@@ -144,68 +127,85 @@ pub(crate) fn ttl_millis(reset_after: Micros, min_ttl_ms: u64) -> u64 {
         .min(MAX_MICROS)
 }
 
-/// The format byte in front of every stored value. Bump it (and the default key prefix's
-/// version) if the encoding ever changes, so old values fail to decode instead of being
-/// misread.
-pub(crate) const FORMAT: u8 = 1;
-
 #[cfg(test)]
 mod tests {
-    use rein_core::{Policy, SlidingLogState, TokenBucketState};
+    use rein_core::{
+        FixedWindowState, Limit, LogEntry, Policy, SlidingCounterState, SlidingLogState,
+        TokenBucketState,
+    };
 
     use super::*;
 
-    fn policy() -> NamedPolicy {
+    fn policy() -> RedisPolicy {
+        let second = Micros::from_secs(1);
         let limits = [
-            Limit::token_bucket(10, 1, Micros::from_secs(1)).unwrap(),
-            Limit::sliding_log(5, Micros::from_secs(1)).unwrap(),
+            Limit::token_bucket(10, 1, second).unwrap(),
+            Limit::fixed_window(5, second).unwrap(),
+            Limit::sliding_counter(5, second).unwrap(),
+            Limit::sliding_log(5, second).unwrap(),
         ];
-        NamedPolicy::new("api", Policy::new(limits).unwrap()).unwrap()
+        RedisPolicy::new("api", Policy::new(limits).unwrap()).unwrap()
     }
 
-    fn bulk(bytes: Vec<u8>) -> Value {
-        Value::BulkString(bytes)
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
     }
 
     #[test]
     fn missing_keys_read_as_full_limits_and_time_is_decoded() {
-        let time = Value::Array(vec![bulk(b"1700000000".to_vec()), bulk(b"123456".to_vec())]);
-        let (state, now) =
-            decode_read(&policy(), vec![Value::Nil, Value::Nil, time], true).unwrap();
+        let time = Value::Array(vec![bulk("1700000000"), bulk("123456")]);
+        let replies = vec![Value::Nil, Value::Nil, Value::Nil, Value::Nil, time];
+        let (state, now) = decode_read(&policy(), replies, true).unwrap();
         assert_eq!(state, policy().policy().new_state());
         assert_eq!(now, Some(Timestamp::from_micros(1_700_000_000_123_456)));
     }
 
     #[test]
-    fn values_round_trip() {
-        let bucket = LimitState::TokenBucket(TokenBucketState {
-            tat: Timestamp::from_micros(42),
-            tat_units: 7,
-        });
-        let log = LimitState::SlidingLog(SlidingLogState::default());
-        let replies = vec![bulk(encode_value(&bucket)), bulk(encode_value(&log))];
+    fn written_values_read_back_through_the_scripts_decoder() {
+        let t = Timestamp::from_micros;
+        let log = SlidingLogState::from_entries([
+            LogEntry { at: t(5), cost: 2 },
+            LogEntry { at: t(9), cost: 1 },
+        ])
+        .unwrap();
+        let states = [
+            LimitState::TokenBucket(TokenBucketState {
+                tat: t(42),
+                tat_units: 7,
+            }),
+            LimitState::FixedWindow(FixedWindowState {
+                window_start: t(1_000_000),
+                count: 3,
+            }),
+            LimitState::SlidingCounter(SlidingCounterState {
+                window_start: t(2_000_000),
+                current: 1,
+                previous: 4,
+            }),
+            LimitState::SlidingLog(log),
+        ];
+        let values: Vec<_> = states.iter().map(|s| encode_value(s).unwrap()).collect();
+        assert_eq!(values, ["42:7", "1000000:3", "2000000:1:4", "5:2,9:1"]);
+        let replies = values.iter().map(|v| bulk(v)).collect();
         let (state, now) = decode_read(&policy(), replies, false).unwrap();
         assert_eq!(now, None);
-        assert_eq!(state, PolicyState::from_states([bucket, log]).unwrap());
+        assert_eq!(state, PolicyState::from_states(states).unwrap());
+    }
+
+    #[test]
+    fn an_empty_log_is_no_key() {
+        let empty = LimitState::SlidingLog(SlidingLogState::default());
+        assert_eq!(encode_value(&empty), None);
     }
 
     #[test]
     fn foreign_values_are_errors_not_full_limits() {
-        let bucket = encode_value(&LimitState::TokenBucket(TokenBucketState::default()));
-        let cases = [
-            vec![bulk(b"10".to_vec()), Value::Nil],   // a plain counter
-            vec![bulk(vec![]), Value::Nil],           // empty
-            vec![bulk(vec![FORMAT + 1]), Value::Nil], // a future format
-            vec![Value::Nil, bulk(bucket.clone())],   // another algorithm's state
-            vec![Value::Int(3), Value::Nil],          // not a string
-            vec![bulk([bucket.clone(), vec![0]].concat()), Value::Nil], // trailing bytes
-        ];
-        for replies in cases {
-            assert!(
-                decode_read(&policy(), replies.clone(), false).is_err(),
-                "{replies:?}"
-            );
+        for bad in ["10", "", "1:2:3", "a:b", "-1:0"] {
+            let replies = vec![bulk(bad), Value::Nil, Value::Nil, Value::Nil];
+            assert!(decode_read(&policy(), replies, false).is_err(), "{bad:?}");
         }
+        let not_a_string = vec![Value::Int(3), Value::Nil, Value::Nil, Value::Nil];
+        assert!(decode_read(&policy(), not_a_string, false).is_err());
     }
 
     #[test]

@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use std::rc::Rc;
 use std::time::Duration;
 
-use rein_core::{Limit, Micros, Policy, PolicyState, Timestamp};
-use rein_redis::{FailurePolicy, NamedPolicy, Source, local_share};
+use rein::{FailurePolicy, Source, local_share};
+use rein_core::{Algorithm, Limit, Micros, Policy, PolicyState, Timestamp};
 
 use super::clock::{self, Skew};
 use super::fault::{Action, Fault};
@@ -336,7 +336,7 @@ impl Scenario {
 
     /// Plays the scenario in a fresh turmoil world and returns what it recorded.
     pub fn run(&self) -> Result<Run, Box<dyn Error>> {
-        let policy = NamedPolicy::new("sim", self.policy.clone())?;
+        let policy = rein_core::NamedPolicy::new("sim", self.policy.clone())?;
         let demand = self.workload.generate(
             &Rng::new(self.seed).child(DEMAND_STREAM),
             self.nodes,
@@ -475,7 +475,7 @@ impl Run {
         let mut counts = [0; 6];
         for e in &self.events {
             let slot = match e.source {
-                Some(Source::Redis) => 0,
+                Some(Source::Store) => 0,
                 Some(Source::DenyCache) => 1,
                 Some(Source::AllowCache) => 2,
                 Some(Source::Fallback(_)) => 3,
@@ -522,7 +522,7 @@ impl Run {
     pub fn back_on_redis(&self, node: usize, after: Timestamp) -> Option<Timestamp> {
         self.events
             .iter()
-            .filter(|e| e.node == node && e.issued >= after && e.source == Some(Source::Redis))
+            .filter(|e| e.node == node && e.issued >= after && e.source == Some(Source::Store))
             .map(|e| e.answered)
             .min()
     }
