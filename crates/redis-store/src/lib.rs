@@ -74,12 +74,14 @@ mod connect;
 mod error;
 mod key;
 mod link;
+mod optimistic;
 mod policy;
 mod script;
 mod state;
 mod store;
 
 pub use error::{ConfigError, ConnectError, StateError};
+pub use optimistic::{OptimisticStats, OptimisticStore, OptimisticStoreBuilder};
 pub use policy::RedisPolicy;
 pub use rein_core::{DecideError, KeyError, StoreError};
 pub use script::{SCRIPT_SOURCE, SCRIPTS};
