@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rein_core::{Limit, Micros, Policy};
+use rein_core::{DecideError, Limit, Micros, Policy, StoreError};
 use rein_redis::{RedisPolicy, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
 
@@ -25,7 +25,6 @@ const PHASE: Duration = Duration::from_millis(150);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrating_a_hot_keys_slot_fails_no_decision_and_counts_each_admission_once() {
-    let started = Instant::now();
     let cluster = RedisCluster::start().expect("start redis cluster");
     let nodes = cluster.nodes();
     let store = RedisStoreBuilder::new()
@@ -51,20 +50,8 @@ async fn migrating_a_hot_keys_slot_fails_no_decision_and_counts_each_admission_o
         panic!("a single-limit policy has one key: {keys:?}")
     };
 
-    // Where the key lives, and where it goes.
-    let slot = integer(&admin(&nodes[0], &["CLUSTER", "KEYSLOT", key]));
-    let slot = slot.to_string();
-    let source = (0..nodes.len())
-        .find(|&i| admin(&nodes[i], &["EXISTS", key]) == ":1\r\n")
-        .expect("the key is on one node");
-    let target = (source + 1) % nodes.len();
-    let (source, target, other) = (
-        &nodes[source],
-        &nodes[target],
-        &nodes[(target + 1) % nodes.len()],
-    );
-    let source_id = bulk(&admin(source, &["CLUSTER", "MYID"]));
-    let target_id = bulk(&admin(target, &["CLUSTER", "MYID"]));
+    let migration = Migration::of(nodes, key);
+    let (source, target) = (migration.source, migration.target);
     // The target then answers the first `EVALSHA` it is asked for with `NOSCRIPT`.
     assert_ok(admin(target, &["SCRIPT", "FLUSH"]));
 
@@ -103,35 +90,13 @@ async fn migrating_a_hot_keys_slot_fails_no_decision_and_counts_each_admission_o
         }
     };
     progress.push(phase("before").await);
-    assert_ok(admin(
-        target,
-        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id],
-    ));
-    assert_ok(admin(
-        source,
-        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id],
-    ));
+    migration.begin();
     // The key is still on the source, which serves it.
     progress.push(phase("migrating, key on the source").await);
-    let migrate = [
-        "MIGRATE",
-        "127.0.0.1",
-        &target.port().to_string(),
-        "",
-        "0",
-        "5000",
-        "KEYS",
-        key,
-    ];
-    assert_ok(admin(source, &migrate));
+    migration.migrate(&[key]);
     // The source answers `ASK` for every call: `ASKING` and the script on the target.
     progress.push(phase("migrating, key on the target").await);
-    for node in [target, source, other] {
-        assert_ok(admin(
-            node,
-            &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id],
-        ));
-    }
+    migration.finish();
     // The source answers `MOVED` until the client has refreshed its slot map.
     progress.push(phase("moved").await);
     stop.store(true, Ordering::Relaxed);
@@ -184,12 +149,139 @@ async fn migrating_a_hot_keys_slot_fails_no_decision_and_counts_each_admission_o
         CAPACITY - admitted,
         "{admitted} admitted; phases {progress:?}"
     );
-    // The harness's cluster takes a few seconds to form; the rest must stay well short.
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_split_by_a_migration_waits_for_its_keys_within_the_bound() {
+    let cluster = RedisCluster::start().expect("start redis cluster");
+    let store = RedisStoreBuilder::new()
+        .deadline(Duration::from_secs(5))
+        .connect_cluster(cluster.urls())
+        .await
+        .expect("connect to the cluster");
+    let ten_minutes = Micros::from_secs(600);
+    let limits = [
+        Limit::token_bucket(10, 1, ten_minutes).expect("valid token bucket"),
+        Limit::fixed_window(10, ten_minutes).expect("valid window"),
+    ];
+    let policy =
+        RedisPolicy::new("split", Policy::new(limits).expect("valid policy")).expect("valid name");
+    let user = "split-user";
+    let acquire = || store.acquire(&policy, user, 1);
+    assert!(acquire().await.expect("first decision").is_allowed());
+    let keys = store.keys(&policy, user).expect("valid key");
+    let migration = Migration::of(cluster.nodes(), &keys[0]);
+    migration.begin();
+    // One key moved, one not: the source refuses the policy's call with `TRYAGAIN`.
+    migration.migrate(&[&keys[0]]);
+
+    // Still split when the waits run out: the call gives up after 5 resends, with the
+    // `Connection` error that says it did not run, long before its 5 s deadline.
+    let started = Instant::now();
+    match acquire().await {
+        Err(DecideError::Unavailable(StoreError::Connection(_))) => {}
+        other => panic!("a split policy was decided: {other:?}"),
+    }
+    let waited = started.elapsed();
     assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        started.elapsed()
+        (Duration::from_millis(62)..Duration::from_secs(1)).contains(&waited),
+        "waits of 2+4+8+16+32 ms, then gave up: {waited:?}"
     );
+    assert_eq!(
+        error_count(migration.source, "TRYAGAIN"),
+        6,
+        "one call and 5 resends"
+    );
+
+    // A call that meets the split while the last key is on its way: it waits, then
+    // follows the `ASK` once the source holds none of its keys.
+    let pending = tokio::spawn({
+        let (store, policy) = (store.clone(), policy.clone());
+        async move { store.acquire(&policy, user, 1).await }
+    });
+    let seen = Instant::now();
+    while error_count(migration.source, "TRYAGAIN") == 6 {
+        assert!(
+            seen.elapsed() < Duration::from_secs(2),
+            "the call never came"
+        );
+        tokio::task::yield_now().await;
+    }
+    migration.migrate(&[&keys[1]]);
+    let decision = pending
+        .await
+        .expect("decider task")
+        .expect("decided after the wait");
+    assert!(decision.is_allowed());
+    migration.finish();
+
+    // Two admitted; the call that gave up took nothing.
+    let left = store.peek(&policy, user, 0).await.expect("peek");
+    assert_eq!(left.remaining, 8);
+}
+
+/// Moving one slot by hand, in the order Redis documents: `IMPORTING` on the target,
+/// `MIGRATING` on the source, `MIGRATE` of its keys, then `NODE` on every node, the
+/// target first.
+struct Migration<'a> {
+    slot: String,
+    source: &'a RedisServer,
+    target: &'a RedisServer,
+    other: &'a RedisServer,
+    source_id: String,
+    target_id: String,
+}
+
+impl<'a> Migration<'a> {
+    /// The slot of `key`, from the node that holds it to the next one.
+    fn of(nodes: &'a [RedisServer], key: &str) -> Self {
+        let slot = integer(&admin(&nodes[0], &["CLUSTER", "KEYSLOT", key])).to_string();
+        let source = (0..nodes.len())
+            .find(|&i| admin(&nodes[i], &["EXISTS", key]) == ":1\r\n")
+            .expect("the key is on one node");
+        let target = (source + 1) % nodes.len();
+        let (source, target, other) = (
+            &nodes[source],
+            &nodes[target],
+            &nodes[(target + 1) % nodes.len()],
+        );
+        Self {
+            slot,
+            source_id: bulk(&admin(source, &["CLUSTER", "MYID"])),
+            target_id: bulk(&admin(target, &["CLUSTER", "MYID"])),
+            source,
+            target,
+            other,
+        }
+    }
+
+    fn begin(&self) {
+        let slot = self.slot.as_str();
+        assert_ok(admin(
+            self.target,
+            &["CLUSTER", "SETSLOT", slot, "IMPORTING", &self.source_id],
+        ));
+        assert_ok(admin(
+            self.source,
+            &["CLUSTER", "SETSLOT", slot, "MIGRATING", &self.target_id],
+        ));
+    }
+
+    fn migrate(&self, keys: &[&str]) {
+        let port = self.target.port().to_string();
+        let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        migrate.extend_from_slice(keys);
+        assert_ok(admin(self.source, &migrate));
+    }
+
+    fn finish(&self) {
+        for node in [self.target, self.source, self.other] {
+            assert_ok(admin(
+                node,
+                &["CLUSTER", "SETSLOT", &self.slot, "NODE", &self.target_id],
+            ));
+        }
+    }
 }
 
 /// One admin command to one node, as its raw RESP reply. Blocking, and short: run in place
