@@ -15,7 +15,8 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, V
 use rein_core::StoreError;
 
 use crate::error::store_error;
-use crate::{ConnectError, RedisStore, RedisStoreBuilder};
+use crate::link::Link;
+use crate::{ConfigError, ConnectError, RedisStore, RedisStoreBuilder};
 
 impl RedisStore<ConnectionManager> {
     /// Connects to a standalone Redis with default settings; see
@@ -81,10 +82,14 @@ impl RedisStoreBuilder {
     /// Connects to a Redis Cluster, given one or more of its nodes.
     ///
     /// URLs are as for [`connect`](Self::connect); TLS and credentials are taken from the
-    /// first. The client follows no redirections by resending: a `MOVED` or `TRYAGAIN`
-    /// during resharding surfaces once as a `Connection` error while the client refreshes
-    /// its slot map, because the same retry machinery would also resend a script whose
-    /// connection broke after it ran, counting it twice.
+    /// first.
+    ///
+    /// redis-rs's own retries are off (`retries(0)`): they resend after a broken
+    /// connection too, when the script may have run, and would count it twice. The store
+    /// follows resharding itself instead, resending only replies that prove the script did
+    /// not run: `MOVED` to the new owner, `ASK` as `ASKING` and the script on the importing
+    /// node, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING` and `READONLY` after a short
+    /// wait; at most 5 resends, within the call's deadline (docs/redis.md, "Redis Cluster").
     pub async fn connect_cluster<I, S>(
         self,
         urls: I,
@@ -108,7 +113,23 @@ impl RedisStoreBuilder {
         let conn =
             first_connection(timeout, async move { client.get_async_connection().await }).await?;
         load_script(conn.clone(), timeout).await?;
-        Ok(self.build(conn)?)
+        Ok(self.build_cluster(conn)?)
+    }
+
+    /// A store over a Cluster connection the caller built, following `MOVED`, `ASK` and
+    /// transient cluster states as [`connect_cluster`](Self::connect_cluster) does
+    /// ([`build`](Self::build) would not: it cannot route to a node by address).
+    ///
+    /// Build the client with `ClusterClientBuilder::retries(0)`: with retries, redis-rs
+    /// resends a call whose connection broke after sending, and a script that had run
+    /// would count twice.
+    pub fn build_cluster(
+        self,
+        conn: ClusterConnection,
+    ) -> Result<RedisStore<ClusterConnection>, ConfigError> {
+        self.validate()?;
+        let router = crate::route::cluster_router();
+        Ok(RedisStore::routed(self, Link::fixed(conn), Some(router)))
     }
 }
 

@@ -52,8 +52,9 @@
 //!   above every store: the `rein` crate's `ResilientLimiter` (docs/architecture.md).
 //! - **No in-process limiting.** For limits that need not be shared between processes, use
 //!   `rein-memory`: nanoseconds instead of a network round trip.
-//! - **No retries.** Except the `NOSCRIPT` reload, which is safe because the script had
-//!   not run.
+//! - **No retries of an unknown outcome.** A call is resent only after a reply that proves
+//!   the script did not run: `NOSCRIPT` (resent as `EVAL`), and on a Cluster `MOVED`, `ASK`
+//!   and transient states such as `TRYAGAIN` (followed within the call's deadline).
 //! - **No other runtime than tokio.** Deadlines are tokio timers, and a store built with
 //!   a connector reconnects in a spawned tokio task.
 //!
@@ -65,6 +66,8 @@
 //! - `store.rs`: [`RedisStore`] and [`RedisStoreBuilder`]: encode, call, decode.
 //! - `connect.rs`: constructors from URLs (standalone, Cluster, TLS, AUTH).
 //! - `link.rs`: the connection, and replacing it through the caller's connector.
+//! - `redirect.rs`: which failed replies are resent, and where (pure). `route.rs`: sending
+//!   one attempt, to the slot or to a named Cluster node.
 //! - `script.rs`: the scripts ([`SCRIPTS`]), their arguments and their reply.
 //! - `key.rs`: key layout. `policy.rs`: [`RedisPolicy`]. `state.rs`: reading state back.
 //! - `error.rs`: the errors only this store has (connecting, reading state, settings).
@@ -76,6 +79,8 @@ mod key;
 mod link;
 mod optimistic;
 mod policy;
+mod redirect;
+mod route;
 mod script;
 mod state;
 mod store;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
+use redis::{RedisResult, Value};
 use rein_core::{
     DecideError, Decision, KeyError, Limiter, MAX_MICROS, NamedPolicy, PolicyState, PrepareError,
     StoreError, Timestamp,
@@ -14,6 +14,8 @@ use tracing::Instrument;
 
 use crate::error::{store_error, suspects_connection};
 use crate::link::{Connector, Link};
+use crate::redirect::{Redirects, Step, Target};
+use crate::route::{self, Router};
 use crate::script::{self, Invocation, Op};
 use crate::{ConfigError, RedisPolicy, StateError};
 
@@ -41,9 +43,12 @@ use crate::{ConfigError, RedisPolicy, StateError};
 /// Every call has a deadline (default 50 ms), covering waiting for a connection and the
 /// round trip. On expiry it returns a `Timeout` error, never a denial. A call that timed
 /// out or lost its connection is **not retried**: it may have run, and running it again
-/// could count the request twice. The only second attempt follows `NOSCRIPT` (the server
-/// lost its script cache: restarted, failed over, `SCRIPT FLUSH`), when the script had not
-/// run at all: it resends the call as `EVAL` with the script's source. Errors are not
+/// could count the request twice. A call is sent again only after a reply that proves the
+/// script did not run, within the same deadline: `NOSCRIPT` (the server lost its script
+/// cache: restarted, failed over, `SCRIPT FLUSH`) resends it as `EVAL` with the script's
+/// source; on a Redis Cluster, `MOVED` and `ASK` (resharding) are followed to the node they
+/// name, and `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING` and `READONLY` are waited out
+/// briefly, at most 5 resends per call (docs/redis.md, "Redis Cluster"). Errors are not
 /// sticky: after a failed call the next one starts afresh.
 ///
 /// # Keys
@@ -93,6 +98,9 @@ pub struct RedisStoreBuilder {
 
 struct Inner<C> {
     link: Arc<Link<C>>,
+    /// Sends to a Cluster node by address, to follow `ASK` and `MOVED`: set only by the
+    /// constructors that hold a `ClusterConnection` (see route.rs for why).
+    router: Option<Router<C>>,
     prefix: String,
     deadline: Duration,
     min_ttl_ms: u64,
@@ -303,14 +311,36 @@ where
     ) -> Result<(Decision, Timestamp), StoreError> {
         let invocation = Invocation::new(keys, op, now, cost, self.inner.min_ttl_ms, policy);
         let invocation = &invocation;
+        let router = self.inner.router;
+        // Slightly before `run` starts its timer: a wait that fits this one fits that one.
+        let deadline = Instant::now() + self.inner.deadline;
         let reply: Value = self
             .run(|mut conn| async move {
-                match invocation.by_hash().query_async(&mut conn).await {
-                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        tracing::debug!("script not cached: sending its source");
-                        invocation.by_source().query_async(&mut conn).await
+                // Resends only replies that prove the script did not run (redirect.rs).
+                let mut redirects = Redirects::new(router.is_some());
+                let mut target = Target::Slot;
+                loop {
+                    let error = match route::send(&mut conn, router, &target, invocation).await {
+                        Err(e) => e,
+                        reply => return reply,
+                    };
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match redirects.next(&error, &target, left) {
+                        Step::GiveUp => return Err(error),
+                        Step::Resend { to, after } => {
+                            tracing::debug!(
+                                hop = redirects.resends(),
+                                reply = %error,
+                                to = ?to,
+                                after_ms = after.as_millis(),
+                                "following a cluster redirect"
+                            );
+                            if !after.is_zero() {
+                                tokio::time::sleep(after).await;
+                            }
+                            target = to;
+                        }
                     }
-                    reply => reply,
                 }
             })
             .await?;
@@ -318,7 +348,8 @@ where
     }
 
     /// Runs one request on the connection within the deadline, and drops the connection
-    /// if the failure suggests it is dead. Never retries.
+    /// if the failure suggests it is dead. Never retries: the request itself resends only
+    /// what redirect.rs allows.
     async fn run<T, F, Fut>(&self, request: F) -> Result<T, StoreError>
     where
         F: FnOnce(C) -> Fut,
@@ -346,9 +377,18 @@ where
     }
 
     fn with_link(builder: RedisStoreBuilder, link: Link<C>) -> Self {
+        Self::routed(builder, link, None)
+    }
+
+    pub(crate) fn routed(
+        builder: RedisStoreBuilder,
+        link: Link<C>,
+        router: Option<Router<C>>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 link: Arc::new(link),
+                router,
                 prefix: builder.prefix,
                 deadline: builder.deadline,
                 min_ttl_ms: ttl_millis(builder.min_ttl),
