@@ -1,7 +1,7 @@
 //! The Lua scripts, their arguments and their reply: pure encoding and decoding, no I/O.
 //!
-//! A decision is one `EVALSHA` of one script, picked per policy when its [`RedisPolicy`](crate::RedisPolicy) is
-//! built: a lean script for a policy of one token bucket, fixed window or sliding log (the
+//! A decision is one `EVALSHA` of one script, picked per policy when its [`RedisPolicy`]
+//! is built: a lean script for a policy of one token bucket, fixed window or sliding log (the
 //! hot path: straight-line Lua, parameters precomputed, one `GET` and at most one
 //! `SET ... PX`), and the generic policy script for everything else (several limits, or a
 //! sliding counter). The protocol (KEYS, ARGV, reply) is documented at the top of each Lua
