@@ -115,7 +115,7 @@ fn partition_local_fallback_stays_within_limit_plus_one_share_per_cut_node() {
         let s = suite_scenario("partition-local-fallback", nodes, seed).unwrap();
         let run = run(&s);
         let (cut, _, _) = partition(&s);
-        let bound = s.fallback_bound(cut.len() as u64).unwrap();
+        let bound = s.fallback_bound(&cut).unwrap();
         let verdict = run.log.check_policy(&bound, 0);
         let measured = run.result_with_allowance(0);
         eprintln!(
@@ -167,7 +167,7 @@ proptest! {
             until: Duration::from_millis(from_ms + length_ms),
         }];
         let run = run(&s);
-        let verdict = run.log.check_policy(&s.fallback_bound(cut.len() as u64).unwrap(), 0);
+        let verdict = run.log.check_policy(&s.fallback_bound(&cut).unwrap(), 0);
         eprintln!("cut {cut:?} of {nodes}: against limit + k shares {}", verdict.over_admission());
         prop_assert!(verdict.is_within_bound());
         let bound = failure_md_fallback_bound(&s.policy, cut.len() as u64, nodes as u64);

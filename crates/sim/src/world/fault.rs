@@ -4,6 +4,7 @@
 //! turns them into a schedule of [`Action`]s and applies each between simulation steps,
 //! from the test body, the way turmoil's own tests script chaos inline: `partition` /
 //! `repair` for cut links, `hold` / `release` for stalls (messages delayed, not lost),
+//! `partition_oneway` / `repair_oneway` for a link that loses messages one way only,
 //! `crash` / `bounce` for a Redis restart (whose data survives or not per the host's
 //! [`Persistence`](crate::redis::Persistence)), and an in-place script-cache flush for a
 //! failover or `SCRIPT FLUSH` that keeps connections up.
@@ -29,6 +30,30 @@ pub enum Fault {
         /// When the cut starts.
         from: Duration,
         /// When it heals.
+        until: Duration,
+    },
+    /// Requests from the listed nodes reach Redis, which runs them, but its replies are lost
+    /// from `from` until `until` (turmoil's `partition_oneway` from Redis to the nodes): a
+    /// node times out, and falls back, on a decision Redis already counted. A lost message
+    /// leaves a gap no later message fills, so the connection is dead until replaced, and a
+    /// new one cannot finish its handshake before `until`.
+    RepliesLost {
+        /// The nodes whose replies are lost.
+        nodes: Vec<usize>,
+        /// When replies start being lost.
+        from: Duration,
+        /// When the link heals.
+        until: Duration,
+    },
+    /// Requests from the listed nodes are lost on their way to Redis from `from` until
+    /// `until` (turmoil's `partition_oneway` from the nodes to Redis); Redis's replies to
+    /// requests already delivered still arrive.
+    RequestsLost {
+        /// The nodes whose requests are lost.
+        nodes: Vec<usize>,
+        /// When requests start being lost.
+        from: Duration,
+        /// When the link heals.
         until: Duration,
     },
     /// Messages between the listed nodes and Redis are held from `from` and delivered at
@@ -76,6 +101,15 @@ pub enum Fault {
 pub(crate) enum Action {
     Partition(Vec<usize>),
     Repair(Vec<usize>),
+    /// Messages from Redis to the nodes are lost (`true`), or from the nodes to Redis.
+    CutOneWay {
+        nodes: Vec<usize>,
+        replies: bool,
+    },
+    RepairOneWay {
+        nodes: Vec<usize>,
+        replies: bool,
+    },
     Hold(Vec<usize>),
     Release(Vec<usize>),
     Crash,
@@ -92,6 +126,21 @@ impl Fault {
                 (*from, Action::Partition(nodes.clone())),
                 (*until, Action::Repair(nodes.clone())),
             ],
+            Fault::RepliesLost { nodes, from, until }
+            | Fault::RequestsLost { nodes, from, until } => {
+                let replies = matches!(self, Fault::RepliesLost { .. });
+                let nodes = nodes.clone();
+                vec![
+                    (
+                        *from,
+                        Action::CutOneWay {
+                            nodes: nodes.clone(),
+                            replies,
+                        },
+                    ),
+                    (*until, Action::RepairOneWay { nodes, replies }),
+                ]
+            }
             Fault::Stall { nodes, from, until } => vec![
                 (*from, Action::Hold(nodes.clone())),
                 (*until, Action::Release(nodes.clone())),
@@ -125,6 +174,14 @@ impl Fault {
             Fault::Stall { nodes, from, until } => {
                 (from, until, format!("stall: {}", nodes_label(nodes)))
             }
+            Fault::RepliesLost { nodes, from, until } => {
+                (from, until, format!("replies lost: {}", nodes_label(nodes)))
+            }
+            Fault::RequestsLost { nodes, from, until } => (
+                from,
+                until,
+                format!("requests lost: {}", nodes_label(nodes)),
+            ),
             Fault::RedisCrash { at, down } => {
                 return FaultSpan {
                     during: Interval::new(
@@ -165,6 +222,18 @@ impl Fault {
                 s(from),
                 s(until)
             ),
+            Fault::RepliesLost { nodes, from, until } => format!(
+                "replies from Redis to {} lost at {}–{}",
+                nodes_label(nodes),
+                s(from),
+                s(until)
+            ),
+            Fault::RequestsLost { nodes, from, until } => format!(
+                "requests from {} to Redis lost at {}–{}",
+                nodes_label(nodes),
+                s(from),
+                s(until)
+            ),
             Fault::RedisCrash { at, down } => {
                 format!("Redis crash at {}, down {} ms", s(at), down.as_millis())
             }
@@ -197,6 +266,24 @@ impl Action {
             Action::Repair(nodes) => {
                 for n in names(nodes) {
                     sim.repair(n.as_str(), REDIS_HOST);
+                }
+            }
+            Action::CutOneWay { nodes, replies } => {
+                for n in names(nodes) {
+                    if *replies {
+                        sim.partition_oneway(REDIS_HOST, n.as_str());
+                    } else {
+                        sim.partition_oneway(n.as_str(), REDIS_HOST);
+                    }
+                }
+            }
+            Action::RepairOneWay { nodes, replies } => {
+                for n in names(nodes) {
+                    if *replies {
+                        sim.repair_oneway(REDIS_HOST, n.as_str());
+                    } else {
+                        sim.repair_oneway(n.as_str(), REDIS_HOST);
+                    }
                 }
             }
             Action::Hold(nodes) => {

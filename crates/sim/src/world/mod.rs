@@ -19,12 +19,15 @@
 //!
 //! # Layout
 //!
-//! - `scenario.rs`: [`Scenario`], the runner, [`Run`].
-//! - `node.rs`: an application node. `naive.rs`: seed 004's baseline limiter.
+//! - `scenario.rs`: [`Scenario`], the runner, [`Run`]. `bound.rs`: the global bound with
+//!   nodes on local fallback ([`fallback_limit`]).
+//! - `node.rs`: an application node. `naive.rs`: the read-modify-write baseline limiter
+//!   (read a bucket, decide on the client, write it back: racy across nodes).
 //! - `workload.rs`: demand. `fault.rs`: faults. `tap.rs`: the Redis host with its tap.
 //! - `clock.rs`: true and skewed time. `rng.rs`: the seeded generator.
 //! - `suite.rs`: the default scenarios of the report.
 
+mod bound;
 mod clock;
 mod fault;
 mod naive;
@@ -38,6 +41,7 @@ mod workload;
 use rein_core::Timestamp;
 use rein_redis::{AllowCacheConfig, BreakerConfig, FailurePolicy, Source};
 
+pub use bound::{fallback_limit, fallback_policy};
 pub use clock::{EPOCH_SECS, Skew};
 pub use fault::Fault;
 pub use naive::NaiveBucket;
@@ -61,7 +65,8 @@ pub enum TimeSource {
 pub enum LimiterKind {
     /// rein-redis's `RedisStore`, unmodified.
     Rein,
-    /// Seed 004's read-modify-write token bucket ([`NaiveBucket`]), the baseline.
+    /// A read-modify-write token bucket decided on the client ([`NaiveBucket`]): the
+    /// baseline whose race rein's atomic script removes.
     Naive,
 }
 
