@@ -100,6 +100,8 @@ pub struct Run {
     pub end: Timestamp,
     /// Script runs Redis got as `EVAL` with the source (after a `NOSCRIPT`).
     pub runs_by_source: u64,
+    /// Every script run Redis made, answered or not.
+    pub script_runs: u64,
 }
 
 impl Scenario {
@@ -383,6 +385,7 @@ impl Scenario {
             demand,
             end,
             runs_by_source: tap.runs_by_source(),
+            script_runs: tap.runs(),
         })
     }
 }
@@ -419,6 +422,22 @@ impl Run {
             .filter(|a| nodes.contains(&a.node) && during.contains(a.at))
             .map(|a| a.cost)
             .sum()
+    }
+
+    /// Script runs whose reply no node acted on: Redis charged (or denied) a request and
+    /// the node timed out or lost its connection first, then asked its failure policy. A
+    /// lost reply makes these; the rest come from calls in flight when a fault struck.
+    pub fn unanswered_runs(&self) -> u64 {
+        let answered = self
+            .events
+            .iter()
+            .filter(|e| match e.source {
+                Some(source) => source == Source::Redis,
+                // Without a guard a call either got Redis's decision or failed.
+                None => !matches!(e.outcome, Outcome::Failed(_)),
+            })
+            .count() as u64;
+        self.script_runs.saturating_sub(answered)
     }
 
     /// Admissions whose script run the tap did not see (expected: none).
