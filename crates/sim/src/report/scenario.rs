@@ -165,12 +165,28 @@ impl ScenarioResult {
             CHART_BUCKET,
             inputs.nodes,
         );
-        let limit_lines = LimitLine::for_policy(
+        let mut limit_lines = LimitLine::for_policy(
             inputs.policy,
             inputs.run.start,
             CHART_BUCKET,
             inputs.extra_allowance,
         );
+        // A widened bound is drawn too, so the chart shows what the verdict checked.
+        if inputs.bound != inputs.policy {
+            limit_lines.extend(
+                LimitLine::for_policy(
+                    inputs.bound,
+                    inputs.run.start,
+                    CHART_BUCKET,
+                    inputs.extra_allowance,
+                )
+                .into_iter()
+                .map(|line| LimitLine {
+                    label: format!("bound, {}", line.label),
+                    ..line
+                }),
+            );
+        }
         Self {
             name: inputs.name.to_owned(),
             seed: inputs.seed,
