@@ -4,10 +4,12 @@
 //! ([`sim::world::fallback_limit`]), and the named regressions the sweep's kind of search
 //! found. Each test pins its seeds, prints them and its numbers, and ends with an invariant.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use proptest::prelude::*;
 use rein_core::{Limit, Micros, Policy};
+use rein_redis::Source;
 use sim::world::{Fault, Run, Scenario, suite_scenario};
 
 fn run(scenario: &Scenario) -> Run {
@@ -151,3 +153,38 @@ fn fixed_window_fallback_with_a_skewed_clock_spends_two_shares_in_one_redis_wind
 
 /// The seed of [`fixed_window_fallback_with_a_skewed_clock_spends_two_shares_in_one_redis_window`].
 const FIXED_WINDOW_SKEW_SEED: u64 = 7;
+
+/// Nodes sharing a turmoil host share its link to Redis: a fault listed for one node
+/// strikes all of them, every one of them falls back, and the bound counts them all.
+#[test]
+fn a_fault_on_one_node_strikes_every_node_of_its_host_and_the_bound_counts_them() {
+    let mut s = fallback_scenario(
+        GROUPED_SEED,
+        32,
+        limit(0),
+        Duration::from_millis(50),
+        Fault::Partition {
+            nodes: vec![9],
+            from: Duration::from_millis(500),
+            until: Duration::from_millis(1_500),
+        },
+    );
+    s.span = Duration::from_millis(2_000);
+    assert_eq!(s.nodes_per_host, 2, "32 nodes on 16 hosts by default");
+    s.nodes_per_host = 8;
+    // Node 9 lives on the second host, with nodes 8 to 15.
+    assert_eq!(s.fallback_nodes(), (8..16).collect::<Vec<_>>());
+    let run = run(&s);
+    let fell_back: BTreeSet<usize> = run
+        .events
+        .iter()
+        .filter(|e| matches!(e.source, Some(Source::Fallback(_))))
+        .map(|e| e.node)
+        .collect();
+    eprintln!("nodes that fell back: {fell_back:?}");
+    assert_eq!(fell_back, (8..16).collect());
+    assert!(run.result().is_within_bound());
+}
+
+/// The seed of [`a_fault_on_one_node_strikes_every_node_of_its_host_and_the_bound_counts_them`].
+const GROUPED_SEED: u64 = 17;

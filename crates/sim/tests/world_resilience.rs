@@ -181,8 +181,7 @@ proptest! {
 // partition.
 
 #[test]
-fn replies_lost_local_fallback_stays_within_the_partition_bound_though_redis_counted_the_lost_calls()
- {
+fn replies_lost_local_fallback_keeps_the_partition_bound_though_redis_counted_them() {
     for (seed, nodes) in [(331, 4), (332, 6)] {
         let s = suite_scenario("replies-lost-local-fallback", nodes, seed).unwrap();
         let run = run(&s);
@@ -210,8 +209,7 @@ fn replies_lost_local_fallback_stays_within_the_partition_bound_though_redis_cou
 }
 
 #[test]
-fn requests_lost_local_fallback_stays_within_the_partition_bound_and_redis_counts_nothing_unanswered()
- {
+fn requests_lost_local_fallback_keeps_the_partition_bound_with_no_unanswered_run() {
     for (seed, nodes) in [(341, 4), (342, 6)] {
         let s = suite_scenario("requests-lost-local-fallback", nodes, seed).unwrap();
         let run = run(&s);

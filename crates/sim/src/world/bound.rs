@@ -21,12 +21,17 @@
 //!
 //! So, with `k` nodes on fallback whose clocks are offset by `s_1 … s_k` from Redis's:
 //!
-//! | limit | bound on what the cluster admits, per key |
+//! | limit | the cluster admits at most, per key |
 //! |---|---|
-//! | token bucket `C`, `r` per `p` | a bucket of `C + k × share(C)` refilled at `r × (N + k) / N` |
-//! | sliding log `L` per `W` | `L + k × share(L)` in any `(t − W, t]` |
-//! | sliding counter `L` per `W` | checked as a counter of `L + k × share(L)`: `≤ 2L − 1 + k × (2 share(L) − 1)` ≤ its `2 (L + k × share(L)) − 1` in any window |
-//! | fixed window `L` per `W` | `L + share(L) × Σ m_i` per aligned window, `m_i = 1` if `s_i mod W = 0`, else `2`: at most `L + 2k × share(L)` whatever the skew |
+//! | token bucket `C`, `r` per `p` | a bucket of `C + k·share(C)`, refilled at `r·(N + k)/N` |
+//! | sliding log `L` per `W` | `L + k·share(L)` in any `(t − W, t]` |
+//! | sliding counter `L` per `W` | a counter of `L + k·share(L)`: see below |
+//! | fixed window `L` per `W` | `L + share(L)·Σ m_i` per aligned window (below) |
+//!
+//! For a fixed window, `m_i = 1` if `s_i mod W = 0`, else `2`: at most `L + 2k·share(L)`
+//! whatever the skew. For a sliding counter, Redis admits at most `2L − 1` in any window
+//! and each fallback `2 share(L) − 1`, within the widened counter's own
+//! `2 (L + k·share(L)) − 1`.
 //!
 //! A policy of several limits: each limit on its own (a policy admits only what all its
 //! limits admit, in Redis and in each fallback).

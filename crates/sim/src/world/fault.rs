@@ -9,6 +9,7 @@
 //! [`Persistence`](crate::redis::Persistence)), and an in-place script-cache flush for a
 //! failover or `SCRIPT FLUSH` that keeps connections up.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rein_core::Timestamp;
@@ -17,7 +18,7 @@ use crate::oracle::Interval;
 use crate::redis::Shared;
 use crate::report::FaultSpan;
 
-use super::{REDIS_HOST, node_name};
+use super::{REDIS_HOST, host_name};
 
 /// One fault of a scenario. Times are from the start of the demand.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -254,9 +255,14 @@ impl Fault {
 }
 
 impl Action {
-    /// Applies the action to the world, between steps.
-    pub(crate) fn apply(&self, sim: &mut turmoil::Sim<'_>, redis: &Shared) {
-        let names = |nodes: &[usize]| nodes.iter().map(|&n| node_name(n)).collect::<Vec<_>>();
+    /// Applies the action to the world, between steps, with `per_host` nodes to a turmoil
+    /// host: a link is a host's, so an action on one node reaches every node of its host.
+    pub(crate) fn apply(&self, sim: &mut turmoil::Sim<'_>, redis: &Shared, per_host: usize) {
+        let names = |nodes: &[usize]| {
+            // Each host once, in a stable order.
+            let hosts: BTreeSet<String> = nodes.iter().map(|&n| host_name(n, per_host)).collect();
+            hosts.into_iter().collect::<Vec<_>>()
+        };
         match self {
             Action::Partition(nodes) => {
                 for n in names(nodes) {

@@ -150,7 +150,16 @@ pub const REDIS_HOST: &str = "redis";
 /// The simulated Redis's port (no real socket is opened).
 pub const REDIS_PORT: u16 = 6379;
 
-/// The host name of node `n`.
+/// The name of node `n` (its turmoil host's name when it has a host of its own).
 pub fn node_name(n: usize) -> String {
     format!("node{n}")
+}
+
+/// The name of the turmoil host node `n` runs on, with `per_host` nodes to a host: the
+/// node's own name when every node has a host, else `host{n / per_host}`.
+pub fn host_name(n: usize, per_host: usize) -> String {
+    match per_host {
+        0 | 1 => node_name(n),
+        _ => format!("host{}", n / per_host),
+    }
 }

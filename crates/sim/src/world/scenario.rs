@@ -17,7 +17,7 @@ use super::node::{self, NodeConfig};
 use super::rng::Rng;
 use super::tap::{ScriptTap, tapped_host};
 use super::workload::{Request, Workload};
-use super::{Event, Guard, LimiterKind, Outcome, REDIS_HOST, REDIS_PORT, TimeSource, node_name};
+use super::{Event, Guard, LimiterKind, Outcome, REDIS_HOST, REDIS_PORT, TimeSource, host_name};
 use crate::oracle::{Admission, AdmissionLog, Interval};
 use crate::redis::{Clock, Persistence, Shared};
 use crate::report::{ScenarioInputs, ScenarioResult};
@@ -50,6 +50,14 @@ pub struct Scenario {
     pub seed: u64,
     /// How many application nodes.
     pub nodes: usize,
+    /// How many nodes share one turmoil host (one machine, one link to Redis), in index
+    /// order: `⌈nodes / 16⌉` by default, so that up to 16 nodes each have a host of their
+    /// own and a larger world has at most 16 hosts. turmoil links every pair of hosts and
+    /// scans every link for every host on every tick, so a tick costs `O(hosts³)`: 256
+    /// hosts ran about 60× slower per decision than 4 (docs/sim.md, "Cost"). A fault
+    /// listed for one node strikes every node of its host
+    /// ([`fallback_nodes`](Self::fallback_nodes) counts them all).
+    pub nodes_per_host: usize,
     /// The policy every node enforces (under the name `sim`).
     pub policy: Policy,
     /// The shape of the demand.
@@ -112,6 +120,7 @@ impl Scenario {
             name: name.into(),
             seed,
             nodes,
+            nodes_per_host: default_nodes_per_host(nodes),
             policy,
             workload: Workload::Steady,
             per_node_rate: 100,
@@ -220,7 +229,17 @@ impl Scenario {
                 Fault::Latency { .. } | Fault::ScriptFlush { .. } => {}
             }
         }
-        cut.into_iter().filter(|&n| n < self.nodes).collect()
+        // A fault strikes a host's link: every node on the host of a node it lists.
+        let per_host = self.per_host();
+        let hosts: BTreeSet<usize> = cut.iter().map(|&n| n / per_host).collect();
+        (0..self.nodes)
+            .filter(|n| hosts.contains(&(n / per_host)))
+            .collect()
+    }
+
+    /// [`nodes_per_host`](Self::nodes_per_host), at least one.
+    fn per_host(&self) -> usize {
+        self.nodes_per_host.max(1)
     }
 
     /// The global bound with local fallback, as one policy: each limit widened by the nodes
@@ -312,6 +331,10 @@ impl Scenario {
             .tick_duration(self.tick)
             .min_message_latency(self.min_latency)
             .max_message_latency(self.max_latency)
+            // turmoil panics when more connections wait on a listener than this (and bounds
+            // each stream's buffer by it too): every node may connect at once, or reconnect
+            // at once after a fault, so leave room for all of them twice over.
+            .tcp_capacity(TCP_CAPACITY.max(2 * self.nodes))
             .simulation_duration(WARMUP + self.span + Duration::from_secs(60))
             .build();
         let redis = Shared::new(Clock::turmoil());
@@ -321,6 +344,10 @@ impl Scenario {
             tapped_host(redis.clone(), REDIS_PORT, self.persistence, tap.clone()),
         );
         let events = Rc::new(RefCell::new(Vec::new()));
+        let per_host = self.per_host();
+        // Each host's nodes, hosts in node order (turmoil's addresses and link order follow
+        // registration order).
+        let mut hosts: Vec<(String, Vec<NodeConfig>)> = Vec::new();
         for (index, requests) in demand.iter().enumerate() {
             let config = NodeConfig {
                 index,
@@ -335,7 +362,14 @@ impl Scenario {
                 guard: self.guard.clone(),
                 events: events.clone(),
             };
-            world.client(node_name(index), node::run(config));
+            let name = host_name(index, per_host);
+            match hosts.last_mut() {
+                Some((last, configs)) if *last == name => configs.push(config),
+                _ => hosts.push((name, vec![config])),
+            }
+        }
+        for (name, configs) in hosts {
+            world.client(name, node::run_host(configs));
         }
         let mut schedule: Vec<(Duration, Action)> = self
             .faults
@@ -350,7 +384,7 @@ impl Scenario {
                 if WARMUP + *at > world.elapsed() {
                     break;
                 }
-                action.apply(&mut world, &redis);
+                action.apply(&mut world, &redis, per_host);
                 next += 1;
             }
             if world.step()? {
@@ -638,6 +672,18 @@ fn stale_allowance(limit: &Limit, stale: Micros) -> u64 {
         Limit::SlidingCounter(w) => w.limit() * stale.div_ceil(w.window().as_micros()),
     }
 }
+
+/// Nodes per turmoil host by default: every node its own host up to this many hosts.
+fn default_nodes_per_host(nodes: usize) -> usize {
+    nodes.div_ceil(MAX_HOSTS).max(1)
+}
+
+/// The most hosts a world gets by default: turmoil's cost per tick grows with the cube of
+/// the hosts (every pair is a link, every host scans every link), measured in docs/sim.md.
+const MAX_HOSTS: usize = 16;
+
+/// turmoil's default capacity of a listener's queue and of a stream's buffer.
+const TCP_CAPACITY: usize = 64;
 
 /// Time before demand starts, for nodes to connect.
 pub(crate) const WARMUP: Duration = Duration::from_millis(200);
