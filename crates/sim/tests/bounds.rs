@@ -10,6 +10,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use rein_core::{Limit, Micros, Policy};
 use rein_redis::Source;
+use sim::report::describe_policy;
 use sim::world::{Fault, Run, Scenario, suite_scenario};
 
 fn run(scenario: &Scenario) -> Run {
@@ -32,12 +33,18 @@ fn limit(algorithm: usize) -> Limit {
     .expect("valid limits")
 }
 
-/// The faults that send `cut` to their fallback for `[from, until)`, by kind.
+/// The faults that send `nodes` (every node, for a crash) to their fallback for
+/// `[from, until)`, by kind.
 fn fault(kind: usize, nodes: Vec<usize>, from: Duration, until: Duration) -> Fault {
     match kind {
         0 => Fault::Partition { nodes, from, until },
         1 => Fault::RepliesLost { nodes, from, until },
-        _ => Fault::RequestsLost { nodes, from, until },
+        2 => Fault::RequestsLost { nodes, from, until },
+        3 => Fault::Stall { nodes, from, until },
+        _ => Fault::RedisCrash {
+            at: from,
+            down: until.saturating_sub(from),
+        },
     }
 }
 
@@ -68,7 +75,7 @@ fn fallback_scenario(
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 20,
+        cases: 24,
         rng_seed: proptest::test_runner::RngSeed::Fixed(13),
         // A failing case is a whole simulation: shrinking would re-run dozens of them.
         max_shrink_iters: 0,
@@ -76,8 +83,9 @@ proptest! {
     })]
 
     /// The sweep: whatever the algorithm, the number of nodes, which of them are cut off
-    /// and how (both ways, replies lost, requests lost), and their clocks' skew, the cluster
-    /// admits no more than `fallback_limit` says, and the fallback really decided.
+    /// and how (both ways, replies lost, requests lost, a stall, or Redis crashing with its
+    /// data), and their clocks' skew, the cluster admits no more than `fallback_limit`
+    /// (plus a capacity per data-losing crash) says, and the fallback really decided.
     #[test]
     fn local_fallback_stays_within_its_bound_for_any_algorithm_skew_subset_and_fault(
         seed in 0u64..10_000,
@@ -85,7 +93,7 @@ proptest! {
         algorithm in 0usize..4,
         skew_ms in prop_oneof![Just(0u64), 1u64..=300],
         subset in any::<u8>(),
-        kind in 0usize..3,
+        kind in 0usize..5,
         from_ms in 100u64..800,
         length_ms in 200u64..1_000,
     ) {
@@ -101,14 +109,19 @@ proptest! {
             Duration::from_millis(skew_ms),
             fault(kind, cut.clone(), from, from + Duration::from_millis(length_ms)),
         );
-        prop_assert_eq!(s.fallback_nodes(), cut.clone());
+        let expected = if matches!(s.faults[0], Fault::RedisCrash { .. }) {
+            (0..nodes).collect()
+        } else {
+            cut.clone()
+        };
+        prop_assert_eq!(s.fallback_nodes(), expected);
         let run = run(&s);
         let result = run.result();
         eprintln!(
-            "{:?}, cut {cut:?} of {nodes}, skew ±{skew_ms} ms: bound {:?}, over-admission \
-             against the limit alone {}, against the bound {}",
-            s.faults[0],
-            s.bound().limits()[0],
+            "{}, skew ±{skew_ms} ms: bound {}, over-admission against the limit alone {}, \
+             against the bound {}",
+            s.describe_faults(),
+            describe_policy(&s.bound()),
             run.result_with_allowance(0).over_admission(),
             result.over_admission(),
         );

@@ -37,7 +37,8 @@ pub enum Fault {
     /// from `from` until `until` (turmoil's `partition_oneway` from Redis to the nodes): a
     /// node times out, and falls back, on a decision Redis already counted. A lost message
     /// leaves a gap no later message fills, so the connection is dead until replaced, and a
-    /// new one cannot finish its handshake before `until`.
+    /// new one cannot finish its handshake before `until`. Not for a node that also has a
+    /// [`Stall`](Fault::Stall) in force: turmoil does not combine the two on one link.
     RepliesLost {
         /// The nodes whose replies are lost.
         nodes: Vec<usize>,
@@ -48,7 +49,8 @@ pub enum Fault {
     },
     /// Requests from the listed nodes are lost on their way to Redis from `from` until
     /// `until` (turmoil's `partition_oneway` from the nodes to Redis); Redis's replies to
-    /// requests already delivered still arrive.
+    /// requests already delivered still arrive. Not to overlap a
+    /// [`Stall`](Fault::Stall) of the same node, as above.
     RequestsLost {
         /// The nodes whose requests are lost.
         nodes: Vec<usize>,
