@@ -197,6 +197,8 @@ fn a_fault_on_one_node_strikes_every_node_of_its_host_and_the_bound_counts_them(
     eprintln!("nodes that fell back: {fell_back:?}");
     assert_eq!(fell_back, (8..16).collect());
     assert!(run.result().is_within_bound());
+    // Nodes sharing a host are tasks of one `LocalSet`: still one seed, one trace.
+    assert_eq!(s.run().expect("the world runs").digest(), run.digest());
 }
 
 /// The seed of [`a_fault_on_one_node_strikes_every_node_of_its_host_and_the_bound_counts_them`].

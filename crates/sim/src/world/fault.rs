@@ -312,16 +312,41 @@ impl Action {
     }
 }
 
-/// `node 2` or `nodes 0, 1, 3`.
+/// `node 2`, `nodes 0, 2` or `nodes 0–127, 130`: runs of three or more as ranges, so a
+/// fault on half of 256 nodes stays one short label.
 fn nodes_label(nodes: &[usize]) -> String {
-    match nodes {
-        [one] => format!("node {one}"),
-        many => format!(
-            "nodes {}",
-            many.iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+    if let [one] = nodes {
+        return format!("node {one}");
+    }
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < nodes.len() {
+        let mut j = i;
+        while j + 1 < nodes.len() && nodes[j + 1] == nodes[j] + 1 {
+            j += 1;
+        }
+        if j >= i + 2 {
+            parts.push(format!("{}–{}", nodes[i], nodes[j]));
+        } else {
+            parts.extend(nodes[i..=j].iter().map(usize::to_string));
+        }
+        i = j + 1;
+    }
+    format!("nodes {}", parts.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nodes_label;
+
+    #[test]
+    fn node_labels_shorten_runs_to_ranges() {
+        assert_eq!(nodes_label(&[2]), "node 2");
+        assert_eq!(nodes_label(&[0, 1]), "nodes 0, 1");
+        assert_eq!(nodes_label(&[0, 1, 3]), "nodes 0, 1, 3");
+        assert_eq!(
+            nodes_label(&(0..128).chain([130, 131, 132]).collect::<Vec<_>>()),
+            "nodes 0–127, 130–132"
+        );
     }
 }
