@@ -22,8 +22,9 @@ use criterion::measurement::Measurement;
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use rein_benches::ThreadCpuTime;
 use rein_core::{
-    AcquireError, Decision, FixedWindow, FixedWindowState, Limit, Micros, Policy, SlidingCounter,
-    SlidingCounterState, SlidingLog, SlidingLogState, Timestamp, TokenBucket, TokenBucketState,
+    AcquireError, Algorithm, Decision, FixedWindow, FixedWindowState, Limit, Micros, Policy,
+    SlidingCounter, SlidingCounterState, SlidingLog, SlidingLogState, Timestamp, TokenBucket,
+    TokenBucketState,
 };
 
 fn allow_heavy<M: Measurement>(c: &mut Criterion<M>, group: &str) {

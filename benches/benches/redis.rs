@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rein_core::{Limit, Micros, Policy};
-use rein_redis::{NamedPolicy, RedisStore, RedisStoreBuilder, SCRIPT_SOURCE};
+use rein_core::{Algorithm, Limit, Micros, Policy};
+use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder, SCRIPT_SOURCE};
 use rein_redis_harness::RedisServer;
 
 const TASKS: usize = 64;
@@ -48,7 +48,7 @@ fn main() {
         .expect("tokio runtime");
 
     let limit = Limit::token_bucket(1_000_000, 1_000_000, Micros::from_secs(1)).expect("valid");
-    let policy = Arc::new(NamedPolicy::new("bench", Policy::single(limit)).expect("valid name"));
+    let policy = Arc::new(RedisPolicy::new("bench", Policy::single(limit)).expect("valid name"));
     let store = rt.block_on(async {
         let client = redis::Client::open(server.url()).expect("client");
         let conn = client
@@ -222,7 +222,7 @@ impl Round {
 /// Decisions per second from `TASKS` tasks sharing one store (one connection).
 async fn rein_throughput(
     store: &RedisStore<redis::aio::MultiplexedConnection>,
-    policy: &Arc<NamedPolicy>,
+    policy: &Arc<RedisPolicy>,
     run: Duration,
 ) -> (u64, Duration) {
     let stop = Arc::new(AtomicBool::new(false));
@@ -255,7 +255,7 @@ async fn rein_throughput(
 /// p50 and p99 in µs of `n` sequential decisions.
 async fn rein_latency(
     store: &RedisStore<redis::aio::MultiplexedConnection>,
-    policy: &NamedPolicy,
+    policy: &RedisPolicy,
     n: u64,
 ) -> (f64, f64) {
     let mut samples = Vec::with_capacity(n as usize);

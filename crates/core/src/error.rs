@@ -24,9 +24,28 @@ pub enum ConfigError {
         /// The largest accepted value.
         max: u64,
     },
+    /// The limit's span, the time from empty to full (a token bucket's `capacity × period
+    /// / refill`, rounded up, or a window), exceeds [`MAX_SPAN`](crate::MAX_SPAN), about
+    /// 8.9 years. A limit remembers instants up to one span ahead of `now`, and those must
+    /// stay below [`MAX_MICROS`](crate::MAX_MICROS) (the year 2112). Use a shorter period,
+    /// a smaller burst or a shorter window.
+    #[error("{what} is {span} µs, longer than the maximum span {max} µs (about 8.9 years)")]
+    SpanTooLong {
+        /// Which setting or product.
+        what: &'static str,
+        /// The span in µs.
+        span: u64,
+        /// The longest accepted span in µs.
+        max: u64,
+    },
     /// A policy needs at least one limit.
     #[error("a policy needs at least one limit")]
     NoLimits,
+    /// A policy name is empty, longer than 64 bytes, or holds a byte other than ASCII
+    /// letters, digits, `_`, `-` and `.`. Names become part of every Redis key and header.
+    /// Use e.g. `api-login`.
+    #[error("invalid policy name {0:?}: 1 to 64 of A-Z a-z 0-9 _ - .")]
+    InvalidName(String),
     /// More limits in one policy than [`MAX_LIMITS`](crate::MAX_LIMITS).
     #[error("a policy holds at most {max} limits, got {got}")]
     TooManyLimits {
@@ -56,16 +75,13 @@ pub enum AcquireError {
     StateMismatch,
 }
 
-/// Persisted state bytes that do not decode.
+/// State read back from a store that no sequence of decisions could have produced (see
+/// [`SlidingLogState::from_entries`](crate::SlidingLogState::from_entries)).
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum DecodeError {
-    /// The input ended early or has bytes left over.
-    #[error("state encoding has the wrong length")]
-    WrongLength,
-    /// The algorithm tag is unknown.
-    #[error("unknown algorithm tag {0}")]
-    UnknownTag(u8),
-    /// A field is out of range (for example, a timestamp above `MAX_MICROS`).
+    /// A field is out of range: log entries out of order, a zero cost, a total that
+    /// overflows.
     #[error("state field out of range")]
     OutOfRange,
 }

@@ -6,13 +6,16 @@
 //! admitting up to `2 × limit` within any span of one `window` length. Use
 //! [`SlidingLog`](crate::SlidingLog) when that matters.
 
+use std::num::NonZeroU32;
+
+use crate::algorithm::{capacity_share, commit};
 use crate::divisor::Divisor;
-use crate::{AcquireError, ConfigError, Decision, MAX_MICROS, Micros, Timestamp};
+use crate::{AcquireError, Algorithm, ConfigError, Decision, Micros, Timestamp};
 
 /// A validated fixed-window limit: `limit` cost units per aligned `window`.
 ///
 /// ```
-/// use rein_core::{FixedWindow, FixedWindowState, Micros, Timestamp};
+/// use rein_core::{Algorithm, FixedWindow, FixedWindowState, Micros, Timestamp};
 ///
 /// let per_minute = FixedWindow::new(100, Micros::from_secs(60))?;
 /// let mut state = FixedWindowState::default();
@@ -41,11 +44,13 @@ pub struct FixedWindowState {
 }
 
 impl FixedWindow {
-    /// `limit` cost units per `window`. Errors if either is zero or above [`MAX_MICROS`].
+    /// `limit` cost units per `window`. Errors if either is zero, if `limit` exceeds
+    /// [`MAX_MICROS`], or if `window` exceeds [`MAX_SPAN`](crate::MAX_SPAN).
     pub fn new(limit: u64, window: Micros) -> Result<Self, ConfigError> {
         crate::ensure_nonzero("limit", limit)?;
         crate::ensure_nonzero("window", window.as_micros())?;
         crate::ensure_exact("limit", limit)?;
+        crate::ensure_span("window", window.as_micros())?;
         Ok(Self {
             limit,
             window: Divisor::new(window.as_micros()),
@@ -60,46 +65,6 @@ impl FixedWindow {
     /// The window length.
     pub fn window(&self) -> Micros {
         Micros::from_micros(self.window.get())
-    }
-
-    /// Counts `cost` if it fits in the current window; otherwise changes nothing.
-    pub fn acquire(
-        &self,
-        now: Timestamp,
-        state: &mut FixedWindowState,
-        cost: u64,
-    ) -> Result<Decision, AcquireError> {
-        let (decision, next) = self.decide(now, state, cost)?;
-        if let Some(next) = next {
-            *state = next;
-        }
-        Ok(decision)
-    }
-
-    /// What [`acquire`](Self::acquire) would answer, without counting anything.
-    pub fn peek(
-        &self,
-        now: Timestamp,
-        state: &FixedWindowState,
-        cost: u64,
-    ) -> Result<Decision, AcquireError> {
-        self.decide(now, state, cost).map(|(decision, _)| decision)
-    }
-
-    /// Uncounts up to `amount` from the current window, never below zero.
-    pub fn refund(&self, now: Timestamp, state: &mut FixedWindowState, amount: u64) {
-        let (start, count) = self.current(now, state);
-        if count > 0 {
-            *state = FixedWindowState {
-                window_start: start,
-                count: count.saturating_sub(amount),
-            };
-        }
-    }
-
-    /// `true` when nothing is counted in the current window.
-    pub fn is_full(&self, now: Timestamp, state: &FixedWindowState) -> bool {
-        self.current(now, state).1 == 0
     }
 
     fn decide(
@@ -151,21 +116,53 @@ impl FixedWindow {
     }
 }
 
-impl FixedWindowState {
-    /// The fixed 16-byte encoding: `window_start` then `count`, little-endian.
-    pub fn to_bytes(&self) -> [u8; 16] {
-        crate::encoding::words([self.window_start.as_micros(), self.count])
+impl Algorithm for FixedWindow {
+    type State = FixedWindowState;
+
+    const TAG: &'static str = "fw";
+
+    /// The limit per window.
+    fn capacity(&self) -> u64 {
+        self.limit()
     }
 
-    /// Decodes [`to_bytes`](Self::to_bytes).
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, crate::DecodeError> {
-        let [start, count] = crate::encoding::from_words(bytes)?;
-        if start > MAX_MICROS {
-            return Err(crate::DecodeError::OutOfRange);
+    /// Counts `cost` if it fits in the current window; otherwise changes nothing.
+    fn acquire(
+        &self,
+        now: Timestamp,
+        state: &mut FixedWindowState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        commit(state, self.decide(now, state, cost))
+    }
+
+    /// What [`acquire`](Self::acquire) would answer, without counting anything.
+    fn peek(
+        &self,
+        now: Timestamp,
+        state: &FixedWindowState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.decide(now, state, cost).map(|(decision, _)| decision)
+    }
+
+    /// Uncounts up to `amount` from the current window, never below zero.
+    fn refund(&self, now: Timestamp, state: &mut FixedWindowState, amount: u64) {
+        let (start, count) = self.current(now, state);
+        if count > 0 {
+            *state = FixedWindowState {
+                window_start: start,
+                count: count.saturating_sub(amount),
+            };
         }
-        Ok(Self {
-            window_start: Timestamp::from_micros(start),
-            count,
-        })
+    }
+
+    /// `true` when nothing is counted in the current window.
+    fn is_full(&self, now: Timestamp, state: &FixedWindowState) -> bool {
+        self.current(now, state).1 == 0
+    }
+
+    fn share(&self, nodes: NonZeroU32) -> Result<Self, ConfigError> {
+        Self::new(capacity_share(self.limit(), nodes), self.window())
     }
 }

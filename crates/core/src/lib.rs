@@ -29,7 +29,11 @@
 //!   earlier `now` is judged on its own.
 //! - Denials are values. `Err` means the request can never fit
 //!   ([`AcquireError::InsufficientCapacity`]) or the state belongs to another limit.
-//!   Invalid settings are rejected when the limit is built ([`ConfigError`]).
+//!   Invalid settings are rejected when the limit is built ([`ConfigError`]), among them
+//!   any limit whose span (empty to full) exceeds [`MAX_SPAN`].
+//! - No limit admits more than its bound at any `now`, up to [`MAX_MICROS`]. Near the end
+//!   of representable time, a request whose next state could not be stored exactly is
+//!   denied with `retry_after` [`Micros::MAX`] rather than stored clamped.
 //! - Every intermediate value stays below 2^53, so it is exact in the doubles of Lua.
 //!
 //! ```
@@ -47,26 +51,31 @@
 //! [`rein-redis`]: https://docs.rs/rein-redis
 #![deny(missing_docs)]
 
+mod algorithm;
 mod decision;
 mod divisor;
-mod encoding;
 mod error;
 pub mod fixed_window;
 mod limit;
+mod limiter;
 mod policy;
 pub mod sliding_counter;
 pub mod sliding_log;
 mod time;
 pub mod token_bucket;
 
+pub use algorithm::Algorithm;
 pub use decision::{Decision, Outcome};
 pub use error::{AcquireError, ConfigError, DecodeError};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use limit::{Limit, LimitState};
+pub use limiter::{
+    DecideError, KeyError, Limiter, NamedPolicy, PrepareError, SourceError, StoreError,
+};
 pub use policy::{MAX_LIMITS, Policy, PolicyState};
 pub use sliding_counter::{SlidingCounter, SlidingCounterState};
 pub use sliding_log::{LogEntry, SlidingLog, SlidingLogState};
-pub use time::{MAX_MICROS, Micros, Timestamp};
+pub use time::{MAX_MICROS, MAX_SPAN, Micros, Timestamp};
 pub use token_bucket::{TokenBucket, TokenBucketState};
 
 fn ensure_nonzero(what: &'static str, value: u64) -> Result<(), ConfigError> {
@@ -83,6 +92,19 @@ fn ensure_exact(what: &'static str, value: u64) -> Result<(), ConfigError> {
             what,
             value,
             max: MAX_MICROS,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// Rejects a span (empty to full) longer than [`MAX_SPAN`].
+fn ensure_span(what: &'static str, span: u64) -> Result<(), ConfigError> {
+    if span > MAX_SPAN.as_micros() {
+        Err(ConfigError::SpanTooLong {
+            what,
+            span,
+            max: MAX_SPAN.as_micros(),
         })
     } else {
         Ok(())

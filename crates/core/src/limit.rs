@@ -1,7 +1,9 @@
 //! One limit of any algorithm, so that stores and policies can hold a mix of them.
 
+use std::num::NonZeroU32;
+
 use crate::{
-    AcquireError, Decision, DecodeError, FixedWindow, FixedWindowState, SlidingCounter,
+    AcquireError, Algorithm, ConfigError, Decision, FixedWindow, FixedWindowState, SlidingCounter,
     SlidingCounterState, SlidingLog, SlidingLogState, Timestamp, TokenBucket, TokenBucketState,
 };
 
@@ -39,6 +41,19 @@ pub enum LimitState {
     SlidingLog(SlidingLogState),
     /// See [`SlidingCounterState`].
     SlidingCounter(SlidingCounterState),
+}
+
+/// Runs `$body` with `$l` bound to the algorithm, whichever it is: the one place `Limit`
+/// lists its variants for a call that has no state.
+macro_rules! each {
+    ($limit:expr, |$l:ident| $body:expr) => {
+        match $limit {
+            Limit::TokenBucket($l) => $body,
+            Limit::FixedWindow($l) => $body,
+            Limit::SlidingLog($l) => $body,
+            Limit::SlidingCounter($l) => $body,
+        }
+    };
 }
 
 /// Runs `$body` with `$l` and `$s` bound to the matching algorithm and state, or returns
@@ -82,12 +97,26 @@ impl Limit {
 
     /// The capacity: the largest cost a single request may have.
     pub fn capacity(&self) -> u64 {
-        match self {
-            Limit::TokenBucket(l) => l.capacity(),
-            Limit::FixedWindow(l) => l.limit(),
-            Limit::SlidingLog(l) => l.limit(),
-            Limit::SlidingCounter(l) => l.limit(),
+        each!(self, |l| l.capacity())
+    }
+
+    /// The algorithm's short name ([`Algorithm::TAG`]): `tb`, `fw`, `sl` or `sc`.
+    pub fn tag(&self) -> &'static str {
+        fn tag<A: Algorithm>(_: &A) -> &'static str {
+            A::TAG
         }
+        each!(self, |l| tag(l))
+    }
+
+    /// One node's share of this limit when `nodes` nodes enforce it on their own
+    /// ([`Algorithm::share`]).
+    pub fn share(&self, nodes: NonZeroU32) -> Result<Limit, ConfigError> {
+        Ok(match self {
+            Limit::TokenBucket(l) => Limit::TokenBucket(l.share(nodes)?),
+            Limit::FixedWindow(l) => Limit::FixedWindow(l.share(nodes)?),
+            Limit::SlidingLog(l) => Limit::SlidingLog(l.share(nodes)?),
+            Limit::SlidingCounter(l) => Limit::SlidingCounter(l.share(nodes)?),
+        })
     }
 
     /// A full (empty-history) state for this limit.
@@ -154,68 +183,3 @@ impl Limit {
         dispatch!(self, state, |l, s| l.is_full(now, s), false)
     }
 }
-
-impl LimitState {
-    /// Appends the encoding: a tag byte (1 token bucket, 2 fixed window, 3 sliding log,
-    /// 4 sliding counter) and the state's own bytes.
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        match self {
-            LimitState::TokenBucket(s) => {
-                out.push(TAG_TOKEN_BUCKET);
-                out.extend_from_slice(&s.to_bytes());
-            }
-            LimitState::FixedWindow(s) => {
-                out.push(TAG_FIXED_WINDOW);
-                out.extend_from_slice(&s.to_bytes());
-            }
-            LimitState::SlidingLog(s) => {
-                out.push(TAG_SLIDING_LOG);
-                out.extend_from_slice(&s.to_bytes());
-            }
-            LimitState::SlidingCounter(s) => {
-                out.push(TAG_SLIDING_COUNTER);
-                out.extend_from_slice(&s.to_bytes());
-            }
-        }
-    }
-
-    /// Decodes one state from the front of `bytes`; returns it and the bytes it used.
-    pub fn decode(bytes: &[u8]) -> Result<(Self, usize), DecodeError> {
-        let (&tag, rest) = bytes.split_first().ok_or(DecodeError::WrongLength)?;
-        let fixed = |n: usize| rest.get(..n).ok_or(DecodeError::WrongLength);
-        let (state, used) = match tag {
-            TAG_TOKEN_BUCKET => (
-                LimitState::TokenBucket(TokenBucketState::from_bytes(fixed(16)?)?),
-                16,
-            ),
-            TAG_FIXED_WINDOW => (
-                LimitState::FixedWindow(FixedWindowState::from_bytes(fixed(16)?)?),
-                16,
-            ),
-            TAG_SLIDING_COUNTER => (
-                LimitState::SlidingCounter(SlidingCounterState::from_bytes(fixed(24)?)?),
-                24,
-            ),
-            TAG_SLIDING_LOG => {
-                let count =
-                    u64::from_le_bytes(*rest.first_chunk::<8>().ok_or(DecodeError::WrongLength)?);
-                let len = usize::try_from(count)
-                    .ok()
-                    .and_then(|c| c.checked_mul(16))
-                    .and_then(|n| n.checked_add(8))
-                    .ok_or(DecodeError::WrongLength)?;
-                (
-                    LimitState::SlidingLog(SlidingLogState::from_bytes(fixed(len)?)?),
-                    len,
-                )
-            }
-            other => return Err(DecodeError::UnknownTag(other)),
-        };
-        Ok((state, used + 1))
-    }
-}
-
-const TAG_TOKEN_BUCKET: u8 = 1;
-const TAG_FIXED_WINDOW: u8 = 2;
-const TAG_SLIDING_LOG: u8 = 3;
-const TAG_SLIDING_COUNTER: u8 = 4;

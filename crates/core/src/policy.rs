@@ -6,9 +6,7 @@
 //! because every algorithm here is monotone: once a limit would admit a request, it keeps
 //! admitting it as time passes with nothing else admitted.
 
-use crate::{
-    AcquireError, ConfigError, Decision, DecodeError, Limit, LimitState, Outcome, Timestamp,
-};
+use crate::{AcquireError, ConfigError, Decision, Limit, LimitState, Outcome, Timestamp};
 
 /// The most limits one policy may hold. Each is checked on every request, and the Redis
 /// store passes all of them in one script call.
@@ -192,30 +190,6 @@ impl PolicyState {
     /// Always `false`: a policy state holds at least one limit state.
     pub fn is_empty(&self) -> bool {
         false
-    }
-
-    /// The encoding: a count byte, then each [`LimitState::encode`].
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = vec![self.len() as u8];
-        for state in self.iter() {
-            state.encode(&mut out);
-        }
-        out
-    }
-
-    /// Decodes [`to_bytes`](Self::to_bytes).
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let (&count, mut rest) = bytes.split_first().ok_or(DecodeError::WrongLength)?;
-        let mut states = Vec::with_capacity(usize::from(count).min(MAX_LIMITS));
-        for _ in 0..count {
-            let (state, used) = LimitState::decode(rest)?;
-            states.push(state);
-            rest = &rest[used..];
-        }
-        if !rest.is_empty() {
-            return Err(DecodeError::WrongLength);
-        }
-        Self::from_states(states).ok_or(DecodeError::WrongLength)
     }
 }
 

@@ -19,13 +19,16 @@
 //! at its start, it overcounts and admits less than the exact log would. docs/algorithms.md
 //! gives the bound and the error measured against the exact log.
 
+use std::num::NonZeroU32;
+
+use crate::algorithm::{capacity_share, commit};
 use crate::divisor::Divisor;
-use crate::{AcquireError, ConfigError, Decision, MAX_MICROS, Micros, Timestamp};
+use crate::{AcquireError, Algorithm, ConfigError, Decision, Micros, Timestamp};
 
 /// A validated sliding-window-counter limit: about `limit` cost units per `window`.
 ///
 /// ```
-/// use rein_core::{Micros, SlidingCounter, SlidingCounterState, Timestamp};
+/// use rein_core::{Algorithm, Micros, SlidingCounter, SlidingCounterState, Timestamp};
 ///
 /// let limit = SlidingCounter::new(10, Micros::from_secs(1))?;
 /// let mut state = SlidingCounterState::default();
@@ -63,12 +66,14 @@ struct View {
 }
 
 impl SlidingCounter {
-    /// About `limit` cost units per `window`. Errors if either is zero or if
-    /// `limit × window` exceeds [`MAX_MICROS`].
+    /// About `limit` cost units per `window`. Errors if either is zero, if
+    /// `limit × window` exceeds [`MAX_MICROS`], or if `window` exceeds
+    /// [`MAX_SPAN`](crate::MAX_SPAN).
     pub fn new(limit: u64, window: Micros) -> Result<Self, ConfigError> {
         crate::ensure_nonzero("limit", limit)?;
         crate::ensure_nonzero("window", window.as_micros())?;
         crate::exact_product("limit × window", limit, window.as_micros())?;
+        crate::ensure_span("window", window.as_micros())?;
         Ok(Self {
             limit,
             window: Divisor::new(window.as_micros()),
@@ -83,48 +88,6 @@ impl SlidingCounter {
     /// The window length.
     pub fn window(&self) -> Micros {
         Micros::from_micros(self.window.get())
-    }
-
-    /// Counts `cost` if the estimate leaves room for it; otherwise changes nothing.
-    pub fn acquire(
-        &self,
-        now: Timestamp,
-        state: &mut SlidingCounterState,
-        cost: u64,
-    ) -> Result<Decision, AcquireError> {
-        let (decision, next) = self.decide(now, state, cost)?;
-        if let Some(next) = next {
-            *state = next;
-        }
-        Ok(decision)
-    }
-
-    /// What [`acquire`](Self::acquire) would answer, without counting anything.
-    pub fn peek(
-        &self,
-        now: Timestamp,
-        state: &SlidingCounterState,
-        cost: u64,
-    ) -> Result<Decision, AcquireError> {
-        self.decide(now, state, cost).map(|(decision, _)| decision)
-    }
-
-    /// Uncounts up to `amount` from the current window, never below zero.
-    pub fn refund(&self, now: Timestamp, state: &mut SlidingCounterState, amount: u64) {
-        let v = self.view(now, state);
-        if v.current > 0 {
-            *state = SlidingCounterState {
-                window_start: Timestamp::from_micros(v.start),
-                current: v.current.saturating_sub(amount),
-                previous: v.previous,
-            };
-        }
-    }
-
-    /// `true` when neither window counts anything at `now`.
-    pub fn is_full(&self, now: Timestamp, state: &SlidingCounterState) -> bool {
-        let v = self.view(now, state);
-        v.current == 0 && v.previous == 0
     }
 
     fn decide(
@@ -232,22 +195,55 @@ impl SlidingCounter {
     }
 }
 
-impl SlidingCounterState {
-    /// The fixed 24-byte encoding: `window_start`, `current`, `previous`, little-endian.
-    pub fn to_bytes(&self) -> [u8; 24] {
-        crate::encoding::words([self.window_start.as_micros(), self.current, self.previous])
+impl Algorithm for SlidingCounter {
+    type State = SlidingCounterState;
+
+    const TAG: &'static str = "sc";
+
+    /// The limit per window.
+    fn capacity(&self) -> u64 {
+        self.limit()
     }
 
-    /// Decodes [`to_bytes`](Self::to_bytes).
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, crate::DecodeError> {
-        let [start, current, previous] = crate::encoding::from_words(bytes)?;
-        if start > MAX_MICROS {
-            return Err(crate::DecodeError::OutOfRange);
+    /// Counts `cost` if the estimate leaves room for it; otherwise changes nothing.
+    fn acquire(
+        &self,
+        now: Timestamp,
+        state: &mut SlidingCounterState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        commit(state, self.decide(now, state, cost))
+    }
+
+    /// What [`acquire`](Self::acquire) would answer, without counting anything.
+    fn peek(
+        &self,
+        now: Timestamp,
+        state: &SlidingCounterState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.decide(now, state, cost).map(|(decision, _)| decision)
+    }
+
+    /// Uncounts up to `amount` from the current window, never below zero.
+    fn refund(&self, now: Timestamp, state: &mut SlidingCounterState, amount: u64) {
+        let v = self.view(now, state);
+        if v.current > 0 {
+            *state = SlidingCounterState {
+                window_start: Timestamp::from_micros(v.start),
+                current: v.current.saturating_sub(amount),
+                previous: v.previous,
+            };
         }
-        Ok(Self {
-            window_start: Timestamp::from_micros(start),
-            current,
-            previous,
-        })
+    }
+
+    /// `true` when neither window counts anything at `now`.
+    fn is_full(&self, now: Timestamp, state: &SlidingCounterState) -> bool {
+        let v = self.view(now, state);
+        v.current == 0 && v.previous == 0
+    }
+
+    fn share(&self, nodes: NonZeroU32) -> Result<Self, ConfigError> {
+        Self::new(capacity_share(self.limit(), nodes), self.window())
     }
 }

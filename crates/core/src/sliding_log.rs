@@ -16,12 +16,15 @@
 
 use std::collections::VecDeque;
 
-use crate::{AcquireError, ConfigError, Decision, DecodeError, MAX_MICROS, Micros, Timestamp};
+use std::num::NonZeroU32;
+
+use crate::algorithm::capacity_share;
+use crate::{AcquireError, Algorithm, ConfigError, Decision, DecodeError, Micros, Timestamp};
 
 /// A validated sliding-log limit: `limit` cost units in any span of `window`.
 ///
 /// ```
-/// use rein_core::{Micros, SlidingLog, SlidingLogState, Timestamp};
+/// use rein_core::{Algorithm, Micros, SlidingLog, SlidingLogState, Timestamp};
 ///
 /// let limit = SlidingLog::new(2, Micros::from_secs(10))?;
 /// let mut log = SlidingLogState::default();
@@ -63,12 +66,13 @@ pub struct SlidingLogState {
 }
 
 impl SlidingLog {
-    /// `limit` cost units in any `window`. Errors if either is zero or above
-    /// [`MAX_MICROS`].
+    /// `limit` cost units in any `window`. Errors if either is zero, if `limit` exceeds
+    /// [`MAX_MICROS`], or if `window` exceeds [`MAX_SPAN`](crate::MAX_SPAN).
     pub fn new(limit: u64, window: Micros) -> Result<Self, ConfigError> {
         crate::ensure_nonzero("limit", limit)?;
         crate::ensure_nonzero("window", window.as_micros())?;
         crate::ensure_exact("limit", limit)?;
+        crate::ensure_span("window", window.as_micros())?;
         Ok(Self {
             limit,
             window: window.as_micros(),
@@ -83,70 +87,6 @@ impl SlidingLog {
     /// The window length.
     pub fn window(&self) -> Micros {
         Micros::from_micros(self.window)
-    }
-
-    /// Records `cost` at `now` if the window has room; otherwise changes nothing.
-    pub fn acquire(
-        &self,
-        now: Timestamp,
-        state: &mut SlidingLogState,
-        cost: u64,
-    ) -> Result<Decision, AcquireError> {
-        let (decision, expired) = self.decide(now, state, cost)?;
-        if decision.is_allowed() && cost > 0 {
-            let at = self.judged_at(now, state);
-            for _ in 0..expired {
-                if let Some(old) = state.entries.pop_front() {
-                    state.total -= old.cost;
-                }
-            }
-            match state.entries.back_mut() {
-                Some(last) if last.at == at => last.cost += cost,
-                _ => state.entries.push_back(LogEntry { at, cost }),
-            }
-            state.total += cost;
-        }
-        Ok(decision)
-    }
-
-    /// What [`acquire`](Self::acquire) would answer, without recording anything.
-    pub fn peek(
-        &self,
-        now: Timestamp,
-        state: &SlidingLogState,
-        cost: u64,
-    ) -> Result<Decision, AcquireError> {
-        self.decide(now, state, cost).map(|(decision, _)| decision)
-    }
-
-    /// Removes up to `amount` of the most recent admissions still in the window.
-    pub fn refund(&self, now: Timestamp, state: &mut SlidingLogState, amount: u64) {
-        let horizon = self.judged_at(now, state).as_micros();
-        let mut amount = amount;
-        while amount > 0 {
-            let Some(last) = state.entries.back_mut() else {
-                break;
-            };
-            if last.at.as_micros() + self.window <= horizon {
-                break;
-            }
-            let taken = amount.min(last.cost);
-            last.cost -= taken;
-            state.total -= taken;
-            amount -= taken;
-            if last.cost == 0 {
-                state.entries.pop_back();
-            }
-        }
-    }
-
-    /// `true` when no admission is inside the window at `now`.
-    pub fn is_full(&self, now: Timestamp, state: &SlidingLogState) -> bool {
-        let at = self.judged_at(now, state).as_micros();
-        state
-            .entries
-            .back()
-            .is_none_or(|last| last.at.as_micros() + self.window <= at)
     }
 
     /// The decision, and how many leading entries have expired.
@@ -210,6 +150,85 @@ impl SlidingLog {
     }
 }
 
+impl Algorithm for SlidingLog {
+    type State = SlidingLogState;
+
+    const TAG: &'static str = "sl";
+
+    /// The limit per window.
+    fn capacity(&self) -> u64 {
+        self.limit()
+    }
+
+    /// Records `cost` at `now` if the window has room; otherwise changes nothing.
+    fn acquire(
+        &self,
+        now: Timestamp,
+        state: &mut SlidingLogState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        let (decision, expired) = self.decide(now, state, cost)?;
+        if decision.is_allowed() && cost > 0 {
+            let at = self.judged_at(now, state);
+            for _ in 0..expired {
+                if let Some(old) = state.entries.pop_front() {
+                    state.total -= old.cost;
+                }
+            }
+            match state.entries.back_mut() {
+                Some(last) if last.at == at => last.cost += cost,
+                _ => state.entries.push_back(LogEntry { at, cost }),
+            }
+            state.total += cost;
+        }
+        Ok(decision)
+    }
+
+    /// What [`acquire`](Self::acquire) would answer, without recording anything.
+    fn peek(
+        &self,
+        now: Timestamp,
+        state: &SlidingLogState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.decide(now, state, cost).map(|(decision, _)| decision)
+    }
+
+    /// Removes up to `amount` of the most recent admissions still in the window.
+    fn refund(&self, now: Timestamp, state: &mut SlidingLogState, amount: u64) {
+        let horizon = self.judged_at(now, state).as_micros();
+        let mut amount = amount;
+        while amount > 0 {
+            let Some(last) = state.entries.back_mut() else {
+                break;
+            };
+            if last.at.as_micros() + self.window <= horizon {
+                break;
+            }
+            let taken = amount.min(last.cost);
+            last.cost -= taken;
+            state.total -= taken;
+            amount -= taken;
+            if last.cost == 0 {
+                state.entries.pop_back();
+            }
+        }
+    }
+
+    /// `true` when no admission is inside the window at `now`.
+    fn is_full(&self, now: Timestamp, state: &SlidingLogState) -> bool {
+        let at = self.judged_at(now, state).as_micros();
+        state
+            .entries
+            .back()
+            .is_none_or(|last| last.at.as_micros() + self.window <= at)
+    }
+
+    fn share(&self, nodes: NonZeroU32) -> Result<Self, ConfigError> {
+        Self::new(capacity_share(self.limit(), nodes), self.window())
+    }
+}
+
 impl SlidingLogState {
     /// The admissions, oldest first (expired ones are dropped on the next admission).
     pub fn entries(&self) -> impl ExactSizeIterator<Item = &LogEntry> {
@@ -232,37 +251,5 @@ impl SlidingLogState {
             log.entries.push_back(entry);
         }
         Ok(log)
-    }
-
-    /// The encoding: the entry count, then `at` and `cost` of each, all u64 little-endian.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(8 + 16 * self.entries.len());
-        out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
-        for e in &self.entries {
-            out.extend_from_slice(&e.at.as_micros().to_le_bytes());
-            out.extend_from_slice(&e.cost.to_le_bytes());
-        }
-        out
-    }
-
-    /// Decodes [`to_bytes`](Self::to_bytes).
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let (count, rest) = bytes
-            .split_first_chunk::<8>()
-            .ok_or(DecodeError::WrongLength)?;
-        let count =
-            usize::try_from(u64::from_le_bytes(*count)).map_err(|_| DecodeError::WrongLength)?;
-        if rest.len() != count.checked_mul(16).ok_or(DecodeError::WrongLength)? {
-            return Err(DecodeError::WrongLength);
-        }
-        Self::from_entries(rest.chunks_exact(16).map(|chunk| {
-            let [at, cost] = crate::encoding::from_words(chunk).unwrap_or([0, 0]);
-            // An out-of-range instant is turned into a zero cost, which `from_entries` rejects.
-            let cost = if at > MAX_MICROS { 0 } else { cost };
-            LogEntry {
-                at: Timestamp::from_micros(at),
-                cost,
-            }
-        }))
     }
 }

@@ -11,6 +11,18 @@ use std::time::Duration;
 /// The largest value of a [`Timestamp`] or [`Micros`]: 2^52 − 1 µs.
 pub const MAX_MICROS: u64 = (1 << 52) - 1;
 
+/// The longest span a limit may cover: 2^48 µs, about 8.9 years.
+///
+/// A limit's span is how long it takes to go from empty to full again: a token bucket's
+/// `capacity × period / refill`, or a window's length. A limit stores instants up to one
+/// span ahead of `now` (a token bucket's `tat`), and they must stay representable, at most
+/// [`MAX_MICROS`]. With spans capped at 2^48 µs that holds for every `now` up to
+/// `MAX_MICROS − 2^48` (the year 2103); an uncapped span (say one token a week with a burst
+/// of 5000, 96 years) would already pass the end of time today. Past that year, a request
+/// whose state could not be stored exactly is denied, never admitted on a clamped state:
+/// see docs/algorithms.md, "The end of time".
+pub const MAX_SPAN: Micros = Micros::from_micros(1 << 48);
+
 /// An instant, in microseconds since the Unix epoch, at most [`MAX_MICROS`].
 ///
 /// Construction clamps rather than fails: a clock reading past the year 2112 is not a

@@ -14,15 +14,18 @@
 //! come from reducing `period / refill` by their gcd. All arithmetic is in integers
 //! below 2^53, so the Lua rendering in rein-redis computes the very same numbers.
 
+use std::num::NonZeroU32;
+
+use crate::algorithm::{capacity_share, commit};
 use crate::divisor::Divisor;
-use crate::{AcquireError, ConfigError, Decision, MAX_MICROS, Micros, Timestamp};
+use crate::{AcquireError, Algorithm, ConfigError, Decision, MAX_MICROS, Micros, Timestamp};
 
 /// A validated token-bucket limit: `capacity` tokens, `refill` more every `period`.
 ///
 /// ```
-/// use rein_core::{Micros, Timestamp, TokenBucket, TokenBucketState};
+/// use rein_core::{Algorithm, Micros, Timestamp, TokenBucket, TokenBucketState};
 ///
-/// // 10 tokens, refilled at 1 per second (seed 001's example).
+/// // 10 tokens, refilled at 1 per second.
 /// let bucket = TokenBucket::new(10, 1, Micros::from_secs(1))?;
 /// let mut state = TokenBucketState::default();
 /// let now = Timestamp::from_micros(1_000_000);
@@ -63,8 +66,10 @@ pub struct TokenBucketState {
 impl TokenBucket {
     /// A bucket of `capacity` tokens gaining `refill` tokens every `period`.
     ///
-    /// Errors if any of them is zero, or if `capacity × period / gcd(refill, period)`
-    /// (the tolerance in units) or `refill` exceeds [`MAX_MICROS`].
+    /// Errors if any of them is zero, if `capacity × period / gcd(refill, period)` (the
+    /// tolerance in units) or `refill` exceeds [`MAX_MICROS`], or if the span from empty to
+    /// full, `capacity × period / refill` µs rounded up, exceeds
+    /// [`MAX_SPAN`](crate::MAX_SPAN) ([`ConfigError::SpanTooLong`]).
     pub fn new(capacity: u64, refill: u64, period: Micros) -> Result<Self, ConfigError> {
         let period = period.as_micros();
         crate::ensure_nonzero("capacity", capacity)?;
@@ -78,78 +83,23 @@ impl TokenBucket {
         let tolerance =
             crate::exact_product("capacity × emission interval", capacity, units_per_token)?;
         let units_per_micro = Divisor::new(units_per_micro);
+        let tolerance_split = units_per_micro.div_rem(tolerance);
+        // `tat` runs up to this far ahead of `now`, and is stored as an instant.
+        let span = tolerance_split.0 + u64::from(tolerance_split.1 > 0);
+        crate::ensure_span("capacity × period / refill", span)?;
         Ok(Self {
             capacity,
             units_per_token: Divisor::new(units_per_token),
             units_per_micro,
             tolerance,
-            tolerance_split: units_per_micro.div_rem(tolerance),
+            tolerance_split,
         })
-    }
-
-    /// The number of tokens when full.
-    pub fn capacity(&self) -> u64 {
-        self.capacity
     }
 
     /// The emission interval as the exact fraction `(micros, per)`: one token every
     /// `micros / per` microseconds.
     pub fn emission_interval(&self) -> (u64, u64) {
         (self.units_per_token.get(), self.units_per_micro.get())
-    }
-
-    /// Takes `cost` tokens if they are all there; otherwise changes nothing.
-    pub fn acquire(
-        &self,
-        now: Timestamp,
-        state: &mut TokenBucketState,
-        cost: u64,
-    ) -> Result<Decision, AcquireError> {
-        let (decision, next) = self.decide(now, state, cost)?;
-        if let Some(next) = next {
-            *state = next;
-        }
-        Ok(decision)
-    }
-
-    /// What [`acquire`](Self::acquire) would answer, without taking anything.
-    pub fn peek(
-        &self,
-        now: Timestamp,
-        state: &TokenBucketState,
-        cost: u64,
-    ) -> Result<Decision, AcquireError> {
-        self.decide(now, state, cost).map(|(decision, _)| decision)
-    }
-
-    /// Gives back up to `amount` tokens, never beyond a full bucket.
-    pub fn refund(&self, now: Timestamp, state: &mut TokenBucketState, amount: u64) {
-        if self.is_full(now, state) {
-            return;
-        }
-        let units = amount.min(self.capacity) * self.units_per_token.get();
-        let (mut us, mut rem) = (state.tat.as_micros(), state.tat_units);
-        let (back_us, back_rem) = self.units_per_micro.div_rem(units);
-        if rem < back_rem {
-            rem += self.units_per_micro.get();
-            us = us.saturating_sub(1);
-        }
-        rem -= back_rem;
-        us = us.saturating_sub(back_us);
-        *state = if us < now.as_micros() || (us == now.as_micros() && rem == 0) {
-            TokenBucketState::default()
-        } else {
-            TokenBucketState {
-                tat: Timestamp::from_micros(us),
-                tat_units: rem,
-            }
-        };
-    }
-
-    /// `true` when the bucket holds all its tokens at `now`, so the state carries no
-    /// information and a store may forget it.
-    pub fn is_full(&self, now: Timestamp, state: &TokenBucketState) -> bool {
-        state.tat < now || (state.tat == now && state.tat_units == 0)
     }
 
     /// The decision and, when it consumes anything, the state to store.
@@ -190,6 +140,19 @@ impl TokenBucket {
                 );
                 return Ok((decision, None));
             }
+            if next_us > MAX_MICROS - now_us {
+                // The end of time: `tat` would be past the last representable instant, and
+                // `Timestamp` would clamp it, forgetting tokens taken (issue 9). Refused
+                // for good: while `tat > now` waiting leaves `now + next_us` unchanged, and
+                // after that it only grows. Only reachable after the year 2103 (MAX_SPAN).
+                let decision = Decision::denied(
+                    self.capacity,
+                    self.remaining(ahead_us, ahead_units),
+                    Micros::MAX,
+                    reset_after(ahead_us, ahead_units),
+                );
+                return Ok((decision, None));
+            }
             let next = TokenBucketState {
                 tat: Timestamp::from_micros(now_us + next_us),
                 tat_units: next_units,
@@ -225,22 +188,88 @@ impl TokenBucket {
     }
 }
 
-impl TokenBucketState {
-    /// The fixed 16-byte encoding: `tat` then `tat_units`, little-endian.
-    pub fn to_bytes(&self) -> [u8; 16] {
-        crate::encoding::words([self.tat.as_micros(), self.tat_units])
+impl Algorithm for TokenBucket {
+    type State = TokenBucketState;
+
+    const TAG: &'static str = "tb";
+
+    /// The number of tokens when full.
+    fn capacity(&self) -> u64 {
+        self.capacity
     }
 
-    /// Decodes [`to_bytes`](Self::to_bytes).
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, crate::DecodeError> {
-        let [tat, tat_units] = crate::encoding::from_words(bytes)?;
-        if tat > MAX_MICROS {
-            return Err(crate::DecodeError::OutOfRange);
+    /// Takes `cost` tokens if they are all there; otherwise changes nothing.
+    ///
+    /// At the end of time, when the `tat` an admission would store is past
+    /// [`MAX_MICROS`], the request is denied with `retry_after` [`Micros::MAX`] (it can
+    /// never be admitted): clamping that `tat` would refill the bucket early.
+    fn acquire(
+        &self,
+        now: Timestamp,
+        state: &mut TokenBucketState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        commit(state, self.decide(now, state, cost))
+    }
+
+    /// What [`acquire`](Self::acquire) would answer, without taking anything.
+    fn peek(
+        &self,
+        now: Timestamp,
+        state: &TokenBucketState,
+        cost: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.decide(now, state, cost).map(|(decision, _)| decision)
+    }
+
+    /// Gives back up to `amount` tokens, never beyond a full bucket.
+    fn refund(&self, now: Timestamp, state: &mut TokenBucketState, amount: u64) {
+        if self.is_full(now, state) {
+            return;
         }
-        Ok(Self {
-            tat: Timestamp::from_micros(tat),
-            tat_units,
-        })
+        let units = amount.min(self.capacity) * self.units_per_token.get();
+        let (mut us, mut rem) = (state.tat.as_micros(), state.tat_units);
+        let (back_us, back_rem) = self.units_per_micro.div_rem(units);
+        if rem < back_rem {
+            rem += self.units_per_micro.get();
+            us = us.saturating_sub(1);
+        }
+        rem -= back_rem;
+        us = us.saturating_sub(back_us);
+        *state = if us < now.as_micros() || (us == now.as_micros() && rem == 0) {
+            TokenBucketState::default()
+        } else {
+            TokenBucketState {
+                tat: Timestamp::from_micros(us),
+                tat_units: rem,
+            }
+        };
+    }
+
+    /// `true` when the bucket holds all its tokens at `now`, so the state carries no
+    /// information and a store may forget it.
+    fn is_full(&self, now: Timestamp, state: &TokenBucketState) -> bool {
+        state.tat < now || (state.tat == now && state.tat_units == 0)
+    }
+
+    /// One token every `units_per_token / units_per_micro` µs; `nodes` times slower is
+    /// `units_per_micro` tokens every `units_per_token × nodes` µs, exactly.
+    fn share(&self, nodes: NonZeroU32) -> Result<Self, ConfigError> {
+        let (units_per_token, units_per_micro) = self.emission_interval();
+        let n = u64::from(nodes.get());
+        let period = units_per_token
+            .checked_mul(n)
+            .filter(|p| *p <= MAX_MICROS)
+            .ok_or(ConfigError::TooLarge {
+                what: "period × expected nodes",
+                value: units_per_token.saturating_mul(n),
+                max: MAX_MICROS,
+            })?;
+        Self::new(
+            capacity_share(self.capacity, nodes),
+            units_per_micro,
+            Micros::from_micros(period),
+        )
     }
 }
 

@@ -10,8 +10,10 @@
 //! `reset_after`; peeks, cost 0 and denials write nothing; refunds round-trip; a regressed
 //! clock never admits more than its latest reading; policies are all-or-nothing; encodings
 //! round-trip and decoding never panics; any `u64` settings either build or fail with a
-//! `ConfigError`; and the sliding counter stays below twice its limit (with the measured
-//! error printed for docs/algorithms.md).
+//! `ConfigError`; the sliding counter stays below twice its limit (with the measured
+//! error printed for docs/algorithms.md); and at the end of time (`now` within two spans of
+//! `MAX_MICROS`, spans up to `MAX_SPAN`) no limit admits beyond its bound, and a token
+//! bucket denies exactly the requests whose `tat` could not be stored (issue 9).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,8 +21,8 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{RngSeed, TestCaseError};
 use rein_core::{
-    AcquireError, ConfigError, FixedWindowState, Limit, LimitState, MAX_MICROS, Micros, Policy,
-    PolicyState, SlidingCounterState, SlidingLogState, Timestamp, TokenBucketState,
+    AcquireError, ConfigError, FixedWindowState, Limit, LimitState, LogEntry, MAX_MICROS, MAX_SPAN,
+    Micros, Policy, PolicyState, SlidingCounterState, SlidingLogState, Timestamp, TokenBucketState,
 };
 
 const CASES: u32 = 256;
@@ -131,70 +133,26 @@ proptest! {
         policy_against_its_limits(&configs, start, &ops)?;
     }
 
+    /// Any state a store could hand back, however odd its fields (timestamps at the end of
+    /// time, counts above the limit, a window start ahead of `now`), can be driven by a
+    /// limit of its algorithm without panicking.
     #[test]
-    fn encodings_round_trip(
-        (configs, start, ops) in (vec(any_config(), 1..=3), 0..1_000_000_000u64)
-            .prop_flat_map(|(configs, start)| {
-                let capacity = configs.iter().map(|c| c.capacity()).max().unwrap_or(1);
-                let span = configs.iter().map(|c| c.span()).max().unwrap_or(1);
-                (Just(configs), Just(start), ops(capacity, span, Mix::ALL))
-            }),
-    ) {
-        let policy = Policy::new(configs.iter().map(|c| c.limit()))?;
-        let mut state = policy.new_state();
-        let mut now = start;
-        check_encodings(&state)?;
-        for op in ops {
-            match op {
-                Op::Advance(d) => now += d,
-                Op::Regress(d) => now = now.saturating_sub(d),
-                Op::Acquire(cost) => drop(policy.acquire(at(now), &mut state, cost)),
-                Op::Peek(_) => {}
-                Op::Refund(amount) => policy.refund(at(now), &mut state, amount)?,
-            }
-            check_encodings(&state)?;
-        }
-    }
-
-    /// Any bytes decode to an error or to a state that encodes back to the same bytes, and
-    /// whatever decodes can be driven by a limit of its algorithm without panicking.
-    #[test]
-    fn decoding_any_bytes_never_panics(
-        bytes in prop_oneof![vec(any::<u8>(), 0..96), plausible_encoding()],
+    fn driving_any_state_never_panics(
+        state in any_state(),
         (size, window) in (interesting(), interesting()),
         ops in vec((0..3u8, interesting(), interesting()), 0..20),
     ) {
-        if let Ok((state, used)) = LimitState::decode(&bytes) {
-            let mut again = Vec::new();
-            state.encode(&mut again);
-            prop_assert_eq!(&again[..], &bytes[..used]);
-            let size = size.clamp(1, 1 << 20);
-            let window = Micros::from_micros(window.clamp(1, 1 << 20));
-            let limit = match &state {
-                LimitState::TokenBucket(_) => Limit::token_bucket(size, 3, window),
-                LimitState::FixedWindow(_) => Limit::fixed_window(size, window),
-                LimitState::SlidingLog(_) => Limit::sliding_log(size, window),
-                LimitState::SlidingCounter(_) => Limit::sliding_counter(size, window),
-            };
-            // Too large a product is fine to skip: the point is driving decoded state.
-            if let Ok(limit) = limit {
-                drive_anything(&limit, state, &ops)?;
-            }
-        }
-        if let Ok(state) = PolicyState::from_bytes(&bytes) {
-            prop_assert_eq!(state.to_bytes(), bytes.clone());
-        }
-        if let Ok(state) = TokenBucketState::from_bytes(&bytes) {
-            prop_assert_eq!(&state.to_bytes()[..], &bytes[..]);
-        }
-        if let Ok(state) = FixedWindowState::from_bytes(&bytes) {
-            prop_assert_eq!(&state.to_bytes()[..], &bytes[..]);
-        }
-        if let Ok(state) = SlidingCounterState::from_bytes(&bytes) {
-            prop_assert_eq!(&state.to_bytes()[..], &bytes[..]);
-        }
-        if let Ok(state) = SlidingLogState::from_bytes(&bytes) {
-            prop_assert_eq!(state.to_bytes(), bytes);
+        let size = size.clamp(1, 1 << 20);
+        let window = Micros::from_micros(window.clamp(1, 1 << 20));
+        let limit = match &state {
+            LimitState::TokenBucket(_) => Limit::token_bucket(size, 3, window),
+            LimitState::FixedWindow(_) => Limit::fixed_window(size, window),
+            LimitState::SlidingLog(_) => Limit::sliding_log(size, window),
+            LimitState::SlidingCounter(_) => Limit::sliding_counter(size, window),
+        };
+        // Too large a product is fine to skip: the point is driving odd state.
+        if let Ok(limit) = limit {
+            drive_anything(&limit, state, &ops)?;
         }
     }
 
@@ -211,8 +169,82 @@ proptest! {
         prop_assert_eq!(built.is_ok(), valid, "kind {} settings {} {} {}", kind, a, b, c);
         match built {
             Ok(limit) => drive_anything(&limit, limit.new_state(), &ops)?,
-            Err(ConfigError::Zero { .. } | ConfigError::TooLarge { .. }) => {}
+            Err(
+                ConfigError::Zero { .. }
+                | ConfigError::TooLarge { .. }
+                | ConfigError::SpanTooLong { .. },
+            ) => {}
             Err(other) => prop_assert!(false, "unexpected {:?}", other),
+        }
+    }
+
+    /// Issue 9: spans up to `MAX_SPAN` and instants up to `MAX_MICROS` never admit beyond
+    /// the algorithm's bound. The clock stops at `MAX_MICROS`, as `Timestamp` does.
+    #[test]
+    fn no_limit_over_admits_at_the_end_of_time(
+        (config, start, ops) in end_of_time_case(),
+    ) {
+        let limit = config.limit();
+        let mut state = limit.new_state();
+        let mut now = start;
+        let mut admitted = Vec::new();
+        for op in ops {
+            match op {
+                Op::Advance(d) => now = (now + d).min(MAX_MICROS),
+                Op::Acquire(cost) => {
+                    let decision = limit.acquire(at(now), &mut state, cost);
+                    if decision.is_ok_and(|d| d.is_allowed()) && cost > 0 {
+                        admitted.push((now, cost));
+                    }
+                }
+                _ => {}
+            }
+        }
+        check_bound(config, &admitted)?;
+    }
+
+    /// The token bucket at the end of time agrees with the exact token count, except that
+    /// it denies, with `retry_after` `Micros::MAX`, exactly those admissions after which
+    /// the bucket would be full again only after `MAX_MICROS`.
+    #[test]
+    fn token_bucket_denies_exactly_what_it_cannot_store(
+        (config, start, ops) in end_of_time_case().prop_filter(
+            "buckets", |(c, _, _)| matches!(c, Config::Bucket { .. })),
+    ) {
+        let Config::Bucket { capacity, refill, period } = config else { unreachable!() };
+        let limit = config.limit();
+        let mut state = limit.new_state();
+        let mut oracle = BucketOracle {
+            capacity: capacity.into(),
+            refill: refill.into(),
+            period: period.into(),
+            scaled: u128::from(capacity) * u128::from(period),
+            at: start,
+        };
+        let mut now = start;
+        for (i, op) in ops.into_iter().enumerate() {
+            let Op::Acquire(cost) = op else {
+                if let Op::Advance(d) = op {
+                    now = (now + d).min(MAX_MICROS);
+                }
+                continue;
+            };
+            let decision = limit.acquire(at(now), &mut state, cost)?;
+            let fits = oracle.admits(now, cost);
+            // After admitting, the bucket is full again `(C·P − scaled) / R` µs later; the
+            // whole µs of that instant is the `tat` that must be stored.
+            let scaled_after = oracle.scaled_at(now).saturating_sub(u128::from(cost) * oracle.period);
+            let full_again = u128::from(now)
+                + (oracle.capacity * oracle.period - scaled_after) / oracle.refill;
+            let storable = full_again <= u128::from(MAX_MICROS);
+            prop_assert_eq!(decision.is_allowed(), fits && (storable || cost == 0), "op {} at {}", i, now);
+            if fits && !storable && cost > 0 {
+                prop_assert_eq!(decision.retry_after, Micros::MAX, "op {}", i);
+            }
+            if decision.is_allowed() && cost > 0 {
+                oracle.admit(now, cost);
+            }
+            prop_assert_eq!(decision.remaining, oracle.remaining(now), "op {} remaining", i);
         }
     }
 }
@@ -518,6 +550,53 @@ fn case(
     })
 }
 
+/// Limits of every algorithm with spans up to `MAX_SPAN` (log-uniform, so the longest are
+/// common), a start within two spans of `MAX_MICROS`, and acquires with clock steps of
+/// about a quarter span.
+fn end_of_time_case() -> impl Strategy<Value = (Config, u64, Vec<Op>)> {
+    let max_span = MAX_SPAN.as_micros();
+    let long = (0..=48u32, any::<u64>()).prop_map(move |(bits, x)| {
+        let span = max_span >> (48 - bits);
+        span - x % (span / 2 + 1)
+    });
+    let config = (0..4u8, 1..=12u64, 1..=7u64, long).prop_map(|(kind, size, refill, span)| {
+        match kind {
+            // The longest period whose span `size × period / refill` (rounded up) fits.
+            0 => Config::Bucket {
+                capacity: size,
+                refill,
+                period: (span * refill / size).max(1),
+            },
+            1 => Config::Window {
+                limit: size,
+                window: span,
+            },
+            2 => Config::Log {
+                limit: size,
+                window: span,
+            },
+            _ => Config::Counter {
+                limit: size,
+                window: span,
+            },
+        }
+    });
+    config.prop_flat_map(|config| {
+        let span = config.span();
+        let start = prop_oneof![
+            Just(MAX_MICROS),
+            MAX_MICROS.saturating_sub(2 * span)..=MAX_MICROS,
+            Just(MAX_MICROS - span.min(MAX_MICROS)),
+        ];
+        let cost = 0..=config.capacity();
+        let op = prop_oneof![
+            3 => cost.prop_map(Op::Acquire),
+            2 => prop_oneof![0..=span / 4 + 1, 0..=span].prop_map(Op::Advance),
+        ];
+        (Just(config), start, vec(op, 1..60))
+    })
+}
+
 /// `u64`s biased towards the edges validation and arithmetic care about.
 fn interesting() -> impl Strategy<Value = u64> {
     prop_oneof![
@@ -533,32 +612,36 @@ fn interesting() -> impl Strategy<Value = u64> {
     ]
 }
 
-/// Bytes shaped like encodings: tags, counts and words near the valid ranges.
-fn plausible_encoding() -> impl Strategy<Value = Vec<u8>> {
-    let word = prop_oneof![0..8u64, interesting()];
-    let one = (0..6u8, 0..4u64, vec(word, 0..8));
-    (
-        0..5u8,
-        vec(one, 0..4),
-        vec(any::<u8>(), 0..3),
-        any::<bool>(),
-    )
-        .prop_map(|(count, limits, tail, with_tail)| {
-            let mut out = vec![count];
-            for (tag, entries, words) in limits {
-                out.push(tag);
-                if tag == 3 {
-                    out.extend_from_slice(&entries.to_le_bytes());
-                }
-                for w in words {
-                    out.extend_from_slice(&w.to_le_bytes());
-                }
-            }
-            if with_tail {
-                out.extend_from_slice(&tail);
-            }
-            out
-        })
+/// A state of any algorithm with arbitrary fields, biased to the edges.
+fn any_state() -> impl Strategy<Value = LimitState> {
+    let instant = || interesting().prop_map(|t| Timestamp::from_micros(t.min(MAX_MICROS)));
+    let entry = (interesting(), 1..1_000u64).prop_map(|(at, cost)| LogEntry {
+        at: Timestamp::from_micros(at.min(MAX_MICROS)),
+        cost,
+    });
+    prop_oneof![
+        (instant(), interesting()).prop_map(|(tat, tat_units)| {
+            LimitState::TokenBucket(TokenBucketState { tat, tat_units })
+        }),
+        (instant(), interesting()).prop_map(|(window_start, count)| {
+            LimitState::FixedWindow(FixedWindowState {
+                window_start,
+                count,
+            })
+        }),
+        (instant(), interesting(), interesting()).prop_map(|(window_start, current, previous)| {
+            LimitState::SlidingCounter(SlidingCounterState {
+                window_start,
+                current,
+                previous,
+            })
+        }),
+        vec(entry, 0..8).prop_map(|mut entries| {
+            entries.sort_by_key(|e| e.at);
+            entries.dedup_by_key(|e| e.at);
+            LimitState::SlidingLog(SlidingLogState::from_entries(entries).unwrap_or_default())
+        }),
+    ]
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1140,37 +1223,6 @@ fn policy_against_its_limits(
     Ok(())
 }
 
-/// Every encoding of `state` and of its limit states decodes to the same value.
-fn check_encodings(state: &PolicyState) -> Result<(), TestCaseError> {
-    let bytes = state.to_bytes();
-    prop_assert_eq!(&PolicyState::from_bytes(&bytes)?, state);
-    for limit_state in state.iter() {
-        let mut encoded = Vec::new();
-        limit_state.encode(&mut encoded);
-        let len = encoded.len();
-        encoded.push(0xff);
-        let (decoded, used) = LimitState::decode(&encoded)?;
-        prop_assert_eq!((&decoded, used), (limit_state, len));
-        match limit_state {
-            LimitState::TokenBucket(s) => {
-                prop_assert_eq!(&TokenBucketState::from_bytes(&s.to_bytes())?, s)
-            }
-            LimitState::FixedWindow(s) => {
-                prop_assert_eq!(&FixedWindowState::from_bytes(&s.to_bytes())?, s)
-            }
-            LimitState::SlidingLog(s) => {
-                prop_assert_eq!(&SlidingLogState::from_bytes(&s.to_bytes())?, s);
-                let rebuilt = SlidingLogState::from_entries(s.entries().copied())?;
-                prop_assert_eq!(&rebuilt, s);
-            }
-            LimitState::SlidingCounter(s) => {
-                prop_assert_eq!(&SlidingCounterState::from_bytes(&s.to_bytes())?, s)
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Applies `(kind, instant, cost)` operations (acquire, peek, refund) at arbitrary instants:
 /// nothing panics, and only a cost above the capacity is an error.
 fn drive_anything(
@@ -1203,17 +1255,19 @@ fn drive_anything(
 fn build(kind: u8, a: u64, b: u64, c: u64) -> (Result<Limit, ConfigError>, bool) {
     let exact = |v: u128| v <= u128::from(MAX_MICROS);
     let clamp = |v: u64| v.min(MAX_MICROS);
+    let short = |span: u128| span <= u128::from(MAX_SPAN.as_micros());
     match kind {
         0 => {
             let period = clamp(c);
             let valid = a >= 1 && b >= 1 && period >= 1 && exact(a.into()) && exact(b.into()) && {
                 let interval = period / gcd(b, period);
                 exact(u128::from(a) * u128::from(interval))
+                    && short((u128::from(a) * u128::from(period)).div_ceil(b.into()))
             };
             (Limit::token_bucket(a, b, Micros::from_micros(c)), valid)
         }
         1 | 2 => {
-            let valid = a >= 1 && exact(a.into()) && clamp(b) >= 1;
+            let valid = a >= 1 && exact(a.into()) && clamp(b) >= 1 && short(clamp(b).into());
             let window = Micros::from_micros(b);
             let built = if kind == 1 {
                 Limit::fixed_window(a, window)
@@ -1223,7 +1277,10 @@ fn build(kind: u8, a: u64, b: u64, c: u64) -> (Result<Limit, ConfigError>, bool)
             (built, valid)
         }
         _ => {
-            let valid = a >= 1 && b >= 1 && exact(u128::from(a) * u128::from(clamp(b)));
+            let valid = a >= 1
+                && b >= 1
+                && exact(u128::from(a) * u128::from(clamp(b)))
+                && short(clamp(b).into());
             (Limit::sliding_counter(a, Micros::from_micros(b)), valid)
         }
     }

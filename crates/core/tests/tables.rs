@@ -5,11 +5,11 @@
 //! the `S` (second) and `MS` (millisecond) constants. A `Refund` row gives back `cost` and is
 //! then checked with a cost-0 peek at the same instant. A `NeverFits` row expects
 //! `AcquireError::InsufficientCapacity` and ignores the figures. Denials, peeks and errors
-//! must leave the encoded state byte-for-byte unchanged.
+//! must leave the state unchanged.
 
 use rein_core::{
-    AcquireError, ConfigError, Decision, Limit, LimitState, MAX_LIMITS, MAX_MICROS, Micros, Policy,
-    PolicyState, Timestamp,
+    AcquireError, ConfigError, Decision, Limit, LimitState, MAX_LIMITS, MAX_MICROS, MAX_SPAN,
+    Micros, Policy, PolicyState, Timestamp,
 };
 
 const S: u64 = 1_000_000;
@@ -97,6 +97,47 @@ fn token_bucket_fractional_emission_interval() {
         Row { label: "⅓ µs short",             now: 2 * S + 333_333, op: Acquire, cost: 1, outcome: Denied,  remaining: 0, retry_after: 1,     reset_after: 666_667 },
         Row { label: "due",                    now: 2 * S + 333_334, op: Acquire, cost: 1, outcome: Allowed, remaining: 0, retry_after: 0,     reset_after: S },
     ]);
+}
+
+/// Issue 9: a bucket whose `tat` could run past `MAX_MICROS` was stored with `tat` clamped,
+/// so it stopped draining and admitted without limit ("a long burst span over-admits").
+/// Near the end of time, a request whose `tat` would pass it is now denied for good.
+#[rustfmt::skip]
+#[test]
+fn token_bucket_at_the_end_of_time_denies_rather_than_clamping_issue_9() {
+    // 4 tokens, one every 2^46 µs: the longest span accepted, 2^48 µs.
+    const E: u64 = 1 << 46;
+    const SPAN: u64 = 1 << 48;
+    const T0: u64 = MAX_MICROS - SPAN;
+    let limit = Limit::token_bucket(4, 1, Micros::from_micros(E)).unwrap();
+    run("token bucket 4 @ 1/2^46 µs, at the end of time", One::new(limit), &[
+        // The last instant at which a full burst still fits: tat lands on MAX_MICROS.
+        Row { label: "burst ends on MAX",   now: T0,          op: Acquire, cost: 4, outcome: Allowed, remaining: 0, retry_after: 0,          reset_after: SPAN },
+        Row { label: "empty: an ordinary wait", now: T0,      op: Acquire, cost: 1, outcome: Denied,  remaining: 0, retry_after: E,          reset_after: SPAN },
+        // A token is back, but taking it would put tat past MAX_MICROS: denied for good.
+        Row { label: "tat would pass MAX",  now: T0 + E,      op: Acquire, cost: 1, outcome: Denied,  remaining: 1, retry_after: MAX_MICROS, reset_after: SPAN - E },
+        Row { label: "a peek still answers", now: T0 + E,     op: Peek,    cost: 0, outcome: Allowed, remaining: 1, retry_after: 0,          reset_after: SPAN - E },
+        // At the last instant the bucket is full and still takes nothing.
+        Row { label: "full at MAX",         now: MAX_MICROS,  op: Acquire, cost: 1, outcome: Denied,  remaining: 4, retry_after: MAX_MICROS, reset_after: 0 },
+    ]);
+}
+
+/// Issue 9's example: one token a week with a burst of 5000 spans 96 years, which no
+/// clock reading today can store ahead of itself. It is refused when built.
+#[test]
+fn long_burst_span_is_a_config_error_not_an_over_admission_issue_9() {
+    let week = Micros::from_secs(604_800);
+    assert_eq!(
+        Limit::token_bucket(5000, 1, week),
+        Err(ConfigError::SpanTooLong {
+            what: "capacity × period / refill",
+            span: 5000 * 604_800 * S,
+            max: MAX_SPAN.as_micros(),
+        })
+    );
+    // The same rate with a burst that fits in MAX_SPAN (465 weeks, 8.9 years) is accepted.
+    assert!(Limit::token_bucket(465, 1, week).is_ok());
+    assert!(Limit::token_bucket(466, 1, week).is_err());
 }
 
 #[rustfmt::skip]
@@ -233,7 +274,13 @@ fn invalid_settings_are_config_errors() {
     };
     let zero = |what| ConfigError::Zero { what };
     let us = Micros::from_micros;
-    let cases: [(&str, Result<Limit, ConfigError>, ConfigError); 16] = [
+    let too_long = |what, span| ConfigError::SpanTooLong {
+        what,
+        span,
+        max: MAX_SPAN.as_micros(),
+    };
+    let span = MAX_SPAN.as_micros();
+    let cases: [(&str, Result<Limit, ConfigError>, ConfigError); 21] = [
         (
             "bucket capacity 0",
             Limit::token_bucket(0, 1, us(1)),
@@ -268,6 +315,31 @@ fn invalid_settings_are_config_errors() {
             "bucket tolerance overflows u64",
             Limit::token_bucket(1 << 51, 1, Micros::MAX),
             too_large("capacity × emission interval", u64::MAX),
+        ),
+        (
+            "bucket span 2^48 + 1 µs",
+            Limit::token_bucket(1, 1, us(span + 1)),
+            too_long("capacity × period / refill", span + 1),
+        ),
+        (
+            "bucket span rounds up past 2^48 µs",
+            Limit::token_bucket(3, 3, us(span + 1)),
+            too_long("capacity × period / refill", span + 1),
+        ),
+        (
+            "window span",
+            Limit::fixed_window(1, us(span + 1)),
+            too_long("window", span + 1),
+        ),
+        (
+            "log span",
+            Limit::sliding_log(1, us(span + 1)),
+            too_long("window", span + 1),
+        ),
+        (
+            "counter span",
+            Limit::sliding_counter(1, us(span + 1)),
+            too_long("window", span + 1),
         ),
         (
             "window limit 0",
@@ -311,10 +383,11 @@ fn invalid_settings_are_config_errors() {
         assert_eq!(built, Err(expected), "{label}");
     }
 
-    // The largest exact settings are accepted.
-    let max = Micros::MAX;
+    // The largest exact settings and the longest spans are accepted.
+    let max = MAX_SPAN;
     assert!(Limit::token_bucket(MAX_MICROS, MAX_MICROS, us(1)).is_ok());
     assert!(Limit::token_bucket(1, 1, max).is_ok());
+    assert!(Limit::token_bucket(3, 3, max).is_ok());
     assert!(Limit::fixed_window(MAX_MICROS, max).is_ok());
     assert!(Limit::sliding_log(MAX_MICROS, max).is_ok());
     assert!(Limit::sliding_counter(1, max).is_ok());
@@ -377,8 +450,8 @@ trait Subject {
     fn capacity(&self) -> u64;
     /// `Decision::limit` for every decision, when it does not depend on the row.
     fn decision_limit(&self) -> Option<u64>;
-    /// The encoded state, to check that a row left it unchanged.
-    fn snapshot(&self) -> Vec<u8>;
+    /// The state, to check that a row left it unchanged.
+    fn snapshot(&self) -> String;
 }
 
 struct One {
@@ -409,10 +482,8 @@ impl Subject for One {
     fn decision_limit(&self) -> Option<u64> {
         Some(self.limit.capacity())
     }
-    fn snapshot(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.state.encode(&mut out);
-        out
+    fn snapshot(&self) -> String {
+        format!("{:?}", self.state)
     }
 }
 
@@ -445,8 +516,8 @@ impl Subject for Many {
         // The figures come from whichever limit has the fewest remaining.
         None
     }
-    fn snapshot(&self) -> Vec<u8> {
-        self.state.to_bytes()
+    fn snapshot(&self) -> String {
+        format!("{:?}", self.state)
     }
 }
 

@@ -54,6 +54,8 @@ mod clock;
 mod limiter;
 mod rule;
 mod shard;
+mod store;
 
 pub use clock::{Clock, FakeClock, QuantaClock, SystemClock};
 pub use limiter::{Builder, MemoryLimiter};
+pub use store::MemoryStore;

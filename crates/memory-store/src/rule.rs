@@ -15,8 +15,8 @@
 //! property test in `tests/model.rs` compares every shape against `Policy` on a map.
 
 use rein_core::{
-    AcquireError, Decision, FixedWindow, FixedWindowState, Policy, PolicyState, SlidingCounter,
-    SlidingCounterState, SlidingLog, SlidingLogState, Timestamp, TokenBucket, TokenBucketState,
+    AcquireError, Algorithm, Decision, FixedWindow, Policy, PolicyState, SlidingCounter,
+    SlidingLog, Timestamp, TokenBucket, TokenBucketState,
 };
 
 /// rein-core's decision functions for one state type.
@@ -96,54 +96,55 @@ impl Rule for Policy {
     }
 }
 
-/// Implements [`Rule`] for an algorithm whose `refund` cannot fail.
-macro_rules! algorithm_rule {
-    ($algorithm:ty, $state:ty) => {
+/// Every algorithm is a rule over its own state (its refund cannot fail). A macro rather
+/// than a blanket impl, which coherence would not allow next to the impl for `Policy`.
+macro_rules! algorithm_rules {
+    ($($algorithm:ty),*) => {$(
         impl Rule for $algorithm {
-            type State = $state;
+            type State = <$algorithm as Algorithm>::State;
 
-            fn fresh(&self) -> $state {
-                <$state>::default()
+            fn fresh(&self) -> Self::State {
+                Self::State::default()
             }
 
             #[inline]
             fn acquire(
                 &self,
                 now: Timestamp,
-                state: &mut $state,
+                state: &mut Self::State,
                 cost: u64,
             ) -> Result<Decision, AcquireError> {
-                <$algorithm>::acquire(self, now, state, cost)
+                Algorithm::acquire(self, now, state, cost)
             }
 
             #[inline]
             fn peek(
                 &self,
                 now: Timestamp,
-                state: &$state,
+                state: &Self::State,
                 cost: u64,
             ) -> Result<Decision, AcquireError> {
-                <$algorithm>::peek(self, now, state, cost)
+                Algorithm::peek(self, now, state, cost)
             }
 
             fn refund(
                 &self,
                 now: Timestamp,
-                state: &mut $state,
+                state: &mut Self::State,
                 amount: u64,
             ) -> Result<(), AcquireError> {
-                <$algorithm>::refund(self, now, state, amount);
+                Algorithm::refund(self, now, state, amount);
                 Ok(())
             }
 
-            fn is_full(&self, now: Timestamp, state: &$state) -> bool {
-                <$algorithm>::is_full(self, now, state)
+            fn is_full(&self, now: Timestamp, state: &Self::State) -> bool {
+                Algorithm::is_full(self, now, state)
             }
         }
-    };
+    )*};
 }
 
-algorithm_rule!(TokenBucket, TokenBucketState);
+algorithm_rules!(TokenBucket, FixedWindow, SlidingLog, SlidingCounter);
 
 /// A token bucket whose emission interval is a whole number of µs
 /// ([`TokenBucket::emission_interval`] is `(micros, 1)`), stored as its `tat` alone.
@@ -181,7 +182,7 @@ impl Rule for WholeMicroBucket {
         cost: u64,
     ) -> Result<Decision, AcquireError> {
         let mut state = Self::state(*tat);
-        let decision = self.0.acquire(now, &mut state, cost)?;
+        let decision = Algorithm::acquire(&self.0, now, &mut state, cost)?;
         debug_assert_eq!(state.tat_units, 0);
         *tat = state.tat;
         Ok(decision)
@@ -189,21 +190,18 @@ impl Rule for WholeMicroBucket {
 
     #[inline]
     fn peek(&self, now: Timestamp, tat: &Timestamp, cost: u64) -> Result<Decision, AcquireError> {
-        self.0.peek(now, &Self::state(*tat), cost)
+        Algorithm::peek(&self.0, now, &Self::state(*tat), cost)
     }
 
     fn refund(&self, now: Timestamp, tat: &mut Timestamp, amount: u64) -> Result<(), AcquireError> {
         let mut state = Self::state(*tat);
-        self.0.refund(now, &mut state, amount);
+        Algorithm::refund(&self.0, now, &mut state, amount);
         debug_assert_eq!(state.tat_units, 0);
         *tat = state.tat;
         Ok(())
     }
 
     fn is_full(&self, now: Timestamp, tat: &Timestamp) -> bool {
-        self.0.is_full(now, &Self::state(*tat))
+        Algorithm::is_full(&self.0, now, &Self::state(*tat))
     }
 }
-algorithm_rule!(FixedWindow, FixedWindowState);
-algorithm_rule!(SlidingLog, SlidingLogState);
-algorithm_rule!(SlidingCounter, SlidingCounterState);

@@ -4,7 +4,12 @@
 -- rein-core keeps every quantity and every product below 2^52, so sums of two stay below
 -- 2^53 and are exact doubles. The algorithm files below rely on that and on `idiv`, never
 -- on `/` or `%` of doubles, which round. They are concatenated into one script with
--- `policy.lua` (Redis Lua has no `require`); file-level locals are shared that way.
+-- `policy.lua` (Redis Lua has no `require`); file-level locals are shared that way. This is
+-- the script for policies of several limits (and of one sliding counter); a policy of one
+-- token bucket, fixed window or sliding log runs its lean `single_*.lua` script instead.
+--
+-- State: one string per limit, its integers joined by ':' (see each algorithm file), read
+-- with GET and written with `SET ... PX`, so the TTL is set in the same command.
 
 -- rein_core::MAX_MICROS: 2^52 - 1. `Timestamp` and `Micros` clamp to it.
 local MAX_MICROS = 4503599627370495
@@ -60,12 +65,33 @@ local function int(s, what)
   return n
 end
 
--- A stored hash field: absent (`false` from HMGET) reads as 0, as in the core's defaults.
-local function field(v, what)
-  if v == false then
-    return 0
+-- The integers of a stored state string, '<a>:<b>' or '<a>:<b>:<c>' (`pattern` captures
+-- them), each checked like an argument; all zero when the key is missing (`false` from GET),
+-- as in the core's defaults.
+local function fields(stored, pattern, what)
+  if stored == false then
+    return 0, 0, 0
   end
-  return int(v, what)
+  local a, b, c = string.match(stored, pattern)
+  if a == nil then
+    fail('corrupt state: ' .. what)
+  end
+  return int(a, what), int(b, what), int(c or '0', what)
+end
+
+-- Writes a limit's state with its TTL in the same command: the limit's reset_after
+-- rounded up to ms, or min_ttl if longer. A state with no TTL left, or `value` nil (an
+-- empty log), is deleted instead: nothing in it outlives the decision.
+local function store(key, value, reset_after, min_ttl)
+  local ttl = (idiv(reset_after + 999, 1000))
+  if ttl < min_ttl then
+    ttl = min_ttl
+  end
+  if ttl > 0 and value ~= nil then
+    redis.call('SET', key, value, 'PX', ttl)
+  else
+    redis.call('DEL', key)
+  end
 end
 
 -- rein_core::Decision. `retry_after` and `reset_after` in µs.

@@ -2,7 +2,7 @@
 -- (crates/core/src/fixed_window.rs), line for line, with the same names.
 --
 -- Parameters `p`: limit, window (µs).
--- State: a HASH with fields `window_start` (µs) and `count`.
+-- State: the string '<window_start>:<count>', as `single_fixed_window.lua` writes it.
 --
 -- Built only when a policy uses it: Redis runs the whole script body on every call, and
 -- each function defined is an allocation.
@@ -12,12 +12,12 @@ local function fixed_window()
   end
 
   local function load(key)
-    local v = redis.call('HMGET', key, 'window_start', 'count')
-    return { window_start = field(v[1], 'window_start'), count = field(v[2], 'count') }
+    local start, count = fields(redis.call('GET', key), '^(%d+):(%d+)$', 'fixed window')
+    return { window_start = start, count = count }
   end
 
-  local function save(key, s)
-    redis.call('HSET', key, 'window_start', s.window_start, 'count', s.count)
+  local function encode(s)
+    return string.format('%d:%d', s.window_start, s.count)
   end
 
   -- The window that counts at `now`, and what it holds. A clock that went back to an earlier
@@ -53,21 +53,20 @@ local function fixed_window()
     return denied(p.limit, remaining, clamp(window_end), reset(count)), nil
   end
 
-  -- The write half of `FixedWindow::acquire`: stores the state `decide` returned.
-  local function apply(key, p, now, s, cost, next)
-    save(key, next)
+  -- The write half of `FixedWindow::acquire`: the encoding of the state `decide` returned.
+  local function apply(p, now, s, cost, next)
+    return encode(next)
   end
 
   -- Uncounts up to `amount` from the current window; returns the new state, or nil.
-  local function refund(key, p, now, s, amount)
+  local function refund(p, now, s, amount)
     local start, count = current(p, now, s)
     if count == 0 then
       return nil
     end
-    local next = { window_start = start, count = sat_sub(count, amount) }
-    save(key, next)
-    return next
+    return { window_start = start, count = sat_sub(count, amount) }
   end
 
-  return { params = params, load = load, decide = decide, apply = apply, refund = refund }
+  return { params = params, load = load, decide = decide, apply = apply, refund = refund,
+    encode = encode }
 end

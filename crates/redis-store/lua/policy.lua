@@ -14,7 +14,7 @@
 -- Reply: { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us }.
 -- For 'refund' the figures are those of a zero-cost peek after the refund.
 --
--- Each written key gets a TTL of its limit's reset_after rounded up to whole ms (or
+-- Each written key is SET with a TTL of its limit's reset_after rounded up to whole ms (or
 -- min_ttl if longer), so it expires once its limit is full again; a key whose TTL would be
 -- 0 is deleted. A denial or a peek writes nothing and leaves every TTL as it was.
 
@@ -45,19 +45,6 @@ local function combine(acc, next)
   acc.retry_after = math.max(acc.retry_after, next.retry_after)
   acc.reset_after = math.max(acc.reset_after, next.reset_after)
   return acc
-end
-
--- Sets the TTL of a key just written: its limit's reset_after, rounded up to ms.
-local function expire(key, reset_after, min_ttl)
-  local ttl = (idiv(reset_after + 999, 1000))
-  if ttl < min_ttl then
-    ttl = min_ttl
-  end
-  if ttl > 0 then
-    redis.call('PEXPIRE', key, ttl)
-  else
-    redis.call('DEL', key)
-  end
 end
 
 local op = ARGV[1]
@@ -121,13 +108,13 @@ local combined = nil
 if op == 'refund' then
   for k = 1, n do
     local s = states[k]
-    local next = algorithms[k].refund(KEYS[k], params[k], now, s, cost)
+    local next = algorithms[k].refund(params[k], now, s, cost)
     if next ~= nil then
       s = next
     end
     local d = algorithms[k].decide(params[k], now, s, 0)
     if next ~= nil then
-      expire(KEYS[k], d.reset_after, min_ttl)
+      store(KEYS[k], algorithms[k].encode(next), d.reset_after, min_ttl)
     end
     combined = combine(combined, d)
   end
@@ -139,8 +126,8 @@ else
   end
   if op == 'acquire' and combined.allowed and cost > 0 then
     for k = 1, n do
-      algorithms[k].apply(KEYS[k], params[k], now, states[k], cost, auxes[k])
-      expire(KEYS[k], decisions[k].reset_after, min_ttl)
+      local value = algorithms[k].apply(params[k], now, states[k], cost, auxes[k])
+      store(KEYS[k], value, decisions[k].reset_after, min_ttl)
     end
   end
 end

@@ -2,7 +2,7 @@
 -- (crates/core/src/sliding_counter.rs), line for line, with the same names.
 --
 -- Parameters `p`: limit, window (µs).
--- State: a HASH with fields `window_start` (µs), `current` and `previous`.
+-- State: the string '<window_start>:<current>:<previous>'.
 --
 -- `reset_at` and `admitted_at` return an instant as `start + extra`, and the caller turns
 -- it into a span from `now` with `span_until`: `start + 2 × window` may pass 2^53.
@@ -15,17 +15,13 @@ local function sliding_counter()
   end
 
   local function load(key)
-    local v = redis.call('HMGET', key, 'window_start', 'current', 'previous')
-    return {
-      window_start = field(v[1], 'window_start'),
-      current = field(v[2], 'current'),
-      previous = field(v[3], 'previous'),
-    }
+    local start, current, previous =
+      fields(redis.call('GET', key), '^(%d+):(%d+):(%d+)$', 'sliding counter')
+    return { window_start = start, current = current, previous = previous }
   end
 
-  local function save(key, s)
-    redis.call('HSET', key, 'window_start', s.window_start, 'current', s.current,
-      'previous', s.previous)
+  local function encode(s)
+    return string.format('%d:%d:%d', s.window_start, s.current, s.previous)
   end
 
   -- The counters at `now`, rolled over to `now`'s window. Counts beyond the limit are read as
@@ -99,25 +95,25 @@ local function sliding_counter()
       span_until(base, extra, now)), nil
   end
 
-  -- The write half of `SlidingCounter::acquire`: stores the state `decide` returned.
-  local function apply(key, p, now, s, cost, next)
-    save(key, next)
+  -- The write half of `SlidingCounter::acquire`: the encoding of the state `decide`
+  -- returned.
+  local function apply(p, now, s, cost, next)
+    return encode(next)
   end
 
   -- Uncounts up to `amount` from the current window; returns the new state, or nil.
-  local function refund(key, p, now, s, amount)
+  local function refund(p, now, s, amount)
     local v = view(p, now, s)
     if v.current == 0 then
       return nil
     end
-    local next = {
+    return {
       window_start = v.start,
       current = sat_sub(v.current, amount),
       previous = v.previous,
     }
-    save(key, next)
-    return next
   end
 
-  return { params = params, load = load, decide = decide, apply = apply, refund = refund }
+  return { params = params, load = load, decide = decide, apply = apply, refund = refund,
+    encode = encode }
 end

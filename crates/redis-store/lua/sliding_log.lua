@@ -2,9 +2,9 @@
 -- (crates/core/src/sliding_log.rs), line for line, with the same names.
 --
 -- Parameters `p`: limit, window (µs).
--- State: a ZSET with one member per `LogEntry`, `"<at>:<cost>"`, scored by `at`, so that
--- ZRANGE lists the entries oldest first. In memory the state is `{ entries, total }` as in
--- the core; each loaded entry remembers its member so a write touches only what changed.
+-- State: the string of entries oldest first, '<at>:<cost>' joined by ',', as
+-- `single_sliding_log.lua` writes it; an empty log is no key. In memory the state is
+-- `{ entries, total }` as in the core.
 --
 -- Built only when a policy uses it: Redis runs the whole script body on every call, and
 -- each function defined is an allocation.
@@ -13,26 +13,43 @@ local function sliding_log()
     return { limit = int(a[i], 'limit'), window = int(a[i + 1], 'window') }, i + 2
   end
 
-  local function member(at, cost)
-    -- `tostring` keeps 14 significant digits; `%d` is exact below 2^53.
-    return string.format('%d:%d', at, cost)
-  end
-
   local function load(key)
-    local members = redis.call('ZRANGE', key, 0, -1)
+    local stored = redis.call('GET', key)
     local entries, total = {}, 0
-    for i = 1, #members do
-      local m = members[i]
-      local sep = string.find(m, ':', 1, true)
-      if not sep then
-        fail('corrupt sliding log entry')
+    if stored then
+      local i, len = 1, #stored
+      while i <= len do
+        local _, e, at, cost = string.find(stored, '^(%d+):(%d+),?', i)
+        if e == nil then
+          fail('corrupt state: sliding log')
+        end
+        at, cost = int(at, 'at'), int(cost, 'cost')
+        -- As SlidingLogState::from_entries: increasing instants, non-zero costs.
+        local last = entries[#entries]
+        if cost == 0 or (last and at <= last.at) then
+          fail('corrupt state: sliding log')
+        end
+        entries[#entries + 1] = { at = at, cost = cost }
+        total = total + cost
+        i = e + 1
       end
-      local at = int(string.sub(m, 1, sep - 1), 'at')
-      local cost = int(string.sub(m, sep + 1), 'cost')
-      entries[i] = { at = at, cost = cost, member = m }
-      total = total + cost
+      if total > MAX_MICROS then
+        fail('corrupt state: sliding log')
+      end
     end
     return { entries = entries, total = total }
+  end
+
+  -- The stored string, or nil for an empty log (the key is deleted).
+  local function encode(s)
+    if #s.entries == 0 then
+      return nil
+    end
+    local parts = {}
+    for i = 1, #s.entries do
+      parts[i] = string.format('%d:%d', s.entries[i].at, s.entries[i].cost)
+    end
+    return table.concat(parts, ',')
   end
 
   -- The instant a request at `now` is judged at: never before the newest admission.
@@ -88,24 +105,25 @@ local function sliding_log()
   end
 
   -- The write half of `SlidingLog::acquire`: drops the expired entries and records `cost` at
-  -- the judged instant, merging with an entry at the same microsecond.
-  local function apply(key, p, now, s, cost, expired)
+  -- the judged instant, merging with an entry at the same microsecond; returns the encoding.
+  local function apply(p, now, s, cost, expired)
     local at = judged_at(now, s)
-    if expired > 0 then
-      redis.call('ZREMRANGEBYRANK', key, 0, expired - 1)
+    local entries = {}
+    for i = expired + 1, #s.entries do
+      entries[#entries + 1] = { at = s.entries[i].at, cost = s.entries[i].cost }
     end
-    local last = s.entries[#s.entries]
-    if #s.entries > expired and last.at == at then
-      redis.call('ZREM', key, last.member)
-      redis.call('ZADD', key, at, member(at, last.cost + cost))
+    local last = entries[#entries]
+    if last and last.at == at then
+      last.cost = last.cost + cost
     else
-      redis.call('ZADD', key, at, member(at, cost))
+      entries[#entries + 1] = { at = at, cost = cost }
     end
+    return encode({ entries = entries })
   end
 
   -- Removes up to `amount` of the most recent admissions still in the window; returns the
   -- new state, or nil when nothing changed.
-  local function refund(key, p, now, s, amount)
+  local function refund(p, now, s, amount)
     local horizon = judged_at(now, s)
     local entries, total = s.entries, s.total
     local changed = false
@@ -115,16 +133,12 @@ local function sliding_log()
         break
       end
       local taken = math.min(amount, last.cost)
-      redis.call('ZREM', key, last.member)
       changed = true
       last.cost = last.cost - taken
       total = total - taken
       amount = amount - taken
       if last.cost == 0 then
         entries[#entries] = nil
-      else
-        last.member = member(last.at, last.cost)
-        redis.call('ZADD', key, last.at, last.member)
       end
     end
     if not changed then
@@ -133,5 +147,6 @@ local function sliding_log()
     return { entries = entries, total = total }
   end
 
-  return { params = params, load = load, decide = decide, apply = apply, refund = refund }
+  return { params = params, load = load, decide = decide, apply = apply, refund = refund,
+    encode = encode }
 end

@@ -2,7 +2,8 @@
 -- `reset_after` (crates/core/src/token_bucket.rs), line for line, with the same names.
 --
 -- Parameters `p`: capacity, units_per_token, units_per_micro, tolerance.
--- State: a HASH with fields `tat` (whole µs) and `tat_units` (the fraction, in units).
+-- State: the string '<tat>:<tat_units>' (whole µs, and the fraction in units), as
+-- `single_token_bucket.lua` writes it.
 --
 -- Built only when a policy uses it: Redis runs the whole script body on every call, and
 -- each function defined is an allocation.
@@ -17,12 +18,12 @@ local function token_bucket()
   end
 
   local function load(key)
-    local v = redis.call('HMGET', key, 'tat', 'tat_units')
-    return { tat = field(v[1], 'tat'), tat_units = field(v[2], 'tat_units') }
+    local tat, tat_units = fields(redis.call('GET', key), '^(%d+):(%d+)$', 'token bucket')
+    return { tat = tat, tat_units = tat_units }
   end
 
-  local function save(key, s)
-    redis.call('HSET', key, 'tat', s.tat, 'tat_units', s.tat_units)
+  local function encode(s)
+    return string.format('%d:%d', s.tat, s.tat_units)
   end
 
   local function is_full(now, s)
@@ -63,7 +64,13 @@ local function token_bucket()
         return allowed(p.capacity, remaining(p, ahead_us, ahead_units),
           reset_after(ahead_us, ahead_units)), nil
       end
-      local next = { tat = clamp(now + next_us), tat_units = next_units }
+      if next_us > MAX_MICROS - now then
+        -- The end of time: a `tat` past MAX_MICROS cannot be stored, and clamping it would
+        -- refill the bucket early. Denied for good (rein_core: issue 9).
+        return denied(p.capacity, remaining(p, ahead_us, ahead_units), MAX_MICROS,
+          reset_after(ahead_us, ahead_units)), nil
+      end
+      local next = { tat = now + next_us, tat_units = next_units }
       return allowed(p.capacity, remaining(p, next_us, next_units),
         reset_after(next_us, next_units)), next
     end
@@ -75,13 +82,13 @@ local function token_bucket()
       reset_after(ahead_us, ahead_units)), nil
   end
 
-  -- The write half of `TokenBucket::acquire`: stores the state `decide` returned.
-  local function apply(key, p, now, s, cost, next)
-    save(key, next)
+  -- The write half of `TokenBucket::acquire`: the encoding of the state `decide` returned.
+  local function apply(p, now, s, cost, next)
+    return encode(next)
   end
 
   -- Gives back up to `amount` tokens; returns the new state, or nil when nothing changed.
-  local function refund(key, p, now, s, amount)
+  local function refund(p, now, s, amount)
     if is_full(now, s) then
       return nil
     end
@@ -100,9 +107,9 @@ local function token_bucket()
     else
       next = { tat = us, tat_units = rem }
     end
-    save(key, next)
     return next
   end
 
-  return { params = params, load = load, decide = decide, apply = apply, refund = refund }
+  return { params = params, load = load, decide = decide, apply = apply, refund = refund,
+    encode = encode }
 end

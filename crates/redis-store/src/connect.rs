@@ -12,7 +12,9 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Value};
 
-use crate::error::CallError;
+use rein_core::StoreError;
+
+use crate::error::store_error;
 use crate::{ConnectError, RedisStore, RedisStoreBuilder};
 
 impl RedisStore<ConnectionManager> {
@@ -118,22 +120,25 @@ pub(crate) async fn first_connection<C>(
     match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(conn)) => Ok(conn),
         Ok(Err(e)) => Err(connect_error(e, timeout)),
-        Err(_) => Err(ConnectError::Timeout(timeout)),
+        Err(_) => Err(StoreError::Timeout(timeout).into()),
     }
 }
 
-/// `SCRIPT LOAD` (on every master, for a Cluster connection), checking the SHA-1 it returns.
+/// `SCRIPT LOAD` of every script (on every master, for a Cluster connection), checking the
+/// SHA-1 each returns.
 async fn load_script<C: ConnectionLike>(
     mut conn: C,
     timeout: Duration,
 ) -> Result<(), ConnectError> {
-    let load = crate::script::load_command();
-    match tokio::time::timeout(timeout, load.query_async::<Value>(&mut conn)).await {
-        Ok(Ok(reply)) => crate::script::check_load_reply(&reply).map_err(ConnectError::from),
-        Ok(Err(e)) if is_auth_error(&e) => Err(ConnectError::Auth(e)),
-        Ok(Err(e)) => Err(CallError::classify(e, timeout).into()),
-        Err(_) => Err(ConnectError::Timeout(timeout)),
+    for (load, sha1) in crate::script::load_commands() {
+        match tokio::time::timeout(timeout, load.query_async::<Value>(&mut conn)).await {
+            Ok(Ok(reply)) => crate::script::check_load_reply(&reply, sha1)?,
+            Ok(Err(e)) if is_auth_error(&e) => return Err(ConnectError::Auth(e)),
+            Ok(Err(e)) => return Err(store_error(e, timeout).into()),
+            Err(_) => return Err(StoreError::Timeout(timeout).into()),
+        }
     }
+    Ok(())
 }
 
 /// A refused or missing login: matched on the error code, never on message text.
@@ -145,9 +150,9 @@ fn connect_error(e: RedisError, timeout: Duration) -> ConnectError {
     match e.kind() {
         _ if is_auth_error(&e) => ConnectError::Auth(e),
         ErrorKind::InvalidClientConfig => ConnectError::InvalidUrl(e),
-        _ if e.is_timeout() => ConnectError::Timeout(timeout),
-        _ => match CallError::classify(e, timeout) {
-            CallError::Server(e) | CallError::Connection(e) => ConnectError::Connection(e),
+        _ => match store_error(e, timeout) {
+            // Before a connection exists, a server error is a refused connection too.
+            StoreError::Server(e) => StoreError::Connection(e).into(),
             other => other.into(),
         },
     }

@@ -1,4 +1,9 @@
-//! Key layout: `<prefix>:{<sha1 of the user key>}:<policy>:<index>:<tag>`.
+//! Key layout: `<prefix>:v2:{<sha1 of the user key>}:<policy>:<index>:<tag>`.
+//!
+//! `v2` is the version of the state format: one string per limit (`GET`, `SET ... PX`).
+//! Version 1 (no version in the key) kept hashes and sorted sets. A script never reads a
+//! key of another version, so old and new clients can run side by side during an upgrade,
+//! each counting in its own keys (docs/redis.md, "Upgrading").
 //!
 //! The user key is hashed, never embedded: any byte string works (binary, braces, a
 //! megabyte), every key has the same bounded length, and user input cannot reach the
@@ -7,12 +12,14 @@
 //! decides a policy is a single-slot call on Redis Cluster. SHA-1 is used as a spreading
 //! hash, not for security: a collision would only make two users share a limit.
 
-use crate::{ConfigError, KeyError, NamedPolicy};
+use rein_core::KeyError;
+
+use crate::{ConfigError, RedisPolicy};
 
 /// The Redis keys of `policy`'s limits for `user_key`, in the policy's order.
 pub(crate) fn state_keys(
     prefix: &str,
-    policy: &NamedPolicy,
+    policy: &RedisPolicy,
     user_key: &[u8],
 ) -> Result<Vec<String>, KeyError> {
     if user_key.is_empty() {
@@ -23,8 +30,11 @@ pub(crate) fn state_keys(
         .key_suffixes()
         .iter()
         .map(|suffix| {
-            let mut key = String::with_capacity(prefix.len() + tag.len() + suffix.len() + 3);
+            let mut key = String::with_capacity(
+                prefix.len() + KEY_VERSION.len() + tag.len() + suffix.len() + 4,
+            );
             key.push_str(prefix);
+            key.push_str(KEY_VERSION);
             key.push_str(":{");
             key.push_str(&tag);
             key.push('}');
@@ -59,6 +69,10 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// The state format's version, between the prefix and the hash tag. Bump it whenever any
+/// script stores a state another version would misread.
+const KEY_VERSION: &str = ":v2";
+
 /// The longest key prefix: it is repeated in every key.
 const MAX_PREFIX_LEN: usize = 64;
 
@@ -68,24 +82,24 @@ mod tests {
 
     use super::*;
 
-    fn policy() -> NamedPolicy {
+    fn policy() -> RedisPolicy {
         let limits = [
             Limit::token_bucket(10, 1, Micros::from_secs(1)).unwrap(),
             Limit::sliding_log(5, Micros::from_secs(1)).unwrap(),
         ];
-        NamedPolicy::new("api", Policy::new(limits).unwrap()).unwrap()
+        RedisPolicy::new("api", Policy::new(limits).unwrap()).unwrap()
     }
 
     #[test]
-    fn keys_name_prefix_hash_tag_policy_index_and_algorithm() {
+    fn keys_name_prefix_version_hash_tag_policy_index_and_algorithm() {
         let keys = state_keys("rein", &policy(), b"abc").unwrap();
         // SHA-1("abc") is the FIPS 180 test vector.
         let tag = "a9993e364706816aba3e25717850c26c9cd0d89d";
         assert_eq!(
             keys,
             [
-                format!("rein:{{{tag}}}:api:0:tb"),
-                format!("rein:{{{tag}}}:api:1:sl")
+                format!("rein:v2:{{{tag}}}:api:0:tb"),
+                format!("rein:v2:{{{tag}}}:api:1:sl")
             ]
         );
     }

@@ -8,11 +8,11 @@
 //!
 //! ```no_run
 //! use rein_core::{Limit, Micros, Policy};
-//! use rein_redis::{NamedPolicy, RedisStore};
+//! use rein_redis::{RedisPolicy, RedisStore};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = RedisStore::connect("rediss://rein:secret@redis.internal:6380/").await?;
-//! let per_user = NamedPolicy::new(
+//! let per_user = RedisPolicy::new(
 //!     "api",
 //!     Policy::new([
 //!         Limit::token_bucket(20, 5, Micros::from_secs(1))?,  // bursts of 20, 5 per second
@@ -22,7 +22,7 @@
 //! match store.acquire(&per_user, "user-42", 1).await {
 //!     Ok(d) if d.is_allowed() => { /* serve */ }
 //!     Ok(d) => { /* 429, Retry-After: d.retry_after */ }
-//!     Err(e) => { /* Redis failed: fail open or closed, your call */ }
+//!     Err(e) => { /* Redis failed (DecideError::Unavailable): fail open or closed */ }
 //! }
 //! # Ok(())
 //! # }
@@ -46,10 +46,10 @@
 //!
 //! # What this crate does not do
 //!
-//! - **No failure policy.** When Redis is slow or down, calls return typed errors
-//!   ([`AcquireError::Timeout`], [`AcquireError::Connection`]), never a made-up decision.
-//!   Failing open, closed or to a local limiter, circuit breaking and caching denials
-//!   belong in a layer above this store: [`ResilientLimiter`], below.
+//! - **No failure policy.** When Redis is slow or down, calls return a typed
+//!   [`StoreError`] (`Timeout`, `Connection`, ...), never a made-up decision. Failing open,
+//!   closed or to a local limiter, circuit breaking and caching denials belong in the layer
+//!   above every store: the `rein` crate's `ResilientLimiter` (docs/architecture.md).
 //! - **No in-process limiting.** For limits that need not be shared between processes, use
 //!   `rein-memory`: nanoseconds instead of a network round trip.
 //! - **No retries.** Except the `NOSCRIPT` reload, which is safe because the script had
@@ -57,53 +57,32 @@
 //! - **No other runtime than tokio.** Deadlines are tokio timers, and a store built with
 //!   a connector reconnects in a spawned tokio task.
 //!
-//! # Resilience: the layer above the store
-//!
-//! [`ResilientLimiter`] wraps a store for the request path. Every call answers within the
-//! store's deadline, from Redis or, when Redis cannot answer, by the [`FailurePolicy`] the
-//! operator chose: fail open, fail closed, or a local [`rein_memory`] limiter at this node's
-//! share of the policy ([`local_share`]). A sans-IO circuit breaker ([`Breaker`]) stops
-//! calls to a failing Redis and probes it back; an exact deny cache repeats Redis's recent
-//! denials without a round trip; an opt-in allow cache
-//! ([`danger_allow_cache`](ResilientLimiterBuilder::danger_allow_cache)) reuses admissions
-//! within a stated over-admission bound. Each answer carries its [`Source`], a
-//! [`PolicyTable`] picks each key's policy, and [`StatsSnapshot`] (and, with the `metrics`
-//! feature, the `metrics` facade) counts all of it. docs/failure.md gives the exact bounds.
+//! [`RedisStore`] implements rein-core's [`Limiter`](rein_core::Limiter), the one trait
+//! every way of deciding shares; its prepared policy is a [`RedisPolicy`].
 //!
 //! # Layout
 //!
 //! - `store.rs`: [`RedisStore`] and [`RedisStoreBuilder`]: encode, call, decode.
 //! - `connect.rs`: constructors from URLs (standalone, Cluster, TLS, AUTH).
 //! - `link.rs`: the connection, and replacing it through the caller's connector.
-//! - `script.rs`: the script ([`SCRIPT_SOURCE`]), its arguments and its reply.
-//! - `key.rs`: key layout. `policy.rs`: [`NamedPolicy`]. `state.rs`: reading state back.
-//! - `error.rs`: one error enum per operation.
-//! - `resilience/`: [`ResilientLimiter`] and its parts (breaker, caches, fallback, policy
-//!   table, counters).
+//! - `script.rs`: the scripts ([`SCRIPTS`]), their arguments and their reply.
+//! - `key.rs`: key layout. `policy.rs`: [`RedisPolicy`]. `state.rs`: reading state back.
+//! - `error.rs`: the errors only this store has (connecting, reading state, settings).
 #![deny(missing_docs)]
 
 mod connect;
 mod error;
 mod key;
 mod link;
+mod optimistic;
 mod policy;
-mod resilience;
 mod script;
 mod state;
 mod store;
 
-pub use error::{AcquireError, ConfigError, ConnectError, KeyError, RefundError, StateError};
-pub use policy::NamedPolicy;
-pub use resilience::{
-    AllowCacheConfig, Breaker, BreakerConfig, BreakerEvent, BreakerState, Decided, FailurePolicy,
-    LATENCY_BOUNDS_US, LATENCY_BUCKETS, LatencySnapshot, PolicyTable, RequestError,
-    ResilienceConfigError, ResilientLimiter, ResilientLimiterBuilder, Source, SourceCounts,
-    StatsSnapshot, Ticket, TimeSource, TokioClock, Unavailable, local_share,
-};
-pub use script::SCRIPT_SOURCE;
+pub use error::{ConfigError, ConnectError, StateError};
+pub use optimistic::{OptimisticStats, OptimisticStore, OptimisticStoreBuilder};
+pub use policy::RedisPolicy;
+pub use rein_core::{DecideError, KeyError, StoreError};
+pub use script::{SCRIPT_SOURCE, SCRIPTS};
 pub use store::{RedisStore, RedisStoreBuilder};
-
-/// The README's examples, compiled and run as doctests so that they stay true.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;

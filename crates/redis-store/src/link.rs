@@ -21,7 +21,7 @@ use redis::{ErrorKind, RedisError, RedisResult};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::error::CallError;
+use rein_core::{SourceError, StoreError};
 
 /// Makes a new connection for a store whose connection may be dead: the closure given to
 /// `RedisStoreBuilder::connect_with`, boxed. Called once when the store is built and again
@@ -78,7 +78,7 @@ impl<C: Clone + Send + 'static> Link<C> {
 
     /// The current connection and its generation, waiting for a reconnect if there is
     /// none. The caller bounds the wait with its deadline.
-    pub(crate) async fn get(self: &Arc<Self>) -> Result<(C, u64), CallError> {
+    pub(crate) async fn get(self: &Arc<Self>) -> Result<(C, u64), StoreError> {
         loop {
             let mut attempts = {
                 let mut slot = self.lock();
@@ -87,11 +87,11 @@ impl<C: Clone + Send + 'static> Link<C> {
                 }
                 if !slot.connecting {
                     if slot.retry_at.is_some_and(|at| Instant::now() < at) {
-                        return Err(CallError::Connection(
+                        return Err(StoreError::Connection(SourceError::new(
                             slot.last_error.clone().unwrap_or_else(|| {
                                 RedisError::from((ErrorKind::Io, "not connected"))
                             }),
-                        ));
+                        )));
                     }
                     slot.connecting = true;
                     tokio::spawn(Arc::clone(self).reconnect());
@@ -100,9 +100,8 @@ impl<C: Clone + Send + 'static> Link<C> {
                 self.attempts.subscribe()
             };
             if attempts.changed().await.is_err() {
-                return Err(CallError::Connection(RedisError::from((
-                    ErrorKind::Io,
-                    "the store was dropped while reconnecting",
+                return Err(StoreError::Connection(SourceError::new(RedisError::from(
+                    (ErrorKind::Io, "the store was dropped while reconnecting"),
                 ))));
             }
         }

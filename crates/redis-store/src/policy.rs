@@ -1,8 +1,10 @@
-use rein_core::{Limit, Policy};
+use rein_core::{Algorithm, ConfigError, Limit, NamedPolicy, Policy};
 
-use crate::ConfigError;
+use crate::script::ScriptKind;
 
-/// A [`Policy`] under a name, ready to be sent to Redis.
+/// A [`NamedPolicy`] prepared for Redis: its keys' suffixes, which script it runs, and that
+/// script's arguments, computed once. What [`RedisStore`](crate::RedisStore) decides with,
+/// and its [`Limiter::Prepared`](rein_core::Limiter::Prepared) type.
 ///
 /// The name becomes part of every key of the policy, next to each limit's index and
 /// algorithm (see docs/redis.md, "Key layout"), so two policies never share state and a
@@ -11,13 +13,15 @@ use crate::ConfigError;
 /// numbers (a higher capacity, a longer window) keeps the stored state, which rein-core
 /// reads safely under the new parameters.
 ///
-/// The script's parameters are computed once here, not per call.
+/// The script's parameters are computed once here, not per call, and so is the choice of
+/// script: a policy of one token bucket, fixed window or sliding log runs that algorithm's
+/// lean script; any other policy runs the generic one (see docs/redis.md, "Scripts").
 ///
 /// ```
 /// use rein_core::{Limit, Micros, Policy};
-/// use rein_redis::NamedPolicy;
+/// use rein_redis::RedisPolicy;
 ///
-/// let login = NamedPolicy::new(
+/// let login = RedisPolicy::new(
 ///     "login",
 ///     Policy::new([
 ///         Limit::token_bucket(5, 1, Micros::from_secs(10))?,   // bursts of 5, 1 per 10 s
@@ -29,95 +33,121 @@ use crate::ConfigError;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NamedPolicy {
-    name: String,
-    policy: Policy,
+pub struct RedisPolicy {
+    named: NamedPolicy,
     /// Per limit, in order: `:<name>:<index>:<tag>`, the end of its key.
     key_suffixes: Vec<String>,
-    /// The script's per-limit arguments: each limit's tag, then its parameters.
-    limit_args: Vec<String>,
+    /// The script this policy runs.
+    script: ScriptKind,
+    /// The script's arguments after the common header: for a lean script, its limit's
+    /// parameters; for the generic script, each limit's tag, then its parameters.
+    script_args: Vec<String>,
 }
 
-impl NamedPolicy {
-    /// Names `policy`. Errors if the name is empty, longer than 64 bytes, or holds anything
-    /// but ASCII letters, digits, `_`, `-` and `.`.
+impl RedisPolicy {
+    /// Names `policy` and prepares it. Errors if the name is invalid (see [`NamedPolicy`]).
     pub fn new(name: impl Into<String>, policy: Policy) -> Result<Self, ConfigError> {
-        let name = name.into();
-        let valid = (1..=MAX_NAME_LEN).contains(&name.len())
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-        if !valid {
-            return Err(ConfigError::InvalidPolicyName(name));
-        }
-        let mut key_suffixes = Vec::with_capacity(policy.limits().len());
-        let mut limit_args = Vec::with_capacity(policy.limits().len() * 5);
-        for (index, limit) in policy.limits().iter().enumerate() {
-            let tag = algorithm_tag(limit);
-            key_suffixes.push(format!(":{name}:{index}:{tag}"));
-            limit_args.push(tag.to_owned());
-            match limit {
-                Limit::TokenBucket(bucket) => {
-                    let (units_per_token, units_per_micro) = bucket.emission_interval();
-                    // The core validated `capacity × units_per_token` to stay exact.
-                    let tolerance = bucket.capacity() * units_per_token;
-                    limit_args.extend(
-                        [
-                            bucket.capacity(),
-                            units_per_token,
-                            units_per_micro,
-                            tolerance,
-                        ]
-                        .map(|n| n.to_string()),
-                    );
-                }
-                Limit::FixedWindow(w) => {
-                    limit_args.extend([w.limit(), w.window().as_micros()].map(|n| n.to_string()))
-                }
-                Limit::SlidingLog(w) => {
-                    limit_args.extend([w.limit(), w.window().as_micros()].map(|n| n.to_string()))
-                }
-                Limit::SlidingCounter(w) => {
-                    limit_args.extend([w.limit(), w.window().as_micros()].map(|n| n.to_string()))
-                }
-            }
-        }
-        Ok(Self {
-            name,
-            policy,
+        Ok(Self::prepare(&NamedPolicy::new(name, policy)?))
+    }
+
+    /// Prepares `named` for the scripts.
+    pub fn prepare(named: &NamedPolicy) -> Self {
+        let name = named.name();
+        let policy = named.policy();
+        let key_suffixes = policy
+            .limits()
+            .iter()
+            .enumerate()
+            .map(|(index, limit)| format!(":{name}:{index}:{}", limit.tag()))
+            .collect();
+        let (script, script_args) = script_for(policy);
+        Self {
+            named: named.clone(),
             key_suffixes,
-            limit_args,
-        })
+            script,
+            script_args,
+        }
     }
 
     /// The name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.named.name()
     }
 
     /// The policy.
     pub fn policy(&self) -> &Policy {
-        &self.policy
+        self.named.policy()
+    }
+
+    /// The policy and its name.
+    pub fn named(&self) -> &NamedPolicy {
+        &self.named
     }
 
     pub(crate) fn key_suffixes(&self) -> &[String] {
         &self.key_suffixes
     }
 
-    pub(crate) fn limit_args(&self) -> &[String] {
-        &self.limit_args
+    pub(crate) fn script(&self) -> ScriptKind {
+        self.script
+    }
+
+    pub(crate) fn script_args(&self) -> &[String] {
+        &self.script_args
     }
 }
 
-/// The short algorithm tag used in keys and in the script's arguments.
-pub(crate) fn algorithm_tag(limit: &Limit) -> &'static str {
-    match limit {
-        Limit::TokenBucket(_) => "tb",
-        Limit::FixedWindow(_) => "fw",
-        Limit::SlidingLog(_) => "sl",
-        Limit::SlidingCounter(_) => "sc",
+/// The script a policy runs and its precomputed arguments. Everything a lean script would
+/// otherwise derive on every call (the tolerance split into whole µs and a remainder) is
+/// computed here; the scripts still check every argument, as anyone with the ACL may call
+/// them.
+fn script_for(policy: &Policy) -> (ScriptKind, Vec<String>) {
+    let strings = |numbers: &[u64]| numbers.iter().map(u64::to_string).collect();
+    match policy.limits() {
+        [Limit::TokenBucket(bucket)] => {
+            let (units_per_token, units_per_micro) = bucket.emission_interval();
+            // The core validated `capacity × units_per_token` to stay exact.
+            let tolerance = bucket.capacity() * units_per_token;
+            let (tol_us, tol_units) = (tolerance / units_per_micro, tolerance % units_per_micro);
+            let args = [
+                bucket.capacity(),
+                units_per_token,
+                units_per_micro,
+                tol_us,
+                tol_units,
+            ];
+            (ScriptKind::TokenBucket, strings(&args))
+        }
+        [Limit::FixedWindow(w)] => (
+            ScriptKind::FixedWindow,
+            strings(&[w.limit(), w.window().as_micros()]),
+        ),
+        [Limit::SlidingLog(w)] => (
+            ScriptKind::SlidingLog,
+            strings(&[w.limit(), w.window().as_micros()]),
+        ),
+        limits => {
+            let mut args = Vec::with_capacity(limits.len() * 5);
+            for limit in limits {
+                args.push(limit.tag().to_owned());
+                let params: Vec<u64> = match limit {
+                    Limit::TokenBucket(bucket) => {
+                        let (units_per_token, units_per_micro) = bucket.emission_interval();
+                        let tolerance = bucket.capacity() * units_per_token;
+                        vec![
+                            bucket.capacity(),
+                            units_per_token,
+                            units_per_micro,
+                            tolerance,
+                        ]
+                    }
+                    Limit::FixedWindow(w) => vec![w.limit(), w.window().as_micros()],
+                    Limit::SlidingLog(w) => vec![w.limit(), w.window().as_micros()],
+                    Limit::SlidingCounter(w) => vec![w.limit(), w.window().as_micros()],
+                };
+                args.extend(params.iter().map(u64::to_string));
+            }
+            (ScriptKind::Policy, args)
+        }
     }
 }
-
-/// The longest policy name: it is repeated in every key of the policy.
-const MAX_NAME_LEN: usize = 64;

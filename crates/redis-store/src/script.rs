@@ -1,23 +1,26 @@
-//! The one Lua script, its arguments and its reply: pure encoding and decoding, no I/O.
+//! The Lua scripts, their arguments and their reply: pure encoding and decoding, no I/O.
 //!
-//! The protocol (KEYS, ARGV, reply) is documented at the top of `lua/policy.lua` and in
-//! docs/redis.md; this file is its Rust half.
+//! A decision is one `EVALSHA` of one script, picked per policy when its [`RedisPolicy`](crate::RedisPolicy) is
+//! built: a lean script for a policy of one token bucket, fixed window or sliding log (the
+//! hot path: straight-line Lua, parameters precomputed, one `GET` and at most one
+//! `SET ... PX`), and the generic policy script for everything else (several limits, or a
+//! sliding counter). The protocol (KEYS, ARGV, reply) is documented at the top of each Lua
+//! file and in docs/redis.md; this file is its Rust half.
 
 use std::sync::LazyLock;
 
 use redis::{Cmd, Value};
-use rein_core::{Decision, MAX_MICROS, Micros, Outcome, Timestamp};
+use rein_core::{Decision, MAX_MICROS, Micros, Outcome, StoreError, Timestamp};
 
-use crate::NamedPolicy;
-use crate::error::CallError;
+use crate::RedisPolicy;
 
-/// The Lua source of the script every decision runs, for tools that run it outside Redis
-/// (a simulator executing it in an embedded Lua 5.1 with an in-memory keyspace).
+/// The Lua source of the generic policy script, which decides policies of several limits
+/// (and of one sliding counter), for tools that run it outside Redis. [`SCRIPTS`] lists it
+/// with the lean single-limit scripts; a tool that runs the store needs all of them.
 ///
 /// It is the concatenation of `lua/common.lua`, one file per algorithm and the driver
 /// `lua/policy.lua`. Its calling convention is documented at the top of the driver and in
-/// docs/redis.md. The Redis commands it uses: `TIME`, `HMGET`, `HSET`, `ZRANGE`,
-/// `ZREMRANGEBYRANK`, `ZREM`, `ZADD`, `PEXPIRE` and `DEL`.
+/// docs/redis.md. The Redis commands it uses: `TIME`, `GET`, `SET` (with `PX`) and `DEL`.
 pub const SCRIPT_SOURCE: &str = concat!(
     include_str!("../lua/common.lua"),
     include_str!("../lua/token_bucket.lua"),
@@ -27,9 +30,51 @@ pub const SCRIPT_SOURCE: &str = concat!(
     include_str!("../lua/policy.lua"),
 );
 
-/// The script's SHA-1 in hex, the name `EVALSHA` calls it by.
-pub(crate) static SCRIPT_SHA1: LazyLock<String> =
-    LazyLock::new(|| sha1_smol::Sha1::from(SCRIPT_SOURCE).digest().to_string());
+/// Every script the store may send, as `(name, Lua source)`: the generic policy script
+/// ([`SCRIPT_SOURCE`]) and the lean scripts for a policy of one token bucket, one fixed
+/// window or one sliding log. A simulator or a deployment that preloads scripts
+/// (`SCRIPT LOAD`, or converting them to Redis Functions) loads all of them. Each uses only
+/// `TIME`, `GET`, `SET` (with `PX`) and `DEL`.
+pub const SCRIPTS: [(&str, &str); 4] = [
+    ("policy", SCRIPT_SOURCE),
+    (
+        "token_bucket",
+        include_str!("../lua/single_token_bucket.lua"),
+    ),
+    (
+        "fixed_window",
+        include_str!("../lua/single_fixed_window.lua"),
+    ),
+    ("sliding_log", include_str!("../lua/single_sliding_log.lua")),
+];
+
+/// Which of [`SCRIPTS`] a policy runs, by index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum ScriptKind {
+    /// The generic driver: any policy.
+    Policy = 0,
+    /// One token bucket: capacity, units_per_token, units_per_micro, tol_us, tol_units.
+    TokenBucket = 1,
+    /// One fixed window: limit, window.
+    FixedWindow = 2,
+    /// One sliding log: limit, window.
+    SlidingLog = 3,
+}
+
+impl ScriptKind {
+    pub(crate) fn source(self) -> &'static str {
+        SCRIPTS[self as usize].1
+    }
+
+    /// The script's SHA-1 in hex, the name `EVALSHA` calls it by.
+    pub(crate) fn sha1(self) -> &'static str {
+        &SCRIPT_SHA1S[self as usize]
+    }
+}
+
+/// The SHA-1 of each of [`SCRIPTS`], computed once.
+static SCRIPT_SHA1S: LazyLock<[String; 4]> =
+    LazyLock::new(|| SCRIPTS.map(|(_, source)| sha1_smol::Sha1::from(source).digest().to_string()));
 
 /// What the script is asked to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,16 +94,16 @@ impl Op {
     }
 }
 
-/// One call of the script: KEYS are the policy's state keys, ARGV the operation, `now`
-/// (empty for the server's `TIME`), the cost, `min_ttl` in ms, then each limit's tag and
-/// parameters.
+/// One call of the policy's script: KEYS are the policy's state keys, ARGV the operation,
+/// `now` (empty for the server's `TIME`), the cost, `min_ttl` in ms, then the parameters
+/// the policy precomputed for its script.
 pub(crate) struct Invocation<'a> {
     keys: &'a [String],
     op: Op,
     now: String,
     cost: u64,
     min_ttl_ms: u64,
-    policy: &'a NamedPolicy,
+    policy: &'a RedisPolicy,
 }
 
 impl<'a> Invocation<'a> {
@@ -68,7 +113,7 @@ impl<'a> Invocation<'a> {
         now: Option<Timestamp>,
         cost: u64,
         min_ttl_ms: u64,
-        policy: &'a NamedPolicy,
+        policy: &'a RedisPolicy,
     ) -> Self {
         Self {
             keys,
@@ -85,7 +130,7 @@ impl<'a> Invocation<'a> {
     /// `EVALSHA <sha1> <numkeys> KEYS... ARGV...`: the normal case.
     pub(crate) fn by_hash(&self) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(SCRIPT_SHA1.as_str());
+        cmd.arg(self.policy.script().sha1());
         self.fill(cmd)
     }
 
@@ -96,7 +141,7 @@ impl<'a> Invocation<'a> {
     /// leaves the script cached for the next `EVALSHA`.
     pub(crate) fn by_source(&self) -> Cmd {
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(SCRIPT_SOURCE);
+        cmd.arg(self.policy.script().source());
         self.fill(cmd)
     }
 
@@ -107,39 +152,48 @@ impl<'a> Invocation<'a> {
             .arg(&self.now)
             .arg(self.cost)
             .arg(self.min_ttl_ms)
-            .arg(self.policy.limit_args());
+            .arg(self.policy.script_args());
         cmd
     }
 }
 
-/// `SCRIPT LOAD`, checking that the server hashed the script as expected.
-pub(crate) fn load_command() -> Cmd {
-    let mut cmd = redis::cmd("SCRIPT");
-    cmd.arg("LOAD").arg(SCRIPT_SOURCE);
-    cmd
+/// `SCRIPT LOAD` of each of [`SCRIPTS`], with the SHA-1 the server must answer.
+pub(crate) fn load_commands() -> impl Iterator<Item = (Cmd, &'static str)> {
+    [
+        ScriptKind::Policy,
+        ScriptKind::TokenBucket,
+        ScriptKind::FixedWindow,
+        ScriptKind::SlidingLog,
+    ]
+    .into_iter()
+    .map(|kind| {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(kind.source());
+        (cmd, kind.sha1())
+    })
 }
 
-/// Checks the reply of [`load_command`].
-pub(crate) fn check_load_reply(value: &Value) -> Result<(), CallError> {
+/// Checks the reply of one of [`load_commands`].
+pub(crate) fn check_load_reply(value: &Value, sha1: &str) -> Result<(), StoreError> {
     match value {
-        Value::BulkString(sha) if sha.as_slice() == SCRIPT_SHA1.as_bytes() => Ok(()),
-        other => Err(CallError::UnexpectedReply(format!(
+        Value::BulkString(sha) if sha.as_slice() == sha1.as_bytes() => Ok(()),
+        other => Err(StoreError::UnexpectedReply(format!(
             "SCRIPT LOAD answered {other:?}, not the script's SHA-1"
         ))),
     }
 }
 
 /// Decodes the script's reply: `[allowed, limit, remaining, retry_after, reset_after, now]`.
-pub(crate) fn decode_reply(value: Value) -> Result<(Decision, Timestamp), CallError> {
-    let wrong = |what: &str| CallError::UnexpectedReply(what.to_owned());
+pub(crate) fn decode_reply(value: Value) -> Result<(Decision, Timestamp), StoreError> {
+    let wrong = |what: &str| StoreError::UnexpectedReply(what.to_owned());
     let Value::Array(items) = value else {
-        return Err(CallError::UnexpectedReply(format!(
+        return Err(StoreError::UnexpectedReply(format!(
             "expected an array of 6 integers, got {value:?}"
         )));
     };
     let mut numbers = [0u64; 6];
     if items.len() != numbers.len() {
-        return Err(CallError::UnexpectedReply(format!(
+        return Err(StoreError::UnexpectedReply(format!(
             "expected an array of 6 integers, got {} items",
             items.len()
         )));
@@ -151,7 +205,7 @@ pub(crate) fn decode_reply(value: Value) -> Result<(Decision, Timestamp), CallEr
                 .filter(|&n| n <= MAX_MICROS)
                 .ok_or_else(|| wrong("a figure out of range"))?,
             other => {
-                return Err(CallError::UnexpectedReply(format!(
+                return Err(StoreError::UnexpectedReply(format!(
                     "expected an integer, got {other:?}"
                 )));
             }
@@ -178,6 +232,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn script_kinds_index_their_own_scripts() {
+        let names = [
+            (ScriptKind::Policy, "policy"),
+            (ScriptKind::TokenBucket, "token_bucket"),
+            (ScriptKind::FixedWindow, "fixed_window"),
+            (ScriptKind::SlidingLog, "sliding_log"),
+        ];
+        for (kind, name) in names {
+            assert_eq!(SCRIPTS[kind as usize].0, name);
+            let sha = sha1_smol::Sha1::from(kind.source()).digest().to_string();
+            assert_eq!(kind.sha1(), sha);
+        }
+    }
+
+    #[test]
     fn well_formed_reply_decodes() {
         let reply = Value::Array([0, 10, 3, 250, 900, 1_000].map(Value::Int).to_vec());
         let (decision, now) = decode_reply(reply).unwrap();
@@ -202,7 +271,7 @@ mod tests {
             Value::Array(vec![Value::Okay; 6]),
         ] {
             assert!(
-                matches!(decode_reply(reply), Err(CallError::UnexpectedReply(_))),
+                matches!(decode_reply(reply), Err(StoreError::UnexpectedReply(_))),
                 "accepted a wrong shape"
             );
         }

@@ -1,9 +1,10 @@
 //! Reading stored state back into rein-core's types, as `RedisStore::state` does.
 //!
-//! The layout is the one the script writes: a HASH per token bucket (`tat`, `tat_units`),
-//! fixed window (`window_start`, `count`) and sliding counter (`window_start`, `current`,
-//! `previous`), and a ZSET per sliding log whose members are `"<at>:<cost>"` scored by
-//! `at`. A missing key or field reads as zero, which is each state's default.
+//! The layout is the one the scripts write (key format `v2`): one string per limit, its
+//! integers in decimal joined by `:`. A token bucket is `<tat>:<tat_units>`, a fixed window
+//! `<window_start>:<count>`, a sliding counter `<window_start>:<current>:<previous>`, and a
+//! sliding log its entries oldest first, `<at>:<cost>` joined by `,`. A missing key reads as
+//! each state's default (a full limit, an empty log).
 
 use redis::{Pipeline, Value};
 use rein_core::{
@@ -11,22 +12,19 @@ use rein_core::{
     SlidingLogState, Timestamp, TokenBucketState,
 };
 
-use crate::NamedPolicy;
+use crate::RedisPolicy;
 
-/// One read per limit: `HMGET` of its fields, or `ZRANGE 0 -1` of its log.
-pub(crate) fn read_pipeline(policy: &NamedPolicy, keys: &[String]) -> Pipeline {
+/// One `GET` per limit.
+pub(crate) fn read_pipeline(keys: &[String]) -> Pipeline {
     let mut pipe = redis::pipe();
-    for (limit, key) in policy.policy().limits().iter().zip(keys) {
-        match limit {
-            Limit::SlidingLog(_) => pipe.cmd("ZRANGE").arg(key).arg(0).arg(-1),
-            _ => pipe.cmd("HMGET").arg(key).arg(fields(limit)),
-        };
+    for key in keys {
+        pipe.cmd("GET").arg(key);
     }
     pipe
 }
 
 /// Decodes the replies of [`read_pipeline`].
-pub(crate) fn decode(policy: &NamedPolicy, replies: Vec<Value>) -> Result<PolicyState, String> {
+pub(crate) fn decode(policy: &RedisPolicy, replies: Vec<Value>) -> Result<PolicyState, String> {
     let limits = policy.policy().limits();
     if replies.len() != limits.len() {
         return Err(format!(
@@ -44,81 +42,77 @@ pub(crate) fn decode(policy: &NamedPolicy, replies: Vec<Value>) -> Result<Policy
 }
 
 fn decode_limit(limit: &Limit, reply: Value) -> Result<LimitState, String> {
-    let Value::Array(items) = reply else {
-        return Err(format!("expected an array, got {reply:?}"));
+    let stored = match reply {
+        Value::Nil => None,
+        Value::BulkString(bytes) => {
+            Some(String::from_utf8(bytes).map_err(|_| "a state that is not UTF-8".to_owned())?)
+        }
+        other => return Err(format!("expected a string, got {other:?}")),
     };
-    if let Limit::SlidingLog(_) = limit {
-        let entries = items
-            .iter()
-            .map(|item| {
-                let member = text(item)?.ok_or("a nil log entry")?;
-                let (at, cost) = member.split_once(':').ok_or("a log entry without ':'")?;
-                Ok(LogEntry {
-                    at: Timestamp::from_micros(integer(at)?),
-                    cost: integer(cost)?,
-                })
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        return SlidingLogState::from_entries(entries)
-            .map(LimitState::SlidingLog)
-            .map_err(|e| format!("sliding log: {e}"));
-    }
-    let expected = fields(limit).len();
-    if items.len() != expected {
-        return Err(format!("expected {expected} fields, got {}", items.len()));
-    }
-    let mut values = [0u64; 3];
-    for (value, item) in values.iter_mut().zip(&items) {
-        *value = match text(item)? {
-            Some(s) => integer(&s)?,
-            None => 0,
-        };
-    }
-    let [a, b, c] = values;
+    let stored = stored.as_deref();
     Ok(match limit {
-        Limit::TokenBucket(_) => LimitState::TokenBucket(TokenBucketState {
-            tat: Timestamp::from_micros(a),
-            tat_units: b,
-        }),
-        Limit::FixedWindow(_) => LimitState::FixedWindow(FixedWindowState {
-            window_start: Timestamp::from_micros(a),
-            count: b,
-        }),
-        Limit::SlidingCounter(_) => LimitState::SlidingCounter(SlidingCounterState {
-            window_start: Timestamp::from_micros(a),
-            current: b,
-            previous: c,
-        }),
-        // Returned early above; kept as an error rather than a panic.
-        Limit::SlidingLog(_) => return Err("a sliding log read as a hash".to_owned()),
+        Limit::TokenBucket(_) => {
+            let [tat, tat_units] = integers(stored)?;
+            LimitState::TokenBucket(TokenBucketState {
+                tat: Timestamp::from_micros(tat),
+                tat_units,
+            })
+        }
+        Limit::FixedWindow(_) => {
+            let [start, count] = integers(stored)?;
+            LimitState::FixedWindow(FixedWindowState {
+                window_start: Timestamp::from_micros(start),
+                count,
+            })
+        }
+        Limit::SlidingCounter(_) => {
+            let [start, current, previous] = integers(stored)?;
+            LimitState::SlidingCounter(SlidingCounterState {
+                window_start: Timestamp::from_micros(start),
+                current,
+                previous,
+            })
+        }
+        Limit::SlidingLog(_) => {
+            let entries = stored
+                .unwrap_or("")
+                .split(',')
+                .filter(|entry| !entry.is_empty())
+                .map(|entry| {
+                    let [at, cost] = integers(Some(entry))?;
+                    Ok(LogEntry {
+                        at: Timestamp::from_micros(at),
+                        cost,
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            LimitState::SlidingLog(
+                SlidingLogState::from_entries(entries).map_err(|e| format!("sliding log: {e}"))?,
+            )
+        }
     })
 }
 
-/// The hash fields of a limit's state, in the order of the state type's fields.
-fn fields(limit: &Limit) -> &'static [&'static str] {
-    match limit {
-        Limit::TokenBucket(_) => &["tat", "tat_units"],
-        Limit::FixedWindow(_) => &["window_start", "count"],
-        Limit::SlidingCounter(_) => &["window_start", "current", "previous"],
-        Limit::SlidingLog(_) => &[],
+/// `N` decimal integers joined by `:`, each no larger than `MAX_MICROS`, as the scripts
+/// write them; all zero for a missing key.
+fn integers<const N: usize>(stored: Option<&str>) -> Result<[u64; N], String> {
+    let mut values = [0u64; N];
+    let Some(stored) = stored else {
+        return Ok(values);
+    };
+    let mut parts = stored.split(':');
+    for value in &mut values {
+        let part = parts
+            .next()
+            .ok_or_else(|| format!("{stored:?}: too few fields"))?;
+        *value = part
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| n <= MAX_MICROS && part.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| format!("{part:?} is not a stored integer"))?;
     }
-}
-
-/// A bulk string as text, or `None` for nil.
-fn text(value: &Value) -> Result<Option<String>, String> {
-    match value {
-        Value::Nil => Ok(None),
-        Value::BulkString(bytes) => String::from_utf8(bytes.clone())
-            .map(Some)
-            .map_err(|_| "a field that is not UTF-8".to_owned()),
-        other => Err(format!("expected a string, got {other:?}")),
+    if parts.next().is_some() {
+        return Err(format!("{stored:?}: too many fields"));
     }
-}
-
-/// A decimal integer no larger than `MAX_MICROS`, as the script writes them.
-fn integer(s: &str) -> Result<u64, String> {
-    s.parse::<u64>()
-        .ok()
-        .filter(|&n| n <= MAX_MICROS && s.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or_else(|| format!("{s:?} is not a stored integer"))
+    Ok(values)
 }

@@ -5,14 +5,17 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
-use rein_core::{Decision, MAX_MICROS, PolicyState, Timestamp};
+use rein_core::{
+    DecideError, Decision, KeyError, Limiter, MAX_MICROS, NamedPolicy, PolicyState, PrepareError,
+    StoreError, Timestamp,
+};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::error::CallError;
+use crate::error::{store_error, suspects_connection};
 use crate::link::{Connector, Link};
 use crate::script::{self, Invocation, Op};
-use crate::{AcquireError, ConfigError, KeyError, NamedPolicy, RefundError, StateError};
+use crate::{ConfigError, RedisPolicy, StateError};
 
 /// Exact rate limits shared by every process that uses the same Redis.
 ///
@@ -52,12 +55,12 @@ use crate::{AcquireError, ConfigError, KeyError, NamedPolicy, RefundError, State
 ///
 /// ```no_run
 /// use rein_core::{Limit, Micros, Policy};
-/// use rein_redis::{NamedPolicy, RedisStore};
+/// use rein_redis::{RedisPolicy, RedisStore};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = RedisStore::connect("redis://127.0.0.1:6379/").await?;
 /// let bucket = Limit::token_bucket(100, 10, Micros::from_secs(1))?;
-/// let api = NamedPolicy::new("api", Policy::single(bucket))?;
+/// let api = RedisPolicy::new("api", Policy::single(bucket))?;
 /// let decision = store.acquire(&api, "user-42", 1).await?;
 /// if !decision.is_allowed() {
 ///     println!("retry in {:?}", std::time::Duration::from(decision.retry_after));
@@ -131,10 +134,10 @@ where
     /// empty. A cost of zero is a [`peek`](Self::peek).
     pub async fn acquire(
         &self,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
         cost: u64,
-    ) -> Result<Decision, AcquireError> {
+    ) -> Result<Decision, DecideError> {
         self.decide(Op::Acquire, None, policy, key.as_ref(), cost)
             .await
     }
@@ -143,10 +146,10 @@ where
     pub async fn acquire_at(
         &self,
         now: Timestamp,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
         cost: u64,
-    ) -> Result<Decision, AcquireError> {
+    ) -> Result<Decision, DecideError> {
         self.decide(Op::Acquire, Some(now), policy, key.as_ref(), cost)
             .await
     }
@@ -155,10 +158,10 @@ where
     /// any key's TTL.
     pub async fn peek(
         &self,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
         cost: u64,
-    ) -> Result<Decision, AcquireError> {
+    ) -> Result<Decision, DecideError> {
         self.decide(Op::Peek, None, policy, key.as_ref(), cost)
             .await
     }
@@ -167,10 +170,10 @@ where
     pub async fn peek_at(
         &self,
         now: Timestamp,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
         cost: u64,
-    ) -> Result<Decision, AcquireError> {
+    ) -> Result<Decision, DecideError> {
         self.decide(Op::Peek, Some(now), policy, key.as_ref(), cost)
             .await
     }
@@ -179,10 +182,10 @@ where
     /// (for example, for a request that was admitted but then not served).
     pub async fn refund(
         &self,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
         amount: u64,
-    ) -> Result<(), RefundError> {
+    ) -> Result<(), DecideError> {
         self.refund_inner(None, policy, key.as_ref(), amount).await
     }
 
@@ -190,10 +193,10 @@ where
     pub async fn refund_at(
         &self,
         now: Timestamp,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
         amount: u64,
-    ) -> Result<(), RefundError> {
+    ) -> Result<(), DecideError> {
         self.refund_inner(Some(now), policy, key.as_ref(), amount)
             .await
     }
@@ -205,21 +208,22 @@ where
     /// other clients decide may mix limits from before and after a decision.
     pub async fn state(
         &self,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
     ) -> Result<PolicyState, StateError> {
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())?;
-        let pipeline = crate::state::read_pipeline(policy, &keys);
+        let pipeline = crate::state::read_pipeline(&keys);
         let replies: Vec<Value> = self
             .run(|mut conn| async move { pipeline.query_async(&mut conn).await })
             .await?;
-        crate::state::decode(policy, replies).map_err(StateError::UnexpectedReply)
+        crate::state::decode(policy, replies)
+            .map_err(|what| StateError::Unavailable(StoreError::UnexpectedReply(what)))
     }
 
     /// The Redis keys holding `policy`'s state for `key`, in the policy's order.
     pub fn keys(
         &self,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
     ) -> Result<Vec<String>, KeyError> {
         crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())
@@ -235,13 +239,13 @@ where
         &self,
         op: Op,
         now: Option<Timestamp>,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: &[u8],
         cost: u64,
-    ) -> Result<Decision, AcquireError> {
+    ) -> Result<Decision, DecideError> {
         let capacity = policy.policy().capacity();
         if cost > capacity {
-            return Err(AcquireError::InsufficientCapacity { cost, capacity });
+            return Err(DecideError::InsufficientCapacity { cost, capacity });
         }
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         let span = tracing::debug_span!(
@@ -264,16 +268,16 @@ where
         }
         .instrument(span)
         .await
-        .inspect_err(|e: &AcquireError| tracing::debug!(error = %e, "no decision"))
+        .inspect_err(|e: &DecideError| tracing::debug!(error = %e, "no decision"))
     }
 
     async fn refund_inner(
         &self,
         now: Option<Timestamp>,
-        policy: &NamedPolicy,
+        policy: &RedisPolicy,
         key: &[u8],
         amount: u64,
-    ) -> Result<(), RefundError> {
+    ) -> Result<(), DecideError> {
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         let span = tracing::debug_span!(
             "rein_redis",
@@ -286,7 +290,7 @@ where
             .instrument(span)
             .await
             .map(|_| ())
-            .map_err(RefundError::from)
+            .map_err(DecideError::from)
     }
 
     async fn invoke(
@@ -295,8 +299,8 @@ where
         op: Op,
         now: Option<Timestamp>,
         cost: u64,
-        policy: &NamedPolicy,
-    ) -> Result<(Decision, Timestamp), CallError> {
+        policy: &RedisPolicy,
+    ) -> Result<(Decision, Timestamp), StoreError> {
         let invocation = Invocation::new(keys, op, now, cost, self.inner.min_ttl_ms, policy);
         let invocation = &invocation;
         let reply: Value = self
@@ -315,7 +319,7 @@ where
 
     /// Runs one request on the connection within the deadline, and drops the connection
     /// if the failure suggests it is dead. Never retries.
-    async fn run<T, F, Fut>(&self, request: F) -> Result<T, CallError>
+    async fn run<T, F, Fut>(&self, request: F) -> Result<T, StoreError>
     where
         F: FnOnce(C) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
@@ -327,14 +331,14 @@ where
             generation = Some(gen_);
             request(conn)
                 .await
-                .map_err(|e| CallError::classify(e, started.elapsed()))
+                .map_err(|e| store_error(e, started.elapsed()))
         };
         let result = match tokio::time::timeout(self.inner.deadline, attempt).await {
             Ok(result) => result,
-            Err(_) => Err(CallError::Timeout(self.inner.deadline)),
+            Err(_) => Err(StoreError::Timeout(self.inner.deadline)),
         };
         if let (Err(e), Some(generation)) = (&result, generation)
-            && e.suspects_connection()
+            && suspects_connection(e)
         {
             self.inner.link.suspect(generation);
         }
@@ -350,6 +354,51 @@ where
                 min_ttl_ms: ttl_millis(builder.min_ttl),
             }),
         }
+    }
+}
+
+impl<C> Limiter for RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    type Prepared = RedisPolicy;
+
+    fn prepare(&self, policy: &NamedPolicy) -> Result<RedisPolicy, PrepareError> {
+        Ok(RedisPolicy::prepare(policy))
+    }
+
+    fn acquire(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
+        self.decide(Op::Acquire, now, policy, key, cost)
+    }
+
+    fn peek(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
+        self.decide(Op::Peek, now, policy, key, cost)
+    }
+
+    fn refund(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        amount: u64,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send {
+        self.refund_inner(now, policy, key, amount)
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        Some(self.inner.deadline)
     }
 }
 

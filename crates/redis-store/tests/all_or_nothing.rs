@@ -7,20 +7,20 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use rein_core::{Limit, LimitState, Micros, Policy, PolicyState};
-use rein_redis::{NamedPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
 
 /// Four limits, one of each algorithm; the fixed window is the tightest (3).
-fn policy() -> NamedPolicy {
+fn policy() -> RedisPolicy {
     let hour = Micros::from_secs(3600);
     let limits = [
         Limit::token_bucket(10, 1, hour),
         Limit::sliding_log(10, hour),
-        Limit::fixed_window(3, Micros::from_micros(1_000_000_000_000_000)),
+        Limit::fixed_window(3, rein_core::MAX_SPAN),
         Limit::sliding_counter(10, Micros::from_micros(45_000_000_000_000)),
     ];
     let limits = limits.map(|l| l.expect("valid limit"));
-    NamedPolicy::new("all-or-nothing", Policy::new(limits).expect("valid")).expect("valid name")
+    RedisPolicy::new("all-or-nothing", Policy::new(limits).expect("valid")).expect("valid name")
 }
 
 /// Takes 2, then 1 (the window is now full), then asks for 1 more: the window denies, and

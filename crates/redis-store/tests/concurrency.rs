@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use rein_core::{Limit, Micros, Policy};
-use rein_redis::{NamedPolicy, RedisStore};
+use rein_redis::{RedisPolicy, RedisStore};
 use rein_redis_harness::RedisServer;
 
 const LIMIT: u64 = 100;
@@ -17,11 +17,11 @@ const TASKS_PER_INSTANCE: usize = 32;
 const FLUSHES: usize = 60;
 
 /// A limit of `LIMIT` that does not refill while the test runs, in each algorithm.
-fn policies() -> Vec<NamedPolicy> {
+fn policies() -> Vec<RedisPolicy> {
     let hour = Micros::from_secs(3600);
     // Windows aligned to the epoch: long enough that no boundary falls inside the test
-    // (the next 10^15 µs boundary is in 2033; 4.5 × 10^13 µs is 521 days).
-    let eon = Micros::from_micros(1_000_000_000_000_000);
+    // (the next boundary of MAX_SPAN, 2^48 µs, is in 2032; 4.5 × 10^13 µs is 521 days).
+    let eon = rein_core::MAX_SPAN;
     let long = Micros::from_micros(45_000_000_000_000);
     [
         ("tb", Limit::token_bucket(LIMIT, 1, hour)),
@@ -31,7 +31,7 @@ fn policies() -> Vec<NamedPolicy> {
     ]
     .into_iter()
     .map(|(name, limit)| {
-        NamedPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
+        RedisPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
     })
     .collect()
 }
@@ -88,7 +88,7 @@ async fn script_flushes_during_traffic_fail_no_decision() {
     let store = common::store(&server).await;
     let mut flusher = common::raw(&server).await;
     let policy = Arc::new(
-        NamedPolicy::new(
+        RedisPolicy::new(
             "flush",
             Policy::new([
                 Limit::token_bucket(1_000, 1_000, Micros::from_secs(1)).expect("valid"),

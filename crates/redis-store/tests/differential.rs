@@ -1,14 +1,16 @@
 //! The Lua script is rein-core's math, not a second guess: random policies and random
 //! operation sequences run against a real redis-server and against rein-core must give
-//! identical decisions and identical stored state after every step.
+//! identical decisions and identical stored state after every step. Limits include the
+//! longest spans accepted (`MAX_SPAN`) and clocks run up to `MAX_MICROS`, where a token
+//! bucket must deny what it could not store rather than clamp (issue 9).
 
 use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use redis::aio::ConnectionManager;
-use rein_core::{Limit, MAX_MICROS, Micros, Policy, Timestamp};
-use rein_redis::{AcquireError, NamedPolicy, RedisStore, RedisStoreBuilder};
+use rein_core::{Algorithm, Limit, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp};
+use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 
 /// One step: move the clock, then do one operation.
@@ -79,7 +81,7 @@ fn script_matches_core_decisions_and_state_at_every_step() {
 }
 
 async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<(), TestCaseError> {
-    let named = NamedPolicy::new("p", case.policy.clone()).expect("valid name");
+    let named = RedisPolicy::new("p", case.policy.clone()).expect("valid name");
     let policy = &case.policy;
     let mut state = policy.new_state();
     let mut now = case.start;
@@ -135,7 +137,7 @@ fn same_outcome(
     i: usize,
     step: &Step,
     core: Result<rein_core::Decision, rein_core::AcquireError>,
-    redis: Result<rein_core::Decision, AcquireError>,
+    redis: Result<rein_core::Decision, rein_redis::DecideError>,
 ) -> Result<(), TestCaseError> {
     match (core, redis) {
         (Ok(core), Ok(redis)) => {
@@ -143,7 +145,7 @@ fn same_outcome(
         }
         (
             Err(rein_core::AcquireError::InsufficientCapacity { cost, capacity }),
-            Err(AcquireError::InsufficientCapacity {
+            Err(rein_redis::DecideError::InsufficientCapacity {
                 cost: c2,
                 capacity: k2,
             }),
@@ -207,21 +209,34 @@ fn limit() -> impl Strategy<Value = Limit> {
             let p = p.min(MAX_MICROS / c);
             Limit::token_bucket(c, r, Micros::from_micros(p)).ok()
         }),
-        (1u64..=1 << 30, 1u64..=MAX_MICROS).prop_filter_map("valid", |(l, w)| Limit::fixed_window(
-            l,
-            Micros::from_micros(w)
-        )
-        .ok()),
-        (1u64..=1 << 26, 1u64..=1 << 26).prop_filter_map("valid", |(l, w)| {
-            Limit::sliding_counter(l, Micros::from_micros(w.max(MAX_MICROS / l))).ok()
+        (1u64..=1 << 30, 1u64..=MAX_SPAN_US).prop_filter_map("valid", |(l, w)| {
+            Limit::fixed_window(l, Micros::from_micros(w)).ok()
         }),
-        (1u64..=6, 1u64..=MAX_MICROS).prop_filter_map("valid", |(l, w)| Limit::sliding_log(
-            l,
-            Micros::from_micros(w)
-        )
-        .ok()),
+        (1u64..=1 << 26, 1u64..=1 << 26).prop_filter_map("valid", |(l, w)| {
+            let w = w.max(MAX_MICROS / l).min(MAX_SPAN_US);
+            Limit::sliding_counter(l, Micros::from_micros(w)).ok()
+        }),
+        (1u64..=6, 1u64..=MAX_SPAN_US).prop_filter_map("valid", |(l, w)| {
+            Limit::sliding_log(l, Micros::from_micros(w)).ok()
+        }),
     ];
-    prop_oneof![6 => small, 1 => huge]
+    // Spans (empty to full) at or just under MAX_SPAN, the longest accepted (issue 9).
+    let longest = prop_oneof![
+        (1u64..=1 << 20, 1u64..=16, 0u64..=1 << 20).prop_filter_map("valid", |(c, r, x)| {
+            let p = (MAX_SPAN_US * r / c).saturating_sub(x).max(1);
+            Limit::token_bucket(c, r, Micros::from_micros(p)).ok()
+        }),
+        (1u64..=12, 0u64..=1 << 20).prop_filter_map("valid", |(l, x)| {
+            Limit::fixed_window(l, Micros::from_micros(MAX_SPAN_US - x)).ok()
+        }),
+        (1u64..=6, 0u64..=1 << 20).prop_filter_map("valid", |(l, x)| {
+            Limit::sliding_log(l, Micros::from_micros(MAX_SPAN_US - x)).ok()
+        }),
+        (1u64..=12, 0u64..=1 << 20).prop_filter_map("valid", |(l, x)| {
+            Limit::sliding_counter(l, Micros::from_micros(MAX_SPAN_US - x)).ok()
+        }),
+    ];
+    prop_oneof![6 => small, 1 => huge, 1 => longest]
 }
 
 /// How far the clock should move to make a limit interesting: its period or window.
@@ -246,9 +261,13 @@ fn start() -> impl Strategy<Value = u64> {
         // Redis TIME today is about 1.8e15 µs.
         2 => 1_700_000_000_000_000u64..=1_900_000_000_000_000,
         1 => (MAX_MICROS - (1 << 30))..=MAX_MICROS,
+        // The end of time: within two of the longest spans of MAX_MICROS (issue 9).
+        1 => (MAX_MICROS - 2 * MAX_SPAN_US)..=MAX_MICROS,
         1 => Just(0u64),
     ]
 }
+
+const MAX_SPAN_US: u64 = MAX_SPAN.as_micros();
 
 fn user_key() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 1..=24)

@@ -6,13 +6,13 @@ mod common;
 use std::time::Duration;
 
 use rein_core::{Limit, Micros, Policy};
-use rein_redis::NamedPolicy;
+use rein_redis::RedisPolicy;
 use rein_redis_harness::RedisServer;
 
 const PERIOD: Micros = Micros::from_millis(200);
 
-fn single(name: &str, limit: Result<Limit, rein_core::ConfigError>) -> NamedPolicy {
-    NamedPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
+fn single(name: &str, limit: Result<Limit, rein_core::ConfigError>) -> RedisPolicy {
+    RedisPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
 }
 
 #[tokio::test]
@@ -28,7 +28,7 @@ async fn keys_expire_when_their_limits_are_full_again() {
         single("sl", Limit::sliding_log(5, PERIOD)),
         single("sc", Limit::sliding_counter(5, PERIOD)),
     ];
-    let multi = NamedPolicy::new(
+    let multi = RedisPolicy::new(
         "multi",
         Policy::new([
             Limit::token_bucket(4, 1, PERIOD).expect("valid"),
@@ -155,7 +155,7 @@ async fn denials_and_peeks_neither_write_nor_touch_ttls() {
     let server = RedisServer::start().expect("start redis-server");
     let store = common::store(&server).await;
     let mut raw = common::raw(&server).await;
-    let policy = NamedPolicy::new(
+    let policy = RedisPolicy::new(
         "deny",
         Policy::new([
             Limit::fixed_window(1, Micros::from_secs(3600)).expect("valid"),

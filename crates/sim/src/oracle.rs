@@ -26,7 +26,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use rein_core::{Limit, Micros, Policy, Timestamp};
+use rein_core::{Algorithm, Limit, Micros, Policy, Timestamp};
 
 /// One admitted request, as the simulated world saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

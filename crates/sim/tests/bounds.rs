@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use rein_core::{Limit, Micros, Policy};
-use rein_redis::Source;
+use rein::Source;
 use sim::report::describe_policy;
 use sim::world::{Fault, Run, Scenario, suite_scenario};
 

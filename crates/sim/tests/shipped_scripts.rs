@@ -117,6 +117,67 @@ fn the_shipped_script_answers_like_redis_for_every_algorithm() {
     }
 }
 
+/// Each lean single-limit script of `rein_redis::SCRIPTS` (precomputed parameters, state as
+/// one string, `GET` and `SET ... PX`) loads in the simulator and answers like Redis,
+/// including after the key's TTL was set by the script itself.
+#[test]
+fn every_lean_script_answers_like_redis() {
+    let mut real = real_server().lock().unwrap_or_else(|p| p.into_inner());
+    real.request(&["FLUSHALL"]);
+    let sim = node();
+    // Per script: its ARGV tail (the parameters `RedisPolicy` computes) and its key.
+    let cases: [(&str, &[&str]); 3] = [
+        // 5 tokens, one per 3600 s: tol_us = 5 × 3600 s, no remainder.
+        (
+            "token_bucket",
+            &["5", "3600000000", "1", "18000000000", "0"],
+        ),
+        ("fixed_window", &["5", "3600000000"]),
+        ("sliding_log", &["5", "3600000000"]),
+    ];
+    for (name, params) in cases {
+        let (_, source) = rein_redis::SCRIPTS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("no script {name}"));
+        let sha = sha1_hex(source.as_bytes());
+        let load = ["SCRIPT", "LOAD", source];
+        assert_eq!(
+            escape(&sim.execute(load).to_resp()),
+            escape(&real.request(&load)),
+            "{name}"
+        );
+        let key = format!("{{t}}:{name}");
+        let steps: &[(&str, u64, &str)] = &[
+            ("acquire", 0, "2"),
+            ("acquire", 1, "2"),
+            ("acquire", 1, "2"),
+            ("peek", 2, "1"),
+            ("refund", 3, "1"),
+            ("acquire", 4, "1"),
+            ("acquire", 5, "9"),
+            ("acquire", 1_800_000_000, "1"),
+            ("acquire", 3_700_000_000, "3"),
+            ("refund", 3_700_000_001, "7"),
+        ];
+        for &(operation, offset, cost) in steps {
+            let now = (NOW_MICROS + offset).to_string();
+            let mut request = vec!["EVALSHA", sha.as_str(), "1", key.as_str()];
+            request.extend_from_slice(&[operation, &now, cost, "0"]);
+            request.extend_from_slice(params);
+            let expected = real.request(&request);
+            let actual = sim.execute(&request).to_resp();
+            assert_eq!(escape(&actual), escape(&expected), "{request:?}");
+            let get = ["GET", key.as_str()];
+            assert_eq!(
+                escape(&sim.execute(get).to_resp()),
+                escape(&real.request(&get)),
+                "{request:?}: stored state"
+            );
+        }
+    }
+}
+
 /// The explicit `now` of the calls: the simulated node's clock shows it too, although the
 /// script never reads the server's time when given one.
 const NOW_MICROS: u64 = 1_700_000_000_000_000;

@@ -7,8 +7,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use rein_core::{Limit, Micros, Policy, Timestamp};
-use rein_redis::{BreakerConfig, FailurePolicy, Source};
+use rein::{BreakerConfig, FailurePolicy, Source};
+use rein_core::{Algorithm, Limit, Micros, Policy, Timestamp};
 use sim::oracle::{Fraction, Interval};
 use sim::world::{EPOCH_SECS, Fault, Guard, Run, Scenario, suite_scenario};
 

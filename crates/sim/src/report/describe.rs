@@ -1,7 +1,7 @@
 //! How limits, durations and shares are written for people: one wording shared by the
 //! tables and the charts, exact where the number is exact.
 
-use rein_core::{Limit, Micros, Policy};
+use rein_core::{Algorithm, Limit, Micros, Policy};
 
 use crate::oracle::Fraction;
 

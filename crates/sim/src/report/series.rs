@@ -10,7 +10,7 @@
 //!   above the ceiling is a violation on its face; between the two lines, only the oracle
 //!   can tell, and the chart's title carries its verdict.
 
-use rein_core::{Limit, Micros, Policy, Timestamp};
+use rein_core::{Algorithm, Limit, Micros, Policy, Timestamp};
 
 use super::describe::{describe_limit, format_duration};
 use crate::oracle::{AdmissionLog, Fraction, Interval, sustained_allowance};

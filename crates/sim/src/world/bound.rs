@@ -38,7 +38,7 @@
 
 use std::num::NonZeroU32;
 
-use rein_core::{ConfigError, Limit, Micros, Policy};
+use rein_core::{Algorithm, ConfigError, Limit, Micros, Policy};
 
 /// One limit widened by `cut_offsets.len()` nodes on local fallback at `1/N` of it, each with
 /// its clock `cut_offsets[i]` µs ahead of Redis's (negative: behind): the limit the oracle
@@ -132,6 +132,27 @@ mod tests {
             bound(&[-1, 999_999]),
             Limit::fixed_window(200, second).unwrap()
         );
+    }
+
+    /// The bound's `share(x) = max(1, ⌊x / N⌋)` is the share the fallback really gets
+    /// (`Limit::share`, which `local_share` applies): if one changes, this fails.
+    #[test]
+    fn the_share_in_the_bound_is_the_fallback_share() {
+        let second = Micros::from_secs(1);
+        for whole in [1, 2, 3, 7, 20, 99, 100, 101, 1_000] {
+            for nodes in [1, 2, 3, 4, 6, 8, 64, 256] {
+                for limit in [
+                    Limit::token_bucket(whole, 100, second).unwrap(),
+                    Limit::fixed_window(whole, second).unwrap(),
+                    Limit::sliding_log(whole, second).unwrap(),
+                    Limit::sliding_counter(whole, second).unwrap(),
+                ] {
+                    let share = limit.share(n(nodes)).unwrap().capacity();
+                    let widened = fallback_limit(&limit, n(nodes), &[0]).unwrap();
+                    assert_eq!(widened.capacity(), whole + share, "{limit:?} ÷ {nodes}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -41,5 +41,9 @@ impl Skew {
 
 /// The start of the run: demand is due from here on, the charts' zero.
 pub fn start() -> Timestamp {
-    Timestamp::from_micros(EPOCH_SECS * 1_000_000 + super::scenario::WARMUP.as_micros() as u64)
+    Timestamp::from_micros(EPOCH_SECS * 1_000_000 + WARMUP.as_micros() as u64)
 }
+
+/// Time before demand starts, for nodes to connect: the true clock's zero is this much
+/// after the epoch.
+pub(crate) const WARMUP: Duration = Duration::from_millis(200);

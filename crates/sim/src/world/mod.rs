@@ -6,7 +6,7 @@
 //! 1. A [`Scenario`] names everything: seed, node count, policy, [`Workload`], whether
 //!    nodes pass their own (skewed) clocks or let Redis read its `TIME`
 //!    ([`TimeSource`]), the network's latency, its [`Fault`]s, and optionally a [`Guard`]:
-//!    rein-redis's `ResilientLimiter` (failure policy, breaker, deny and allow caches) in
+//!    rein's `ResilientLimiter` (failure policy, breaker, deny and allow caches) in
 //!    front of each node's store.
 //! 2. [`Scenario::run`] builds a turmoil world (epoch and RNG seed fixed), adds the Redis
 //!    host (with a [`tap`](ScriptTap) noting when each script ran) and one client per
@@ -38,8 +38,8 @@ mod suite;
 mod tap;
 mod workload;
 
+use rein::{AllowCacheConfig, BreakerConfig, FailurePolicy, Source};
 use rein_core::Timestamp;
-use rein_redis::{AllowCacheConfig, BreakerConfig, FailurePolicy, Source};
 
 pub use bound::{fallback_limit, fallback_policy};
 pub use clock::{EPOCH_SECS, Skew};

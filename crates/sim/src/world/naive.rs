@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
-use rein_core::{Limit, Policy, Timestamp};
+use rein_core::{Algorithm, Limit, Policy, Timestamp};
 
 /// The read-modify-write `TokenBucketLimiter`: `capacity` tokens, `refill_rate` tokens per second,
 /// state in a hash `{tokens, last_refill}` read and written in two round trips.

@@ -17,10 +17,9 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
-use rein_core::Timestamp;
-use rein_redis::{
-    AcquireError, NamedPolicy, PolicyTable, RedisStore, RedisStoreBuilder, ResilientLimiter, Source,
-};
+use rein::{PolicyTable, ResilientLimiter, Source};
+use rein_core::{DecideError, NamedPolicy, StoreError, Timestamp};
+use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 
 use super::clock::{self, Skew, true_now};
 use super::naive::NaiveBucket;
@@ -79,28 +78,31 @@ async fn run_rein(config: NodeConfig) -> turmoil::Result {
     // The local address of the connection the store uses now: the tap's index.
     let current: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
     let store = build_store(&config, current.clone()).await?;
+    let policy = RedisPolicy::prepare(&config.policy);
     for request in &config.requests {
         wait_until_due(request).await;
         let issued = true_now();
         let user = user_key(request.key);
         let result = match config.time {
-            TimeSource::Server => store.acquire(&config.policy, &user, request.cost).await,
+            TimeSource::Server => store.acquire(&policy, &user, request.cost).await,
             TimeSource::Client => {
                 let now = config.skew.read(issued);
-                store
-                    .acquire_at(now, &config.policy, &user, request.cost)
-                    .await
+                store.acquire_at(now, &policy, &user, request.cost).await
             }
         };
         let answered = true_now();
-        let source = result.is_ok().then_some(Source::Redis);
+        let source = result.is_ok().then_some(Source::Store);
         let outcome = match result {
             Ok(decision) if decision.is_allowed() => {
                 admitted_in_redis(&current, &config.tap, issued, answered)
             }
             Ok(_) => Outcome::Denied,
-            Err(AcquireError::Timeout(_)) => Outcome::Failed(Failure::Timeout),
-            Err(AcquireError::Connection(_)) => Outcome::Failed(Failure::Connection),
+            Err(DecideError::Unavailable(StoreError::Timeout(_))) => {
+                Outcome::Failed(Failure::Timeout)
+            }
+            Err(DecideError::Unavailable(StoreError::Connection(_))) => {
+                Outcome::Failed(Failure::Connection)
+            }
             Err(_) => Outcome::Failed(Failure::Other),
         };
         config.events.borrow_mut().push(Event {
@@ -116,7 +118,7 @@ async fn run_rein(config: NodeConfig) -> turmoil::Result {
     Ok(())
 }
 
-/// The node behind rein-redis's `ResilientLimiter`: the same store, with the guard's
+/// The node behind rein's `ResilientLimiter`: the same store, with the guard's
 /// failure policy, caches and breaker, on a local clock that reads the node's (skewed)
 /// simulated time. Redis decides on its own `TIME`.
 async fn run_guarded(config: NodeConfig) -> turmoil::Result {
@@ -149,7 +151,7 @@ async fn run_guarded(config: NodeConfig) -> turmoil::Result {
             Ok(decided) => {
                 let outcome = match (decided.is_allowed(), decided.source) {
                     (false, _) => Outcome::Denied,
-                    (true, Source::Redis) => {
+                    (true, Source::Store) => {
                         admitted_in_redis(&current, &config.tap, issued, answered)
                     }
                     // Decided locally, at once: it takes effect when it is answered.

@@ -7,11 +7,11 @@ use std::fmt::Write as _;
 use std::rc::Rc;
 use std::time::Duration;
 
-use rein_core::{Limit, Micros, Policy, PolicyState, Timestamp};
-use rein_redis::{FailurePolicy, NamedPolicy, Source};
+use rein::{FailurePolicy, Source};
+use rein_core::{Algorithm, Limit, Micros, Policy, PolicyState, Timestamp};
 
 use super::bound::fallback_policy;
-use super::clock::{self, Skew};
+use super::clock::{self, Skew, WARMUP};
 use super::fault::{Action, Fault};
 use super::node::{self, NodeConfig};
 use super::rng::Rng;
@@ -317,7 +317,7 @@ impl Scenario {
 
     /// Plays the scenario in a fresh turmoil world and returns what it recorded.
     pub fn run(&self) -> Result<Run, Box<dyn Error>> {
-        let policy = NamedPolicy::new("sim", self.policy.clone())?;
+        let policy = rein_core::NamedPolicy::new("sim", self.policy.clone())?;
         let demand = self.workload.generate(
             &Rng::new(self.seed).child(DEMAND_STREAM),
             self.nodes,
@@ -466,7 +466,7 @@ impl Run {
             .events
             .iter()
             .filter(|e| match e.source {
-                Some(source) => source == Source::Redis,
+                Some(source) => source == Source::Store,
                 // Without a guard a call either got Redis's decision or failed.
                 None => !matches!(e.outcome, Outcome::Failed(_)),
             })
@@ -488,7 +488,7 @@ impl Run {
         let mut counts = [0; 6];
         for e in &self.events {
             let slot = match e.source {
-                Some(Source::Redis) => 0,
+                Some(Source::Store) => 0,
                 Some(Source::DenyCache) => 1,
                 Some(Source::AllowCache) => 2,
                 Some(Source::Fallback(_)) => 3,
@@ -535,7 +535,7 @@ impl Run {
     pub fn back_on_redis(&self, node: usize, after: Timestamp) -> Option<Timestamp> {
         self.events
             .iter()
-            .filter(|e| e.node == node && e.issued >= after && e.source == Some(Source::Redis))
+            .filter(|e| e.node == node && e.issued >= after && e.source == Some(Source::Store))
             .map(|e| e.answered)
             .min()
     }
@@ -684,9 +684,6 @@ const MAX_HOSTS: usize = 16;
 
 /// turmoil's default capacity of a listener's queue and of a stream's buffer.
 const TCP_CAPACITY: usize = 64;
-
-/// Time before demand starts, for nodes to connect.
-pub(crate) const WARMUP: Duration = Duration::from_millis(200);
 
 const DEMAND_STREAM: u64 = 1;
 const SKEW_STREAM: u64 = 2;

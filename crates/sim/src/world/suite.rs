@@ -3,8 +3,8 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use rein::{AllowCacheConfig, BreakerConfig, FailurePolicy};
 use rein_core::{Limit, Micros, Policy};
-use rein_redis::{AllowCacheConfig, BreakerConfig, FailurePolicy};
 
 use super::{Fault, Guard, LimiterKind, Scenario, TimeSource, Workload};
 use crate::redis::Persistence;

@@ -11,7 +11,7 @@ use rein_core::Decision;
 ///
 /// ```
 /// use rein_core::{Decision, Micros, Outcome};
-/// use rein_redis::{Decided, Source, Unavailable};
+/// use rein::{Decided, Source, Unavailable};
 ///
 /// let decided = Decided {
 ///     decision: Decision {
@@ -42,8 +42,8 @@ pub struct Decided {
 /// policy's, given because Redis could not answer, and carry why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
-    /// Redis ran the policy's script: the exact, shared decision.
-    Redis,
+    /// The store decided (for Redis: ran the policy's script): the exact, shared decision.
+    Store,
     /// A denial Redis gave recently for this policy, key and a cost no larger, repeated
     /// locally before its `retry_after` ran out. Exact: Redis would have denied too. Its
     /// `retry_after` is counted down to the cached end; `limit` and `remaining` are those of
@@ -79,7 +79,7 @@ pub enum Unavailable {
     /// a Cluster slot moving). The call may have run if it broke after being sent.
     Connection,
     /// Redis answered with an error (`NOPERM`, `OOM`, `WRONGTYPE`, ...): a deployment
-    /// problem, see [`AcquireError::Server`](crate::AcquireError::Server).
+    /// problem, see [`StoreError::Server`](rein_core::StoreError::Server).
     Server,
     /// Redis answered with a reply of the wrong shape.
     UnexpectedReply,
@@ -93,7 +93,7 @@ impl Decided {
 }
 
 impl Source {
-    /// `redis`, `deny_cache`, `allow_cache`, `fallback`, `fail_open` or `fail_closed`: the
+    /// `store`, `deny_cache`, `allow_cache`, `fallback`, `fail_open` or `fail_closed`: the
     /// value of the `source` label in metrics and logs.
     pub fn as_str(&self) -> &'static str {
         SOURCE_NAMES[self.index()]
@@ -102,7 +102,7 @@ impl Source {
     /// Why Redis gave no decision, for the failure policy's sources.
     pub fn unavailable(&self) -> Option<Unavailable> {
         match self {
-            Source::Redis | Source::DenyCache | Source::AllowCache => None,
+            Source::Store | Source::DenyCache | Source::AllowCache => None,
             Source::Fallback(why) | Source::FailOpen(why) | Source::FailClosed(why) => Some(*why),
         }
     }
@@ -110,13 +110,13 @@ impl Source {
     /// Whether the decision is the shared limit's own: from Redis, or a denial Redis would
     /// repeat. Reuses of the allow cache and the failure policy's answers are not.
     pub fn is_exact(&self) -> bool {
-        matches!(self, Source::Redis | Source::DenyCache)
+        matches!(self, Source::Store | Source::DenyCache)
     }
 
     /// A dense index, in the order of [`SOURCE_NAMES`], for counters.
     pub(crate) fn index(&self) -> usize {
         match self {
-            Source::Redis => 0,
+            Source::Store => 0,
             Source::DenyCache => 1,
             Source::AllowCache => 2,
             Source::Fallback(_) => 3,
@@ -146,9 +146,13 @@ impl Unavailable {
     }
 }
 
+/// How many sources and store errors there are: the sizes of the counter arrays.
+pub(crate) const SOURCES: usize = SOURCE_NAMES.len();
+pub(crate) const ERRORS: usize = ERROR_NAMES.len();
+
 /// The sources' names, by [`Source::index`].
 pub(crate) const SOURCE_NAMES: [&str; 6] = [
-    "redis",
+    "store",
     "deny_cache",
     "allow_cache",
     "fallback",

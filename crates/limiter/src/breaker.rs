@@ -49,7 +49,7 @@ use rein_core::{Micros, Timestamp};
 /// use std::num::NonZeroU32;
 /// use std::time::Duration;
 /// use rein_core::Timestamp;
-/// use rein_redis::{Breaker, BreakerConfig, BreakerState};
+/// use rein::{Breaker, BreakerConfig, BreakerState};
 ///
 /// let config = BreakerConfig::new()
 ///     .failure_threshold(NonZeroU32::new(2).unwrap())
@@ -85,7 +85,7 @@ pub struct Breaker {
 /// Settings of a [`Breaker`].
 ///
 /// Defaults: trip after 5 consecutive failures; open for 100 ms, doubling per consecutive
-/// trip up to 1 s; no jitter; a probe that has not ended after 50 ms counts as failed.
+/// trip up to 800 ms; no jitter; a probe that has not ended after 50 ms counts as failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BreakerConfig {
     /// Consecutive failures that trip a closed breaker (`K`).
@@ -393,7 +393,7 @@ impl BreakerConfig {
         self
     }
 
-    /// The first open period and the longest one (defaults 100 ms and 1 s). Each
+    /// The first open period and the longest one (defaults 100 ms and 800 ms). Each
     /// consecutive trip doubles the period up to `max`; a `max` below `base` is raised to
     /// `base`. Periods are kept in whole microseconds.
     pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
@@ -489,9 +489,11 @@ const DEFAULT_FAILURE_THRESHOLD: u32 = 5;
 /// probe can make a fresh connect attempt rather than meet the previous attempt's backoff.
 const DEFAULT_BASE_BACKOFF_MS: u64 = 100;
 
-/// 1 s: a dead Redis gets about one probe a second, and a recovered one is back in use
-/// within about a second.
-const DEFAULT_MAX_BACKOFF_MS: u64 = 1_000;
+/// 800 ms: a dead store gets a probe a little more often than once a second, and a
+/// recovered one is back in use within a second with every other default: the recovery
+/// bound is `max backoff + 2 × deadline + safety net` = 0.8 + 0.1 + 0.005 s, plus the gap
+/// to the next request (docs/failure.md, "Recovery"). With 1 s it measured 1.04 s.
+const DEFAULT_MAX_BACKOFF_MS: u64 = 800;
 
 /// The store's default deadline.
 const DEFAULT_PROBE_TIMEOUT_MS: u64 = 50;

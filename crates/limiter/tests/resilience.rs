@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
-use rein_core::{Limit, LimitState, Micros, Outcome, Policy, Timestamp};
-use rein_memory::FakeClock;
-use rein_redis::{
-    AllowCacheConfig, BreakerConfig, BreakerState, Decided, FailurePolicy, NamedPolicy,
-    PolicyTable, RedisStore, RedisStoreBuilder, RequestError, ResilientLimiter, Source, TimeSource,
-    Unavailable,
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use rein::{
+    AllowCacheConfig, BreakerConfig, BreakerState, Decided, FailurePolicy, PolicyTable,
+    RequestError, ResilientLimiter, Source, TimeSource, Unavailable,
 };
+use rein_core::{Limit, LimitState, Limiter, Micros, NamedPolicy, Outcome, Policy, Timestamp};
+use rein_memory::FakeClock;
+use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 use tokio::time::Instant;
 
@@ -44,10 +44,10 @@ fn bucket(name: &str, capacity: u64) -> NamedPolicy {
     NamedPolicy::new(name, Policy::single(limit)).expect("valid name")
 }
 
-/// `limit` per window of 10^15 µs (the next boundary is in 2033): its stored count is
-/// exactly what was admitted.
+/// `limit` per window of `MAX_SPAN`, 2^48 µs (the next boundary is in 2032): its stored
+/// count is exactly what was admitted.
 fn eon_window(name: &str, limit: u64) -> NamedPolicy {
-    let eon = Micros::from_micros(1_000_000_000_000_000);
+    let eon = rein_core::MAX_SPAN;
     let limit = Limit::fixed_window(limit, eon).expect("valid");
     NamedPolicy::new(name, Policy::single(limit)).expect("valid name")
 }
@@ -96,10 +96,7 @@ async fn reconnecting_store(
 }
 
 /// One decision, asserting it came back within the deadline bound.
-async fn timed<C>(limiter: &ResilientLimiter<C>, key: &str, cost: u64) -> Decided
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
+async fn timed<S: Limiter>(limiter: &ResilientLimiter<S>, key: &str, cost: u64) -> Decided {
     let started = Instant::now();
     let decided = limiter.acquire(key, cost).await.expect("a valid request");
     let took = started.elapsed();
@@ -120,10 +117,7 @@ struct Outage {
 }
 
 /// `count` requests of cost 1 for `key`, [`GAP`] apart, each within the deadline bound.
-async fn outage<C>(limiter: &ResilientLimiter<C>, key: &str, count: usize) -> Outage
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
+async fn outage<S: Limiter>(limiter: &ResilientLimiter<S>, key: &str, count: usize) -> Outage {
     let metrics = tokio::runtime::Handle::current().metrics();
     let started = Instant::now();
     let mut decisions = Vec::with_capacity(count);
@@ -147,19 +141,17 @@ fn kill(server: &mut RedisServer) {
 /// Checks what every failure-policy test checks after its outage phase of `requests`:
 /// Redis calls stopped once the breaker opened (at most `K` failures, then one probe per
 /// open period, each at least `base` long), and nothing piled up.
-fn assert_calls_stopped_and_nothing_piled_up<C>(
-    limiter: &ResilientLimiter<C>,
+fn assert_calls_stopped_and_nothing_piled_up<S: Limiter>(
+    limiter: &ResilientLimiter<S>,
     calls_before: u64,
     k: u64,
     base: Duration,
     outage: &Outage,
     requests: u64,
     tasks_before: usize,
-) where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
+) {
     let stats = limiter.stats();
-    let calls = stats.redis_calls - calls_before;
+    let calls = stats.store_calls - calls_before;
     let probes_at_most = (outage.took.as_millis() / base.as_millis()) as u64 + 1;
     assert!(
         calls <= k + probes_at_most,
@@ -167,7 +159,7 @@ fn assert_calls_stopped_and_nothing_piled_up<C>(
         outage.took
     );
     assert_eq!(
-        stats.redis_errors, calls,
+        stats.store_errors, calls,
         "every call to the dead Redis failed"
     );
     assert_eq!(
@@ -196,7 +188,7 @@ async fn a_killed_redis_fails_open_within_the_deadline_and_stops_being_called() 
         .build()
         .expect("limiter");
     for _ in 0..10 {
-        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Redis);
+        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     }
     let tasks_before = tokio::runtime::Handle::current()
         .metrics()
@@ -208,7 +200,7 @@ async fn a_killed_redis_fails_open_within_the_deadline_and_stops_being_called() 
         assert!(matches!(decided.source, Source::FailOpen(_)), "{decided:?}");
     }
     let stats = limiter.stats();
-    assert_eq!(stats.redis.allowed, 10);
+    assert_eq!(stats.store.allowed, 10);
     assert_eq!(stats.fail_open.allowed, 100);
     assert_eq!((stats.decisions, stats.allowed), (110, 110));
     let base = Duration::from_millis(100);
@@ -225,7 +217,7 @@ async fn a_killed_redis_fails_closed_within_the_deadline() {
         .build()
         .expect("limiter");
     for _ in 0..10 {
-        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Redis);
+        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     }
     let tasks_before = tokio::runtime::Handle::current()
         .metrics()
@@ -248,7 +240,7 @@ async fn a_killed_redis_fails_closed_within_the_deadline() {
         .count();
     let stats = limiter.stats();
     assert_eq!(stats.breaker_rejections, rejected as u64);
-    assert_eq!(stats.redis.allowed, 10);
+    assert_eq!(stats.store.allowed, 10);
     assert_eq!(stats.fail_closed.denied, 100);
     assert_eq!((stats.decisions, stats.denied), (110, 100));
     let base = Duration::from_millis(100);
@@ -270,7 +262,7 @@ async fn a_killed_redis_falls_back_to_exactly_the_local_share() {
         .expect("limiter");
     // What Redis admitted before does not reduce the local share: the fallback starts full.
     for _ in 0..10 {
-        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Redis);
+        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     }
     let tasks_before = tokio::runtime::Handle::current()
         .metrics()
@@ -293,7 +285,7 @@ async fn a_killed_redis_falls_back_to_exactly_the_local_share() {
     let stats = limiter.stats();
     assert_eq!(stats.fallback.allowed, 26);
     assert_eq!(stats.fallback.denied, 36);
-    assert_eq!(stats.redis.allowed, 10);
+    assert_eq!(stats.store.allowed, 10);
     let base = Duration::from_millis(100);
     assert_calls_stopped_and_nothing_piled_up(&limiter, 10, 3, base, &outage, 62, tasks_before);
 }
@@ -309,7 +301,7 @@ async fn a_paused_redis_then_resumed_counts_every_request_at_most_once() {
         .build()
         .expect("limiter");
     for _ in 0..20 {
-        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Redis);
+        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     }
     server.pause().expect("SIGSTOP");
     // Longer than several deadlines and breaker periods: calls time out, the breaker opens,
@@ -319,7 +311,7 @@ async fn a_paused_redis_then_resumed_counts_every_request_at_most_once() {
     server.resume().expect("SIGCONT");
     // Back to Redis by itself, then 20 more.
     let back = Instant::now();
-    while timed(&limiter, "k", 1).await.source != Source::Redis {
+    while timed(&limiter, "k", 1).await.source != Source::Store {
         assert!(
             back.elapsed() < Duration::from_secs(1),
             "Redis not used again"
@@ -327,24 +319,27 @@ async fn a_paused_redis_then_resumed_counts_every_request_at_most_once() {
         tokio::time::sleep(GAP).await;
     }
     for _ in 0..20 {
-        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Redis);
+        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     }
     let stats = limiter.stats();
     assert!(
         stats.timeouts >= 3,
         "the pause was seen as timeouts: {stats:?}"
     );
-    assert_eq!(stats.redis_errors, stats.timeouts, "and only as timeouts");
+    assert_eq!(stats.store_errors, stats.timeouts, "and only as timeouts");
     // Every call that timed out had been written to the socket, and Redis ran each once
     // when it resumed; nothing was sent twice. A replay would make the count larger, a
     // call lost by the limiter smaller.
-    let state = store.state(&policy, "k").await.expect("state");
+    let state = store
+        .state(&RedisPolicy::prepare(&policy), "k")
+        .await
+        .expect("state");
     let count = match state.iter().next() {
         Some(LimitState::FixedWindow(window)) => window.count,
         other => panic!("unexpected state {other:?}"),
     };
-    assert_eq!(stats.redis.allowed, 41);
-    assert_eq!(count, stats.redis.allowed + stats.timeouts);
+    assert_eq!(stats.store.allowed, 41);
+    assert_eq!(count, stats.store.allowed + stats.timeouts);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -358,7 +353,7 @@ async fn a_restarted_redis_is_used_again_within_a_second() {
         .build()
         .expect("limiter");
     for _ in 0..5 {
-        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Redis);
+        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     }
     kill(&mut server);
     let down = outage(&limiter, "k", 60).await;
@@ -369,12 +364,12 @@ async fn a_restarted_redis_is_used_again_within_a_second() {
     });
     // One connect attempt per probe at most, not one per request.
     let connects_down = connects.load(Ordering::SeqCst);
-    assert!(connects_down <= 1 + limiter.stats().redis_calls as usize - 5);
+    assert!(connects_down <= 1 + limiter.stats().store_calls as usize - 5);
     tokio::task::block_in_place(|| server.restart()).expect("restart redis-server");
     let ready = Instant::now();
     let decided = loop {
         let decided = timed(&limiter, "k", 1).await;
-        if decided.source == Source::Redis {
+        if decided.source == Source::Store {
             break decided;
         }
         tokio::time::sleep(GAP).await;
@@ -388,7 +383,7 @@ async fn a_restarted_redis_is_used_again_within_a_second() {
     assert_eq!(stats.breaker_state, BreakerState::Closed);
     assert_eq!(limiter.breaker_state(), BreakerState::Closed);
     assert_eq!(stats.breaker_closed, 1);
-    assert_eq!(stats.redis.allowed, 6);
+    assert_eq!(stats.store.allowed, 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -402,7 +397,7 @@ async fn a_restarted_redis_behind_the_default_connection_manager_is_used_again_w
         .breaker(breaker(2, 100, 200))
         .build()
         .expect("limiter");
-    assert_eq!(timed(&limiter, "k", 1).await.source, Source::Redis);
+    assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     kill(&mut server);
     // Down for about a second: long enough for the manager's default backoff to reach
     // seconds between connect attempts.
@@ -410,7 +405,7 @@ async fn a_restarted_redis_behind_the_default_connection_manager_is_used_again_w
     assert!(down.took >= Duration::from_millis(750));
     tokio::task::block_in_place(|| server.restart()).expect("restart redis-server");
     let ready = Instant::now();
-    while timed(&limiter, "k", 1).await.source != Source::Redis {
+    while timed(&limiter, "k", 1).await.source != Source::Store {
         tokio::time::sleep(GAP).await;
     }
     // The longest open period (200 ms), the manager's longest sleep between connects
@@ -447,12 +442,12 @@ async fn the_deny_cache_denies_locally_until_retry_after_and_never_longer() {
     .build()
     .expect("limiter");
     for _ in 0..2 {
-        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Redis);
+        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     }
     let denied = timed(&limiter, "k", 1).await;
-    assert_eq!(denied.source, Source::Redis);
+    assert_eq!(denied.source, Source::Store);
     assert_eq!(denied.decision.retry_after, Micros::from_secs(10));
-    assert_eq!(limiter.stats().redis_calls, 3);
+    assert_eq!(limiter.stats().store_calls, 3);
 
     // Up to the last microsecond: answered locally, with the wait counted down, for the
     // denied cost and any larger one. Redis agrees.
@@ -464,14 +459,17 @@ async fn the_deny_cache_denies_locally_until_retry_after_and_never_longer() {
         assert_eq!(cached.decision.outcome, Outcome::Denied);
         assert_eq!(cached.decision.retry_after, Micros::from_micros(1));
     }
-    let redis_then = store.peek_at(last, &policy, "k", 1).await.expect("peek");
+    let redis_then = store
+        .peek_at(last, &RedisPolicy::prepare(&policy), "k", 1)
+        .await
+        .expect("peek");
     assert!(!redis_then.is_allowed());
-    assert_eq!(limiter.stats().redis_calls, 3, "no call while cached");
+    assert_eq!(limiter.stats().store_calls, 3, "no call while cached");
 
     // At the end of Redis's denial: Redis is asked, and admits.
     clock.set(t0.saturating_add(Micros::from_secs(10)));
     let admitted = timed(&limiter, "k", 1).await;
-    assert_eq!(admitted.source, Source::Redis);
+    assert_eq!(admitted.source, Source::Store);
     assert!(admitted.is_allowed());
 
     // A denial covers only costs at least as large: cost 2 is denied for 20 s, but cost 1
@@ -479,19 +477,19 @@ async fn the_deny_cache_denies_locally_until_retry_after_and_never_longer() {
     let two = timed(&limiter, "k", 2).await;
     assert_eq!(
         (two.source, two.decision.retry_after),
-        (Source::Redis, Micros::from_secs(20))
+        (Source::Store, Micros::from_secs(20))
     );
     let one = timed(&limiter, "k", 1).await;
     assert_eq!(
         (one.source, one.decision.retry_after),
-        (Source::Redis, Micros::from_secs(10))
+        (Source::Store, Micros::from_secs(10))
     );
     let stats = limiter.stats();
     assert_eq!(stats.deny_cache.denied, 2);
-    assert_eq!(stats.redis_calls, 6);
+    assert_eq!(stats.store_calls, 6);
     assert_eq!(
-        stats.redis,
-        rein_redis::SourceCounts {
+        stats.store,
+        rein::SourceCounts {
             allowed: 3,
             denied: 3
         }
@@ -515,15 +513,15 @@ async fn a_refund_returns_capacity_in_redis_and_drops_the_cached_denial() {
     for _ in 0..3 {
         assert!(timed(&limiter, "k", 1).await.is_allowed());
     }
-    assert_eq!(timed(&limiter, "k", 1).await.source, Source::Redis);
+    assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     assert_eq!(timed(&limiter, "k", 1).await.source, Source::DenyCache);
 
     limiter.refund("k", 2).await.expect("refund");
     let after = timed(&limiter, "k", 2).await;
-    assert_eq!((after.source, after.is_allowed()), (Source::Redis, true));
+    assert_eq!((after.source, after.is_allowed()), (Source::Store, true));
     assert_eq!(after.decision.remaining, 0);
     let denied = timed(&limiter, "k", 1).await;
-    assert_eq!((denied.source, denied.is_allowed()), (Source::Redis, false));
+    assert_eq!((denied.source, denied.is_allowed()), (Source::Store, false));
 }
 
 /// Three nodes with allow caches share a capacity of 40. Each reuses exactly `max_reuses`
@@ -575,7 +573,7 @@ async fn the_allow_cache_over_admits_no_more_than_its_bound() {
         reuses_per_phase.push(reuses);
     }
     let stats: Vec<_> = nodes.iter().map(ResilientLimiter::stats).collect();
-    let redis_allowed: u64 = stats.iter().map(|s| s.redis.allowed).sum();
+    let redis_allowed: u64 = stats.iter().map(|s| s.store.allowed).sum();
     let reused: u64 = stats.iter().map(|s| s.allow_cache.allowed).sum();
     assert_eq!(redis_allowed, 40, "Redis admitted exactly its capacity");
     // While Redis has room, each node reuses exactly its budget per window; in the last
@@ -585,7 +583,12 @@ async fn the_allow_cache_over_admits_no_more_than_its_bound() {
     let windows = 2 + 1; // ⌈T / ttl⌉ + 1 for T = 2 ttl
     assert!(reused <= NODES * MAX_REUSES * windows);
     let state = store
-        .peek_at(t0.saturating_add(Micros::from_secs(2)), &policy, "k", 0)
+        .peek_at(
+            t0.saturating_add(Micros::from_secs(2)),
+            &RedisPolicy::prepare(&policy),
+            "k",
+            0,
+        )
         .await;
     assert_eq!(state.expect("peek").remaining, 0);
 }
@@ -640,11 +643,11 @@ async fn the_policy_table_routes_keys_by_prefix_and_by_name() {
     let decided = spawned.await.expect("task").expect("decision");
     assert_eq!(
         (decided.source, decided.decision.remaining),
-        (Source::Redis, 4)
+        (Source::Store, 4)
     );
     // A zero cost asks Redis and leaves the caches alone, even for a denied key.
     let peek = timed(&limiter, "login:bob", 0).await;
-    assert_eq!((peek.source, peek.decision.remaining), (Source::Redis, 0));
+    assert_eq!((peek.source, peek.decision.remaining), (Source::Store, 0));
     assert_eq!(
         timed(&limiter, "login:bob", 1).await.source,
         Source::DenyCache
@@ -663,7 +666,7 @@ async fn a_half_open_breaker_lets_exactly_one_of_many_concurrent_requests_probe(
         .breaker(breaker(1, 100, 100))
         .build()
         .expect("limiter");
-    assert_eq!(timed(&limiter, "k", 1).await.source, Source::Redis);
+    assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     server.pause().expect("SIGSTOP");
     let tripped = timed(&limiter, "k", 1).await;
     assert_eq!(tripped.source, Source::FailClosed(Unavailable::Timeout));
@@ -686,7 +689,7 @@ async fn a_half_open_breaker_lets_exactly_one_of_many_concurrent_requests_probe(
     }
     server.resume().expect("SIGCONT");
     let after = limiter.stats();
-    assert_eq!(after.redis_calls - before.redis_calls, 1, "one probe");
+    assert_eq!(after.store_calls - before.store_calls, 1, "one probe");
     assert_eq!(
         after.breaker_rejections - before.breaker_rejections,
         TASKS as u64 - 1
@@ -731,9 +734,9 @@ async fn counters_and_the_metrics_export_agree_with_what_happened() {
     });
 
     for _ in 0..3 {
-        assert_eq!(timed(&limiter, "a", 1).await.source, Source::Redis);
+        assert_eq!(timed(&limiter, "a", 1).await.source, Source::Store);
     }
-    assert_eq!(timed(&limiter, "a", 1).await.source, Source::Redis);
+    assert_eq!(timed(&limiter, "a", 1).await.source, Source::Store);
     for _ in 0..2 {
         assert_eq!(timed(&limiter, "a", 1).await.source, Source::DenyCache);
     }
@@ -746,11 +749,11 @@ async fn counters_and_the_metrics_export_agree_with_what_happened() {
 
     let stats = limiter.stats();
     assert_eq!((stats.decisions, stats.allowed, stats.denied), (11, 3, 8));
-    assert_eq!((stats.redis.allowed, stats.redis.denied), (3, 1));
+    assert_eq!((stats.store.allowed, stats.store.denied), (3, 1));
     assert_eq!(stats.deny_cache.denied, 2);
     assert_eq!(stats.fail_closed.denied, 5);
-    assert_eq!(stats.redis_calls, 6);
-    assert_eq!(stats.redis_errors, 2);
+    assert_eq!(stats.store_calls, 6);
+    assert_eq!(stats.store_errors, 2);
     assert_eq!(stats.timeouts + stats.connection_errors, 2);
     assert_eq!(stats.breaker_rejections, 3);
     assert_eq!(
@@ -763,7 +766,7 @@ async fn counters_and_the_metrics_export_agree_with_what_happened() {
     );
     assert_eq!(stats.breaker_state, BreakerState::Open);
     assert_eq!(stats.invalid_requests, 1);
-    assert_eq!(stats.redis_latency.count(), 6);
+    assert_eq!(stats.store_latency.count(), 6);
 
     // The facade's view, keyed by name and labels (the `limiter` label is "metered").
     let mut exported = std::collections::BTreeMap::new();
@@ -797,8 +800,8 @@ async fn counters_and_the_metrics_export_agree_with_what_happened() {
             "rein_decisions_total{{source={source},outcome={outcome}}}"
         ))
     };
-    assert_eq!(decisions("redis", "allowed"), stats.redis.allowed);
-    assert_eq!(decisions("redis", "denied"), stats.redis.denied);
+    assert_eq!(decisions("store", "allowed"), stats.store.allowed);
+    assert_eq!(decisions("store", "denied"), stats.store.denied);
     assert_eq!(decisions("deny_cache", "denied"), stats.deny_cache.denied);
     assert_eq!(decisions("fail_closed", "denied"), stats.fail_closed.denied);
     let all_decisions: u64 = exported
@@ -807,11 +810,11 @@ async fn counters_and_the_metrics_export_agree_with_what_happened() {
         .map(|(_, v)| *v as u64)
         .sum();
     assert_eq!(all_decisions, stats.decisions);
-    assert_eq!(expect("rein_redis_calls_total{}"), stats.redis_calls);
-    let errors = expect("rein_redis_errors_total{kind=timeout}")
-        + expect("rein_redis_errors_total{kind=connection}");
-    assert_eq!(errors, stats.redis_errors);
-    assert_eq!(expect("rein_redis_errors_total{kind=server}"), 0);
+    assert_eq!(expect("rein_store_calls_total{}"), stats.store_calls);
+    let errors = expect("rein_store_errors_total{kind=timeout}")
+        + expect("rein_store_errors_total{kind=connection}");
+    assert_eq!(errors, stats.store_errors);
+    assert_eq!(expect("rein_store_errors_total{kind=server}"), 0);
     assert_eq!(
         expect("rein_breaker_rejections_total{}"),
         stats.breaker_rejections
@@ -820,5 +823,5 @@ async fn counters_and_the_metrics_export_agree_with_what_happened() {
     assert_eq!(expect("rein_breaker_transitions_total{to=closed}"), 0);
     assert_eq!(expect("rein_breaker_state{}"), 2, "open");
     assert_eq!(expect("rein_invalid_requests_total{}"), 1);
-    assert_eq!(latencies as u64, stats.redis_latency.count());
+    assert_eq!(latencies as u64, stats.store_latency.count());
 }

@@ -21,7 +21,7 @@ use std::num::NonZeroUsize;
 
 use rein_core::{Decision, Micros, Outcome, Timestamp};
 
-use super::bounded::{BoundedMap, Expiring, WhenFull};
+use crate::bounded::{BoundedMap, Expiring, WhenFull};
 
 /// Recent denials by (policy, key), at most `max_entries` of them.
 ///

@@ -1,7 +1,7 @@
 //! The allow cache (opt-in, over-admitting): reuse a recent "allowed" from Redis a bounded
 //! number of times without asking Redis again.
 //!
-//! This is seed 000's local cache of "allowed" decisions, made explicit and bounded. Every
+//! This is the naive local cache of "allowed" decisions, made explicit and bounded. Every
 //! reuse is an admission Redis never counts, so it admits more than the policy says. What
 //! this module enforces is how much more:
 //!
@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use rein_core::{Decision, Micros, Outcome, Timestamp};
 
-use super::bounded::{BoundedMap, Expiring, WhenFull};
+use crate::bounded::{BoundedMap, Expiring, WhenFull};
 
 /// Settings of the allow cache, enabled with
 /// [`danger_allow_cache`](crate::ResilientLimiterBuilder::danger_allow_cache).
@@ -41,7 +41,7 @@ use super::bounded::{BoundedMap, Expiring, WhenFull};
 /// ```
 /// use std::num::NonZeroU32;
 /// use std::time::Duration;
-/// use rein_redis::AllowCacheConfig;
+/// use rein::AllowCacheConfig;
 ///
 /// // At most 4 local reuses per key per 100 ms window on each node.
 /// let config = AllowCacheConfig::new(Duration::from_millis(100), NonZeroU32::new(4).unwrap());

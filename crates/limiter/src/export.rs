@@ -9,26 +9,25 @@
 //!
 //! | metric | kind | labels | meaning |
 //! |---|---|---|---|
-//! | `rein_decisions_total` | counter | `source`, `outcome` | decisions by source (`redis`, `deny_cache`, `allow_cache`, `fallback`, `fail_open`, `fail_closed`) and outcome (`allowed`, `denied`) |
-//! | `rein_redis_calls_total` | counter | | script calls sent to Redis |
-//! | `rein_redis_errors_total` | counter | `kind` | calls with no decision: `timeout`, `connection`, `server`, `unexpected_reply` |
+//! | `rein_decisions_total` | counter | `source`, `outcome` | decisions by source (`store`, `deny_cache`, `allow_cache`, `fallback`, `fail_open`, `fail_closed`) and outcome (`allowed`, `denied`) |
+//! | `rein_store_calls_total` | counter | | calls sent to the store (for Redis, script calls) |
+//! | `rein_store_errors_total` | counter | `kind` | calls with no decision: `timeout`, `connection`, `server`, `unexpected_reply` |
 //! | `rein_breaker_rejections_total` | counter | | requests not sent because the breaker was open |
 //! | `rein_breaker_transitions_total` | counter | `to` | breaker transitions to `open`, `half_open`, `closed` |
 //! | `rein_breaker_state` | gauge | | 0 closed, 1 half-open, 2 open |
 //! | `rein_invalid_requests_total` | counter | | requests refused with an `Err` |
-//! | `rein_redis_latency_seconds` | histogram | | latency of each call sent to Redis |
+//! | `rein_store_latency_seconds` | histogram | | latency of each call sent to the store |
 
 use metrics::{Counter, Gauge, Histogram, Unit};
 
-use super::decided::{ERROR_NAMES, SOURCE_NAMES};
-use super::stats::{ERRORS, SOURCES};
+use crate::decided::{ERROR_NAMES, ERRORS, SOURCE_NAMES, SOURCES};
 
 /// The facade handles of one limiter.
 pub(crate) struct Export {
     /// `[source index][0 allowed, 1 denied]`.
     pub(crate) decisions: [[Counter; 2]; SOURCES],
-    pub(crate) redis_calls: Counter,
-    pub(crate) redis_errors: [Counter; ERRORS],
+    pub(crate) store_calls: Counter,
+    pub(crate) store_errors: [Counter; ERRORS],
     pub(crate) breaker_rejections: Counter,
     /// `[0 open, 1 half_open, 2 closed]`.
     pub(crate) transitions: [Counter; 3],
@@ -51,9 +50,9 @@ impl Export {
                 )
             })
         });
-        let redis_errors = std::array::from_fn(|kind| {
+        let store_errors = std::array::from_fn(|kind| {
             metrics::counter!(
-                REDIS_ERRORS,
+                STORE_ERRORS,
                 "limiter" => limiter.clone(),
                 "kind" => ERROR_NAMES[kind],
             )
@@ -65,8 +64,8 @@ impl Export {
         breaker_state.set(0.0);
         Self {
             decisions,
-            redis_calls: metrics::counter!(REDIS_CALLS, "limiter" => limiter.clone()),
-            redis_errors,
+            store_calls: metrics::counter!(STORE_CALLS, "limiter" => limiter.clone()),
+            store_errors,
             breaker_rejections: metrics::counter!(REJECTIONS, "limiter" => limiter.clone()),
             transitions,
             breaker_state,
@@ -83,16 +82,16 @@ fn describe() {
         Unit::Count,
         "Rate-limit decisions, by source and outcome."
     );
-    metrics::describe_counter!(REDIS_CALLS, Unit::Count, "Script calls sent to Redis.");
+    metrics::describe_counter!(STORE_CALLS, Unit::Count, "Calls sent to the store.");
     metrics::describe_counter!(
-        REDIS_ERRORS,
+        STORE_ERRORS,
         Unit::Count,
-        "Calls to Redis that gave no decision, by kind."
+        "Calls to the store that gave no decision, by kind."
     );
     metrics::describe_counter!(
         REJECTIONS,
         Unit::Count,
-        "Requests not sent to Redis because the circuit breaker was open."
+        "Requests not sent to the store because the circuit breaker was open."
     );
     metrics::describe_counter!(
         TRANSITIONS,
@@ -108,15 +107,15 @@ fn describe() {
         Unit::Count,
         "Requests refused as invalid (empty key, cost above capacity, unknown policy)."
     );
-    metrics::describe_histogram!(LATENCY, Unit::Seconds, "Latency of each call to Redis.");
+    metrics::describe_histogram!(LATENCY, Unit::Seconds, "Latency of each call to the store.");
 }
 
 /// Metric names.
 pub(crate) const DECISIONS: &str = "rein_decisions_total";
-pub(crate) const REDIS_CALLS: &str = "rein_redis_calls_total";
-pub(crate) const REDIS_ERRORS: &str = "rein_redis_errors_total";
+pub(crate) const STORE_CALLS: &str = "rein_store_calls_total";
+pub(crate) const STORE_ERRORS: &str = "rein_store_errors_total";
 pub(crate) const REJECTIONS: &str = "rein_breaker_rejections_total";
 pub(crate) const TRANSITIONS: &str = "rein_breaker_transitions_total";
 pub(crate) const BREAKER_STATE: &str = "rein_breaker_state";
 pub(crate) const INVALID: &str = "rein_invalid_requests_total";
-pub(crate) const LATENCY: &str = "rein_redis_latency_seconds";
+pub(crate) const LATENCY: &str = "rein_store_latency_seconds";

@@ -1,41 +1,54 @@
-//! The layer above [`RedisStore`](crate::RedisStore) that keeps answering when Redis is
-//! slow, partitioned or restarting: [`ResilientLimiter`].
+//! rein: rate limits through a shared store that keep answering when the store does not.
+//!
+//! This is the crate an application uses on its request path. It sits above the stores
+//! (`rein-redis` for limits shared through Redis, `rein-memory` in process), which only
+//! store: each implements rein-core's one [`Limiter`](rein_core::Limiter) trait and nothing
+//! more. [`ResilientLimiter`] wraps any of them and gives every request an answer within
+//! the store's deadline, by a failure policy the operator chose ([`FailurePolicy`]), says
+//! where each answer came from ([`Source`]), stops calling a store that keeps failing
+//! ([`Breaker`]) and goes back by itself when a probe succeeds. docs/failure.md states the
+//! exact bounds each policy gives during and after an outage; docs/architecture.md draws
+//! the crates and the decision path.
 //!
 //! A rate limiter sits in every request's path, so an outage of Redis must not become an
 //! outage of the service, nor a pile-up of waiting requests, nor a replay storm when Redis
-//! returns. This layer gives every request an answer within the store's deadline, by a
-//! failure policy the operator chose ([`FailurePolicy`]), says where each answer came from
-//! ([`Source`]), stops calling a Redis that keeps failing ([`Breaker`]) and goes back to
-//! Redis by itself when a probe succeeds. docs/failure.md states the exact bounds each
-//! policy gives during and after an outage.
+//! returns.
 //!
 //! # Design
-//! - **The breaker is sans-IO.** [`Breaker`] is a pure state machine in quinn's shape
-//!   (`poll_admit`, `handle_success`/`handle_failure`, `poll_timeout`, `poll_event`), tested
-//!   on a number line. [`ResilientLimiter`] is the thin driver: read the clock, ask the
-//!   breaker, call the store, report, and drain the breaker's events into logs and counters.
+//! - **Decisions are sans-IO.** The request path's logic (deny and allow caches, breaker,
+//!   failure policy, counters) is one pure state machine, the gate (`gate.rs`), with
+//!   explicit time, tested on a number line; the breaker inside it ([`Breaker`]) is one too,
+//!   in quinn's shape (`poll_admit`, `handle_success`/`handle_failure`, `poll_timeout`,
+//!   `poll_event`). [`ResilientLimiter`] is the thin driver: read the clock, ask the gate,
+//!   await the store under the deadline, hand the outcome back.
 //! - **Local time is injected.** Everything local (cache expiry, breaker timers, the
 //!   fallback limiter, latency) reads a [`rein_memory::Clock`] (default [`TokioClock`]), and
 //!   the only wait is the store's call under `tokio::time`. The same code runs under
 //!   turmoil's simulated time with a skewed clock per node.
-//! - **Nothing is replayed.** A call that timed out may have run in Redis; the failure
-//!   policy answers instead, so a request is counted in Redis at most once.
-//! - **Caches are explicit about their error.** The deny cache repeats Redis's denials and
-//!   never outlasts them (its expiry counts from before the call was sent). The allow cache
-//!   over-admits and is off unless enabled with a `danger_` method, under a bound it
+//! - **Nothing is replayed.** A call that timed out may have run in the store; the failure
+//!   policy answers instead, so a request is counted in the store at most once.
+//! - **Caches are explicit about their error.** The deny cache repeats the store's denials
+//!   and never outlasts them (its expiry counts from before the call was sent). The allow
+//!   cache over-admits and is off unless enabled with a `danger_` method, under a bound it
 //!   enforces. Both hold a bounded number of entries.
 //! - **Counters are the interface.** [`StatsSnapshot`] counts decisions by source and
-//!   outcome, Redis errors by kind, breaker rejections and transitions, and Redis latency in
-//!   a fixed log-scale histogram; with the `metrics` feature the same numbers go to the
+//!   outcome, store errors by kind, breaker rejections and transitions, and store latency
+//!   in a fixed log-scale histogram; with the `metrics` feature the same numbers go to the
 //!   `metrics` facade.
 //!
+//! # What it does not do
+//! It does not store anything itself (the local fallback is a `rein-memory` limiter at this
+//! node's share), and it does not retry a store call.
+//!
 //! # Layout
-//! - `limiter.rs`: [`ResilientLimiter`], its builder and the request path.
+//! - `limiter.rs`: [`ResilientLimiter`], its builder, the async driver.
+//! - `gate.rs`: the request path's decisions, sans-IO.
 //! - `breaker.rs`: [`Breaker`]. `fallback.rs`: [`FailurePolicy`] and [`local_share`].
 //! - `deny_cache.rs`, `allow_cache.rs`, over `bounded.rs` (the bounded map both use).
 //! - `table.rs`: [`PolicyTable`]. `decided.rs`: [`Decided`], [`Source`], [`Unavailable`].
 //! - `stats.rs`: [`StatsSnapshot`]; `export.rs`: the `metrics` facade export.
 //! - `clock.rs`: [`TokioClock`].
+#![deny(missing_docs)]
 
 mod allow_cache;
 mod bounded;
@@ -46,30 +59,31 @@ mod deny_cache;
 #[cfg(feature = "metrics")]
 mod export;
 mod fallback;
+mod gate;
 mod limiter;
 mod stats;
 mod table;
 
 use thiserror::Error;
 
-use crate::KeyError;
+use rein_core::{KeyError, PrepareError};
 
 pub use allow_cache::AllowCacheConfig;
 pub use breaker::{Breaker, BreakerConfig, BreakerEvent, BreakerState, Ticket};
 pub use clock::TokioClock;
 pub use decided::{Decided, Source, Unavailable};
 pub use fallback::{FailurePolicy, local_share};
-pub use limiter::{ResilientLimiter, ResilientLimiterBuilder, TimeSource};
+pub use limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy, TimeSource};
 pub use stats::{LATENCY_BOUNDS_US, LATENCY_BUCKETS, LatencySnapshot, SourceCounts, StatsSnapshot};
 pub use table::PolicyTable;
 
 /// docs/failure.md, compiled with the doctests so that its example keeps up with the API.
 #[cfg(doctest)]
-#[doc = include_str!("../../../../docs/failure.md")]
+#[doc = include_str!("../../../docs/failure.md")]
 struct FailureDoc;
 
 /// Why [`ResilientLimiter::acquire`] returned no decision: the request itself can never be
-/// admitted. Redis failures are never an `Err` here; the failure policy answers them.
+/// admitted. Store failures are never an `Err` here; the failure policy answers them.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum RequestError {
@@ -96,7 +110,7 @@ pub enum RequestError {
 #[non_exhaustive]
 pub enum ResilienceConfigError {
     /// Two policies in one table have the same name. Names must be unique: they select
-    /// policies and are part of their Redis keys.
+    /// policies and are part of their store keys.
     #[error("the table already holds a policy named {0:?}")]
     DuplicatePolicy(String),
     /// A prefix rule names a policy the table does not hold. Add the policy first.
@@ -109,6 +123,9 @@ pub enum ResilienceConfigError {
     /// window).
     #[error("{0} must be longer than zero")]
     ZeroDuration(&'static str),
+    /// The store could not prepare a policy of the table; see [`PrepareError`].
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
     /// A policy has no exact share for the expected node count (a token bucket's period
     /// times `N` above 2^52 µs). Fix: a lower `expected_nodes`, or a faster refill.
     #[error("policy {policy:?} has no exact local share: {source}")]
@@ -119,3 +136,8 @@ pub enum ResilienceConfigError {
         source: rein_core::ConfigError,
     },
 }
+
+/// The README's examples, compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

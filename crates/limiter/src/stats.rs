@@ -1,4 +1,4 @@
-//! The resilient limiter's counters and Redis latency histogram: relaxed atomics written on
+//! The resilient limiter's counters and store latency histogram: relaxed atomics written on
 //! the request path, read as a [`StatsSnapshot`], and mirrored to the `metrics` facade
 //! (feature `metrics`).
 //!
@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use rein_core::Micros;
 
-use super::breaker::{BreakerEvent, BreakerState};
-use super::decided::{Source, Unavailable};
+use crate::breaker::{BreakerEvent, BreakerState};
+use crate::decided::{ERRORS, SOURCES, Source, Unavailable};
 
 /// A point-in-time copy of a [`ResilientLimiter`](crate::ResilientLimiter)'s counters, from
 /// [`stats`](crate::ResilientLimiter::stats). All counts are since the limiter was built.
@@ -25,8 +25,8 @@ pub struct StatsSnapshot {
     pub allowed: u64,
     /// Decisions that refused it.
     pub denied: u64,
-    /// Decisions by Redis.
-    pub redis: SourceCounts,
+    /// Decisions by the store.
+    pub store: SourceCounts,
     /// Denials repeated by the deny cache (its hits).
     pub deny_cache: SourceCounts,
     /// Admissions reused by the allow cache (its hits).
@@ -37,20 +37,20 @@ pub struct StatsSnapshot {
     pub fail_open: SourceCounts,
     /// Denials by the fail-closed policy.
     pub fail_closed: SourceCounts,
-    /// Calls sent to Redis (one script call each).
-    pub redis_calls: u64,
+    /// Calls sent to the store (for Redis, one script call each).
+    pub store_calls: u64,
     /// Calls that gave no decision: `timeouts + connection_errors + server_errors +
     /// unexpected_replies`.
-    pub redis_errors: u64,
+    pub store_errors: u64,
     /// Calls with no reply within the deadline.
     pub timeouts: u64,
     /// Calls that found no connection or lost it.
     pub connection_errors: u64,
-    /// Calls Redis answered with an error.
+    /// Calls the store answered with an error.
     pub server_errors: u64,
     /// Calls answered with a reply of the wrong shape.
     pub unexpected_replies: u64,
-    /// Requests that did not call Redis because the circuit breaker was open (or its probe
+    /// Requests that did not call the store because the circuit breaker was open (or its probe
     /// was out).
     pub breaker_rejections: u64,
     /// The breaker's state after its latest transition.
@@ -64,8 +64,8 @@ pub struct StatsSnapshot {
     /// Requests refused with an `Err` before anything else: an empty key, a cost above the
     /// capacity, an unknown policy name.
     pub invalid_requests: u64,
-    /// Latency of the calls sent to Redis, errors and timeouts included.
-    pub redis_latency: LatencySnapshot,
+    /// Latency of the calls sent to the store, errors and timeouts included.
+    pub store_latency: LatencySnapshot,
 }
 
 /// Decisions of one source, by outcome.
@@ -77,7 +77,7 @@ pub struct SourceCounts {
     pub denied: u64,
 }
 
-/// A histogram of Redis call latencies in fixed log-scale buckets.
+/// A histogram of store call latencies in fixed log-scale buckets.
 ///
 /// Bucket `i < 17` counts calls that took at most [`LATENCY_BOUNDS_US`]`[i]` µs and more
 /// than the bound before it (16 µs, 32 µs, ..., 2^20 µs ≈ 1.05 s); the last counts slower
@@ -124,9 +124,9 @@ impl LatencySnapshot {
 pub(crate) struct Stats {
     /// `[source index][0 allowed, 1 denied]`.
     decisions: [[AtomicU64; 2]; SOURCES],
-    redis_calls: AtomicU64,
+    store_calls: AtomicU64,
     /// By [`Unavailable::error_index`].
-    redis_errors: [AtomicU64; ERRORS],
+    store_errors: [AtomicU64; ERRORS],
     breaker_rejections: AtomicU64,
     /// `[0 opened, 1 half-opened, 2 closed]`.
     transitions: [AtomicU64; 3],
@@ -135,7 +135,7 @@ pub(crate) struct Stats {
     latency: [AtomicU64; LATENCY_BUCKETS],
     latency_sum_us: AtomicU64,
     #[cfg(feature = "metrics")]
-    export: super::export::Export,
+    export: crate::export::Export,
 }
 
 impl Stats {
@@ -144,8 +144,8 @@ impl Stats {
     pub(crate) fn new(#[cfg_attr(not(feature = "metrics"), allow(unused))] name: &str) -> Self {
         Self {
             decisions: Default::default(),
-            redis_calls: AtomicU64::new(0),
-            redis_errors: Default::default(),
+            store_calls: AtomicU64::new(0),
+            store_errors: Default::default(),
             breaker_rejections: AtomicU64::new(0),
             transitions: Default::default(),
             breaker_state: AtomicU8::new(state_code(BreakerState::Closed)),
@@ -153,7 +153,7 @@ impl Stats {
             latency: Default::default(),
             latency_sum_us: AtomicU64::new(0),
             #[cfg(feature = "metrics")]
-            export: super::export::Export::new(name),
+            export: crate::export::Export::new(name),
         }
     }
 
@@ -164,13 +164,13 @@ impl Stats {
         self.export.decisions[source.index()][outcome].increment(1);
     }
 
-    pub(crate) fn redis_call(&self) {
-        self.redis_calls.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn store_call(&self) {
+        self.store_calls.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
-        self.export.redis_calls.increment(1);
+        self.export.store_calls.increment(1);
     }
 
-    pub(crate) fn redis_latency(&self, latency: Micros) {
+    pub(crate) fn store_latency(&self, latency: Micros) {
         let us = latency.as_micros();
         self.latency[bucket(us)].fetch_add(1, Ordering::Relaxed);
         self.latency_sum_us.fetch_add(us, Ordering::Relaxed);
@@ -178,11 +178,11 @@ impl Stats {
         self.export.latency.record(us as f64 / 1e6);
     }
 
-    pub(crate) fn redis_error(&self, why: Unavailable) {
+    pub(crate) fn store_error(&self, why: Unavailable) {
         if let Some(i) = why.error_index() {
-            self.redis_errors[i].fetch_add(1, Ordering::Relaxed);
+            self.store_errors[i].fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "metrics")]
-            self.export.redis_errors[i].increment(1);
+            self.export.store_errors[i].increment(1);
         }
     }
 
@@ -220,21 +220,21 @@ impl Stats {
             allowed: read(&self.decisions[i][0]),
             denied: read(&self.decisions[i][1]),
         });
-        let errors: [u64; ERRORS] = std::array::from_fn(|i| read(&self.redis_errors[i]));
+        let errors: [u64; ERRORS] = std::array::from_fn(|i| read(&self.store_errors[i]));
         let allowed = by_source.iter().map(|c| c.allowed).sum();
         let denied = by_source.iter().map(|c| c.denied).sum();
         StatsSnapshot {
             decisions: allowed + denied,
             allowed,
             denied,
-            redis: by_source[0],
+            store: by_source[0],
             deny_cache: by_source[1],
             allow_cache: by_source[2],
             fallback: by_source[3],
             fail_open: by_source[4],
             fail_closed: by_source[5],
-            redis_calls: read(&self.redis_calls),
-            redis_errors: errors.iter().sum(),
+            store_calls: read(&self.store_calls),
+            store_errors: errors.iter().sum(),
             timeouts: errors[0],
             connection_errors: errors[1],
             server_errors: errors[2],
@@ -245,7 +245,7 @@ impl Stats {
             breaker_half_opened: read(&self.transitions[1]),
             breaker_closed: read(&self.transitions[2]),
             invalid_requests: read(&self.invalid_requests),
-            redis_latency: LatencySnapshot {
+            store_latency: LatencySnapshot {
                 counts: std::array::from_fn(|i| read(&self.latency[i])),
                 sum_us: read(&self.latency_sum_us),
             },
@@ -280,9 +280,6 @@ fn state_from_code(code: u8) -> BreakerState {
     }
 }
 
-pub(crate) const SOURCES: usize = 6;
-pub(crate) const ERRORS: usize = 4;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,19 +306,19 @@ mod tests {
     #[test]
     fn a_snapshot_sums_the_matrix_it_reads() {
         let stats = Stats::new("test");
-        stats.decided(Source::Redis, true);
-        stats.decided(Source::Redis, false);
+        stats.decided(Source::Store, true);
+        stats.decided(Source::Store, false);
         stats.decided(Source::DenyCache, false);
         stats.decided(Source::FailClosed(Unavailable::BreakerOpen), false);
-        stats.redis_call();
-        stats.redis_error(Unavailable::Timeout);
-        stats.redis_error(Unavailable::BreakerOpen);
-        stats.redis_latency(Micros::from_micros(40));
-        stats.redis_latency(Micros::from_millis(50));
+        stats.store_call();
+        stats.store_error(Unavailable::Timeout);
+        stats.store_error(Unavailable::BreakerOpen);
+        stats.store_latency(Micros::from_micros(40));
+        stats.store_latency(Micros::from_millis(50));
         let s = stats.snapshot();
         assert_eq!((s.decisions, s.allowed, s.denied), (4, 1, 3));
         assert_eq!(
-            s.redis,
+            s.store,
             SourceCounts {
                 allowed: 1,
                 denied: 1
@@ -329,11 +326,11 @@ mod tests {
         );
         assert_eq!(s.deny_cache.total(), 1);
         assert_eq!(s.fail_closed.denied, 1);
-        assert_eq!((s.redis_calls, s.redis_errors, s.timeouts), (1, 1, 1));
-        assert_eq!(s.redis_latency.count(), 2);
-        assert_eq!(s.redis_latency.counts[2], 1);
-        assert_eq!(s.redis_latency.counts[bucket(50_000)], 1);
-        assert_eq!(s.redis_latency.sum_us, 50_040);
+        assert_eq!((s.store_calls, s.store_errors, s.timeouts), (1, 1, 1));
+        assert_eq!(s.store_latency.count(), 2);
+        assert_eq!(s.store_latency.counts[2], 1);
+        assert_eq!(s.store_latency.counts[bucket(50_000)], 1);
+        assert_eq!(s.store_latency.sum_us, 50_040);
         assert_eq!(s.breaker_state, BreakerState::Closed);
     }
 }

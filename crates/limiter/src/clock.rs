@@ -21,7 +21,7 @@ use tokio::time::Instant;
 ///
 /// ```
 /// use rein_memory::Clock;
-/// use rein_redis::TokioClock;
+/// use rein::TokioClock;
 ///
 /// let clock = TokioClock::new();
 /// let (a, b) = (clock.now(), clock.now());

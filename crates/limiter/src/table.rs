@@ -1,10 +1,10 @@
-//! [`PolicyTable`]: which policy applies to which key (seed 000's `getStrategy`).
+//! [`PolicyTable`]: which policy applies to which key (a strategy per key class).
 
 use std::collections::BTreeMap;
 
-use crate::NamedPolicy;
+use rein_core::NamedPolicy;
 
-use super::ResilienceConfigError;
+use crate::ResilienceConfigError;
 
 /// Named policies, a default, and prefix rules that pick a policy by the key's first bytes.
 ///
@@ -19,8 +19,8 @@ use super::ResilienceConfigError;
 /// to tens of rules; a key space with thousands of classes wants a class argument instead.
 ///
 /// ```
-/// use rein_core::{Limit, Micros, Policy};
-/// use rein_redis::{NamedPolicy, PolicyTable};
+/// use rein::PolicyTable;
+/// use rein_core::{Limit, Micros, NamedPolicy, Policy};
 ///
 /// let api = NamedPolicy::new("api", Policy::single(Limit::token_bucket(100, 10, Micros::from_secs(1))?))?;
 /// let login = NamedPolicy::new("login", Policy::single(Limit::fixed_window(5, Micros::from_secs(60))?))?;

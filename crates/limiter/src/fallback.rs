@@ -3,7 +3,7 @@
 
 use std::num::NonZeroU32;
 
-use rein_core::{ConfigError, Limit, MAX_MICROS, Micros, Policy, TokenBucket};
+use rein_core::{ConfigError, Policy};
 
 /// What a [`ResilientLimiter`](crate::ResilientLimiter) answers when Redis gives no decision
 /// (timeout, lost connection, error, or an open circuit breaker). Chosen per limiter; build
@@ -47,7 +47,7 @@ pub enum FailurePolicy {
 /// ```
 /// use std::num::NonZeroU32;
 /// use rein_core::{Limit, Micros, Policy};
-/// use rein_redis::local_share;
+/// use rein::local_share;
 ///
 /// let policy = Policy::new([
 ///     Limit::token_bucket(100, 10, Micros::from_secs(1))?, // 100, then 10/s
@@ -64,41 +64,18 @@ pub enum FailurePolicy {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn local_share(policy: &Policy, expected_nodes: NonZeroU32) -> Result<Policy, ConfigError> {
-    let n = u64::from(expected_nodes.get());
-    let share = |capacity: u64| (capacity / n).max(1);
     let limits = policy
         .limits()
         .iter()
-        .map(|limit| match limit {
-            Limit::TokenBucket(bucket) => {
-                // One token every `units_per_token / units_per_micro` µs; N times slower is
-                // `units_per_micro` tokens every `units_per_token × N` µs.
-                let (units_per_token, units_per_micro) = bucket.emission_interval();
-                let period = units_per_token
-                    .checked_mul(n)
-                    .filter(|p| *p <= MAX_MICROS)
-                    .ok_or(ConfigError::TooLarge {
-                        what: "period × expected nodes",
-                        value: units_per_token.saturating_mul(n),
-                        max: MAX_MICROS,
-                    })?;
-                TokenBucket::new(
-                    share(bucket.capacity()),
-                    units_per_micro,
-                    Micros::from_micros(period),
-                )
-                .map(Limit::TokenBucket)
-            }
-            Limit::FixedWindow(w) => Limit::fixed_window(share(w.limit()), w.window()),
-            Limit::SlidingLog(w) => Limit::sliding_log(share(w.limit()), w.window()),
-            Limit::SlidingCounter(w) => Limit::sliding_counter(share(w.limit()), w.window()),
-        })
+        .map(|limit| limit.share(expected_nodes))
         .collect::<Result<Vec<_>, _>>()?;
     Policy::new(limits)
 }
 
 #[cfg(test)]
 mod tests {
+    use rein_core::{Limit, MAX_MICROS, Micros};
+
     use super::*;
 
     fn nodes(n: u32) -> NonZeroU32 {
@@ -142,8 +119,10 @@ mod tests {
 
     #[test]
     fn a_share_that_cannot_be_exact_is_a_config_error() {
-        let slow =
-            Policy::single(Limit::token_bucket(1, 1, Micros::from_micros(MAX_MICROS / 2)).unwrap());
+        // One token every (2^51 − 1) / 17 µs: a span within MAX_SPAN, a period that is not.
+        let slow = Policy::single(
+            Limit::token_bucket(1, 17, Micros::from_micros(MAX_MICROS / 2)).unwrap(),
+        );
         assert!(local_share(&slow, nodes(2)).is_ok());
         assert!(matches!(
             local_share(&slow, nodes(3)),

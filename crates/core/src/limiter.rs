@@ -1,0 +1,292 @@
+//! The one interface every way of deciding implements: [`Limiter`].
+//!
+//! rein decides in several places: in process (`rein-memory`), in Redis (`rein-redis`),
+//! through the resilient layer above any store (`rein`), and in the HTTP layer and the
+//! simulator, which only consume decisions. They all speak this trait, so code above a
+//! store (the resilient limiter, an HTTP layer, a test) is written once and runs over any
+//! of them. The trait is an interface, not I/O: rein-core still runs nothing, and an
+//! implementation's futures are driven by whatever runtime it uses.
+//!
+//! # Shape
+//! A store does not take a [`Policy`] per call: a policy is *prepared* once
+//! ([`Limiter::prepare`]) into the store's own form (the Redis store precomputes its key
+//! suffixes and script arguments; the memory store builds a keyed table), and each call
+//! passes the prepared form. Errors are one enum, [`DecideError`], for every store: a
+//! request that can never be admitted, a key that cannot be used, or a store that could not
+//! answer ([`StoreError`], which nests the transport failures once).
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::{ConfigError, Decision, Policy, Timestamp};
+
+/// A way of deciding: apply a prepared policy to a key, atomically.
+///
+/// # Contract
+/// - `now` is the instant to decide at, or `None` for the implementation's own clock (Redis's
+///   `TIME` for the Redis store, the configured clock for the memory store). Don't mix the
+///   two on one key: its state would be judged against two clocks.
+/// - [`acquire`](Self::acquire) takes `cost` from every limit of the policy, or nothing (a
+///   denial is a [`Decision`], never an `Err`); a cost of zero is a [`peek`](Self::peek).
+/// - `Err` means the request can never be admitted, the key is unusable, or the store gave
+///   no answer. After [`StoreError::Timeout`] or [`StoreError::Connection`] the call's effect
+///   is unknown: an implementation never replays it, and neither should the caller.
+/// - An empty key is refused ([`KeyError::Empty`]): it is almost always a missing
+///   identifier, and would make every such request share one limit.
+pub trait Limiter: Send + Sync {
+    /// A policy in the form this limiter decides with, built once by
+    /// [`prepare`](Self::prepare).
+    type Prepared: Send + Sync + 'static;
+
+    /// Prepares `policy` for calls to this limiter.
+    fn prepare(&self, policy: &NamedPolicy) -> Result<Self::Prepared, PrepareError>;
+
+    /// Takes `cost` from every limit of `policy` for `key` if all of them have it.
+    fn acquire(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, DecideError>> + Send;
+
+    /// What [`acquire`](Self::acquire) would answer, taking nothing.
+    fn peek(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, DecideError>> + Send;
+
+    /// Gives up to `amount` back to every limit of `policy` for `key`, never beyond full.
+    fn refund(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        amount: u64,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send;
+
+    /// The longest one call waits before it gives up with [`StoreError::Timeout`], if the
+    /// limiter bounds its own calls (a remote store does; a local one never waits).
+    fn deadline(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// A [`Policy`] under a name: what a [`Limiter`] prepares.
+///
+/// The name identifies the policy everywhere: in Redis keys (so two policies never share
+/// state), in a policy table, in metrics and in HTTP headers. It is 1 to 64 of ASCII
+/// letters, digits, `_`, `-` and `.`.
+///
+/// ```
+/// use rein_core::{Limit, Micros, NamedPolicy, Policy};
+///
+/// let login = NamedPolicy::new(
+///     "login",
+///     Policy::new([
+///         Limit::token_bucket(5, 1, Micros::from_secs(10))?,   // bursts of 5, 1 per 10 s
+///         Limit::fixed_window(50, Micros::from_secs(86_400))?, // 50 a day
+///     ])?,
+/// )?;
+/// assert_eq!(login.name(), "login");
+/// assert_eq!(login.policy().capacity(), 5);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NamedPolicy {
+    name: Arc<str>,
+    policy: Policy,
+}
+
+impl NamedPolicy {
+    /// Names `policy`. Errors with [`ConfigError::InvalidName`] if the name is empty, longer
+    /// than 64 bytes, or holds anything but ASCII letters, digits, `_`, `-` and `.`.
+    pub fn new(name: impl Into<String>, policy: Policy) -> Result<Self, ConfigError> {
+        let name = name.into();
+        let valid = (1..=MAX_NAME_LEN).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if !valid {
+            return Err(ConfigError::InvalidName(name));
+        }
+        Ok(Self {
+            name: name.into(),
+            policy,
+        })
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+}
+
+/// Why a [`Limiter`] gave no decision.
+#[derive(Clone, Debug, Error)]
+#[non_exhaustive]
+pub enum DecideError {
+    /// The cost exceeds the policy's capacity (its smallest limit's), so no amount of
+    /// waiting admits it. Checked before any store is called. Fix: split the request, or
+    /// raise the capacity.
+    #[error("cost {cost} exceeds capacity {capacity}: it can never be admitted")]
+    InsufficientCapacity {
+        /// The requested cost.
+        cost: u64,
+        /// The policy's capacity.
+        capacity: u64,
+    },
+    /// The key cannot be used; see [`KeyError`].
+    #[error(transparent)]
+    InvalidKey(#[from] KeyError),
+    /// The store could not answer; see [`StoreError`]. Whether to admit anyway is the
+    /// caller's choice (the resilient limiter makes it by its failure policy).
+    #[error(transparent)]
+    Unavailable(#[from] StoreError),
+}
+
+/// A user key a limiter cannot use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The key is empty. That is almost always a missing identifier (no user id, an absent
+    /// header), and would make every such request share one limit. Pass a non-empty key,
+    /// e.g. a fixed `anonymous` if sharing is what you want. Any other byte string, of any
+    /// length, is accepted.
+    #[error("the user key is empty")]
+    Empty,
+}
+
+/// A policy a limiter cannot prepare.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum PrepareError {
+    /// The limiter decides only by a fixed table of policies, and this one is not in it
+    /// (or differs from the table's policy of that name). Fix: add it to the table.
+    #[error("no policy named {0:?} in the limiter's table")]
+    UnknownPolicy(String),
+}
+
+/// The store could not give an answer. One type for every store and operation, nested in
+/// each operation's error, so a caller handles transport failures in one place.
+///
+/// After [`Timeout`](Self::Timeout) and [`Connection`](Self::Connection) the call's effect
+/// is **unknown**: it may have run. rein never replays such a call, because a replay could
+/// count one request twice.
+#[derive(Clone, Debug, Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No reply within the deadline. Likely causes: the store overloaded or paused, a
+    /// network partition, a deadline shorter than the round trip. Fix: apply a failure
+    /// policy; raise the deadline if round trips come close to it.
+    #[error("no reply from the store within {0:?}")]
+    Timeout(Duration),
+    /// The store could not be reached or the connection broke: refused, reset, closed, a
+    /// Cluster slot moving or the cluster down, a server still loading. Transient.
+    #[error("the store is unavailable: {0}")]
+    Connection(#[source] SourceError),
+    /// The store ran the call and answered with an error. Not transient: fix the
+    /// deployment (permissions, a foreign value under rein's keys, memory full). The
+    /// source says which.
+    #[error("the store rejected the call: {0}")]
+    Server(#[source] SourceError),
+    /// The reply, or state read back, has the wrong shape: the server is not what the store
+    /// expects, or another program wrote under rein's keys. Fix: point the store at the
+    /// right server and give rein a key prefix of its own.
+    #[error("unexpected reply from the store: {0}")]
+    UnexpectedReply(String),
+    /// An optimistic store ran out of attempts: every one lost a race with another writer
+    /// of the same key. Nothing was taken. Fix: the atomic script store does not retry;
+    /// use it for hot keys.
+    #[error("gave up after {attempts} attempts, each lost to a concurrent writer")]
+    Contended {
+        /// How many attempts were made.
+        attempts: u32,
+    },
+}
+
+/// The underlying error of a [`StoreError`], from the store's client library, shared so
+/// that errors stay cheap to clone.
+#[derive(Clone)]
+pub struct SourceError(Arc<dyn StdError + Send + Sync>);
+
+impl SourceError {
+    /// Wraps a client library's error.
+    pub fn new(error: impl StdError + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+
+    /// The client library's error, to downcast to its type.
+    pub fn inner(&self) -> &(dyn StdError + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for SourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for SourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl StdError for SourceError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.0.source()
+    }
+}
+
+/// The longest policy name: it is repeated in every Redis key of the policy.
+const MAX_NAME_LEN: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Limit, Micros};
+
+    fn policy() -> Policy {
+        Policy::single(Limit::fixed_window(1, Micros::from_secs(1)).unwrap())
+    }
+
+    #[test]
+    fn names_are_one_to_64_safe_ascii_bytes() {
+        for good in ["a", "api-login", "v1.search_2", &"x".repeat(64)] {
+            assert!(NamedPolicy::new(good, policy()).is_ok(), "{good:?}");
+        }
+        for bad in ["", "a b", "a:b", "{a}", "é", &"x".repeat(65)] {
+            assert_eq!(
+                NamedPolicy::new(bad, policy()),
+                Err(ConfigError::InvalidName(bad.to_owned())),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn store_errors_keep_their_source() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let error = DecideError::from(StoreError::Connection(SourceError::new(io)));
+        let DecideError::Unavailable(StoreError::Connection(source)) = &error else {
+            panic!("{error:?}");
+        };
+        assert!(source.inner().downcast_ref::<std::io::Error>().is_some());
+        assert_eq!(error.to_string(), "the store is unavailable: reset");
+    }
+}

@@ -1,0 +1,598 @@
+//! [`Gate`]: where the resilient limiter decides what to do with a request, as a pure
+//! state machine.
+//!
+//! Every input is explicit: the instant (`now`, read by the driver from its clock), the
+//! request, and how the store's call ended. The gate holds the deny and allow caches, the
+//! circuit breaker, the local fallback limiters and the counters, and answers one of two
+//! things for a request: an answer right now ([`Step::Answer`]: a cached denial, a reuse,
+//! or the failure policy while the breaker is open), or "call the store" ([`Step::Call`],
+//! with the breaker's ticket). When that call ends, [`Gate::finish`] turns its outcome into
+//! the answer (feeding the caches and the breaker on the way). The driver
+//! ([`ResilientLimiter`](crate::ResilientLimiter)) only reads the clock, awaits the store
+//! under a deadline and moves data between the two: the decisions are all here, and the
+//! tests below walk them on a number line with no runtime.
+//!
+//! # Call order
+//! 1. `begin(now, ..)`; on [`Step::Call`], send the call.
+//! 2. Exactly one of `finish(sent_at, now, ticket, .., reply)`, `refused(now, ticket)` or
+//!    `abandon(now, ticket)` per ticket, when the call ends, is refused by the store before
+//!    any I/O, or is dropped.
+//!
+//! `now` need not be monotonic (the breaker and the caches take the latest instant they
+//! have seen). No error is sticky.
+
+use std::num::NonZeroUsize;
+use std::sync::{Mutex, MutexGuard};
+
+use rein_core::{Decision, Micros, Outcome, Timestamp};
+use rein_memory::MemoryLimiter;
+
+use crate::allow_cache::{AllowCache, AllowCacheConfig};
+use crate::breaker::{Breaker, BreakerConfig, BreakerEvent, BreakerState, Ticket};
+use crate::decided::{Decided, Source, Unavailable};
+use crate::deny_cache::DenyCache;
+use crate::fallback::FailurePolicy;
+use crate::stats::{Stats, StatsSnapshot};
+
+/// What to do with a request, from [`Gate::begin`].
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Answer this; the store is not called.
+    Answer(Decided),
+    /// Call the store, then report with this ticket.
+    Call(Ticket),
+}
+
+/// How a call to the store ended, as the gate needs to know it.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// The store decided.
+    Decided(Decision),
+    /// The store gave no decision, for this reason.
+    Failed(Unavailable),
+}
+
+/// The request path's decisions: caches, breaker, failure policy, counters.
+pub(crate) struct Gate<K> {
+    name: String,
+    on_failure: FailurePolicy,
+    /// One per policy of the table, in its order, at this node's share; empty unless the
+    /// failure policy is [`FailurePolicy::LocalFallback`].
+    fallback: Vec<MemoryLimiter<Vec<u8>, K>>,
+    /// A std mutex: every use is a few comparisons with no await, and the breaker must see
+    /// one order of outcomes.
+    breaker: Mutex<Breaker>,
+    deny_cache: Option<DenyCache>,
+    allow_cache: Option<AllowCache>,
+    stats: Stats,
+}
+
+/// A request as the gate sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Request<'a> {
+    /// The policy's index in the table.
+    pub slot: u32,
+    /// The policy's capacity (its smallest limit's).
+    pub capacity: u64,
+    pub key: &'a [u8],
+    pub cost: u64,
+}
+
+impl<K> Gate<K> {
+    pub(crate) fn new(
+        name: String,
+        on_failure: FailurePolicy,
+        fallback: Vec<MemoryLimiter<Vec<u8>, K>>,
+        breaker: BreakerConfig,
+        deny_cache: Option<NonZeroUsize>,
+        allow_cache: Option<AllowCacheConfig>,
+    ) -> Self {
+        Self {
+            stats: Stats::new(&name),
+            name,
+            on_failure,
+            fallback,
+            breaker: Mutex::new(Breaker::new(breaker)),
+            deny_cache: deny_cache.map(DenyCache::new),
+            allow_cache: allow_cache.map(AllowCache::new),
+        }
+    }
+
+    /// The first step of a valid request at `now`: answer from a cache, refuse to call a
+    /// store the breaker keeps away from, or call it.
+    pub(crate) fn begin(&self, now: Timestamp, request: Request<'_>) -> Step {
+        let Request {
+            slot, key, cost, ..
+        } = request;
+        // A zero cost is a question about the state, which only the store can answer.
+        let cached = cost > 0;
+        if let Some(decision) = self
+            .deny_cache
+            .as_ref()
+            .filter(|_| cached)
+            .and_then(|c| c.check(now, slot, key, cost))
+        {
+            return Step::Answer(self.count(Decided {
+                decision,
+                source: Source::DenyCache,
+            }));
+        }
+        if let Some(decision) = self
+            .allow_cache
+            .as_ref()
+            .filter(|_| cached)
+            .and_then(|c| c.check(now, slot, key, cost))
+        {
+            return Step::Answer(self.count(Decided {
+                decision,
+                source: Source::AllowCache,
+            }));
+        }
+        match self.with_breaker(|b| b.poll_admit(now)) {
+            Some(ticket) => {
+                self.stats.store_call();
+                Step::Call(ticket)
+            }
+            None => {
+                self.stats.breaker_rejection();
+                Step::Answer(self.count(self.degrade(Unavailable::BreakerOpen, request, now)))
+            }
+        }
+    }
+
+    /// The answer to a request whose call, sent at `sent_at`, ended at `now` with `reply`.
+    pub(crate) fn finish(
+        &self,
+        sent_at: Timestamp,
+        now: Timestamp,
+        ticket: Ticket,
+        request: Request<'_>,
+        reply: Reply,
+    ) -> Decided {
+        self.stats.store_latency(now.saturating_since(sent_at));
+        let why = match reply {
+            Reply::Decided(decision) => {
+                self.with_breaker(|b| b.handle_success(now, ticket));
+                if request.cost > 0 {
+                    self.remember(sent_at, now, request, &decision);
+                }
+                return self.count(Decided {
+                    decision,
+                    source: Source::Store,
+                });
+            }
+            Reply::Failed(why) => why,
+        };
+        self.stats.store_error(why);
+        self.with_breaker(|b| b.handle_failure(now, ticket));
+        self.count(self.degrade(why, request, now))
+    }
+
+    /// The store refused the request before calling anything (it can never be admitted):
+    /// no call was made, which tells the breaker nothing; the caller returns an `Err`.
+    pub(crate) fn refused(&self, now: Timestamp, ticket: Ticket) {
+        self.with_breaker(|b| b.handle_abandoned(now, ticket));
+        self.stats.invalid_request();
+    }
+
+    /// The call of `ticket` was dropped before it ended (its caller went away).
+    pub(crate) fn abandon(&self, now: Timestamp, ticket: Ticket) {
+        self.with_breaker(|b| b.handle_abandoned(now, ticket));
+    }
+
+    /// Forgets cached answers for `key` under policy `slot`: its capacity came back.
+    pub(crate) fn forget(&self, now: Timestamp, slot: u32, key: &[u8]) {
+        if let Some(cache) = &self.deny_cache {
+            cache.forget(slot, key);
+        }
+        if let Some(cache) = &self.allow_cache {
+            cache.block(now, slot, key);
+        }
+    }
+
+    /// Counts a request refused before the gate (an `Err` to the caller).
+    pub(crate) fn invalid_request(&self) {
+        self.stats.invalid_request();
+    }
+
+    pub(crate) fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    pub(crate) fn breaker_state(&self) -> BreakerState {
+        self.lock_breaker().state()
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn on_failure(&self) -> FailurePolicy {
+        self.on_failure
+    }
+
+    fn count(&self, decided: Decided) -> Decided {
+        self.stats.decided(decided.source, decided.is_allowed());
+        decided
+    }
+
+    /// Feeds a decision from the store to the caches.
+    fn remember(&self, sent_at: Timestamp, now: Timestamp, request: Request<'_>, d: &Decision) {
+        let Request {
+            slot, key, cost, ..
+        } = request;
+        if d.is_allowed() {
+            if let Some(cache) = &self.deny_cache {
+                cache.forget(slot, key);
+            }
+            if let Some(cache) = &self.allow_cache {
+                cache.record(now, slot, key, cost, d);
+            }
+        } else {
+            // The deny cache's expiry counts from `sent_at`, before the store decided, so
+            // it ends no later than the store's denial.
+            if let Some(cache) = &self.deny_cache {
+                cache.record(sent_at, now, slot, key, cost, d);
+            }
+            if let Some(cache) = &self.allow_cache {
+                cache.block(now, slot, key);
+            }
+        }
+    }
+
+    /// The failure policy's answer, because the store gave none (`why`).
+    fn degrade(&self, why: Unavailable, request: Request<'_>, now: Timestamp) -> Decided {
+        let Request {
+            slot,
+            capacity,
+            key,
+            cost,
+        } = request;
+        match self.on_failure {
+            FailurePolicy::FailOpen => Decided {
+                decision: Decision {
+                    outcome: Outcome::Allowed,
+                    limit: capacity,
+                    remaining: 0,
+                    retry_after: Micros::ZERO,
+                    reset_after: Micros::ZERO,
+                },
+                source: Source::FailOpen(why),
+            },
+            FailurePolicy::FailClosed => {
+                let wait = self.breaker_wait(now);
+                Decided {
+                    decision: Decision {
+                        outcome: Outcome::Denied,
+                        limit: capacity,
+                        remaining: 0,
+                        retry_after: wait,
+                        reset_after: wait,
+                    },
+                    source: Source::FailClosed(why),
+                }
+            }
+            FailurePolicy::LocalFallback { .. } => {
+                // The builder made one fallback limiter per table policy.
+                let limiter = &self.fallback[slot as usize];
+                let decision = match limiter.acquire_at(now, key, cost) {
+                    Ok(decision) => decision,
+                    // The cost fits the policy but not this node's share of it: it cannot
+                    // be admitted locally, so deny until the store may be asked again.
+                    Err(_) => {
+                        let wait = self.breaker_wait(now);
+                        let peek = limiter.peek_at(now, key, 0).ok();
+                        Decision {
+                            outcome: Outcome::Denied,
+                            limit: limiter.policy().capacity(),
+                            remaining: peek.map_or(0, |d| d.remaining),
+                            retry_after: wait,
+                            reset_after: peek.map_or(wait, |d| d.reset_after.max(wait)),
+                        }
+                    }
+                };
+                Decided {
+                    decision,
+                    source: Source::Fallback(why),
+                }
+            }
+        }
+    }
+
+    /// How long until the breaker lets a call through again: zero when closed.
+    fn breaker_wait(&self, now: Timestamp) -> Micros {
+        self.lock_breaker()
+            .poll_timeout()
+            .map_or(Micros::ZERO, |at| at.saturating_since(now))
+    }
+
+    /// Runs `f` on the breaker, then logs and counts the transitions it made, under the
+    /// same lock so that the state gauge follows the breaker's own order.
+    fn with_breaker<R>(&self, f: impl FnOnce(&mut Breaker) -> R) -> R {
+        let mut breaker = self.lock_breaker();
+        let result = f(&mut breaker);
+        while let Some(event) = breaker.poll_event() {
+            self.stats.breaker_event(&event);
+            log_transition(&self.name, &event);
+        }
+        result
+    }
+
+    fn lock_breaker(&self) -> MutexGuard<'_, Breaker> {
+        // The breaker's methods do not panic and update it in single assignments.
+        self.breaker
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn log_transition(limiter: &str, event: &BreakerEvent) {
+    match *event {
+        BreakerEvent::Opened {
+            at,
+            from,
+            until,
+            trips,
+        } => tracing::warn!(
+            limiter,
+            from = from.as_str(),
+            trips,
+            at_us = at.as_micros(),
+            open_for_us = until.saturating_since(at).as_micros(),
+            "rein: circuit breaker opened; store calls stop, the failure policy answers"
+        ),
+        BreakerEvent::HalfOpened { at } => tracing::info!(
+            limiter,
+            at_us = at.as_micros(),
+            "rein: circuit breaker half-open; the next request probes the store"
+        ),
+        BreakerEvent::Closed { at } => tracing::info!(
+            limiter,
+            at_us = at.as_micros(),
+            "rein: circuit breaker closed; the store decides again"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::{NonZeroU32, NonZeroUsize};
+    use std::time::Duration;
+
+    use rein_core::{Limit, Policy};
+    use rein_memory::FakeClock;
+
+    use super::*;
+    use crate::fallback::local_share;
+
+    const KEY: &[u8] = b"k";
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_micros(ms * 1_000)
+    }
+
+    fn request(cost: u64) -> Request<'static> {
+        Request {
+            slot: 0,
+            capacity: 10,
+            key: KEY,
+            cost,
+        }
+    }
+
+    fn gate(on_failure: FailurePolicy) -> Gate<FakeClock> {
+        let policy = Policy::single(Limit::fixed_window(10, Micros::from_secs(1)).unwrap());
+        let fallback = match on_failure {
+            FailurePolicy::LocalFallback { expected_nodes } => {
+                vec![
+                    MemoryLimiter::builder(local_share(&policy, expected_nodes).unwrap())
+                        .clock(FakeClock::new(at(0)))
+                        .build(),
+                ]
+            }
+            _ => Vec::new(),
+        };
+        let breaker = BreakerConfig::new()
+            .failure_threshold(NonZeroU32::new(2).unwrap())
+            .backoff(Duration::from_millis(100), Duration::from_secs(1))
+            .probe_timeout(Duration::from_millis(50));
+        Gate::new(
+            "test".into(),
+            on_failure,
+            fallback,
+            breaker,
+            NonZeroUsize::new(16),
+            None,
+        )
+    }
+
+    fn denied(retry_ms: u64) -> Decision {
+        Decision {
+            outcome: Outcome::Denied,
+            limit: 10,
+            remaining: 0,
+            retry_after: Micros::from_millis(retry_ms),
+            reset_after: Micros::from_millis(retry_ms),
+        }
+    }
+
+    fn allowed() -> Decision {
+        Decision {
+            outcome: Outcome::Allowed,
+            limit: 10,
+            remaining: 9,
+            retry_after: Micros::ZERO,
+            reset_after: Micros::from_millis(100),
+        }
+    }
+
+    fn call(gate: &Gate<FakeClock>, now: Timestamp, cost: u64) -> Ticket {
+        match gate.begin(now, request(cost)) {
+            Step::Call(ticket) => ticket,
+            Step::Answer(d) => panic!("expected a store call at {now:?}, got {d:?}"),
+        }
+    }
+
+    fn answer(gate: &Gate<FakeClock>, now: Timestamp, cost: u64) -> Decided {
+        match gate.begin(now, request(cost)) {
+            Step::Answer(d) => d,
+            Step::Call(_) => panic!("expected a local answer at {now:?}"),
+        }
+    }
+
+    /// What the gate does along one timeline: each row is one request, in order.
+    struct Row {
+        label: &'static str,
+        at_ms: u64,
+        cost: u64,
+        /// `Some(reply)`: the gate must call the store, which replies this, `ms` later.
+        store: Option<(Reply, u64)>,
+        source: Source,
+        allowed: bool,
+    }
+
+    fn run(gate: &Gate<FakeClock>, rows: Vec<Row>) {
+        for row in rows {
+            let now = at(row.at_ms);
+            let decided = match row.store {
+                Some((reply, took)) => {
+                    let ticket = call(gate, now, row.cost);
+                    gate.finish(now, at(row.at_ms + took), ticket, request(row.cost), reply)
+                }
+                None => answer(gate, now, row.cost),
+            };
+            assert_eq!(decided.source, row.source, "{}", row.label);
+            assert_eq!(decided.is_allowed(), row.allowed, "{}", row.label);
+        }
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn a_denial_is_repeated_locally_until_its_retry_after_then_the_store_is_asked_again() {
+        let g = gate(FailurePolicy::FailClosed);
+        run(&g, vec![
+            Row { label: "the store denies for 100 ms", at_ms: 0, cost: 1, store: Some((Reply::Decided(denied(100)), 1)), source: Source::Store, allowed: false },
+            // Counted from the send (0 ms), not the reply (1 ms).
+            Row { label: "same cost, cached", at_ms: 50, cost: 1, store: None, source: Source::DenyCache, allowed: false },
+            Row { label: "a larger cost, cached too", at_ms: 99, cost: 5, store: None, source: Source::DenyCache, allowed: false },
+            Row { label: "the denial ran out: ask", at_ms: 100, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
+            Row { label: "an admission clears the cache", at_ms: 101, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
+        ]);
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn a_zero_cost_peek_is_never_answered_from_the_cache() {
+        let g = gate(FailurePolicy::FailClosed);
+        run(&g, vec![
+            Row { label: "denied", at_ms: 0, cost: 1, store: Some((Reply::Decided(denied(100)), 1)), source: Source::Store, allowed: false },
+            Row { label: "peek asks the store", at_ms: 10, cost: 0, store: Some((Reply::Decided(denied(90)), 1)), source: Source::Store, allowed: false },
+        ]);
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn failures_trip_the_breaker_and_the_failure_policy_answers_until_a_probe_succeeds() {
+        let g = gate(FailurePolicy::FailOpen);
+        let timeout = || Some((Reply::Failed(Unavailable::Timeout), 50));
+        run(&g, vec![
+            Row { label: "first timeout", at_ms: 0, cost: 1, store: timeout(), source: Source::FailOpen(Unavailable::Timeout), allowed: true },
+            Row { label: "second trips it (open 100 ms)", at_ms: 60, cost: 1, store: timeout(), source: Source::FailOpen(Unavailable::Timeout), allowed: true },
+            Row { label: "open: not called", at_ms: 120, cost: 1, store: None, source: Source::FailOpen(Unavailable::BreakerOpen), allowed: true },
+            Row { label: "half-open: the probe", at_ms: 210, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
+            Row { label: "closed again", at_ms: 212, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
+        ]);
+        assert_eq!(g.breaker_state(), BreakerState::Closed);
+        let stats = g.stats();
+        assert_eq!(stats.store_calls, 4);
+        assert_eq!(stats.breaker_rejections, 1);
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn fail_closed_denies_until_the_breaker_lets_a_call_through() {
+        let g = gate(FailurePolicy::FailClosed);
+        let refused = || Some((Reply::Failed(Unavailable::Connection), 1));
+        run(&g, vec![
+            Row { label: "refused", at_ms: 0, cost: 1, store: refused(), source: Source::FailClosed(Unavailable::Connection), allowed: false },
+            Row { label: "refused, trips", at_ms: 2, cost: 1, store: refused(), source: Source::FailClosed(Unavailable::Connection), allowed: false },
+        ]);
+        // Open from 3 ms for 100 ms: the denial says when the store will be asked.
+        let d = answer(&g, at(53), 1);
+        assert_eq!(d.source, Source::FailClosed(Unavailable::BreakerOpen));
+        assert_eq!(d.decision.retry_after, Micros::from_millis(50));
+    }
+
+    #[test]
+    fn the_local_fallback_admits_this_nodes_share_and_no_more() {
+        let g = gate(FailurePolicy::LocalFallback {
+            expected_nodes: NonZeroU32::new(4).unwrap(),
+        });
+        // 10 per second over 4 nodes: 2 each, decided locally while the store is away.
+        let mut admitted = 0;
+        for ms in 0..10 {
+            let decided = match g.begin(at(ms), request(1)) {
+                Step::Answer(d) => d,
+                Step::Call(ticket) => g.finish(
+                    at(ms),
+                    at(ms),
+                    ticket,
+                    request(1),
+                    Reply::Failed(Unavailable::Timeout),
+                ),
+            };
+            assert!(matches!(decided.source, Source::Fallback(_)), "{decided:?}");
+            admitted += u64::from(decided.is_allowed());
+        }
+        assert_eq!(admitted, 2);
+    }
+
+    #[test]
+    fn a_refused_request_or_a_dropped_call_leaves_the_breaker_as_it_was() {
+        let g = gate(FailurePolicy::FailOpen);
+        let ticket = call(&g, at(0), 1);
+        g.refused(at(1), ticket);
+        let ticket = call(&g, at(2), 1);
+        g.abandon(at(3), ticket);
+        assert_eq!(g.breaker_state(), BreakerState::Closed);
+        assert_eq!(g.stats().invalid_requests, 1);
+    }
+
+    #[test]
+    fn with_the_default_breaker_a_recovered_store_decides_again_within_a_second() {
+        // docs/failure.md, "Recovery": t_up + B + 2D + S + g with the defaults (B = 800 ms,
+        // D = 50 ms, S = 5 ms) and requests every g = 10 ms, after an outage long enough for
+        // the open period to reach its maximum.
+        let guard = Duration::from_millis(55);
+        let mut g = gate(FailurePolicy::FailOpen);
+        g.breaker = Mutex::new(Breaker::new(BreakerConfig::new().probe_timeout(guard)));
+        let t_up = 3_600;
+        let mut now = 0;
+        let recovered = loop {
+            assert!(now < t_up + 5_000, "never recovered");
+            match g.begin(at(now), request(1)) {
+                Step::Answer(_) => now += 10,
+                Step::Call(ticket) if now < t_up => {
+                    // Down: the call times out at the guard deadline.
+                    let ended = now + 55;
+                    let reply = Reply::Failed(Unavailable::Timeout);
+                    let _ = g.finish(at(now), at(ended), ticket, request(1), reply);
+                    now = ended;
+                }
+                Step::Call(ticket) => {
+                    let d = g.finish(
+                        at(now),
+                        at(now + 1),
+                        ticket,
+                        request(1),
+                        Reply::Decided(allowed()),
+                    );
+                    assert_eq!(d.source, Source::Store);
+                    break now + 1;
+                }
+            }
+        };
+        let took = recovered - t_up;
+        assert!(took <= 905 + 10, "recovery took {took} ms");
+    }
+}

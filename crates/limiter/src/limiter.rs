@@ -1,0 +1,668 @@
+//! [`ResilientLimiter`]: the thin async driver that puts a store and the [`Gate`] together
+//! on the request path.
+
+use std::fmt;
+use std::future::Future;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rein_core::{DecideError, Decision, Limiter, NamedPolicy, PrepareError, StoreError, Timestamp};
+use rein_memory::{Clock, MemoryLimiter};
+use tracing::Instrument;
+
+use crate::allow_cache::AllowCacheConfig;
+use crate::breaker::{BreakerConfig, BreakerState, Ticket};
+use crate::clock::TokioClock;
+use crate::decided::{Decided, Unavailable};
+use crate::fallback::{FailurePolicy, local_share};
+use crate::gate::{Gate, Reply, Request, Step};
+use crate::stats::StatsSnapshot;
+use crate::table::PolicyTable;
+use crate::{RequestError, ResilienceConfigError};
+
+/// Rate limits through a shared store that still answer, within the deadline, when the
+/// store does not.
+///
+/// Each [`acquire`](Self::acquire) picks the key's policy from the [`PolicyTable`], then
+/// answers from the first of these that can, and says which in [`Decided::source`]:
+///
+/// 1. the **deny cache**: the store denied this much for this key moments ago, and its
+///    `retry_after` has not run out ([`Source::DenyCache`](crate::Source::DenyCache);
+///    exact, on by default);
+/// 2. the **allow cache**, only if enabled with
+///    [`danger_allow_cache`](ResilientLimiterBuilder::danger_allow_cache)
+///    ([`Source::AllowCache`](crate::Source::AllowCache); over-admits within a stated
+///    bound);
+/// 3. the **store** (for Redis, one script call) within its deadline, unless the circuit
+///    breaker is open ([`Source::Store`](crate::Source::Store));
+/// 4. the **failure policy** when the store gives no decision: admit, refuse, or decide
+///    locally at this node's share ([`Source::FailOpen`](crate::Source::FailOpen),
+///    [`Source::FailClosed`](crate::Source::FailClosed),
+///    [`Source::Fallback`](crate::Source::Fallback)).
+///
+/// Any [`Limiter`] can be the store: `rein_redis::RedisStore` for a limit shared between
+/// processes, `rein_memory::MemoryStore` in tests. The limiter is itself a [`Limiter`], so
+/// code written against the trait (an HTTP layer, a simulator) takes it unchanged.
+///
+/// # Deadline
+/// No call waits for anything but the store, and that wait is the store's deadline
+/// ([`Limiter::deadline`]; the Redis store's default is 50 ms, covering waiting for a
+/// connection or a reconnect and the round trip), or 50 ms for a store that states none.
+/// Everything else (caches, breaker, fallback, counters) is local work under short locks,
+/// with no await. A second timer, a few milliseconds later, guards that bound should the
+/// store ever overrun its own.
+///
+/// A call that timed out is never replayed: it may have run in the store, and a replay
+/// could count the request twice. The failure policy answers instead.
+///
+/// # Time
+/// Local time (cache expiry, breaker timers, the fallback limiter, latencies) is read only
+/// from the limiter's [`Clock`], by default a [`TokioClock`]; waiting is only through
+/// `tokio::time`. The store decides on its own clock (Redis's `TIME`) unless
+/// [`TimeSource::LocalClock`] is chosen. Under turmoil, or `tokio::time::pause`, the whole
+/// limiter runs in virtual time.
+///
+/// # Failures
+/// Store failures never surface as `Err` from [`acquire`](Self::acquire): the failure
+/// policy turns them into decisions, and [`stats`](Self::stats) counts them by kind. `Err`
+/// ([`RequestError`]) means the request itself is wrong and the store would refuse it too.
+/// Nothing is sticky: the breaker closes on its own when the store answers a probe.
+///
+/// # Layout
+/// This type only moves data: it classifies the key, reads the clock, awaits the store
+/// under the deadline, and hands everything else to the sans-IO `Gate` (`gate.rs`), where
+/// every decision about caches, the breaker and the failure policy is made and tested.
+///
+/// The limiter is cheap to clone (an `Arc`); clones share everything.
+///
+/// ```no_run
+/// use std::num::NonZeroU32;
+/// use rein::{FailurePolicy, PolicyTable, ResilientLimiter, Source};
+/// use rein_core::{Limit, Micros, NamedPolicy, Policy};
+/// use rein_redis::RedisStore;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::connect("redis://127.0.0.1:6379/").await?;
+/// let api = NamedPolicy::new("api", Policy::single(Limit::token_bucket(100, 10, Micros::from_secs(1))?))?;
+/// let limiter = ResilientLimiter::builder(
+///     store,
+///     PolicyTable::new(api),
+///     // 8 application servers: each admits 12 (and 1.25/s) on its own while Redis is away.
+///     FailurePolicy::LocalFallback { expected_nodes: NonZeroU32::new(8).unwrap() },
+/// )
+/// .build()?;
+/// let decided = limiter.acquire("user-42", 1).await?;
+/// if !decided.is_allowed() {
+///     // 429, Retry-After: decided.decision.retry_after
+/// }
+/// if let Source::Fallback(why) = decided.source {
+///     tracing::debug!(why = why.as_str(), "decided locally");
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub struct ResilientLimiter<S: Limiter> {
+    inner: Arc<Shared<S>>,
+}
+
+/// Settings for a [`ResilientLimiter`], from [`ResilientLimiter::builder`].
+pub struct ResilientLimiterBuilder<S> {
+    store: S,
+    table: PolicyTable,
+    on_failure: FailurePolicy,
+    name: String,
+    clock: Option<SharedClock>,
+    time_source: TimeSource,
+    breaker: BreakerConfig,
+    deny_cache: Option<NonZeroUsize>,
+    allow_cache: Option<AllowCacheConfig>,
+    fallback_max_keys: NonZeroUsize,
+}
+
+/// Whose clock the store decides on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimeSource {
+    /// The store's own (Redis's `TIME`, read inside the script): one clock for every node,
+    /// whatever their own clocks say. The limiter's clock still times the local work.
+    #[default]
+    Store,
+    /// The limiter's [`Clock`], passed to the store as `now`: for simulators and tests.
+    /// Every node must then read clocks that agree (the default [`TokioClock`] counts from
+    /// when it was made and does not), and the Redis store wants a `min_ttl` if that clock
+    /// does not advance with Redis's. The deny cache is then exact to the microsecond.
+    LocalClock,
+}
+
+/// The limiter's clock, shared with its fallback limiters.
+type SharedClock = Arc<dyn Clock + Send + Sync>;
+
+struct Shared<S: Limiter> {
+    store: S,
+    table: PolicyTable,
+    /// The table's policies prepared for the store, in the table's order.
+    prepared: Vec<S::Prepared>,
+    clock: SharedClock,
+    time_source: TimeSource,
+    /// The store's deadline plus [`SAFETY_NET`].
+    guard_deadline: Duration,
+    gate: Gate<SharedClock>,
+}
+
+impl<S: Limiter> ResilientLimiter<S> {
+    /// Settings for a limiter over `store`, deciding each key by its policy in `table` and
+    /// answering with `on_failure` when the store cannot. Defaults: name `rein`, a
+    /// [`TokioClock`], the store's clock, [`BreakerConfig::new`] with the store's deadline
+    /// as probe timeout, a deny cache of 65 536 entries, no allow cache, and room for
+    /// 65 536 keys per policy in the fallback limiters.
+    pub fn builder(
+        store: S,
+        table: PolicyTable,
+        on_failure: FailurePolicy,
+    ) -> ResilientLimiterBuilder<S> {
+        ResilientLimiterBuilder {
+            store,
+            table,
+            on_failure,
+            name: DEFAULT_NAME.to_owned(),
+            clock: None,
+            time_source: TimeSource::Store,
+            breaker: BreakerConfig::new(),
+            deny_cache: Some(DEFAULT_CACHE_ENTRIES),
+            allow_cache: None,
+            fallback_max_keys: DEFAULT_CACHE_ENTRIES,
+        }
+    }
+
+    /// Decides `cost` for `key` under the policy the table classifies it into (longest
+    /// matching prefix rule, or the default). A cost of zero asks the store without taking
+    /// anything and is never cached.
+    ///
+    /// Errors only for a request that can never be admitted: an empty key, or a cost above
+    /// the policy's capacity.
+    pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decided, RequestError> {
+        let key = key.as_ref();
+        let index = self.inner.table.classify_index(key);
+        self.decide(None, index, key, cost).await
+    }
+
+    /// [`acquire`](Self::acquire) under the policy named `policy`, whatever the key's
+    /// prefix. Errors also if the table has no such policy.
+    pub async fn acquire_as(
+        &self,
+        policy: &str,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+    ) -> Result<Decided, RequestError> {
+        let Some(index) = self.inner.table.index_of(policy) else {
+            self.inner.gate.invalid_request();
+            return Err(RequestError::UnknownPolicy(policy.to_owned()));
+        };
+        self.decide(None, index, key.as_ref(), cost).await
+    }
+
+    /// Gives back up to `amount` to every limit of the policy `key` is classified into, in
+    /// the store, and forgets any cached denial or reuse for the key (the capacity came
+    /// back, so a cached answer would be stale).
+    ///
+    /// A refund is best effort by design: it is bounded by the store's deadline, it is
+    /// never replayed (a timed-out refund may have run), it does not go through the circuit
+    /// breaker, and it is not applied to the local fallback, whose admissions the store
+    /// never saw. A failure is returned as the store's [`DecideError`].
+    pub async fn refund(&self, key: impl AsRef<[u8]>, amount: u64) -> Result<(), DecideError> {
+        let key = key.as_ref();
+        let index = self.inner.table.classify_index(key);
+        self.inner.refund(None, index, key, amount).await
+    }
+
+    /// The counters since the limiter was built.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.inner.gate.stats()
+    }
+
+    /// The circuit breaker's state as of its last input. An open breaker whose period has
+    /// ended turns half-open at the next request, not by itself.
+    pub fn breaker_state(&self) -> BreakerState {
+        self.inner.gate.breaker_state()
+    }
+
+    /// The name given to [`ResilientLimiterBuilder::name`], the `limiter` label of its
+    /// metrics.
+    pub fn name(&self) -> &str {
+        self.inner.gate.name()
+    }
+
+    /// The policy table.
+    pub fn table(&self) -> &PolicyTable {
+        &self.inner.table
+    }
+
+    /// The failure policy.
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.inner.gate.on_failure()
+    }
+
+    /// The store it calls.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    async fn decide(
+        &self,
+        now: Option<Timestamp>,
+        index: usize,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decided, RequestError> {
+        let inner = &*self.inner;
+        let named = &inner.table.policies()[index];
+        let capacity = named.policy().capacity();
+        if key.is_empty() || cost > capacity {
+            inner.gate.invalid_request();
+            return Err(if key.is_empty() {
+                RequestError::InvalidKey(rein_core::KeyError::Empty)
+            } else {
+                RequestError::InsufficientCapacity { cost, capacity }
+            });
+        }
+        let span = tracing::debug_span!(
+            "rein_decide",
+            limiter = %inner.gate.name(),
+            policy = named.name(),
+            cost,
+        );
+        async {
+            let request = Request {
+                // The table holds far fewer than 2^32 policies (each built by hand).
+                slot: index as u32,
+                capacity,
+                key,
+                cost,
+            };
+            let decided = inner.decide(now, index, request).await?;
+            tracing::debug!(
+                source = decided.source.as_str(),
+                unavailable = decided.source.unavailable().map(|why| why.as_str()),
+                allowed = decided.is_allowed(),
+                remaining = decided.decision.remaining,
+                retry_after_us = decided.decision.retry_after.as_micros(),
+                "decided"
+            );
+            Ok(decided)
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+impl<S: Limiter> Shared<S> {
+    /// The request path for a valid request: ask the gate, call the store if it says so,
+    /// and give the gate the outcome.
+    async fn decide(
+        &self,
+        now: Option<Timestamp>,
+        index: usize,
+        request: Request<'_>,
+    ) -> Result<Decided, RequestError> {
+        // Read before anything is sent: the deny cache's expiry counts from here, so it
+        // ends no later than the store's denial, which was decided after this instant.
+        let sent_at = now.unwrap_or_else(|| self.clock.now());
+        let ticket = match self.gate.begin(sent_at, request) {
+            Step::Answer(decided) => return Ok(decided),
+            Step::Call(ticket) => ticket,
+        };
+        let mut call = InFlight {
+            shared: self,
+            ticket: Some(ticket),
+        };
+        let store_now = self.store_now(now, sent_at);
+        let policy = &self.prepared[index];
+        let reply = tokio::time::timeout(
+            self.guard_deadline,
+            self.store
+                .acquire(store_now, policy, request.key, request.cost),
+        )
+        .await;
+        let ended = now.unwrap_or_else(|| self.clock.now());
+        let ticket = call.finish();
+        let reply = match reply {
+            Ok(Ok(decision)) => Reply::Decided(decision),
+            Ok(Err(DecideError::Unavailable(error))) => {
+                tracing::debug!(error = %error, "the store gave no decision");
+                Reply::Failed(unavailable(&error))
+            }
+            // Checked before the call; if the store refuses what the table accepted, no
+            // call was made.
+            Ok(Err(DecideError::InsufficientCapacity { cost, capacity })) => {
+                self.gate.refused(ended, ticket);
+                return Err(RequestError::InsufficientCapacity { cost, capacity });
+            }
+            Ok(Err(DecideError::InvalidKey(e))) => {
+                self.gate.refused(ended, ticket);
+                return Err(RequestError::InvalidKey(e));
+            }
+            // An error rein-core adds later: no decision, like a failed call.
+            Ok(Err(error)) => {
+                tracing::debug!(error = %error, "the store gave no decision");
+                Reply::Failed(Unavailable::UnexpectedReply)
+            }
+            Err(_) => Reply::Failed(Unavailable::Timeout),
+        };
+        Ok(self.gate.finish(sent_at, ended, ticket, request, reply))
+    }
+
+    async fn refund(
+        &self,
+        now: Option<Timestamp>,
+        index: usize,
+        key: &[u8],
+        amount: u64,
+    ) -> Result<(), DecideError> {
+        let local = now.unwrap_or_else(|| self.clock.now());
+        // The table holds far fewer than 2^32 policies (each built by hand).
+        self.gate.forget(local, index as u32, key);
+        let store_now = self.store_now(now, local);
+        let policy = &self.prepared[index];
+        match tokio::time::timeout(
+            self.guard_deadline,
+            self.store.refund(store_now, policy, key, amount),
+        )
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout(self.guard_deadline).into()),
+        }
+    }
+
+    /// The `now` to pass the store: the caller's, else the local clock's reading if the
+    /// store decides on it, else none (the store's own clock).
+    fn store_now(&self, now: Option<Timestamp>, local: Timestamp) -> Option<Timestamp> {
+        match (now, self.time_source) {
+            (Some(now), _) => Some(now),
+            (None, TimeSource::LocalClock) => Some(local),
+            (None, TimeSource::Store) => None,
+        }
+    }
+}
+
+/// The gate's name for why the store gave no decision.
+fn unavailable(error: &StoreError) -> Unavailable {
+    match error {
+        StoreError::Timeout(_) => Unavailable::Timeout,
+        StoreError::Server(_) => Unavailable::Server,
+        StoreError::UnexpectedReply(_) => Unavailable::UnexpectedReply,
+        // A contended optimistic store, like a broken connection, may answer next time.
+        _ => Unavailable::Connection,
+    }
+}
+
+/// A call to the store in flight. If the caller drops the future before the call ends,
+/// the ticket is handed back as abandoned, so a dropped probe does not hold the breaker
+/// half-open until its timeout.
+struct InFlight<'a, S: Limiter> {
+    shared: &'a Shared<S>,
+    ticket: Option<Ticket>,
+}
+
+impl<S: Limiter> InFlight<'_, S> {
+    /// The call ended; its outcome is reported with the returned ticket.
+    fn finish(&mut self) -> Ticket {
+        // Set at construction and taken only here, once.
+        self.ticket.take().expect("finish is called once")
+    }
+}
+
+impl<S: Limiter> Drop for InFlight<'_, S> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            let now = self.shared.clock.now();
+            self.shared.gate.abandon(now, ticket);
+        }
+    }
+}
+
+/// The resilient limiter is a [`Limiter`] too: its prepared policy is a policy of its table
+/// (preparing one that is not in the table, by name and value, is an error), and a decision
+/// never fails with [`DecideError::Unavailable`] (the failure policy answers), except a
+/// refund's. A `now` given here is used as the local time and passed to the store.
+impl<S: Limiter> Limiter for ResilientLimiter<S> {
+    type Prepared = TablePolicy;
+
+    fn prepare(&self, policy: &NamedPolicy) -> Result<TablePolicy, PrepareError> {
+        match self.inner.table.index_of(policy.name()) {
+            Some(index) if self.inner.table.policies()[index] == *policy => Ok(TablePolicy(index)),
+            _ => Err(PrepareError::UnknownPolicy(policy.name().to_owned())),
+        }
+    }
+
+    async fn acquire(
+        &self,
+        now: Option<Timestamp>,
+        policy: &TablePolicy,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, DecideError> {
+        self.decide(now, policy.0, key, cost)
+            .await
+            .map(|decided| decided.decision)
+            .map_err(decide_error)
+    }
+
+    fn peek(
+        &self,
+        now: Option<Timestamp>,
+        policy: &TablePolicy,
+        key: &[u8],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
+        // A peek goes to the store uncached; a failure is answered like any other.
+        let store_now = now.or_else(|| {
+            (self.inner.time_source == TimeSource::LocalClock).then(|| self.inner.clock.now())
+        });
+        async move {
+            let prepared = &self.inner.prepared[policy.0];
+            self.inner.store.peek(store_now, prepared, key, cost).await
+        }
+    }
+
+    fn refund(
+        &self,
+        now: Option<Timestamp>,
+        policy: &TablePolicy,
+        key: &[u8],
+        amount: u64,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send {
+        self.inner.refund(now, policy.0, key, amount)
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        Some(self.inner.guard_deadline)
+    }
+}
+
+/// A policy of a [`ResilientLimiter`]'s table, prepared with [`Limiter::prepare`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TablePolicy(usize);
+
+/// A request error as the trait's. `UnknownPolicy` cannot come through a [`TablePolicy`]
+/// (it names a policy of the table by construction); it is mapped for completeness.
+fn decide_error(error: RequestError) -> DecideError {
+    match error {
+        RequestError::InsufficientCapacity { cost, capacity } => {
+            DecideError::InsufficientCapacity { cost, capacity }
+        }
+        RequestError::InvalidKey(e) => DecideError::InvalidKey(e),
+        RequestError::UnknownPolicy(name) => DecideError::Unavailable(StoreError::UnexpectedReply(
+            format!("no policy named {name:?}"),
+        )),
+    }
+}
+
+impl<S: Limiter> ResilientLimiterBuilder<S> {
+    /// The `limiter` label of this limiter's metrics and logs (default `rein`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The local clock (default a [`TokioClock`]). It should be monotonic: the caches and
+    /// the breaker measure durations on it.
+    pub fn clock(mut self, clock: impl Clock + Send + Sync + 'static) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Whose clock the store decides on (default [`TimeSource::Store`]).
+    pub fn time_source(mut self, source: TimeSource) -> Self {
+        self.time_source = source;
+        self
+    }
+
+    /// The circuit breaker's settings (default [`BreakerConfig::new`]). Its probe timeout is
+    /// replaced by the store's deadline (plus the limiter's safety margin).
+    pub fn breaker(mut self, config: BreakerConfig) -> Self {
+        self.breaker = config;
+        self
+    }
+
+    /// The deny cache's size (default 65 536 entries), or `None` to turn it off.
+    pub fn deny_cache(mut self, max_entries: Option<NonZeroUsize>) -> Self {
+        self.deny_cache = max_entries;
+        self
+    }
+
+    /// **Over-admits.** Reuses admissions from the store locally, at most `max_reuses` times
+    /// per key per window of `ttl` on each node, without asking the store: the naive
+    /// "allowed" cache, bounded. The store never counts the reuses, so, per key, `N` nodes
+    /// admit up to `N × max_reuses × (⌈T / ttl⌉ + 1)` requests beyond the limit over any
+    /// interval `T` (docs/failure.md). Use it only where a store round trip per request
+    /// costs more than that excess.
+    pub fn danger_allow_cache(mut self, config: AllowCacheConfig) -> Self {
+        self.allow_cache = Some(config);
+        self
+    }
+
+    /// Keys per policy the fallback limiters hold (default 65 536; only used with
+    /// [`FailurePolicy::LocalFallback`]). Beyond it, keys nearest to full are evicted and
+    /// start over from full, which admits more than the share: size it for the keys active
+    /// during an outage.
+    pub fn fallback_max_keys(mut self, max_keys: NonZeroUsize) -> Self {
+        self.fallback_max_keys = max_keys;
+        self
+    }
+
+    /// The limiter. Errors if a duration is zero, a policy has no exact share for the
+    /// expected node count, or the store cannot prepare a policy.
+    pub fn build(self) -> Result<ResilientLimiter<S>, ResilienceConfigError> {
+        if self.breaker.base_backoff_value().is_zero() {
+            return Err(ResilienceConfigError::ZeroDuration("breaker backoff"));
+        }
+        if self
+            .allow_cache
+            .is_some_and(|config| config.ttl_value().is_zero())
+        {
+            return Err(ResilienceConfigError::ZeroDuration("allow-cache ttl"));
+        }
+        let clock = self
+            .clock
+            .unwrap_or_else(|| Arc::new(TokioClock::new()) as SharedClock);
+        let fallback = match self.on_failure {
+            FailurePolicy::LocalFallback { expected_nodes } => self
+                .table
+                .policies()
+                .iter()
+                .map(|named| {
+                    let share = local_share(named.policy(), expected_nodes).map_err(|source| {
+                        ResilienceConfigError::Share {
+                            policy: named.name().to_owned(),
+                            source,
+                        }
+                    })?;
+                    Ok(MemoryLimiter::builder(share)
+                        .max_keys(self.fallback_max_keys)
+                        .clock(Arc::clone(&clock))
+                        .build())
+                })
+                .collect::<Result<Vec<_>, ResilienceConfigError>>()?,
+            FailurePolicy::FailOpen | FailurePolicy::FailClosed => Vec::new(),
+        };
+        let prepared = self
+            .table
+            .policies()
+            .iter()
+            .map(|named| self.store.prepare(named))
+            .collect::<Result<Vec<_>, _>>()?;
+        let guard_deadline = self
+            .store
+            .deadline()
+            .unwrap_or(DEFAULT_DEADLINE)
+            .saturating_add(SAFETY_NET);
+        let gate = Gate::new(
+            self.name,
+            self.on_failure,
+            fallback,
+            self.breaker.probe_timeout(guard_deadline),
+            self.deny_cache,
+            self.allow_cache,
+        );
+        Ok(ResilientLimiter {
+            inner: Arc::new(Shared {
+                store: self.store,
+                table: self.table,
+                prepared,
+                clock,
+                time_source: self.time_source,
+                guard_deadline,
+                gate,
+            }),
+        })
+    }
+}
+
+impl<S: Limiter> Clone for ResilientLimiter<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S: Limiter> fmt::Debug for ResilientLimiter<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResilientLimiter")
+            .field("name", &self.inner.gate.name())
+            .field("on_failure", &self.inner.gate.on_failure())
+            .field("time_source", &self.inner.time_source)
+            .field("policies", &self.inner.table.policies().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> fmt::Debug for ResilientLimiterBuilder<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResilientLimiterBuilder")
+            .field("name", &self.name)
+            .field("on_failure", &self.on_failure)
+            .field("time_source", &self.time_source)
+            .field("breaker", &self.breaker)
+            .field("deny_cache", &self.deny_cache)
+            .field("allow_cache", &self.allow_cache)
+            .finish_non_exhaustive()
+    }
+}
+
+const DEFAULT_NAME: &str = "rein";
+
+/// The deadline of a store that states none ([`Limiter::deadline`]): the Redis store's
+/// default, long against a healthy round trip and short on the request path.
+const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
+
+/// 65 536 entries: more keys than one node sees denied within a typical `retry_after`, and
+/// a few MiB at most.
+const DEFAULT_CACHE_ENTRIES: NonZeroUsize = NonZeroUsize::new(1 << 16).expect("nonzero");
+
+/// How long after the store's deadline the limiter's own timer fires. The store's timer
+/// normally fires first, which lets a store built with a connector replace a connection that
+/// went silent; 5 ms is above tokio's 1 ms timer resolution and a scheduling hiccup, and
+/// short against the deadline.
+const SAFETY_NET: Duration = Duration::from_millis(5);

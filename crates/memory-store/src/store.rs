@@ -1,0 +1,227 @@
+//! [`MemoryStore`]: rein-memory behind the one [`Limiter`] trait.
+//!
+//! A [`MemoryLimiter`] applies one policy to many keys; the trait prepares any number of
+//! named policies and decides by the prepared one. So the store is only a factory of
+//! limiters sharing one clock and one size bound per policy: each prepared policy *is* a
+//! [`MemoryLimiter`] of byte-string keys, and a decision is its synchronous call wrapped in
+//! a future that is ready at once.
+
+use std::future::{Future, Ready, ready};
+use std::num::NonZeroUsize;
+
+use rein_core::{
+    AcquireError, DecideError, Decision, KeyError, Limiter, NamedPolicy, PrepareError, StoreError,
+    Timestamp,
+};
+
+use crate::{Clock, MemoryLimiter, SystemClock};
+
+/// Per-key limits in this process, for any number of named policies: the in-process
+/// [`Limiter`].
+///
+/// Each [`prepare`](Limiter::prepare)d policy gets its own keyed table (at most
+/// [`max_keys`](Self::max_keys) keys), so two policies never share state. Calls never wait:
+/// the futures are ready when returned. A `None` for `now` reads the store's clock.
+///
+/// ```
+/// use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy, Timestamp};
+/// use rein_memory::MemoryStore;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryStore::new();
+/// let api = store.prepare(&NamedPolicy::new(
+///     "api",
+///     Policy::single(Limit::fixed_window(2, Micros::from_secs(60))?),
+/// )?)?;
+/// let now = Some(Timestamp::from_micros(0));
+/// assert!(store.acquire(now, &api, b"user-42", 2).await?.is_allowed());
+/// assert!(!store.acquire(now, &api, b"user-42", 1).await?.is_allowed());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct MemoryStore<C = SystemClock> {
+    clock: C,
+    max_keys: NonZeroUsize,
+}
+
+impl MemoryStore<SystemClock> {
+    /// A store on the [`SystemClock`], with room for 2^20 keys per policy.
+    pub fn new() -> Self {
+        Self::with_clock(SystemClock)
+    }
+}
+
+impl Default for MemoryStore<SystemClock> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C> MemoryStore<C> {
+    /// A store reading `clock` when a call passes no `now`.
+    pub fn with_clock(clock: C) -> Self {
+        Self {
+            clock,
+            max_keys: crate::limiter::DEFAULT_MAX_KEYS,
+        }
+    }
+
+    /// At most `max_keys` keys per prepared policy (see [`MemoryLimiter`] for eviction).
+    pub fn max_keys(mut self, max_keys: NonZeroUsize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+}
+
+impl<C> MemoryStore<C>
+where
+    C: Clock + Clone + Send + Sync + 'static,
+{
+    fn decide(
+        &self,
+        now: Option<Timestamp>,
+        key: &[u8],
+        call: impl FnOnce(Timestamp) -> Result<Decision, AcquireError>,
+    ) -> Ready<Result<Decision, DecideError>> {
+        if key.is_empty() {
+            return ready(Err(KeyError::Empty.into()));
+        }
+        let now = now.unwrap_or_else(|| self.clock.now());
+        ready(call(now).map_err(from_core))
+    }
+}
+
+impl<C> Limiter for MemoryStore<C>
+where
+    C: Clock + Clone + Send + Sync + 'static,
+{
+    type Prepared = MemoryLimiter<Vec<u8>, C>;
+
+    fn prepare(&self, policy: &NamedPolicy) -> Result<Self::Prepared, PrepareError> {
+        Ok(MemoryLimiter::builder(policy.policy().clone())
+            .max_keys(self.max_keys)
+            .clock(self.clock.clone())
+            .build())
+    }
+
+    fn acquire(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
+        self.decide(now, key, |now| policy.acquire_at(now, key, cost))
+    }
+
+    fn peek(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
+        self.decide(now, key, |now| policy.peek_at(now, key, cost))
+    }
+
+    fn refund(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        amount: u64,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send {
+        if key.is_empty() {
+            return ready(Err(KeyError::Empty.into()));
+        }
+        let now = now.unwrap_or_else(|| self.clock.now());
+        ready(policy.refund_at(now, key, amount).map_err(from_core))
+    }
+}
+
+/// The core's request errors as the trait's: a state mismatch cannot happen here (the
+/// limiter builds every state from its own policy), so it is reported as corrupt state.
+fn from_core(error: AcquireError) -> DecideError {
+    match error {
+        AcquireError::InsufficientCapacity { cost, capacity } => {
+            DecideError::InsufficientCapacity { cost, capacity }
+        }
+        AcquireError::StateMismatch => {
+            StoreError::UnexpectedReply("stored state does not match its policy".into()).into()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rein_core::{Limit, Micros, Policy};
+
+    use super::*;
+    use crate::FakeClock;
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        // Every future of this store is ready when returned.
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut future = std::pin::pin!(future);
+        match future.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(output) => output,
+            std::task::Poll::Pending => panic!("a memory store future was pending"),
+        }
+    }
+
+    #[test]
+    fn prepared_policies_keep_separate_state_and_read_the_clock_when_no_now_is_given() {
+        let clock = FakeClock::new(Timestamp::from_micros(0));
+        let store = MemoryStore::with_clock(clock.clone());
+        let one = Policy::single(Limit::fixed_window(1, Micros::from_secs(1)).unwrap());
+        let a = store
+            .prepare(&NamedPolicy::new("a", one.clone()).unwrap())
+            .unwrap();
+        let b = store.prepare(&NamedPolicy::new("b", one).unwrap()).unwrap();
+        assert!(
+            block_on(store.acquire(None, &a, b"k", 1))
+                .unwrap()
+                .is_allowed()
+        );
+        assert!(
+            block_on(store.acquire(None, &b, b"k", 1))
+                .unwrap()
+                .is_allowed()
+        );
+        assert!(
+            !block_on(store.acquire(None, &a, b"k", 1))
+                .unwrap()
+                .is_allowed()
+        );
+        clock.advance(Micros::from_secs(1));
+        assert!(
+            block_on(store.peek(None, &a, b"k", 1))
+                .unwrap()
+                .is_allowed()
+        );
+    }
+
+    #[test]
+    fn empty_keys_and_impossible_costs_are_typed_errors() {
+        let store = MemoryStore::new();
+        let p = Policy::single(Limit::fixed_window(2, Micros::from_secs(1)).unwrap());
+        let p = store.prepare(&NamedPolicy::new("p", p).unwrap()).unwrap();
+        assert!(matches!(
+            block_on(store.acquire(None, &p, b"", 1)),
+            Err(DecideError::InvalidKey(KeyError::Empty))
+        ));
+        assert!(matches!(
+            block_on(store.acquire(None, &p, b"k", 3)),
+            Err(DecideError::InsufficientCapacity {
+                cost: 3,
+                capacity: 2
+            })
+        ));
+        assert!(matches!(
+            block_on(store.refund(None, &p, b"", 1)),
+            Err(DecideError::InvalidKey(KeyError::Empty))
+        ));
+    }
+}

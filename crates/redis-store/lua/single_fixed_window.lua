@@ -1,0 +1,110 @@
+-- rein-redis: a policy of one fixed window. rein_core::FixedWindow::{decide, refund,
+-- current} (crates/core/src/fixed_window.rs), with the same names, as straight-line code:
+-- no closures, no tables, GET then SET ... PX only when something changed.
+--
+-- KEYS[1]  the limit's state key.
+-- ARGV     op ('acquire', 'peek', 'refund'), now (µs, or '' for the server's TIME), cost
+--          (or refund amount), min_ttl (ms), then limit and window (µs).
+-- State    a string '<window_start>:<count>', written with its TTL in the same SET.
+-- Reply    { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us }.
+
+-- rein_core::MAX_MICROS (see single_token_bucket.lua).
+local MAX = 4503599627370495
+
+-- An integer from 0 to MAX, or a script error naming `what`.
+local function int(s, what)
+  local n = tonumber(s)
+  if n == nil or n < 0 or n > MAX or n % 1 ~= 0 then
+    error({ err = 'REIN not an integer from 0 to 2^52 - 1: ' .. what })
+  end
+  return n
+end
+
+local op = ARGV[1]
+local refund = op == 'refund'
+if op ~= 'acquire' and op ~= 'peek' and not refund then
+  error({ err = 'REIN unknown operation' })
+end
+local now
+if ARGV[2] == '' then
+  -- Redis 5 and 6 need this before a write that follows TIME; a no-op in Redis 7.
+  if redis.replicate_commands then
+    redis.replicate_commands()
+  end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if now > MAX then
+    now = MAX
+  end
+else
+  now = int(ARGV[2], 'now')
+end
+local cost = int(ARGV[3], 'cost')
+local min_ttl = int(ARGV[4], 'min_ttl')
+local limit = int(ARGV[5], 'limit')
+local window = int(ARGV[6], 'window')
+if ARGV[7] ~= nil or window == 0 then
+  error({ err = 'REIN bad fixed window parameters' })
+end
+if not refund and cost > limit then
+  error({ err = 'REIN cost exceeds capacity' })
+end
+
+local key = KEYS[1]
+local window_start, count = 0, 0
+local stored = redis.call('GET', key)
+if stored then
+  local a, b = string.match(stored, '^(%d+):(%d+)$')
+  if a == nil then
+    error({ err = 'REIN corrupt fixed window state' })
+  end
+  window_start, count = tonumber(a), tonumber(b)
+  if window_start > MAX or count > MAX then
+    error({ err = 'REIN corrupt fixed window state' })
+  end
+end
+
+-- FixedWindow::current: the window that counts at `now`. A clock that went back to an
+-- earlier window keeps counting in the stored one.
+local n = math.max(now, window_start)
+local start = n - math.fmod(n, window)
+if start ~= window_start then
+  count = 0
+end
+
+local write = false
+if refund then
+  write = count > 0
+  count = math.max(count - cost, 0)
+  cost = 0
+end
+
+-- `start` is never before `now`'s window, so this is at least 1 µs.
+local window_end = math.min(start + window - now, MAX)
+local remaining = math.max(limit - count, 0)
+local allowed, retry_after = 0, 0
+if cost <= remaining then
+  allowed = 1
+  remaining = remaining - cost
+  count = count + cost
+  write = write or (cost > 0 and op == 'acquire')
+else
+  -- `cost <= limit`, so the next window admits it.
+  retry_after = window_end
+end
+local reset_after = 0
+if count > 0 then
+  reset_after = window_end
+end
+
+if write then
+  -- The key lives until its window ends (rounded up to ms), or min_ttl if longer.
+  local ttl = reset_after + 999
+  ttl = math.max((ttl - math.fmod(ttl, 1000)) / 1000, min_ttl)
+  if ttl > 0 then
+    redis.call('SET', key, string.format('%d:%d', start, count), 'PX', ttl)
+  else
+    redis.call('DEL', key)
+  end
+end
+return { allowed, limit, remaining, retry_after, reset_after, now }

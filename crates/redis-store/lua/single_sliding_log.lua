@@ -1,0 +1,187 @@
+-- rein-redis: a policy of one sliding log. rein_core::SlidingLog::{decide, acquire, refund,
+-- judged_at} (crates/core/src/sliding_log.rs), with the same names, as straight-line code:
+-- no closures, GET then SET ... PX only when something changed.
+--
+-- KEYS[1]  the limit's state key.
+-- ARGV     op ('acquire', 'peek', 'refund'), now (µs, or '' for the server's TIME), cost
+--          (or refund amount), min_ttl (ms), then limit and window (µs).
+-- State    a string of `LogEntry`s oldest first, '<at>:<cost>' joined by ',', written with
+--          its TTL in the same SET; an empty log is no key. One string is one allocation
+--          in Redis and one GET, where a sorted set of timestamps costs a ZRANGE (or
+--          ZREMRANGEBYSCORE + ZCARD) and a ZADD, and several times the memory.
+-- Reply    { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us }.
+
+-- rein_core::MAX_MICROS (see single_token_bucket.lua).
+local MAX = 4503599627370495
+
+-- An integer from 0 to MAX, or a script error naming `what`.
+local function int(s, what)
+  local n = tonumber(s)
+  if n == nil or n < 0 or n > MAX or n % 1 ~= 0 then
+    error({ err = 'REIN not an integer from 0 to 2^52 - 1: ' .. what })
+  end
+  return n
+end
+
+local op = ARGV[1]
+local refund = op == 'refund'
+if op ~= 'acquire' and op ~= 'peek' and not refund then
+  error({ err = 'REIN unknown operation' })
+end
+local now
+if ARGV[2] == '' then
+  -- Redis 5 and 6 need this before a write that follows TIME; a no-op in Redis 7.
+  if redis.replicate_commands then
+    redis.replicate_commands()
+  end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if now > MAX then
+    now = MAX
+  end
+else
+  now = int(ARGV[2], 'now')
+end
+local cost = int(ARGV[3], 'cost')
+local min_ttl = int(ARGV[4], 'min_ttl')
+local limit = int(ARGV[5], 'limit')
+local window = int(ARGV[6], 'window')
+if ARGV[7] ~= nil or window == 0 then
+  error({ err = 'REIN bad sliding log parameters' })
+end
+if not refund and cost > limit then
+  error({ err = 'REIN cost exceeds capacity' })
+end
+
+-- The entries: `at` and `cost` of each, and where each starts in the stored string, so an
+-- admission that expires a prefix keeps the rest with one `string.sub`.
+local key = KEYS[1]
+local stored = redis.call('GET', key)
+local ats, costs, starts = {}, {}, {}
+local n, total = 0, 0
+if stored then
+  local i, len = 1, #stored
+  while i <= len do
+    local _, e, a, c = string.find(stored, '^(%d+):(%d+),?', i)
+    if e == nil then
+      error({ err = 'REIN corrupt sliding log state' })
+    end
+    a, c = tonumber(a), tonumber(c)
+    -- As SlidingLogState::from_entries: increasing instants, non-zero costs.
+    if a > MAX or c > MAX or c == 0 or (n > 0 and a <= ats[n]) then
+      error({ err = 'REIN corrupt sliding log state' })
+    end
+    n = n + 1
+    ats[n], costs[n], starts[n] = a, c, i
+    total = total + c
+    i = e + 1
+  end
+  if total > MAX then
+    error({ err = 'REIN corrupt sliding log state' })
+  end
+end
+
+-- judged_at: never before the newest admission.
+local at = now
+if n > 0 and ats[n] > now then
+  at = ats[n]
+end
+
+local write = false
+if refund then
+  -- SlidingLog::refund: removes up to `amount` of the newest admissions in the window.
+  local amount = cost
+  while amount > 0 and n > 0 and ats[n] + window > at do
+    local taken = math.min(amount, costs[n])
+    costs[n] = costs[n] - taken
+    total = total - taken
+    amount = amount - taken
+    write = true
+    if costs[n] == 0 then
+      n = n - 1
+    end
+  end
+  cost = 0
+  -- The figures are those of a zero-cost peek after the refund, judged anew.
+  at = now
+  if n > 0 and ats[n] > now then
+    at = ats[n]
+  end
+end
+
+-- SlidingLog::decide: expired entries lead the log.
+local expired, live = 0, total
+while expired < n and ats[expired + 1] + window <= at do
+  expired = expired + 1
+  live = live - costs[expired]
+end
+local remaining = math.max(limit - live, 0)
+local allowed, retry_after = 0, 0
+-- newest_end: the newest entry (or this admission) leaves the window.
+local newest = nil
+if n > 0 then
+  newest = ats[n]
+end
+if cost <= remaining then
+  allowed = 1
+  remaining = remaining - cost
+  if cost > 0 then
+    newest = at
+  end
+else
+  -- Walk the live entries oldest first until enough cost has left the window.
+  local still_in = live
+  for i = expired + 1, n do
+    still_in = still_in - costs[i]
+    if still_in + cost <= limit then
+      retry_after = math.min(ats[i] + window - now, MAX)
+      break
+    end
+  end
+end
+local reset_after = 0
+if newest ~= nil and newest + window > at then
+  reset_after = math.min(newest + window - now, MAX)
+end
+
+local value = nil
+if refund and write then
+  local parts = {}
+  for i = 1, n do
+    parts[i] = string.format('%d:%d', ats[i], costs[i])
+  end
+  value = table.concat(parts, ',')
+elseif allowed == 1 and cost > 0 and op == 'acquire' then
+  write = true
+  if expired < n and ats[n] == at then
+    -- Merges with an entry at the same microsecond: rebuilt, a rare case.
+    costs[n] = costs[n] + cost
+    local parts = {}
+    for i = expired + 1, n do
+      parts[#parts + 1] = string.format('%d:%d', ats[i], costs[i])
+    end
+    value = table.concat(parts, ',')
+  elseif expired < n then
+    -- The live suffix as stored, then the new entry.
+    value = string.sub(stored, starts[expired + 1])
+    if string.sub(value, -1) ~= ',' then
+      value = value .. ','
+    end
+    value = value .. string.format('%d:%d', at, cost)
+  else
+    value = string.format('%d:%d', at, cost)
+  end
+end
+
+if write then
+  -- The key lives until its newest entry leaves the window (rounded up to ms), or min_ttl
+  -- if longer; an empty log, or one with no TTL left, is deleted.
+  local ttl = reset_after + 999
+  ttl = math.max((ttl - math.fmod(ttl, 1000)) / 1000, min_ttl)
+  if ttl > 0 and value ~= '' then
+    redis.call('SET', key, value, 'PX', ttl)
+  else
+    redis.call('DEL', key)
+  end
+end
+return { allowed, limit, remaining, retry_after, reset_after, now }

@@ -1,0 +1,157 @@
+-- rein-redis: a policy of one token bucket, the hot path. rein_core::TokenBucket::{decide, refund,
+-- is_full, remaining} and `reset_after` (crates/core/src/token_bucket.rs), with the same
+-- names, written as straight-line code: no closures, no tables, two Redis calls (GET, then
+-- SET ... PX only when something changed). A policy of several limits runs `policy.lua`.
+--
+-- KEYS[1]  the limit's state key.
+-- ARGV     op ('acquire', 'peek', 'refund'), now (µs, or '' for the server's TIME), cost
+--          (or refund amount), min_ttl (ms), then the parameters RedisPolicy computed once:
+--          capacity, units_per_token, units_per_micro, tol_us, tol_units (the tolerance
+--          `capacity × units_per_token` split as `tat` is: whole µs and a remainder).
+-- State    a string '<tat>:<tat_units>', written with its TTL in the same SET.
+-- Reply    { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us }.
+
+-- rein_core::MAX_MICROS: 2^52 - 1. Every quantity stays at or below it, so a sum of two is
+-- an exact double; divisions use `math.fmod`, which is exact, never a rounded `/` alone.
+local MAX = 4503599627370495
+
+-- An integer from 0 to MAX, or a script error naming `what`: the script is callable by
+-- anyone with the ACL, and must never store what rein-core would not.
+local function int(s, what)
+  local n = tonumber(s)
+  if n == nil or n < 0 or n > MAX or n % 1 ~= 0 then
+    error({ err = 'REIN not an integer from 0 to 2^52 - 1: ' .. what })
+  end
+  return n
+end
+
+local op = ARGV[1]
+local refund = op == 'refund'
+if op ~= 'acquire' and op ~= 'peek' and not refund then
+  error({ err = 'REIN unknown operation' })
+end
+local now
+if ARGV[2] == '' then
+  -- Redis 5 and 6 replicate scripts verbatim unless told otherwise, and then refuse writes
+  -- after TIME; Redis 7 replicates effects only and keeps this as a no-op.
+  if redis.replicate_commands then
+    redis.replicate_commands()
+  end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if now > MAX then
+    now = MAX
+  end
+else
+  now = int(ARGV[2], 'now')
+end
+local cost = int(ARGV[3], 'cost')
+local min_ttl = int(ARGV[4], 'min_ttl')
+local capacity = int(ARGV[5], 'capacity')
+local units_per_token = int(ARGV[6], 'units_per_token')
+local units_per_micro = int(ARGV[7], 'units_per_micro')
+local tol_us = int(ARGV[8], 'tol_us')
+local tol_units = int(ARGV[9], 'tol_units')
+if ARGV[10] ~= nil or units_per_token == 0 or units_per_micro == 0
+    or tol_units >= units_per_micro then
+  error({ err = 'REIN bad token bucket parameters' })
+end
+-- The core rejects a cost above capacity before deciding; the products below rely on it.
+if not refund and cost > capacity then
+  error({ err = 'REIN cost exceeds capacity' })
+end
+
+local key = KEYS[1]
+local tat, tat_units = 0, 0
+local stored = redis.call('GET', key)
+if stored then
+  local a, b = string.match(stored, '^(%d+):(%d+)$')
+  if a == nil then
+    error({ err = 'REIN corrupt token bucket state' })
+  end
+  tat, tat_units = tonumber(a), tonumber(b)
+  if tat > MAX or tat_units > MAX then
+    error({ err = 'REIN corrupt token bucket state' })
+  end
+end
+
+local write = false
+if refund then
+  -- TokenBucket::refund: moves `tat` back by up to `amount` tokens, never beyond full.
+  write = tat > now or (tat == now and tat_units > 0)
+  if write then
+    local units = math.min(cost, capacity) * units_per_token
+    local back_rem = math.fmod(units, units_per_micro)
+    local back_us = (units - back_rem) / units_per_micro
+    if tat_units < back_rem then
+      tat_units = tat_units + units_per_micro
+      tat = math.max(tat - 1, 0)
+    end
+    tat_units = tat_units - back_rem
+    tat = math.max(tat - back_us, 0)
+    if tat < now or (tat == now and tat_units == 0) then
+      tat, tat_units = 0, 0
+    end
+  end
+  -- The figures are those of a zero-cost peek after the refund.
+  cost = 0
+end
+
+-- max(tat, now), as whole µs ahead of now plus a remainder in units.
+local ahead_us, ahead_units = 0, 0
+if tat > now or (tat == now and tat_units > 0) then
+  ahead_us = tat - now
+  ahead_units = math.min(tat_units, units_per_micro - 1)
+end
+-- The instant the figures describe: `tat` after the decision, relative to now.
+local fig_us, fig_units = ahead_us, ahead_units
+local allowed, retry_after = 0, 0
+local sum = ahead_units + cost * units_per_token
+local next_units = math.fmod(sum, units_per_micro)
+local next_us = ahead_us + (sum - next_units) / units_per_micro
+if next_us < tol_us or (next_us == tol_us and next_units <= tol_units) then
+  if cost == 0 then
+    allowed = 1
+  elseif next_us > MAX - now then
+    -- The end of time: a `tat` past MAX cannot be stored, and clamping it would refill the
+    -- bucket early. Denied for good (issue 9).
+    retry_after = MAX
+  else
+    allowed = 1
+    fig_us, fig_units = next_us, next_units
+    tat, tat_units = now + next_us, next_units
+    write = op == 'acquire'
+  end
+else
+  retry_after = next_us - tol_us
+  if next_units > tol_units then
+    retry_after = retry_after + 1
+  end
+  retry_after = math.min(retry_after, MAX)
+end
+
+-- Whole tokens left: (tolerance - (fig_us × units_per_micro + fig_units)) / units_per_token.
+local remaining = 0
+if fig_us <= tol_us then
+  local free = (tol_us - fig_us) * units_per_micro + tol_units - fig_units
+  if free > 0 then
+    remaining = (free - math.fmod(free, units_per_token)) / units_per_token
+  end
+end
+local reset_after = fig_us
+if fig_units > 0 then
+  reset_after = math.min(fig_us + 1, MAX)
+end
+
+if write then
+  -- The key lives until the bucket is full again (reset_after, rounded up to ms) or
+  -- min_ttl, whichever is longer; a full bucket with no min_ttl is simply deleted.
+  local ttl = reset_after + 999
+  ttl = math.max((ttl - math.fmod(ttl, 1000)) / 1000, min_ttl)
+  if ttl > 0 then
+    redis.call('SET', key, string.format('%d:%d', tat, tat_units), 'PX', ttl)
+  else
+    redis.call('DEL', key)
+  end
+end
+return { allowed, capacity, remaining, retry_after, reset_after, now }

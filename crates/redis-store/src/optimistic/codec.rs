@@ -1,0 +1,218 @@
+//! The optimistic store's Redis commands and stored values: pure encoding and decoding, no
+//! I/O.
+//!
+//! The values are the Lua scripts' own (key format `v2`, `state.rs`): one string per limit,
+//! its integers in decimal joined by `:` (`<tat>:<tat_units>`, `<window_start>:<count>`,
+//! `<window_start>:<current>:<previous>`), or a sliding log's entries `<at>:<cost>` joined
+//! by `,`. Reading goes through `state.rs`, the decoder the Lua store's `state` uses;
+//! writing is [`encode_value`], the Rust half of each script's `encode`. Sharing the format
+//! lets both stores decide on the same keys: a script's `SET` touches a watched key like any
+//! other write, so a transaction racing a script aborts and retries.
+
+use redis::{Pipeline, Value};
+use rein_core::{LimitState, MAX_MICROS, Micros, PolicyState, Timestamp};
+
+use crate::RedisPolicy;
+
+/// The first round trip: forget an earlier `WATCH` left by a denial on this connection
+/// (`unwatch`), `WATCH` the keys (`watch`, for operations that may write), `GET` each key
+/// and, unless the caller gave `now`, the server's `TIME`. Only the `GET`s and `TIME`
+/// reply; the rest is ignored.
+pub(crate) fn read_pipeline(keys: &[String], unwatch: bool, watch: bool, time: bool) -> Pipeline {
+    let mut pipe = redis::pipe();
+    if unwatch {
+        pipe.cmd("UNWATCH").ignore();
+    }
+    if watch {
+        pipe.cmd("WATCH").arg(keys).ignore();
+    }
+    for key in keys {
+        pipe.cmd("GET").arg(key);
+    }
+    if time {
+        pipe.cmd("TIME");
+    }
+    pipe
+}
+
+/// Decodes the replies of [`read_pipeline`]: the policy's state (a missing key is a full
+/// limit) and the server's clock if it was asked for.
+pub(crate) fn decode_read(
+    policy: &RedisPolicy,
+    mut replies: Vec<Value>,
+    time: bool,
+) -> Result<(PolicyState, Option<Timestamp>), String> {
+    let now = if time {
+        let reply = replies.pop().ok_or("no TIME reply")?;
+        Some(decode_time(reply)?)
+    } else {
+        None
+    };
+    let state = crate::state::decode(policy, replies)?;
+    Ok((state, now))
+}
+
+/// A limit state as the scripts store it; `None` for an empty sliding log, which is stored
+/// as no key at all.
+pub(crate) fn encode_value(state: &LimitState) -> Option<String> {
+    Some(match state {
+        LimitState::TokenBucket(s) => format!("{}:{}", s.tat.as_micros(), s.tat_units),
+        LimitState::FixedWindow(s) => format!("{}:{}", s.window_start.as_micros(), s.count),
+        LimitState::SlidingCounter(s) => format!(
+            "{}:{}:{}",
+            s.window_start.as_micros(),
+            s.current,
+            s.previous
+        ),
+        LimitState::SlidingLog(s) => {
+            let entries: Vec<String> = s
+                .entries()
+                .map(|e| format!("{}:{}", e.at.as_micros(), e.cost))
+                .collect();
+            if entries.is_empty() {
+                return None;
+            }
+            entries.join(",")
+        }
+    })
+}
+
+/// `TIME`: seconds and microseconds as two decimal strings.
+fn decode_time(reply: Value) -> Result<Timestamp, String> {
+    let Value::Array(parts) = reply else {
+        return Err(format!("TIME: expected an array, got {reply:?}"));
+    };
+    let number = |v: &Value| match v {
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok()),
+        Value::Int(i) => u64::try_from(*i).ok(),
+        _ => None,
+    };
+    match parts.as_slice() {
+        [secs, micros] => match (number(secs), number(micros)) {
+            (Some(secs), Some(micros)) => Ok(Timestamp::from_micros(
+                secs.saturating_mul(1_000_000).saturating_add(micros),
+            )),
+            _ => Err(format!("TIME: not two integers: {parts:?}")),
+        },
+        _ => Err(format!("TIME: expected two parts, got {}", parts.len())),
+    }
+}
+
+/// The second round trip: `MULTI`, one `SET … PX` (or `DEL`) per changed limit, `EXEC`.
+/// Each write is a key, its new value (`None`: an empty log) and its TTL in ms; a zero TTL
+/// or no value deletes the key, as the scripts' `store` does.
+pub(crate) fn write_transaction(writes: &[(&str, Option<String>, u64)]) -> Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for (key, value, ttl_ms) in writes {
+        match value {
+            Some(value) if *ttl_ms > 0 => {
+                pipe.cmd("SET").arg(*key).arg(value).arg("PX").arg(*ttl_ms)
+            }
+            _ => pipe.cmd("DEL").arg(*key),
+        };
+    }
+    pipe
+}
+
+/// A written key's TTL in ms: its limit's `reset_after` rounded up, at least `min_ttl_ms`;
+/// zero means "delete it". The scripts' rule, so both stores free memory alike.
+pub(crate) fn ttl_millis(reset_after: Micros, min_ttl_ms: u64) -> u64 {
+    reset_after
+        .as_micros()
+        .div_ceil(1_000)
+        .max(min_ttl_ms)
+        .min(MAX_MICROS)
+}
+
+#[cfg(test)]
+mod tests {
+    use rein_core::{
+        FixedWindowState, Limit, LogEntry, Policy, SlidingCounterState, SlidingLogState,
+        TokenBucketState,
+    };
+
+    use super::*;
+
+    fn policy() -> RedisPolicy {
+        let second = Micros::from_secs(1);
+        let limits = [
+            Limit::token_bucket(10, 1, second).unwrap(),
+            Limit::fixed_window(5, second).unwrap(),
+            Limit::sliding_counter(5, second).unwrap(),
+            Limit::sliding_log(5, second).unwrap(),
+        ];
+        RedisPolicy::new("api", Policy::new(limits).unwrap()).unwrap()
+    }
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn missing_keys_read_as_full_limits_and_time_is_decoded() {
+        let time = Value::Array(vec![bulk("1700000000"), bulk("123456")]);
+        let replies = vec![Value::Nil, Value::Nil, Value::Nil, Value::Nil, time];
+        let (state, now) = decode_read(&policy(), replies, true).unwrap();
+        assert_eq!(state, policy().policy().new_state());
+        assert_eq!(now, Some(Timestamp::from_micros(1_700_000_000_123_456)));
+    }
+
+    #[test]
+    fn written_values_read_back_through_the_scripts_decoder() {
+        let t = Timestamp::from_micros;
+        let log = SlidingLogState::from_entries([
+            LogEntry { at: t(5), cost: 2 },
+            LogEntry { at: t(9), cost: 1 },
+        ])
+        .unwrap();
+        let states = [
+            LimitState::TokenBucket(TokenBucketState {
+                tat: t(42),
+                tat_units: 7,
+            }),
+            LimitState::FixedWindow(FixedWindowState {
+                window_start: t(1_000_000),
+                count: 3,
+            }),
+            LimitState::SlidingCounter(SlidingCounterState {
+                window_start: t(2_000_000),
+                current: 1,
+                previous: 4,
+            }),
+            LimitState::SlidingLog(log),
+        ];
+        let values: Vec<_> = states.iter().map(|s| encode_value(s).unwrap()).collect();
+        assert_eq!(values, ["42:7", "1000000:3", "2000000:1:4", "5:2,9:1"]);
+        let replies = values.iter().map(|v| bulk(v)).collect();
+        let (state, now) = decode_read(&policy(), replies, false).unwrap();
+        assert_eq!(now, None);
+        assert_eq!(state, PolicyState::from_states(states).unwrap());
+    }
+
+    #[test]
+    fn an_empty_log_is_no_key() {
+        let empty = LimitState::SlidingLog(SlidingLogState::default());
+        assert_eq!(encode_value(&empty), None);
+    }
+
+    #[test]
+    fn foreign_values_are_errors_not_full_limits() {
+        for bad in ["10", "", "1:2:3", "a:b", "-1:0"] {
+            let replies = vec![bulk(bad), Value::Nil, Value::Nil, Value::Nil];
+            assert!(decode_read(&policy(), replies, false).is_err(), "{bad:?}");
+        }
+        let not_a_string = vec![Value::Int(3), Value::Nil, Value::Nil, Value::Nil];
+        assert!(decode_read(&policy(), not_a_string, false).is_err());
+    }
+
+    #[test]
+    fn ttl_rounds_up_to_milliseconds_and_respects_the_minimum() {
+        assert_eq!(ttl_millis(Micros::ZERO, 0), 0);
+        assert_eq!(ttl_millis(Micros::from_micros(1), 0), 1);
+        assert_eq!(ttl_millis(Micros::from_micros(1_001), 0), 2);
+        assert_eq!(ttl_millis(Micros::ZERO, 5_000), 5_000);
+    }
+}

@@ -1,0 +1,118 @@
+//! A bounded pool of connections, each lent to one call at a time.
+//!
+//! `WATCH` belongs to a connection: it guards the writes of the `EXEC` that the *same*
+//! connection sends next. A multiplexed connection shared by concurrent callers would send
+//! one caller's `WATCH` and another's `EXEC` on the same socket (the second would then pass
+//! or fail on the first one's watch), and a pool that picks a socket per command could send
+//! the `EXEC` on a socket that never watched anything, which commits blindly. So each call
+//! borrows a whole connection for its read and its transaction, and nobody else sends a
+//! command on it until it is returned.
+//!
+//! A connection that saw a timeout or an error is never returned: its socket may still
+//! carry an unanswered request, or an open `MULTI`, and the next borrower would read the
+//! wrong reply. Dropping a [`Lease`] without [`Lease::release`] closes it, which makes
+//! cancellation (a deadline firing mid-call) safe by construction. Connections are
+//! `MultiplexedConnection`s, because redis-rs 1.x has no other async single-server
+//! connection, but each is used by one borrower at a time, so it behaves as a dedicated
+//! socket. Never a `ConnectionManager`: it reconnects by itself, so a `WATCH` could be sent
+//! on one socket and the `EXEC` on its replacement.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use redis::RedisResult;
+use redis::aio::MultiplexedConnection;
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+/// Makes a new connection: called whenever a call finds no idle one.
+pub(crate) type Connector = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = RedisResult<MultiplexedConnection>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// One pooled connection and what the server still holds for it.
+pub(crate) struct Conn {
+    pub(crate) conn: MultiplexedConnection,
+    /// A denial or a peek after a `WATCH` leaves the keys watched (sending `UNWATCH` right
+    /// away would cost a round trip per denial); the next borrower sends `UNWATCH` first.
+    pub(crate) watching: bool,
+}
+
+pub(crate) struct Pool {
+    idle: Mutex<Vec<Conn>>,
+    permits: Semaphore,
+    connector: Connector,
+}
+
+/// A connection lent to one call. Dropped without [`release`](Self::release), the
+/// connection is closed rather than returned.
+pub(crate) struct Lease<'a> {
+    conn: Option<Conn>,
+    pool: &'a Pool,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl Pool {
+    pub(crate) fn new(size: usize, connector: Connector, first: MultiplexedConnection) -> Self {
+        Self {
+            idle: Mutex::new(vec![Conn {
+                conn: first,
+                watching: false,
+            }]),
+            permits: Semaphore::new(size),
+            connector,
+        }
+    }
+
+    /// Waits for a free slot, then lends an idle connection or makes a new one. The
+    /// caller's deadline bounds both waits.
+    pub(crate) async fn lease(&self) -> RedisResult<Lease<'_>> {
+        let permit = self
+            .permits
+            .acquire()
+            .await
+            // The semaphore lives as long as the pool and is never closed.
+            .map_err(|_| redis::RedisError::from((redis::ErrorKind::Client, "pool closed")))?;
+        let idle = self.lock().pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => Conn {
+                conn: (self.connector)().await?,
+                watching: false,
+            },
+        };
+        Ok(Lease {
+            conn: Some(conn),
+            pool: self,
+            _permit: permit,
+        })
+    }
+
+    pub(crate) fn idle(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
+        // A std mutex, not tokio's: it is held for one push or pop and never across an
+        // await. A panic cannot leave the Vec half-changed, so poisoning is ignored.
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Lease<'_> {
+    pub(crate) fn conn(&mut self) -> &mut Conn {
+        // Invariant: `conn` is `Some` from construction until `release` consumes the lease.
+        self.conn
+            .as_mut()
+            .expect("a lease holds its connection until released")
+    }
+
+    /// Returns the connection for reuse: only after a complete, understood exchange.
+    pub(crate) fn release(mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.pool.lock().push(conn);
+        }
+    }
+}

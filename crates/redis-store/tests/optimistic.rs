@@ -1,0 +1,783 @@
+//! The optimistic-transaction store (`WATCH`, read, decide here, `MULTI … EXEC`): exact
+//! under real contention (which the conflict counter proves happened), identical to the Lua
+//! store decision for decision, all-or-nothing, silent on denials, on the server's clock,
+//! and never replaying a call that timed out.
+
+mod common;
+
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use rein_core::{Limit, Micros, Policy, Timestamp};
+use rein_redis::{DecideError, OptimisticStoreBuilder, RedisPolicy, RedisStoreBuilder, StoreError};
+use rein_redis_harness::RedisServer;
+
+const LIMIT: u64 = 100;
+
+/// A limit of `LIMIT` that does not refill while the test runs, in each algorithm (as in
+/// tests/concurrency.rs).
+fn policies() -> Vec<RedisPolicy> {
+    let hour = Micros::from_secs(3600);
+    let eon = rein_core::MAX_SPAN;
+    let long = Micros::from_micros(45_000_000_000_000);
+    [
+        ("tb", Limit::token_bucket(LIMIT, 1, hour)),
+        ("fw", Limit::fixed_window(LIMIT, eon)),
+        ("sl", Limit::sliding_log(LIMIT, hour)),
+        ("sc", Limit::sliding_counter(LIMIT, long)),
+    ]
+    .into_iter()
+    .map(|(name, limit)| {
+        RedisPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
+    })
+    .collect()
+}
+
+/// Four limits, one of each algorithm; the fixed window (3) is the tightest.
+fn mixed_policy() -> RedisPolicy {
+    let hour = Micros::from_secs(3600);
+    let limits = [
+        Limit::token_bucket(10, 1, hour),
+        Limit::sliding_log(10, hour),
+        Limit::fixed_window(3, rein_core::MAX_SPAN),
+        Limit::sliding_counter(10, Micros::from_micros(45_000_000_000_000)),
+    ];
+    let limits = limits.map(|l| l.expect("valid limit"));
+    RedisPolicy::new("mixed", Policy::new(limits).expect("valid")).expect("valid name")
+}
+
+/// A store with a deadline generous enough for a debug build on a busy machine: these
+/// tests are about exactness, not latency.
+fn builder() -> OptimisticStoreBuilder {
+    OptimisticStoreBuilder::new()
+        .deadline(Duration::from_secs(10))
+        .rng_seed(12)
+}
+
+async fn exec_calls(raw: &mut MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(raw)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_exec:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_of_32_tasks_on_4_connections_each_admit_exactly_the_limit() {
+    let server = RedisServer::start().expect("start redis-server");
+    // Two independent instances, as two processes would be: own pools, own sockets. Attempts
+    // are unbounded in practice and backoff short, so every task ends with a denial and
+    // contention stays high.
+    let url = server.url();
+    let instance = || {
+        builder()
+            .max_connections(NonZeroUsize::new(4).expect("4 > 0"))
+            .max_attempts(NonZeroU32::new(100_000).expect("> 0"))
+            .backoff(Duration::ZERO, Duration::from_micros(500))
+            .connect(&url)
+    };
+    let stores = [
+        instance().await.expect("connect"),
+        instance().await.expect("connect"),
+    ];
+    for policy in policies() {
+        let policy = Arc::new(policy);
+        let admitted = Arc::new(AtomicU64::new(0));
+        let conflicts_before: u64 = stores.iter().map(|s| s.stats().conflicts).sum();
+        let mut tasks = Vec::new();
+        for store in &stores {
+            for _ in 0..32 {
+                let (store, policy, admitted) = (store.clone(), policy.clone(), admitted.clone());
+                tasks.push(tokio::spawn(async move {
+                    // Until this task sees a denial: with no refill, every later call is
+                    // denied too.
+                    loop {
+                        match store.acquire(&policy, "shared-key", 1).await {
+                            Ok(d) if d.is_allowed() => admitted.fetch_add(1, Ordering::SeqCst),
+                            Ok(_) => break,
+                            Err(e) => panic!("no decision: {e}"),
+                        };
+                    }
+                }));
+            }
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        let conflicts: u64 =
+            stores.iter().map(|s| s.stats().conflicts).sum::<u64>() - conflicts_before;
+        eprintln!("{}: {conflicts} conflicts", policy.name());
+        assert!(
+            conflicts >= 10,
+            "{}: only {conflicts} aborted transactions: no real contention",
+            policy.name()
+        );
+        assert_eq!(admitted.load(Ordering::SeqCst), LIMIT, "{}", policy.name());
+    }
+}
+
+/// Three processes (this test binary, started again as `cross_process_worker`), 16 tasks
+/// each on 4 connections, one key: together they admit exactly the limit. A barrier in Redis
+/// starts them together, so their transactions really overlap; the summed conflict counters
+/// prove it.
+#[test]
+fn three_processes_admit_exactly_the_limit_together() {
+    const PROCESSES: usize = 3;
+    let server = RedisServer::start().expect("start redis-server");
+    let exe = std::env::current_exe().expect("the test binary");
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|i| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "cross_process_worker",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_URL, server.url())
+                .env(CHILD_SEED, i.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::inherit())
+                .spawn()
+                .expect("start a worker process")
+        })
+        .collect();
+    // Wait until every worker is connected, then start them all at once.
+    let started = std::time::Instant::now();
+    while server
+        .command(&["GET", "occ-test:ready"])
+        .expect("GET")
+        .trim_end()
+        != format!("$1\r\n{PROCESSES}")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "workers never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    server.command(&["SET", "occ-test:go", "1"]).expect("SET");
+    let (mut admitted, mut conflicts) = (0, 0);
+    for child in children {
+        let output = child.wait_with_output().expect("a worker");
+        assert!(output.status.success(), "a worker process failed");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| Some(l.split_once("occ-worker: ")?.1))
+            .unwrap_or_else(|| panic!("no result line from a worker: {stdout}"));
+        let numbers: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|w| w.split_once('=')?.1.parse().ok())
+            .collect();
+        let [a, c] = numbers[..] else {
+            panic!("unreadable worker line {line:?}")
+        };
+        eprintln!("worker: {line}");
+        admitted += a;
+        conflicts += c;
+    }
+    assert!(
+        conflicts >= 10,
+        "only {conflicts} aborted transactions: no real contention"
+    );
+    assert_eq!(admitted, CROSS_PROCESS_LIMIT);
+}
+
+/// The worker half of `three_processes_admit_exactly_the_limit_together`: does nothing
+/// unless that test started this process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_process_worker() {
+    let (Ok(url), Ok(seed)) = (std::env::var(CHILD_URL), std::env::var(CHILD_SEED)) else {
+        return;
+    };
+    let store = OptimisticStoreBuilder::new()
+        .deadline(Duration::from_secs(10))
+        .max_connections(NonZeroUsize::new(4).expect("> 0"))
+        .max_attempts(NonZeroU32::new(100_000).expect("> 0"))
+        .backoff(Duration::ZERO, Duration::from_micros(500))
+        .rng_seed(seed.parse().expect("a seed"))
+        .connect(&url)
+        .await
+        .expect("connect");
+    let mut raw = redis::Client::open(url.as_str())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let () = redis::cmd("INCR")
+        .arg("occ-test:ready")
+        .query_async(&mut raw)
+        .await
+        .map(|_: u64| ())
+        .expect("INCR");
+    while redis::cmd("EXISTS")
+        .arg("occ-test:go")
+        .query_async::<u64>(&mut raw)
+        .await
+        .expect("EXISTS")
+        == 0
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let limit =
+        Limit::token_bucket(CROSS_PROCESS_LIMIT, 1, Micros::from_secs(3600)).expect("valid");
+    let policy = Arc::new(RedisPolicy::new("xproc", Policy::single(limit)).expect("valid"));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (store, policy, admitted) = (store.clone(), policy.clone(), admitted.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                match store.acquire(&policy, "shared-key", 1).await {
+                    Ok(d) if d.is_allowed() => admitted.fetch_add(1, Ordering::SeqCst),
+                    Ok(_) => break,
+                    Err(e) => panic!("no decision: {e}"),
+                };
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    println!(
+        "occ-worker: admitted={} conflicts={}",
+        admitted.load(Ordering::SeqCst),
+        store.stats().conflicts
+    );
+}
+
+/// The limit the three worker processes share.
+const CROSS_PROCESS_LIMIT: u64 = 300;
+const CHILD_URL: &str = "REIN_OCC_TEST_WORKER_URL";
+const CHILD_SEED: &str = "REIN_OCC_TEST_WORKER_SEED";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_out_of_attempts_is_a_contended_error_that_wrote_nothing() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = builder()
+        .max_connections(NonZeroUsize::new(16).expect("> 0"))
+        .max_attempts(NonZeroU32::new(1).expect("> 0"))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    // One token back per minute: none while the test runs (well under a minute).
+    let capacity = 100_000;
+    let limit = Limit::token_bucket(capacity, 1, Micros::from_secs(60)).expect("valid");
+    let policy = Arc::new(RedisPolicy::new("hot", Policy::single(limit)).expect("valid"));
+    let (admitted, contended) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (store, policy) = (store.clone(), policy.clone());
+        let (admitted, contended) = (admitted.clone(), contended.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..40 {
+                match store.acquire(&policy, "hot-key", 1).await {
+                    Ok(d) => {
+                        assert!(d.is_allowed(), "the bucket never runs dry here");
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(DecideError::Unavailable(StoreError::Contended { attempts })) => {
+                        assert_eq!(attempts, 1);
+                        contended.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) => panic!("unexpected error: {e}"),
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let (admitted, contended) = (
+        admitted.load(Ordering::SeqCst),
+        contended.load(Ordering::SeqCst),
+    );
+    let stats = store.stats();
+    eprintln!("{admitted} admitted, {contended} contended, {stats:?}");
+    assert!(
+        contended > 0,
+        "one attempt each, 16 tasks, and never a conflict"
+    );
+    assert_eq!(admitted + contended, 16 * 40);
+    assert_eq!((stats.contended, stats.conflicts), (contended, contended));
+    // Exactly the admitted calls took a token: the contended ones wrote nothing.
+    // A peek of 0 reports what is left now (a peek of 1 reports what would be left after it).
+    let remaining = store
+        .peek(&policy, "hot-key", 0)
+        .await
+        .expect("peek")
+        .remaining;
+    assert_eq!(remaining, capacity - admitted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_limit_policy_is_all_or_nothing_and_a_denial_writes_nothing() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = builder().connect(&server.url()).await.expect("connect");
+    let mut raw = common::raw(&server).await;
+    let policy = mixed_policy();
+    let key = "user-7";
+    assert!(
+        store
+            .acquire(&policy, key, 2)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    assert!(
+        store
+            .acquire(&policy, key, 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    let keys = store.keys(&policy, key).expect("keys");
+    let values = |keys: Vec<String>, mut raw: MultiplexedConnection| async move {
+        let mut out = Vec::new();
+        for key in keys {
+            let value: Option<Vec<u8>> = redis::cmd("GET")
+                .arg(&key)
+                .query_async(&mut raw)
+                .await
+                .expect("GET");
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut raw)
+                .await
+                .expect("PTTL");
+            out.push((value.expect("every limit was written"), ttl > 0));
+        }
+        out
+    };
+    let before = values(keys.clone(), raw.clone()).await;
+    let execs = exec_calls(&mut raw).await;
+    let state = store.state(&policy, key).await.expect("state");
+
+    let denied = store.acquire(&policy, key, 1).await.expect("decision");
+    assert!(!denied.is_allowed());
+    assert_eq!(
+        (denied.limit, denied.remaining),
+        (3, 0),
+        "the window speaks"
+    );
+    assert_eq!(
+        exec_calls(&mut raw).await,
+        execs,
+        "a denial sent a transaction"
+    );
+    assert_eq!(
+        values(keys.clone(), raw.clone()).await,
+        before,
+        "a denial changed a value"
+    );
+    assert_eq!(store.state(&policy, key).await.expect("state"), state);
+
+    // The connection that saw the denial still watches user-7's keys (the `UNWATCH` is
+    // sent with its next use): a write to them now must not abort that next use, which
+    // is about another user.
+    let () = redis::cmd("SET")
+        .arg(&keys[0])
+        .arg(before[0].0.as_slice())
+        .arg("KEEPTTL")
+        .query_async(&mut raw)
+        .await
+        .expect("SET");
+    assert_eq!(store.idle_connections(), 1);
+    let other = "user-8";
+    assert!(
+        store
+            .acquire(&policy, other, 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    assert_eq!(store.stats().conflicts, 0);
+}
+
+/// Three worlds on one server, each under its own prefix: the Lua store alone, this store
+/// alone, and both taking turns on the same keys (picked by the walk). After every step all
+/// three must have answered the same and hold the same state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_and_state_match_the_lua_store_step_by_step() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let occ_at = |prefix: &'static str| {
+        builder()
+            .prefix(prefix)
+            .min_ttl(Duration::from_secs(3600))
+            .connect(&url)
+    };
+    let lua_at = |prefix: &'static str| {
+        RedisStoreBuilder::new()
+            .prefix(prefix)
+            .min_ttl(Duration::from_secs(3600))
+            .deadline(Duration::from_secs(5))
+            .connect(&url)
+    };
+    let occ = occ_at("occ").await.expect("connect");
+    let lua = lua_at("lua").await.expect("connect");
+    let (mix_occ, mix_lua) = (
+        occ_at("mix").await.expect("connect"),
+        lua_at("mix").await.expect("connect"),
+    );
+    let second = Micros::from_secs(1);
+    let single = |name: &str, limit: Result<Limit, _>| {
+        RedisPolicy::new(name, Policy::single(limit.expect("valid"))).expect("valid")
+    };
+    // The generic script (several limits) and each lean single-limit script.
+    let policies = [
+        mixed_policy(),
+        RedisPolicy::new(
+            "fast",
+            Policy::new([
+                Limit::token_bucket(5, 2, second).expect("valid"),
+                Limit::sliding_log(4, second).expect("valid"),
+                Limit::sliding_counter(6, second).expect("valid"),
+                Limit::fixed_window(7, second).expect("valid"),
+            ])
+            .expect("valid"),
+        )
+        .expect("valid"),
+        single("tb", Limit::token_bucket(5, 3, second)),
+        single("fw", Limit::fixed_window(4, second)),
+        single("sl", Limit::sliding_log(4, second)),
+        single("sc", Limit::sliding_counter(4, second)),
+    ];
+    // A seeded walk: clock steps of 0 to 400 ms (sometimes backwards), costs 0 to 3.
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    for policy in &policies {
+        let mut now = 1_700_000_000_000_000_u64;
+        for step in 0..300 {
+            match next(10) {
+                0 => now = now.saturating_sub(next(50_000)),
+                _ => now += next(400_000),
+            }
+            let t = Timestamp::from_micros(now);
+            let cost = next(4);
+            let mix_by_occ = next(2) == 0;
+            let label = format!(
+                "{} step {step} at {now} cost {cost} (mixed world: {})",
+                policy.name(),
+                if mix_by_occ { "optimistic" } else { "Lua" }
+            );
+            let decisions = match next(6) {
+                0 => [
+                    occ.peek_at(t, policy, "k", cost).await.expect("occ"),
+                    lua.peek_at(t, policy, "k", cost).await.expect("lua"),
+                    if mix_by_occ {
+                        mix_occ.peek_at(t, policy, "k", cost).await.expect("mix")
+                    } else {
+                        mix_lua.peek_at(t, policy, "k", cost).await.expect("mix")
+                    },
+                ]
+                .map(Some),
+                1 => {
+                    occ.refund_at(t, policy, "k", cost).await.expect("occ");
+                    lua.refund_at(t, policy, "k", cost).await.expect("lua");
+                    if mix_by_occ {
+                        mix_occ.refund_at(t, policy, "k", cost).await.expect("mix");
+                    } else {
+                        mix_lua.refund_at(t, policy, "k", cost).await.expect("mix");
+                    }
+                    [None; 3]
+                }
+                _ => [
+                    occ.acquire_at(t, policy, "k", cost).await.expect("occ"),
+                    lua.acquire_at(t, policy, "k", cost).await.expect("lua"),
+                    if mix_by_occ {
+                        mix_occ.acquire_at(t, policy, "k", cost).await.expect("mix")
+                    } else {
+                        mix_lua.acquire_at(t, policy, "k", cost).await.expect("mix")
+                    },
+                ]
+                .map(Some),
+            };
+            assert_eq!(decisions[0], decisions[1], "{label}: optimistic vs Lua");
+            assert_eq!(decisions[2], decisions[1], "{label}: mixed vs Lua");
+            let lua_state = lua.state(policy, "k").await.expect("lua state");
+            assert_eq!(
+                occ.state(policy, "k").await.expect("occ"),
+                lua_state,
+                "{label}"
+            );
+            assert_eq!(
+                mix_occ.state(policy, "k").await.expect("mix"),
+                lua_state,
+                "{label}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn now_is_the_servers_time() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = builder().connect(&server.url()).await.expect("connect");
+    let mut raw = common::raw(&server).await;
+    // One token per hour: after taking it, the bucket's `tat` is now + 1 h on the clock used.
+    let limit = Limit::token_bucket(1, 1, Micros::from_secs(3600)).expect("valid");
+    let policy = RedisPolicy::new("clock", Policy::single(limit)).expect("valid");
+    let (secs, micros): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut raw)
+        .await
+        .expect("TIME");
+    let server_now = secs * 1_000_000 + micros;
+    assert!(
+        store
+            .acquire(&policy, "k", 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    let state = store.state(&policy, "k").await.expect("state");
+    let Some(rein_core::LimitState::TokenBucket(bucket)) = state.iter().next() else {
+        panic!("a token bucket state: {state:?}");
+    };
+    let used = bucket.tat.as_micros() - 3_600_000_000;
+    assert!(
+        (server_now..server_now + 5_000_000).contains(&used),
+        "decided at {used}, server time {server_now}"
+    );
+    // Its key expires when the bucket is full again: in an hour.
+    let key = &store.keys(&policy, "k").expect("keys")[0];
+    let ttl: u64 = redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut raw)
+        .await
+        .expect("PTTL");
+    assert!((3_590_000..=3_600_000).contains(&ttl), "PTTL {ttl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_call_is_not_replayed_and_its_connection_is_closed() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = OptimisticStoreBuilder::new()
+        .deadline(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let limit = Limit::token_bucket(1, 1, Micros::from_secs(3600)).expect("valid");
+    let policy = RedisPolicy::new("once", Policy::single(limit)).expect("valid");
+    assert_eq!(store.idle_connections(), 1);
+
+    server.pause().expect("SIGSTOP");
+    let timed_out = store.acquire(&policy, "k", 1).await;
+    server.resume().expect("SIGCONT");
+    assert!(
+        matches!(
+            timed_out,
+            Err(DecideError::Unavailable(StoreError::Timeout(_)))
+        ),
+        "{timed_out:?}"
+    );
+    assert_eq!(
+        store.idle_connections(),
+        0,
+        "the timed-out connection was kept"
+    );
+
+    // The timed-out call never reached EXEC and was not sent again: the one token is there.
+    assert!(
+        store
+            .acquire(&policy, "k", 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    assert!(
+        !store
+            .acquire(&policy, "k", 1)
+            .await
+            .expect("decision")
+            .is_allowed()
+    );
+    assert_eq!(store.idle_connections(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_a_connection_counts_against_the_deadline() {
+    let server = RedisServer::start().expect("start redis-server");
+    let deadline = Duration::from_millis(200);
+    let store = OptimisticStoreBuilder::new()
+        .deadline(deadline)
+        .max_connections(NonZeroUsize::new(1).expect("> 0"))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let limit = Limit::token_bucket(10, 1, Micros::from_secs(1)).expect("valid");
+    let policy = RedisPolicy::new("busy", Policy::single(limit)).expect("valid");
+    server.pause().expect("SIGSTOP");
+    // The first call holds the only connection, waiting for a frozen server; the second
+    // waits for the connection. Both must give up at their deadline, not later.
+    let started = tokio::time::Instant::now();
+    let (a, b) = tokio::join!(
+        store.acquire(&policy, "k", 1),
+        store.acquire(&policy, "k", 1)
+    );
+    let waited = started.elapsed();
+    server.resume().expect("SIGCONT");
+    assert!(
+        matches!(a, Err(DecideError::Unavailable(StoreError::Timeout(_)))),
+        "{a:?}"
+    );
+    assert!(
+        matches!(b, Err(DecideError::Unavailable(StoreError::Timeout(_)))),
+        "{b:?}"
+    );
+    assert!(waited < deadline * 2, "waited {waited:?}");
+    // Nothing was written: both calls died before any EXEC.
+    assert_eq!(store.stats().transactions, 0);
+    let left = store.peek(&policy, "k", 0).await.expect("peek").remaining;
+    assert_eq!(left, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lua_store_and_this_one_share_keys_and_stay_exact_together() {
+    let server = RedisServer::start().expect("start redis-server");
+    // Same default prefix, same keys, same values: 16 tasks on each store, one key. A
+    // script's write aborts a transaction that read before it, like any other write.
+    let lua = common::store(&server).await;
+    let occ = builder()
+        .max_connections(NonZeroUsize::new(8).expect("> 0"))
+        .max_attempts(NonZeroU32::new(100_000).expect("> 0"))
+        .backoff(Duration::ZERO, Duration::from_micros(500))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    for policy in policies() {
+        let policy = Arc::new(policy);
+        let (by_lua, by_occ) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let conflicts_before = occ.stats().conflicts;
+        let mut tasks = Vec::new();
+        for _ in 0..16 {
+            let (lua, lua_policy, by_lua) = (lua.clone(), policy.clone(), by_lua.clone());
+            tasks.push(tokio::spawn(async move {
+                while lua
+                    .acquire(&lua_policy, "shared", 1)
+                    .await
+                    .expect("a decision")
+                    .is_allowed()
+                {
+                    by_lua.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+            let (occ, policy, by_occ) = (occ.clone(), policy.clone(), by_occ.clone());
+            tasks.push(tokio::spawn(async move {
+                while occ
+                    .acquire(&policy, "shared", 1)
+                    .await
+                    .expect("a decision")
+                    .is_allowed()
+                {
+                    by_occ.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        let (by_lua, by_occ) = (by_lua.load(Ordering::SeqCst), by_occ.load(Ordering::SeqCst));
+        let conflicts = occ.stats().conflicts - conflicts_before;
+        eprintln!(
+            "{}: Lua {by_lua}, optimistic {by_occ}, {conflicts} conflicts",
+            policy.name()
+        );
+        // The scripts' writes aborted the transactions that read before them: the two
+        // really interleaved. (The scripts win nearly every race: one round trip, never
+        // retried, against two and a backoff.)
+        assert!(
+            conflicts > 0,
+            "{}: no transaction met a script's write",
+            policy.name()
+        );
+        assert_eq!(by_lua + by_occ, LIMIT, "{}", policy.name());
+        // Both read the same state back.
+        assert_eq!(
+            occ.state(&policy, "shared").await.expect("occ state"),
+            lua.state(&policy, "shared").await.expect("lua state"),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_value_is_an_error_not_a_full_limit() {
+    let server = RedisServer::start().expect("start redis-server");
+    let occ = builder().connect(&server.url()).await.expect("connect");
+    let policy = mixed_policy();
+    let mut raw = common::raw(&server).await;
+    let keys = occ.keys(&policy, "k").expect("keys");
+    // A plain counter where a token bucket's state belongs.
+    let () = redis::cmd("SET")
+        .arg(&keys[0])
+        .arg("10")
+        .query_async(&mut raw)
+        .await
+        .expect("SET");
+    let err = occ
+        .acquire(&policy, "k", 1)
+        .await
+        .expect_err("must not misread");
+    assert!(
+        matches!(
+            err,
+            DecideError::Unavailable(StoreError::UnexpectedReply(_))
+        ),
+        "{err:?}"
+    );
+    // Another type altogether: Redis refuses the GET (WRONGTYPE).
+    let () = redis::cmd("DEL")
+        .arg(&keys[0])
+        .query_async(&mut raw)
+        .await
+        .expect("DEL");
+    let () = redis::cmd("HSET")
+        .arg(&keys[0])
+        .arg("tat")
+        .arg("1")
+        .query_async(&mut raw)
+        .await
+        .map(|_: u64| ())
+        .expect("HSET");
+    let err = occ
+        .acquire(&policy, "k", 1)
+        .await
+        .expect_err("must not misread");
+    assert!(
+        matches!(err, DecideError::Unavailable(StoreError::Server(_))),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_fails_before_redis() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = builder().connect(&server.url()).await.expect("connect");
+    let policy = mixed_policy();
+    assert!(matches!(
+        store.acquire(&policy, "k", 4).await,
+        Err(DecideError::InsufficientCapacity {
+            cost: 4,
+            capacity: 3
+        })
+    ));
+    assert!(matches!(
+        store.acquire(&policy, "", 1).await,
+        Err(DecideError::InvalidKey(_))
+    ));
+    assert_eq!(store.stats().transactions, 0);
+}
