@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use rein_core::{Limit, Micros, Policy};
 use rein::Source;
+use rein_core::{Limit, Micros, Policy};
 use sim::report::describe_policy;
 use sim::world::{Fault, Run, Scenario, suite_scenario};
 
