@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
 use sim::report::{render_text, write_chart};
 use sim::world::{SUITE, suite_scenario};
@@ -20,7 +21,10 @@ USAGE:
 
 OPTIONS:
     --scenario NAME   run only NAME; repeat, or give a comma-separated list (default: all)
-    --nodes N         application nodes per scenario (default: 4)
+    --nodes N         application nodes per scenario, 1 to 1024 (default: 4)
+    --nodes-per-host K  nodes sharing one simulated host and its link to Redis
+                      (default: ceil(N / 16), so at most 16 hosts; see docs/sim.md, Cost)
+    --timing          print each run's wall time and wall time per decision
     --seed S          the seed of every scenario (default: 1); same seed, same report
     --out DIR         where the SVG charts go (default: report/)
     --list            list the scenarios and exit
@@ -39,8 +43,10 @@ const UNBOUNDED: &[&str] = &["naive-baseline", "partition-fail-open"];
 struct Options {
     scenarios: Vec<String>,
     nodes: usize,
+    nodes_per_host: Option<usize>,
     seed: u64,
     out: PathBuf,
+    timing: bool,
 }
 
 fn main() -> ExitCode {
@@ -55,11 +61,16 @@ fn main() -> ExitCode {
     let mut results = Vec::new();
     let mut broken = false;
     for name in &options.scenarios {
-        let Some(scenario) = suite_scenario(name, options.nodes, options.seed) else {
+        let Some(mut scenario) = suite_scenario(name, options.nodes, options.seed) else {
             eprintln!("error: unknown scenario {name:?}; --list shows them");
             return ExitCode::from(2);
         };
+        if let Some(per_host) = options.nodes_per_host {
+            scenario.nodes_per_host = per_host;
+        }
         println!("seed {} — {name}", scenario.seed);
+        // The real clock, outside the simulation: how long the simulation took to run.
+        let started = Instant::now();
         let run = match scenario.run() {
             Ok(run) => run,
             Err(e) => {
@@ -67,6 +78,18 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        if options.timing {
+            let took = started.elapsed();
+            let decisions = run.events.len().max(1);
+            println!(
+                "  timing: {} nodes on {} hosts, {} decisions in {:.3} s: {:.1} µs per decision",
+                scenario.nodes,
+                scenario.nodes.div_ceil(scenario.nodes_per_host.max(1)),
+                run.events.len(),
+                took.as_secs_f64(),
+                took.as_secs_f64() * 1e6 / decisions as f64
+            );
+        }
         let result = run.result();
         // The naive baseline and failing open have no bound: they are measured.
         if !result.is_within_bound() && !UNBOUNDED.contains(&name.as_str()) {
@@ -87,14 +110,16 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Parses the arguments by hand (no argument-parsing dependency for six flags). `Ok(None)`
+/// Parses the arguments by hand (no argument-parsing dependency for a few flags). `Ok(None)`
 /// when the work is done already (`--help`, `--list`).
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
     let mut options = Options {
         scenarios: Vec::new(),
         nodes: 4,
+        nodes_per_host: None,
         seed: 1,
         out: PathBuf::from("report"),
+        timing: false,
     };
     while let Some(arg) = args.next() {
         let mut value = |flag: &str| args.next().ok_or(format!("{flag} needs a value"));
@@ -119,9 +144,19 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Options>, Stri
                 options.nodes = value("--nodes")?
                     .parse()
                     .ok()
-                    .filter(|&n| (1..=64).contains(&n))
-                    .ok_or("--nodes takes a number from 1 to 64")?;
+                    .filter(|&n| (1..=1024).contains(&n))
+                    .ok_or("--nodes takes a number from 1 to 1024")?;
             }
+            "--nodes-per-host" => {
+                options.nodes_per_host = Some(
+                    value("--nodes-per-host")?
+                        .parse()
+                        .ok()
+                        .filter(|&n| n >= 1)
+                        .ok_or("--nodes-per-host takes a number from 1")?,
+                );
+            }
+            "--timing" => options.timing = true,
             "--seed" => {
                 options.seed = value("--seed")?
                     .parse()
@@ -161,12 +196,17 @@ mod tests {
             "9",
             "--out",
             "x",
+            "--nodes-per-host",
+            "2",
+            "--timing",
         ]))
         .unwrap()
         .unwrap();
         assert_eq!(options.scenarios, ["a", "b", "c"]);
         assert_eq!((options.nodes, options.seed), (3, 9));
         assert_eq!(options.out, PathBuf::from("x"));
+        assert_eq!((options.nodes_per_host, options.timing), (Some(2), true));
+        assert!(parse(args(&["--nodes-per-host", "0"])).is_err());
         assert!(parse(args(&["--nodes", "0"])).is_err());
         assert!(parse(args(&["--bogus"])).is_err());
         assert_eq!(

@@ -185,7 +185,34 @@ fn same_seed_gives_a_byte_identical_trace_and_another_seed_differs() {
     assert_ne!(first, other);
 }
 
-// 10. The baseline: seed 004's read-modify-write bucket over-admits where rein is exact.
+/// Two runs that differ only in who decided (Redis, a cache, the failure policy) must not
+/// share a digest: the trace is the decisions *and* their sources.
+#[test]
+fn a_decision_with_another_source_changes_the_digest() {
+    let mut s = suite_scenario("partition-local-fallback", 3, 93).unwrap();
+    s.span = Duration::from_millis(1500);
+    let run = run(&s);
+    let digest = run.digest();
+    let sources: Vec<_> = run.events.iter().map(|e| e.source).collect();
+    // Swap two sources the run really had, so the values are real ones: Redis and the
+    // fallback (and the deny cache, if it answered).
+    let i = sources
+        .iter()
+        .position(|s| *s != sources[0])
+        .expect("more than one source");
+    let mut swapped = run.clone();
+    swapped.events[0].source = sources[i];
+    swapped.events[i].source = sources[0];
+    eprintln!("swapped {:?} and {:?}", sources[0], sources[i]);
+    assert_ne!(swapped.digest(), digest);
+    let mut dropped = run.clone();
+    dropped.events[0].source = None;
+    assert_ne!(dropped.digest(), digest);
+    assert_eq!(run.clone().digest(), digest);
+}
+
+// 10. The baseline: a read-modify-write bucket decided on the client over-admits where rein
+// is exact.
 
 #[test]
 fn naive_read_modify_write_bucket_over_admits_where_rein_is_exact() {

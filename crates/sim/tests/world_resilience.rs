@@ -115,7 +115,7 @@ fn partition_local_fallback_stays_within_limit_plus_one_share_per_cut_node() {
         let s = suite_scenario("partition-local-fallback", nodes, seed).unwrap();
         let run = run(&s);
         let (cut, _, _) = partition(&s);
-        let bound = s.fallback_bound(cut.len() as u64).unwrap();
+        let bound = s.fallback_bound(&cut).unwrap();
         let verdict = run.log.check_policy(&bound, 0);
         let measured = run.result_with_allowance(0);
         eprintln!(
@@ -167,11 +167,73 @@ proptest! {
             until: Duration::from_millis(from_ms + length_ms),
         }];
         let run = run(&s);
-        let verdict = run.log.check_policy(&s.fallback_bound(cut.len() as u64).unwrap(), 0);
+        let verdict = run.log.check_policy(&s.fallback_bound(&cut).unwrap(), 0);
         eprintln!("cut {cut:?} of {nodes}: against limit + k shares {}", verdict.over_admission());
         prop_assert!(verdict.is_within_bound());
         let bound = failure_md_fallback_bound(&s.policy, cut.len() as u64, nodes as u64);
         prop_assert!(every_window_within(&run, bound).0);
+    }
+}
+
+// 3b. One-way faults. Replies lost: Redis counts a call the node never hears about, and the
+// node falls back for it; what Redis counted but nobody was told only lowers what Redis
+// admits, so the partition's bound holds. Requests lost: Redis hears nothing, as in a
+// partition.
+
+#[test]
+fn replies_lost_local_fallback_keeps_the_partition_bound_though_redis_counted_them() {
+    for (seed, nodes) in [(331, 4), (332, 6)] {
+        let s = suite_scenario("replies-lost-local-fallback", nodes, seed).unwrap();
+        let run = run(&s);
+        let cut = s.fallback_nodes();
+        let verdict = run.log.check_policy(&s.fallback_bound(&cut).unwrap(), 0);
+        let (exact_form, worst) = every_window_within(
+            &run,
+            failure_md_fallback_bound(&s.policy, cut.len() as u64, nodes as u64),
+        );
+        eprintln!(
+            "replies lost for {cut:?}: {} script runs no node heard of; against limit + k \
+             shares {}; docs/failure.md's exact form: worst excess {worst}",
+            run.unanswered_runs(),
+            verdict.over_admission()
+        );
+        assert!(
+            run.unanswered_runs() > 0,
+            "Redis counted calls whose replies were lost"
+        );
+        assert!(run.by_source()[3] > 0, "the fallback decided");
+        assert!(verdict.is_within_bound());
+        assert!(exact_form);
+        assert!(run.result().is_within_bound());
+    }
+}
+
+#[test]
+fn requests_lost_local_fallback_keeps_the_partition_bound_with_no_unanswered_run() {
+    for (seed, nodes) in [(341, 4), (342, 6)] {
+        let s = suite_scenario("requests-lost-local-fallback", nodes, seed).unwrap();
+        let run = run(&s);
+        let cut = s.fallback_nodes();
+        let verdict = run.log.check_policy(&s.fallback_bound(&cut).unwrap(), 0);
+        let (exact_form, worst) = every_window_within(
+            &run,
+            failure_md_fallback_bound(&s.policy, cut.len() as u64, nodes as u64),
+        );
+        eprintln!(
+            "requests lost for {cut:?}: {} script runs no node heard of; against limit + k \
+             shares {}; docs/failure.md's exact form: worst excess {worst}",
+            run.unanswered_runs(),
+            verdict.over_admission()
+        );
+        assert_eq!(
+            run.unanswered_runs(),
+            0,
+            "every call Redis ran was answered"
+        );
+        assert!(run.by_source()[3] > 0, "the fallback decided");
+        assert!(verdict.is_within_bound());
+        assert!(exact_form);
+        assert!(run.result().is_within_bound());
     }
 }
 

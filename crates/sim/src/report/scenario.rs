@@ -38,8 +38,11 @@ pub struct ScenarioInputs<'a> {
     pub seed: u64,
     /// How many application nodes ran.
     pub nodes: usize,
-    /// The policy every node enforced.
+    /// The policy every node enforced: the one described and charted.
     pub policy: &'a Policy,
+    /// The policy the verdict checks: `policy`, or a wider one a design documents for the
+    /// run's faults (nodes deciding alone on a local fallback add their shares).
+    pub bound: &'a Policy,
     /// The faults in words, e.g. `partition nodes 0–2 from Redis at 2–4 s`, or `none`.
     pub faults: &'a str,
     /// The simulated span measured: the series and the fallback share cover it.
@@ -154,7 +157,7 @@ impl ScenarioResult {
     pub fn measure(inputs: ScenarioInputs<'_>) -> Self {
         let verdict = inputs
             .log
-            .check_policy(inputs.policy, inputs.extra_allowance);
+            .check_policy(inputs.bound, inputs.extra_allowance);
         let series = AdmissionSeries::from_log(
             inputs.log,
             inputs.chart_key,
@@ -162,12 +165,28 @@ impl ScenarioResult {
             CHART_BUCKET,
             inputs.nodes,
         );
-        let limit_lines = LimitLine::for_policy(
+        let mut limit_lines = LimitLine::for_policy(
             inputs.policy,
             inputs.run.start,
             CHART_BUCKET,
             inputs.extra_allowance,
         );
+        // A widened bound is drawn too, so the chart shows what the verdict checked.
+        if inputs.bound != inputs.policy {
+            limit_lines.extend(
+                LimitLine::for_policy(
+                    inputs.bound,
+                    inputs.run.start,
+                    CHART_BUCKET,
+                    inputs.extra_allowance,
+                )
+                .into_iter()
+                .map(|line| LimitLine {
+                    label: format!("bound, {}", line.label),
+                    ..line
+                }),
+            );
+        }
         Self {
             name: inputs.name.to_owned(),
             seed: inputs.seed,

@@ -224,6 +224,7 @@ mod tests {
             seed: 42,
             nodes: 2,
             policy: &policy,
+            bound: &policy,
             faults: "partition | node 1",
             run,
             log: &log,

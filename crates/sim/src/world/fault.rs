@@ -4,10 +4,12 @@
 //! turns them into a schedule of [`Action`]s and applies each between simulation steps,
 //! from the test body, the way turmoil's own tests script chaos inline: `partition` /
 //! `repair` for cut links, `hold` / `release` for stalls (messages delayed, not lost),
+//! `partition_oneway` / `repair_oneway` for a link that loses messages one way only,
 //! `crash` / `bounce` for a Redis restart (whose data survives or not per the host's
 //! [`Persistence`](crate::redis::Persistence)), and an in-place script-cache flush for a
 //! failover or `SCRIPT FLUSH` that keeps connections up.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rein_core::Timestamp;
@@ -16,7 +18,7 @@ use crate::oracle::Interval;
 use crate::redis::Shared;
 use crate::report::FaultSpan;
 
-use super::{REDIS_HOST, node_name};
+use super::{REDIS_HOST, host_name};
 
 /// One fault of a scenario. Times are from the start of the demand.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +31,32 @@ pub enum Fault {
         /// When the cut starts.
         from: Duration,
         /// When it heals.
+        until: Duration,
+    },
+    /// Requests from the listed nodes reach Redis, which runs them, but its replies are lost
+    /// from `from` until `until` (turmoil's `partition_oneway` from Redis to the nodes): a
+    /// node times out, and falls back, on a decision Redis already counted. A lost message
+    /// leaves a gap no later message fills, so the connection is dead until replaced, and a
+    /// new one cannot finish its handshake before `until`. Not for a node that also has a
+    /// [`Stall`](Fault::Stall) in force: turmoil does not combine the two on one link.
+    RepliesLost {
+        /// The nodes whose replies are lost.
+        nodes: Vec<usize>,
+        /// When replies start being lost.
+        from: Duration,
+        /// When the link heals.
+        until: Duration,
+    },
+    /// Requests from the listed nodes are lost on their way to Redis from `from` until
+    /// `until` (turmoil's `partition_oneway` from the nodes to Redis); Redis's replies to
+    /// requests already delivered still arrive. Not to overlap a
+    /// [`Stall`](Fault::Stall) of the same node, as above.
+    RequestsLost {
+        /// The nodes whose requests are lost.
+        nodes: Vec<usize>,
+        /// When requests start being lost.
+        from: Duration,
+        /// When the link heals.
         until: Duration,
     },
     /// Messages between the listed nodes and Redis are held from `from` and delivered at
@@ -76,6 +104,15 @@ pub enum Fault {
 pub(crate) enum Action {
     Partition(Vec<usize>),
     Repair(Vec<usize>),
+    /// Messages from Redis to the nodes are lost (`true`), or from the nodes to Redis.
+    CutOneWay {
+        nodes: Vec<usize>,
+        replies: bool,
+    },
+    RepairOneWay {
+        nodes: Vec<usize>,
+        replies: bool,
+    },
     Hold(Vec<usize>),
     Release(Vec<usize>),
     Crash,
@@ -92,6 +129,21 @@ impl Fault {
                 (*from, Action::Partition(nodes.clone())),
                 (*until, Action::Repair(nodes.clone())),
             ],
+            Fault::RepliesLost { nodes, from, until }
+            | Fault::RequestsLost { nodes, from, until } => {
+                let replies = matches!(self, Fault::RepliesLost { .. });
+                let nodes = nodes.clone();
+                vec![
+                    (
+                        *from,
+                        Action::CutOneWay {
+                            nodes: nodes.clone(),
+                            replies,
+                        },
+                    ),
+                    (*until, Action::RepairOneWay { nodes, replies }),
+                ]
+            }
             Fault::Stall { nodes, from, until } => vec![
                 (*from, Action::Hold(nodes.clone())),
                 (*until, Action::Release(nodes.clone())),
@@ -125,6 +177,14 @@ impl Fault {
             Fault::Stall { nodes, from, until } => {
                 (from, until, format!("stall: {}", nodes_label(nodes)))
             }
+            Fault::RepliesLost { nodes, from, until } => {
+                (from, until, format!("replies lost: {}", nodes_label(nodes)))
+            }
+            Fault::RequestsLost { nodes, from, until } => (
+                from,
+                until,
+                format!("requests lost: {}", nodes_label(nodes)),
+            ),
             Fault::RedisCrash { at, down } => {
                 return FaultSpan {
                     during: Interval::new(
@@ -165,6 +225,18 @@ impl Fault {
                 s(from),
                 s(until)
             ),
+            Fault::RepliesLost { nodes, from, until } => format!(
+                "replies from Redis to {} lost at {}–{}",
+                nodes_label(nodes),
+                s(from),
+                s(until)
+            ),
+            Fault::RequestsLost { nodes, from, until } => format!(
+                "requests from {} to Redis lost at {}–{}",
+                nodes_label(nodes),
+                s(from),
+                s(until)
+            ),
             Fault::RedisCrash { at, down } => {
                 format!("Redis crash at {}, down {} ms", s(at), down.as_millis())
             }
@@ -185,9 +257,14 @@ impl Fault {
 }
 
 impl Action {
-    /// Applies the action to the world, between steps.
-    pub(crate) fn apply(&self, sim: &mut turmoil::Sim<'_>, redis: &Shared) {
-        let names = |nodes: &[usize]| nodes.iter().map(|&n| node_name(n)).collect::<Vec<_>>();
+    /// Applies the action to the world, between steps, with `per_host` nodes to a turmoil
+    /// host: a link is a host's, so an action on one node reaches every node of its host.
+    pub(crate) fn apply(&self, sim: &mut turmoil::Sim<'_>, redis: &Shared, per_host: usize) {
+        let names = |nodes: &[usize]| {
+            // Each host once, in a stable order.
+            let hosts: BTreeSet<String> = nodes.iter().map(|&n| host_name(n, per_host)).collect();
+            hosts.into_iter().collect::<Vec<_>>()
+        };
         match self {
             Action::Partition(nodes) => {
                 for n in names(nodes) {
@@ -197,6 +274,24 @@ impl Action {
             Action::Repair(nodes) => {
                 for n in names(nodes) {
                     sim.repair(n.as_str(), REDIS_HOST);
+                }
+            }
+            Action::CutOneWay { nodes, replies } => {
+                for n in names(nodes) {
+                    if *replies {
+                        sim.partition_oneway(REDIS_HOST, n.as_str());
+                    } else {
+                        sim.partition_oneway(n.as_str(), REDIS_HOST);
+                    }
+                }
+            }
+            Action::RepairOneWay { nodes, replies } => {
+                for n in names(nodes) {
+                    if *replies {
+                        sim.repair_oneway(REDIS_HOST, n.as_str());
+                    } else {
+                        sim.repair_oneway(n.as_str(), REDIS_HOST);
+                    }
                 }
             }
             Action::Hold(nodes) => {
@@ -217,16 +312,41 @@ impl Action {
     }
 }
 
-/// `node 2` or `nodes 0, 1, 3`.
+/// `node 2`, `nodes 0, 2` or `nodes 0–127, 130`: runs of three or more as ranges, so a
+/// fault on half of 256 nodes stays one short label.
 fn nodes_label(nodes: &[usize]) -> String {
-    match nodes {
-        [one] => format!("node {one}"),
-        many => format!(
-            "nodes {}",
-            many.iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+    if let [one] = nodes {
+        return format!("node {one}");
+    }
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < nodes.len() {
+        let mut j = i;
+        while j + 1 < nodes.len() && nodes[j + 1] == nodes[j] + 1 {
+            j += 1;
+        }
+        if j >= i + 2 {
+            parts.push(format!("{}–{}", nodes[i], nodes[j]));
+        } else {
+            parts.extend(nodes[i..=j].iter().map(usize::to_string));
+        }
+        i = j + 1;
+    }
+    format!("nodes {}", parts.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nodes_label;
+
+    #[test]
+    fn node_labels_shorten_runs_to_ranges() {
+        assert_eq!(nodes_label(&[2]), "node 2");
+        assert_eq!(nodes_label(&[0, 1]), "nodes 0, 1");
+        assert_eq!(nodes_label(&[0, 1, 3]), "nodes 0, 1, 3");
+        assert_eq!(
+            nodes_label(&(0..128).chain([130, 131, 132]).collect::<Vec<_>>()),
+            "nodes 0–127, 130–132"
+        );
     }
 }

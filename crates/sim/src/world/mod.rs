@@ -19,12 +19,15 @@
 //!
 //! # Layout
 //!
-//! - `scenario.rs`: [`Scenario`], the runner, [`Run`].
-//! - `node.rs`: an application node. `naive.rs`: seed 004's baseline limiter.
+//! - `scenario.rs`: [`Scenario`], the runner, [`Run`]. `bound.rs`: the global bound with
+//!   nodes on local fallback ([`fallback_limit`]).
+//! - `node.rs`: an application node. `naive.rs`: the read-modify-write baseline limiter
+//!   (read a bucket, decide on the client, write it back: racy across nodes).
 //! - `workload.rs`: demand. `fault.rs`: faults. `tap.rs`: the Redis host with its tap.
 //! - `clock.rs`: true and skewed time. `rng.rs`: the seeded generator.
 //! - `suite.rs`: the default scenarios of the report.
 
+mod bound;
 mod clock;
 mod fault;
 mod naive;
@@ -38,6 +41,7 @@ mod workload;
 use rein::{AllowCacheConfig, BreakerConfig, FailurePolicy, Source};
 use rein_core::Timestamp;
 
+pub use bound::{fallback_limit, fallback_policy};
 pub use clock::{EPOCH_SECS, Skew};
 pub use fault::Fault;
 pub use naive::NaiveBucket;
@@ -61,7 +65,8 @@ pub enum TimeSource {
 pub enum LimiterKind {
     /// rein-redis's `RedisStore`, unmodified.
     Rein,
-    /// Seed 004's read-modify-write token bucket ([`NaiveBucket`]), the baseline.
+    /// A read-modify-write token bucket decided on the client ([`NaiveBucket`]): the
+    /// baseline whose race rein's atomic script removes.
     Naive,
 }
 
@@ -145,7 +150,16 @@ pub const REDIS_HOST: &str = "redis";
 /// The simulated Redis's port (no real socket is opened).
 pub const REDIS_PORT: u16 = 6379;
 
-/// The host name of node `n`.
+/// The name of node `n` (its turmoil host's name when it has a host of its own).
 pub fn node_name(n: usize) -> String {
     format!("node{n}")
+}
+
+/// The name of the turmoil host node `n` runs on, with `per_host` nodes to a host: the
+/// node's own name when every node has a host, else `host{n / per_host}`.
+pub fn host_name(n: usize, per_host: usize) -> String {
+    match per_host {
+        0 | 1 => node_name(n),
+        _ => format!("host{}", n / per_host),
+    }
 }

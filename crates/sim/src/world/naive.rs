@@ -1,8 +1,8 @@
-//! The baseline rein replaces: seed 004's token bucket over Redis, a read-modify-write from
-//! the client (`HGETALL`, decide in floats, `HSET`), rendered faithfully.
+//! The baseline rein replaces: the common token bucket over Redis that reads, decides and
+//! writes from the client (`HGETALL`, decide in floats, `HSET`), rendered faithfully.
 //!
 //! It lives here only, as the control group of the simulation: run under the same workload
-//! and network as rein's store, it shows the race the blog post calls "a small amount of
+//! and network as rein's store, it shows the race such designs call "a small amount of
 //! over-counting" (two nodes read the same state, both admit, both write) as a measured
 //! over-admission, next to rein's zero. Not for use anywhere else.
 
@@ -12,7 +12,7 @@ use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use rein_core::{Algorithm, Limit, Policy, Timestamp};
 
-/// Seed 004's `TokenBucketLimiter`: `capacity` tokens, `refill_rate` tokens per second,
+/// The read-modify-write `TokenBucketLimiter`: `capacity` tokens, `refill_rate` tokens per second,
 /// state in a hash `{tokens, last_refill}` read and written in two round trips.
 #[derive(Clone, Debug)]
 pub struct NaiveBucket {
@@ -21,7 +21,7 @@ pub struct NaiveBucket {
 }
 
 impl NaiveBucket {
-    /// The seed's bucket with the figures of `policy`'s first limit, which must be a token
+    /// The baseline's bucket with the figures of `policy`'s first limit, which must be a token
     /// bucket; `None` otherwise.
     pub fn for_policy(policy: &Policy) -> Option<Self> {
         match policy.limits().first()? {

@@ -44,6 +44,27 @@ pub(crate) struct NodeConfig {
     pub events: Rc<RefCell<Vec<Event>>>,
 }
 
+/// The software of one turmoil host: its nodes, each its own task with its own store,
+/// connections and limiter, started in index order (the host's `LocalSet` runs them in a
+/// deterministic order). One node runs inline.
+pub(crate) async fn run_host(configs: Vec<NodeConfig>) -> turmoil::Result {
+    if configs.len() == 1 {
+        if let Some(config) = configs.into_iter().next() {
+            return run(config).await;
+        }
+        return Ok(());
+    }
+    let tasks: Vec<_> = configs
+        .into_iter()
+        .map(|config| tokio::task::spawn_local(run(config)))
+        .collect();
+    for task in tasks {
+        task.await
+            .map_err(|e| format!("a node's task ended abnormally: {e}"))??;
+    }
+    Ok(())
+}
+
 /// The node's software: connect, then serve the demand in order.
 pub(crate) async fn run(config: NodeConfig) -> turmoil::Result {
     match config.limiter {

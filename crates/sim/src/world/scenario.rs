@@ -7,16 +7,17 @@ use std::fmt::Write as _;
 use std::rc::Rc;
 use std::time::Duration;
 
-use rein::{FailurePolicy, Source, local_share};
+use rein::{FailurePolicy, Source};
 use rein_core::{Algorithm, Limit, Micros, Policy, PolicyState, Timestamp};
 
+use super::bound::fallback_policy;
 use super::clock::{self, Skew, WARMUP};
 use super::fault::{Action, Fault};
 use super::node::{self, NodeConfig};
 use super::rng::Rng;
 use super::tap::{ScriptTap, tapped_host};
 use super::workload::{Request, Workload};
-use super::{Event, Guard, LimiterKind, Outcome, REDIS_HOST, REDIS_PORT, TimeSource, node_name};
+use super::{Event, Guard, LimiterKind, Outcome, REDIS_HOST, REDIS_PORT, TimeSource, host_name};
 use crate::oracle::{Admission, AdmissionLog, Interval};
 use crate::redis::{Clock, Persistence, Shared};
 use crate::report::{ScenarioInputs, ScenarioResult};
@@ -49,6 +50,14 @@ pub struct Scenario {
     pub seed: u64,
     /// How many application nodes.
     pub nodes: usize,
+    /// How many nodes share one turmoil host (one machine, one link to Redis), in index
+    /// order: `⌈nodes / 16⌉` by default, so that up to 16 nodes each have a host of their
+    /// own and a larger world has at most 16 hosts. turmoil links every pair of hosts and
+    /// scans every link for every host on every tick, so a tick costs `O(hosts³)`: 256
+    /// hosts ran about 60× slower per decision than 4 (docs/sim.md, "Cost"). A fault
+    /// listed for one node strikes every node of its host
+    /// ([`fallback_nodes`](Self::fallback_nodes) counts them all).
+    pub nodes_per_host: usize,
     /// The policy every node enforces (under the name `sim`).
     pub policy: Policy,
     /// The shape of the demand.
@@ -99,6 +108,8 @@ pub struct Run {
     pub end: Timestamp,
     /// Script runs Redis got as `EVAL` with the source (after a `NOSCRIPT`).
     pub runs_by_source: u64,
+    /// Every script run Redis made, answered or not.
+    pub script_runs: u64,
 }
 
 impl Scenario {
@@ -109,6 +120,7 @@ impl Scenario {
             name: name.into(),
             seed,
             nodes,
+            nodes_per_host: default_nodes_per_host(nodes),
             policy,
             workload: Workload::Steady,
             per_node_rate: 100,
@@ -145,13 +157,19 @@ impl Scenario {
     }
 
     /// The documented slack on every window's bound, in cost units, for this scenario's
-    /// faults (docs/guarantees.md):
+    /// faults (docs/guarantees.md), on top of [`bound`](Self::bound):
     ///
     /// - client time: `⌈rate × (D + deadline)⌉` for a token bucket, `limit × ⌈(D +
     ///   deadline) / window⌉` for a window, where `D` is the spread of node clocks (at most
     ///   `2 × max_skew`) and the deadline bounds how stale a call's `now` is when its
     ///   script runs;
-    /// - each Redis crash that loses data: one full capacity.
+    /// - each Redis crash that loses data: one full capacity;
+    /// - an allow cache of `m` reuses per `ttl`: `N × m × (⌈run / ttl⌉ + 1)`, the run being
+    ///   the longest window the oracle can look at.
+    ///
+    /// Local fallback widens the policy instead ([`fallback_bound`](Self::fallback_bound)):
+    /// a constant would have to cover the longest time a node stays on its fallback. Fail
+    /// open has no bound (the report measures it); fail closed adds nothing.
     pub fn allowance(&self) -> u64 {
         let mut extra = 0;
         if self.time == TimeSource::Client {
@@ -166,8 +184,12 @@ impl Scenario {
                 .max()
                 .unwrap_or(0);
         }
-        if let Some(guard) = &self.guard {
-            extra += self.guard_allowance(guard);
+        if let Some(allow) = self.guard.as_ref().and_then(|g| g.allow_cache) {
+            let ttl = allow.ttl_value().as_micros().max(1) as u64;
+            let run = (WARMUP + self.span + Duration::from_secs(1)).as_micros() as u64;
+            extra += self.nodes as u64
+                * u64::from(allow.max_reuses_value().get())
+                * (run.div_ceil(ttl) + 1);
         }
         if self.persistence == Persistence::LoseData {
             let crashes = self
@@ -180,77 +202,51 @@ impl Scenario {
         extra
     }
 
-    /// What the guard's failure policy and allow cache may add, as a constant per window:
-    ///
-    /// - local fallback, `k` nodes cut off for `P`: each admits at most its share
-    ///   ([`local_share`]) for as long as it is on fallback, at most `P` plus the breaker's
-    ///   longest backoff, a probe timeout and a deadline: `k × (⌊C/N⌋ + ⌈r/N × that⌉)` for a
-    ///   bucket of capacity `C` and rate `r`, `k × ⌊L/N⌋ × ⌈that / window⌉` for a window;
-    /// - allow cache of `m` reuses per `ttl`: `N × m × (⌈run / ttl⌉ + 1)`, the run being the
-    ///   longest window the oracle can look at;
-    /// - fail open: nothing (it has no bound; the report measures it), fail closed: nothing.
-    fn guard_allowance(&self, guard: &Guard) -> u64 {
-        let mut extra = 0;
-        if let FailurePolicy::LocalFallback { expected_nodes } = guard.on_failure {
-            let cut: BTreeSet<usize> = self
-                .faults
-                .iter()
-                .flat_map(|f| match f {
-                    Fault::Partition { nodes, .. } | Fault::Stall { nodes, .. } => nodes.clone(),
-                    _ => Vec::new(),
-                })
-                .collect();
-            let outage = self
-                .faults
-                .iter()
-                .map(|f| match f {
-                    Fault::Partition { from, until, .. } | Fault::Stall { from, until, .. } => {
-                        until.saturating_sub(*from)
-                    }
-                    Fault::RedisCrash { down, .. } => *down,
-                    _ => Duration::ZERO,
-                })
-                .sum::<Duration>();
-            let crashed = self
-                .faults
-                .iter()
-                .any(|f| matches!(f, Fault::RedisCrash { .. }));
-            let k = if crashed { self.nodes } else { cut.len() } as u64;
-            let on_fallback = Micros::from(
-                outage
-                    + guard.breaker.max_backoff_value()
-                    + self.deadline
-                    + self.deadline
-                    + RECOVERY_SLACK,
-            );
-            let share = local_share(&self.policy, expected_nodes).ok();
-            extra += share
-                .map(|share| {
-                    share
-                        .limits()
-                        .iter()
-                        .map(|l| l.capacity() + stale_allowance(l, on_fallback))
-                        .max()
-                        .unwrap_or(0)
-                })
-                .unwrap_or(0)
-                * k;
-        }
-        if let Some(allow) = guard.allow_cache {
-            let ttl = allow.ttl_value().as_micros().max(1) as u64;
-            let run = (WARMUP + self.span + Duration::from_secs(1)).as_micros() as u64;
-            extra += self.nodes as u64
-                * u64::from(allow.max_reuses_value().get())
-                * (run.div_ceil(ttl) + 1);
-        }
-        extra
+    /// The policy a run is judged against before [`allowance`](Self::allowance): the
+    /// scenario's own, widened by [`fallback_bound`](Self::fallback_bound) over
+    /// [`fallback_nodes`](Self::fallback_nodes) when the guard falls back locally.
+    pub fn bound(&self) -> Policy {
+        self.fallback_bound(&self.fallback_nodes())
+            .unwrap_or_else(|| self.policy.clone())
     }
 
-    /// The global bound with local fallback, as one policy: Redis's limit plus one share
-    /// per node cut off (`k` nodes, [`local_share`] at `N`), each limit summed, so it holds
-    /// over windows of any length: a bucket of `C + k⌊C/N⌋` refilled at `r × (N + k)/N`; a
-    /// window limit of `L + k⌊L/N⌋`. `None` without local fallback.
-    pub fn fallback_bound(&self, cut: u64) -> Option<Policy> {
+    /// The nodes this scenario's faults can send to their failure policy: those a
+    /// partition, a stall or a one-way fault cuts off, and every node when Redis crashes or
+    /// the network's latency can exceed the deadline. Ascending.
+    pub fn fallback_nodes(&self) -> Vec<usize> {
+        let mut cut = BTreeSet::new();
+        for fault in &self.faults {
+            match fault {
+                Fault::Partition { nodes, .. }
+                | Fault::Stall { nodes, .. }
+                | Fault::RepliesLost { nodes, .. }
+                | Fault::RequestsLost { nodes, .. } => cut.extend(nodes.iter().copied()),
+                Fault::RedisCrash { .. } => cut.extend(0..self.nodes),
+                // Two one-way trips within the deadline cannot time out.
+                Fault::Latency { max, .. } if 2 * *max >= self.deadline => {
+                    cut.extend(0..self.nodes)
+                }
+                Fault::Latency { .. } | Fault::ScriptFlush { .. } => {}
+            }
+        }
+        // A fault strikes a host's link: every node on the host of a node it lists.
+        let per_host = self.per_host();
+        let hosts: BTreeSet<usize> = cut.iter().map(|&n| n / per_host).collect();
+        (0..self.nodes)
+            .filter(|n| hosts.contains(&(n / per_host)))
+            .collect()
+    }
+
+    /// [`nodes_per_host`](Self::nodes_per_host), at least one.
+    fn per_host(&self) -> usize {
+        self.nodes_per_host.max(1)
+    }
+
+    /// The global bound with local fallback, as one policy: each limit widened by the nodes
+    /// in `cut` deciding alone on their share, on their own (skewed) clocks
+    /// ([`fallback_limit`](super::fallback_limit), the one statement of this bound; its
+    /// doc derives it). `None` without local fallback.
+    pub fn fallback_bound(&self, cut: &[usize]) -> Option<Policy> {
         let Some(Guard {
             on_failure: FailurePolicy::LocalFallback { expected_nodes },
             ..
@@ -258,27 +254,12 @@ impl Scenario {
         else {
             return None;
         };
-        let n = u64::from(expected_nodes.get());
-        let limits = self.policy.limits().iter().map(|limit| match limit {
-            Limit::TokenBucket(b) => {
-                let (per_token, per_micro) = b.emission_interval();
-                Limit::token_bucket(
-                    b.capacity() + cut * (b.capacity() / n).max(1),
-                    per_micro * (n + cut),
-                    Micros::from_micros(per_token * n),
-                )
-            }
-            Limit::FixedWindow(w) => {
-                Limit::fixed_window(w.limit() + cut * (w.limit() / n).max(1), w.window())
-            }
-            Limit::SlidingLog(w) => {
-                Limit::sliding_log(w.limit() + cut * (w.limit() / n).max(1), w.window())
-            }
-            Limit::SlidingCounter(w) => {
-                Limit::sliding_counter(w.limit() + cut * (w.limit() / n).max(1), w.window())
-            }
-        });
-        Policy::new(limits.collect::<Result<Vec<_>, _>>().ok()?).ok()
+        let skews = self.skews();
+        let offsets: Vec<i64> = cut
+            .iter()
+            .filter_map(|&n| skews.get(n).map(|s| s.offset_us))
+            .collect();
+        fallback_policy(&self.policy, *expected_nodes, &offsets).ok()
     }
 
     /// The global bound with the allow cache, as one token bucket: the policy's bucket
@@ -350,6 +331,10 @@ impl Scenario {
             .tick_duration(self.tick)
             .min_message_latency(self.min_latency)
             .max_message_latency(self.max_latency)
+            // turmoil panics when more connections wait on a listener than this (and bounds
+            // each stream's buffer by it too): every node may connect at once, or reconnect
+            // at once after a fault, so leave room for all of them twice over.
+            .tcp_capacity(TCP_CAPACITY.max(2 * self.nodes))
             .simulation_duration(WARMUP + self.span + Duration::from_secs(60))
             .build();
         let redis = Shared::new(Clock::turmoil());
@@ -359,6 +344,10 @@ impl Scenario {
             tapped_host(redis.clone(), REDIS_PORT, self.persistence, tap.clone()),
         );
         let events = Rc::new(RefCell::new(Vec::new()));
+        let per_host = self.per_host();
+        // Each host's nodes, hosts in node order (turmoil's addresses and link order follow
+        // registration order).
+        let mut hosts: Vec<(String, Vec<NodeConfig>)> = Vec::new();
         for (index, requests) in demand.iter().enumerate() {
             let config = NodeConfig {
                 index,
@@ -373,7 +362,14 @@ impl Scenario {
                 guard: self.guard.clone(),
                 events: events.clone(),
             };
-            world.client(node_name(index), node::run(config));
+            let name = host_name(index, per_host);
+            match hosts.last_mut() {
+                Some((last, configs)) if *last == name => configs.push(config),
+                _ => hosts.push((name, vec![config])),
+            }
+        }
+        for (name, configs) in hosts {
+            world.client(name, node::run_host(configs));
         }
         let mut schedule: Vec<(Duration, Action)> = self
             .faults
@@ -388,7 +384,7 @@ impl Scenario {
                 if WARMUP + *at > world.elapsed() {
                     break;
                 }
-                action.apply(&mut world, &redis);
+                action.apply(&mut world, &redis, per_host);
                 next += 1;
             }
             if world.step()? {
@@ -423,6 +419,7 @@ impl Scenario {
             demand,
             end,
             runs_by_source: tap.runs_by_source(),
+            script_runs: tap.runs(),
         })
     }
 }
@@ -459,6 +456,22 @@ impl Run {
             .filter(|a| nodes.contains(&a.node) && during.contains(a.at))
             .map(|a| a.cost)
             .sum()
+    }
+
+    /// Script runs whose reply no node acted on: Redis charged (or denied) a request and
+    /// the node timed out or lost its connection first, then asked its failure policy. A
+    /// lost reply makes these; the rest come from calls in flight when a fault struck.
+    pub fn unanswered_runs(&self) -> u64 {
+        let answered = self
+            .events
+            .iter()
+            .filter(|e| match e.source {
+                Some(source) => source == Source::Store,
+                // Without a guard a call either got Redis's decision or failed.
+                None => !matches!(e.outcome, Outcome::Failed(_)),
+            })
+            .count() as u64;
+        self.script_runs.saturating_sub(answered)
     }
 
     /// Admissions whose script run the tap did not see (expected: none).
@@ -558,13 +571,20 @@ impl Run {
             .sum()
     }
 
-    /// The run as a report row and chart, judged against [`Scenario::allowance`].
+    /// The run as a report row and chart, judged against [`Scenario::bound`] plus
+    /// [`Scenario::allowance`].
     pub fn result(&self) -> ScenarioResult {
-        self.result_with_allowance(self.scenario.allowance())
+        self.judged(&self.scenario.bound(), self.scenario.allowance())
     }
 
-    /// The run judged against a given allowance (0: the exact bound, to measure).
+    /// The run judged against the scenario's own policy plus a given allowance (0: the
+    /// exact bound, to measure).
     pub fn result_with_allowance(&self, extra_allowance: u64) -> ScenarioResult {
+        self.judged(&self.scenario.policy, extra_allowance)
+    }
+
+    /// The run judged against `bound` plus `extra_allowance` on every window.
+    fn judged(&self, bound: &Policy, extra_allowance: u64) -> ScenarioResult {
         let faults = self.scenario.describe_faults();
         let start = clock::start();
         ScenarioResult::measure(ScenarioInputs {
@@ -572,6 +592,7 @@ impl Run {
             seed: self.scenario.seed,
             nodes: self.scenario.nodes,
             policy: &self.scenario.policy,
+            bound,
             faults: &faults,
             run: self.interval(),
             log: &self.log,
@@ -585,20 +606,26 @@ impl Run {
         })
     }
 
-    /// A SHA-1 over every decision (node, key, cost, instants, outcome) in recording
-    /// order: two runs of one scenario must agree on it, byte for byte.
+    /// A SHA-1 over every decision (node, key, cost, instants, outcome, and who decided:
+    /// Redis, a cache or the failure policy, with why Redis gave no answer) in recording
+    /// order: two runs of one scenario must agree on it, byte for byte, and two runs that
+    /// differ only in where decisions came from must not.
     pub fn digest(&self) -> String {
         let mut trace = String::new();
         for e in &self.events {
+            // Every field of the event, the source included: `Debug` of `Source` names the
+            // variant and its `Unavailable` reason, which is what tells a fallback from a
+            // cache or from Redis.
             let _ = writeln!(
                 trace,
-                "{} {} {} {} {} {:?}",
+                "{} {} {} {} {} {:?} {:?}",
                 e.node,
                 e.key,
                 e.cost,
                 e.issued.as_micros(),
                 e.answered.as_micros(),
-                e.outcome
+                e.outcome,
+                e.source
             );
         }
         sha1_smol::Sha1::from(trace).digest().to_string()
@@ -646,9 +673,17 @@ fn stale_allowance(limit: &Limit, stale: Micros) -> u64 {
     }
 }
 
-/// Beyond the breaker's longest backoff and a probe: a few round trips and the store's
-/// reconnect backoff after a failed connect (100 ms), before a node is back on Redis.
-const RECOVERY_SLACK: Duration = Duration::from_millis(150);
+/// Nodes per turmoil host by default: every node its own host up to this many hosts.
+fn default_nodes_per_host(nodes: usize) -> usize {
+    nodes.div_ceil(MAX_HOSTS).max(1)
+}
+
+/// The most hosts a world gets by default: turmoil's cost per tick grows with the cube of
+/// the hosts (every pair is a link, every host scans every link), measured in docs/sim.md.
+const MAX_HOSTS: usize = 16;
+
+/// turmoil's default capacity of a listener's queue and of a stream's buffer.
+const TCP_CAPACITY: usize = 64;
 
 const DEMAND_STREAM: u64 = 1;
 const SKEW_STREAM: u64 = 2;

@@ -25,6 +25,8 @@ pub const SUITE: &[&str] = &[
     "partition-fail-closed",
     "partition-local-fallback",
     "partition-fail-open",
+    "replies-lost-local-fallback",
+    "requests-lost-local-fallback",
     "deny-cache",
     "allow-cache",
     "recovery-after-partition",
@@ -113,6 +115,26 @@ pub fn suite_scenario(name: &str, nodes: usize, seed: u64) -> Option<Scenario> {
                 nodes: (0..nodes.div_ceil(2)).collect(),
                 from: Duration::from_millis(600),
                 until: Duration::from_millis(1400),
+            }];
+            s
+        }
+        "replies-lost-local-fallback" | "requests-lost-local-fallback" => {
+            // The partition scenario's shape with one direction cut: the cut nodes' calls
+            // reach Redis, which counts them, but they never hear back (or the calls are
+            // lost on the way and Redis hears nothing).
+            let mut s = Scenario::new(name, seed, nodes, bucket());
+            let expected_nodes = NonZeroU32::new(nodes.max(1) as u32).unwrap_or(NonZeroU32::MIN);
+            s.guard = Some(Guard::new(FailurePolicy::LocalFallback { expected_nodes }));
+            s.span = Duration::from_secs(3);
+            let (nodes, from, until) = (
+                (0..nodes.div_ceil(2)).collect(),
+                Duration::from_millis(600),
+                Duration::from_millis(1400),
+            );
+            s.faults = vec![if name == "replies-lost-local-fallback" {
+                Fault::RepliesLost { nodes, from, until }
+            } else {
+                Fault::RequestsLost { nodes, from, until }
             }];
             s
         }

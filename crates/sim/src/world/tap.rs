@@ -33,6 +33,8 @@ pub struct ScriptTap {
     runs: Arc<Mutex<BTreeMap<SocketAddr, Timestamp>>>,
     /// Script runs sent as `EVAL` with the source: the store's answer to `NOSCRIPT`.
     by_source: Arc<AtomicU64>,
+    /// Every script run, whether or not its reply reached the caller.
+    total: Arc<AtomicU64>,
 }
 
 impl ScriptTap {
@@ -47,7 +49,15 @@ impl ScriptTap {
         self.by_source.load(Ordering::Relaxed)
     }
 
+    /// How many script calls ran, answered or not: more than the decisions nodes got from
+    /// Redis when replies were lost (each such run charged Redis for a request no node was
+    /// told about).
+    pub fn runs(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
     fn note(&self, peer: SocketAddr, at: Timestamp) {
+        self.total.fetch_add(1, Ordering::Relaxed);
         self.lock().insert(peer, at);
     }
 
