@@ -54,4 +54,4 @@ pub use commands::Session;
 pub use node::{Node, Persistence, Shared};
 pub use reply::Reply;
 pub use request::{ProtocolError, parse as parse_request};
-pub use server::{host, serve, serve_connection};
+pub use server::{Observer, host, host_observed, serve, serve_connection};

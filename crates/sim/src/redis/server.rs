@@ -7,15 +7,30 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::commands::Session;
 use super::node::{Persistence, Shared};
+use super::reply::Reply;
 use super::request;
+
+/// Sees every command the server ran, with its caller and its reply, as it ran: the
+/// supported way for a simulation to note *when* something happened on the server (the
+/// world's script tap does), without a server loop of its own. Called with no await in
+/// between the command and its observation, at the simulated instant it ran.
+pub trait Observer: Clone + Send + 'static {
+    /// `args` ran for the client at `peer` and answered `reply`.
+    fn ran(&self, peer: SocketAddr, args: &[Bytes], reply: &Reply);
+}
+
+/// No observer.
+impl Observer for () {
+    fn ran(&self, _peer: SocketAddr, _args: &[Bytes], _reply: &Reply) {}
+}
 
 /// A turmoil host factory for `Sim::host`: binds `port` and serves `node`.
 ///
@@ -35,16 +50,26 @@ pub fn host(
     port: u16,
     persistence: Persistence,
 ) -> impl Fn() -> Pin<Box<dyn Future<Output = turmoil::Result>>> + 'static {
+    host_observed(node, port, persistence, ())
+}
+
+/// [`host`], with every command shown to `observer` as it runs.
+pub fn host_observed<O: Observer>(
+    node: Shared,
+    port: u16,
+    persistence: Persistence,
+    observer: O,
+) -> impl Fn() -> Pin<Box<dyn Future<Output = turmoil::Result>>> + 'static {
     let started = Cell::new(false);
     move || {
         if started.replace(true) {
             node.restart(persistence);
         }
-        let node = node.clone();
+        let (node, observer) = (node.clone(), observer.clone());
         Box::pin(async move {
             let address = (IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
             let listener = turmoil::net::TcpListener::bind(address).await?;
-            serve(listener, node).await?;
+            serve_observed(listener, node, observer).await?;
             Ok(())
         })
     }
@@ -52,11 +77,19 @@ pub fn host(
 
 /// Accepts connections forever, serving each in its own task.
 pub async fn serve(listener: turmoil::net::TcpListener, node: Shared) -> std::io::Result<()> {
+    serve_observed(listener, node, ()).await
+}
+
+async fn serve_observed<O: Observer>(
+    listener: turmoil::net::TcpListener,
+    node: Shared,
+    observer: O,
+) -> std::io::Result<()> {
     loop {
         let (stream, peer) = listener.accept().await?;
-        let node = node.clone();
+        let (node, observer) = (node.clone(), observer.clone());
         tokio::spawn(async move {
-            if let Err(e) = serve_connection(stream, node).await {
+            if let Err(e) = serve_observed_connection(stream, peer, node, observer).await {
                 tracing::debug!(%peer, error = %e, "redis connection ended");
             }
         });
@@ -65,9 +98,23 @@ pub async fn serve(listener: turmoil::net::TcpListener, node: Shared) -> std::io
 
 /// Serves one connection until the peer closes it or sends a malformed request. Works on any
 /// byte stream, so tests can drive it without turmoil.
-pub async fn serve_connection<S>(mut stream: S, node: Shared) -> std::io::Result<()>
+pub async fn serve_connection<S>(stream: S, node: Shared) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
+{
+    let nobody = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+    serve_observed_connection(stream, nobody, node, ()).await
+}
+
+async fn serve_observed_connection<S, O>(
+    mut stream: S,
+    peer: SocketAddr,
+    node: Shared,
+    observer: O,
+) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    O: Observer,
 {
     let mut input = BytesMut::with_capacity(4096);
     let mut output = Vec::new();
@@ -81,7 +128,9 @@ where
                 Ok(Some((args, used))) => {
                     input.advance(used);
                     if !args.is_empty() {
-                        node.execute_in(&mut session, &args).encode(&mut output);
+                        let reply = node.execute_in(&mut session, &args);
+                        observer.ran(peer, &args, &reply);
+                        reply.encode(&mut output);
                     }
                 }
                 Ok(None) => break,

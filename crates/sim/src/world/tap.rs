@@ -9,23 +9,22 @@
 //! time and replaces its connection after any failure, so when a call succeeds, the latest
 //! script run under the node's current connection address is that call's.
 //!
-//! Apart from the tap this is [`sim::redis::host`](crate::redis::host): the same request
-//! parsing, the same [`Shared`] node, the same restart semantics on `bounce`.
+//! The tap is an [`Observer`] of the simulated Redis's own server loop
+//! ([`host_observed`](crate::redis::host_observed)): the same request parsing, the same
+//! [`Shared`] node, the same restart semantics on `bounce`, and no server code of its own.
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::{Buf, BytesMut};
+use bytes::Bytes;
 use rein_core::Timestamp;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::clock::true_now;
-use crate::redis::{Persistence, Reply, Session, Shared, parse_request};
+use crate::redis::{self, Observer, Persistence, Reply, Shared};
 
 /// When the latest script call from each client address ran. Clones share one record.
 #[derive(Clone, Debug, Default)]
@@ -75,68 +74,21 @@ pub fn tapped_host(
     persistence: Persistence,
     tap: ScriptTap,
 ) -> impl Fn() -> Pin<Box<dyn Future<Output = turmoil::Result>>> + 'static {
-    let started = Cell::new(false);
-    move || {
-        if started.replace(true) {
-            node.restart(persistence);
-        }
-        let (node, tap) = (node.clone(), tap.clone());
-        Box::pin(async move {
-            let address = (IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
-            let listener = turmoil::net::TcpListener::bind(address).await?;
-            loop {
-                let (stream, peer) = listener.accept().await?;
-                let (node, tap) = (node.clone(), tap.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = serve(stream, peer, node, tap).await {
-                        tracing::debug!(%peer, error = %e, "redis connection ended");
-                    }
-                });
-            }
-        })
-    }
+    redis::host_observed(node, port, persistence, tap)
 }
 
-async fn serve(
-    mut stream: turmoil::net::TcpStream,
-    peer: SocketAddr,
-    node: Shared,
-    tap: ScriptTap,
-) -> std::io::Result<()> {
-    let mut input = BytesMut::with_capacity(4096);
-    let mut output = Vec::new();
-    let mut session = Session::default();
-    loop {
-        if stream.read_buf(&mut input).await? == 0 {
-            return Ok(());
-        }
-        loop {
-            match parse_request(&input) {
-                Ok(Some((args, used))) => {
-                    input.advance(used);
-                    let Some(name) = args.first() else { continue };
-                    let reply = node.execute_in(&mut session, &args);
-                    let script =
-                        name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL");
-                    if script && !matches!(reply, Reply::Error(_)) {
-                        tap.note(peer, true_now());
-                        if name.eq_ignore_ascii_case(b"EVAL") {
-                            tap.by_source.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    reply.encode(&mut output);
-                }
-                Ok(None) => break,
-                Err(error) => {
-                    error.reply().encode(&mut output);
-                    stream.write_all(&output).await?;
-                    return Ok(());
-                }
+/// The tap notes every script call that ran (any reply but an error), at the simulated
+/// instant it ran, under the caller's address.
+impl Observer for ScriptTap {
+    fn ran(&self, peer: SocketAddr, args: &[Bytes], reply: &Reply) {
+        let Some(name) = args.first() else { return };
+        let by_source = name.eq_ignore_ascii_case(b"EVAL");
+        if (by_source || name.eq_ignore_ascii_case(b"EVALSHA")) && !matches!(reply, Reply::Error(_))
+        {
+            self.note(peer, true_now());
+            if by_source {
+                self.by_source.fetch_add(1, Ordering::Relaxed);
             }
-        }
-        if !output.is_empty() {
-            stream.write_all(&output).await?;
-            output.clear();
         }
     }
 }
