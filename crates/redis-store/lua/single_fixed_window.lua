@@ -27,8 +27,9 @@ if op ~= 'acquire' and op ~= 'peek' and not refund then
 end
 local now
 if ARGV[2] == '' then
-  -- Redis 5 and 6 need this before a write that follows TIME; a no-op in Redis 7.
-  if redis.replicate_commands then
+  -- Redis 5 and 6 need this before a write that follows TIME; Redis 7 (which has
+  -- REDIS_VERSION_NUM) replicates effects only.
+  if redis.REDIS_VERSION_NUM == nil then
     redis.replicate_commands()
   end
   local t = redis.call('TIME')

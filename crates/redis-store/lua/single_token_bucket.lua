@@ -8,7 +8,8 @@
 --          (or refund amount), min_ttl (ms), then the parameters NamedPolicy computed once:
 --          capacity, units_per_token, units_per_micro, tol_us, tol_units (the tolerance
 --          `capacity × units_per_token` split as `tat` is: whole µs and a remainder).
--- State    a string '<tat>:<tat_units>', written with its TTL in the same SET.
+-- State    a string '<tat>:<tat_units>', or '<tat>' when tat_units is 0, written with its
+--          TTL in the same SET.
 -- Reply    { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us }.
 
 -- rein_core::MAX_MICROS: 2^52 - 1. Every quantity stays at or below it, so a sum of two is
@@ -33,8 +34,8 @@ end
 local now
 if ARGV[2] == '' then
   -- Redis 5 and 6 replicate scripts verbatim unless told otherwise, and then refuse writes
-  -- after TIME; Redis 7 replicates effects only and keeps this as a no-op.
-  if redis.replicate_commands then
+  -- after TIME; Redis 7 (which has REDIS_VERSION_NUM) replicates effects only.
+  if redis.REDIS_VERSION_NUM == nil then
     redis.replicate_commands()
   end
   local t = redis.call('TIME')
@@ -65,12 +66,17 @@ local key = KEYS[1]
 local tat, tat_units = 0, 0
 local stored = redis.call('GET', key)
 if stored then
-  local a, b = string.match(stored, '^(%d+):(%d+)$')
-  if a == nil then
-    error({ err = 'REIN corrupt token bucket state' })
+  -- '<tat>' alone when `tat_units` is 0 (always, when the emission interval is a whole
+  -- number of µs): read with one `tonumber`, written as a number, no pattern or format.
+  tat = tonumber(stored)
+  if tat == nil then
+    local a, b = string.match(stored, '^(%d+):(%d+)$')
+    if a == nil then
+      error({ err = 'REIN corrupt token bucket state' })
+    end
+    tat, tat_units = tonumber(a), tonumber(b)
   end
-  tat, tat_units = tonumber(a), tonumber(b)
-  if tat > MAX or tat_units > MAX then
+  if tat < 0 or tat > MAX or tat % 1 ~= 0 or tat_units > MAX then
     error({ err = 'REIN corrupt token bucket state' })
   end
 end
@@ -149,7 +155,12 @@ if write then
   local ttl = reset_after + 999
   ttl = math.max((ttl - math.fmod(ttl, 1000)) / 1000, min_ttl)
   if ttl > 0 then
-    redis.call('SET', key, string.format('%d:%d', tat, tat_units), 'PX', ttl)
+    -- Redis writes a number argument with 17 significant digits: exact below 2^53.
+    local value = tat
+    if tat_units > 0 then
+      value = string.format('%d:%d', tat, tat_units)
+    end
+    redis.call('SET', key, value, 'PX', ttl)
   else
     redis.call('DEL', key)
   end

@@ -1,4 +1,4 @@
-use rein_core::{Limit, Policy};
+use rein_core::{Limit, Policy, TokenBucket};
 
 use crate::ConfigError;
 use crate::script::ScriptKind;
@@ -100,22 +100,9 @@ impl NamedPolicy {
 /// computed here; the scripts still check every argument, as anyone with the ACL may call
 /// them.
 fn script_for(policy: &Policy) -> (ScriptKind, Vec<String>) {
-    let strings = |numbers: &[u64]| numbers.iter().map(u64::to_string).collect();
+    let strings = |numbers: &[u64]| numbers.iter().map(u64::to_string).collect::<Vec<_>>();
     match policy.limits() {
-        [Limit::TokenBucket(bucket)] => {
-            let (units_per_token, units_per_micro) = bucket.emission_interval();
-            // The core validated `capacity × units_per_token` to stay exact.
-            let tolerance = bucket.capacity() * units_per_token;
-            let (tol_us, tol_units) = (tolerance / units_per_micro, tolerance % units_per_micro);
-            let args = [
-                bucket.capacity(),
-                units_per_token,
-                units_per_micro,
-                tol_us,
-                tol_units,
-            ];
-            (ScriptKind::TokenBucket, strings(&args))
-        }
+        [Limit::TokenBucket(bucket)] => (ScriptKind::TokenBucket, bucket_args(bucket)),
         [Limit::FixedWindow(w)] => (
             ScriptKind::FixedWindow,
             strings(&[w.limit(), w.window().as_micros()]),
@@ -125,29 +112,43 @@ fn script_for(policy: &Policy) -> (ScriptKind, Vec<String>) {
             strings(&[w.limit(), w.window().as_micros()]),
         ),
         limits => {
-            let mut args = Vec::with_capacity(limits.len() * 5);
+            let mut args = Vec::with_capacity(limits.len() * 6);
             for limit in limits {
                 args.push(algorithm_tag(limit).to_owned());
-                let params: Vec<u64> = match limit {
-                    Limit::TokenBucket(bucket) => {
-                        let (units_per_token, units_per_micro) = bucket.emission_interval();
-                        let tolerance = bucket.capacity() * units_per_token;
-                        vec![
-                            bucket.capacity(),
-                            units_per_token,
-                            units_per_micro,
-                            tolerance,
-                        ]
+                match limit {
+                    Limit::TokenBucket(bucket) => args.extend(bucket_args(bucket)),
+                    Limit::FixedWindow(w) => {
+                        args.extend(strings(&[w.limit(), w.window().as_micros()]))
                     }
-                    Limit::FixedWindow(w) => vec![w.limit(), w.window().as_micros()],
-                    Limit::SlidingLog(w) => vec![w.limit(), w.window().as_micros()],
-                    Limit::SlidingCounter(w) => vec![w.limit(), w.window().as_micros()],
-                };
-                args.extend(params.iter().map(u64::to_string));
+                    Limit::SlidingLog(w) => {
+                        args.extend(strings(&[w.limit(), w.window().as_micros()]))
+                    }
+                    Limit::SlidingCounter(w) => {
+                        args.extend(strings(&[w.limit(), w.window().as_micros()]))
+                    }
+                }
             }
             (ScriptKind::Policy, args)
         }
     }
+}
+
+/// A token bucket's parameters, as both scripts take them: capacity, units_per_token,
+/// units_per_micro, and the tolerance (`capacity × units_per_token`, which the core
+/// validated to stay exact) split into whole µs and a remainder in units, as `tat` is.
+fn bucket_args(bucket: &TokenBucket) -> Vec<String> {
+    let (units_per_token, units_per_micro) = bucket.emission_interval();
+    let tolerance = bucket.capacity() * units_per_token;
+    [
+        bucket.capacity(),
+        units_per_token,
+        units_per_micro,
+        tolerance / units_per_micro,
+        tolerance % units_per_micro,
+    ]
+    .iter()
+    .map(u64::to_string)
+    .collect()
 }
 
 /// The short algorithm tag used in keys and in the script's arguments.
