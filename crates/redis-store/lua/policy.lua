@@ -3,8 +3,9 @@
 -- (crates/core/src/policy.rs). Each algorithm's branch below renders rein-core's
 -- `decide`/`refund` with the same names, like the single-limit scripts (single_*.lua),
 -- which it repeats for the token bucket, fixed window and sliding log; the differential
--- test pins both to rein-core. Straight-line code in one loop: no closures or tables per
--- limit, so a policy of three limits costs Redis less than three single-limit calls.
+-- test pins both to rein-core. Straight-line code in one loop (no closures, no tables
+-- but a sliding log's entries), so a policy of three limits costs Redis less than three
+-- single-limit calls.
 --
 -- KEYS[i]  the state key of limit i, in the policy's order (all in one hash slot).
 -- ARGV[1]  operation: 'acquire', 'peek' or 'refund'.
@@ -33,14 +34,12 @@
 -- an exact double; divisions use `math.fmod`, which is exact, never a rounded `/` alone.
 local MAX = 4503599627370495
 
--- An integer from 0 to MAX, or a script error naming `what`: the script is callable by
--- anyone with the ACL, and must never store what rein-core would not.
-local function int(s, what)
-  local n = tonumber(s)
-  if n == nil or n < 0 or n > MAX or n % 1 ~= 0 then
-    error({ err = 'REIN not an integer from 0 to 2^52 - 1: ' .. what })
-  end
-  return n
+-- Integers from 0 to MAX, or a script error: the script is callable by anyone with the
+-- ACL, and must never store what rein-core would not. `x % 1` is 0 only for an integer
+-- (NaN and infinities give NaN), so a sum of them is 0 only if each term is. Checked in
+-- batches, not one function call per argument: this runs on every call.
+local function fail_arguments()
+  error({ err = 'REIN arguments must be integers from 0 to 2^52 - 1' })
 end
 
 local op = ARGV[1]
@@ -48,7 +47,7 @@ local refund = op == 'refund'
 if op ~= 'acquire' and op ~= 'peek' and not refund then
   error({ err = 'REIN unknown operation' })
 end
-local now
+local now = tonumber(ARGV[2])
 if ARGV[2] == '' then
   -- Redis 5 and 6 need this before a write that follows TIME; Redis 7 (which has
   -- REDIS_VERSION_NUM) replicates effects only.
@@ -56,15 +55,13 @@ if ARGV[2] == '' then
     redis.replicate_commands()
   end
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if now > MAX then
-    now = MAX
-  end
-else
-  now = int(ARGV[2], 'now')
+  now = math.min(tonumber(t[1]) * 1000000 + tonumber(t[2]), MAX)
 end
-local amount = int(ARGV[3], 'cost')
-local min_ttl = int(ARGV[4], 'min_ttl')
+local amount, min_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+if not (now and amount and min_ttl) or now % 1 + amount % 1 + min_ttl % 1 ~= 0
+    or math.min(now, amount, min_ttl) < 0 or math.max(now, amount, min_ttl) > MAX then
+  fail_arguments()
+end
 -- What each limit decides: a zero-cost peek after a refund.
 local cost = amount
 if refund then
@@ -72,6 +69,7 @@ if refund then
 end
 local acquire = op == 'acquire' and cost > 0
 
+local argc = #ARGV
 local n = #KEYS
 if n == 0 or n > 8 then
   error({ err = 'REIN a policy has 1 to 8 limits' })
@@ -93,12 +91,19 @@ for k = 1, n do
 
   if tag == 'tb' then
     -- rein_core::TokenBucket (see single_token_bucket.lua).
-    local capacity = int(ARGV[i + 1], 'capacity')
-    local units_per_token = int(ARGV[i + 2], 'units_per_token')
-    local units_per_micro = int(ARGV[i + 3], 'units_per_micro')
-    local tol_us = int(ARGV[i + 4], 'tol_us')
-    local tol_units = int(ARGV[i + 5], 'tol_units')
+    if i + 5 > argc then
+      error({ err = 'REIN missing token bucket parameters' })
+    end
+    local capacity, units_per_token, units_per_micro, tol_us, tol_units = tonumber(ARGV[i + 1]),
+      tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
     i = i + 6
+    if not (capacity and units_per_token and units_per_micro and tol_us and tol_units)
+        or capacity % 1 + units_per_token % 1 + units_per_micro % 1 + tol_us % 1
+          + tol_units % 1 ~= 0
+        or math.min(capacity, units_per_token, units_per_micro, tol_us, tol_units) < 0
+        or math.max(capacity, units_per_token, units_per_micro, tol_us, tol_units) > MAX then
+      fail_arguments()
+    end
     if units_per_token == 0 or units_per_micro == 0 or tol_units >= units_per_micro then
       error({ err = 'REIN bad token bucket parameters' })
     end
@@ -184,9 +189,16 @@ for k = 1, n do
   elseif tag == 'fw' or tag == 'sc' then
     -- Both count in windows aligned to the epoch: rein_core::FixedWindow
     -- (single_fixed_window.lua) and rein_core::SlidingCounter.
-    limit = int(ARGV[i + 1], 'limit')
-    local window = int(ARGV[i + 2], 'window')
+    if i + 2 > argc then
+      error({ err = 'REIN missing window parameters' })
+    end
+    local window
+    limit, window = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
     i = i + 3
+    if not (limit and window) or limit % 1 + window % 1 ~= 0
+        or math.min(limit, window) < 0 or math.max(limit, window) > MAX then
+      fail_arguments()
+    end
     if window == 0 then
       error({ err = 'REIN bad window parameters' })
     end
@@ -305,9 +317,16 @@ for k = 1, n do
 
   elseif tag == 'sl' then
     -- rein_core::SlidingLog (see single_sliding_log.lua, which this repeats).
-    limit = int(ARGV[i + 1], 'limit')
-    local window = int(ARGV[i + 2], 'window')
+    if i + 2 > argc then
+      error({ err = 'REIN missing window parameters' })
+    end
+    local window
+    limit, window = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
     i = i + 3
+    if not (limit and window) or limit % 1 + window % 1 ~= 0
+        or math.min(limit, window) < 0 or math.max(limit, window) > MAX then
+      fail_arguments()
+    end
     if window == 0 then
       error({ err = 'REIN bad sliding log parameters' })
     end
