@@ -6,9 +6,9 @@
 -- ARGV     op ('acquire', 'peek', 'refund'), now (µs, or '' for the server's TIME), cost
 --          (or refund amount), min_ttl (ms), then limit and window (µs).
 -- State    a string of `LogEntry`s oldest first, '<at>:<cost>' joined by ',', written with
---          its TTL in the same SET; an empty log is no key. One string is one allocation
---          in Redis and one GET, where a sorted set of timestamps costs a ZRANGE (or
---          ZREMRANGEBYSCORE + ZCARD) and a ZADD, and several times the memory.
+--          its TTL in the same SET; an empty log is no key. One string is one GET and
+--          one SET, where a sorted set of timestamps costs a ZRANGE (or ZREMRANGEBYSCORE
+--          and ZCARD), a ZADD and a PEXPIRE, and more memory per entry.
 -- Reply    { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us }.
 
 -- rein_core::MAX_MICROS (see single_token_bucket.lua).
