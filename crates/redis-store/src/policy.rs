@@ -14,7 +14,7 @@ use crate::script::ScriptKind;
 ///
 /// The script's parameters are computed once here, not per call, and so is the choice of
 /// script: a policy of one token bucket, fixed window or sliding log runs that algorithm's
-/// lean script; any other policy runs the generic one (see docs/redis.md, "Scripts").
+/// lean script; any other policy runs the generic one (see docs/redis.md, "The scripts").
 ///
 /// ```
 /// use rein_core::{Limit, Micros, Policy};
@@ -163,3 +163,51 @@ pub(crate) fn algorithm_tag(limit: &Limit) -> &'static str {
 
 /// The longest policy name: it is repeated in every key of the policy.
 const MAX_NAME_LEN: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use rein_core::Micros;
+
+    use super::*;
+
+    fn named(limits: impl IntoIterator<Item = Limit>) -> NamedPolicy {
+        NamedPolicy::new("p", Policy::new(limits).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn one_limit_runs_its_lean_script_and_several_the_policy_script() {
+        // docs/redis.md's example: 20 tokens, 5 per second (one every 200 000 µs).
+        let bucket = Limit::token_bucket(20, 5, Micros::from_secs(1)).unwrap();
+        let window = Limit::fixed_window(100, Micros::from_secs(60)).unwrap();
+        let one = named([bucket]);
+        assert_eq!(one.script(), ScriptKind::TokenBucket);
+        assert_eq!(one.script_args(), ["20", "200000", "1", "4000000", "0"]);
+        let two = named([bucket, window]);
+        assert_eq!(two.script(), ScriptKind::Policy);
+        assert_eq!(
+            two.script_args(),
+            [
+                "tb", "20", "200000", "1", "4000000", "0", "fw", "100", "60000000"
+            ]
+        );
+        let log = named([Limit::sliding_log(5, Micros::from_secs(1)).unwrap()]);
+        assert_eq!(
+            (log.script(), log.script_args()),
+            (
+                ScriptKind::SlidingLog,
+                &["5".to_owned(), "1000000".to_owned()][..]
+            )
+        );
+        let counter = named([Limit::sliding_counter(5, Micros::from_secs(1)).unwrap()]);
+        assert_eq!(counter.script(), ScriptKind::Policy);
+        assert_eq!(counter.script_args(), ["sc", "5", "1000000"]);
+    }
+
+    #[test]
+    fn a_fractional_emission_interval_splits_the_tolerance_into_us_and_units() {
+        // 3 per second: one token every 333 333⅓ µs, so 1 000 000 / 3 units; a burst of 2
+        // is 2 000 000 units = 666 666 µs and 2 units.
+        let bucket = named([Limit::token_bucket(2, 3, Micros::from_secs(1)).unwrap()]);
+        assert_eq!(bucket.script_args(), ["2", "1000000", "3", "666666", "2"]);
+    }
+}
