@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rein_core::{Algorithm, Limit, Micros, Policy};
-use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder, SCRIPT_SOURCE};
+use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder, SCRIPTS};
 use rein_redis_harness::RedisServer;
 
 const TASKS: usize = 64;
@@ -64,9 +64,14 @@ fn main() {
         .block_on(async {
             let client = redis::Client::open(server.url())?;
             let mut conn = client.get_multiplexed_async_connection().await?;
+            // A policy of one token bucket runs the lean token-bucket script.
+            let (_, source) = SCRIPTS
+                .iter()
+                .find(|(name, _)| *name == "token_bucket")
+                .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::Client, "no script")))?;
             redis::cmd("SCRIPT")
                 .arg("LOAD")
-                .arg(SCRIPT_SOURCE)
+                .arg(*source)
                 .query_async(&mut conn)
                 .await
         })
@@ -75,15 +80,16 @@ fn main() {
         unreachable!("built as a token bucket")
     };
     let (units_per_token, units_per_micro) = bucket.emission_interval();
-    // The same ARGV the store sends: op, now ('' = TIME), cost, min_ttl, then the limit.
+    // The same ARGV the store sends: op, now ('' = TIME), cost, min_ttl, then the
+    // parameters RedisPolicy precomputes for the lean script (v2 key layout).
+    let tolerance = bucket.capacity() * units_per_token;
     let script_args: Vec<String> = [
         "1",
-        "rein:{__rand_int__}:bench:0:tb",
+        "rein:v2:{__rand_int__}:bench:0:tb",
         "acquire",
         "",
         "1",
         "0",
-        "tb",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -92,7 +98,8 @@ fn main() {
             bucket.capacity(),
             units_per_token,
             units_per_micro,
-            bucket.capacity() * units_per_token,
+            tolerance / units_per_micro,
+            tolerance % units_per_micro,
         ]
         .map(|n| n.to_string()),
     )

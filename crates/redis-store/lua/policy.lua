@@ -1,140 +1,469 @@
--- rein-redis: rein_core::Policy::{acquire, peek, refund} and `combine`
--- (crates/core/src/policy.rs): every limit of one policy decided in one atomic call,
--- all-or-nothing. This file drives the algorithm files concatenated above it.
+-- rein-redis: a policy of several limits (or of one sliding counter) decided in one atomic
+-- call, all-or-nothing: rein_core::Policy::{acquire, peek, refund} and `combine`
+-- (crates/core/src/policy.rs). Each algorithm's branch below renders rein-core's
+-- `decide`/`refund` with the same names, like the single-limit scripts (single_*.lua),
+-- which it repeats for the token bucket, fixed window and sliding log; the differential
+-- test pins both to rein-core. Straight-line code in one loop (no closures, no tables
+-- but a sliding log's entries), so a policy of three limits costs Redis less than three
+-- single-limit calls.
 --
 -- KEYS[i]  the state key of limit i, in the policy's order (all in one hash slot).
 -- ARGV[1]  operation: 'acquire', 'peek' or 'refund'.
 -- ARGV[2]  now in µs since the Unix epoch, or '' to read the server's TIME.
 -- ARGV[3]  cost (acquire, peek) or amount (refund).
 -- ARGV[4]  min_ttl in ms: the shortest TTL a written key gets (normally 0).
--- ARGV[5..] per limit, in KEYS order: an algorithm tag and its parameters,
---           'tb' capacity units_per_token units_per_micro tolerance,
---           'fw' limit window, 'sl' limit window, 'sc' limit window.
+-- ARGV[5..] per limit, in KEYS order, an algorithm tag and the parameters NamedPolicy
+--           computed once: 'tb' capacity units_per_token units_per_micro tol_us tol_units,
+--           'fw' limit window, 'sl' limit window, 'sc' limit window (windows in µs).
+--
+-- State: one string per limit, its integers joined by ':': 'tat:tat_units' (or 'tat' when
+-- tat_units is 0),
+-- 'window_start:count', 'window_start:current:previous', and for a sliding log its entries
+-- oldest first, 'at:cost' joined by ','. Read with GET, written with `SET ... PX`.
 --
 -- Reply: { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us }.
 -- For 'refund' the figures are those of a zero-cost peek after the refund.
 --
--- Each written key is SET with a TTL of its limit's reset_after rounded up to whole ms (or
--- min_ttl if longer), so it expires once its limit is full again; a key whose TTL would be
--- 0 is deleted. A denial or a peek writes nothing and leaves every TTL as it was.
+-- Each written key's TTL is its own limit's reset_after rounded up to whole ms (or min_ttl
+-- if longer), so it expires once that limit is full again; a key whose TTL would be 0, or
+-- an empty log, is deleted. A denial or a peek writes nothing and leaves every TTL as it
+-- was. Every state is read and checked before anything is written: Redis does not roll
+-- back a script's writes when it fails half-way.
 
--- Algorithm tags as in the keys and ARGV, and the constructors of the files above.
-local ALGORITHMS = {
-  tb = token_bucket,
-  fw = fixed_window,
-  sl = sliding_log,
-  sc = sliding_counter,
-}
+-- rein_core::MAX_MICROS: 2^52 - 1. Every quantity stays at or below it, so a sum of two is
+-- an exact double; divisions use `math.fmod`, which is exact, never a rounded `/` alone.
+local MAX = 4503599627370495
 
--- Folds one more limit's decision into the policy's (in place: tables cost allocations):
--- denied if any denies, the fewest remaining (with that limit's size, the first on a tie),
--- the longest wait and the longest reset.
-local function combine(acc, next)
-  if acc == nil then
-    return next
-  end
-  if acc.combined == nil then
-    -- A copy: the first limit's own decision still sets its key's TTL.
-    acc = { combined = true, allowed = acc.allowed, limit = acc.limit,
-      remaining = acc.remaining, retry_after = acc.retry_after, reset_after = acc.reset_after }
-  end
-  acc.allowed = acc.allowed and next.allowed
-  if next.remaining < acc.remaining then
-    acc.limit, acc.remaining = next.limit, next.remaining
-  end
-  acc.retry_after = math.max(acc.retry_after, next.retry_after)
-  acc.reset_after = math.max(acc.reset_after, next.reset_after)
-  return acc
+-- Integers from 0 to MAX, or a script error: the script is callable by anyone with the
+-- ACL, and must never store what rein-core would not. `x % 1` is 0 only for an integer
+-- (NaN and infinities give NaN), so a sum of them is 0 only if each term is. Checked in
+-- batches, not one function call per argument: this runs on every call.
+local function fail_arguments()
+  error({ err = 'REIN arguments must be integers from 0 to 2^52 - 1' })
 end
 
 local op = ARGV[1]
-if op ~= 'acquire' and op ~= 'peek' and op ~= 'refund' then
-  fail('unknown operation')
+local refund = op == 'refund'
+if op ~= 'acquire' and op ~= 'peek' and not refund then
+  error({ err = 'REIN unknown operation' })
 end
-local now
+local now = tonumber(ARGV[2])
 if ARGV[2] == '' then
-  -- Redis 5 and 6 replicate scripts verbatim unless told otherwise, and then refuse writes
-  -- after TIME; Redis 7 replicates effects only and keeps this as a no-op.
-  if redis.replicate_commands then
+  -- Redis 5 and 6 need this before a write that follows TIME; Redis 7 (which has
+  -- REDIS_VERSION_NUM) replicates effects only.
+  if redis.REDIS_VERSION_NUM == nil then
     redis.replicate_commands()
   end
   local t = redis.call('TIME')
-  now = clamp(tonumber(t[1]) * 1000000 + tonumber(t[2]))
-else
-  now = int(ARGV[2], 'now')
+  now = math.min(tonumber(t[1]) * 1000000 + tonumber(t[2]), MAX)
 end
-local cost = int(ARGV[3], 'cost')
-local min_ttl = int(ARGV[4], 'min_ttl')
+local amount, min_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+if not (now and amount and min_ttl) or now % 1 + amount % 1 + min_ttl % 1 ~= 0
+    or math.min(now, amount, min_ttl) < 0 or math.max(now, amount, min_ttl) > MAX then
+  fail_arguments()
+end
+-- What each limit decides: a zero-cost peek after a refund.
+local cost = amount
+if refund then
+  cost = 0
+end
+local acquire = op == 'acquire' and cost > 0
 
+local argc = #ARGV
 local n = #KEYS
 if n == 0 or n > 8 then
-  fail('a policy has 1 to 8 limits')
+  error({ err = 'REIN a policy has 1 to 8 limits' })
 end
--- Per limit k: its algorithm, parameters and state (parallel arrays: each table is an
--- allocation, on every call).
-local algorithms, params, states = {}, {}, {}
-local built = {}
+
+-- Policy::combine, folded as the limits are decided: denied if any denies, the fewest
+-- remaining (with that limit's size, the first on a tie), the longest wait and reset.
+local all_allowed, c_limit, c_remaining, c_retry, c_reset = true, 0, -1, 0, 0
+-- Per limit: the state to write if the call writes (a string, or a token bucket's `tat` as
+-- a number, which Redis writes exactly; false: nothing to write; '': delete), and the
+-- reset_after that sets its TTL.
+local values, resets = {}, {}
 local i = 5
 for k = 1, n do
   local tag = ARGV[i]
-  local algorithm = built[tag]
-  if algorithm == nil then
-    local make = ALGORITHMS[tag]
-    if make == nil then
-      fail('unknown algorithm')
+  local stored = redis.call('GET', KEYS[k])
+  local limit, remaining, retry_after, reset_after, value = 0, 0, 0, 0, false
+  local allowed = false
+
+  if tag == 'tb' then
+    -- rein_core::TokenBucket (see single_token_bucket.lua).
+    if i + 5 > argc then
+      error({ err = 'REIN missing token bucket parameters' })
     end
-    algorithm = make()
-    built[tag] = algorithm
+    local capacity, units_per_token, units_per_micro, tol_us, tol_units = tonumber(ARGV[i + 1]),
+      tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+    i = i + 6
+    if not (capacity and units_per_token and units_per_micro and tol_us and tol_units)
+        or capacity % 1 + units_per_token % 1 + units_per_micro % 1 + tol_us % 1
+          + tol_units % 1 ~= 0
+        or math.min(capacity, units_per_token, units_per_micro, tol_us, tol_units) < 0
+        or math.max(capacity, units_per_token, units_per_micro, tol_us, tol_units) > MAX then
+      fail_arguments()
+    end
+    if units_per_token == 0 or units_per_micro == 0 or tol_units >= units_per_micro then
+      error({ err = 'REIN bad token bucket parameters' })
+    end
+    if not refund and amount > capacity then
+      error({ err = 'REIN cost exceeds capacity' })
+    end
+    limit = capacity
+    local tat, tat_units = 0, 0
+    if stored then
+      tat = tonumber(stored)
+      if tat == nil then
+        local a, b = string.match(stored, '^(%d+):(%d+)$')
+        if a == nil then
+          error({ err = 'REIN corrupt token bucket state' })
+        end
+        tat, tat_units = tonumber(a), tonumber(b)
+      end
+      if tat < 0 or tat > MAX or tat % 1 ~= 0 or tat_units > MAX then
+        error({ err = 'REIN corrupt token bucket state' })
+      end
+    end
+    if refund and (tat > now or (tat == now and tat_units > 0)) then
+      local units = math.min(amount, capacity) * units_per_token
+      local back_rem = math.fmod(units, units_per_micro)
+      local back_us = (units - back_rem) / units_per_micro
+      if tat_units < back_rem then
+        tat_units = tat_units + units_per_micro
+        tat = math.max(tat - 1, 0)
+      end
+      tat_units = tat_units - back_rem
+      tat = math.max(tat - back_us, 0)
+      if tat < now or (tat == now and tat_units == 0) then
+        tat, tat_units = 0, 0
+      end
+      value = tat
+      if tat_units > 0 then
+        value = string.format('%d:%d', tat, tat_units)
+      end
+    end
+    local ahead_us, ahead_units = 0, 0
+    if tat > now or (tat == now and tat_units > 0) then
+      ahead_us = tat - now
+      ahead_units = math.min(tat_units, units_per_micro - 1)
+    end
+    local fig_us, fig_units = ahead_us, ahead_units
+    local sum = ahead_units + cost * units_per_token
+    local next_units = math.fmod(sum, units_per_micro)
+    local next_us = ahead_us + (sum - next_units) / units_per_micro
+    if next_us < tol_us or (next_us == tol_us and next_units <= tol_units) then
+      if cost == 0 then
+        allowed = true
+      elseif next_us > MAX - now then
+        -- The end of time: a `tat` past MAX cannot be stored (issue 9).
+        retry_after = MAX
+      else
+        allowed = true
+        fig_us, fig_units = next_us, next_units
+        if acquire then
+          value = now + next_us
+          if next_units > 0 then
+            value = string.format('%d:%d', value, next_units)
+          end
+        end
+      end
+    else
+      retry_after = next_us - tol_us
+      if next_units > tol_units then
+        retry_after = retry_after + 1
+      end
+      retry_after = math.min(retry_after, MAX)
+    end
+    if fig_us <= tol_us then
+      local free = (tol_us - fig_us) * units_per_micro + tol_units - fig_units
+      if free > 0 then
+        remaining = (free - math.fmod(free, units_per_token)) / units_per_token
+      end
+    end
+    reset_after = fig_us
+    if fig_units > 0 then
+      reset_after = math.min(fig_us + 1, MAX)
+    end
+
+  elseif tag == 'fw' or tag == 'sc' then
+    -- Both count in windows aligned to the epoch: rein_core::FixedWindow
+    -- (single_fixed_window.lua) and rein_core::SlidingCounter.
+    if i + 2 > argc then
+      error({ err = 'REIN missing window parameters' })
+    end
+    local window
+    limit, window = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+    i = i + 3
+    if not (limit and window) or limit % 1 + window % 1 ~= 0
+        or math.min(limit, window) < 0 or math.max(limit, window) > MAX then
+      fail_arguments()
+    end
+    if window == 0 then
+      error({ err = 'REIN bad window parameters' })
+    end
+    if not refund and amount > limit then
+      error({ err = 'REIN cost exceeds capacity' })
+    end
+    local window_start, count, previous = 0, 0, 0
+    if stored then
+      local a, b, c
+      if tag == 'fw' then
+        a, b = string.match(stored, '^(%d+):(%d+)$')
+        c = '0'
+      else
+        a, b, c = string.match(stored, '^(%d+):(%d+):(%d+)$')
+      end
+      if a == nil then
+        error({ err = 'REIN corrupt window state' })
+      end
+      window_start, count, previous = tonumber(a), tonumber(b), tonumber(c)
+      if window_start > MAX or count > MAX or previous > MAX then
+        error({ err = 'REIN corrupt window state' })
+      end
+    end
+    -- The window that counts at `now`: a clock that went back before the stored window is
+    -- read at the stored window's start, so regressions never reopen or uncount a window.
+    local at = math.max(now, window_start)
+    local start = at - math.fmod(at, window)
+
+    if tag == 'fw' then
+      if start ~= window_start then
+        count = 0
+      end
+      if refund and count > 0 then
+        count = math.max(count - amount, 0)
+        value = string.format('%d:%d', start, count)
+      end
+      -- `start` is never before `now`'s window, so this is at least 1 µs.
+      local window_end = math.min(start + window - now, MAX)
+      remaining = math.max(limit - count, 0)
+      if cost <= remaining then
+        allowed = true
+        remaining = remaining - cost
+        count = count + cost
+        if acquire then
+          value = string.format('%d:%d', start, count)
+        end
+      else
+        retry_after = window_end
+      end
+      if count > 0 then
+        reset_after = window_end
+      end
+    else
+      -- SlidingCounter::view: counts beyond the limit are read as the limit, which keeps
+      -- every product below 2^53 and changes no decision.
+      local current = math.min(count, limit)
+      previous = math.min(previous, limit)
+      if start == window_start then
+        -- unchanged
+      elseif start == window_start + window then
+        previous, current = current, 0
+      else
+        previous, current = 0, 0
+      end
+      if refund and current > 0 then
+        current = math.max(current - amount, 0)
+        value = string.format('%d:%d:%d', start, current, previous)
+      end
+      local w = window
+      local elapsed = at - start
+      local budget = limit * w
+      local weighted_previous = previous * (w - elapsed)
+      local used = weighted_previous + current * w
+      -- `used + cost × w <= budget`, rearranged: the sum could pass 2^53.
+      if used <= budget - cost * w then
+        allowed = true
+        current = current + cost
+        local room = budget - weighted_previous
+        remaining = (room - math.fmod(room, w)) / w - current
+        if acquire then
+          value = string.format('%d:%d:%d', start, current, previous)
+        end
+      else
+        local room = math.max(budget - weighted_previous, 0)
+        remaining = math.max((room - math.fmod(room, w)) / w - current, 0)
+        -- SlidingCounter::admitted_at, as `start + extra`: later in this window, once the
+        -- previous window's weight has fallen enough; else in the next one.
+        local extra = nil
+        if current + cost <= limit then
+          local spare = (limit - current - cost) * w
+          local per = math.max(previous, 1)
+          local fits = math.min((spare - math.fmod(spare, per)) / per, w)
+          if fits > 0 then
+            extra = w - fits
+          end
+        end
+        if extra == nil then
+          local fits = w
+          if current > 0 then
+            local spare = (limit - cost) * w
+            fits = math.min((spare - math.fmod(spare, current)) / current, w)
+          end
+          extra = w + (w - fits)
+        end
+        -- A span from now to `start + extra`, computed so that no intermediate reaches
+        -- 2^53: `start + 2 × window` may.
+        retry_after = math.min(math.max((start - now) + extra, 0), MAX)
+      end
+      -- SlidingCounter::reset_at: both counters decayed to nothing.
+      if current > 0 then
+        reset_after = math.min(math.max((start - now) + 2 * w, 0), MAX)
+      elseif previous > 0 then
+        reset_after = math.min(math.max((start - now) + w, 0), MAX)
+      end
+    end
+
+  elseif tag == 'sl' then
+    -- rein_core::SlidingLog (see single_sliding_log.lua, which this repeats).
+    if i + 2 > argc then
+      error({ err = 'REIN missing window parameters' })
+    end
+    local window
+    limit, window = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+    i = i + 3
+    if not (limit and window) or limit % 1 + window % 1 ~= 0
+        or math.min(limit, window) < 0 or math.max(limit, window) > MAX then
+      fail_arguments()
+    end
+    if window == 0 then
+      error({ err = 'REIN bad sliding log parameters' })
+    end
+    if not refund and amount > limit then
+      error({ err = 'REIN cost exceeds capacity' })
+    end
+    local ats, costs, starts = {}, {}, {}
+    local m, total = 0, 0
+    if stored then
+      local p, len = 1, #stored
+      while p <= len do
+        local _, e, a, c = string.find(stored, '^(%d+):(%d+),?', p)
+        if e == nil then
+          error({ err = 'REIN corrupt sliding log state' })
+        end
+        a, c = tonumber(a), tonumber(c)
+        if a > MAX or c > MAX or c == 0 or (m > 0 and a <= ats[m]) then
+          error({ err = 'REIN corrupt sliding log state' })
+        end
+        m = m + 1
+        ats[m], costs[m], starts[m] = a, c, p
+        total = total + c
+        p = e + 1
+      end
+      if total > MAX then
+        error({ err = 'REIN corrupt sliding log state' })
+      end
+    end
+    local at = now
+    if m > 0 and ats[m] > now then
+      at = ats[m]
+    end
+    if refund then
+      local left, changed = amount, false
+      while left > 0 and m > 0 and ats[m] + window > at do
+        local taken = math.min(left, costs[m])
+        costs[m] = costs[m] - taken
+        total = total - taken
+        left = left - taken
+        changed = true
+        if costs[m] == 0 then
+          m = m - 1
+        end
+      end
+      if changed then
+        local parts = {}
+        for j = 1, m do
+          parts[j] = string.format('%d:%d', ats[j], costs[j])
+        end
+        value = table.concat(parts, ',')
+        at = now
+        if m > 0 and ats[m] > now then
+          at = ats[m]
+        end
+      end
+    end
+    local expired, live = 0, total
+    while expired < m and ats[expired + 1] + window <= at do
+      expired = expired + 1
+      live = live - costs[expired]
+    end
+    remaining = math.max(limit - live, 0)
+    local newest = nil
+    if m > 0 then
+      newest = ats[m]
+    end
+    if cost <= remaining then
+      allowed = true
+      remaining = remaining - cost
+      if cost > 0 then
+        newest = at
+      end
+      if acquire then
+        if expired < m and ats[m] == at then
+          costs[m] = costs[m] + cost
+          local parts = {}
+          for j = expired + 1, m do
+            parts[#parts + 1] = string.format('%d:%d', ats[j], costs[j])
+          end
+          value = table.concat(parts, ',')
+        elseif expired < m then
+          value = string.sub(stored, starts[expired + 1])
+          if string.sub(value, -1) ~= ',' then
+            value = value .. ','
+          end
+          value = value .. string.format('%d:%d', at, cost)
+        else
+          value = string.format('%d:%d', at, cost)
+        end
+      end
+    else
+      local still_in = live
+      for j = expired + 1, m do
+        still_in = still_in - costs[j]
+        if still_in + cost <= limit then
+          retry_after = math.min(ats[j] + window - now, MAX)
+          break
+        end
+      end
+    end
+    if newest ~= nil and newest + window > at then
+      reset_after = math.min(newest + window - now, MAX)
+    end
+
+  else
+    error({ err = 'REIN unknown algorithm' })
   end
-  local p
-  p, i = algorithm.params(ARGV, i + 1)
-  -- The core rejects a cost above capacity before deciding; the products below rely on it.
-  if op ~= 'refund' and cost > (p.capacity or p.limit) then
-    fail('cost exceeds capacity')
+
+  all_allowed = all_allowed and allowed
+  if c_remaining < 0 or remaining < c_remaining then
+    c_limit, c_remaining = limit, remaining
   end
-  algorithms[k], params[k] = algorithm, p
+  c_retry = math.max(c_retry, retry_after)
+  c_reset = math.max(c_reset, reset_after)
+  values[k], resets[k] = value, reset_after
 end
 if ARGV[i] ~= nil then
-  fail('too many arguments')
+  error({ err = 'REIN too many arguments' })
 end
 
--- Every state is loaded (and validated) before anything is written: Redis does not roll
--- back a script's writes when it fails half-way.
-for k = 1, n do
-  states[k] = algorithms[k].load(KEYS[k])
-end
-
-local combined = nil
-if op == 'refund' then
+if refund or (acquire and all_allowed) then
   for k = 1, n do
-    local s = states[k]
-    local next = algorithms[k].refund(params[k], now, s, cost)
-    if next ~= nil then
-      s = next
-    end
-    local d = algorithms[k].decide(params[k], now, s, 0)
-    if next ~= nil then
-      store(KEYS[k], algorithms[k].encode(next), d.reset_after, min_ttl)
-    end
-    combined = combine(combined, d)
-  end
-else
-  local decisions, auxes = {}, {}
-  for k = 1, n do
-    decisions[k], auxes[k] = algorithms[k].decide(params[k], now, states[k], cost)
-    combined = combine(combined, decisions[k])
-  end
-  if op == 'acquire' and combined.allowed and cost > 0 then
-    for k = 1, n do
-      local value = algorithms[k].apply(params[k], now, states[k], cost, auxes[k])
-      store(KEYS[k], value, decisions[k].reset_after, min_ttl)
+    local value = values[k]
+    if value then
+      local ttl = resets[k] + 999
+      ttl = math.max((ttl - math.fmod(ttl, 1000)) / 1000, min_ttl)
+      if ttl > 0 and value ~= '' then
+        redis.call('SET', KEYS[k], value, 'PX', ttl)
+      else
+        redis.call('DEL', KEYS[k])
+      end
     end
   end
 end
 
 local allowed_flag = 0
-if combined.allowed then
+if all_allowed then
   allowed_flag = 1
 end
-return { allowed_flag, combined.limit, combined.remaining, combined.retry_after,
-  combined.reset_after, now }
+return { allowed_flag, c_limit, c_remaining, c_retry, c_reset, now }

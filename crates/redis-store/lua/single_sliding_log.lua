@@ -6,47 +6,44 @@
 -- ARGV     op ('acquire', 'peek', 'refund'), now (µs, or '' for the server's TIME), cost
 --          (or refund amount), min_ttl (ms), then limit and window (µs).
 -- State    a string of `LogEntry`s oldest first, '<at>:<cost>' joined by ',', written with
---          its TTL in the same SET; an empty log is no key. One string is one allocation
---          in Redis and one GET, where a sorted set of timestamps costs a ZRANGE (or
---          ZREMRANGEBYSCORE + ZCARD) and a ZADD, and several times the memory.
+--          its TTL in the same SET; an empty log is no key. One string is one GET and
+--          one SET, where a sorted set of timestamps costs a ZRANGE (or ZREMRANGEBYSCORE
+--          and ZCARD), a ZADD and a PEXPIRE, and more memory per entry.
 -- Reply    { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us }.
 
 -- rein_core::MAX_MICROS (see single_token_bucket.lua).
 local MAX = 4503599627370495
-
--- An integer from 0 to MAX, or a script error naming `what`.
-local function int(s, what)
-  local n = tonumber(s)
-  if n == nil or n < 0 or n > MAX or n % 1 ~= 0 then
-    error({ err = 'REIN not an integer from 0 to 2^52 - 1: ' .. what })
-  end
-  return n
-end
 
 local op = ARGV[1]
 local refund = op == 'refund'
 if op ~= 'acquire' and op ~= 'peek' and not refund then
   error({ err = 'REIN unknown operation' })
 end
-local now
+if #ARGV ~= 6 then
+  error({ err = 'REIN expected 6 arguments' })
+end
+local now = tonumber(ARGV[2])
 if ARGV[2] == '' then
-  -- Redis 5 and 6 need this before a write that follows TIME; a no-op in Redis 7.
-  if redis.replicate_commands then
+  -- Redis 5 and 6 replicate scripts verbatim unless told otherwise, and then refuse writes
+  -- after TIME; Redis 7 (which has REDIS_VERSION_NUM) replicates effects only.
+  if redis.REDIS_VERSION_NUM == nil then
     redis.replicate_commands()
   end
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if now > MAX then
-    now = MAX
-  end
-else
-  now = int(ARGV[2], 'now')
+  now = math.min(tonumber(t[1]) * 1000000 + tonumber(t[2]), MAX)
 end
-local cost = int(ARGV[3], 'cost')
-local min_ttl = int(ARGV[4], 'min_ttl')
-local limit = int(ARGV[5], 'limit')
-local window = int(ARGV[6], 'window')
-if ARGV[7] ~= nil or window == 0 then
+local cost, min_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local limit, window = tonumber(ARGV[5]), tonumber(ARGV[6])
+-- Every argument an integer from 0 to MAX, checked at once: the script is callable by
+-- anyone with the ACL, and must never store what rein-core would not. `x % 1` is 0 only
+-- for an integer (NaN and infinities give NaN), so the sum is 0 only if each term is.
+if not (now and cost and min_ttl and limit and window)
+    or now % 1 + cost % 1 + min_ttl % 1 + limit % 1 + window % 1 ~= 0
+    or math.min(now, cost, min_ttl, limit, window) < 0
+    or math.max(now, cost, min_ttl, limit, window) > MAX then
+  error({ err = 'REIN arguments must be integers from 0 to 2^52 - 1' })
+end
+if window == 0 then
   error({ err = 'REIN bad sliding log parameters' })
 end
 if not refund and cost > limit then

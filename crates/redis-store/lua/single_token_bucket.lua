@@ -8,51 +8,49 @@
 --          (or refund amount), min_ttl (ms), then the parameters RedisPolicy computed once:
 --          capacity, units_per_token, units_per_micro, tol_us, tol_units (the tolerance
 --          `capacity × units_per_token` split as `tat` is: whole µs and a remainder).
--- State    a string '<tat>:<tat_units>', written with its TTL in the same SET.
+-- State    a string '<tat>:<tat_units>', or '<tat>' when tat_units is 0, written with its
+--          TTL in the same SET.
 -- Reply    { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us }.
 
 -- rein_core::MAX_MICROS: 2^52 - 1. Every quantity stays at or below it, so a sum of two is
 -- an exact double; divisions use `math.fmod`, which is exact, never a rounded `/` alone.
 local MAX = 4503599627370495
 
--- An integer from 0 to MAX, or a script error naming `what`: the script is callable by
--- anyone with the ACL, and must never store what rein-core would not.
-local function int(s, what)
-  local n = tonumber(s)
-  if n == nil or n < 0 or n > MAX or n % 1 ~= 0 then
-    error({ err = 'REIN not an integer from 0 to 2^52 - 1: ' .. what })
-  end
-  return n
-end
-
 local op = ARGV[1]
 local refund = op == 'refund'
 if op ~= 'acquire' and op ~= 'peek' and not refund then
   error({ err = 'REIN unknown operation' })
 end
-local now
+if #ARGV ~= 9 then
+  error({ err = 'REIN expected 9 arguments' })
+end
+local now = tonumber(ARGV[2])
 if ARGV[2] == '' then
   -- Redis 5 and 6 replicate scripts verbatim unless told otherwise, and then refuse writes
-  -- after TIME; Redis 7 replicates effects only and keeps this as a no-op.
-  if redis.replicate_commands then
+  -- after TIME; Redis 7 (which has REDIS_VERSION_NUM) replicates effects only.
+  if redis.REDIS_VERSION_NUM == nil then
     redis.replicate_commands()
   end
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if now > MAX then
-    now = MAX
-  end
-else
-  now = int(ARGV[2], 'now')
+  now = math.min(tonumber(t[1]) * 1000000 + tonumber(t[2]), MAX)
 end
-local cost = int(ARGV[3], 'cost')
-local min_ttl = int(ARGV[4], 'min_ttl')
-local capacity = int(ARGV[5], 'capacity')
-local units_per_token = int(ARGV[6], 'units_per_token')
-local units_per_micro = int(ARGV[7], 'units_per_micro')
-local tol_us = int(ARGV[8], 'tol_us')
-local tol_units = int(ARGV[9], 'tol_units')
-if ARGV[10] ~= nil or units_per_token == 0 or units_per_micro == 0
+local cost, min_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local capacity, units_per_token, units_per_micro, tol_us, tol_units =
+  tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+-- Every argument an integer from 0 to MAX, checked at once: the script is callable by
+-- anyone with the ACL, and must never store what rein-core would not. `x % 1` is 0 only
+-- for an integer (NaN and infinities give NaN), so the sum is 0 only if each term is.
+if not (now and cost and min_ttl and capacity and units_per_token and units_per_micro
+      and tol_us and tol_units)
+    or now % 1 + cost % 1 + min_ttl % 1 + capacity % 1 + units_per_token % 1
+      + units_per_micro % 1 + tol_us % 1 + tol_units % 1 ~= 0
+    or math.min(now, cost, min_ttl, capacity, units_per_token, units_per_micro, tol_us,
+      tol_units) < 0
+    or math.max(now, cost, min_ttl, capacity, units_per_token, units_per_micro, tol_us,
+      tol_units) > MAX then
+  error({ err = 'REIN arguments must be integers from 0 to 2^52 - 1' })
+end
+if units_per_token == 0 or units_per_micro == 0
     or tol_units >= units_per_micro then
   error({ err = 'REIN bad token bucket parameters' })
 end
@@ -65,12 +63,17 @@ local key = KEYS[1]
 local tat, tat_units = 0, 0
 local stored = redis.call('GET', key)
 if stored then
-  local a, b = string.match(stored, '^(%d+):(%d+)$')
-  if a == nil then
-    error({ err = 'REIN corrupt token bucket state' })
+  -- '<tat>' alone when `tat_units` is 0 (always, when the emission interval is a whole
+  -- number of µs): read with one `tonumber`, written as a number, no pattern or format.
+  tat = tonumber(stored)
+  if tat == nil then
+    local a, b = string.match(stored, '^(%d+):(%d+)$')
+    if a == nil then
+      error({ err = 'REIN corrupt token bucket state' })
+    end
+    tat, tat_units = tonumber(a), tonumber(b)
   end
-  tat, tat_units = tonumber(a), tonumber(b)
-  if tat > MAX or tat_units > MAX then
+  if tat < 0 or tat > MAX or tat % 1 ~= 0 or tat_units > MAX then
     error({ err = 'REIN corrupt token bucket state' })
   end
 end
@@ -149,7 +152,12 @@ if write then
   local ttl = reset_after + 999
   ttl = math.max((ttl - math.fmod(ttl, 1000)) / 1000, min_ttl)
   if ttl > 0 then
-    redis.call('SET', key, string.format('%d:%d', tat, tat_units), 'PX', ttl)
+    -- Redis writes a number argument with 17 significant digits: exact below 2^53.
+    local value = tat
+    if tat_units > 0 then
+      value = string.format('%d:%d', tat, tat_units)
+    end
+    redis.call('SET', key, value, 'PX', ttl)
   else
     redis.call('DEL', key)
   end

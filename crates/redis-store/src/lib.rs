@@ -28,19 +28,26 @@
 //! # }
 //! ```
 //!
-//! # Key design decision: the script is a rendering of rein-core, pinned by a test
+//! # Key design decision: the scripts are a rendering of rein-core, pinned by a test
 //!
-//! The Lua under `lua/` is not a second guess at the algorithms: each file renders named
-//! rein-core functions line for line, with the same variable names (`tat`, `tat_units`,
-//! `units_per_token`, `window_start`, ...), and stores state under those names, so a stored
-//! state decodes into rein-core's types ([`RedisStore::state`]). A differential property
-//! test runs random policies and operation sequences (costs, peeks, refunds, clocks that go
-//! backwards) against a real Redis and against rein-core, and requires identical decisions
-//! and identical stored state after every step. The arithmetic is exact because rein-core
-//! keeps every quantity below 2^52, where Lua's doubles are exact integers.
+//! The Lua under `lua/` is not a second guess at the algorithms: each script renders named
+//! rein-core functions, with the same variable names (`tat`, `tat_units`,
+//! `units_per_token`, `window_start`, ...), and stores each limit's state as one string of
+//! the state's integers, so a stored state decodes into rein-core's types
+//! ([`RedisStore::state`]). A differential property test runs random policies and operation
+//! sequences (costs, peeks, refunds, clocks that go backwards or sit at the end of time)
+//! against a real Redis and against rein-core, and requires identical decisions and
+//! identical stored state after every step. The arithmetic is exact because rein-core keeps
+//! every quantity below 2^52, where Lua's doubles are exact integers.
+//!
+//! The scripts are written for Redis's CPU, which every application server shares: a policy
+//! of one token bucket, fixed window or sliding log runs a small straight-line script of its
+//! own, any other policy one loop over its limits (`policy.lua`), each with its parameters
+//! precomputed once per [`NamedPolicy`], one `GET` per limit and one `SET ... PX` per
+//! written limit ([`SCRIPTS`]; docs/redis.md, docs/performance.md).
 //!
 //! Other choices, each explained in docs/redis.md: `now` comes from Redis's `TIME` by
-//! default (one clock for all servers); keys are `prefix:{sha1(user key)}:policy:i:algo`,
+//! default (one clock for all servers); keys are `prefix:v2:{sha1(user key)}:policy:i:algo`,
 //! so one policy's keys share a Cluster slot; every written key expires when its limit is
 //! full again; a call that timed out is never replayed, because it may have run.
 //!

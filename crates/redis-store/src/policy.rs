@@ -1,4 +1,4 @@
-use rein_core::{Algorithm, ConfigError, Limit, NamedPolicy, Policy};
+use rein_core::{Algorithm, ConfigError, Limit, NamedPolicy, Policy, TokenBucket};
 
 use crate::script::ScriptKind;
 
@@ -15,7 +15,7 @@ use crate::script::ScriptKind;
 ///
 /// The script's parameters are computed once here, not per call, and so is the choice of
 /// script: a policy of one token bucket, fixed window or sliding log runs that algorithm's
-/// lean script; any other policy runs the generic one (see docs/redis.md, "Scripts").
+/// lean script; any other policy runs the generic one (see docs/redis.md, "The scripts").
 ///
 /// ```
 /// use rein_core::{Limit, Micros, Policy};
@@ -102,22 +102,9 @@ impl RedisPolicy {
 /// computed here; the scripts still check every argument, as anyone with the ACL may call
 /// them.
 fn script_for(policy: &Policy) -> (ScriptKind, Vec<String>) {
-    let strings = |numbers: &[u64]| numbers.iter().map(u64::to_string).collect();
+    let strings = |numbers: &[u64]| numbers.iter().map(u64::to_string).collect::<Vec<_>>();
     match policy.limits() {
-        [Limit::TokenBucket(bucket)] => {
-            let (units_per_token, units_per_micro) = bucket.emission_interval();
-            // The core validated `capacity × units_per_token` to stay exact.
-            let tolerance = bucket.capacity() * units_per_token;
-            let (tol_us, tol_units) = (tolerance / units_per_micro, tolerance % units_per_micro);
-            let args = [
-                bucket.capacity(),
-                units_per_token,
-                units_per_micro,
-                tol_us,
-                tol_units,
-            ];
-            (ScriptKind::TokenBucket, strings(&args))
-        }
+        [Limit::TokenBucket(bucket)] => (ScriptKind::TokenBucket, bucket_args(bucket)),
         [Limit::FixedWindow(w)] => (
             ScriptKind::FixedWindow,
             strings(&[w.limit(), w.window().as_micros()]),
@@ -127,27 +114,89 @@ fn script_for(policy: &Policy) -> (ScriptKind, Vec<String>) {
             strings(&[w.limit(), w.window().as_micros()]),
         ),
         limits => {
-            let mut args = Vec::with_capacity(limits.len() * 5);
+            let mut args = Vec::with_capacity(limits.len() * 6);
             for limit in limits {
                 args.push(limit.tag().to_owned());
-                let params: Vec<u64> = match limit {
-                    Limit::TokenBucket(bucket) => {
-                        let (units_per_token, units_per_micro) = bucket.emission_interval();
-                        let tolerance = bucket.capacity() * units_per_token;
-                        vec![
-                            bucket.capacity(),
-                            units_per_token,
-                            units_per_micro,
-                            tolerance,
-                        ]
+                match limit {
+                    Limit::TokenBucket(bucket) => args.extend(bucket_args(bucket)),
+                    Limit::FixedWindow(w) => {
+                        args.extend(strings(&[w.limit(), w.window().as_micros()]))
                     }
-                    Limit::FixedWindow(w) => vec![w.limit(), w.window().as_micros()],
-                    Limit::SlidingLog(w) => vec![w.limit(), w.window().as_micros()],
-                    Limit::SlidingCounter(w) => vec![w.limit(), w.window().as_micros()],
-                };
-                args.extend(params.iter().map(u64::to_string));
+                    Limit::SlidingLog(w) => {
+                        args.extend(strings(&[w.limit(), w.window().as_micros()]))
+                    }
+                    Limit::SlidingCounter(w) => {
+                        args.extend(strings(&[w.limit(), w.window().as_micros()]))
+                    }
+                }
             }
             (ScriptKind::Policy, args)
         }
+    }
+}
+
+/// A token bucket's parameters, as both scripts take them: capacity, units_per_token,
+/// units_per_micro, and the tolerance (`capacity × units_per_token`, which the core
+/// validated to stay exact) split into whole µs and a remainder in units, as `tat` is.
+fn bucket_args(bucket: &TokenBucket) -> Vec<String> {
+    let (units_per_token, units_per_micro) = bucket.emission_interval();
+    let tolerance = bucket.capacity() * units_per_token;
+    [
+        bucket.capacity(),
+        units_per_token,
+        units_per_micro,
+        tolerance / units_per_micro,
+        tolerance % units_per_micro,
+    ]
+    .iter()
+    .map(u64::to_string)
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use rein_core::Micros;
+
+    use super::*;
+
+    fn named(limits: impl IntoIterator<Item = Limit>) -> RedisPolicy {
+        RedisPolicy::new("p", Policy::new(limits).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn one_limit_runs_its_lean_script_and_several_the_policy_script() {
+        // docs/redis.md's example: 20 tokens, 5 per second (one every 200 000 µs).
+        let bucket = Limit::token_bucket(20, 5, Micros::from_secs(1)).unwrap();
+        let window = Limit::fixed_window(100, Micros::from_secs(60)).unwrap();
+        let one = named([bucket]);
+        assert_eq!(one.script(), ScriptKind::TokenBucket);
+        assert_eq!(one.script_args(), ["20", "200000", "1", "4000000", "0"]);
+        let two = named([bucket, window]);
+        assert_eq!(two.script(), ScriptKind::Policy);
+        assert_eq!(
+            two.script_args(),
+            [
+                "tb", "20", "200000", "1", "4000000", "0", "fw", "100", "60000000"
+            ]
+        );
+        let log = named([Limit::sliding_log(5, Micros::from_secs(1)).unwrap()]);
+        assert_eq!(
+            (log.script(), log.script_args()),
+            (
+                ScriptKind::SlidingLog,
+                &["5".to_owned(), "1000000".to_owned()][..]
+            )
+        );
+        let counter = named([Limit::sliding_counter(5, Micros::from_secs(1)).unwrap()]);
+        assert_eq!(counter.script(), ScriptKind::Policy);
+        assert_eq!(counter.script_args(), ["sc", "5", "1000000"]);
+    }
+
+    #[test]
+    fn a_fractional_emission_interval_splits_the_tolerance_into_us_and_units() {
+        // 3 per second: one token every 333 333⅓ µs, so 1 000 000 / 3 units; a burst of 2
+        // is 2 000 000 units = 666 666 µs and 2 units.
+        let bucket = named([Limit::token_bucket(2, 3, Micros::from_secs(1)).unwrap()]);
+        assert_eq!(bucket.script_args(), ["2", "1000000", "3", "666666", "2"]);
     }
 }

@@ -18,17 +18,9 @@ use crate::RedisPolicy;
 /// (and of one sliding counter), for tools that run it outside Redis. [`SCRIPTS`] lists it
 /// with the lean single-limit scripts; a tool that runs the store needs all of them.
 ///
-/// It is the concatenation of `lua/common.lua`, one file per algorithm and the driver
-/// `lua/policy.lua`. Its calling convention is documented at the top of the driver and in
+/// It is `lua/policy.lua`; its calling convention is documented at its top and in
 /// docs/redis.md. The Redis commands it uses: `TIME`, `GET`, `SET` (with `PX`) and `DEL`.
-pub const SCRIPT_SOURCE: &str = concat!(
-    include_str!("../lua/common.lua"),
-    include_str!("../lua/token_bucket.lua"),
-    include_str!("../lua/fixed_window.lua"),
-    include_str!("../lua/sliding_log.lua"),
-    include_str!("../lua/sliding_counter.lua"),
-    include_str!("../lua/policy.lua"),
-);
+pub const SCRIPT_SOURCE: &str = include_str!("../lua/policy.lua");
 
 /// Every script the store may send, as `(name, Lua source)`: the generic policy script
 /// ([`SCRIPT_SOURCE`]) and the lean scripts for a policy of one token bucket, one fixed

@@ -1,7 +1,8 @@
 //! Reading stored state back into rein-core's types, as `RedisStore::state` does.
 //!
 //! The layout is the one the scripts write (key format `v2`): one string per limit, its
-//! integers in decimal joined by `:`. A token bucket is `<tat>:<tat_units>`, a fixed window
+//! integers in decimal joined by `:`. A token bucket is `<tat>:<tat_units>` (or `<tat>` when
+//! `tat_units` is 0), a fixed window
 //! `<window_start>:<count>`, a sliding counter `<window_start>:<current>:<previous>`, and a
 //! sliding log its entries oldest first, `<at>:<cost>` joined by `,`. A missing key reads as
 //! each state's default (a full limit, an empty log).
@@ -52,7 +53,11 @@ fn decode_limit(limit: &Limit, reply: Value) -> Result<LimitState, String> {
     let stored = stored.as_deref();
     Ok(match limit {
         Limit::TokenBucket(_) => {
-            let [tat, tat_units] = integers(stored)?;
+            // `<tat>` alone when `tat_units` is 0.
+            let [tat, tat_units] = match stored {
+                Some(s) if !s.contains(':') => [integers::<1>(stored)?[0], 0],
+                _ => integers(stored)?,
+            };
             LimitState::TokenBucket(TokenBucketState {
                 tat: Timestamp::from_micros(tat),
                 tat_units,

@@ -64,7 +64,10 @@ fn the_shipped_script_answers_like_redis_for_every_algorithm() {
     // Per policy: its keys and the ARGV tail naming each limit and its parameters. Windows
     // are hours long so no key written here can expire on the real server's wall clock.
     let policies: [(&[&str], &[&str]); 5] = [
-        (&["{t}:tb"], &["tb", "5", "3600000000", "1", "14400000000"]),
+        (
+            &["{t}:tb"],
+            &["tb", "5", "3600000000", "1", "18000000000", "0"],
+        ),
         (&["{t}:fw"], &["fw", "5", "3600000000"]),
         (&["{t}:sl"], &["sl", "5", "3600000000"]),
         (&["{t}:sc"], &["sc", "5", "3600000000"]),
@@ -75,7 +78,8 @@ fn the_shipped_script_answers_like_redis_for_every_algorithm() {
                 "4",
                 "3600000000",
                 "1",
-                "10800000000",
+                "14400000000",
+                "0",
                 "fw",
                 "3",
                 "7200000000",

@@ -1,0 +1,478 @@
+//! What one decision costs the Redis server: rein's scripts against the naive scripts they
+//! replace, driven identically by `redis-benchmark` on one private `redis-server`.
+//!
+//! For each algorithm, rein's script and a naive script in the common style run in
+//! alternating rounds (the median of [`ROUNDS`] is reported), each round on an emptied
+//! server, with `redis-benchmark -P 32 -c 50 -r 100000 -n <N> EVALSHA ...` (random keys).
+//! Per round it reads:
+//!
+//! - `INFO commandstats`: `usec_per_call` of `EVALSHA`, the time the script itself ran
+//!   (after `CONFIG RESETSTAT`): the figure the comparison is about;
+//! - `INFO cpu`: the server's whole CPU (network and parsing too) per decision;
+//! - decisions/s as `redis-benchmark` reports them;
+//! - `MEMORY USAGE` of a key after one decision (an idle key).
+//!
+//! The naive scripts, in the style rein replaces:
+//! - token bucket: `HMGET` tokens and last update, refill as floats, `HSET` both, `PEXPIRE`;
+//! - fixed window: `INCRBY` and `PEXPIRE`;
+//! - sliding log: `ZREMRANGEBYSCORE`, `ZCARD`, `ZADD` of `now-<random>`, `PEXPIRE`.
+//!
+//! Both sides read `now` from the server's `TIME`, so both see the same, moving clock (rein's
+//! default; the naive scripts as published take the client's clock instead, and the
+//! `naive, client now` rows show that variant, which spares them the `TIME` call). Every
+//! limit always admits, so every call writes. A 3-limit rein policy (token bucket, fixed
+//! window, sliding log) is compared with the sum of rein's three single-limit decisions.
+//!
+//! Run: `cargo bench -p rein-benches --bench redis_cost` (`REIN_BENCH_CALLS` sets calls per
+//! round, default 200 000). It prints a markdown table for docs/performance.md.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use rein_core::{Algorithm, Limit, Micros};
+use rein_redis::SCRIPTS;
+use rein_redis_harness::RedisServer;
+
+const KEYS: u64 = 100_000;
+const ROUNDS: usize = 5;
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("redis_cost bench: run with `cargo bench -p rein-benches --bench redis_cost`");
+        return;
+    }
+    let calls: u64 = std::env::var("REIN_BENCH_CALLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200_000);
+    let server = RedisServer::start().expect("start redis-server");
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut con = client.get_connection().expect("connect");
+    let mut load = |source: &str| -> String {
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(source)
+            .query(&mut con)
+            .expect("SCRIPT LOAD")
+    };
+    let rein: HashMap<&str, String> = SCRIPTS
+        .iter()
+        .map(|(name, source)| (*name, load(source)))
+        .collect();
+    let naive_bucket = load(NAIVE_TOKEN_BUCKET);
+    let naive_window = load(NAIVE_FIXED_WINDOW);
+    let naive_log = load(NAIVE_SLIDING_LOG);
+
+    // Limits that always admit under this load, so every call decides and writes.
+    let Limit::TokenBucket(bucket) =
+        Limit::token_bucket(1_000_000, 1_000_000, Micros::from_secs(1)).expect("valid")
+    else {
+        unreachable!("built as a token bucket")
+    };
+    let (units_per_token, units_per_micro) = bucket.emission_interval();
+    let tolerance = bucket.capacity() * units_per_token;
+    let capacity = bucket.capacity().to_string();
+    let (upt, upm) = (units_per_token.to_string(), units_per_micro.to_string());
+    let (tol_us, tol_units) = (
+        (tolerance / units_per_micro).to_string(),
+        (tolerance % units_per_micro).to_string(),
+    );
+    let window_limit = "1000000000";
+    let window_us = "60000000";
+    let log_limit = "1000";
+    let log_us = "10000000";
+
+    // rein's ARGV: op, now ('' = the server's TIME), cost, min_ttl, then what RedisPolicy
+    // precomputes for the script (crates/redis-store/src/policy.rs, `script_for`).
+    let head = ["acquire", "", "1", "0"];
+    let args = |key: &str, tail: &[&str]| -> Vec<String> {
+        let mut v = vec!["1".to_owned(), key.to_owned()];
+        v.extend(head.iter().chain(tail).map(|s| s.to_string()));
+        v
+    };
+    let tb_key = "rein:v2:{__rand_int__}:b:0:tb";
+    let fw_key = "rein:v2:{__rand_int__}:b:0:fw";
+    let sl_key = "rein:v2:{__rand_int__}:b:0:sl";
+    let rein_tb = args(tb_key, &[&capacity, &upt, &upm, &tol_us, &tol_units]);
+    let rein_fw = args(fw_key, &[window_limit, window_us]);
+    // The same bucket through the generic policy script, to price the lean script's gain.
+    let rein_tb_generic = args(tb_key, &["tb", &capacity, &upt, &upm, &tol_us, &tol_units]);
+    let rein_sl = args(sl_key, &[log_limit, log_us]);
+    let mut rein_policy: Vec<String> = ["3", tb_key, fw_key, sl_key]
+        .iter()
+        .chain(&head)
+        .map(|s| s.to_string())
+        .collect();
+    rein_policy.extend(
+        [
+            "tb",
+            &capacity,
+            &upt,
+            &upm,
+            &tol_us,
+            &tol_units,
+            "fw",
+            window_limit,
+            window_us,
+            "sl",
+            log_limit,
+            log_us,
+        ]
+        .map(str::to_owned),
+    );
+    let naive = |key: &str, tail: &[&str]| -> Vec<String> {
+        let mut v = vec!["1".to_owned(), key.to_owned()];
+        v.extend(tail.iter().map(|s| s.to_string()));
+        v
+    };
+    // Naive ARGV: now ('' = TIME) first, then the limit's numbers.
+    let nb_key = "naive:{__rand_int__}:tb";
+    let nw_key = "naive:{__rand_int__}:fw";
+    let nl_key = "naive:{__rand_int__}:sl";
+    let client_now = "1764000000000"; // ms, as the naive scripts take it
+    let naive_tb = naive(nb_key, &["", "1000", "1000000", "2000"]);
+    let naive_tb_client = naive(nb_key, &[client_now, "1000", "1000000", "2000"]);
+    let naive_fw = naive(nw_key, &["60000", window_limit]);
+    let naive_sl = naive(nl_key, &["", "10000", log_limit]);
+    let naive_sl_client = naive(nl_key, &[client_now, "10000", log_limit]);
+
+    let rows: Vec<(&str, &str, &[String], &str)> = vec![
+        (
+            "token bucket",
+            rein["token_bucket"].as_str(),
+            &rein_tb,
+            "rein:v2:{1}:b:0:tb",
+        ),
+        (
+            "token bucket, generic policy script",
+            rein["policy"].as_str(),
+            &rein_tb_generic,
+            "rein:v2:{1}:b:0:tb",
+        ),
+        (
+            "naive token bucket",
+            &naive_bucket,
+            &naive_tb,
+            "naive:{1}:tb",
+        ),
+        (
+            "naive token bucket, client now",
+            &naive_bucket,
+            &naive_tb_client,
+            "naive:{1}:tb",
+        ),
+        (
+            "fixed window",
+            rein["fixed_window"].as_str(),
+            &rein_fw,
+            "rein:v2:{1}:b:0:fw",
+        ),
+        (
+            "naive fixed window",
+            &naive_window,
+            &naive_fw,
+            "naive:{1}:fw",
+        ),
+        (
+            "sliding log",
+            rein["sliding_log"].as_str(),
+            &rein_sl,
+            "rein:v2:{1}:b:0:sl",
+        ),
+        ("naive sliding log", &naive_log, &naive_sl, "naive:{1}:sl"),
+        (
+            "naive sliding log, client now",
+            &naive_log,
+            &naive_sl_client,
+            "naive:{1}:sl",
+        ),
+        (
+            "3-limit policy (tb + fw + sl)",
+            rein["policy"].as_str(),
+            &rein_policy,
+            "rein:v2:{1}:b:0:tb rein:v2:{1}:b:0:fw rein:v2:{1}:b:0:sl",
+        ),
+    ];
+
+    // Every call must decide "allowed": checked once per script before measuring.
+    for (name, sha, args, _) in &rows {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(*sha);
+        for a in args.iter() {
+            cmd.arg(a.replace("__rand_int__", "check"));
+        }
+        let reply: redis::Value = cmd.query(&mut con).expect("EVALSHA");
+        let allowed = match &reply {
+            redis::Value::Array(items) => items.first() == Some(&redis::Value::Int(1)),
+            other => other == &redis::Value::Int(1),
+        };
+        assert!(allowed, "{name}: {reply:?}");
+    }
+
+    let mut results: HashMap<&str, Vec<Measure>> = HashMap::new();
+    for _ in 0..ROUNDS {
+        for (name, sha, args, _) in &rows {
+            let m = measure(&server, &mut con, sha, args, calls);
+            results.entry(name).or_default().push(m);
+        }
+    }
+    // Memory of one idle key: one decision on an emptied server, then MEMORY USAGE.
+    let mut memory = HashMap::new();
+    for (name, sha, args, key) in &rows {
+        let () = redis::cmd("FLUSHALL").query(&mut con).expect("FLUSHALL");
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(*sha);
+        for a in args.iter() {
+            cmd.arg(a.replace("__rand_int__", "1"));
+        }
+        let _: redis::Value = cmd.query(&mut con).expect("EVALSHA");
+        // A policy's keys are listed separated by spaces: its memory is their sum.
+        let mut bytes = 0;
+        for key in key.split_whitespace() {
+            let used: Option<u64> = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(key)
+                .arg("SAMPLES")
+                .arg(0)
+                .query(&mut con)
+                .expect("MEMORY USAGE");
+            bytes += used.unwrap_or(0);
+        }
+        memory.insert(*name, bytes);
+    }
+
+    // Interference from other work only ever adds time, so the least disturbed round (the
+    // minimum) estimates a script's own cost best on a busy machine; the median is shown too.
+    let stat = |name: &str, f: fn(&Measure) -> f64, min: bool| {
+        let mut v: Vec<f64> = results[name].iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        if min { v[0] } else { v[v.len() / 2] }
+    };
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!();
+    println!(
+        "redis_cost: {ROUNDS} rounds of {calls} calls, `redis-benchmark -P 32 -c 50 -r {KEYS}`; \
+         load average at the end: {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!();
+    println!(
+        "| script | script µs/call, min | median | server CPU µs/decision, median | \
+         decisions/s, median | idle key, bytes |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (name, ..) in &rows {
+        println!(
+            "| {name} | {:.2} | {:.2} | {:.2} | {:.0} | {} |",
+            stat(name, |m| m.usec_per_call, true),
+            stat(name, |m| m.usec_per_call, false),
+            stat(name, |m| m.cpu_us, false),
+            stat(name, |m| m.rps, false),
+            memory[name]
+        );
+    }
+    println!();
+    let ratio = |naive: &str, rein: &str, min: bool| {
+        stat(naive, |m| m.usec_per_call, min) / stat(rein, |m| m.usec_per_call, min)
+    };
+    let cpu_ratio = |naive: &str, rein: &str| {
+        stat(naive, |m| m.cpu_us, false) / stat(rein, |m| m.cpu_us, false)
+    };
+    println!("naive ÷ rein (> 1: rein is cheaper): script µs/call min, median; server CPU median");
+    for (label, naive, rein, goal) in [
+        (
+            "token bucket",
+            "naive token bucket",
+            "token bucket",
+            ">= 1.2",
+        ),
+        (
+            "token bucket, naive with client now",
+            "naive token bucket, client now",
+            "token bucket",
+            "",
+        ),
+        (
+            "fixed window",
+            "naive fixed window",
+            "fixed window",
+            ">= 1.0",
+        ),
+        ("sliding log", "naive sliding log", "sliding log", ">= 1.0"),
+        (
+            "sliding log, naive with client now",
+            "naive sliding log, client now",
+            "sliding log",
+            "",
+        ),
+    ] {
+        println!(
+            "- {label}: {:.2}, {:.2}; {:.2} (goal {goal})",
+            ratio(naive, rein, true),
+            ratio(naive, rein, false),
+            cpu_ratio(naive, rein)
+        );
+    }
+    let policy_name = "3-limit policy (tb + fw + sl)";
+    let singles = |f: fn(&Measure) -> f64, min: bool| -> f64 {
+        ["token bucket", "fixed window", "sliding log"]
+            .iter()
+            .map(|n| stat(n, f, min))
+            .sum()
+    };
+    println!(
+        "- 3-limit policy vs its 3 single decisions: {:.2}, {:.2}; {:.2} (goal > 1.0)",
+        singles(|m| m.usec_per_call, true) / stat(policy_name, |m| m.usec_per_call, true),
+        singles(|m| m.usec_per_call, false) / stat(policy_name, |m| m.usec_per_call, false),
+        singles(|m| m.cpu_us, false) / stat(policy_name, |m| m.cpu_us, false),
+    );
+}
+
+/// One round's figures.
+struct Measure {
+    usec_per_call: f64,
+    cpu_us: f64,
+    rps: f64,
+}
+
+/// One `redis-benchmark` run on an emptied server, with the server's own counters reset.
+fn measure(
+    server: &RedisServer,
+    con: &mut redis::Connection,
+    sha: &str,
+    args: &[String],
+    calls: u64,
+) -> Measure {
+    let () = redis::cmd("FLUSHALL").query(con).expect("FLUSHALL");
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(con)
+        .expect("CONFIG RESETSTAT");
+    let cpu_before = server_cpu(con);
+    let started = Instant::now();
+    let output = std::process::Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &server.port().to_string()])
+        .args(["-P", "32", "-c", "50", "-r", &KEYS.to_string()])
+        .args(["-n", &calls.to_string(), "--csv", "EVALSHA", sha])
+        .args(args)
+        .output()
+        .expect("redis-benchmark (apt-get install redis-tools)");
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = server_cpu(con) - cpu_before;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let rps = text
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("\"evalsha"))
+        .and_then(|l| l.split(',').nth(1))
+        .and_then(|f| f.trim_matches('"').parse().ok())
+        .unwrap_or(calls as f64 / elapsed);
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(con)
+        .expect("INFO commandstats");
+    let evalsha = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .unwrap_or_else(|| panic!("no EVALSHA in INFO commandstats: {stats}"));
+    let field = |name: &str| -> f64 {
+        evalsha
+            .split([':', ','])
+            .skip_while(|f| !f.starts_with(name))
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let (count, usec) = (field("calls"), field("usec"));
+    assert!(
+        field("failed_calls") == 0.0 && field("rejected_calls") == 0.0,
+        "script errors: {evalsha}"
+    );
+    Measure {
+        usec_per_call: usec / count.max(1.0),
+        cpu_us: cpu * 1e6 / count.max(1.0),
+        rps,
+    }
+}
+
+/// `used_cpu_sys + used_cpu_user` of the server, in seconds.
+fn server_cpu(con: &mut redis::Connection) -> f64 {
+    let info: String = redis::cmd("INFO").arg("cpu").query(con).expect("INFO cpu");
+    info.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            matches!(k, "used_cpu_sys" | "used_cpu_user").then(|| v.trim().parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// The common token bucket: tokens as a float refilled from the last update, a hash of two
+/// floats, `PEXPIRE` on every call. ARGV: now in ms ('' = `TIME`), tokens per second,
+/// capacity, TTL in ms.
+const NAIVE_TOKEN_BUCKET: &str = r"
+local key = KEYS[1]
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+else
+  now = tonumber(ARGV[1])
+end
+local rate = tonumber(ARGV[2]) / 1000
+local capacity = tonumber(ARGV[3])
+local ttl = tonumber(ARGV[4])
+local bucket = redis.call('HMGET', key, 'tokens', 'last_update')
+local tokens = tonumber(bucket[1])
+local last_update = tonumber(bucket[2])
+if tokens == nil then
+  tokens = capacity
+  last_update = now
+end
+local new_tokens = (now - last_update) * rate
+if new_tokens > 0 then
+  tokens = math.min(capacity, tokens + new_tokens)
+  last_update = now
+end
+local allowed = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  allowed = 1
+end
+redis.call('HSET', key, 'tokens', tokens, 'last_update', last_update)
+redis.call('PEXPIRE', key, ttl)
+return allowed
+";
+
+/// The common fixed window: `INCRBY` then `PEXPIRE`. ARGV: window in ms, limit.
+const NAIVE_FIXED_WINDOW: &str = r"
+local count = redis.call('INCRBY', KEYS[1], 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+if count > tonumber(ARGV[2]) then
+  return 0
+end
+return 1
+";
+
+/// The common sliding log: a sorted set of request times. ARGV: now in ms ('' = `TIME`),
+/// window in ms, limit.
+const NAIVE_SLIDING_LOG: &str = r"
+local key = KEYS[1]
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+else
+  now = tonumber(ARGV[1])
+end
+local window = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', key, 0, now - window)
+local count = redis.call('ZCARD', key)
+if count < limit then
+  redis.call('ZADD', key, now, now .. '-' .. math.random())
+  redis.call('PEXPIRE', key, window)
+  return 1
+end
+return 0
+";
