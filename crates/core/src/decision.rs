@@ -22,6 +22,11 @@ pub struct Decision {
     pub retry_after: Micros,
     /// How long until the limit is back to full capacity if nothing else is admitted.
     pub reset_after: Micros,
+    /// Which limit of the policy `limit` and `remaining` describe: its index in the
+    /// policy's order (0 for a single limit). It is the limit with the fewest remaining,
+    /// the first on a tie: the one that denies first, whose name and quota an HTTP
+    /// `RateLimit` header or a log line should show.
+    pub limit_index: u8,
 }
 
 /// What happened to a request.
@@ -46,6 +51,7 @@ impl Decision {
             remaining,
             retry_after: Micros::ZERO,
             reset_after,
+            limit_index: 0,
         }
     }
 
@@ -61,6 +67,7 @@ impl Decision {
             remaining,
             retry_after,
             reset_after,
+            limit_index: 0,
         }
     }
 }

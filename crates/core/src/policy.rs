@@ -104,9 +104,9 @@ impl Policy {
             return Ok(preview);
         }
         let mut combined = None;
-        for (limit, limit_state) in self.limits.iter().zip(state.iter_mut()) {
+        for (index, (limit, limit_state)) in self.limits.iter().zip(state.iter_mut()).enumerate() {
             let decision = limit.acquire(now, limit_state, cost)?;
-            combined = Some(combine(combined, decision));
+            combined = Some(combine(combined, index, decision));
         }
         Ok(combined.unwrap_or(preview))
     }
@@ -124,8 +124,12 @@ impl Policy {
             return Err(AcquireError::InsufficientCapacity { cost, capacity });
         }
         let mut combined = None;
-        for (limit, limit_state) in self.limits.iter().zip(state.iter()) {
-            combined = Some(combine(combined, limit.peek(now, limit_state, cost)?));
+        for (index, (limit, limit_state)) in self.limits.iter().zip(state.iter()).enumerate() {
+            combined = Some(combine(
+                combined,
+                index,
+                limit.peek(now, limit_state, cost)?,
+            ));
         }
         combined.ok_or(AcquireError::StateMismatch)
     }
@@ -195,17 +199,19 @@ impl PolicyState {
 
 /// Folds one more limit's decision into the policy's: denied if any denies, the longest
 /// wait, the fewest remaining (with that limit's size), the longest reset.
-fn combine(acc: Option<Decision>, next: Decision) -> Decision {
+fn combine(acc: Option<Decision>, index: usize, mut next: Decision) -> Decision {
+    // A policy holds at most MAX_LIMITS (8) limits.
+    next.limit_index = index as u8;
     let Some(acc) = acc else { return next };
     let outcome = if acc.is_allowed() && next.is_allowed() {
         Outcome::Allowed
     } else {
         Outcome::Denied
     };
-    let (limit, remaining) = if next.remaining < acc.remaining {
-        (next.limit, next.remaining)
+    let (limit, remaining, limit_index) = if next.remaining < acc.remaining {
+        (next.limit, next.remaining, next.limit_index)
     } else {
-        (acc.limit, acc.remaining)
+        (acc.limit, acc.remaining, acc.limit_index)
     };
     Decision {
         outcome,
@@ -213,5 +219,39 @@ fn combine(acc: Option<Decision>, next: Decision) -> Decision {
         remaining,
         retry_after: acc.retry_after.max(next.retry_after),
         reset_after: acc.reset_after.max(next.reset_after),
+        limit_index,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Micros;
+
+    #[test]
+    fn the_limit_with_the_fewest_remaining_is_named_by_its_index() {
+        let policy = Policy::new([
+            Limit::fixed_window(10, Micros::from_secs(60)).unwrap(),
+            Limit::fixed_window(3, Micros::from_secs(60)).unwrap(),
+            Limit::fixed_window(3, Micros::from_secs(1)).unwrap(),
+        ])
+        .unwrap();
+        let mut state = policy.new_state();
+        let now = Timestamp::from_micros(0);
+        // 9, 2, 2 left: the second limit, the first of the two tied.
+        let d = policy.acquire(now, &mut state, 1).unwrap();
+        assert_eq!((d.limit, d.remaining, d.limit_index), (3, 2, 1));
+        let d = policy.acquire(now, &mut state, 2).unwrap();
+        assert_eq!((d.limit, d.remaining, d.limit_index), (3, 0, 1));
+        let denied = policy.peek(now, &state, 1).unwrap();
+        assert!(!denied.is_allowed());
+        assert_eq!(denied.limit_index, 1);
+        // One second on, the third limit is full again; the second still denies.
+        let later = Timestamp::from_micros(1_000_000);
+        let d = policy.peek(later, &state, 0).unwrap();
+        assert_eq!((d.remaining, d.limit_index), (0, 1));
+        let single = Policy::single(Limit::fixed_window(3, Micros::from_secs(1)).unwrap());
+        let mut one = single.new_state();
+        assert_eq!(single.acquire(now, &mut one, 1).unwrap().limit_index, 0);
     }
 }

@@ -138,6 +138,7 @@ impl AllowCache {
                         remaining: grant.remaining,
                         retry_after: Micros::ZERO,
                         reset_after: grant.decision.reset_after,
+                        limit_index: grant.decision.limit_index,
                     }
                 })
             })
@@ -211,6 +212,7 @@ mod tests {
             remaining,
             retry_after: Micros::ZERO,
             reset_after: Micros::from_millis(500),
+            limit_index: 0,
         }
     }
 

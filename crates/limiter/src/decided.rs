@@ -20,6 +20,7 @@ use rein_core::Decision;
 ///         remaining: 0,
 ///         retry_after: Micros::ZERO,
 ///         reset_after: Micros::ZERO,
+///         limit_index: 0,
 ///     },
 ///     source: Source::FailOpen(Unavailable::Timeout),
 /// };

@@ -119,6 +119,7 @@ impl Denial {
             remaining: self.decision.remaining,
             retry_after,
             reset_after: Micros::from_micros(reset_left).max(retry_after),
+            limit_index: self.decision.limit_index,
         }
     }
 }
@@ -146,6 +147,7 @@ mod tests {
             remaining: 0,
             retry_after: Micros::from_millis(retry_ms),
             reset_after: Micros::from_millis(reset_ms),
+            limit_index: 0,
         }
     }
 

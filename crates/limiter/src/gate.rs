@@ -256,6 +256,7 @@ impl<K> Gate<K> {
                     remaining: 0,
                     retry_after: Micros::ZERO,
                     reset_after: Micros::ZERO,
+                    limit_index: 0,
                 },
                 source: Source::FailOpen(why),
             },
@@ -268,6 +269,7 @@ impl<K> Gate<K> {
                         remaining: 0,
                         retry_after: wait,
                         reset_after: wait,
+                        limit_index: 0,
                     },
                     source: Source::FailClosed(why),
                 }
@@ -288,6 +290,7 @@ impl<K> Gate<K> {
                             remaining: peek.map_or(0, |d| d.remaining),
                             retry_after: wait,
                             reset_after: peek.map_or(wait, |d| d.reset_after.max(wait)),
+                            limit_index: peek.map_or(0, |d| d.limit_index),
                         }
                     }
                 };
@@ -413,6 +416,7 @@ mod tests {
             remaining: 0,
             retry_after: Micros::from_millis(retry_ms),
             reset_after: Micros::from_millis(retry_ms),
+            limit_index: 0,
         }
     }
 
@@ -423,6 +427,7 @@ mod tests {
             remaining: 9,
             retry_after: Micros::ZERO,
             reset_after: Micros::from_millis(100),
+            limit_index: 0,
         }
     }
 

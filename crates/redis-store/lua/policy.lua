@@ -21,7 +21,9 @@
 -- 'window_start:count', 'window_start:current:previous', and for a sliding log its entries
 -- oldest first, 'at:cost' joined by ','. Read with GET, written with `SET ... PX`.
 --
--- Reply: { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us }.
+-- Reply: { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us,
+-- limit_index } where limit_index (0-based) is the limit whose limit and remaining are
+-- reported (Decision::limit_index). The single-limit scripts omit it: it is 0.
 -- For 'refund' the figures are those of a zero-cost peek after the refund.
 --
 -- Each written key's TTL is its own limit's reset_after rounded up to whole ms (or min_ttl
@@ -77,7 +79,7 @@ end
 
 -- Policy::combine, folded as the limits are decided: denied if any denies, the fewest
 -- remaining (with that limit's size, the first on a tie), the longest wait and reset.
-local all_allowed, c_limit, c_remaining, c_retry, c_reset = true, 0, -1, 0, 0
+local all_allowed, c_limit, c_remaining, c_retry, c_reset, c_index = true, 0, -1, 0, 0, 0
 -- Per limit: the state to write if the call writes (a string, or a token bucket's `tat` as
 -- a number, which Redis writes exactly; false: nothing to write; '': delete), and the
 -- reset_after that sets its TTL.
@@ -437,7 +439,7 @@ for k = 1, n do
 
   all_allowed = all_allowed and allowed
   if c_remaining < 0 or remaining < c_remaining then
-    c_limit, c_remaining = limit, remaining
+    c_limit, c_remaining, c_index = limit, remaining, k - 1
   end
   c_retry = math.max(c_retry, retry_after)
   c_reset = math.max(c_reset, reset_after)
@@ -466,4 +468,4 @@ local allowed_flag = 0
 if all_allowed then
   allowed_flag = 1
 end
-return { allowed_flag, c_limit, c_remaining, c_retry, c_reset, now }
+return { allowed_flag, c_limit, c_remaining, c_retry, c_reset, now, c_index }

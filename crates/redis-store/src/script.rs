@@ -180,13 +180,14 @@ pub(crate) fn decode_reply(value: Value) -> Result<(Decision, Timestamp), StoreE
     let wrong = |what: &str| StoreError::UnexpectedReply(what.to_owned());
     let Value::Array(items) = value else {
         return Err(StoreError::UnexpectedReply(format!(
-            "expected an array of 6 integers, got {value:?}"
+            "expected an array of 6 or 7 integers, got {value:?}"
         )));
     };
-    let mut numbers = [0u64; 6];
-    if items.len() != numbers.len() {
+    // The single-limit scripts answer 6 figures, the policy script a 7th: the limit index.
+    let mut numbers = [0u64; 7];
+    if !(6..=7).contains(&items.len()) {
         return Err(StoreError::UnexpectedReply(format!(
-            "expected an array of 6 integers, got {} items",
+            "expected an array of 6 or 7 integers, got {} items",
             items.len()
         )));
     }
@@ -203,18 +204,31 @@ pub(crate) fn decode_reply(value: Value) -> Result<(Decision, Timestamp), StoreE
             }
         };
     }
-    let [allowed, limit, remaining, retry_after, reset_after, now] = numbers;
+    let [
+        allowed,
+        limit,
+        remaining,
+        retry_after,
+        reset_after,
+        now,
+        index,
+    ] = numbers;
     let outcome = match allowed {
         1 => Outcome::Allowed,
         0 => Outcome::Denied,
         _ => return Err(wrong("an outcome other than 0 or 1")),
     };
+    let limit_index = u8::try_from(index)
+        .ok()
+        .filter(|&i| usize::from(i) < rein_core::MAX_LIMITS)
+        .ok_or_else(|| wrong("a limit index beyond the policy"))?;
     let decision = Decision {
         outcome,
         limit,
         remaining,
         retry_after: Micros::from_micros(retry_after),
         reset_after: Micros::from_micros(reset_after),
+        limit_index,
     };
     Ok((decision, Timestamp::from_micros(now)))
 }

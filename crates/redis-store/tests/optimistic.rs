@@ -721,10 +721,11 @@ async fn a_foreign_value_is_an_error_not_a_full_limit() {
     let policy = mixed_policy();
     let mut raw = common::raw(&server).await;
     let keys = occ.keys(&policy, "k").expect("keys");
-    // A plain counter where a token bucket's state belongs.
+    // A foreign string where a token bucket's state belongs (a bare integer would be a
+    // valid `tat`).
     let () = redis::cmd("SET")
         .arg(&keys[0])
-        .arg("10")
+        .arg("hello")
         .query_async(&mut raw)
         .await
         .expect("SET");

@@ -200,10 +200,14 @@ mod tests {
 
     #[test]
     fn foreign_values_are_errors_not_full_limits() {
-        for bad in ["10", "", "1:2:3", "a:b", "-1:0"] {
+        // ("10" alone is a token bucket's `tat` with no remainder: valid there.)
+        for bad in ["", "1:2:3", "a:b", "-1:0"] {
             let replies = vec![bulk(bad), Value::Nil, Value::Nil, Value::Nil];
             assert!(decode_read(&policy(), replies, false).is_err(), "{bad:?}");
         }
+        // A plain counter where a fixed window's `window_start:count` belongs.
+        let replies = vec![Value::Nil, bulk("10"), Value::Nil, Value::Nil];
+        assert!(decode_read(&policy(), replies, false).is_err());
         let not_a_string = vec![Value::Int(3), Value::Nil, Value::Nil, Value::Nil];
         assert!(decode_read(&policy(), not_a_string, false).is_err());
     }
