@@ -9,7 +9,7 @@
 //! Then, from another shell:
 //!
 //! ```text
-//! curl -i localhost:3000/api/search                 # 200, RateLimit: "api.0";r=9;t=1
+//! curl -i localhost:3000/api/search                 # 200, RateLimit: "api.0";r=9;t=...
 //! for i in $(seq 12); do curl -s -o /dev/null -w '%{http_code}\n' localhost:3000/api/search; done
 //! curl -i localhost:3000/api/search                 # 429, Retry-After, RateLimit-Policy
 //! curl -i localhost:3000/api/quota                  # peeks: spends nothing

@@ -28,30 +28,21 @@ use std::fmt::Write as _;
 
 use rein_core::{Decision, Limit, Micros, NamedPolicy, Policy};
 
-/// The limit of `policy` whose figures `decision` reports: the one to name in `RateLimit`.
+/// The limit of `policy` that decided `decision`: the one to name in `RateLimit`.
 ///
 /// **Stand-in.** rein-core's [`Decision`] does not yet say which limit of a multi-limit
-/// policy decided. Until it does, this picks the first limit whose capacity equals
-/// `decision.limit` (a policy's decision reports the capacity of the limit with the fewest
-/// remaining units, so this is that limit whenever capacities differ), and otherwise the
-/// limit with the smallest capacity. For a single-limit policy it is always 0. This is the
-/// only place the layer chooses; when `Decision` carries the index, return it here.
-pub fn deciding_limit(policy: &Policy, decision: &Decision) -> usize {
-    let limits = policy.limits();
-    if limits.len() <= 1 {
-        return 0;
-    }
-    limits
+/// policy decided (its combined figures take `limit` and `remaining` from the limit with the
+/// fewest remaining, ties to the first, and the longest waits of all). Until it does, this
+/// picks the limit with the smallest capacity (the first of equals), the one that usually
+/// runs out first; for a single-limit policy it is always 0. This is the only place the
+/// layer chooses: when `Decision` carries the index, return it here.
+pub fn deciding_limit(policy: &Policy, _decision: &Decision) -> usize {
+    policy
+        .limits()
         .iter()
-        .position(|limit| limit.capacity() == decision.limit)
-        .or_else(|| {
-            limits
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, limit)| limit.capacity())
-                .map(|(index, _)| index)
-        })
-        .unwrap_or(0)
+        .enumerate()
+        .min_by_key(|(index, limit)| (limit.capacity(), *index))
+        .map_or(0, |(index, _)| index)
 }
 
 /// The three header values of one decision, as text.
@@ -247,25 +238,28 @@ mod tests {
             r#""login.0";q=5;w=50, "login.1";q=50;w=86400"#
         );
         let denied = decision(Outcome::Denied, 50, 0, 1_500_000, 3_000_000);
-        let deciding = deciding_limit(policy.policy(), &denied);
-        assert_eq!(deciding, 1);
-        let headers = render(&policy, deciding, &denied);
+        let headers = render(&policy, 1, &denied);
         assert_eq!(headers.rate_limit, r#""login.1";r=0;t=3"#);
         assert_eq!(headers.retry_after, Some(2));
     }
 
     #[test]
-    fn the_stand_in_falls_back_to_the_smallest_capacity() {
+    fn the_stand_in_picks_the_smallest_capacity() {
         let policy = named(
             "p",
             vec![
                 Limit::fixed_window(9, Micros::from_secs(1)).unwrap(),
                 Limit::fixed_window(3, Micros::from_secs(1)).unwrap(),
+                Limit::fixed_window(3, Micros::from_secs(60)).unwrap(),
             ],
         );
-        // A capacity no limit has (a fallback's share): the smallest limit.
-        let odd = decision(Outcome::Allowed, 7, 1, 0, 0);
-        assert_eq!(deciding_limit(policy.policy(), &odd), 1);
+        let any = decision(Outcome::Allowed, 9, 1, 0, 0);
+        assert_eq!(deciding_limit(policy.policy(), &any), 1);
+        let single = named(
+            "s",
+            vec![Limit::fixed_window(9, Micros::from_secs(1)).unwrap()],
+        );
+        assert_eq!(deciding_limit(single.policy(), &any), 0);
     }
 
     #[test]
