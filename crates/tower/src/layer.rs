@@ -107,8 +107,11 @@ pub enum AdmittedHeaders {
 
 /// The future of [`RateLimitService::call`].
 pub struct ResponseFuture<B, E> {
-    inner: Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<B>>, E>> + Send>>,
+    inner: Pin<Box<dyn Future<Output = Answered<B, E>> + Send>>,
 }
+
+/// What the service answers: a response, or the inner service's error.
+type Answered<B, E> = Result<Response<RateLimitBody<B>>, E>;
 
 struct Shared<L: Limiter> {
     limiter: L,
