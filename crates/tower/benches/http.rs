@@ -3,6 +3,7 @@
 //!
 //! - `bare`: no rate limiting;
 //! - `rein_memory`: rein-tower over a `rein_memory::MemoryStore`;
+//! - `rein_memory_no_headers`: the same without `RateLimit` on admitted responses;
 //! - `rein_redis`: rein-tower over a `rein_redis::RedisStore` and a private local
 //!   `redis-server` (one script call per request: mostly the loopback round trip);
 //! - `tower_governor`: tower-governor 0.8 with the same quota, keyed by the peer IP.
@@ -29,7 +30,7 @@ use rein_core::{Limit, Micros, NamedPolicy, Policy};
 use rein_memory::MemoryStore;
 use rein_redis::RedisStoreBuilder;
 use rein_redis_harness::RedisServer;
-use rein_tower::{RateLimitLayer, Route};
+use rein_tower::{AdmittedHeaders, RateLimitLayer, Route};
 use tower::ServiceExt;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -61,6 +62,17 @@ fn added_latency(c: &mut Criterion) {
                 ),
             ),
             (
+                "rein_memory_no_headers",
+                bare().layer(
+                    RateLimitLayer::builder(MemoryStore::new())
+                        .policy(policy.clone())
+                        .route(Route::any().policy("api"))
+                        .admitted_headers(AdmittedHeaders::None)
+                        .build()
+                        .expect("layer"),
+                ),
+            ),
+            (
                 "rein_redis",
                 bare().layer(runtime.block_on(async {
                     let store = RedisStoreBuilder::new()
@@ -78,7 +90,7 @@ fn added_latency(c: &mut Criterion) {
             ("tower_governor", bare().layer(path.governor())),
         ];
         for (name, router) in routers {
-            if path == Path::Denied && name == "bare" {
+            if path == Path::Denied && matches!(name, "bare" | "rein_memory_no_headers") {
                 continue;
             }
             // Spend the quota of the denied path before measuring.
