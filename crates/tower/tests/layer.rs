@@ -2,13 +2,18 @@
 //! socket): routes, keys, costs, peeks, answers and headers. The same layer over Redis, on
 //! real sockets, is `tests/http.rs`.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
 use axum::routing::{get, post};
 use http::{HeaderName, Method, Request, StatusCode};
-use rein_core::{Limit, Micros, NamedPolicy, Policy};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use rein_core::{
+    DecideError, Decision, Limit, Limiter, Micros, NamedPolicy, Policy, PrepareError, Timestamp,
+};
 use rein_memory::MemoryStore;
 use rein_tower::{
     AdmittedHeaders, Answer, KeySource, LayerError, PeerAddr, RateLimitLayer,
@@ -356,4 +361,123 @@ async fn the_layer_and_its_service_are_clone_and_share_one_limit() {
         call(&second, Method::GET, "/api/x", PEER).await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
+}
+
+/// A limiter that never answers and states no deadline of its own: a broken store.
+struct Hanging(MemoryStore);
+
+impl Limiter for Hanging {
+    type Prepared = <MemoryStore as Limiter>::Prepared;
+
+    fn prepare(&self, policy: &NamedPolicy) -> Result<Self::Prepared, PrepareError> {
+        self.0.prepare(policy)
+    }
+
+    fn acquire(
+        &self,
+        _: Option<Timestamp>,
+        _: &Self::Prepared,
+        _: &[u8],
+        _: u64,
+    ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
+        std::future::pending()
+    }
+
+    fn peek(
+        &self,
+        _: Option<Timestamp>,
+        _: &Self::Prepared,
+        _: &[u8],
+        _: u64,
+    ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
+        std::future::pending()
+    }
+
+    fn refund(
+        &self,
+        _: Option<Timestamp>,
+        _: &Self::Prepared,
+        _: &[u8],
+        _: u64,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send {
+        std::future::pending()
+    }
+}
+
+#[tokio::test]
+async fn a_limiter_that_never_answers_gets_the_configured_answer_at_the_deadline() {
+    let deadline = Duration::from_millis(50);
+    for (answer, status) in [
+        (
+            Answer::Status(StatusCode::SERVICE_UNAVAILABLE),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+        (Answer::Pass, StatusCode::OK),
+    ] {
+        let layer = RateLimitLayer::builder(Hanging(MemoryStore::new()))
+            .policy(window("api", 1))
+            .route(Route::any().policy("api"))
+            .on_unavailable(answer)
+            .deadline(deadline)
+            .build()
+            .expect("layer");
+        let app = Router::new()
+            .route("/api/{*rest}", get(|| async { "api" }))
+            .layer(layer);
+        let started = Instant::now();
+        let answered = call(&app, Method::GET, "/api/x", PEER).await;
+        let elapsed = started.elapsed();
+        assert_eq!(answered.status, status, "{answer:?}");
+        // At the deadline: not before it, and not much after (tokio's 1 ms timer, a debug
+        // build, a loaded machine).
+        assert!(
+            elapsed >= deadline && elapsed < deadline + Duration::from_millis(100),
+            "{answer:?}: answered after {elapsed:?}"
+        );
+    }
+}
+
+#[test]
+fn requests_are_counted_by_route_and_outcome() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // Handles are taken when the layer is built: the recorder must be in place by then.
+    let layer = metrics::with_local_recorder(&recorder, || {
+        builder()
+            .policy(window("api", 1))
+            .route(Route::prefix("/api").policy("api").named("api"))
+            .build()
+            .expect("layer")
+    });
+    let app = app(layer);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        call(&app, Method::GET, "/api/x", PEER).await;
+        call(&app, Method::GET, "/api/x", PEER).await;
+        call(&app, Method::GET, "/api/x", PEER).await;
+        call(&app, Method::GET, "/api/x", None).await;
+    });
+    // A snapshot drains the debugging recorder's counters: take one.
+    let snapshot = snapshotter.snapshot().into_vec();
+    let counted = |outcome: &str| {
+        snapshot.iter().find_map(|(key, _, _, value)| {
+            let labels: Vec<(String, String)> = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            let wanted = [
+                ("route".to_owned(), "api".to_owned()),
+                ("outcome".to_owned(), outcome.to_owned()),
+            ];
+            (key.key().name() == "rein_http_requests_total" && labels == wanted).then_some(value)
+        })
+    };
+    assert_eq!(counted("allowed"), Some(&DebugValue::Counter(1)));
+    assert_eq!(counted("denied"), Some(&DebugValue::Counter(2)));
+    assert_eq!(counted("missing_key"), Some(&DebugValue::Counter(1)));
+    assert_eq!(counted("unavailable"), Some(&DebugValue::Counter(0)));
 }
