@@ -90,3 +90,22 @@ fn a_route_to_an_undeclared_policy_names_the_route() {
         ("routes[1].policy", "logins")
     );
 }
+
+#[test]
+fn the_complete_file_in_docs_config_md_is_valid() {
+    let doc = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/config.md"),
+    )
+    .expect("docs/config.md");
+    let section = doc.split("## A complete file").nth(1).expect("the section");
+    let toml = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|block| block.split("```").next())
+        .expect("a toml block");
+    let config: Config = toml.parse().expect("the documented file loads");
+    assert_eq!(config.routes.len(), 4, "three routes and default_policy");
+    assert!(
+        matches!(config.redis.endpoint, RedisEndpoint::Url(ref url) if url.starts_with("rediss://"))
+    );
+}
