@@ -275,6 +275,65 @@ policy = "api"
     assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
 }
 
+#[tokio::test]
+async fn the_layer_serves_plain_hyper_with_the_peer_address_as_an_extension() {
+    use std::convert::Infallible;
+
+    use http_body_util::Full;
+    use hyper::body::Incoming;
+    use hyper_util::rt::TokioIo;
+    use hyper_util::service::TowerToHyperService;
+    use rein_core::{Limit, Micros, NamedPolicy, Policy};
+    use rein_tower::{PeerAddr, RateLimitLayer, Route};
+
+    let policy = NamedPolicy::new(
+        "api",
+        Policy::single(Limit::fixed_window(2, Micros::from_secs(3_600)).expect("valid")),
+    )
+    .expect("valid name");
+    let layer = RateLimitLayer::builder(rein_memory::MemoryStore::new())
+        .policy(policy)
+        .route(Route::any().policy("api"))
+        .build()
+        .expect("layer");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((stream, peer)) = listener.accept().await {
+            // Plain hyper has no `ConnectInfo`: the connection's peer goes in as `PeerAddr`.
+            let service = tower::ServiceBuilder::new()
+                .map_request(move |mut request: Request<Incoming>| {
+                    request.extensions_mut().insert(PeerAddr(peer));
+                    request
+                })
+                .layer(layer.clone())
+                .service_fn(|_: Request<Incoming>| async {
+                    Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from("ok"))))
+                });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service)),
+            );
+        }
+    });
+    let client = client();
+    let statuses = [
+        send(&client, addr, "/", &[]).await.status,
+        send(&client, addr, "/", &[]).await.status,
+        send(&client, addr, "/", &[]).await.status,
+    ];
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
 /// The routes every test server has behind the layer.
 fn app() -> Router {
     Router::new()

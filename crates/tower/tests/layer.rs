@@ -481,3 +481,31 @@ fn requests_are_counted_by_route_and_outcome() {
     assert_eq!(counted("missing_key"), Some(&DebugValue::Counter(1)));
     assert_eq!(counted("unavailable"), Some(&DebugValue::Counter(0)));
 }
+
+#[tokio::test]
+async fn route_layer_limits_only_the_axum_routes_it_wraps() {
+    let layer = builder()
+        .policy(window("login", 1))
+        .route(Route::any().policy("login"))
+        .build()
+        .expect("layer");
+    // axum's `route_layer` wraps the routes added before it, after routing.
+    let app = Router::new()
+        .route("/login", post(|| async { "welcome" }))
+        .route_layer(layer)
+        .route("/health", get(|| async { "ok" }));
+    assert_eq!(
+        call(&app, Method::POST, "/login", PEER).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&app, Method::POST, "/login", PEER).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            call(&app, Method::GET, "/health", PEER).await.status,
+            StatusCode::OK
+        );
+    }
+}
