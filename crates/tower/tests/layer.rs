@@ -509,3 +509,62 @@ async fn route_layer_limits_only_the_axum_routes_it_wraps() {
         );
     }
 }
+
+#[test]
+fn each_decision_has_a_span_with_route_policy_and_outcome() {
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::fmt::format::FmtSpan;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let layer = builder()
+        .policy(window("api", 1))
+        .route(Route::prefix("/api").policy("api").named("search"))
+        .build()
+        .expect("layer");
+    let app = app(layer);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            call(&app, Method::GET, "/api/x", PEER).await;
+            call(&app, Method::GET, "/api/x", PEER).await;
+        });
+    });
+    let output = String::from_utf8(captured.0.lock().expect("lock").clone()).expect("utf-8");
+    let closed: Vec<&str> = output
+        .lines()
+        .filter(|line| line.contains("rein_http") && line.contains("close"))
+        .collect();
+    assert_eq!(closed.len(), 2, "{output}");
+    for (line, outcome) in closed.iter().zip(["allowed", "denied"]) {
+        for field in [
+            "route=\"search\"".to_owned(),
+            "policy=\"api\"".to_owned(),
+            format!("outcome=\"{outcome}\""),
+        ] {
+            assert!(line.contains(&field), "{field} in {line}");
+        }
+    }
+}
