@@ -84,7 +84,7 @@ pub struct RateLimitService<L: Limiter, S> {
 }
 
 /// What the layer does with a request it cannot decide on: answer with a status, or let it
-/// through unlimited.
+/// through unlimited. In a config file: a status code (`503`) or `"pass"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Answer {
     /// Answer with this status and a one-line text body; the inner service is not called.

@@ -334,6 +334,54 @@ async fn the_layer_serves_plain_hyper_with_the_peer_address_as_an_extension() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_naming_cluster_nodes_limits_through_the_cluster() {
+    let cluster = rein_redis_harness::RedisCluster::start().expect("start a Redis Cluster");
+    let nodes: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|url| format!("\"{url}\""))
+        .collect();
+    let text = format!(
+        r#"
+[redis]
+cluster = [{}]
+deadline = "200ms"
+
+[failure]
+policy = "fail_closed"
+
+[policies.api]
+limits = [{{ algorithm = "fixed_window", limit = 2, window = "1h" }}]
+
+[http]
+default_policy = "api"
+"#,
+        nodes.join(", ")
+    );
+    let path = std::env::temp_dir().join(format!("rein-tower-cluster-{}.toml", std::process::id()));
+    std::fs::write(&path, text).expect("write config");
+    let config = Config::load(&path).expect("load");
+    assert!(
+        matches!(config.redis.endpoint, rein_tower::RedisEndpoint::Cluster(ref n) if n.len() == 3)
+    );
+    let server = serve(&path).await;
+    let client = client();
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(send(&client, server, "/api/x", &[]).await.status);
+    }
+    // Fail closed: a 200 can only have come from the cluster.
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
 /// The routes every test server has behind the layer.
 fn app() -> Router {
     Router::new()
