@@ -1,0 +1,1047 @@
+//! [`Config`]: limits, routes and the Redis connection from a TOML file, validated in full
+//! when loaded, with every error pointing at a line and a field path
+//! (`line 9: policies.search.limits[1].window: invalid type: integer `3`, expected a
+//! duration such as "250ms" or "1m"`).
+//!
+//! Loading is two passes. serde reads the file into private `Raw*` types that mirror it
+//! (through `serde_path_to_error`, which tracks the field path, and toml's spans, which give
+//! the line); then validation turns them into the public typed [`Config`], checking what
+//! types cannot say (a limit's fields for its algorithm, a route's policy exists). Building
+//! from a `Config` cannot fail on anything the file says, only on the Redis connection.
+//! docs/config.md documents every field.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use http::{HeaderName, Method, StatusCode};
+use rein::{FailurePolicy, PolicyTable, ResilienceConfigError, ResilientLimiter};
+use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
+use rein_redis::{ConnectError, RedisStoreBuilder};
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+use thiserror::Error;
+use toml::Spanned;
+
+use crate::{
+    AdmittedHeaders, Answer, ConfiguredStore, KeySource, LayerError, RateLimitLayer, Route,
+};
+
+/// A validated configuration: what a file declares, in rein's types.
+///
+/// ```
+/// use rein_tower::Config;
+///
+/// let config: Config = r#"
+///     [redis]
+///     url = "redis://127.0.0.1:6379/"
+///
+///     [policies.api]
+///     limits = [{ algorithm = "token_bucket", capacity = 100, refill = 10, period = "1s" }]
+///
+///     [[routes]]
+///     prefix = "/api"
+///     policy = "api"
+/// "#.parse()?;
+/// assert_eq!(config.policies[0].name(), "api");
+/// assert_eq!(config.routes[0].policy_name(), Some("api"));
+/// # Ok::<(), rein_tower::LoadError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `[redis]`: where the shared state lives.
+    pub redis: RedisSettings,
+    /// `[failure]`: what the limiter answers while Redis does not (default fail open).
+    pub failure: FailurePolicy,
+    /// `[policies.*]`: every named policy, in name order.
+    pub policies: Vec<NamedPolicy>,
+    /// `[http]`: the layer's settings.
+    pub http: HttpSettings,
+    /// `[[routes]]`, in file order, then `http.default_policy` as a catch-all if set.
+    pub routes: Vec<Route>,
+}
+
+/// `[redis]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisSettings {
+    /// `url` or `cluster`.
+    pub endpoint: RedisEndpoint,
+    /// `deadline`: the longest one decision may take (default 50 ms).
+    pub deadline: Duration,
+    /// `connect_timeout`: the longest a connect may take (default 1 s).
+    pub connect_timeout: Duration,
+    /// `prefix`: the first part of every Redis key (default `rein`).
+    pub prefix: String,
+}
+
+/// Where Redis is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedisEndpoint {
+    /// One server: `redis://` or, for TLS, `rediss://`.
+    Url(String),
+    /// A Cluster, by one or more of its nodes' URLs.
+    Cluster(Vec<String>),
+}
+
+/// `[http]`.
+#[derive(Clone, Debug)]
+pub struct HttpSettings {
+    /// `key`: the key of routes that set none (default the peer IP).
+    pub default_key: KeySource,
+    /// `on_missing_key` (default 500).
+    pub on_missing_key: Answer,
+    /// `on_unavailable` (default 503).
+    pub on_unavailable: Answer,
+    /// `admitted_headers` (default `ratelimit`).
+    pub admitted_headers: AdmittedHeaders,
+    /// `deadline`: the layer's own bound on a decision (default the limiter's plus 5 ms).
+    pub deadline: Option<Duration>,
+}
+
+/// Why a configuration file could not be loaded. Every variant but [`Read`](Self::Read)
+/// names the line and the field; fix the file there.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The file could not be read. Check the path and its permissions.
+    #[error("cannot read the config file {path}: {source}")]
+    Read {
+        /// The path given.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML (an unclosed string, a duplicate key).
+    #[error("line {line}, column {column}: invalid TOML: {message}")]
+    Syntax {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What the TOML parser expected.
+        message: String,
+    },
+    /// A field is missing, unknown, of the wrong type, or has a value that is not allowed
+    /// (a duration that does not parse, a zero deadline, both `url` and `cluster`).
+    #[error("{}{path}: {message}", at_line(*line))]
+    Field {
+        /// The field's path, e.g. `policies.search.limits[1].window`.
+        path: String,
+        /// 1-based line, where known.
+        line: Option<usize>,
+        /// What is wrong.
+        message: String,
+    },
+    /// A limit's numbers are rejected by rein-core (zero, or too large to stay exact).
+    #[error("{}{path}: {source}", at_line(*line))]
+    Limit {
+        /// The limit's path, e.g. `policies.search.limits[0]`.
+        path: String,
+        /// 1-based line, where known.
+        line: Option<usize>,
+        /// rein-core's reason.
+        source: rein_core::ConfigError,
+    },
+    /// A route or `http.default_policy` names a policy the file does not declare. Declare
+    /// it under `[policies.NAME]` or fix the name.
+    #[error("{}{path}: no policy named {name:?}; declare it as [policies.{name}]", at_line(*line))]
+    UnknownPolicy {
+        /// The path of the field naming it.
+        path: String,
+        /// 1-based line, where known.
+        line: Option<usize>,
+        /// The name given.
+        name: String,
+    },
+}
+
+/// Why [`Config::build`] could not give a layer.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// Connecting to Redis failed; see [`ConnectError`] for each cause and its fix.
+    #[error("cannot connect to Redis: {0}")]
+    Connect(#[from] ConnectError),
+    /// The resilient limiter rejected the settings; see [`ResilienceConfigError`].
+    #[error(transparent)]
+    Resilience(#[from] ResilienceConfigError),
+    /// The layer rejected the settings; see [`LayerError`].
+    #[error(transparent)]
+    Layer(#[from] LayerError),
+}
+
+impl Config {
+    /// Reads and validates the file at `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, LoadError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        text.parse()
+    }
+
+    /// The policy table of a resilient limiter: every policy, the first (by name) as the
+    /// table's default. The layer picks policies by name, so which is default does not
+    /// matter to it.
+    pub fn policy_table(&self) -> Result<PolicyTable, ResilienceConfigError> {
+        let mut policies = self.policies.iter().cloned();
+        // Validation guarantees at least one policy; a table needs a default.
+        let Some(first) = policies.next() else {
+            return Err(ResilienceConfigError::UnknownPolicy(String::new()));
+        };
+        policies.try_fold(PolicyTable::new(first), PolicyTable::with_policy)
+    }
+
+    /// A `rein::ResilientLimiter` over `store` with the file's policies and failure policy.
+    pub fn resilient<S: Limiter>(
+        &self,
+        store: S,
+    ) -> Result<ResilientLimiter<S>, ResilienceConfigError> {
+        ResilientLimiter::builder(store, self.policy_table()?, self.failure).build()
+    }
+
+    /// The layer over any `limiter`, with the file's policies, routes and `[http]` settings.
+    pub fn layer<L: Limiter>(&self, limiter: L) -> Result<RateLimitLayer<L>, LayerError> {
+        let mut builder = RateLimitLayer::builder(limiter)
+            .default_key(self.http.default_key.clone())
+            .on_missing_key(self.http.on_missing_key)
+            .on_unavailable(self.http.on_unavailable)
+            .admitted_headers(self.http.admitted_headers);
+        if let Some(deadline) = self.http.deadline {
+            builder = builder.deadline(deadline);
+        }
+        for policy in &self.policies {
+            builder = builder.policy(policy.clone());
+        }
+        for route in &self.routes {
+            builder = builder.route(route.clone());
+        }
+        builder.build()
+    }
+
+    /// Connects to the Redis of `[redis]` (and loads rein's script there).
+    pub async fn connect_store(&self) -> Result<ConfiguredStore, ConnectError> {
+        let builder = RedisStoreBuilder::new()
+            .prefix(self.redis.prefix.clone())
+            .deadline(self.redis.deadline)
+            .connect_timeout(self.redis.connect_timeout);
+        Ok(match &self.redis.endpoint {
+            RedisEndpoint::Url(url) => ConfiguredStore::Standalone(builder.connect(url).await?),
+            RedisEndpoint::Cluster(urls) => {
+                ConfiguredStore::Cluster(builder.connect_cluster(urls).await?)
+            }
+        })
+    }
+
+    /// Everything the file describes: connects to Redis, builds the resilient limiter over
+    /// it, and the layer over that. The limiter is [`RateLimitLayer::limiter`].
+    pub async fn build(
+        &self,
+    ) -> Result<RateLimitLayer<ResilientLimiter<ConfiguredStore>>, BuildError> {
+        let store = self.connect_store().await?;
+        let limiter = self.resilient(store)?;
+        Ok(self.layer(limiter)?)
+    }
+}
+
+impl FromStr for Config {
+    type Err = LoadError;
+
+    /// Parses and validates a TOML document.
+    fn from_str(text: &str) -> Result<Self, LoadError> {
+        let document = toml::Deserializer::parse(text).map_err(|e| syntax(text, &e))?;
+        let raw: RawConfig = serde_path_to_error::deserialize(document).map_err(|e| {
+            let path = field_path(e.path());
+            let inner = e.into_inner();
+            LoadError::Field {
+                path,
+                line: inner.span().map(|span| line_of(text, span.start)),
+                message: inner.message().to_owned(),
+            }
+        })?;
+        Validator { text }.config(raw)
+    }
+}
+
+/// Turns the raw file into a [`Config`], with lines from `text`.
+struct Validator<'a> {
+    text: &'a str,
+}
+
+impl Validator<'_> {
+    fn config(&self, raw: RawConfig) -> Result<Config, LoadError> {
+        let redis = self.redis(raw.redis)?;
+        let failure = match raw.failure {
+            None => FailurePolicy::FailOpen,
+            Some(failure) => self.failure(failure)?,
+        };
+        if raw.policies.is_empty() {
+            return Err(LoadError::Field {
+                path: "policies".into(),
+                line: None,
+                message: "declare at least one policy, e.g. [policies.api]".into(),
+            });
+        }
+        let policies = raw
+            .policies
+            .iter()
+            .map(|(name, policy)| self.policy(name, policy))
+            .collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<&str> = policies.iter().map(NamedPolicy::name).collect();
+        let raw_http = raw.http.unwrap_or_default();
+        let mut routes = raw
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(index, route)| self.route(index, route, &names))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(default) = &raw_http.default_policy {
+            self.known_policy("http.default_policy", default, &names)?;
+            routes.push(Route::any().policy(default.get_ref().clone()));
+        }
+        let http = HttpSettings {
+            default_key: match &raw_http.key {
+                Some(key) => self.key("http.key", key)?,
+                None => KeySource::peer_ip(),
+            },
+            on_missing_key: raw_http
+                .on_missing_key
+                .unwrap_or(Answer::Status(StatusCode::INTERNAL_SERVER_ERROR)),
+            on_unavailable: raw_http
+                .on_unavailable
+                .unwrap_or(Answer::Status(StatusCode::SERVICE_UNAVAILABLE)),
+            admitted_headers: match raw_http.admitted_headers {
+                None | Some(RawAdmitted::Ratelimit) => AdmittedHeaders::RateLimit,
+                Some(RawAdmitted::None) => AdmittedHeaders::None,
+                Some(RawAdmitted::All) => AdmittedHeaders::All,
+            },
+            deadline: match raw_http.deadline {
+                None => None,
+                Some(deadline) => Some(self.positive("http.deadline", deadline)?),
+            },
+        };
+        Ok(Config {
+            redis,
+            failure,
+            policies,
+            http,
+            routes,
+        })
+    }
+
+    fn redis(&self, raw: Spanned<RawRedis>) -> Result<RedisSettings, LoadError> {
+        let line = Some(self.line(&raw));
+        let raw = raw.into_inner();
+        let endpoint = match (raw.url, raw.cluster) {
+            (Some(url), None) => RedisEndpoint::Url(url),
+            (None, Some(nodes)) if !nodes.is_empty() => RedisEndpoint::Cluster(nodes),
+            (None, Some(_)) => {
+                return Err(field("redis.cluster", line, "list at least one node URL"));
+            }
+            (Some(_), Some(_)) => {
+                return Err(field("redis", line, "set `url` or `cluster`, not both"));
+            }
+            (None, None) => {
+                return Err(field(
+                    "redis",
+                    line,
+                    "set `url` (e.g. \"redis://127.0.0.1:6379/\") or `cluster`",
+                ));
+            }
+        };
+        Ok(RedisSettings {
+            endpoint,
+            deadline: match raw.deadline {
+                Some(d) => self.positive("redis.deadline", d)?,
+                None => DEFAULT_DEADLINE,
+            },
+            connect_timeout: match raw.connect_timeout {
+                Some(d) => self.positive("redis.connect_timeout", d)?,
+                None => DEFAULT_CONNECT_TIMEOUT,
+            },
+            prefix: raw.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
+        })
+    }
+
+    fn failure(&self, raw: Spanned<RawFailure>) -> Result<FailurePolicy, LoadError> {
+        let line = Some(self.line(&raw));
+        let raw = raw.into_inner();
+        Ok(match (raw.policy, raw.expected_nodes) {
+            (RawFailurePolicy::FailOpen, None) => FailurePolicy::FailOpen,
+            (RawFailurePolicy::FailClosed, None) => FailurePolicy::FailClosed,
+            (RawFailurePolicy::LocalFallback, Some(nodes)) => FailurePolicy::LocalFallback {
+                expected_nodes: NonZeroU32::new(nodes)
+                    .ok_or_else(|| field("failure.expected_nodes", line, "must be at least 1"))?,
+            },
+            (RawFailurePolicy::LocalFallback, None) => {
+                return Err(field(
+                    "failure.expected_nodes",
+                    line,
+                    "local_fallback needs the number of servers sharing the limits",
+                ));
+            }
+            (_, Some(_)) => {
+                return Err(field(
+                    "failure.expected_nodes",
+                    line,
+                    "only used with policy = \"local_fallback\"",
+                ));
+            }
+        })
+    }
+
+    fn policy(&self, name: &str, raw: &Spanned<RawPolicy>) -> Result<NamedPolicy, LoadError> {
+        let path = format!("policies.{name}");
+        let line = Some(self.line(raw));
+        let limits = raw
+            .get_ref()
+            .limits
+            .iter()
+            .enumerate()
+            .map(|(index, limit)| self.limit(&format!("{path}.limits[{index}]"), limit))
+            .collect::<Result<Vec<_>, _>>()?;
+        let policy = Policy::new(limits).map_err(|source| LoadError::Limit {
+            path: format!("{path}.limits"),
+            line,
+            source,
+        })?;
+        NamedPolicy::new(name, policy).map_err(|_| {
+            field(
+                &path,
+                line,
+                "a policy name is 1 to 64 ASCII letters, digits, `_`, `-` or `.`",
+            )
+        })
+    }
+
+    fn limit(&self, path: &str, raw: &Spanned<RawLimit>) -> Result<Limit, LoadError> {
+        let line = Some(self.line(raw));
+        let limit = raw.get_ref();
+        let algorithm = limit.algorithm.as_str();
+        let need = |value: Option<u64>, name: &str| {
+            value.ok_or_else(|| {
+                field(
+                    &format!("{path}.{name}"),
+                    line,
+                    &format!("missing: a {algorithm} limit needs `{name}`"),
+                )
+            })
+        };
+        let need_duration = |value: Option<Dur>, name: &str| {
+            value.map(|d| Micros::from(d.0)).ok_or_else(|| {
+                field(
+                    &format!("{path}.{name}"),
+                    line,
+                    &format!("missing: a {algorithm} limit needs `{name}`"),
+                )
+            })
+        };
+        let refuse = |present: bool, name: &str| {
+            if present {
+                Err(field(
+                    &format!("{path}.{name}"),
+                    line,
+                    &format!("not a setting of a {algorithm} limit"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        let built = match limit.algorithm {
+            RawAlgorithm::TokenBucket => {
+                refuse(limit.limit.is_some(), "limit")?;
+                refuse(limit.window.is_some(), "window")?;
+                Limit::token_bucket(
+                    need(limit.capacity, "capacity")?,
+                    need(limit.refill, "refill")?,
+                    need_duration(limit.period, "period")?,
+                )
+            }
+            window => {
+                refuse(limit.capacity.is_some(), "capacity")?;
+                refuse(limit.refill.is_some(), "refill")?;
+                refuse(limit.period.is_some(), "period")?;
+                let count = need(limit.limit, "limit")?;
+                let span = need_duration(limit.window, "window")?;
+                match window {
+                    RawAlgorithm::FixedWindow => Limit::fixed_window(count, span),
+                    RawAlgorithm::SlidingLog => Limit::sliding_log(count, span),
+                    _ => Limit::sliding_counter(count, span),
+                }
+            }
+        };
+        built.map_err(|source| LoadError::Limit {
+            path: path.to_owned(),
+            line,
+            source,
+        })
+    }
+
+    fn route(
+        &self,
+        index: usize,
+        raw: &Spanned<RawRoute>,
+        policies: &[&str],
+    ) -> Result<Route, LoadError> {
+        let path = format!("routes[{index}]");
+        let line = Some(self.line(raw));
+        let r = raw.get_ref();
+        let mut route = match (&r.path, &r.prefix) {
+            (Some(exact), None) => Route::exact(exact.clone()),
+            (None, Some(prefix)) => Route::prefix(prefix.clone()),
+            (None, None) => Route::any(),
+            (Some(_), Some(_)) => {
+                return Err(field(&path, line, "set `path` or `prefix`, not both"));
+            }
+        };
+        for (i, method) in r.methods.iter().flatten().enumerate() {
+            let parsed = Method::from_bytes(method.to_ascii_uppercase().as_bytes())
+                .map_err(|_| field(&format!("{path}.methods[{i}]"), line, "not an HTTP method"))?;
+            route = route.method(parsed);
+        }
+        if let Some(name) = &r.name {
+            route = route.named(name.clone());
+        }
+        route = match (&r.policy, r.exempt) {
+            (Some(policy), None | Some(false)) => {
+                self.known_policy(&format!("{path}.policy"), policy, policies)?;
+                route.policy(policy.get_ref().clone())
+            }
+            (None, Some(true)) => route.exempt(),
+            (Some(_), Some(true)) => {
+                return Err(field(&path, line, "an exempt route has no `policy`"));
+            }
+            (None, _) => {
+                return Err(field(
+                    &path,
+                    line,
+                    "set `policy = \"NAME\"` or `exempt = true`",
+                ));
+            }
+        };
+        if let Some(cost) = r.cost {
+            route = route.cost(cost);
+        }
+        if r.peek == Some(true) {
+            route = route.peek_only();
+        }
+        if let Some(key) = &r.key {
+            route = route.key(self.key(&format!("{path}.key"), key)?);
+        }
+        Ok(route)
+    }
+
+    fn key(&self, path: &str, raw: &Spanned<RawKey>) -> Result<KeySource, LoadError> {
+        let line = Some(self.line(raw));
+        let key = raw.get_ref();
+        let unused = |present: bool, name: &str, from: &str| {
+            if present {
+                Err(field(
+                    &format!("{path}.{name}"),
+                    line,
+                    &format!("not a setting of from = \"{from}\""),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        match key.from {
+            RawKeyFrom::Peer => {
+                unused(key.name.is_some(), "name", "peer")?;
+                unused(key.trusted_hops.is_some(), "trusted_hops", "peer")?;
+                unused(key.value.is_some(), "value", "peer")?;
+                Ok(KeySource::peer_ip())
+            }
+            RawKeyFrom::Header => {
+                unused(key.trusted_hops.is_some(), "trusted_hops", "header")?;
+                unused(key.value.is_some(), "value", "header")?;
+                let name = key.name.as_deref().ok_or_else(|| {
+                    field(&format!("{path}.name"), line, "missing: the header's name")
+                })?;
+                let name = HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| field(&format!("{path}.name"), line, "not a valid header name"))?;
+                Ok(KeySource::header(name))
+            }
+            RawKeyFrom::XForwardedFor | RawKeyFrom::Forwarded => {
+                let from = if key.from == RawKeyFrom::Forwarded {
+                    "forwarded"
+                } else {
+                    "x-forwarded-for"
+                };
+                unused(key.name.is_some(), "name", from)?;
+                unused(key.value.is_some(), "value", from)?;
+                let hops = key.trusted_hops.ok_or_else(|| {
+                    field(
+                        &format!("{path}.trusted_hops"),
+                        line,
+                        "missing: how many proxies of yours append to the header (0 ignores it)",
+                    )
+                })?;
+                Ok(if key.from == RawKeyFrom::Forwarded {
+                    KeySource::forwarded(hops)
+                } else {
+                    KeySource::x_forwarded_for(hops)
+                })
+            }
+            RawKeyFrom::Fixed => {
+                unused(key.name.is_some(), "name", "fixed")?;
+                unused(key.trusted_hops.is_some(), "trusted_hops", "fixed")?;
+                match key.value.as_deref() {
+                    Some(value) if !value.is_empty() => Ok(KeySource::fixed(value)),
+                    _ => Err(field(
+                        &format!("{path}.value"),
+                        line,
+                        "missing: the one key every request shares",
+                    )),
+                }
+            }
+        }
+    }
+
+    fn known_policy(
+        &self,
+        path: &str,
+        name: &Spanned<String>,
+        policies: &[&str],
+    ) -> Result<(), LoadError> {
+        if policies.contains(&name.get_ref().as_str()) {
+            Ok(())
+        } else {
+            Err(LoadError::UnknownPolicy {
+                path: path.to_owned(),
+                line: Some(self.line(name)),
+                name: name.get_ref().clone(),
+            })
+        }
+    }
+
+    fn positive(&self, path: &str, duration: Dur) -> Result<Duration, LoadError> {
+        if duration.0.is_zero() {
+            Err(field(path, None, "must be longer than zero"))
+        } else {
+            Ok(duration.0)
+        }
+    }
+
+    fn line<T>(&self, spanned: &Spanned<T>) -> usize {
+        line_of(self.text, spanned.span().start)
+    }
+}
+
+fn field(path: &str, line: Option<usize>, message: &str) -> LoadError {
+    LoadError::Field {
+        path: path.to_owned(),
+        line,
+        message: message.to_owned(),
+    }
+}
+
+fn syntax(text: &str, error: &toml::de::Error) -> LoadError {
+    let start = error.span().map_or(0, |span| span.start);
+    let before = text.get(..start).unwrap_or(text);
+    let column = before
+        .rfind('\n')
+        .map_or(before.len(), |nl| before.len() - nl - 1)
+        + 1;
+    LoadError::Syntax {
+        line: line_of(text, start),
+        column,
+        message: error.message().to_owned(),
+    }
+}
+
+/// `serde_path_to_error`'s path as the file spells it: `policies.search.limits[1].window`,
+/// without the inner segment toml's `Spanned` wrappers add.
+fn field_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } if key.starts_with(SPANNED_PREFIX) => {}
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Unknown => out.push_str(".?"),
+        }
+    }
+    out
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset).unwrap_or(text).matches('\n').count() + 1
+}
+
+fn at_line(line: Option<usize>) -> String {
+    line.map(|line| format!("line {line}: "))
+        .unwrap_or_default()
+}
+
+// The file as serde reads it. Every table denies unknown fields, so a typo is an error
+// with its path rather than a silently ignored setting. Tables whose fields depend on a
+// variant (a limit's algorithm, a key's source) are flat structs checked by the validator:
+// serde's internally tagged enums buffer their content and lose the field path and line.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    redis: Spanned<RawRedis>,
+    failure: Option<Spanned<RawFailure>>,
+    #[serde(default)]
+    policies: BTreeMap<String, Spanned<RawPolicy>>,
+    http: Option<RawHttp>,
+    #[serde(default)]
+    routes: Vec<Spanned<RawRoute>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRedis {
+    url: Option<String>,
+    cluster: Option<Vec<String>>,
+    deadline: Option<Dur>,
+    connect_timeout: Option<Dur>,
+    prefix: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFailure {
+    policy: RawFailurePolicy,
+    expected_nodes: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawFailurePolicy {
+    FailOpen,
+    FailClosed,
+    LocalFallback,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    limits: Vec<Spanned<RawLimit>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    algorithm: RawAlgorithm,
+    capacity: Option<u64>,
+    refill: Option<u64>,
+    period: Option<Dur>,
+    limit: Option<u64>,
+    window: Option<Dur>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawAlgorithm {
+    TokenBucket,
+    FixedWindow,
+    SlidingLog,
+    SlidingCounter,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    key: Option<Spanned<RawKey>>,
+    on_missing_key: Option<Answer>,
+    on_unavailable: Option<Answer>,
+    admitted_headers: Option<RawAdmitted>,
+    default_policy: Option<Spanned<String>>,
+    deadline: Option<Dur>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawAdmitted {
+    None,
+    Ratelimit,
+    All,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKey {
+    from: RawKeyFrom,
+    name: Option<String>,
+    trusted_hops: Option<u8>,
+    value: Option<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum RawKeyFrom {
+    Peer,
+    Header,
+    XForwardedFor,
+    Forwarded,
+    Fixed,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    name: Option<String>,
+    path: Option<String>,
+    prefix: Option<String>,
+    methods: Option<Vec<String>>,
+    policy: Option<Spanned<String>>,
+    exempt: Option<bool>,
+    cost: Option<u64>,
+    peek: Option<bool>,
+    key: Option<Spanned<RawKey>>,
+}
+
+impl RawAlgorithm {
+    fn as_str(self) -> &'static str {
+        match self {
+            RawAlgorithm::TokenBucket => "token_bucket",
+            RawAlgorithm::FixedWindow => "fixed_window",
+            RawAlgorithm::SlidingLog => "sliding_log",
+            RawAlgorithm::SlidingCounter => "sliding_counter",
+        }
+    }
+}
+
+/// A duration written as text for humans: `"250ms"`, `"1m"`, `"1h 30m"`, `"1d"`.
+#[derive(Clone, Copy)]
+struct Dur(Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DurVisitor;
+        impl Visitor<'_> for DurVisitor {
+            type Value = Dur;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(r#"a duration such as "250ms" or "1m""#)
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Dur, E> {
+                humantime::parse_duration(text).map(Dur).map_err(|e| {
+                    E::custom(format_args!(
+                        r#"expected a duration such as "250ms" or "1m", got {text:?}: {e}"#
+                    ))
+                })
+            }
+        }
+        deserializer.deserialize_str(DurVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Answer {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct AnswerVisitor;
+        impl Visitor<'_> for AnswerVisitor {
+            type Value = Answer;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(r#"an HTTP status code such as 503, or "pass""#)
+            }
+            fn visit_i64<E: de::Error>(self, code: i64) -> Result<Answer, E> {
+                u16::try_from(code)
+                    .ok()
+                    .and_then(|code| StatusCode::from_u16(code).ok())
+                    .map(Answer::Status)
+                    .ok_or_else(|| E::invalid_value(de::Unexpected::Signed(code), &self))
+            }
+            fn visit_u64<E: de::Error>(self, code: u64) -> Result<Answer, E> {
+                self.visit_i64(i64::try_from(code).unwrap_or(i64::MAX))
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Answer, E> {
+                if text == "pass" {
+                    Ok(Answer::Pass)
+                } else {
+                    Err(E::invalid_value(de::Unexpected::Str(text), &self))
+                }
+            }
+        }
+        deserializer.deserialize_any(AnswerVisitor)
+    }
+}
+
+/// The start of the field names `toml::Spanned` deserializes through (serde_spanned's
+/// private protocol), which are not the file's.
+const SPANNED_PREFIX: &str = "$__serde_spanned_private";
+
+/// The Redis store's defaults, repeated here so `Config` shows the values in force.
+const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const DEFAULT_PREFIX: &str = "rein";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Config, LoadError> {
+        text.parse()
+    }
+
+    const MINIMAL: &str = r#"
+[redis]
+url = "redis://127.0.0.1:6379/"
+
+[policies.api]
+limits = [{ algorithm = "fixed_window", limit = 10, window = "1m" }]
+"#;
+
+    #[test]
+    fn a_minimal_file_gets_the_defaults() {
+        let config = load(MINIMAL).unwrap();
+        assert_eq!(
+            config.redis.endpoint,
+            RedisEndpoint::Url("redis://127.0.0.1:6379/".into())
+        );
+        assert_eq!(config.redis.deadline, Duration::from_millis(50));
+        assert_eq!(config.failure, FailurePolicy::FailOpen);
+        assert!(config.routes.is_empty());
+        assert_eq!(
+            config.http.on_missing_key,
+            Answer::Status(StatusCode::INTERNAL_SERVER_ERROR)
+        );
+    }
+
+    #[test]
+    fn a_bad_duration_names_its_field_path_and_line() {
+        let text = r#"
+[redis]
+url = "redis://127.0.0.1:6379/"
+
+[policies.search]
+limits = [
+  { algorithm = "token_bucket", capacity = 10, refill = 1, period = "1s" },
+  { algorithm = "fixed_window", limit = 100, window = 3 },
+]
+"#;
+        let Err(LoadError::Field {
+            path,
+            line,
+            message,
+        }) = load(text)
+        else {
+            panic!("expected a field error");
+        };
+        assert_eq!(path, "policies.search.limits[1].window");
+        assert_eq!(line, Some(8));
+        assert!(message.contains("expected a duration"), "{message}");
+    }
+
+    #[test]
+    fn an_unparsable_duration_names_its_field() {
+        let text = MINIMAL.replace(r#"window = "1m""#, r#"window = "soon""#);
+        let Err(LoadError::Field { path, line, .. }) = load(&text) else {
+            panic!("expected a field error");
+        };
+        assert_eq!(path, "policies.api.limits[0].window");
+        assert_eq!(line, Some(6));
+    }
+
+    #[test]
+    fn a_route_naming_an_undeclared_policy_is_refused() {
+        let text = format!("{MINIMAL}\n[[routes]]\nprefix = \"/x\"\npolicy = \"serach\"\n");
+        let Err(LoadError::UnknownPolicy { path, line, name }) = load(&text) else {
+            panic!("expected an unknown policy");
+        };
+        assert_eq!(
+            (path.as_str(), line, name.as_str()),
+            ("routes[0].policy", Some(10), "serach")
+        );
+    }
+
+    #[test]
+    fn limit_values_rein_core_refuses_are_reported_with_its_reason() {
+        let text = MINIMAL.replace("limit = 10", "limit = 0");
+        let Err(LoadError::Limit { path, source, .. }) = load(&text) else {
+            panic!("expected a limit error");
+        };
+        assert_eq!(path, "policies.api.limits[0]");
+        assert!(matches!(source, rein_core::ConfigError::Zero { .. }));
+    }
+
+    #[test]
+    fn unknown_fields_and_wrong_algorithm_fields_are_errors() {
+        let typo = MINIMAL.replace("[redis]", "[redis]\ndeadlin = \"5ms\"");
+        let Err(LoadError::Field { path, .. }) = load(&typo) else {
+            panic!("expected a field error");
+        };
+        assert_eq!(path, "redis.deadlin");
+        let mixed = MINIMAL.replace("limit = 10,", "limit = 10, capacity = 3,");
+        let Err(LoadError::Field { path, .. }) = load(&mixed) else {
+            panic!("expected a field error");
+        };
+        assert_eq!(path, "policies.api.limits[0].capacity");
+    }
+
+    #[test]
+    fn syntax_errors_have_a_line_and_column() {
+        let Err(LoadError::Syntax { line, .. }) = load("[redis]\nurl = \"unclosed\n") else {
+            panic!("expected a syntax error");
+        };
+        assert_eq!(line, 2);
+    }
+
+    #[test]
+    fn routes_keys_and_answers_are_read() {
+        let text = format!(
+            "{MINIMAL}{}",
+            r#"
+[http]
+key = { from = "x-forwarded-for", trusted_hops = 1 }
+on_missing_key = 400
+on_unavailable = "pass"
+admitted_headers = "all"
+default_policy = "api"
+
+[[routes]]
+path = "/login"
+methods = ["post"]
+policy = "api"
+cost = 2
+key = { from = "header", name = "x-api-key" }
+
+[[routes]]
+prefix = "/health"
+exempt = true
+"#
+        );
+        let config = load(&text).unwrap();
+        assert_eq!(config.routes.len(), 3);
+        assert!(config.routes[0].matches(&Method::POST, "/login"));
+        assert!(!config.routes[0].matches(&Method::GET, "/login"));
+        assert_eq!(config.routes[1].policy_name(), None);
+        assert_eq!(config.routes[2].policy_name(), Some("api"));
+        assert_eq!(config.http.on_unavailable, Answer::Pass);
+        assert_eq!(
+            config.http.on_missing_key,
+            Answer::Status(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(config.http.admitted_headers, AdmittedHeaders::All);
+    }
+
+    #[test]
+    fn local_fallback_needs_the_node_count() {
+        let text = format!("{MINIMAL}\n[failure]\npolicy = \"local_fallback\"\n");
+        let Err(LoadError::Field { path, .. }) = load(&text) else {
+            panic!("expected a field error");
+        };
+        assert_eq!(path, "failure.expected_nodes");
+        let text =
+            format!("{MINIMAL}\n[failure]\npolicy = \"local_fallback\"\nexpected_nodes = 3\n");
+        assert_eq!(
+            load(&text).unwrap().failure,
+            FailurePolicy::LocalFallback {
+                expected_nodes: NonZeroU32::new(3).unwrap()
+            }
+        );
+    }
+}

@@ -1,0 +1,276 @@
+//! The response headers of a decision, rendered as text: `Retry-After` (RFC 9110) and the
+//! `RateLimit-Policy` / `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers
+//! (versions -09 to -11), in the structured-field syntax of RFC 9651.
+//!
+//! Pure functions of a policy, the index of the limit that decided, and a [`Decision`]: no
+//! I/O and no clock, so a property test pins them (`tests/headers.rs`).
+//!
+//! # What the fields say
+//! - `RateLimit-Policy: "api";q=100;w=60`: one item per limit of the policy. `q` is the
+//!   limit's capacity in cost units; `w` its window in seconds. A token bucket's window is
+//!   the time it takes to refill from empty to full (`capacity × emission_interval`), so
+//!   `q / w` is its sustained rate.
+//! - `RateLimit: "api";r=0;t=30`: the limit that decided. `r` is what remains after this
+//!   request, `t` the seconds until that limit is full again if nothing else is admitted.
+//! - `Retry-After: 7`: on a denial, the seconds until the same request would be admitted.
+//!
+//! A single-limit policy's item is named after the policy (`"api"`); the limits of a
+//! multi-limit policy are named `"api.0"`, `"api.1"`, ... in the policy's order, so a client
+//! can tell which one spoke.
+//!
+//! # Rounding
+//! Every time is rounded **up** to whole seconds: a client that waits `Retry-After` or `t`
+//! seconds never arrives early. Zero stays zero. Numbers beyond the structured-field integer
+//! range (15 digits) are clamped to its maximum; no rein quantity comes close in practice
+//! (the largest is 2^52 µs, about 4.5 × 10^9 s).
+
+use std::fmt::Write as _;
+
+use rein_core::{Decision, Limit, Micros, NamedPolicy, Policy};
+
+/// The limit of `policy` that decided `decision`: the one to name in `RateLimit`.
+///
+/// **Stand-in.** rein-core's [`Decision`] does not yet say which limit of a multi-limit
+/// policy decided (its combined figures take `limit` and `remaining` from the limit with the
+/// fewest remaining, ties to the first, and the longest waits of all). Until it does, this
+/// picks the limit with the smallest capacity (the first of equals), the one that usually
+/// runs out first; for a single-limit policy it is always 0. This is the only place the
+/// layer chooses: when `Decision` carries the index, return it here.
+pub fn deciding_limit(policy: &Policy, _decision: &Decision) -> usize {
+    policy
+        .limits()
+        .iter()
+        .enumerate()
+        .min_by_key(|(index, limit)| (limit.capacity(), *index))
+        .map_or(0, |(index, _)| index)
+}
+
+/// The three header values of one decision, as text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderedHeaders {
+    /// The `RateLimit-Policy` value: every limit of the policy.
+    pub policy: String,
+    /// The `RateLimit` value: the deciding limit's remaining units and reset time.
+    pub rate_limit: String,
+    /// The `Retry-After` value in whole seconds, for a denial; `None` when admitted.
+    pub retry_after: Option<u64>,
+}
+
+/// Renders all three headers for `decision`, made under `policy`, whose limit number
+/// `deciding` decided (see [`deciding_limit`]). An index past the policy's limits is read as
+/// the last limit.
+///
+/// ```
+/// use rein_core::{Decision, Limit, Micros, NamedPolicy, Outcome, Policy};
+/// use rein_tower::headers::render;
+///
+/// let policy = NamedPolicy::new(
+///     "per-user",
+///     Policy::single(Limit::fixed_window(100, Micros::from_secs(60))?),
+/// )?;
+/// let denied = Decision {
+///     outcome: Outcome::Denied,
+///     limit: 100,
+///     remaining: 0,
+///     retry_after: Micros::from_millis(29_001),
+///     reset_after: Micros::from_millis(29_001),
+/// };
+/// let headers = render(&policy, 0, &denied);
+/// assert_eq!(headers.policy, r#""per-user";q=100;w=60"#);
+/// assert_eq!(headers.rate_limit, r#""per-user";r=0;t=30"#);
+/// assert_eq!(headers.retry_after, Some(30));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn render(policy: &NamedPolicy, deciding: usize, decision: &Decision) -> RenderedHeaders {
+    RenderedHeaders {
+        policy: render_policy(policy),
+        rate_limit: render_rate_limit(policy, deciding, decision),
+        retry_after: (!decision.is_allowed()).then(|| ceil_secs(decision.retry_after)),
+    }
+}
+
+/// The `RateLimit-Policy` value of `policy`: one item per limit. It depends only on the
+/// policy, so the layer renders it once.
+pub fn render_policy(policy: &NamedPolicy) -> String {
+    let limits = policy.policy().limits();
+    let mut out = String::new();
+    for (index, limit) in limits.iter().enumerate() {
+        if index > 0 {
+            out.push_str(", ");
+        }
+        push_item_name(&mut out, policy.name(), limits.len(), index);
+        // Writing to a `String` cannot fail.
+        let _ = write!(
+            out,
+            ";q={};w={}",
+            sf_integer(limit.capacity()),
+            sf_integer(window_secs(limit))
+        );
+    }
+    out
+}
+
+/// The `RateLimit` value of `decision`: the deciding limit's item with `r` (remaining) and
+/// `t` (seconds until full, rounded up).
+pub fn render_rate_limit(policy: &NamedPolicy, deciding: usize, decision: &Decision) -> String {
+    let count = policy.policy().limits().len();
+    let mut out = String::new();
+    push_item_name(
+        &mut out,
+        policy.name(),
+        count,
+        deciding.min(count.saturating_sub(1)),
+    );
+    // Writing to a `String` cannot fail.
+    let _ = write!(
+        out,
+        ";r={};t={}",
+        sf_integer(decision.remaining),
+        sf_integer(ceil_secs(decision.reset_after))
+    );
+    out
+}
+
+/// `Retry-After` in whole seconds: `retry_after` rounded up, so that a client waiting that
+/// long is admitted.
+pub fn retry_after_secs(decision: &Decision) -> u64 {
+    ceil_secs(decision.retry_after)
+}
+
+/// The window a limit's quota refers to, in whole seconds (rounded up, at least 1): a
+/// window algorithm's window, or the time a token bucket takes to refill from empty.
+pub fn window_secs(limit: &Limit) -> u64 {
+    let micros: u128 = match limit {
+        Limit::FixedWindow(l) => l.window().as_micros().into(),
+        Limit::SlidingLog(l) => l.window().as_micros().into(),
+        Limit::SlidingCounter(l) => l.window().as_micros().into(),
+        Limit::TokenBucket(bucket) => {
+            // One token every `per_token / per_micro` µs; a full refill is `capacity` tokens.
+            let (per_token, per_micro) = bucket.emission_interval();
+            let capacity = u128::from(bucket.capacity());
+            (capacity * u128::from(per_token)).div_ceil(u128::from(per_micro.max(1)))
+        }
+    };
+    let secs = micros.div_ceil(MICROS_PER_SEC.into());
+    u64::try_from(secs).unwrap_or(u64::MAX).max(1)
+}
+
+/// A span in whole seconds, rounded up.
+fn ceil_secs(span: Micros) -> u64 {
+    span.as_micros().div_ceil(MICROS_PER_SEC)
+}
+
+/// Appends the item name of limit `index` of a policy of `count` limits, as an sf-string.
+fn push_item_name(out: &mut String, name: &str, count: usize, index: usize) {
+    out.push('"');
+    for c in name.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            // sf-string allows visible ASCII and space only. `NamedPolicy` names never hold
+            // anything else; replacing keeps the header valid if that rule ever changes.
+            ' '..='~' => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    if count > 1 {
+        // Writing to a `String` cannot fail.
+        let _ = write!(out, ".{index}");
+    }
+    out.push('"');
+}
+
+/// `n` clamped to the structured-field integer range.
+fn sf_integer(n: u64) -> u64 {
+    n.min(SF_INTEGER_MAX)
+}
+
+const MICROS_PER_SEC: u64 = 1_000_000;
+
+/// The largest structured-field integer (RFC 9651 §3.3.1: at most 15 decimal digits).
+pub const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rein_core::Outcome;
+
+    fn named(name: &str, limits: Vec<Limit>) -> NamedPolicy {
+        NamedPolicy::new(name, Policy::new(limits).unwrap()).unwrap()
+    }
+
+    fn decision(outcome: Outcome, limit: u64, remaining: u64, retry: u64, reset: u64) -> Decision {
+        Decision {
+            outcome,
+            limit,
+            remaining,
+            retry_after: Micros::from_micros(retry),
+            reset_after: Micros::from_micros(reset),
+        }
+    }
+
+    #[test]
+    fn token_bucket_window_is_the_time_to_refill_from_empty() {
+        // 100 tokens at 10 per second: 10 s.
+        let bucket = Limit::token_bucket(100, 10, Micros::from_secs(1)).unwrap();
+        assert_eq!(window_secs(&bucket), 10);
+        // 3 tokens at 3 per second: 1 s, although 1/3 s per token is not a whole µs.
+        let thirds = Limit::token_bucket(3, 3, Micros::from_secs(1)).unwrap();
+        assert_eq!(window_secs(&thirds), 1);
+        // A sub-second window reports 1, never 0.
+        let fast = Limit::fixed_window(5, Micros::from_millis(250)).unwrap();
+        assert_eq!(window_secs(&fast), 1);
+    }
+
+    #[test]
+    fn a_multi_limit_policy_lists_every_limit_and_names_the_deciding_one() {
+        let policy = named(
+            "login",
+            vec![
+                Limit::token_bucket(5, 1, Micros::from_secs(10)).unwrap(),
+                Limit::fixed_window(50, Micros::from_secs(86_400)).unwrap(),
+            ],
+        );
+        assert_eq!(
+            render_policy(&policy),
+            r#""login.0";q=5;w=50, "login.1";q=50;w=86400"#
+        );
+        let denied = decision(Outcome::Denied, 50, 0, 1_500_000, 3_000_000);
+        let headers = render(&policy, 1, &denied);
+        assert_eq!(headers.rate_limit, r#""login.1";r=0;t=3"#);
+        assert_eq!(headers.retry_after, Some(2));
+    }
+
+    #[test]
+    fn the_stand_in_picks_the_smallest_capacity() {
+        let policy = named(
+            "p",
+            vec![
+                Limit::fixed_window(9, Micros::from_secs(1)).unwrap(),
+                Limit::fixed_window(3, Micros::from_secs(1)).unwrap(),
+                Limit::fixed_window(3, Micros::from_secs(60)).unwrap(),
+            ],
+        );
+        let any = decision(Outcome::Allowed, 9, 1, 0, 0);
+        assert_eq!(deciding_limit(policy.policy(), &any), 1);
+        let single = named(
+            "s",
+            vec![Limit::fixed_window(9, Micros::from_secs(1)).unwrap()],
+        );
+        assert_eq!(deciding_limit(single.policy(), &any), 0);
+    }
+
+    #[test]
+    fn admitted_decisions_have_no_retry_after() {
+        let policy = named(
+            "a",
+            vec![Limit::fixed_window(2, Micros::from_secs(1)).unwrap()],
+        );
+        let allowed = decision(Outcome::Allowed, 2, 1, 0, 1);
+        let headers = render(&policy, 0, &allowed);
+        assert_eq!(headers.retry_after, None);
+        assert_eq!(headers.rate_limit, r#""a";r=1;t=1"#);
+    }
+}

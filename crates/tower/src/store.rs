@@ -1,0 +1,76 @@
+//! [`ConfiguredStore`]: the Redis store a config file names, standalone or Cluster, as one
+//! type, so that a limiter built from a file has one type whatever the file says.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use rein_core::{DecideError, Decision, Limiter, NamedPolicy, PrepareError, Timestamp};
+use rein_redis::{RedisPolicy, RedisStore};
+
+/// A `rein_redis::RedisStore` over a standalone server or a Cluster. Implements
+/// [`Limiter`] by forwarding to the store it holds.
+#[derive(Clone, Debug)]
+pub enum ConfiguredStore {
+    /// `redis.url`: one server through a self-healing `ConnectionManager`.
+    Standalone(RedisStore<ConnectionManager>),
+    /// `redis.cluster`: a Redis Cluster.
+    Cluster(RedisStore<ClusterConnection>),
+}
+
+impl Limiter for ConfiguredStore {
+    type Prepared = RedisPolicy;
+
+    fn prepare(&self, policy: &NamedPolicy) -> Result<RedisPolicy, PrepareError> {
+        match self {
+            Self::Standalone(store) => store.prepare(policy),
+            Self::Cluster(store) => store.prepare(policy),
+        }
+    }
+
+    async fn acquire(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, DecideError> {
+        match self {
+            Self::Standalone(store) => Limiter::acquire(store, now, policy, key, cost).await,
+            Self::Cluster(store) => Limiter::acquire(store, now, policy, key, cost).await,
+        }
+    }
+
+    async fn peek(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, DecideError> {
+        match self {
+            Self::Standalone(store) => Limiter::peek(store, now, policy, key, cost).await,
+            Self::Cluster(store) => Limiter::peek(store, now, policy, key, cost).await,
+        }
+    }
+
+    async fn refund(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        amount: u64,
+    ) -> Result<(), DecideError> {
+        match self {
+            Self::Standalone(store) => Limiter::refund(store, now, policy, key, amount).await,
+            Self::Cluster(store) => Limiter::refund(store, now, policy, key, amount).await,
+        }
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        match self {
+            Self::Standalone(store) => Limiter::deadline(store),
+            Self::Cluster(store) => Limiter::deadline(store),
+        }
+    }
+}

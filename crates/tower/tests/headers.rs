@@ -1,0 +1,211 @@
+//! Header rendering against `Decision`, as properties: rounding up, zero, and values up to
+//! rein's largest (2^52 µs) and past the structured-field integer range.
+
+use http::HeaderValue;
+use proptest::prelude::*;
+use rein_core::{Decision, Limit, MAX_MICROS, Micros, NamedPolicy, Outcome, Policy};
+use rein_tower::headers::{SF_INTEGER_MAX, deciding_limit, render, retry_after_secs, window_secs};
+
+/// Microseconds weighted towards the edges: zero, whole seconds and one either side, and
+/// the largest.
+fn micros() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0),
+        Just(1),
+        Just(MAX_MICROS),
+        (0..10_000u64).prop_flat_map(|s| (s * 1_000_000).saturating_sub(1)..=(s * 1_000_000 + 1)),
+        0..=MAX_MICROS,
+    ]
+}
+
+fn quantity() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0),
+        Just(1),
+        Just(u64::MAX),
+        Just(SF_INTEGER_MAX + 1),
+        any::<u64>()
+    ]
+}
+
+fn limit() -> impl Strategy<Value = Limit> {
+    let count = 1..=MAX_MICROS / 1_000_000;
+    let span = 1..=1_000_000_000u64;
+    prop_oneof![
+        (count.clone(), span.clone())
+            .prop_map(|(n, w)| Limit::fixed_window(n, Micros::from_micros(w))),
+        (count.clone(), span.clone())
+            .prop_map(|(n, w)| Limit::sliding_counter(n, Micros::from_micros(w))),
+        (1..=1_000u64, 1..=1_000u64, span).prop_map(|(c, r, p)| Limit::token_bucket(
+            c,
+            r,
+            Micros::from_micros(p)
+        )),
+    ]
+    .prop_filter_map("valid limit", Result::ok)
+}
+
+fn policy() -> impl Strategy<Value = NamedPolicy> {
+    (
+        prop::collection::vec(limit(), 1..=4),
+        "[a-z][a-z0-9_.-]{0,20}",
+    )
+        .prop_map(|(limits, name)| {
+            NamedPolicy::new(name, Policy::new(limits).expect("1 to 4 limits")).expect("valid name")
+        })
+}
+
+fn decision() -> impl Strategy<Value = Decision> {
+    (any::<bool>(), quantity(), quantity(), micros(), micros()).prop_map(
+        |(allowed, limit, remaining, retry, reset)| Decision {
+            outcome: if allowed {
+                Outcome::Allowed
+            } else {
+                Outcome::Denied
+            },
+            limit,
+            remaining,
+            retry_after: if allowed {
+                Micros::ZERO
+            } else {
+                Micros::from_micros(retry)
+            },
+            reset_after: Micros::from_micros(reset),
+        },
+    )
+}
+
+/// `(name, [(parameter, value)])` of each item of a rendered list.
+fn parse_list(value: &str) -> Vec<(String, Vec<(String, u64)>)> {
+    value
+        .split(", ")
+        .map(|item| {
+            let mut parts = item.split(';');
+            let name = parts.next().expect("name");
+            assert!(
+                name.len() >= 2 && name.starts_with('"') && name.ends_with('"'),
+                "{item}"
+            );
+            let parameters = parts
+                .map(|p| {
+                    let (key, number) = p.split_once('=').expect("key=value");
+                    assert!(
+                        number.len() <= 15,
+                        "an sf-integer has at most 15 digits: {item}"
+                    );
+                    (key.to_owned(), number.parse().expect("integer"))
+                })
+                .collect();
+            (name[1..name.len() - 1].to_owned(), parameters)
+        })
+        .collect()
+}
+
+/// Whole seconds `s` are `span` rounded up: the smallest `s` with `s` seconds ≥ `span`.
+fn is_ceiling(seconds: u64, span: Micros) -> bool {
+    let us = u128::from(span.as_micros());
+    u128::from(seconds) * 1_000_000 >= us
+        && (seconds == 0 || u128::from(seconds - 1) * 1_000_000 < us)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn retry_after_is_retry_after_rounded_up_and_only_on_denials(
+        policy in policy(), decision in decision(),
+    ) {
+        let deciding = deciding_limit(policy.policy(), &decision);
+        let headers = render(&policy, deciding, &decision);
+        match headers.retry_after {
+            None => prop_assert!(decision.is_allowed()),
+            Some(seconds) => {
+                prop_assert!(!decision.is_allowed());
+                prop_assert_eq!(seconds, retry_after_secs(&decision));
+                prop_assert!(is_ceiling(seconds, decision.retry_after));
+                prop_assert_eq!(seconds == 0, decision.retry_after == Micros::ZERO);
+            }
+        }
+    }
+
+    #[test]
+    fn rate_limit_reports_the_deciding_limit_remaining_and_reset(
+        policy in policy(), decision in decision(),
+    ) {
+        let deciding = deciding_limit(policy.policy(), &decision);
+        prop_assert!(deciding < policy.policy().limits().len());
+        let headers = render(&policy, deciding, &decision);
+        prop_assert!(HeaderValue::from_str(&headers.rate_limit).is_ok());
+        let items = parse_list(&headers.rate_limit);
+        prop_assert_eq!(items.len(), 1);
+        let (name, parameters) = &items[0];
+        let expected_name = if policy.policy().limits().len() == 1 {
+            policy.name().to_owned()
+        } else {
+            format!("{}.{deciding}", policy.name())
+        };
+        prop_assert_eq!(name, &expected_name);
+        prop_assert_eq!(&parameters[0].0, "r");
+        prop_assert_eq!(parameters[0].1, decision.remaining.min(SF_INTEGER_MAX));
+        prop_assert_eq!(&parameters[1].0, "t");
+        prop_assert!(is_ceiling(parameters[1].1, decision.reset_after));
+    }
+
+    #[test]
+    fn rate_limit_policy_lists_every_limit_with_its_quota_and_window(policy in policy()) {
+        let decision = Decision {
+            outcome: Outcome::Allowed,
+            limit: 1,
+            remaining: 0,
+            retry_after: Micros::ZERO,
+            reset_after: Micros::ZERO,
+        };
+        let headers = render(&policy, 0, &decision);
+        prop_assert!(HeaderValue::from_str(&headers.policy).is_ok());
+        let items = parse_list(&headers.policy);
+        let limits = policy.policy().limits();
+        prop_assert_eq!(items.len(), limits.len());
+        for (item, limit) in items.iter().zip(limits) {
+            prop_assert_eq!(&item.1[0], &("q".to_owned(), limit.capacity().min(SF_INTEGER_MAX)));
+            prop_assert_eq!(&item.1[1], &("w".to_owned(), window_secs(limit)));
+            prop_assert!(item.1[1].1 >= 1);
+        }
+    }
+}
+
+#[test]
+fn zero_and_the_largest_values_render() {
+    let policy = NamedPolicy::new(
+        "p",
+        Policy::single(Limit::fixed_window(MAX_MICROS, Micros::MAX).expect("valid")),
+    )
+    .expect("valid name");
+    let largest = Decision {
+        outcome: Outcome::Denied,
+        limit: u64::MAX,
+        remaining: u64::MAX,
+        retry_after: Micros::MAX,
+        reset_after: Micros::MAX,
+    };
+    let headers = render(&policy, 0, &largest);
+    // 2^52 - 1 µs is 4 503 599 628 s and a fraction: rounded up.
+    assert_eq!(headers.retry_after, Some(4_503_599_628));
+    assert_eq!(
+        headers.rate_limit,
+        format!("\"p\";r={SF_INTEGER_MAX};t=4503599628")
+    );
+    assert_eq!(
+        headers.policy,
+        format!("\"p\";q={SF_INTEGER_MAX};w=4503599628")
+    );
+    let zero = Decision {
+        outcome: Outcome::Denied,
+        limit: 0,
+        remaining: 0,
+        retry_after: Micros::ZERO,
+        reset_after: Micros::ZERO,
+    };
+    let headers = render(&policy, 0, &zero);
+    assert_eq!(headers.retry_after, Some(0));
+    assert_eq!(headers.rate_limit, "\"p\";r=0;t=0");
+}

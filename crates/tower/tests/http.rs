@@ -1,0 +1,570 @@
+//! The layer behind real HTTP servers, over a real private `redis-server`, hit by a real HTTP
+//! client on loopback: two server *processes* sharing one limit, forwarding headers that
+//! must not change the key, and Redis killed mid-run.
+//!
+//! The server processes are this test binary run again (`child_server_process`, ignored in
+//! a normal run), each building its limiter and layer from a config file exactly as an
+//! application would (`Config::load(..).build()`).
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use rein_core::{Decision, Limiter};
+use rein_redis::{RedisPolicy, RedisStore};
+use rein_redis_harness::RedisServer;
+use rein_tower::Config;
+
+/// The Redis store's deadline in the config files here.
+const DEADLINE: Duration = Duration::from_millis(50);
+
+/// How much longer than [`DEADLINE`] a whole HTTP round trip may take while Redis is dead:
+/// the limiter's and the layer's 5 ms safety nets, loopback HTTP through a debug-build
+/// client and server, and scheduling on a loaded 2-core machine. A hang, a retry or a wait
+/// for a reconnect costs at least another deadline, or forever, and is caught.
+const MARGIN: Duration = Duration::from_millis(100);
+
+/// The child server's environment variable: the config file to serve.
+const CHILD_CONFIG: &str = "REIN_TOWER_TEST_CHILD_CONFIG";
+
+#[test]
+#[ignore = "a server process of two_server_processes_sharing_redis_admit_exactly_the_limit"]
+fn child_server_process() {
+    let Ok(path) = std::env::var(CHILD_CONFIG) else {
+        return;
+    };
+    // Exit when the parent closes our stdin (or dies), so no server outlives its test.
+    std::thread::spawn(|| {
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        std::process::exit(0);
+    });
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let config = Config::load(&path).expect("child: load config");
+        let layer = config.build().await.expect("child: build");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("child: bind");
+        println!("LISTENING {}", listener.local_addr().expect("addr"));
+        axum::serve(
+            listener,
+            app()
+                .layer(layer)
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .expect("child: serve");
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_server_processes_sharing_redis_admit_exactly_the_limit() {
+    let redis = RedisServer::start().expect("start redis-server");
+    // 5 requests, then one more an hour: nothing refills during the test. The key is the
+    // peer address, with the forwarding header explicitly trusted through zero hops.
+    let path = write_config(
+        "two-processes",
+        &redis,
+        r#"
+[failure]
+policy = "fail_closed"
+
+[policies.api]
+limits = [{ algorithm = "token_bucket", capacity = 5, refill = 1, period = "1h" }]
+
+[http]
+key = { from = "x-forwarded-for", trusted_hops = 0 }
+admitted_headers = "all"
+
+[[routes]]
+prefix = "/api"
+policy = "api"
+"#,
+    );
+    let config = Config::load(&path).expect("load");
+    let servers = [ChildServer::spawn(&path), ChildServer::spawn(&path)];
+    let (store, policy) = observer(&redis, &config).await;
+    let client = client();
+
+    let mut admitted = [0; 2];
+    let mut statuses = Vec::new();
+    for i in 0..14 {
+        let server = i % 2;
+        // Every request claims another client address: without trusted hops, ignored.
+        let spoofed = format!("198.51.100.{i}, 203.0.113.{i}");
+        let before = peek(&store, &policy).await;
+        let response = send(
+            &client,
+            servers[server].addr,
+            "/api/items",
+            &[("x-forwarded-for", &spoofed)],
+        )
+        .await;
+        let after = peek(&store, &policy).await;
+        statuses.push(response.status.as_u16());
+        let headers = &response.headers;
+        assert_eq!(
+            header(headers, "ratelimit-policy"),
+            r#""api";q=5;w=18000"#,
+            "request {i}"
+        );
+        match response.status {
+            StatusCode::OK => {
+                admitted[server] += 1;
+                let total = admitted[0] + admitted[1];
+                let (r, t) = rate_limit(headers);
+                assert_eq!(
+                    r,
+                    5 - total,
+                    "request {i}: remaining after {total} admitted"
+                );
+                assert!(t <= 18_000, "request {i}: t={t}");
+            }
+            StatusCode::TOO_MANY_REQUESTS => {
+                // The decision was made between the two peeks, and nothing changes the
+                // bucket in between (a denial writes nothing), so its figures, rounded up
+                // to seconds, lie between theirs. The deny cache may report its countdown a
+                // few ms short of Redis's; 50 ms of slack covers it.
+                let retry_after: u64 = header(headers, "retry-after").parse().expect("int");
+                assert!(
+                    ceil_secs_minus(after.retry_after, 50) <= retry_after
+                        && retry_after <= ceil_secs(before.retry_after),
+                    "request {i}: Retry-After {retry_after}, decision between {after:?} and {before:?}"
+                );
+                let (r, t) = rate_limit(headers);
+                assert_eq!(r, 0, "request {i}");
+                assert!(
+                    ceil_secs_minus(after.reset_after, 50) <= t
+                        && t <= ceil_secs(before.reset_after),
+                    "request {i}: t={t}, decision between {after:?} and {before:?}"
+                );
+                assert_eq!(retry_after, 3_600, "one token an hour, just spent");
+            }
+            other => panic!("request {i}: unexpected {other}"),
+        }
+    }
+    assert_eq!(
+        statuses,
+        [
+            200, 200, 200, 200, 200, 429, 429, 429, 429, 429, 429, 429, 429, 429
+        ]
+    );
+    assert_eq!(
+        admitted,
+        [3, 2],
+        "both processes admitted from the one limit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_run_gives_the_configured_answers_within_the_deadline() {
+    let mut redis = RedisServer::start().expect("start redis-server");
+    let routes = r#"
+[policies.api]
+limits = [{ algorithm = "fixed_window", limit = 1000, window = "1h" }]
+
+[[routes]]
+path = "/api/quota"
+policy = "api"
+peek = true
+
+[[routes]]
+prefix = "/api"
+policy = "api"
+"#;
+    let open = serve(&write_config(
+        "fail-open",
+        &redis,
+        &format!("[failure]\npolicy = \"fail_open\"\n{routes}"),
+    ))
+    .await;
+    let closed = serve(&write_config(
+        "fail-closed",
+        &redis,
+        &format!(
+            "[failure]\npolicy = \"fail_closed\"\n\n[http]\non_unavailable = \"pass\"\n{routes}"
+        ),
+    ))
+    .await;
+    let client = client();
+    for server in [open, closed] {
+        for path in ["/api/x", "/api/quota"] {
+            let response = send(&client, server, path, &[]).await;
+            assert_eq!(response.status, StatusCode::OK, "{path} before the kill");
+        }
+    }
+
+    redis.kill().expect("kill redis-server");
+    for round in 0..5 {
+        // Over the resilient limiter, the failure policy answers an acquire...
+        let response = send(&client, open, "/api/x", &[]).await;
+        assert_eq!(response.status, StatusCode::OK, "fail open, round {round}");
+        assert_within_deadline(&response, round);
+        let response = send(&client, closed, "/api/x", &[]).await;
+        assert_eq!(
+            response.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "fail closed, round {round}"
+        );
+        assert!(response.headers.contains_key("retry-after"));
+        assert_within_deadline(&response, round);
+        // ... and a peek, which goes to the store directly, gets the layer's answer: the
+        // default 503, or "pass" where configured.
+        let response = send(&client, open, "/api/quota", &[]).await;
+        assert_eq!(
+            response.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "peek, round {round}"
+        );
+        assert_within_deadline(&response, round);
+        let response = send(&client, closed, "/api/quota", &[]).await;
+        assert_eq!(
+            response.status,
+            StatusCode::OK,
+            "peek passed, round {round}"
+        );
+        assert_within_deadline(&response, round);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_hops_key_by_the_address_the_trusted_proxy_saw() {
+    // The positive control of the spoofing test: with one trusted hop, the header's last
+    // entry is the key, so two clients behind the proxy have two limits.
+    let redis = RedisServer::start().expect("start redis-server");
+    let path = write_config(
+        "trusted-hop",
+        &redis,
+        r#"
+[policies.api]
+limits = [{ algorithm = "fixed_window", limit = 1, window = "1h" }]
+
+[http]
+key = { from = "x-forwarded-for", trusted_hops = 1 }
+
+[[routes]]
+prefix = "/api"
+policy = "api"
+"#,
+    );
+    let server = serve(&path).await;
+    let client = client();
+    let expected = [
+        ("192.0.2.1", StatusCode::OK),
+        ("192.0.2.1", StatusCode::TOO_MANY_REQUESTS),
+        // A spoofed entry to the left of the proxy's changes nothing.
+        ("6.6.6.6, 192.0.2.1", StatusCode::TOO_MANY_REQUESTS),
+        ("192.0.2.2", StatusCode::OK),
+    ];
+    for (xff, status) in expected {
+        let response = send(&client, server, "/api/x", &[("x-forwarded-for", xff)]).await;
+        assert_eq!(response.status, status, "X-Forwarded-For: {xff}");
+    }
+    // No header: fewer entries than trusted hops is no key, answered 500.
+    let response = send(&client, server, "/api/x", &[]).await;
+    assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+#[tokio::test]
+async fn the_layer_serves_plain_hyper_with_the_peer_address_as_an_extension() {
+    use std::convert::Infallible;
+
+    use http_body_util::Full;
+    use hyper::body::Incoming;
+    use hyper_util::rt::TokioIo;
+    use hyper_util::service::TowerToHyperService;
+    use rein_core::{Limit, Micros, NamedPolicy, Policy};
+    use rein_tower::{PeerAddr, RateLimitLayer, Route};
+
+    let policy = NamedPolicy::new(
+        "api",
+        Policy::single(Limit::fixed_window(2, Micros::from_secs(3_600)).expect("valid")),
+    )
+    .expect("valid name");
+    let layer = RateLimitLayer::builder(rein_memory::MemoryStore::new())
+        .policy(policy)
+        .route(Route::any().policy("api"))
+        .build()
+        .expect("layer");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((stream, peer)) = listener.accept().await {
+            // Plain hyper has no `ConnectInfo`: the connection's peer goes in as `PeerAddr`.
+            let service = tower::ServiceBuilder::new()
+                .map_request(move |mut request: Request<Incoming>| {
+                    request.extensions_mut().insert(PeerAddr(peer));
+                    request
+                })
+                .layer(layer.clone())
+                .service_fn(|_: Request<Incoming>| async {
+                    Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from("ok"))))
+                });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service)),
+            );
+        }
+    });
+    let client = client();
+    let statuses = [
+        send(&client, addr, "/", &[]).await.status,
+        send(&client, addr, "/", &[]).await.status,
+        send(&client, addr, "/", &[]).await.status,
+    ];
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_naming_cluster_nodes_limits_through_the_cluster() {
+    let cluster = rein_redis_harness::RedisCluster::start().expect("start a Redis Cluster");
+    let nodes: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|url| format!("\"{url}\""))
+        .collect();
+    let text = format!(
+        r#"
+[redis]
+cluster = [{}]
+deadline = "200ms"
+
+[failure]
+policy = "fail_closed"
+
+[policies.api]
+limits = [{{ algorithm = "fixed_window", limit = 2, window = "1h" }}]
+
+[http]
+default_policy = "api"
+"#,
+        nodes.join(", ")
+    );
+    let path = std::env::temp_dir().join(format!("rein-tower-cluster-{}.toml", std::process::id()));
+    std::fs::write(&path, text).expect("write config");
+    let config = Config::load(&path).expect("load");
+    assert!(
+        matches!(config.redis.endpoint, rein_tower::RedisEndpoint::Cluster(ref n) if n.len() == 3)
+    );
+    let server = serve(&path).await;
+    let client = client();
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(send(&client, server, "/api/x", &[]).await.status);
+    }
+    // Fail closed: a 200 can only have come from the cluster.
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
+/// The routes every test server has behind the layer.
+fn app() -> Router {
+    Router::new()
+        .route("/api/{*rest}", get(|| async { "ok" }))
+        .route("/health", get(|| async { "ok" }))
+}
+
+/// Serves `config` in this process on a free loopback port.
+async fn serve(path: &PathBuf) -> SocketAddr {
+    let layer = Config::load(path)
+        .expect("load")
+        .build()
+        .await
+        .expect("build");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app()
+                .layer(layer)
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    addr
+}
+
+/// A config file for the private server: `[redis]` plus `rest`.
+fn write_config(name: &str, redis: &RedisServer, rest: &str) -> PathBuf {
+    let text = format!(
+        "[redis]\nurl = \"{}\"\ndeadline = \"{}ms\"\nprefix = \"{PREFIX}\"\n{rest}",
+        redis.url(),
+        DEADLINE.as_millis()
+    );
+    let path = std::env::temp_dir().join(format!(
+        "rein-tower-{name}-{}-{}.toml",
+        std::process::id(),
+        redis.port()
+    ));
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+const PREFIX: &str = "rein-tower-test";
+
+/// A server process: this test binary running `child_server_process`.
+struct ChildServer {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl ChildServer {
+    fn spawn(config: &PathBuf) -> Self {
+        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "child_server_process",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env(CHILD_CONFIG, config)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn a server process");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("LISTENING ") {
+                    let _ = tx.send(addr.parse::<SocketAddr>());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the server process did not start listening within 30 s")
+            .expect("address");
+        Self { child, addr }
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The test's own view of the limit: the same Redis keys the servers decide on.
+async fn observer(
+    redis: &RedisServer,
+    config: &Config,
+) -> (RedisStore<redis::aio::ConnectionManager>, RedisPolicy) {
+    let store = rein_redis::RedisStoreBuilder::new()
+        .prefix(PREFIX)
+        .connect(&redis.url())
+        .await
+        .expect("connect the observer");
+    let policy = store.prepare(&config.policies[0]).expect("prepare");
+    (store, policy)
+}
+
+/// What the limit would answer the peer `127.0.0.1` right now, taking nothing.
+async fn peek(store: &RedisStore<redis::aio::ConnectionManager>, policy: &RedisPolicy) -> Decision {
+    Limiter::peek(store, None, policy, b"127.0.0.1", 1)
+        .await
+        .expect("peek")
+}
+
+struct Answered {
+    status: StatusCode,
+    headers: HeaderMap,
+    elapsed: Duration,
+}
+
+fn client() -> Client<HttpConnector, Empty<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+async fn send(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Answered {
+    let mut request = Request::get(format!("http://{addr}{path}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Empty::new()).expect("request");
+    let started = Instant::now();
+    let response = client.request(request).await.expect("HTTP round trip");
+    let (parts, body) = response.into_parts();
+    body.collect().await.expect("body");
+    Answered {
+        status: parts.status,
+        headers: parts.headers,
+        elapsed: started.elapsed(),
+    }
+}
+
+fn assert_within_deadline(response: &Answered, round: usize) {
+    assert!(
+        response.elapsed < DEADLINE + MARGIN,
+        "round {round}: answered in {:?}, deadline {DEADLINE:?} + margin {MARGIN:?}",
+        response.elapsed
+    );
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
+    headers
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name} header in {headers:?}"))
+        .to_str()
+        .expect("ASCII")
+}
+
+/// `r` and `t` of a `RateLimit` value `"name";r=R;t=T`.
+fn rate_limit(headers: &HeaderMap) -> (u64, u64) {
+    let value = header(headers, "ratelimit");
+    let mut r = None;
+    let mut t = None;
+    for parameter in value.split(';').skip(1) {
+        match parameter.split_once('=') {
+            Some(("r", v)) => r = v.parse().ok(),
+            Some(("t", v)) => t = v.parse().ok(),
+            _ => {}
+        }
+    }
+    (r.expect("r"), t.expect("t"))
+}
+
+fn ceil_secs(span: rein_core::Micros) -> u64 {
+    span.as_micros().div_ceil(1_000_000)
+}
+
+/// Seconds, rounded up, of `span` less `slack_ms`.
+fn ceil_secs_minus(span: rein_core::Micros, slack_ms: u64) -> u64 {
+    span.as_micros()
+        .saturating_sub(slack_ms * 1_000)
+        .div_ceil(1_000_000)
+}

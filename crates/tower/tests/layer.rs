@@ -1,0 +1,570 @@
+//! The layer's request path over an in-process `MemoryStore`, called as a tower service (no
+//! socket): routes, keys, costs, peeks, answers and headers. The same layer over Redis, on
+//! real sockets, is `tests/http.rs`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::{get, post};
+use http::{HeaderName, Method, Request, StatusCode};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use rein_core::{
+    DecideError, Decision, Limit, Limiter, Micros, NamedPolicy, Policy, PrepareError, Timestamp,
+};
+use rein_memory::MemoryStore;
+use rein_tower::{
+    AdmittedHeaders, Answer, KeySource, LayerError, PeerAddr, RateLimitLayer,
+    RateLimitLayerBuilder, Route,
+};
+use tower::ServiceExt;
+
+fn window(name: &str, limit: u64) -> NamedPolicy {
+    let limit = Limit::fixed_window(limit, Micros::from_secs(3_600)).expect("valid");
+    NamedPolicy::new(name, Policy::single(limit)).expect("valid name")
+}
+
+fn builder() -> RateLimitLayerBuilder<MemoryStore> {
+    RateLimitLayer::builder(MemoryStore::new())
+}
+
+fn app(layer: RateLimitLayer<MemoryStore>) -> Router {
+    Router::new()
+        .route("/api/{*rest}", get(|| async { "api" }))
+        .route("/login", post(|| async { "welcome" }))
+        .route("/health", get(|| async { "ok" }))
+        .layer(layer)
+}
+
+struct Answered {
+    status: StatusCode,
+    headers: http::HeaderMap,
+    body: String,
+}
+
+async fn call(app: &Router, method: Method, path: &str, peer: Option<&str>) -> Answered {
+    call_with(app, method, path, peer, &[]).await
+}
+
+async fn call_with(
+    app: &Router,
+    method: Method,
+    path: &str,
+    peer: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Answered {
+    let mut request = Request::builder().method(method).uri(path);
+    if let Some(peer) = peer {
+        let addr: SocketAddr = peer.parse().expect("addr");
+        request = request.extension(PeerAddr(addr));
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = app
+        .clone()
+        .oneshot(request.body(Body::empty()).expect("request"))
+        .await
+        .expect("infallible");
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, 1 << 16).await.expect("body");
+    Answered {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
+const PEER: Option<&str> = Some("192.0.2.7:40000");
+
+#[tokio::test]
+async fn a_denial_is_a_429_with_retry_after_and_both_ietf_headers() {
+    let layer = builder()
+        .policy(window("api", 2))
+        .route(Route::prefix("/api").policy("api"))
+        .build()
+        .expect("layer");
+    let app = app(layer);
+    for remaining in [1, 0] {
+        let ok = call(&app, Method::GET, "/api/x", PEER).await;
+        assert_eq!(ok.status, StatusCode::OK);
+        let rate_limit = ok.headers["ratelimit"].to_str().unwrap();
+        assert!(
+            rate_limit.starts_with(&format!("\"api\";r={remaining};t=")),
+            "{rate_limit}"
+        );
+        assert!(
+            !ok.headers.contains_key("ratelimit-policy"),
+            "not by default"
+        );
+    }
+    let denied = call(&app, Method::GET, "/api/x", PEER).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = denied.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=3_600).contains(&retry_after), "{retry_after}");
+    assert_eq!(denied.headers["ratelimit-policy"], r#""api";q=2;w=3600"#);
+    assert_eq!(
+        denied.headers["ratelimit"].to_str().unwrap(),
+        format!("\"api\";r=0;t={retry_after}")
+    );
+    assert!(denied.body.contains("retry in"), "{}", denied.body);
+    // Another client has its own limit.
+    let other = call(&app, Method::GET, "/api/x", Some("192.0.2.8:1")).await;
+    assert_eq!(other.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_request_without_a_key_gets_the_configured_answer_never_a_shared_bucket() {
+    let layer = builder()
+        .policy(window("api", 1))
+        .route(Route::prefix("/api").policy("api"))
+        .build()
+        .expect("layer");
+    let app = app(layer);
+    for _ in 0..3 {
+        let answered = call(&app, Method::GET, "/api/x", None).await;
+        assert_eq!(answered.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            answered.body.contains("no rate-limit key"),
+            "{}",
+            answered.body
+        );
+    }
+    // Keyed clients are unaffected by those.
+    assert_eq!(
+        call(&app, Method::GET, "/api/x", PEER).await.status,
+        StatusCode::OK
+    );
+
+    let passing = builder()
+        .policy(window("api", 1))
+        .route(Route::prefix("/api").policy("api"))
+        .on_missing_key(Answer::Pass)
+        .build()
+        .expect("layer");
+    let app = self::app(passing);
+    for _ in 0..3 {
+        assert_eq!(
+            call(&app, Method::GET, "/api/x", None).await.status,
+            StatusCode::OK
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_first_matching_route_decides_and_unmatched_requests_pass() {
+    let layer = builder()
+        .policy(window("login", 1))
+        .policy(window("api", 1))
+        .route(Route::exact("/login").method(Method::POST).policy("login"))
+        .route(Route::prefix("/health").exempt())
+        .route(Route::prefix("/api").policy("api"))
+        .build()
+        .expect("layer");
+    let app = app(layer);
+    for _ in 0..3 {
+        assert_eq!(
+            call(&app, Method::GET, "/health", PEER).await.status,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        call(&app, Method::POST, "/login", PEER).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&app, Method::POST, "/login", PEER).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The login policy is spent; the api policy is another limit.
+    assert_eq!(
+        call(&app, Method::GET, "/api/a", PEER).await.status,
+        StatusCode::OK
+    );
+    // A path no route matches is not limited.
+    for _ in 0..3 {
+        let other = call(&app, Method::GET, "/elsewhere", PEER).await;
+        assert_eq!(other.status, StatusCode::NOT_FOUND);
+        assert!(!other.headers.contains_key("ratelimit"));
+    }
+}
+
+#[tokio::test]
+async fn peek_only_routes_stop_when_spent_but_take_nothing() {
+    let layer = builder()
+        .policy(window("api", 2))
+        .route(Route::exact("/api/quota").policy("api").peek_only())
+        .route(Route::prefix("/api").policy("api"))
+        .build()
+        .expect("layer");
+    let app = app(layer);
+    for _ in 0..5 {
+        let quota = call(&app, Method::GET, "/api/quota", PEER).await;
+        assert_eq!(quota.status, StatusCode::OK);
+        assert!(quota.headers["ratelimit"].to_str().unwrap().contains("r=1"));
+    }
+    assert_eq!(
+        call(&app, Method::GET, "/api/x", PEER).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&app, Method::GET, "/api/x", PEER).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&app, Method::GET, "/api/quota", PEER).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn costs_come_from_the_request_and_one_above_capacity_is_413() {
+    let layer = builder()
+        .policy(window("api", 10))
+        .route(Route::prefix("/api").policy("api").cost_fn(|parts| {
+            parts
+                .uri
+                .query()
+                .and_then(|q| q.strip_prefix("n="))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1)
+        }))
+        .build()
+        .expect("layer");
+    let app = app(layer);
+    let seven = call(&app, Method::GET, "/api/x?n=7", PEER).await;
+    assert_eq!(seven.status, StatusCode::OK);
+    assert!(
+        seven.headers["ratelimit"]
+            .to_str()
+            .unwrap()
+            .contains("r=3;")
+    );
+    assert_eq!(
+        call(&app, Method::GET, "/api/x?n=4", PEER).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        call(&app, Method::GET, "/api/x?n=11", PEER).await.status,
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
+    assert_eq!(
+        call(&app, Method::GET, "/api/x?n=3", PEER).await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn route_keys_override_the_default_key() {
+    let api_key = HeaderName::from_static("x-api-key");
+    let layer = builder()
+        .policy(window("api", 1))
+        .route(
+            Route::prefix("/api")
+                .policy("api")
+                .key(KeySource::header(api_key)),
+        )
+        .admitted_headers(AdmittedHeaders::All)
+        .build()
+        .expect("layer");
+    let app = app(layer);
+    // Same peer, two API keys: two limits.
+    for key in ["k1", "k2"] {
+        let ok = call_with(&app, Method::GET, "/api/x", PEER, &[("x-api-key", key)]).await;
+        assert_eq!(ok.status, StatusCode::OK, "{key}");
+        assert_eq!(ok.headers["ratelimit-policy"], r#""api";q=1;w=3600"#);
+    }
+    let again = call_with(&app, Method::GET, "/api/x", PEER, &[("x-api-key", "k1")]).await;
+    assert_eq!(again.status, StatusCode::TOO_MANY_REQUESTS);
+    // The peer alone is not this route's key.
+    assert_eq!(
+        call(&app, Method::GET, "/api/x", PEER).await.status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+}
+
+#[tokio::test]
+async fn a_multi_limit_policy_names_the_limit_that_spoke() {
+    let policy = NamedPolicy::new(
+        "login",
+        Policy::new([
+            Limit::fixed_window(3, Micros::from_secs(60)).expect("valid"),
+            Limit::fixed_window(2, Micros::from_secs(3_600)).expect("valid"),
+        ])
+        .expect("valid"),
+    )
+    .expect("valid name");
+    let layer = builder()
+        .policy(policy)
+        .route(Route::exact("/login").policy("login"))
+        .build()
+        .expect("layer");
+    let app = app(layer);
+    call(&app, Method::POST, "/login", PEER).await;
+    call(&app, Method::POST, "/login", PEER).await;
+    let denied = call(&app, Method::POST, "/login", PEER).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        denied.headers["ratelimit-policy"],
+        r#""login.0";q=3;w=60, "login.1";q=2;w=3600"#
+    );
+    // The hourly limit (2) denied. Until `Decision` says so, the header names the limit
+    // with the smallest capacity (`rein_tower::headers::deciding_limit`): the same one here.
+    let rate_limit = denied.headers["ratelimit"].to_str().unwrap();
+    assert!(rate_limit.starts_with(r#""login.1";r=0;"#), "{rate_limit}");
+}
+
+#[test]
+fn building_refuses_unknown_and_duplicate_policies() {
+    let unknown = builder()
+        .policy(window("api", 1))
+        .route(Route::any().policy("apj"))
+        .build();
+    assert_eq!(
+        unknown.err(),
+        Some(LayerError::UnknownPolicy {
+            route: "*".into(),
+            policy: "apj".into()
+        })
+    );
+    let duplicate = builder()
+        .policy(window("api", 1))
+        .policy(window("api", 2))
+        .build();
+    assert_eq!(
+        duplicate.err(),
+        Some(LayerError::DuplicatePolicy("api".into()))
+    );
+}
+
+#[tokio::test]
+async fn the_layer_and_its_service_are_clone_and_share_one_limit() {
+    let layer = builder()
+        .policy(window("api", 1))
+        .route(Route::any().policy("api"))
+        .build()
+        .expect("layer");
+    // Two routers, as two connections or two route_layer uses would have: one limit.
+    let first = app(layer.clone());
+    let second = app(layer);
+    assert_eq!(
+        call(&first, Method::GET, "/api/x", PEER).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&second, Method::GET, "/api/x", PEER).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+/// A limiter that never answers and states no deadline of its own: a broken store.
+struct Hanging(MemoryStore);
+
+impl Limiter for Hanging {
+    type Prepared = <MemoryStore as Limiter>::Prepared;
+
+    fn prepare(&self, policy: &NamedPolicy) -> Result<Self::Prepared, PrepareError> {
+        self.0.prepare(policy)
+    }
+
+    fn acquire(
+        &self,
+        _: Option<Timestamp>,
+        _: &Self::Prepared,
+        _: &[u8],
+        _: u64,
+    ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
+        std::future::pending()
+    }
+
+    fn peek(
+        &self,
+        _: Option<Timestamp>,
+        _: &Self::Prepared,
+        _: &[u8],
+        _: u64,
+    ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
+        std::future::pending()
+    }
+
+    fn refund(
+        &self,
+        _: Option<Timestamp>,
+        _: &Self::Prepared,
+        _: &[u8],
+        _: u64,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send {
+        std::future::pending()
+    }
+}
+
+#[tokio::test]
+async fn a_limiter_that_never_answers_gets_the_configured_answer_at_the_deadline() {
+    let deadline = Duration::from_millis(50);
+    for (answer, status) in [
+        (
+            Answer::Status(StatusCode::SERVICE_UNAVAILABLE),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+        (Answer::Pass, StatusCode::OK),
+    ] {
+        let layer = RateLimitLayer::builder(Hanging(MemoryStore::new()))
+            .policy(window("api", 1))
+            .route(Route::any().policy("api"))
+            .on_unavailable(answer)
+            .deadline(deadline)
+            .build()
+            .expect("layer");
+        let app = Router::new()
+            .route("/api/{*rest}", get(|| async { "api" }))
+            .layer(layer);
+        let started = Instant::now();
+        let answered = call(&app, Method::GET, "/api/x", PEER).await;
+        let elapsed = started.elapsed();
+        assert_eq!(answered.status, status, "{answer:?}");
+        // At the deadline: not before it, and not much after (tokio's 1 ms timer, a debug
+        // build, a loaded machine).
+        assert!(
+            elapsed >= deadline && elapsed < deadline + Duration::from_millis(100),
+            "{answer:?}: answered after {elapsed:?}"
+        );
+    }
+}
+
+#[test]
+fn requests_are_counted_by_route_and_outcome() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // Handles are taken when the layer is built: the recorder must be in place by then.
+    let layer = metrics::with_local_recorder(&recorder, || {
+        builder()
+            .policy(window("api", 1))
+            .route(Route::prefix("/api").policy("api").named("api"))
+            .build()
+            .expect("layer")
+    });
+    let app = app(layer);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        call(&app, Method::GET, "/api/x", PEER).await;
+        call(&app, Method::GET, "/api/x", PEER).await;
+        call(&app, Method::GET, "/api/x", PEER).await;
+        call(&app, Method::GET, "/api/x", None).await;
+    });
+    // A snapshot drains the debugging recorder's counters: take one.
+    let snapshot = snapshotter.snapshot().into_vec();
+    let counted = |outcome: &str| {
+        snapshot.iter().find_map(|(key, _, _, value)| {
+            let labels: Vec<(String, String)> = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            let wanted = [
+                ("route".to_owned(), "api".to_owned()),
+                ("outcome".to_owned(), outcome.to_owned()),
+            ];
+            (key.key().name() == "rein_http_requests_total" && labels == wanted).then_some(value)
+        })
+    };
+    assert_eq!(counted("allowed"), Some(&DebugValue::Counter(1)));
+    assert_eq!(counted("denied"), Some(&DebugValue::Counter(2)));
+    assert_eq!(counted("missing_key"), Some(&DebugValue::Counter(1)));
+    assert_eq!(counted("unavailable"), Some(&DebugValue::Counter(0)));
+}
+
+#[tokio::test]
+async fn route_layer_limits_only_the_axum_routes_it_wraps() {
+    let layer = builder()
+        .policy(window("login", 1))
+        .route(Route::any().policy("login"))
+        .build()
+        .expect("layer");
+    // axum's `route_layer` wraps the routes added before it, after routing.
+    let app = Router::new()
+        .route("/login", post(|| async { "welcome" }))
+        .route_layer(layer)
+        .route("/health", get(|| async { "ok" }));
+    assert_eq!(
+        call(&app, Method::POST, "/login", PEER).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&app, Method::POST, "/login", PEER).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            call(&app, Method::GET, "/health", PEER).await.status,
+            StatusCode::OK
+        );
+    }
+}
+
+#[test]
+fn each_decision_has_a_span_with_route_policy_and_outcome() {
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::fmt::format::FmtSpan;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let layer = builder()
+        .policy(window("api", 1))
+        .route(Route::prefix("/api").policy("api").named("search"))
+        .build()
+        .expect("layer");
+    let app = app(layer);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            call(&app, Method::GET, "/api/x", PEER).await;
+            call(&app, Method::GET, "/api/x", PEER).await;
+        });
+    });
+    let output = String::from_utf8(captured.0.lock().expect("lock").clone()).expect("utf-8");
+    let closed: Vec<&str> = output
+        .lines()
+        .filter(|line| line.contains("rein_http") && line.contains("close"))
+        .collect();
+    assert_eq!(closed.len(), 2, "{output}");
+    for (line, outcome) in closed.iter().zip(["allowed", "denied"]) {
+        for field in [
+            "route=\"search\"".to_owned(),
+            "policy=\"api\"".to_owned(),
+            format!("outcome=\"{outcome}\""),
+        ] {
+            assert!(line.contains(&field), "{field} in {line}");
+        }
+    }
+}
