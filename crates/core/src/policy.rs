@@ -108,7 +108,7 @@ impl Policy {
             let decision = limit.acquire(now, limit_state, cost)?;
             combined = Some(combine(combined, index, decision));
         }
-        Ok(combined.unwrap_or(preview))
+        Ok(combined.map_or(preview, |c| c.decision))
     }
 
     /// What [`acquire`](Self::acquire) would answer, without consuming.
@@ -131,7 +131,9 @@ impl Policy {
                 limit.peek(now, limit_state, cost)?,
             ));
         }
-        combined.ok_or(AcquireError::StateMismatch)
+        combined
+            .map(|c| c.decision)
+            .ok_or(AcquireError::StateMismatch)
     }
 
     /// Gives back up to `amount` to every limit, never beyond full.
@@ -197,29 +199,52 @@ impl PolicyState {
     }
 }
 
+/// The policy's decision so far, and whether the limit it names (`limit_index`) denied.
+#[derive(Clone, Copy)]
+struct Combined {
+    decision: Decision,
+    deciding_denied: bool,
+}
+
 /// Folds one more limit's decision into the policy's: denied if any denies, the longest
-/// wait, the fewest remaining (with that limit's size), the longest reset.
-fn combine(acc: Option<Decision>, index: usize, mut next: Decision) -> Decision {
+/// wait, the longest reset, and the figures (`limit`, `remaining`, `limit_index`) of the
+/// limit with the fewest remaining; on a tie, one that denies, then the first. So a denial
+/// always names a limit that denied it.
+fn combine(acc: Option<Combined>, index: usize, mut next: Decision) -> Combined {
     // A policy holds at most MAX_LIMITS (8) limits.
     next.limit_index = index as u8;
-    let Some(acc) = acc else { return next };
+    let next_denied = !next.is_allowed();
+    let Some(Combined {
+        decision: acc,
+        deciding_denied,
+    }) = acc
+    else {
+        return Combined {
+            decision: next,
+            deciding_denied: next_denied,
+        };
+    };
     let outcome = if acc.is_allowed() && next.is_allowed() {
         Outcome::Allowed
     } else {
         Outcome::Denied
     };
-    let (limit, remaining, limit_index) = if next.remaining < acc.remaining {
-        (next.limit, next.remaining, next.limit_index)
+    // `false < true`: a denying limit sorts before an admitting one with as many remaining.
+    let named = if (next.remaining, !next_denied) < (acc.remaining, !deciding_denied) {
+        (next, next_denied)
     } else {
-        (acc.limit, acc.remaining, acc.limit_index)
+        (acc, deciding_denied)
     };
-    Decision {
-        outcome,
-        limit,
-        remaining,
-        retry_after: acc.retry_after.max(next.retry_after),
-        reset_after: acc.reset_after.max(next.reset_after),
-        limit_index,
+    Combined {
+        decision: Decision {
+            outcome,
+            limit: named.0.limit,
+            remaining: named.0.remaining,
+            retry_after: acc.retry_after.max(next.retry_after),
+            reset_after: acc.reset_after.max(next.reset_after),
+            limit_index: named.0.limit_index,
+        },
+        deciding_denied: named.1,
     }
 }
 
@@ -250,6 +275,18 @@ mod tests {
         let later = Timestamp::from_micros(1_000_000);
         let d = policy.peek(later, &state, 0).unwrap();
         assert_eq!((d.remaining, d.limit_index), (0, 1));
+        // A tie between an admitting and a denying limit names the denying one: 1 left in
+        // the first (0 after this request), none in the second.
+        let tied = Policy::new([
+            Limit::fixed_window(3, Micros::from_secs(60)).unwrap(),
+            Limit::fixed_window(2, Micros::from_secs(3_600)).unwrap(),
+        ])
+        .unwrap();
+        let mut state = tied.new_state();
+        tied.acquire(now, &mut state, 2).unwrap();
+        let denied = tied.peek(now, &state, 1).unwrap();
+        assert_eq!((denied.remaining, denied.limit_index), (0, 1));
+        assert!(!denied.is_allowed());
         let single = Policy::single(Limit::fixed_window(3, Micros::from_secs(1)).unwrap());
         let mut one = single.new_state();
         assert_eq!(single.acquire(now, &mut one, 1).unwrap().limit_index, 0);

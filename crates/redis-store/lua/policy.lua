@@ -78,8 +78,10 @@ if n == 0 or n > 8 then
 end
 
 -- Policy::combine, folded as the limits are decided: denied if any denies, the fewest
--- remaining (with that limit's size, the first on a tie), the longest wait and reset.
+-- remaining (with that limit's size and index; on a tie one that denies, then the first),
+-- the longest wait and reset.
 local all_allowed, c_limit, c_remaining, c_retry, c_reset, c_index = true, 0, -1, 0, 0, 0
+local c_denied = false
 -- Per limit: the state to write if the call writes (a string, or a token bucket's `tat` as
 -- a number, which Redis writes exactly; false: nothing to write; '': delete), and the
 -- reset_after that sets its TTL.
@@ -438,8 +440,9 @@ for k = 1, n do
   end
 
   all_allowed = all_allowed and allowed
-  if c_remaining < 0 or remaining < c_remaining then
-    c_limit, c_remaining, c_index = limit, remaining, k - 1
+  if c_remaining < 0 or remaining < c_remaining
+    or (remaining == c_remaining and not allowed and not c_denied) then
+    c_limit, c_remaining, c_index, c_denied = limit, remaining, k - 1, not allowed
   end
   c_retry = math.max(c_retry, retry_after)
   c_reset = math.max(c_reset, reset_after)

@@ -26,23 +26,15 @@
 
 use std::fmt::Write as _;
 
-use rein_core::{Decision, Limit, Micros, NamedPolicy, Policy};
+use rein_core::{Algorithm, Decision, Limit, Micros, NamedPolicy, Policy};
 
 /// The limit of `policy` that decided `decision`: the one to name in `RateLimit`.
 ///
-/// **Stand-in.** rein-core's [`Decision`] does not yet say which limit of a multi-limit
-/// policy decided (its combined figures take `limit` and `remaining` from the limit with the
-/// fewest remaining, ties to the first, and the longest waits of all). Until it does, this
-/// picks the limit with the smallest capacity (the first of equals), the one that usually
-/// runs out first; for a single-limit policy it is always 0. This is the only place the
-/// layer chooses: when `Decision` carries the index, return it here.
-pub fn deciding_limit(policy: &Policy, _decision: &Decision) -> usize {
-    policy
-        .limits()
-        .iter()
-        .enumerate()
-        .min_by_key(|(index, limit)| (limit.capacity(), *index))
-        .map_or(0, |(index, _)| index)
+/// It is [`Decision::limit_index`]: the limit whose `limit` and `remaining` the decision
+/// reports (the fewest remaining, the first on a tie). An index past the policy's limits
+/// (a decision from another policy) is read as the last limit.
+pub fn deciding_limit(policy: &Policy, decision: &Decision) -> usize {
+    usize::from(decision.limit_index).min(policy.limits().len().saturating_sub(1))
 }
 
 /// The three header values of one decision, as text.
@@ -208,6 +200,7 @@ mod tests {
             remaining,
             retry_after: Micros::from_micros(retry),
             reset_after: Micros::from_micros(reset),
+            limit_index: 0,
         }
     }
 
@@ -244,7 +237,7 @@ mod tests {
     }
 
     #[test]
-    fn the_stand_in_picks_the_smallest_capacity() {
+    fn the_deciding_limit_is_the_decisions_own_index_within_the_policy() {
         let policy = named(
             "p",
             vec![
@@ -253,13 +246,17 @@ mod tests {
                 Limit::fixed_window(3, Micros::from_secs(60)).unwrap(),
             ],
         );
-        let any = decision(Outcome::Allowed, 9, 1, 0, 0);
-        assert_eq!(deciding_limit(policy.policy(), &any), 1);
+        let mut second = decision(Outcome::Allowed, 3, 1, 0, 0);
+        second.limit_index = 1;
+        assert_eq!(deciding_limit(policy.policy(), &second), 1);
+        // An index past the policy (a decision from another policy) reads as its last limit.
+        second.limit_index = 7;
+        assert_eq!(deciding_limit(policy.policy(), &second), 2);
         let single = named(
             "s",
             vec![Limit::fixed_window(9, Micros::from_secs(1)).unwrap()],
         );
-        assert_eq!(deciding_limit(single.policy(), &any), 0);
+        assert_eq!(deciding_limit(single.policy(), &second), 0);
     }
 
     #[test]

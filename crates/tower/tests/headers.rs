@@ -3,7 +3,7 @@
 
 use http::HeaderValue;
 use proptest::prelude::*;
-use rein_core::{Decision, Limit, MAX_MICROS, Micros, NamedPolicy, Outcome, Policy};
+use rein_core::{Decision, Limit, MAX_MICROS, MAX_SPAN, Micros, NamedPolicy, Outcome, Policy};
 use rein_tower::headers::{SF_INTEGER_MAX, deciding_limit, render, retry_after_secs, window_secs};
 
 /// Microseconds weighted towards the edges: zero, whole seconds and one either side, and
@@ -71,6 +71,7 @@ fn decision() -> impl Strategy<Value = Decision> {
                 Micros::from_micros(retry)
             },
             reset_after: Micros::from_micros(reset),
+            limit_index: 0,
         },
     )
 }
@@ -159,6 +160,7 @@ proptest! {
             remaining: 0,
             retry_after: Micros::ZERO,
             reset_after: Micros::ZERO,
+            limit_index: 0,
         };
         let headers = render(&policy, 0, &decision);
         prop_assert!(HeaderValue::from_str(&headers.policy).is_ok());
@@ -177,7 +179,7 @@ proptest! {
 fn zero_and_the_largest_values_render() {
     let policy = NamedPolicy::new(
         "p",
-        Policy::single(Limit::fixed_window(MAX_MICROS, Micros::MAX).expect("valid")),
+        Policy::single(Limit::fixed_window(MAX_MICROS, MAX_SPAN).expect("valid")),
     )
     .expect("valid name");
     let largest = Decision {
@@ -186,6 +188,7 @@ fn zero_and_the_largest_values_render() {
         remaining: u64::MAX,
         retry_after: Micros::MAX,
         reset_after: Micros::MAX,
+        limit_index: 0,
     };
     let headers = render(&policy, 0, &largest);
     // 2^52 - 1 µs is 4 503 599 628 s and a fraction: rounded up.
@@ -196,7 +199,8 @@ fn zero_and_the_largest_values_render() {
     );
     assert_eq!(
         headers.policy,
-        format!("\"p\";q={SF_INTEGER_MAX};w=4503599628")
+        // The longest window, MAX_SPAN = 2^48 µs, is 281 474 976.7 s: rounded up.
+        format!("\"p\";q={SF_INTEGER_MAX};w=281474977")
     );
     let zero = Decision {
         outcome: Outcome::Denied,
@@ -204,6 +208,7 @@ fn zero_and_the_largest_values_render() {
         remaining: 0,
         retry_after: Micros::ZERO,
         reset_after: Micros::ZERO,
+        limit_index: 0,
     };
     let headers = render(&policy, 0, &zero);
     assert_eq!(headers.retry_after, Some(0));

@@ -314,8 +314,8 @@ async fn a_multi_limit_policy_names_the_limit_that_spoke() {
         denied.headers["ratelimit-policy"],
         r#""login.0";q=3;w=60, "login.1";q=2;w=3600"#
     );
-    // The hourly limit (2) denied. Until `Decision` says so, the header names the limit
-    // with the smallest capacity (`rein_tower::headers::deciding_limit`): the same one here.
+    // The hourly limit (2) denied; the minute's (3) has one left before this request, none
+    // after it, as many as the hourly: a tie, which names the limit that denied.
     let rate_limit = denied.headers["ratelimit"].to_str().unwrap();
     assert!(rate_limit.starts_with(r#""login.1";r=0;"#), "{rate_limit}");
 }
