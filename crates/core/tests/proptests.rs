@@ -1195,11 +1195,17 @@ fn policy_against_its_limits(
                 prop_assert_eq!(decision.is_allowed(), all);
                 let longest = each.iter().map(|d| d.retry_after).max().unwrap_or_default();
                 prop_assert_eq!(decision.retry_after, longest);
+                // The figures of the limit with the fewest remaining; on a tie one that
+                // denies, then the first (`min_by_key` keeps the first of equal keys).
                 let fewest = each
                     .iter()
-                    .min_by_key(|d| d.remaining)
-                    .map(|d| (d.limit, d.remaining));
-                prop_assert_eq!(Some((decision.limit, decision.remaining)), fewest);
+                    .enumerate()
+                    .min_by_key(|(_, d)| (d.remaining, d.is_allowed()))
+                    .map(|(i, d)| (d.limit, d.remaining, i as u8));
+                prop_assert_eq!(
+                    Some((decision.limit, decision.remaining, decision.limit_index)),
+                    fewest
+                );
                 let reset = each.iter().map(|d| d.reset_after).max().unwrap_or_default();
                 prop_assert_eq!(decision.reset_after, reset);
                 if acquire && all && cost > 0 {

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 ///
 /// Its readings are not wall-clock time: [`Timestamp::EPOCH`] is the instant it was made,
 /// so they must not be sent to Redis. Keep the default
-/// [`TimeSource::RedisServer`](crate::TimeSource::RedisServer), or give the limiter a clock
+/// [`TimeSource::Store`](crate::TimeSource::Store), or give the limiter a clock
 /// that all nodes share (such as [`rein_memory::SystemClock`]) before choosing
 /// [`TimeSource::LocalClock`](crate::TimeSource::LocalClock).
 ///

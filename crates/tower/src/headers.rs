@@ -66,6 +66,7 @@ pub struct RenderedHeaders {
 ///     remaining: 0,
 ///     retry_after: Micros::from_millis(29_001),
 ///     reset_after: Micros::from_millis(29_001),
+///     limit_index: 0,
 /// };
 /// let headers = render(&policy, 0, &denied);
 /// assert_eq!(headers.policy, r#""per-user";q=100;w=60"#);
