@@ -60,6 +60,7 @@ mod deny_cache;
 mod export;
 mod fallback;
 mod gate;
+mod lease;
 mod limiter;
 mod stats;
 mod table;
@@ -73,6 +74,11 @@ pub use breaker::{Breaker, BreakerConfig, BreakerEvent, BreakerState, Ticket};
 pub use clock::TokioClock;
 pub use decided::{Decided, Source, Unavailable};
 pub use fallback::{FailurePolicy, local_share};
+pub use lease::{
+    Action, Admit, DirectReason, LeaseBook, LeaseConfig, LeaseDecided, LeaseKey, LeaseKeyRef,
+    LeaseSource, LeaseStats, LeaseTerms, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy,
+    Reserved, Unleasable,
+};
 pub use limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy, TimeSource};
 pub use stats::{LATENCY_BOUNDS_US, LATENCY_BUCKETS, LatencySnapshot, SourceCounts, StatsSnapshot};
 pub use table::PolicyTable;
