@@ -875,3 +875,342 @@ fn returnable(now: Timestamp, valid_until: Timestamp, guard: Micros) -> bool {
 /// clock that runs slower than the store's by that much over the block's life. NTP slews
 /// at most 500 ppm; quartz drift is tens of ppm.
 const CLOCK_RATE_TOLERANCE: u64 = 1_000;
+
+#[cfg(test)]
+mod tests {
+    use rein_core::{Limit, Policy, PolicyState};
+
+    use super::*;
+
+    /// A node's book and, standing in for the store, rein-core's own policy state: a
+    /// reservation is an `acquire` at the instant it is delivered.
+    struct Harness {
+        book: LeaseBook,
+        terms: LeaseTerms,
+        policy: Policy,
+        store: PolicyState,
+        /// Actions emitted and not yet delivered, oldest first.
+        sent: VecDeque<Action>,
+    }
+
+    const KEY: LeaseKeyRef<'static> = LeaseKeyRef { slot: 0, key: b"k" };
+
+    /// Milliseconds on the number line; 10 s is the start of a window of every length here.
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_micros(10_000_000 + ms * 1_000)
+    }
+
+    fn config() -> LeaseConfig {
+        LeaseConfig {
+            expected_nodes: NonZeroU32::new(4).unwrap(),
+            renew_interval: Micros::from_millis(100),
+            low_watermark_permille: 500,
+            return_guard: Micros::from_millis(100),
+            idle_after: Micros::from_secs(1),
+            min_demand: 2,
+            max_keys: NonZeroUsize::new(2).unwrap(),
+            flight_timeout: Micros::from_millis(200),
+        }
+    }
+
+    /// 100 per 1 s fixed window: a fair share of 25.
+    fn harness(limit: Limit) -> Harness {
+        let policy = Policy::single(limit);
+        Harness {
+            book: LeaseBook::new(config()),
+            terms: LeaseTerms::new(&policy).unwrap(),
+            store: policy.new_state(),
+            policy,
+            sent: VecDeque::new(),
+        }
+    }
+
+    fn window() -> Limit {
+        Limit::fixed_window(100, Micros::from_secs(1)).unwrap()
+    }
+
+    impl Harness {
+        fn request(&mut self, ms: u64, cost: u64) -> Admit {
+            let admit = self.book.handle_request(at(ms), KEY, cost, &self.terms);
+            self.collect();
+            admit
+        }
+
+        fn retry(&mut self, ms: u64, cost: u64) -> Admit {
+            let admit = self.book.retry_request(at(ms), KEY, cost, &self.terms);
+            self.collect();
+            admit
+        }
+
+        fn tick(&mut self, ms: u64) {
+            self.book.handle_timeout(at(ms));
+            self.collect();
+        }
+
+        fn collect(&mut self) {
+            while let Some(action) = self.book.poll_action() {
+                self.sent.push_back(action);
+            }
+        }
+
+        /// Runs the oldest action in the store at `ms` and replies at once. Returns the
+        /// units reserved (`+`) or returned (`−`).
+        fn deliver(&mut self, ms: u64) -> i64 {
+            match self.sent.pop_front().expect("an action to deliver") {
+                Action::Reserve { key, id, units, .. } => {
+                    let d = self.policy.acquire(at(ms), &mut self.store, units).unwrap();
+                    self.book
+                        .handle_reserved(at(ms), &key, id, Reserved::Decided(d));
+                    self.collect();
+                    units as i64
+                }
+                Action::Return { units, .. } => {
+                    self.policy.refund(at(ms), &mut self.store, units).unwrap();
+                    -(units as i64)
+                }
+            }
+        }
+
+        fn held(&self, ms: u64) -> u64 {
+            self.book.held(at(ms), KEY)
+        }
+    }
+
+    fn leased(admit: Admit) -> u64 {
+        match admit {
+            Admit::Leased(d) => d.remaining,
+            other => panic!("expected a lease hit, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_cold_key_goes_direct_then_one_reservation_serves_every_waiting_request() {
+        let mut h = harness(window());
+        assert_eq!(h.request(0, 1), Admit::Direct(DirectReason::Cold));
+        // The second unit within an interval makes it hot: one reservation, sized to the
+        // demand measured so far (2 per interval), for every request that arrives meanwhile.
+        assert_eq!(h.request(10, 1), Admit::Wait);
+        assert_eq!(h.request(11, 1), Admit::Wait);
+        assert_eq!(h.sent.len(), 1, "single flight: {:?}", h.sent);
+        assert_eq!(h.deliver(12), 2);
+        assert_eq!(leased(h.retry(12, 1)), 1);
+        assert_eq!(leased(h.retry(12, 1)), 0);
+        assert_eq!(h.book.stats().reservations, 2, "the empty block is renewed");
+        assert_eq!(h.book.stats().waits, 2);
+        assert_eq!(h.deliver(13), 3, "sized to the demand now measured, 3");
+    }
+
+    #[test]
+    fn a_block_is_renewed_below_its_low_watermark_before_it_runs_out() {
+        let mut h = harness(window());
+        let _ = h.request(0, 1);
+        assert_eq!(h.request(1, 8), Admit::Wait);
+        assert_eq!(h.deliver(2), 9, "demand 9 in this interval");
+        // 1 left of 9 is below half: renew while the last unit is still there.
+        assert_eq!(leased(h.retry(2, 8)), 1);
+        assert_eq!(h.sent.len(), 1);
+        assert_eq!(leased(h.request(3, 1)), 0);
+        assert_eq!(
+            h.deliver(4),
+            8,
+            "the demand then, 9, less the unit then held"
+        );
+        assert_eq!(h.held(4), 8);
+    }
+
+    #[test]
+    fn a_block_is_never_spent_at_or_after_its_window_boundary() {
+        let mut h = harness(window());
+        let _ = h.request(900, 1);
+        let _ = h.request(901, 25);
+        assert_eq!(h.deliver(902), 25, "capped at the fair share, 100 / 4");
+        assert_eq!(leased(h.retry(902, 25)), 0);
+        let _ = h.request(950, 1);
+        // Granted at 951 in the window ending at 1000: usable until 1 000 ppm early.
+        assert!(h.deliver(951) > 0);
+        let held = h.held(998);
+        assert!(held > 0);
+        assert_eq!(
+            h.held(999),
+            0,
+            "valid_until = sent + span − span/1000 − 1 µs"
+        );
+        // At the boundary the block is gone: the next request must reserve again.
+        assert_eq!(h.request(1_000, 1), Admit::Wait);
+        assert!(h.book.stats().units_stranded >= held);
+    }
+
+    /// A block of 11 units from 1 ms, then no more demand.
+    fn idle_block(h: &mut Harness) {
+        let _ = h.request(0, 1);
+        assert_eq!(h.request(1, 10), Admit::Wait);
+        assert_eq!(h.deliver(2), 11);
+        assert_eq!(leased(h.retry(2, 10)), 1);
+        assert_eq!(h.deliver(3), 10, "renewed below the low watermark");
+        assert_eq!(h.held(3), 11);
+    }
+
+    #[test]
+    fn unused_units_go_back_only_while_the_return_still_lands_in_their_window() {
+        let mut h = harness(window());
+        idle_block(&mut h);
+        // Granted at 2 ms for the window ending at 1 000 ms: usable until sent (1 ms) plus
+        // the span (998 ms) less 1 000 ppm, so reviewed at that less 2 guards, ≈ 798 ms.
+        h.tick(500);
+        assert!(h.sent.is_empty());
+        let review = h.book.poll_timeout().unwrap();
+        assert!(review <= at(799) && review > at(797), "{review:?}");
+        // No demand left: all 11 go back, a guard and more before the end.
+        h.tick(799);
+        assert_eq!(h.deliver(799), -11);
+        assert_eq!(h.held(799), 0);
+        assert_eq!(h.book.stats().units_returned, 11);
+    }
+
+    #[test]
+    fn a_review_that_runs_too_late_strands_units_rather_than_return_them() {
+        let mut h = harness(window());
+        idle_block(&mut h);
+        // The timer ran late by more than a guard: 950 + 100 > valid_until.
+        h.tick(950);
+        assert!(h.sent.is_empty(), "{:?}", h.sent);
+        h.tick(1_000);
+        assert_eq!(h.book.stats().units_stranded, 11);
+        assert_eq!(h.book.stats().units_returned, 0);
+    }
+
+    #[test]
+    fn a_lost_reply_is_presumed_lost_after_the_flight_timeout_and_requests_go_direct() {
+        let mut h = harness(window());
+        let _ = h.request(0, 1);
+        assert_eq!(h.request(1, 1), Admit::Wait);
+        assert_eq!(h.retry(150, 1), Admit::Wait, "still in flight");
+        assert_eq!(h.retry(201, 1), Admit::Direct(DirectReason::StoreTrouble));
+        assert_eq!(h.book.stats().reservations_lost, 1);
+        assert_eq!(h.book.stats().units_in_doubt, 2);
+        // The late grant is counted in the store and never spent: under-admission only.
+        let Some(Action::Reserve { key, id, units, .. }) = h.sent.pop_front() else {
+            panic!()
+        };
+        let d = h.policy.acquire(at(202), &mut h.store, units).unwrap();
+        h.book
+            .handle_reserved(at(202), &key, id, Reserved::Decided(d));
+        assert_eq!(h.held(202), 0);
+        assert_eq!(h.book.stats().late_grants, 1);
+        // A renewal interval later, leases resume once the key is hot again.
+        assert_eq!(h.request(302, 1), Admit::Direct(DirectReason::Cold));
+        assert_eq!(h.request(303, 1), Admit::Wait);
+    }
+
+    #[test]
+    fn a_denial_with_nothing_left_is_repeated_locally_for_at_most_a_renewal_interval() {
+        let mut h = harness(window());
+        h.policy.acquire(at(0), &mut h.store, 99).unwrap();
+        let _ = h.request(0, 1);
+        let _ = h.request(1, 2);
+        // 1 left, 2 asked: denied, so ask for what is left.
+        h.deliver(2);
+        assert_eq!(h.deliver(3), 1);
+        assert_eq!(h.retry(3, 2), Admit::Wait, "1 held, 2 needed: ask again");
+        h.deliver(4);
+        // Denied for a renewal interval from when that reservation was sent, 3 ms.
+        match h.retry(4, 2) {
+            Admit::Denied(d) => assert_eq!(d.retry_after, Micros::from_millis(99)),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(h.request(102, 2), Admit::Denied(_)));
+        assert_eq!(h.request(103, 2), Admit::Wait, "the store is asked again");
+    }
+
+    /// 100 per 10 s: blocks outlive the idle time.
+    fn long_window() -> Limit {
+        Limit::fixed_window(100, Micros::from_secs(10)).unwrap()
+    }
+
+    #[test]
+    fn an_idle_key_gives_its_units_back_and_is_forgotten() {
+        let mut h = harness(long_window());
+        idle_block(&mut h);
+        // Idle from 2 ms (its last request) for 1 s.
+        h.tick(1_001);
+        assert!(h.sent.is_empty());
+        h.tick(1_002);
+        assert_eq!(h.deliver(1_002), -11);
+        assert!(h.book.is_empty());
+        assert!(h.book.poll_timeout().is_none());
+    }
+
+    #[test]
+    fn shutdown_returns_what_is_returnable_and_later_requests_go_direct() {
+        let mut h = harness(long_window());
+        idle_block(&mut h);
+        h.book.handle_shutdown(at(4));
+        h.collect();
+        assert_eq!(h.deliver(4), -11);
+        assert_eq!(h.request(5, 1), Admit::Direct(DirectReason::Closed));
+        assert!(h.book.is_empty());
+    }
+
+    #[test]
+    fn keys_beyond_the_bound_are_decided_directly() {
+        let mut h = harness(window());
+        let terms = h.terms;
+        for key in [&b"a"[..], b"b"] {
+            let k = LeaseKeyRef { slot: 0, key };
+            assert_eq!(
+                h.book.handle_request(at(0), k, 1, &terms),
+                Admit::Direct(DirectReason::Cold)
+            );
+        }
+        let c = LeaseKeyRef { slot: 0, key: b"c" };
+        assert_eq!(
+            h.book.handle_request(at(0), c, 1, &terms),
+            Admit::Direct(DirectReason::Untracked)
+        );
+    }
+
+    #[test]
+    fn a_clock_that_steps_back_never_stretches_a_block() {
+        let mut h = harness(window());
+        let _ = h.request(990, 1);
+        let _ = h.request(991, 1);
+        h.deliver(992);
+        let _ = h.retry(992, 1);
+        // Jump past the block's end, then back: the book keeps the latest instant.
+        assert_eq!(h.held(1_000), 0);
+        let _ = h.request(1_000, 1);
+        assert_eq!(h.retry(500, 1), Admit::Wait, "taken at 1 000 ms, not 500");
+    }
+
+    #[test]
+    fn a_failure_policys_admission_is_never_spent_as_a_lease() {
+        let mut h = harness(window());
+        let _ = h.request(0, 1);
+        let _ = h.request(1, 1);
+        let Some(Action::Reserve { key, id, .. }) = h.sent.pop_front() else {
+            panic!()
+        };
+        let fail_open = Decision {
+            outcome: Outcome::Allowed,
+            limit: 100,
+            remaining: 0,
+            retry_after: Micros::ZERO,
+            reset_after: Micros::ZERO,
+        };
+        h.book
+            .handle_reserved(at(2), &key, id, Reserved::Decided(fail_open));
+        assert_eq!(h.retry(2, 1), Admit::Direct(DirectReason::StoreTrouble));
+        assert_eq!(h.book.stats().reservations_unusable, 1);
+    }
+
+    #[test]
+    fn a_sliding_counter_block_ends_at_its_current_window_boundary() {
+        let mut h = harness(Limit::sliding_counter(100, Micros::from_millis(500)).unwrap());
+        let _ = h.request(1_400, 1);
+        let _ = h.request(1_401, 1);
+        // Decided at 1 402 ms in the window [1 000, 1 500): its counters reset at 2 000.
+        h.deliver(1_402);
+        assert!(h.held(1_498) > 0);
+        assert_eq!(h.held(1_499), 0);
+    }
+}
