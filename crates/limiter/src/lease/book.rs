@@ -740,7 +740,12 @@ impl LeaseBook {
             }),
             entry.denied.map(|d| d.until),
             entry.direct_until,
-            Some(entry.last_request.saturating_add(config.idle_after)),
+            // Idleness is checked once no reservation is in flight (its timeout is above):
+            // a due idle deadline kept while one is would fire again at once, forever.
+            entry
+                .flight
+                .is_none()
+                .then(|| entry.last_request.saturating_add(config.idle_after)),
         ]
         .into_iter()
         .flatten()

@@ -1,0 +1,338 @@
+//! Leases against a real, private `redis-server`, from several OS processes: this test
+//! binary re-runs itself as workers (`lease_worker`, ignored unless spawned with its
+//! environment), each with several tasks over its own `LeasedLimiter`, on a few hot keys.
+//!
+//! - **Exactly the limit**: with demand far above a limit whose window outlasts the test,
+//!   the processes together admit exactly the limit, none over, and the store agrees.
+//! - **Utilisation**: under steady demand of twice the limit, with windows short enough to
+//!   roll many times, no window admits more than the limit and the full windows together
+//!   admit at least 95 % of what the limit allows, most of it from leases.
+//!
+//! Both for fixed windows and sliding counters. Admissions are timed with the wall clock,
+//! which is Redis's (`TIME`) on this machine; an admission whose call straddled a window
+//! boundary is reported apart and counted in neither window (there are few or none).
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rein::{LeaseConfig, LeaseSource, LeasedLimiter};
+use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
+use rein_redis::RedisStoreBuilder;
+use rein_redis_harness::RedisServer;
+
+/// How a worker is told what to do: environment variables (the test harness owns argv).
+const ENV: &str = "REIN_LEASE_WORKER";
+
+/// One run's shape, passed to every worker.
+#[derive(Clone, Debug)]
+struct Run {
+    port: u16,
+    /// `fw` or `sc`.
+    algorithm: &'static str,
+    limit: u64,
+    window_us: u64,
+    keys: usize,
+    tasks: usize,
+    /// Requests per second per process and key, 0 for as fast as possible.
+    rate: u64,
+    duration_ms: u64,
+}
+
+/// What all workers reported.
+#[derive(Debug, Default)]
+struct Report {
+    /// (key, window index) → cost admitted surely inside that window.
+    windows: BTreeMap<(usize, u64), u64>,
+    /// Admissions whose call straddled a window boundary.
+    straddling: u64,
+    admitted: u64,
+    leased: u64,
+    reservations: u64,
+    stranded: u64,
+    returned: u64,
+}
+
+fn limit_of(run: &Run) -> Limit {
+    let window = Micros::from_micros(run.window_us);
+    match run.algorithm {
+        "fw" => Limit::fixed_window(run.limit, window).expect("valid"),
+        _ => Limit::sliding_counter(run.limit, window).expect("valid"),
+    }
+}
+
+/// Spawns `processes` workers and sums their reports.
+fn run_workers(run: &Run, processes: usize) -> Report {
+    let exe = std::env::current_exe().expect("the test binary");
+    let children: Vec<_> = (0..processes)
+        .map(|_| {
+            Command::new(&exe)
+                .args(["lease_worker", "--exact", "--ignored", "--nocapture"])
+                .env(
+                    ENV,
+                    format!(
+                        "{} {} {} {} {} {} {} {}",
+                        run.port,
+                        run.algorithm,
+                        run.limit,
+                        run.window_us,
+                        run.keys,
+                        run.tasks,
+                        run.rate,
+                        run.duration_ms
+                    ),
+                )
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn a worker")
+        })
+        .collect();
+    let mut report = Report::default();
+    for child in children {
+        let out = child.wait_with_output().expect("a worker's output");
+        assert!(out.status.success(), "a worker failed: {:?}", out.status);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut reported = false;
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let n = |i: usize| f[i].parse::<u64>().expect("a number");
+            match f.first() {
+                Some(&"WINDOW") => {
+                    *report.windows.entry((n(1) as usize, n(2))).or_default() += n(3);
+                }
+                Some(&"TOTALS") => {
+                    reported = true;
+                    report.admitted += n(1);
+                    report.leased += n(2);
+                    report.straddling += n(3);
+                    report.reservations += n(4);
+                    report.stranded += n(5);
+                    report.returned += n(6);
+                }
+                _ => {}
+            }
+        }
+        assert!(reported, "a worker reported nothing:\n{text}");
+    }
+    report
+}
+
+fn config() -> LeaseConfig {
+    LeaseConfig {
+        expected_nodes: NonZeroU32::new(4).expect("nonzero"),
+        renew_interval: Micros::from_millis(50),
+        return_guard: Micros::from_millis(20),
+        idle_after: Micros::from_millis(300),
+        ..LeaseConfig::default()
+    }
+}
+
+fn wall_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// A worker process: `tasks` tasks per key, over one leased limiter, for the duration.
+#[test]
+#[ignore = "a worker of the multi-process tests: spawned with its environment"]
+fn lease_worker() {
+    let Ok(spec) = std::env::var(ENV) else {
+        return;
+    };
+    let f: Vec<&str> = spec.split_whitespace().collect();
+    let n = |i: usize| f[i].parse::<u64>().expect("a number");
+    let run = Run {
+        port: n(0) as u16,
+        algorithm: if f[1] == "fw" { "fw" } else { "sc" },
+        limit: n(2),
+        window_us: n(3),
+        keys: n(4) as usize,
+        tasks: n(5) as usize,
+        rate: n(6),
+        duration_ms: n(7),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(worker(run));
+}
+
+async fn worker(run: Run) {
+    let store = RedisStoreBuilder::new()
+        .deadline(Duration::from_millis(200))
+        .connect(&format!("redis://127.0.0.1:{}", run.port))
+        .await
+        .expect("connect");
+    let leased = LeasedLimiter::builder(store).config(config()).build();
+    let timers = tokio::spawn({
+        let leased = leased.clone();
+        async move { leased.run_timers().await }
+    });
+    let policy = NamedPolicy::new("leased", Policy::single(limit_of(&run))).expect("valid");
+    let policy = Arc::new(leased.prepare(&policy).expect("prepare"));
+    let windows = Arc::new(std::sync::Mutex::new(BTreeMap::<(usize, u64), u64>::new()));
+    let (admitted, from_lease, straddling) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let end = tokio::time::Instant::now() + Duration::from_millis(run.duration_ms);
+    let mut handles = Vec::new();
+    for key in 0..run.keys {
+        for _ in 0..run.tasks {
+            let (leased, policy, windows) = (leased.clone(), policy.clone(), windows.clone());
+            let (admitted, from_lease, straddling) =
+                (admitted.clone(), from_lease.clone(), straddling.clone());
+            let window = run.window_us;
+            let period = (run.rate > 0)
+                .then(|| Duration::from_micros(1_000_000 * run.tasks as u64 / run.rate));
+            handles.push(tokio::spawn(async move {
+                let name = format!("hot-{key}");
+                let mut tick = period.map(|p| {
+                    let mut i = tokio::time::interval(p);
+                    i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                    i
+                });
+                while tokio::time::Instant::now() < end {
+                    match tick.as_mut() {
+                        Some(t) => {
+                            t.tick().await;
+                        }
+                        None => tokio::task::yield_now().await,
+                    }
+                    let before = wall_us();
+                    let decided = leased
+                        .acquire_leased(None, &policy, name.as_bytes(), 1)
+                        .await
+                        .expect("a decision");
+                    let after = wall_us();
+                    if decided.decision.is_allowed() {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                        if decided.source == LeaseSource::Lease {
+                            from_lease.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if before / window == after / window {
+                            let mut w = windows.lock().expect("not poisoned");
+                            *w.entry((key, before / window)).or_default() += 1;
+                        } else {
+                            straddling.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }));
+        }
+    }
+    for h in handles {
+        h.await.expect("a task");
+    }
+    leased.shutdown().await;
+    let _ = timers.await;
+    let stats = leased.stats();
+    for ((key, index), cost) in windows.lock().expect("not poisoned").iter() {
+        println!("WINDOW {key} {index} {cost}");
+    }
+    println!(
+        "TOTALS {} {} {} {} {} {}",
+        admitted.load(Ordering::Relaxed),
+        from_lease.load(Ordering::Relaxed),
+        straddling.load(Ordering::Relaxed),
+        stats.reservations,
+        stats.units_stranded,
+        stats.units_returned,
+    );
+}
+
+/// A window that outlasts the test, for `algorithm`: the fixed window's longest, and for the
+/// counter (whose `limit × window` must stay below 2^52) 2^40 µs, about 12.7 days.
+fn long_window(algorithm: &str) -> u64 {
+    match algorithm {
+        "fw" => rein_core::MAX_SPAN.as_micros(),
+        _ => 1 << 40,
+    }
+}
+
+fn exactly_the_limit(algorithm: &'static str) {
+    let server = RedisServer::start().expect("redis-server");
+    let window_us = long_window(algorithm);
+    // The run must not cross a window boundary: 2^40 µs windows end every 12.7 days.
+    assert!(window_us - wall_us() % window_us > 60_000_000, "too close to a boundary");
+    let run = Run {
+        port: server.port(),
+        algorithm,
+        limit: 1_000,
+        window_us,
+        keys: 2,
+        tasks: 4,
+        rate: 0,
+        duration_ms: 1_500,
+    };
+    let report = run_workers(&run, 3);
+    eprintln!("{algorithm}: {report:?}");
+    for key in 0..run.keys {
+        let admitted: u64 = report.windows.iter().filter(|(k, _)| k.0 == key).map(|(_, c)| c).sum();
+        assert_eq!(admitted, run.limit, "key {key}: exactly the limit, none over");
+    }
+    assert_eq!(report.straddling, 0);
+    assert!(report.leased * 2 > report.admitted, "mostly leased: {report:?}");
+}
+
+fn steady_demand_uses_the_limit(algorithm: &'static str) {
+    let server = RedisServer::start().expect("redis-server");
+    // 200 per 500 ms = 400/s per key; 4 processes × 200/s = twice that.
+    let run = Run {
+        port: server.port(),
+        algorithm,
+        limit: 200,
+        window_us: 500_000,
+        keys: 2,
+        tasks: 4,
+        rate: 200,
+        duration_ms: 4_000,
+    };
+    let report = run_workers(&run, 4);
+    eprintln!("{algorithm}: {report:?}");
+    let mut full = 0;
+    let mut used = 0;
+    let first = report.windows.keys().map(|k| k.1).min().expect("windows");
+    let last = report.windows.keys().map(|k| k.1).max().expect("windows");
+    for (&(key, index), &admitted) in &report.windows {
+        assert!(admitted <= run.limit, "key {key} window {index}: {admitted} > {}", run.limit);
+        // The first and last windows are partial.
+        if index != first && index != last {
+            full += run.limit;
+            used += admitted;
+        }
+    }
+    assert!(full > 0);
+    let permille = used * 1_000 / full;
+    eprintln!("{algorithm}: utilisation {permille}‰ of full windows, {report:?}");
+    assert!(permille >= 950, "utilisation {permille}‰ < 950‰");
+    assert!(report.leased * 2 > report.admitted, "mostly leased: {report:?}");
+}
+
+#[test]
+fn fixed_window_processes_together_admit_exactly_the_limit() {
+    exactly_the_limit("fw");
+}
+
+#[test]
+fn sliding_counter_processes_together_admit_exactly_the_limit() {
+    exactly_the_limit("sc");
+}
+
+#[test]
+fn fixed_window_under_twice_the_demand_admits_at_least_95_percent_and_never_over() {
+    steady_demand_uses_the_limit("fw");
+}
+
+#[test]
+fn sliding_counter_under_twice_the_demand_admits_at_least_95_percent_and_never_over() {
+    steady_demand_uses_the_limit("sc");
+}
