@@ -363,9 +363,15 @@ impl LeaseBook {
             Reserved::Decided(d) => {
                 stats.reservations_denied += 1;
                 let held = entry.held(now);
-                if d.remaining > 0 && held < config.fair_share(&entry.terms) {
-                    // Less is left than asked: ask for what is left (bounded; each retry
-                    // asks for at most what the store last reported).
+                // Less is left than asked. If the whole ask fits within a renewal interval
+                // (capacity that accrues: a sliding counter's previous window decaying),
+                // wait for it rather than take crumbs one store call each. If not (a fixed
+                // window until its boundary), ask for what is left now: it would otherwise
+                // go unused. Each re-ask asks for less than the one before, so this ends.
+                if d.remaining > 0
+                    && d.retry_after > config.renew_interval
+                    && held < config.fair_share(&entry.terms)
+                {
                     let units = d
                         .remaining
                         .min(config.fair_share(&entry.terms) - held)
