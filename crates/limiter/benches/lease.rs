@@ -44,6 +44,8 @@ fn setup() -> Setup {
     let (store, leased) = runtime.block_on(async {
         let connect = || async {
             RedisStoreBuilder::new()
+                // Generous: the machine is shared; a timeout here is counted, not fatal.
+                .deadline(Duration::from_millis(500))
                 .connect(&url)
                 .await
                 .expect("connect")
@@ -82,7 +84,10 @@ fn decisions(c: &mut Criterion) {
             s.runtime.block_on(async {
                 let start = Instant::now();
                 for _ in 0..n {
-                    let d = s.leased.acquire_leased(None, &leased_policy, b"hot", 1).await;
+                    let d = s
+                        .leased
+                        .acquire_leased(None, &leased_policy, b"hot", 1)
+                        .await;
                     let _ = std::hint::black_box(d.expect("a decision"));
                 }
                 start.elapsed()
@@ -94,7 +99,8 @@ fn decisions(c: &mut Criterion) {
             s.runtime.block_on(async {
                 let start = Instant::now();
                 for _ in 0..n {
-                    let d = Limiter::acquire(&s.store, None, &direct_policy, b"hot-direct", 1).await;
+                    let d =
+                        Limiter::acquire(&s.store, None, &direct_policy, b"hot-direct", 1).await;
                     let _ = std::hint::black_box(d.expect("a decision"));
                 }
                 start.elapsed()
@@ -121,9 +127,12 @@ fn throughput_run(s: &Setup) {
                 tokio::spawn(async move {
                     let key = format!("tp-{}", i % 4);
                     while Instant::now() < end {
-                        let d = leased.acquire_leased(None, &policy, key.as_bytes(), 1).await;
-                        let _ = std::hint::black_box(d.expect("a decision"));
-                        count.fetch_add(1, Ordering::Relaxed);
+                        let d = leased
+                            .acquire_leased(None, &policy, key.as_bytes(), 1)
+                            .await;
+                        if std::hint::black_box(d).is_ok() {
+                            count.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 })
             })
@@ -145,8 +154,10 @@ fn throughput_run(s: &Setup) {
                     let key = format!("tpd-{}", i % 4);
                     while Instant::now() < end {
                         let d = Limiter::acquire(&*store, None, &*policy, key.as_bytes(), 1).await;
-                        let _ = std::hint::black_box(d.expect("a decision"));
-                        count.fetch_add(1, Ordering::Relaxed);
+                        // Only answers count; an error (a timeout on a busy machine) doesn't.
+                        if std::hint::black_box(d).is_ok() {
+                            count.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 })
             })
@@ -170,7 +181,10 @@ fn throughput_run(s: &Setup) {
         let mut v = Vec::with_capacity(100_000);
         for _ in 0..100_000 {
             let start = Instant::now();
-            let d = s.leased.acquire_leased(None, &leased_policy, b"lat", 1).await;
+            let d = s
+                .leased
+                .acquire_leased(None, &leased_policy, b"lat", 1)
+                .await;
             v.push(start.elapsed().as_nanos() as u64);
             let _ = std::hint::black_box(d.expect("a decision"));
         }

@@ -262,7 +262,10 @@ fn exactly_the_limit(algorithm: &'static str) {
     let server = RedisServer::start().expect("redis-server");
     let window_us = long_window(algorithm);
     // The run must not cross a window boundary: 2^40 µs windows end every 12.7 days.
-    assert!(window_us - wall_us() % window_us > 60_000_000, "too close to a boundary");
+    assert!(
+        window_us - wall_us() % window_us > 60_000_000,
+        "too close to a boundary"
+    );
     let run = Run {
         port: server.port(),
         algorithm,
@@ -276,11 +279,22 @@ fn exactly_the_limit(algorithm: &'static str) {
     let report = run_workers(&run, 3);
     eprintln!("{algorithm}: {report:?}");
     for key in 0..run.keys {
-        let admitted: u64 = report.windows.iter().filter(|(k, _)| k.0 == key).map(|(_, c)| c).sum();
-        assert_eq!(admitted, run.limit, "key {key}: exactly the limit, none over");
+        let admitted: u64 = report
+            .windows
+            .iter()
+            .filter(|(k, _)| k.0 == key)
+            .map(|(_, c)| c)
+            .sum();
+        assert_eq!(
+            admitted, run.limit,
+            "key {key}: exactly the limit, none over"
+        );
     }
     assert_eq!(report.straddling, 0);
-    assert!(report.leased * 2 > report.admitted, "mostly leased: {report:?}");
+    assert!(
+        report.leased * 2 > report.admitted,
+        "mostly leased: {report:?}"
+    );
 }
 
 fn steady_demand_uses_the_limit(algorithm: &'static str) {
@@ -304,7 +318,11 @@ fn steady_demand_uses_the_limit(algorithm: &'static str) {
     let first = report.windows.keys().map(|k| k.1).min().expect("windows");
     let last = report.windows.keys().map(|k| k.1).max().expect("windows");
     for (&(key, index), &admitted) in &report.windows {
-        assert!(admitted <= run.limit, "key {key} window {index}: {admitted} > {}", run.limit);
+        assert!(
+            admitted <= run.limit,
+            "key {key} window {index}: {admitted} > {}",
+            run.limit
+        );
         // The first and last windows are partial.
         if index != first && index != last {
             full += run.limit;
@@ -315,7 +333,10 @@ fn steady_demand_uses_the_limit(algorithm: &'static str) {
     let permille = used * 1_000 / full;
     eprintln!("{algorithm}: utilisation {permille}‰ of full windows, {report:?}");
     assert!(permille >= 950, "utilisation {permille}‰ < 950‰");
-    assert!(report.leased * 2 > report.admitted, "mostly leased: {report:?}");
+    assert!(
+        report.leased * 2 > report.admitted,
+        "mostly leased: {report:?}"
+    );
 }
 
 #[test]

@@ -82,7 +82,9 @@ impl World {
                     slot: 0,
                     key: KEYS[key],
                 };
-                let admit = self.nodes[node].book.handle_request(self.now, k, cost, &self.terms);
+                let admit = self.nodes[node]
+                    .book
+                    .handle_request(self.now, k, cost, &self.terms);
                 self.settle(node, key, cost, admit);
             }
             Op::Advance { us, late } => {
@@ -121,9 +123,12 @@ impl World {
                 let node = node % n;
                 if let Some((key, id, d)) = self.nodes[node].inbox.pop_front() {
                     if !lose {
-                        self.nodes[node]
-                            .book
-                            .handle_reserved(self.now, &key, id, Reserved::Decided(d));
+                        self.nodes[node].book.handle_reserved(
+                            self.now,
+                            &key,
+                            id,
+                            Reserved::Decided(d),
+                        );
                         self.collect(node);
                     }
                     let waiting = std::mem::take(&mut self.nodes[node].waiting);
@@ -133,7 +138,9 @@ impl World {
                             key: KEYS[key],
                         };
                         let admit =
-                            self.nodes[node].book.retry_request(self.now, k, cost, &self.terms);
+                            self.nodes[node]
+                                .book
+                                .retry_request(self.now, k, cost, &self.terms);
                         self.settle(node, key, cost, admit);
                     }
                 }
@@ -173,8 +180,12 @@ impl World {
     fn over_admission(&self) -> Option<String> {
         for limit in self.policy.limits() {
             for key in 0..KEYS.len() {
-                let mut admitted: Vec<_> =
-                    self.admitted.iter().filter(|a| a.1 == key).copied().collect();
+                let mut admitted: Vec<_> = self
+                    .admitted
+                    .iter()
+                    .filter(|a| a.1 == key)
+                    .copied()
+                    .collect();
                 admitted.sort_by_key(|a| a.0);
                 let mut state = limit.new_state();
                 for (at, _, cost) in admitted {
@@ -192,18 +203,18 @@ impl World {
 }
 
 fn key_index(key: &LeaseKey) -> usize {
-    KEYS.iter().position(|k| **k == *key.key).expect("a known key")
+    KEYS.iter()
+        .position(|k| **k == *key.key)
+        .expect("a known key")
 }
 
 fn policies() -> impl Strategy<Value = Policy> {
     let ms = |m: u64| Micros::from_millis(m);
     prop_oneof![
-        (3..60u64, 20..200u64).prop_map(move |(l, w)| Policy::single(
-            Limit::fixed_window(l, ms(w)).unwrap()
-        )),
-        (3..60u64, 20..200u64).prop_map(move |(l, w)| Policy::single(
-            Limit::sliding_counter(l, ms(w)).unwrap()
-        )),
+        (3..60u64, 20..200u64)
+            .prop_map(move |(l, w)| Policy::single(Limit::fixed_window(l, ms(w)).unwrap())),
+        (3..60u64, 20..200u64)
+            .prop_map(move |(l, w)| Policy::single(Limit::sliding_counter(l, ms(w)).unwrap())),
         (3..30u64, 20..100u64, 2..5u64).prop_map(move |(l, w, m)| Policy::new([
             Limit::fixed_window(l, ms(w)).unwrap(),
             Limit::sliding_counter(l * m / 2 + 1, ms(w * m)).unwrap(),
@@ -295,5 +306,9 @@ fn under_steady_demand_most_admissions_are_leased_and_the_limit_is_used() {
     let admitted: u64 = world.admitted.iter().map(|a| a.2).sum();
     // 5 s from 7.78 s: windows 8..12 whole (400 each), plus parts of two.
     assert!(admitted >= 5 * 400 * 95 / 100, "admitted {admitted}");
-    assert!(world.leased * 10 >= admitted * 9, "leased {} of {admitted}", world.leased);
+    assert!(
+        world.leased * 10 >= admitted * 9,
+        "leased {} of {admitted}",
+        world.leased
+    );
 }
