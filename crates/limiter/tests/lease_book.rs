@@ -107,16 +107,16 @@ impl World {
                             .expect("within capacity");
                         self.nodes[node].inbox.push_back((key, id, d));
                     }
-                    Some(Action::Return { key, units, at }) => {
-                        // Later than the guard: lost, by the book's one assumption.
-                        if self.now <= at.saturating_add(self.guard) {
-                            let k = key_index(&key);
-                            self.policy
-                                .refund(self.now, &mut self.store[k], units)
-                                .expect("shape");
-                        }
+                    // Later than the guard a return is lost, by the book's one assumption.
+                    Some(Action::Return { key, units, at })
+                        if self.now <= at.saturating_add(self.guard) =>
+                    {
+                        let k = key_index(&key);
+                        self.policy
+                            .refund(self.now, &mut self.store[k], units)
+                            .expect("shape");
                     }
-                    None => {}
+                    Some(Action::Return { .. }) | None => {}
                 }
             }
             Op::Reply { node, lose } => {
