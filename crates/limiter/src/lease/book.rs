@@ -360,6 +360,13 @@ impl LeaseBook {
                     entry.direct_until = Some(now.saturating_add(config.renew_interval));
                 }
             },
+            Reserved::Decided(d) if d.retry_after == Micros::ZERO => {
+                // A denial that names no wait is not the store's (a fail-closed answer while
+                // its breaker is closed): treat it as a failure, and let requests meet the
+                // failure policy directly.
+                stats.reservations_unusable += 1;
+                entry.direct_until = Some(now.saturating_add(config.renew_interval));
+            }
             Reserved::Decided(d) => {
                 stats.reservations_denied += 1;
                 let held = entry.held(now);
@@ -1212,6 +1219,31 @@ mod tests {
             .handle_reserved(at(2), &key, id, Reserved::Decided(fail_open));
         assert_eq!(h.retry(2, 1), Admit::Direct(DirectReason::StoreTrouble));
         assert_eq!(h.book.stats().reservations_unusable, 1);
+    }
+
+    #[test]
+    fn a_denial_naming_no_wait_is_a_failure_policys_and_sends_requests_direct() {
+        let mut h = harness(window());
+        let _ = h.request(0, 1);
+        let _ = h.request(1, 1);
+        let Some(Action::Reserve { key, id, .. }) = h.sent.pop_front() else {
+            panic!()
+        };
+        let fail_closed = Decision {
+            outcome: Outcome::Denied,
+            limit: 100,
+            remaining: 0,
+            retry_after: Micros::ZERO,
+            reset_after: Micros::ZERO,
+        };
+        h.book
+            .handle_reserved(at(2), &key, id, Reserved::Decided(fail_closed));
+        assert_eq!(h.retry(2, 1), Admit::Direct(DirectReason::StoreTrouble));
+        assert_eq!(
+            h.request(101, 1),
+            Admit::Wait,
+            "a renewal interval later, leases again"
+        );
     }
 
     #[test]
