@@ -1240,7 +1240,7 @@ mod tests {
             .handle_reserved(at(2), &key, id, Reserved::Decided(fail_closed));
         assert_eq!(h.retry(2, 1), Admit::Direct(DirectReason::StoreTrouble));
         assert_eq!(
-            h.request(101, 1),
+            h.request(102, 1),
             Admit::Wait,
             "a renewal interval later, leases again"
         );
