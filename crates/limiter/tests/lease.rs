@@ -8,6 +8,8 @@
 //!   several times, no window admits more than the limit and the full windows together
 //!   admit at least 95 % of what the limit allows, most of it from leases.
 //!
+//! - **Single flight**: over a store double that answers 20 ms late, 64 concurrent requests
+//!   on a hot key cost one reservation, not 64 store calls.
 //! - **Outage**: over `ResilientLimiter` (leases outside), with Redis paused, a node spends
 //!   exactly what it holds, then its failure policy answers, within the deadline bound.
 //!
@@ -430,3 +432,88 @@ async fn with_redis_paused_a_node_spends_exactly_what_it_holds_then_fails_closed
 /// failure of the bound (a third store call, a wait for the flight timeout) costs 50 ms or
 /// 1 s more.
 const MARGIN: Duration = Duration::from_millis(60);
+
+/// The memory store, answering `delay` late: a fault double around the real store.
+struct Slow<S> {
+    inner: S,
+    delay: Duration,
+}
+
+impl<S: Limiter> Limiter for Slow<S> {
+    type Prepared = S::Prepared;
+
+    fn prepare(&self, policy: &NamedPolicy) -> Result<S::Prepared, rein_core::PrepareError> {
+        self.inner.prepare(policy)
+    }
+
+    async fn acquire(
+        &self,
+        now: Option<rein_core::Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<rein_core::Decision, rein_core::DecideError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.acquire(now, policy, key, cost).await
+    }
+
+    async fn peek(
+        &self,
+        now: Option<rein_core::Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<rein_core::Decision, rein_core::DecideError> {
+        self.inner.peek(now, policy, key, cost).await
+    }
+
+    async fn refund(
+        &self,
+        now: Option<rein_core::Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        amount: u64,
+    ) -> Result<(), rein_core::DecideError> {
+        self.inner.refund(now, policy, key, amount).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_on_a_hot_key_share_one_reservation() {
+    let store = Slow {
+        inner: rein_memory::MemoryStore::new(),
+        delay: Duration::from_millis(20),
+    };
+    let leased = LeasedLimiter::builder(store)
+        .config(LeaseConfig {
+            min_demand: 1,
+            ..config()
+        })
+        .build();
+    let limit = Limit::fixed_window(1_000, rein_core::MAX_SPAN).expect("valid");
+    let policy = NamedPolicy::new("flight", Policy::single(limit)).expect("valid");
+    let prepared = Arc::new(leased.prepare(&policy).expect("prepare"));
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (leased, prepared) = (leased.clone(), prepared.clone());
+            tokio::spawn(async move {
+                leased
+                    .acquire_leased(None, &prepared, b"hot", 1)
+                    .await
+                    .expect("a decision")
+            })
+        })
+        .collect();
+    let mut allowed = 0;
+    for t in tasks {
+        allowed += u64::from(t.await.expect("a task").decision.is_allowed());
+    }
+    let s = leased.stats();
+    // Contention happened: requests waited for the reservation in flight.
+    assert!(s.waits >= 32, "{s:?}");
+    assert_eq!(allowed, 64);
+    // The first reservation was sized to the demand seen when it left (1 or a few units);
+    // the rest waited, then were served by it and by at most a few renewals.
+    assert!(s.reservations <= 8, "{s:?}");
+    assert_eq!(s.direct, 0, "{s:?}");
+}
