@@ -48,6 +48,9 @@
 //! - `table.rs`: [`PolicyTable`]. `decided.rs`: [`Decided`], [`Source`], [`Unavailable`].
 //! - `stats.rs`: [`StatsSnapshot`]; `export.rs`: the `metrics` facade export.
 //! - `clock.rs`: [`TokioClock`].
+//! - `lease/`: leases, opt-in (docs/leases.md): [`LeasedLimiter`] decides hot keys locally
+//!   from blocks reserved in the store, with zero over-admission; [`LeaseBook`] is its
+//!   sans-IO state machine, [`LeaseTerms`] says which policies lease exactly.
 #![deny(missing_docs)]
 
 mod allow_cache;

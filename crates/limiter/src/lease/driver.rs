@@ -128,8 +128,9 @@ impl<S: Limiter + 'static> LeasedLimiter<S> {
     /// through the store. `now` is the instant to decide at (`None`: the limiter's clock);
     /// store calls get it only if given, or under [`TimeSource::LocalClock`].
     ///
-    /// At most two store calls' time: a reservation this request waits for, then (if that
-    /// failed) a direct call.
+    /// `now`, when given, must advance with real time like the store's clock: a block's
+    /// life is measured from it (docs/leases.md). At most two store calls' time: a
+    /// reservation this request waits for, then (if that failed) a direct call.
     pub async fn acquire_leased(
         &self,
         now: Option<Timestamp>,
