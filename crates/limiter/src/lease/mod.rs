@@ -103,12 +103,98 @@ pub struct LeaseStats {
 }
 
 impl LeaseStats {
+    /// Sets the `metrics` facade's lease counters to these values, labelled
+    /// `limiter = <limiter>` (feature `metrics`). Pull-style: call it when you scrape, or
+    /// periodically; the counters are absolute, so calls may be as rare as you like.
+    ///
+    /// | metric | labels | meaning |
+    /// |---|---|---|
+    /// | `rein_lease_decisions_total` | `source` (`lease`, `local_denial`, `direct`) | decisions by where they came from |
+    /// | `rein_lease_reservations_total` | `result` (`granted`, `denied`, `failed`, `lost`, `unusable`) | reservations by how they ended |
+    /// | `rein_lease_units_total` | `kind` (`reserved`, `returned`, `stranded`, `in_doubt`) | units by fate |
+    /// | `rein_lease_returns_total` | | returns sent |
+    #[cfg(feature = "metrics")]
+    pub fn publish(&self, limiter: &str) {
+        let limiter = limiter.to_owned();
+        for (source, value) in [
+            ("lease", self.leased),
+            ("local_denial", self.denied_locally),
+            ("direct", self.direct),
+        ] {
+            metrics::counter!("rein_lease_decisions_total", "limiter" => limiter.clone(), "source" => source)
+                .absolute(value);
+        }
+        for (result, value) in [
+            ("granted", self.reservations_granted),
+            ("denied", self.reservations_denied),
+            ("failed", self.reservations_failed),
+            ("lost", self.reservations_lost),
+            ("unusable", self.reservations_unusable),
+        ] {
+            metrics::counter!("rein_lease_reservations_total", "limiter" => limiter.clone(), "result" => result)
+                .absolute(value);
+        }
+        for (kind, value) in [
+            ("reserved", self.units_reserved),
+            ("returned", self.units_returned),
+            ("stranded", self.units_stranded),
+            ("in_doubt", self.units_in_doubt),
+        ] {
+            metrics::counter!("rein_lease_units_total", "limiter" => limiter.clone(), "kind" => kind)
+                .absolute(value);
+        }
+        metrics::counter!("rein_lease_returns_total", "limiter" => limiter).absolute(self.returns);
+    }
+
     fn count(&mut self, admit: &Admit) {
         match admit {
             Admit::Leased(_) => self.leased += 1,
             Admit::Denied(_) => self.denied_locally += 1,
             Admit::Direct(_) => self.direct += 1,
             Admit::Wait => self.waits += 1,
+        }
+    }
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    use super::*;
+
+    #[test]
+    fn published_counters_carry_the_snapshot_values() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let stats = LeaseStats {
+            leased: 7,
+            reservations_granted: 2,
+            units_stranded: 3,
+            returns: 1,
+            ..LeaseStats::default()
+        };
+        metrics::with_local_recorder(&recorder, || stats.publish("api"));
+        let mut seen = Vec::new();
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let key = key.key();
+            let label = key
+                .labels()
+                .find(|l| l.key() != "limiter")
+                .map(|l| l.value().to_owned());
+            if let DebugValue::Counter(n) = value {
+                seen.push((key.name().to_owned(), label, n));
+            }
+        }
+        for expected in [
+            ("rein_lease_decisions_total", Some("lease"), 7),
+            ("rein_lease_reservations_total", Some("granted"), 2),
+            ("rein_lease_units_total", Some("stranded"), 3),
+            ("rein_lease_returns_total", None, 1),
+        ] {
+            let found = seen
+                .iter()
+                .any(|(n, l, v)| n == expected.0 && l.as_deref() == expected.1 && *v == expected.2);
+            assert!(found, "{expected:?} in {seen:?}");
         }
     }
 }
