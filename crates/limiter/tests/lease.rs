@@ -10,6 +10,8 @@
 //!
 //! - **Single flight**: over a store double that answers 20 ms late, 64 concurrent requests
 //!   on a hot key cost one reservation, not 64 store calls.
+//! - **SIGKILL**: a worker killed while holding a lease strands at most its fair share;
+//!   the others never over-admit.
 //! - **Outage**: over `ResilientLimiter` (leases outside), with Redis paused, a node spends
 //!   exactly what it holds, then its failure policy answers, within the deadline bound.
 //!
@@ -31,6 +33,9 @@ use rein_redis_harness::RedisServer;
 
 /// How a worker is told what to do: environment variables (the test harness owns argv).
 const ENV: &str = "REIN_LEASE_WORKER";
+
+/// Set for a worker that prints each admission as it happens.
+const STREAM: &str = "REIN_LEASE_STREAM";
 
 /// One run's shape, passed to every worker.
 #[derive(Clone, Debug)]
@@ -73,28 +78,7 @@ fn limit_of(run: &Run) -> Limit {
 fn run_workers(run: &Run, processes: usize) -> Report {
     let exe = std::env::current_exe().expect("the test binary");
     let children: Vec<_> = (0..processes)
-        .map(|_| {
-            Command::new(&exe)
-                .args(["lease_worker", "--exact", "--ignored", "--nocapture"])
-                .env(
-                    ENV,
-                    format!(
-                        "{} {} {} {} {} {} {} {}",
-                        run.port,
-                        run.algorithm,
-                        run.limit,
-                        run.window_us,
-                        run.keys,
-                        run.tasks,
-                        run.rate,
-                        run.duration_ms
-                    ),
-                )
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn a worker")
-        })
+        .map(|_| spawn_worker(&exe, run, false))
         .collect();
     let mut report = Report::default();
     for child in children {
@@ -124,6 +108,32 @@ fn run_workers(run: &Run, processes: usize) -> Report {
         assert!(reported, "a worker reported nothing:\n{text}");
     }
     report
+}
+
+fn spawn_worker(exe: &std::path::Path, run: &Run, stream: bool) -> std::process::Child {
+    let mut command = Command::new(exe);
+    command
+        .args(["lease_worker", "--exact", "--ignored", "--nocapture"])
+        .env(
+            ENV,
+            format!(
+                "{} {} {} {} {} {} {} {}",
+                run.port,
+                run.algorithm,
+                run.limit,
+                run.window_us,
+                run.keys,
+                run.tasks,
+                run.rate,
+                run.duration_ms
+            ),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if stream {
+        command.env(STREAM, "1");
+    }
+    command.spawn().expect("spawn a worker")
 }
 
 fn config() -> LeaseConfig {
@@ -196,6 +206,7 @@ async fn worker(run: Run) {
             let (admitted, from_lease, straddling) =
                 (admitted.clone(), from_lease.clone(), straddling.clone());
             let window = run.window_us;
+            let stream = std::env::var_os(STREAM).is_some();
             let period = (run.rate > 0)
                 .then(|| Duration::from_micros(1_000_000 * run.tasks as u64 / run.rate));
             handles.push(tokio::spawn(async move {
@@ -219,6 +230,10 @@ async fn worker(run: Run) {
                         .expect("a decision");
                     let after = wall_us();
                     if decided.decision.is_allowed() {
+                        if stream {
+                            // Line-buffered: what a killed worker admitted is still read.
+                            println!("ADMIT {key}");
+                        }
                         admitted.fetch_add(1, Ordering::Relaxed);
                         if decided.source == LeaseSource::Lease {
                             from_lease.fetch_add(1, Ordering::Relaxed);
@@ -516,4 +531,41 @@ async fn concurrent_requests_on_a_hot_key_share_one_reservation() {
     // the rest waited, then were served by it and by at most a few renewals.
     assert!(s.reservations <= 8, "{s:?}");
     assert_eq!(s.direct, 0, "{s:?}");
+}
+
+/// Three workers at 1 000/s each on a limit of 1 000 that outlasts the test; one is killed
+/// with SIGKILL after 150 ms, holding a lease. The others run to exhaustion: together with
+/// what the killed one admitted, nothing over the limit, and at most the killed worker's
+/// fair share (1 000 / 4) stranded.
+#[test]
+fn a_worker_killed_holding_a_lease_strands_at_most_its_share_and_nothing_is_over() {
+    let server = RedisServer::start().expect("redis-server");
+    let run = Run {
+        port: server.port(),
+        algorithm: "fw",
+        limit: 1_000,
+        window_us: long_window("fw"),
+        keys: 1,
+        tasks: 4,
+        rate: 1_000,
+        duration_ms: 2_000,
+    };
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut children: Vec<_> = (0..3).map(|_| spawn_worker(&exe, &run, true)).collect();
+    std::thread::sleep(Duration::from_millis(150));
+    children[0].kill().expect("SIGKILL");
+    let mut admitted = 0;
+    for (i, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().expect("a worker's output");
+        assert_eq!(out.status.success(), i != 0, "worker {i}: {:?}", out.status);
+        let text = String::from_utf8_lossy(&out.stdout);
+        admitted += text.lines().filter(|l| l.starts_with("ADMIT")).count() as u64;
+    }
+    let share = run.limit / u64::from(config().expected_nodes.get());
+    eprintln!("admitted {admitted} of {} after a SIGKILL", run.limit);
+    assert!(admitted <= run.limit, "{admitted} > {}", run.limit);
+    assert!(
+        admitted >= run.limit - share,
+        "{admitted}: more than a share stranded"
+    );
 }
