@@ -9,7 +9,7 @@
 //! ([`LeasedLimiter`](crate::LeasedLimiter)) moves the [`Action`]s it emits to the store
 //! and hands the replies back, and the tests below walk it on a number line.
 //!
-//! # The invariant (docs/leases.md, "Why it never over-admits")
+//! # The invariant (docs/leases.md, "Why exact" under each algorithm)
 //! Every unit admitted locally was granted by the store to this node, in a block not yet
 //! past its `valid_until`, and is spent once. A block's `valid_until` is computed from the
 //! instant the reservation was *created* (`sent_at`, which precedes the store's decision),
@@ -33,7 +33,7 @@
 //! 4. [`handle_shutdown`](LeaseBook::handle_shutdown) returns everything still returnable.
 //!
 //! `now` need not be monotonic: every input is taken at the latest instant seen, so a
-//! clock stepping back never stretches a block. Nothing panics or is sticky.
+//! clock stepping back never stretches a block. Nothing panics; only shutdown is sticky.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::hash::{Hash, Hasher};
