@@ -48,6 +48,9 @@
 //! - `table.rs`: [`PolicyTable`]. `decided.rs`: [`Decided`], [`Source`], [`Unavailable`].
 //! - `stats.rs`: [`StatsSnapshot`]; `export.rs`: the `metrics` facade export.
 //! - `clock.rs`: [`TokioClock`].
+//! - `lease/`: leases, opt-in (docs/leases.md): [`LeasedLimiter`] decides hot keys locally
+//!   from blocks reserved in the store, with zero over-admission; [`LeaseBook`] is its
+//!   sans-IO state machine, [`LeaseTerms`] says which policies lease exactly.
 #![deny(missing_docs)]
 
 mod allow_cache;
@@ -60,6 +63,7 @@ mod deny_cache;
 mod export;
 mod fallback;
 mod gate;
+mod lease;
 mod limiter;
 mod stats;
 mod table;
@@ -73,6 +77,11 @@ pub use breaker::{Breaker, BreakerConfig, BreakerEvent, BreakerState, Ticket};
 pub use clock::TokioClock;
 pub use decided::{Decided, Source, Unavailable};
 pub use fallback::{FailurePolicy, local_share};
+pub use lease::{
+    Action, Admit, DirectReason, LeaseBook, LeaseConfig, LeaseDecided, LeaseKey, LeaseKeyRef,
+    LeaseSource, LeaseStats, LeaseTerms, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy,
+    Reserved, Unleasable,
+};
 pub use limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy, TimeSource};
 pub use stats::{LATENCY_BOUNDS_US, LATENCY_BUCKETS, LatencySnapshot, SourceCounts, StatsSnapshot};
 pub use table::PolicyTable;

@@ -1,0 +1,204 @@
+//! Lease-mode decisions against direct Redis decisions, in one run over one private
+//! `redis-server` (docs/leases.md, "Measured").
+//!
+//! - `lease/hot_key`: one task deciding one hot key through a `LeasedLimiter` whose limit is
+//!   never exhausted: almost every decision is a local lease hit.
+//! - `direct/redis`: the same policy decided by the Redis store itself, one call each.
+//!
+//! After criterion, a throughput run (8 tasks on 4 hot keys for 1 s, each mode) prints
+//! decisions/s, the local latency distribution (p50/p99 of single lease decisions), and
+//! Redis calls per 1 000 decisions (reservations + returns + direct calls).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use rein::{LeaseConfig, LeasedLimiter};
+use rein_core::{Limit, Limiter, NamedPolicy, Policy};
+use rein_redis::{RedisStore, RedisStoreBuilder};
+use rein_redis_harness::RedisServer;
+use tokio::runtime::Runtime;
+
+/// A limit the bench never exhausts: 2^40 per the longest window.
+fn policy() -> NamedPolicy {
+    let limit = Limit::fixed_window(1 << 40, rein_core::MAX_SPAN).expect("valid");
+    NamedPolicy::new("bench", Policy::single(limit)).expect("valid")
+}
+
+struct Setup {
+    runtime: Runtime,
+    _server: RedisServer,
+    store: RedisStore<redis::aio::ConnectionManager>,
+    leased: LeasedLimiter<RedisStore<redis::aio::ConnectionManager>>,
+}
+
+fn setup() -> Setup {
+    let server = RedisServer::start().expect("redis-server");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let url = server.url();
+    let (store, leased) = runtime.block_on(async {
+        let connect = || async {
+            RedisStoreBuilder::new()
+                // Generous: the machine is shared; a timeout here is counted, not fatal.
+                .deadline(Duration::from_millis(500))
+                .connect(&url)
+                .await
+                .expect("connect")
+        };
+        let leased = LeasedLimiter::builder(connect().await)
+            .config(LeaseConfig {
+                // A fair share is capacity / nodes: huge here; the block follows demand.
+                ..LeaseConfig::default()
+            })
+            .build();
+        (connect().await, leased)
+    });
+    runtime.spawn({
+        let leased = leased.clone();
+        async move { leased.run_timers().await }
+    });
+    Setup {
+        runtime,
+        _server: server,
+        store,
+        leased,
+    }
+}
+
+fn decisions(c: &mut Criterion) {
+    let s = setup();
+    let leased_policy = s.leased.prepare(&policy()).expect("prepare");
+    let direct_policy = s.store.prepare(&policy()).expect("prepare");
+    let mut group = c.benchmark_group("decide_hot_key");
+    group.throughput(Throughput::Elements(1));
+    group.measurement_time(Duration::from_secs(2));
+    group.warm_up_time(Duration::from_millis(500));
+    group.sample_size(20);
+    group.bench_function(BenchmarkId::new("lease", "redis"), |b| {
+        b.iter_custom(|n| {
+            s.runtime.block_on(async {
+                let start = Instant::now();
+                for _ in 0..n {
+                    let d = s
+                        .leased
+                        .acquire_leased(None, &leased_policy, b"hot", 1)
+                        .await;
+                    let _ = std::hint::black_box(d.expect("a decision"));
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("direct", "redis"), |b| {
+        b.iter_custom(|n| {
+            s.runtime.block_on(async {
+                let start = Instant::now();
+                for _ in 0..n {
+                    let d =
+                        Limiter::acquire(&s.store, None, &direct_policy, b"hot-direct", 1).await;
+                    let _ = std::hint::black_box(d.expect("a decision"));
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.finish();
+    throughput_run(&s);
+}
+
+/// 8 tasks on 4 hot keys for 1 s per mode; then single-decision latencies.
+fn throughput_run(s: &Setup) {
+    let leased_policy = Arc::new(s.leased.prepare(&policy()).expect("prepare"));
+    let direct_policy = Arc::new(s.store.prepare(&policy()).expect("prepare"));
+    let before = s.leased.stats();
+    let run = Duration::from_secs(1);
+    let leased_count = s.runtime.block_on(async {
+        let count = Arc::new(AtomicU64::new(0));
+        let end = Instant::now() + run;
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let (leased, policy, count) =
+                    (s.leased.clone(), leased_policy.clone(), count.clone());
+                tokio::spawn(async move {
+                    let key = format!("tp-{}", i % 4);
+                    while Instant::now() < end {
+                        let d = leased
+                            .acquire_leased(None, &policy, key.as_bytes(), 1)
+                            .await;
+                        if std::hint::black_box(d).is_ok() {
+                            count.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("a task");
+        }
+        count.load(Ordering::Relaxed)
+    });
+    let after = s.leased.stats();
+    let store = Arc::new(s.store.clone());
+    let direct_count = s.runtime.block_on(async {
+        let count = Arc::new(AtomicU64::new(0));
+        let end = Instant::now() + run;
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let (store, policy, count) = (store.clone(), direct_policy.clone(), count.clone());
+                tokio::spawn(async move {
+                    let key = format!("tpd-{}", i % 4);
+                    while Instant::now() < end {
+                        let d = Limiter::acquire(&*store, None, &*policy, key.as_bytes(), 1).await;
+                        // Only answers count; an error (a timeout on a busy machine) doesn't.
+                        if std::hint::black_box(d).is_ok() {
+                            count.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("a task");
+        }
+        count.load(Ordering::Relaxed)
+    });
+    let calls = (after.reservations - before.reservations)
+        + (after.returns - before.returns)
+        + (after.direct - before.direct);
+    println!(
+        "throughput, 8 tasks on 4 hot keys, 1 s each: lease {leased_count}/s, direct Redis \
+         {direct_count}/s ({:.1}x); lease mode Redis calls per 1000 decisions: {:.2}",
+        leased_count as f64 / direct_count.max(1) as f64,
+        calls as f64 * 1000.0 / leased_count.max(1) as f64,
+    );
+    // Single lease decisions, timed one by one (includes two clock reads, ~50 ns).
+    let mut latencies: Vec<u64> = s.runtime.block_on(async {
+        let mut v = Vec::with_capacity(100_000);
+        for _ in 0..100_000 {
+            let start = Instant::now();
+            let d = s
+                .leased
+                .acquire_leased(None, &leased_policy, b"lat", 1)
+                .await;
+            v.push(start.elapsed().as_nanos() as u64);
+            let _ = std::hint::black_box(d.expect("a decision"));
+        }
+        v
+    });
+    latencies.sort_unstable();
+    let q = |p: usize| latencies[latencies.len() * p / 1000];
+    println!(
+        "lease decision latency (100 000, one task): p50 {} ns, p99 {} ns, p99.9 {} ns",
+        q(500),
+        q(990),
+        q(999)
+    );
+}
+
+criterion_group!(benches, decisions);
+criterion_main!(benches);

@@ -1,0 +1,1259 @@
+//! [`LeaseBook`]: a node's leases, as a pure state machine with explicit time.
+//!
+//! For each hot key the book holds at most one **block**: units this node reserved from the
+//! store in one atomic `acquire(cost k)`, spendable locally until the block's `valid_until`
+//! (just before the earliest window boundary of the key's policy, see
+//! [`LeaseTerms::span`]). It decides what it can from the block, asks for the next block
+//! before this one runs out, and gives back what it will not use. It reads no clock,
+//! sends nothing and awaits nothing: the driver
+//! ([`LeasedLimiter`](crate::LeasedLimiter)) moves the [`Action`]s it emits to the store
+//! and hands the replies back, and the tests below walk it on a number line.
+//!
+//! # The invariant (docs/leases.md, "Why exact" under each algorithm)
+//! Every unit admitted locally was granted by the store to this node, in a block not yet
+//! past its `valid_until`, and is spent once. A block's `valid_until` is computed from the
+//! instant the reservation was *created* (`sent_at`, which precedes the store's decision),
+//! so it can only be early, never late: units are spent inside the window that counted
+//! them. A unit is given back only while at least `return_guard` remains before
+//! `valid_until`, so the return is counted in the same window. Every failure (a lost reply,
+//! a lost return, a reply after the flight's timeout, a block granted too late to use)
+//! leaves units counted in the store and unused here: it under-admits, never over-admits.
+//!
+//! # Call order and time
+//! 1. [`handle_request`](LeaseBook::handle_request) once per request; on
+//!    [`Admit::Wait`], call [`retry_request`](LeaseBook::retry_request) after the key's
+//!    reservation ended (or after a wait of your choosing: it never double-counts demand).
+//! 2. Drain [`poll_action`](LeaseBook::poll_action) after every call and carry each action
+//!    out; report each reservation with [`handle_reserved`](LeaseBook::handle_reserved).
+//!    Returns need no report.
+//! 3. Call [`handle_timeout`](LeaseBook::handle_timeout) at or after
+//!    [`poll_timeout`](LeaseBook::poll_timeout): expiry, end-of-block returns, idle keys.
+//!    Requests apply their own key's due timers, so a late timer only delays returns and
+//!    releases.
+//! 4. [`handle_shutdown`](LeaseBook::handle_shutdown) returns everything still returnable.
+//!
+//! `now` need not be monotonic: every input is taken at the latest instant seen, so a
+//! clock stepping back never stretches a block. Nothing panics; only shutdown is sticky.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::num::{NonZeroU32, NonZeroUsize};
+
+use hashbrown::{Equivalent, HashMap};
+use rein_core::{Decision, Micros, Outcome, Timestamp};
+
+use super::terms::LeaseTerms;
+use super::{DirectReason, LeaseStats};
+
+/// A key as the book stores it: the policy's slot in the driver and the user key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseKey {
+    /// Which policy (the driver's index of prepared policies).
+    pub slot: u32,
+    /// The user key.
+    pub key: Box<[u8]>,
+}
+
+/// A borrowed [`LeaseKey`], to look a key up without allocating. Hashes like one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseKeyRef<'a> {
+    /// Which policy.
+    pub slot: u32,
+    /// The user key.
+    pub key: &'a [u8],
+}
+
+/// Settings of a [`LeaseBook`] (and of the [`LeasedLimiter`](crate::LeasedLimiter)).
+///
+/// Defaults: 4 expected nodes, a 100 ms renewal interval, renewal below half a block, a
+/// 100 ms return guard, keys released after 1 s idle, leases from the second unit of
+/// demand in an interval, 10 000 keys, reservations presumed lost after 1 s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// How many nodes share each limit: a node never holds more than
+    /// `capacity / expected_nodes` (at least 1) unused units of a key, its fair share.
+    pub expected_nodes: NonZeroU32,
+    /// Demand is measured over this interval, and a block is sized to cover about one of
+    /// it at the measured rate: the longer, the fewer store calls and the more units held.
+    pub renew_interval: Micros,
+    /// A new block is asked for when the held units fall below this many thousandths of
+    /// the current block size (the low watermark).
+    pub low_watermark_permille: u32,
+    /// A return is sent only if at least this long remains before the block's
+    /// `valid_until`: the longest a return may take to execute in the store. Past it,
+    /// unused units are left to expire (stranded). docs/leases.md, "Returns".
+    pub return_guard: Micros,
+    /// A key with no request for this long gives its units back and is forgotten.
+    pub idle_after: Micros,
+    /// A key is leased once it demanded at least this many units within about one
+    /// renewal interval; below that (cold keys) requests go to the store directly.
+    pub min_demand: u64,
+    /// The most keys tracked; requests for further keys go to the store directly.
+    pub max_keys: NonZeroUsize,
+    /// A reservation with no reply after this long is presumed lost: its units count as
+    /// in doubt (possibly taken), and waiting requests go to the store directly.
+    pub flight_timeout: Micros,
+}
+
+/// What to do with a request, from [`LeaseBook::handle_request`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admit {
+    /// Admitted from a block this node holds; nothing is sent.
+    Leased(Decision),
+    /// Denied locally: the store said, less than a renewal interval ago, that nothing is
+    /// left. Exact in the safe direction (the store would deny too, unless another node
+    /// returned units meanwhile).
+    Denied(Decision),
+    /// Decide it through the store, for this reason.
+    Direct(DirectReason),
+    /// A reservation for this key is in flight: call
+    /// [`retry_request`](LeaseBook::retry_request) once it ends.
+    Wait,
+}
+
+/// Work for the driver, from [`LeaseBook::poll_action`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// `acquire(cost = units)` on the key's policy, then
+    /// [`handle_reserved`](LeaseBook::handle_reserved) with `id`.
+    Reserve {
+        /// The key.
+        key: LeaseKey,
+        /// Names this reservation in its reply.
+        id: u64,
+        /// How many units to reserve.
+        units: u64,
+        /// The instant the reservation was made at; the store call goes out after it.
+        at: Timestamp,
+    },
+    /// `refund(amount = units)` on the key's policy; nothing to report.
+    Return {
+        /// The key.
+        key: LeaseKey,
+        /// How many units to give back.
+        units: u64,
+        /// The instant the return was made at.
+        at: Timestamp,
+    },
+}
+
+/// How a reservation ended, for [`LeaseBook::handle_reserved`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reserved {
+    /// The store decided.
+    Decided(Decision),
+    /// The store gave no answer (timeout, connection, error): the units may have been
+    /// taken.
+    Failed,
+}
+
+/// A node's leases: blocks held per key, demand, single flight, returns.
+///
+/// See the module docs for the call order and the invariant. Memory: at most
+/// [`LeaseConfig::max_keys`] entries of about 150 bytes plus the key.
+#[derive(Debug)]
+pub struct LeaseBook {
+    config: LeaseConfig,
+    index: HashMap<LeaseKey, usize>,
+    slots: Vec<Option<Entry>>,
+    free: Vec<usize>,
+    /// Each entry's next deadline, at most one per entry (`Entry::timer`).
+    timers: BTreeSet<(Timestamp, usize)>,
+    actions: VecDeque<Action>,
+    next_id: u64,
+    /// The latest `now` seen: the book's clock never goes back.
+    latest: Timestamp,
+    closed: bool,
+    stats: LeaseStats,
+}
+
+/// One key's lease state.
+#[derive(Debug)]
+struct Entry {
+    key: LeaseKey,
+    terms: LeaseTerms,
+    block: Option<Block>,
+    flight: Option<Flight>,
+    demand: Demand,
+    /// The last request's instant, for idleness.
+    last_request: Timestamp,
+    /// Deny locally until then: the store said nothing is left.
+    denied: Option<LocalDenial>,
+    /// Decide directly until then: a reservation failed or was unusable.
+    direct_until: Option<Timestamp>,
+    /// The deadline registered in `LeaseBook::timers`.
+    timer: Option<Timestamp>,
+}
+
+/// Units held from one window.
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    /// Unused units.
+    units: u64,
+    /// The size of the last grant merged in: the scale of the low watermark.
+    size: u64,
+    /// No unit is spent at or after this instant.
+    valid_until: Timestamp,
+    /// When to give back what the remaining time will not use: `valid_until − 2 × guard`.
+    review_at: Timestamp,
+    /// Whether the end-of-block review has run.
+    reviewed: bool,
+    /// When the store said the limit is full again if nothing else is admitted.
+    reset_at: Timestamp,
+}
+
+/// The one reservation in flight for a key.
+#[derive(Clone, Copy, Debug)]
+struct Flight {
+    id: u64,
+    units: u64,
+    sent_at: Timestamp,
+}
+
+/// Units demanded per renewal interval, in two aligned counters (previous and current).
+#[derive(Clone, Copy, Debug)]
+struct Demand {
+    start: Timestamp,
+    current: u64,
+    previous: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LocalDenial {
+    until: Timestamp,
+    limit: u64,
+    reset_at: Timestamp,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            expected_nodes: NonZeroU32::new(4).unwrap_or(NonZeroU32::MIN),
+            renew_interval: Micros::from_millis(100),
+            low_watermark_permille: 500,
+            return_guard: Micros::from_millis(100),
+            idle_after: Micros::from_secs(1),
+            min_demand: 2,
+            max_keys: NonZeroUsize::new(10_000).unwrap_or(NonZeroUsize::MIN),
+            flight_timeout: Micros::from_secs(1),
+        }
+    }
+}
+
+impl LeaseConfig {
+    /// The most unused units one node holds of a key under `terms`.
+    pub fn fair_share(&self, terms: &LeaseTerms) -> u64 {
+        (terms.capacity() / u64::from(self.expected_nodes.get())).max(1)
+    }
+}
+
+impl Hash for LeaseKeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Exactly as the derived `Hash` of `LeaseKey` (a `Box<[u8]>` hashes as its slice).
+        self.slot.hash(state);
+        self.key.hash(state);
+    }
+}
+
+impl Equivalent<LeaseKey> for LeaseKeyRef<'_> {
+    fn equivalent(&self, key: &LeaseKey) -> bool {
+        self.slot == key.slot && *self.key == *key.key
+    }
+}
+
+impl LeaseBook {
+    /// An empty book.
+    pub fn new(config: LeaseConfig) -> Self {
+        Self {
+            config,
+            index: HashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            timers: BTreeSet::new(),
+            actions: VecDeque::new(),
+            next_id: 0,
+            latest: Timestamp::EPOCH,
+            closed: false,
+            stats: LeaseStats::default(),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &LeaseConfig {
+        &self.config
+    }
+
+    /// A request for `cost` units (`0 < cost ≤ terms.capacity()`, checked by the caller) of
+    /// `key` under a leasable policy with `terms`, at `now`. Counts its demand once.
+    pub fn handle_request(
+        &mut self,
+        now: Timestamp,
+        key: LeaseKeyRef<'_>,
+        cost: u64,
+        terms: &LeaseTerms,
+    ) -> Admit {
+        self.admit(now, key, cost, terms, true)
+    }
+
+    /// The same request again after [`Admit::Wait`]: decided anew, demand not recounted.
+    pub fn retry_request(
+        &mut self,
+        now: Timestamp,
+        key: LeaseKeyRef<'_>,
+        cost: u64,
+        terms: &LeaseTerms,
+    ) -> Admit {
+        self.admit(now, key, cost, terms, false)
+    }
+
+    /// The reservation `id` of `key` ended at `now` with `reply`. A reply for a
+    /// reservation the book no longer waits for (presumed lost, or the key released) is
+    /// counted as stranded: its units, if granted, stay unused.
+    pub fn handle_reserved(&mut self, now: Timestamp, key: &LeaseKey, id: u64, reply: Reserved) {
+        let now = self.observe(now);
+        let Some(&slot) = self.index.get(key) else {
+            self.stale_reply(reply);
+            return;
+        };
+        // Expire a block whose time is up before merging a grant into it, and presume the
+        // flight lost if its timeout came first.
+        self.service(now, slot, false);
+        let config = self.config;
+        let Some(entry) = self.slots[slot].as_mut() else {
+            return;
+        };
+        let flight = match entry.flight {
+            Some(f) if f.id == id => f,
+            _ => {
+                self.stale_reply(reply);
+                return;
+            }
+        };
+        entry.flight = None;
+        let stats = &mut self.stats;
+        match reply {
+            Reserved::Failed => {
+                stats.reservations_failed += 1;
+                stats.units_in_doubt += flight.units;
+                entry.direct_until = Some(now.saturating_add(config.renew_interval));
+            }
+            Reserved::Decided(d) if d.is_allowed() => match entry.terms.span(&d) {
+                Some(span) => {
+                    stats.reservations_granted += 1;
+                    stats.units_reserved += flight.units;
+                    // Early by the clock-rate tolerance, never late: see the module docs.
+                    let margin = span.as_micros() / CLOCK_RATE_TOLERANCE + 1;
+                    let usable = span.as_micros() - margin.min(span.as_micros());
+                    let valid_until = flight.sent_at.saturating_add(Micros::from_micros(usable));
+                    let reset_at = flight.sent_at.saturating_add(d.reset_after);
+                    if valid_until <= now {
+                        // The reply came after the block's window closed: nothing to use.
+                        stats.units_stranded += flight.units;
+                    } else {
+                        entry.merge(flight.units, valid_until, reset_at, config.return_guard);
+                    }
+                }
+                None => {
+                    // Admitted, but not by the store's windows (a failure policy's answer):
+                    // never spent as a lease. Requests go direct and meet that policy.
+                    stats.reservations_unusable += 1;
+                    entry.direct_until = Some(now.saturating_add(config.renew_interval));
+                }
+            },
+            Reserved::Decided(d) if d.retry_after == Micros::ZERO => {
+                // A denial that names no wait is not the store's (a fail-closed answer while
+                // its breaker is closed): treat it as a failure, and let requests meet the
+                // failure policy directly.
+                stats.reservations_unusable += 1;
+                entry.direct_until = Some(now.saturating_add(config.renew_interval));
+            }
+            Reserved::Decided(d) => {
+                stats.reservations_denied += 1;
+                let held = entry.held(now);
+                // Less is left than asked. If the whole ask fits within a renewal interval
+                // (capacity that accrues: a sliding counter's previous window decaying),
+                // wait for it rather than take crumbs one store call each. If not (a fixed
+                // window until its boundary), ask for what is left now: it would otherwise
+                // go unused. Each re-ask asks for less than the one before, so this ends.
+                if d.remaining > 0
+                    && d.retry_after > config.renew_interval
+                    && held < config.fair_share(&entry.terms)
+                {
+                    let units = d
+                        .remaining
+                        .min(config.fair_share(&entry.terms) - held)
+                        .min(flight.units.saturating_sub(1).max(1));
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    entry.flight = Some(Flight {
+                        id,
+                        units,
+                        sent_at: now,
+                    });
+                    stats.reservations += 1;
+                    self.actions.push_back(Action::Reserve {
+                        key: entry.key.clone(),
+                        id,
+                        units,
+                        at: now,
+                    });
+                } else {
+                    let wait = d.retry_after.min(config.renew_interval);
+                    entry.denied = Some(LocalDenial {
+                        until: flight.sent_at.saturating_add(wait),
+                        limit: d.limit,
+                        reset_at: flight.sent_at.saturating_add(d.reset_after),
+                    });
+                }
+            }
+        }
+        self.reschedule(slot);
+    }
+
+    /// The next instant [`handle_timeout`](Self::handle_timeout) has work, if any.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        self.timers.first().map(|&(at, _)| at)
+    }
+
+    /// Applies every timer due at `now`: expired blocks (stranded units), end-of-block
+    /// returns, lost reservations, idle keys.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        let now = self.observe(now);
+        while let Some(&(at, slot)) = self.timers.first() {
+            if at > now {
+                break;
+            }
+            self.timers.remove(&(at, slot));
+            if let Some(entry) = self.slots[slot].as_mut() {
+                entry.timer = None;
+            }
+            self.service(now, slot, true);
+        }
+    }
+
+    /// Gives back every unit still returnable, forgets every key, and sends every later
+    /// request to the store directly. Reservations in flight are left to end; their
+    /// grants are stranded.
+    pub fn handle_shutdown(&mut self, now: Timestamp) {
+        let now = self.observe(now);
+        self.closed = true;
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].is_some() {
+                self.release(now, slot);
+            }
+        }
+    }
+
+    /// The next action for the driver.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// `true` after [`handle_shutdown`](Self::handle_shutdown).
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> LeaseStats {
+        self.stats
+    }
+
+    /// How many keys are tracked.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// `true` when no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Units held unused for `key` at `now` (zero if untracked).
+    pub fn held(&self, now: Timestamp, key: LeaseKeyRef<'_>) -> u64 {
+        self.index
+            .get(&key)
+            .and_then(|&slot| self.slots[slot].as_ref())
+            .map_or(0, |e| e.held(now.max(self.latest)))
+    }
+
+    fn admit(
+        &mut self,
+        now: Timestamp,
+        key: LeaseKeyRef<'_>,
+        cost: u64,
+        terms: &LeaseTerms,
+        fresh: bool,
+    ) -> Admit {
+        let now = self.observe(now);
+        let admit = self.decide(now, key, cost, terms, fresh);
+        self.stats.count(&admit);
+        admit
+    }
+
+    fn decide(
+        &mut self,
+        now: Timestamp,
+        key: LeaseKeyRef<'_>,
+        cost: u64,
+        terms: &LeaseTerms,
+        fresh: bool,
+    ) -> Admit {
+        if self.closed {
+            return Admit::Direct(DirectReason::Closed);
+        }
+        let slot = match self.index.get(&key) {
+            Some(&slot) => slot,
+            None if self.index.len() >= self.config.max_keys.get() => {
+                return Admit::Direct(DirectReason::Untracked);
+            }
+            None => self.insert(now, key, *terms),
+        };
+        // Due timers of this key first (expiry, a lost flight), without releasing it.
+        self.service(now, slot, false);
+        let config = self.config;
+        let Some(entry) = self.slots[slot].as_mut() else {
+            return Admit::Direct(DirectReason::Untracked);
+        };
+        entry.terms = *terms;
+        entry.last_request = now;
+        if fresh {
+            entry.demand.record(now, config.renew_interval, cost);
+        }
+        let admit = 'decided: {
+            if let Some(block) = entry.block.as_mut().filter(|b| b.units >= cost) {
+                block.units -= cost;
+                let decision = Decision {
+                    outcome: Outcome::Allowed,
+                    limit: terms.capacity(),
+                    remaining: block.units,
+                    retry_after: Micros::ZERO,
+                    reset_after: block.reset_at.saturating_since(now),
+                };
+                break 'decided Admit::Leased(decision);
+            }
+            if let Some(denial) = entry.denied.filter(|d| now < d.until) {
+                let retry_after = denial.until.saturating_since(now);
+                break 'decided Admit::Denied(Decision {
+                    outcome: Outcome::Denied,
+                    limit: denial.limit,
+                    remaining: 0,
+                    retry_after,
+                    reset_after: denial.reset_at.saturating_since(now).max(retry_after),
+                });
+            }
+            if entry.flight.is_some() {
+                break 'decided Admit::Wait;
+            }
+            if entry.direct_until.is_some_and(|until| now < until) {
+                break 'decided Admit::Direct(DirectReason::StoreTrouble);
+            }
+            if cost > config.fair_share(terms) {
+                break 'decided Admit::Direct(DirectReason::AboveShare);
+            }
+            if entry.demand.rate(now, config.renew_interval) < config.min_demand {
+                break 'decided Admit::Direct(DirectReason::Cold);
+            }
+            let held = entry.held(now);
+            let units = entry
+                .target(now, &config)
+                .max(cost)
+                .saturating_sub(held)
+                .min(config.fair_share(terms) - held.min(config.fair_share(terms)));
+            if units + held < cost {
+                break 'decided Admit::Direct(DirectReason::AboveShare);
+            }
+            Admit::Wait
+        };
+        // Reserve ahead: when the block is below its low watermark, or when a request
+        // must wait for one.
+        let needs = match admit {
+            Admit::Wait => entry.flight.is_none(),
+            Admit::Leased(_) => {
+                entry.flight.is_none()
+                    && entry.denied.is_none_or(|d| now >= d.until)
+                    && entry.direct_until.is_none_or(|until| now >= until)
+                    && entry.block.is_some_and(|b| {
+                        b.units * 1_000 < b.size * u64::from(config.low_watermark_permille)
+                            && now < b.review_at
+                    })
+            }
+            _ => false,
+        };
+        if needs {
+            let held = entry.held(now);
+            let share = config.fair_share(terms);
+            let units = entry
+                .target(now, &config)
+                .max(if matches!(admit, Admit::Wait) {
+                    cost
+                } else {
+                    1
+                })
+                .saturating_sub(held)
+                .min(share - held.min(share));
+            if units > 0 {
+                let id = self.next_id;
+                self.next_id += 1;
+                entry.flight = Some(Flight {
+                    id,
+                    units,
+                    sent_at: now,
+                });
+                self.stats.reservations += 1;
+                self.actions.push_back(Action::Reserve {
+                    key: entry.key.clone(),
+                    id,
+                    units,
+                    at: now,
+                });
+            }
+        }
+        self.reschedule(slot);
+        admit
+    }
+
+    /// Applies `slot`'s due timers at `now`; with `timers`, also the end-of-block review
+    /// and the idle release (a request's own servicing leaves those to the timer).
+    fn service(&mut self, now: Timestamp, slot: usize, timers: bool) {
+        let config = self.config;
+        let Some(entry) = self.slots[slot].as_mut() else {
+            return;
+        };
+        if let Some(f) = entry.flight
+            && now >= f.sent_at.saturating_add(config.flight_timeout)
+        {
+            entry.flight = None;
+            self.stats.reservations_lost += 1;
+            self.stats.units_in_doubt += f.units;
+            entry.direct_until = Some(now.saturating_add(config.renew_interval));
+        }
+        if let Some(b) = entry.block
+            && now >= b.valid_until
+        {
+            self.stats.units_stranded += b.units;
+            entry.block = None;
+        }
+        if entry.denied.is_some_and(|d| now >= d.until) {
+            entry.denied = None;
+        }
+        if entry.direct_until.is_some_and(|until| now >= until) {
+            entry.direct_until = None;
+        }
+        if !timers {
+            self.reschedule(slot);
+            return;
+        }
+        if now >= entry.last_request.saturating_add(config.idle_after) && entry.flight.is_none() {
+            self.release(now, slot);
+            return;
+        }
+        let expected = entry
+            .demand
+            .expected(now, &config, entry.block.map(|b| b.valid_until));
+        if let Some(b) = entry
+            .block
+            .as_mut()
+            .filter(|b| !b.reviewed && now >= b.review_at)
+        {
+            b.reviewed = true;
+            // Keep what the measured demand will use before the end; give back the rest
+            // while a return still lands in this window.
+            let excess = b.units.saturating_sub(expected);
+            if excess > 0 && returnable(now, b.valid_until, config.return_guard) {
+                b.units -= excess;
+                self.stats.returns += 1;
+                self.stats.units_returned += excess;
+                self.actions.push_back(Action::Return {
+                    key: entry.key.clone(),
+                    units: excess,
+                    at: now,
+                });
+            }
+        }
+        self.reschedule(slot);
+    }
+
+    /// Gives back `slot`'s units if still returnable (else counts them stranded) and
+    /// forgets the key.
+    fn release(&mut self, now: Timestamp, slot: usize) {
+        let Some(entry) = self.slots[slot].take() else {
+            return;
+        };
+        if let Some(at) = entry.timer {
+            self.timers.remove(&(at, slot));
+        }
+        self.index.remove(&entry.key);
+        self.free.push(slot);
+        if let Some(b) = entry.block.filter(|b| b.units > 0 && now < b.valid_until) {
+            if returnable(now, b.valid_until, self.config.return_guard) {
+                self.stats.returns += 1;
+                self.stats.units_returned += b.units;
+                self.actions.push_back(Action::Return {
+                    key: entry.key,
+                    units: b.units,
+                    at: now,
+                });
+            } else {
+                self.stats.units_stranded += b.units;
+            }
+        }
+    }
+
+    fn insert(&mut self, now: Timestamp, key: LeaseKeyRef<'_>, terms: LeaseTerms) -> usize {
+        let key = LeaseKey {
+            slot: key.slot,
+            key: key.key.into(),
+        };
+        let entry = Entry {
+            key: key.clone(),
+            terms,
+            block: None,
+            flight: None,
+            demand: Demand {
+                start: now,
+                current: 0,
+                previous: 0,
+            },
+            last_request: now,
+            denied: None,
+            direct_until: None,
+            timer: None,
+        };
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some(entry);
+                slot
+            }
+            None => {
+                self.slots.push(Some(entry));
+                self.slots.len() - 1
+            }
+        };
+        self.index.insert(key, slot);
+        slot
+    }
+
+    /// Registers `slot`'s earliest deadline, replacing the one registered before.
+    fn reschedule(&mut self, slot: usize) {
+        let config = self.config;
+        let Some(entry) = self.slots[slot].as_mut() else {
+            return;
+        };
+        let next = [
+            entry
+                .flight
+                .map(|f| f.sent_at.saturating_add(config.flight_timeout)),
+            entry.block.map(|b| {
+                if b.reviewed {
+                    b.valid_until
+                } else {
+                    b.review_at
+                }
+            }),
+            entry.denied.map(|d| d.until),
+            entry.direct_until,
+            // Idleness is checked once no reservation is in flight (its timeout is above):
+            // a due idle deadline kept while one is would fire again at once, forever.
+            entry
+                .flight
+                .is_none()
+                .then(|| entry.last_request.saturating_add(config.idle_after)),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        if entry.timer != next {
+            if let Some(old) = entry.timer {
+                self.timers.remove(&(old, slot));
+            }
+            if let Some(at) = next {
+                self.timers.insert((at, slot));
+            }
+            entry.timer = next;
+        }
+    }
+
+    fn observe(&mut self, now: Timestamp) -> Timestamp {
+        self.latest = self.latest.max(now);
+        self.latest
+    }
+
+    fn stale_reply(&mut self, reply: Reserved) {
+        match reply {
+            Reserved::Decided(d) if d.is_allowed() => {
+                // The units were granted after the book stopped waiting: unused.
+                self.stats.late_grants += 1;
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Entry {
+    /// Unused units spendable at `now`.
+    fn held(&self, now: Timestamp) -> u64 {
+        self.block
+            .filter(|b| now < b.valid_until)
+            .map_or(0, |b| b.units)
+    }
+
+    /// Adds a grant. Two live blocks are always of the same window (a grant from the next
+    /// window is only learnt after this one's `valid_until`, which is before the
+    /// boundary), so they merge, keeping the earlier end.
+    fn merge(&mut self, units: u64, valid_until: Timestamp, reset_at: Timestamp, guard: Micros) {
+        let review = |until: Timestamp| {
+            Timestamp::from_micros(
+                until
+                    .as_micros()
+                    .saturating_sub(guard.as_micros().saturating_mul(2)),
+            )
+        };
+        self.block = Some(match self.block {
+            Some(b) => {
+                let valid_until = b.valid_until.min(valid_until);
+                Block {
+                    units: b.units + units,
+                    size: units,
+                    valid_until,
+                    review_at: review(valid_until),
+                    reviewed: b.reviewed && valid_until == b.valid_until,
+                    reset_at: b.reset_at.max(reset_at),
+                }
+            }
+            None => Block {
+                units,
+                size: units,
+                valid_until,
+                review_at: review(valid_until),
+                reviewed: false,
+                reset_at,
+            },
+        });
+    }
+
+    /// The block size to ask for at `now`: the measured demand over one renewal interval,
+    /// or over what is left of the current block's window if that is shorter; at least 1,
+    /// at most the fair share.
+    fn target(&self, now: Timestamp, config: &LeaseConfig) -> u64 {
+        let until = self.block.map(|b| b.valid_until).filter(|&u| u > now);
+        self.demand
+            .expected(now, config, until)
+            .clamp(1, config.fair_share(&self.terms))
+    }
+}
+
+impl Demand {
+    /// Counts `cost` units demanded at `now`.
+    fn record(&mut self, now: Timestamp, interval: Micros, cost: u64) {
+        self.roll(now, interval);
+        self.current = self.current.saturating_add(cost);
+    }
+
+    /// Units demanded per interval: the larger of the last full interval and the current
+    /// one so far, so that a rising rate is followed at once.
+    fn rate(&self, now: Timestamp, interval: Micros) -> u64 {
+        let mut d = *self;
+        d.roll(now, interval);
+        d.previous.max(d.current)
+    }
+
+    /// The units expected over one interval from `now`, or until `until` if sooner.
+    fn expected(&self, now: Timestamp, config: &LeaseConfig, until: Option<Timestamp>) -> u64 {
+        let interval = config.renew_interval.as_micros().max(1);
+        let rate = self.rate(now, config.renew_interval);
+        let horizon = until.map_or(interval, |u| {
+            u.saturating_since(now).as_micros().min(interval)
+        });
+        // Rounded up: a fraction of a unit is still a request to serve.
+        (u128::from(rate) * u128::from(horizon)).div_ceil(u128::from(interval)) as u64
+    }
+
+    fn roll(&mut self, now: Timestamp, interval: Micros) {
+        let length = interval.as_micros().max(1);
+        let elapsed = now.saturating_since(self.start).as_micros();
+        if elapsed >= 2 * length {
+            self.previous = 0;
+            self.current = 0;
+            self.start = now;
+        } else if elapsed >= length {
+            self.previous = self.current;
+            self.current = 0;
+            self.start = self.start.saturating_add(Micros::from_micros(length));
+        }
+    }
+}
+
+/// Whether a return sent at `now` still executes before `valid_until`, by the guard.
+fn returnable(now: Timestamp, valid_until: Timestamp, guard: Micros) -> bool {
+    now.saturating_add(guard) <= valid_until
+}
+
+/// A block ends this fraction of its span early (1/1000: 1 000 ppm), covering a local
+/// clock that runs slower than the store's by that much over the block's life. NTP slews
+/// at most 500 ppm; quartz drift is tens of ppm.
+const CLOCK_RATE_TOLERANCE: u64 = 1_000;
+
+#[cfg(test)]
+mod tests {
+    use rein_core::{Limit, Policy, PolicyState};
+
+    use super::*;
+
+    /// A node's book and, standing in for the store, rein-core's own policy state: a
+    /// reservation is an `acquire` at the instant it is delivered.
+    struct Harness {
+        book: LeaseBook,
+        terms: LeaseTerms,
+        policy: Policy,
+        store: PolicyState,
+        /// Actions emitted and not yet delivered, oldest first.
+        sent: VecDeque<Action>,
+    }
+
+    const KEY: LeaseKeyRef<'static> = LeaseKeyRef { slot: 0, key: b"k" };
+
+    /// Milliseconds on the number line; 10 s is the start of a window of every length here.
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_micros(10_000_000 + ms * 1_000)
+    }
+
+    fn config() -> LeaseConfig {
+        LeaseConfig {
+            expected_nodes: NonZeroU32::new(4).unwrap(),
+            renew_interval: Micros::from_millis(100),
+            low_watermark_permille: 500,
+            return_guard: Micros::from_millis(100),
+            idle_after: Micros::from_secs(1),
+            min_demand: 2,
+            max_keys: NonZeroUsize::new(2).unwrap(),
+            flight_timeout: Micros::from_millis(200),
+        }
+    }
+
+    /// 100 per 1 s fixed window: a fair share of 25.
+    fn harness(limit: Limit) -> Harness {
+        let policy = Policy::single(limit);
+        Harness {
+            book: LeaseBook::new(config()),
+            terms: LeaseTerms::new(&policy).unwrap(),
+            store: policy.new_state(),
+            policy,
+            sent: VecDeque::new(),
+        }
+    }
+
+    fn window() -> Limit {
+        Limit::fixed_window(100, Micros::from_secs(1)).unwrap()
+    }
+
+    impl Harness {
+        fn request(&mut self, ms: u64, cost: u64) -> Admit {
+            let admit = self.book.handle_request(at(ms), KEY, cost, &self.terms);
+            self.collect();
+            admit
+        }
+
+        fn retry(&mut self, ms: u64, cost: u64) -> Admit {
+            let admit = self.book.retry_request(at(ms), KEY, cost, &self.terms);
+            self.collect();
+            admit
+        }
+
+        fn tick(&mut self, ms: u64) {
+            self.book.handle_timeout(at(ms));
+            self.collect();
+        }
+
+        fn collect(&mut self) {
+            while let Some(action) = self.book.poll_action() {
+                self.sent.push_back(action);
+            }
+        }
+
+        /// Runs the oldest action in the store at `ms` and replies at once. Returns the
+        /// units reserved (`+`) or returned (`−`).
+        fn deliver(&mut self, ms: u64) -> i64 {
+            match self.sent.pop_front().expect("an action to deliver") {
+                Action::Reserve { key, id, units, .. } => {
+                    let d = self.policy.acquire(at(ms), &mut self.store, units).unwrap();
+                    self.book
+                        .handle_reserved(at(ms), &key, id, Reserved::Decided(d));
+                    self.collect();
+                    units as i64
+                }
+                Action::Return { units, .. } => {
+                    self.policy.refund(at(ms), &mut self.store, units).unwrap();
+                    -(units as i64)
+                }
+            }
+        }
+
+        fn held(&self, ms: u64) -> u64 {
+            self.book.held(at(ms), KEY)
+        }
+    }
+
+    fn leased(admit: Admit) -> u64 {
+        match admit {
+            Admit::Leased(d) => d.remaining,
+            other => panic!("expected a lease hit, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_cold_key_goes_direct_then_one_reservation_serves_every_waiting_request() {
+        let mut h = harness(window());
+        assert_eq!(h.request(0, 1), Admit::Direct(DirectReason::Cold));
+        // The second unit within an interval makes it hot: one reservation, sized to the
+        // demand measured so far (2 per interval), for every request that arrives meanwhile.
+        assert_eq!(h.request(10, 1), Admit::Wait);
+        assert_eq!(h.request(11, 1), Admit::Wait);
+        assert_eq!(h.sent.len(), 1, "single flight: {:?}", h.sent);
+        assert_eq!(h.deliver(12), 2);
+        assert_eq!(leased(h.retry(12, 1)), 1);
+        assert_eq!(leased(h.retry(12, 1)), 0);
+        assert_eq!(h.book.stats().reservations, 2, "the empty block is renewed");
+        assert_eq!(h.book.stats().waits, 2);
+        assert_eq!(h.deliver(13), 3, "sized to the demand now measured, 3");
+    }
+
+    #[test]
+    fn a_block_is_renewed_below_its_low_watermark_before_it_runs_out() {
+        let mut h = harness(window());
+        let _ = h.request(0, 1);
+        assert_eq!(h.request(1, 8), Admit::Wait);
+        assert_eq!(h.deliver(2), 9, "demand 9 in this interval");
+        // 1 left of 9 is below half: renew while the last unit is still there.
+        assert_eq!(leased(h.retry(2, 8)), 1);
+        assert_eq!(h.sent.len(), 1);
+        assert_eq!(leased(h.request(3, 1)), 0);
+        assert_eq!(
+            h.deliver(4),
+            8,
+            "the demand then, 9, less the unit then held"
+        );
+        assert_eq!(h.held(4), 8);
+    }
+
+    #[test]
+    fn a_block_is_never_spent_at_or_after_its_window_boundary() {
+        let mut h = harness(window());
+        let _ = h.request(900, 1);
+        let _ = h.request(901, 25);
+        assert_eq!(h.deliver(902), 25, "capped at the fair share, 100 / 4");
+        assert_eq!(leased(h.retry(902, 25)), 0);
+        let _ = h.request(950, 1);
+        // Granted at 951 in the window ending at 1000: usable until 1 000 ppm early.
+        assert!(h.deliver(951) > 0);
+        let held = h.held(998);
+        assert!(held > 0);
+        assert_eq!(
+            h.held(999),
+            0,
+            "valid_until = sent + span − span/1000 − 1 µs"
+        );
+        // At the boundary the block is gone: the next request must reserve again.
+        assert_eq!(h.request(1_000, 1), Admit::Wait);
+        assert!(h.book.stats().units_stranded >= held);
+    }
+
+    /// A block of 11 units from 1 ms, then no more demand.
+    fn idle_block(h: &mut Harness) {
+        let _ = h.request(0, 1);
+        assert_eq!(h.request(1, 10), Admit::Wait);
+        assert_eq!(h.deliver(2), 11);
+        assert_eq!(leased(h.retry(2, 10)), 1);
+        assert_eq!(h.deliver(3), 10, "renewed below the low watermark");
+        assert_eq!(h.held(3), 11);
+    }
+
+    #[test]
+    fn unused_units_go_back_only_while_the_return_still_lands_in_their_window() {
+        let mut h = harness(window());
+        idle_block(&mut h);
+        // Granted at 2 ms for the window ending at 1 000 ms: usable until sent (1 ms) plus
+        // the span (998 ms) less 1 000 ppm, so reviewed at that less 2 guards, ≈ 798 ms.
+        h.tick(500);
+        assert!(h.sent.is_empty());
+        let review = h.book.poll_timeout().unwrap();
+        assert!(review <= at(799) && review > at(797), "{review:?}");
+        // No demand left: all 11 go back, a guard and more before the end.
+        h.tick(799);
+        assert_eq!(h.deliver(799), -11);
+        assert_eq!(h.held(799), 0);
+        assert_eq!(h.book.stats().units_returned, 11);
+    }
+
+    #[test]
+    fn a_review_that_runs_too_late_strands_units_rather_than_return_them() {
+        let mut h = harness(window());
+        idle_block(&mut h);
+        // The timer ran late by more than a guard: 950 + 100 > valid_until.
+        h.tick(950);
+        assert!(h.sent.is_empty(), "{:?}", h.sent);
+        h.tick(1_000);
+        assert_eq!(h.book.stats().units_stranded, 11);
+        assert_eq!(h.book.stats().units_returned, 0);
+    }
+
+    #[test]
+    fn a_lost_reply_is_presumed_lost_after_the_flight_timeout_and_requests_go_direct() {
+        let mut h = harness(window());
+        let _ = h.request(0, 1);
+        assert_eq!(h.request(1, 1), Admit::Wait);
+        assert_eq!(h.retry(150, 1), Admit::Wait, "still in flight");
+        assert_eq!(h.retry(201, 1), Admit::Direct(DirectReason::StoreTrouble));
+        assert_eq!(h.book.stats().reservations_lost, 1);
+        assert_eq!(h.book.stats().units_in_doubt, 2);
+        // The late grant is counted in the store and never spent: under-admission only.
+        let Some(Action::Reserve { key, id, units, .. }) = h.sent.pop_front() else {
+            panic!()
+        };
+        let d = h.policy.acquire(at(202), &mut h.store, units).unwrap();
+        h.book
+            .handle_reserved(at(202), &key, id, Reserved::Decided(d));
+        assert_eq!(h.held(202), 0);
+        assert_eq!(h.book.stats().late_grants, 1);
+        // A renewal interval later, leases resume once the key is hot again.
+        assert_eq!(h.request(302, 1), Admit::Direct(DirectReason::Cold));
+        assert_eq!(h.request(303, 1), Admit::Wait);
+    }
+
+    #[test]
+    fn a_denial_with_nothing_left_is_repeated_locally_for_at_most_a_renewal_interval() {
+        let mut h = harness(window());
+        h.policy.acquire(at(0), &mut h.store, 99).unwrap();
+        let _ = h.request(0, 1);
+        let _ = h.request(1, 2);
+        // 1 left, 2 asked: denied, so ask for what is left.
+        h.deliver(2);
+        assert_eq!(h.deliver(3), 1);
+        assert_eq!(h.retry(3, 2), Admit::Wait, "1 held, 2 needed: ask again");
+        h.deliver(4);
+        // Denied for a renewal interval from when that reservation was sent, 3 ms.
+        match h.retry(4, 2) {
+            Admit::Denied(d) => assert_eq!(d.retry_after, Micros::from_millis(99)),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(h.request(102, 2), Admit::Denied(_)));
+        assert_eq!(h.request(103, 2), Admit::Wait, "the store is asked again");
+    }
+
+    /// 100 per 10 s: blocks outlive the idle time.
+    fn long_window() -> Limit {
+        Limit::fixed_window(100, Micros::from_secs(10)).unwrap()
+    }
+
+    #[test]
+    fn an_idle_key_gives_its_units_back_and_is_forgotten() {
+        let mut h = harness(long_window());
+        idle_block(&mut h);
+        // Idle from 2 ms (its last request) for 1 s.
+        h.tick(1_001);
+        assert!(h.sent.is_empty());
+        h.tick(1_002);
+        assert_eq!(h.deliver(1_002), -11);
+        assert!(h.book.is_empty());
+        assert!(h.book.poll_timeout().is_none());
+    }
+
+    #[test]
+    fn shutdown_returns_what_is_returnable_and_later_requests_go_direct() {
+        let mut h = harness(long_window());
+        idle_block(&mut h);
+        h.book.handle_shutdown(at(4));
+        h.collect();
+        assert_eq!(h.deliver(4), -11);
+        assert_eq!(h.request(5, 1), Admit::Direct(DirectReason::Closed));
+        assert!(h.book.is_empty());
+    }
+
+    #[test]
+    fn keys_beyond_the_bound_are_decided_directly() {
+        let mut h = harness(window());
+        let terms = h.terms;
+        for key in [&b"a"[..], b"b"] {
+            let k = LeaseKeyRef { slot: 0, key };
+            assert_eq!(
+                h.book.handle_request(at(0), k, 1, &terms),
+                Admit::Direct(DirectReason::Cold)
+            );
+        }
+        let c = LeaseKeyRef { slot: 0, key: b"c" };
+        assert_eq!(
+            h.book.handle_request(at(0), c, 1, &terms),
+            Admit::Direct(DirectReason::Untracked)
+        );
+    }
+
+    #[test]
+    fn a_clock_that_steps_back_never_stretches_a_block() {
+        let mut h = harness(window());
+        let _ = h.request(990, 1);
+        let _ = h.request(991, 1);
+        h.deliver(992);
+        let _ = h.retry(992, 1);
+        // Jump past the block's end, then back: the book keeps the latest instant.
+        assert_eq!(h.held(1_000), 0);
+        let _ = h.request(1_000, 1);
+        assert_eq!(h.retry(500, 1), Admit::Wait, "taken at 1 000 ms, not 500");
+    }
+
+    #[test]
+    fn a_failure_policys_admission_is_never_spent_as_a_lease() {
+        let mut h = harness(window());
+        let _ = h.request(0, 1);
+        let _ = h.request(1, 1);
+        let Some(Action::Reserve { key, id, .. }) = h.sent.pop_front() else {
+            panic!()
+        };
+        let fail_open = Decision {
+            outcome: Outcome::Allowed,
+            limit: 100,
+            remaining: 0,
+            retry_after: Micros::ZERO,
+            reset_after: Micros::ZERO,
+        };
+        h.book
+            .handle_reserved(at(2), &key, id, Reserved::Decided(fail_open));
+        assert_eq!(h.retry(2, 1), Admit::Direct(DirectReason::StoreTrouble));
+        assert_eq!(h.book.stats().reservations_unusable, 1);
+    }
+
+    #[test]
+    fn a_denial_naming_no_wait_is_a_failure_policys_and_sends_requests_direct() {
+        let mut h = harness(window());
+        let _ = h.request(0, 1);
+        let _ = h.request(1, 1);
+        let Some(Action::Reserve { key, id, .. }) = h.sent.pop_front() else {
+            panic!()
+        };
+        let fail_closed = Decision {
+            outcome: Outcome::Denied,
+            limit: 100,
+            remaining: 0,
+            retry_after: Micros::ZERO,
+            reset_after: Micros::ZERO,
+        };
+        h.book
+            .handle_reserved(at(2), &key, id, Reserved::Decided(fail_closed));
+        assert_eq!(h.retry(2, 1), Admit::Direct(DirectReason::StoreTrouble));
+        assert_eq!(
+            h.request(102, 1),
+            Admit::Wait,
+            "a renewal interval later, leases again"
+        );
+    }
+
+    #[test]
+    fn a_sliding_counter_block_ends_at_its_current_window_boundary() {
+        let mut h = harness(Limit::sliding_counter(100, Micros::from_millis(500)).unwrap());
+        let _ = h.request(1_400, 1);
+        let _ = h.request(1_401, 1);
+        // Decided at 1 402 ms in the window [1 000, 1 500): its counters reset at 2 000.
+        h.deliver(1_402);
+        assert!(h.held(1_498) > 0);
+        assert_eq!(h.held(1_499), 0);
+    }
+}

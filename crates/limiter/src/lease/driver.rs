@@ -1,0 +1,522 @@
+//! [`LeasedLimiter`]: the thin async driver of a [`LeaseBook`] over any
+//! [`Limiter`](rein_core::Limiter).
+//!
+//! It reads the clock, asks the book, and carries out the book's actions with the store's
+//! existing `acquire(cost k)` (a reservation) and `refund(k)` (a return), each in a task of
+//! its own so that no request waits for a return or a renewal. Requests that find their
+//! key's reservation in flight wait for it on a [`Notify`] (single flight); everything
+//! else is answered under one short lock with no await.
+//!
+//! # Composition with the resilient limiter
+//! Wrap leases around resilience: `LeasedLimiter<ResilientLimiter<S>>`. Held blocks are
+//! then spent without asking anyone while the store is down, until their validity ends;
+//! reservations and direct requests go through the resilient limiter, whose failure
+//! policy answers when the store cannot. A reservation answered by that failure policy
+//! (fail open's `reset_after` of zero) is recognised as not the store's
+//! ([`LeaseTerms::span`] is `None`) and never spent as a lease: requests go direct and get
+//! the failure policy's per-request answer. The reverse order would let the breaker or a
+//! cache answer before the held blocks are consulted. docs/leases.md, "Failures".
+
+use std::collections::hash_map::DefaultHasher;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use rein_core::{DecideError, Decision, KeyError, Limiter, NamedPolicy, PrepareError, Timestamp};
+use rein_memory::Clock;
+use tokio::sync::Notify;
+
+use super::book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKeyRef, Reserved};
+use super::terms::{LeaseTerms, Unleasable};
+use super::{DirectReason, LeaseSource, LeaseStats};
+use crate::{TimeSource, TokioClock};
+
+/// Leases over a store: hot keys decided locally from blocks reserved in the store, exactly
+/// (docs/leases.md), everything else decided by the store.
+///
+/// Cheap to clone (one `Arc`). Needs a tokio runtime: reservations and returns run in
+/// spawned tasks. Call [`run_timers`](Self::run_timers) in a task of its own so that
+/// unused units are returned before their window ends and idle keys are released (without
+/// it, blocks are still never spent late, but unused units strand instead of returning),
+/// and [`shutdown`](Self::shutdown) before dropping it to give back what it holds.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
+/// use rein_memory::MemoryStore;
+/// use rein::{LeaseConfig, LeaseSource, LeasedLimiter};
+///
+/// let store = MemoryStore::new();
+/// let leased = LeasedLimiter::builder(store).config(LeaseConfig::default()).build();
+/// tokio::spawn({
+///     let leased = leased.clone();
+///     async move { leased.run_timers().await }
+/// });
+/// let per_second = Limit::fixed_window(1_000, Micros::from_secs(1))?;
+/// let policy = leased.prepare(&NamedPolicy::new("api", Policy::single(per_second))?)?;
+/// let decided = leased.acquire_leased(None, &policy, b"user-1", 1).await?;
+/// println!("{:?} from {:?}", decided.decision.outcome, decided.source);
+/// leased.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct LeasedLimiter<S: Limiter> {
+    shared: Arc<Shared<S>>,
+}
+
+/// Builds a [`LeasedLimiter`].
+pub struct LeasedLimiterBuilder<S> {
+    store: S,
+    config: LeaseConfig,
+    clock: Option<Box<dyn Clock + Send + Sync>>,
+    time_source: TimeSource,
+}
+
+/// A policy prepared by a [`LeasedLimiter`]: the store's form, and whether it is leased.
+pub struct LeasedPolicy<P> {
+    slot: u32,
+    inner: Arc<P>,
+    capacity: u64,
+    terms: Result<LeaseTerms, Unleasable>,
+}
+
+/// A decision and where it came from, from [`LeasedLimiter::acquire_leased`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a decision that is not acted on limits nothing"]
+pub struct LeaseDecided {
+    /// The decision. From a lease: `limit` is the policy's capacity, `remaining` the units
+    /// this node still holds (a lower bound of what the store has left), `reset_after` the
+    /// store's as of the grant.
+    pub decision: Decision,
+    /// Who decided.
+    pub source: LeaseSource,
+}
+
+struct Shared<S: Limiter> {
+    store: S,
+    clock: Box<dyn Clock + Send + Sync>,
+    time_source: TimeSource,
+    /// A std mutex: every use is a few map operations with no await.
+    book: Mutex<LeaseBook>,
+    /// Prepared policies by slot, for reservations and returns made away from a request.
+    policies: RwLock<Vec<Arc<S::Prepared>>>,
+    /// Waiters for reservations, sharded by key hash.
+    wakers: Box<[Notify]>,
+    /// Wakes [`LeasedLimiter::run_timers`] when a deadline earlier than its sleep appears.
+    timers: Notify,
+    /// How long a request waits for a reservation before deciding again.
+    wait_limit: Duration,
+    direct_unleasable: AtomicU64,
+    returns_failed: AtomicU64,
+}
+
+impl<S: Limiter + 'static> LeasedLimiter<S> {
+    /// A builder over `store`, with [`LeaseConfig::default`], a [`TokioClock`] and the
+    /// store deciding on its own clock ([`TimeSource::Store`]).
+    pub fn builder(store: S) -> LeasedLimiterBuilder<S> {
+        LeasedLimiterBuilder {
+            store,
+            config: LeaseConfig::default(),
+            clock: None,
+            time_source: TimeSource::Store,
+        }
+    }
+
+    /// Decides `cost` of `key` under `policy`: from a held block when possible, otherwise
+    /// through the store. `now` is the instant to decide at (`None`: the limiter's clock);
+    /// store calls get it only if given, or under [`TimeSource::LocalClock`].
+    ///
+    /// `now`, when given, must advance with real time like the store's clock: a block's
+    /// life is measured from it (docs/leases.md). At most two store calls' time: a
+    /// reservation this request waits for, then (if that failed) a direct call.
+    pub async fn acquire_leased(
+        &self,
+        now: Option<Timestamp>,
+        policy: &LeasedPolicy<S::Prepared>,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<LeaseDecided, DecideError> {
+        if key.is_empty() {
+            return Err(KeyError::Empty.into());
+        }
+        if cost > policy.capacity {
+            return Err(DecideError::InsufficientCapacity {
+                cost,
+                capacity: policy.capacity,
+            });
+        }
+        let shared = &self.shared;
+        let terms = match (&policy.terms, cost) {
+            (Err(why), _) => {
+                shared.direct_unleasable.fetch_add(1, Ordering::Relaxed);
+                return shared
+                    .direct(now, policy, key, cost, DirectReason::Unleasable(*why))
+                    .await;
+            }
+            (Ok(_), 0) => {
+                return shared
+                    .direct(now, policy, key, cost, DirectReason::Peek)
+                    .await;
+            }
+            (Ok(terms), _) => terms,
+        };
+        let at = LeaseKeyRef {
+            slot: policy.slot,
+            key,
+        };
+        let waker = shared.waker(key);
+        let mut fresh = true;
+        loop {
+            // Registered before asking the book, so a reply between the two is not missed.
+            let mut woken = pin!(waker.notified());
+            woken.as_mut().enable();
+            let t = now.unwrap_or_else(|| shared.clock.now());
+            let (admit, actions) = shared.with_book(|book| {
+                if fresh {
+                    book.handle_request(t, at, cost, terms)
+                } else {
+                    book.retry_request(t, at, cost, terms)
+                }
+            });
+            shared.dispatch(actions);
+            fresh = false;
+            match admit {
+                Admit::Leased(decision) => {
+                    return Ok(LeaseDecided {
+                        decision,
+                        source: LeaseSource::Lease,
+                    });
+                }
+                Admit::Denied(decision) => {
+                    return Ok(LeaseDecided {
+                        decision,
+                        source: LeaseSource::LocalDenial,
+                    });
+                }
+                Admit::Direct(why) => return shared.direct(now, policy, key, cost, why).await,
+                // A bounded wait: the book presumes the flight lost after its timeout, so
+                // asking again after `wait_limit` always makes progress.
+                Admit::Wait => {
+                    let _ = tokio::time::timeout(shared.wait_limit, woken).await;
+                }
+            }
+        }
+    }
+
+    /// Runs the book's timers until [`shutdown`](Self::shutdown): returns unused units
+    /// before their window ends, releases idle keys, expires lost reservations. Spawn it.
+    pub async fn run_timers(&self) {
+        let shared = &self.shared;
+        loop {
+            let mut changed = pin!(shared.timers.notified());
+            changed.as_mut().enable();
+            let (next, closed) = {
+                let book = shared.lock();
+                (book.poll_timeout(), book.is_closed())
+            };
+            if closed {
+                return;
+            }
+            match next {
+                Some(at) => {
+                    let wait = Duration::from(at.saturating_since(shared.clock.now()));
+                    let _ = tokio::time::timeout(wait, changed).await;
+                }
+                None => changed.await,
+            }
+            let now = shared.clock.now();
+            let ((), actions) = shared.with_book(|book| book.handle_timeout(now));
+            shared.dispatch(actions);
+        }
+    }
+
+    /// Gives back every unit still returnable (awaiting the returns), stops
+    /// [`run_timers`](Self::run_timers), and sends every later request to the store.
+    pub async fn shutdown(&self) {
+        let shared = &self.shared;
+        let now = shared.clock.now();
+        let ((), actions) = shared.with_book(|book| book.handle_shutdown(now));
+        for action in actions {
+            Arc::clone(shared).carry(action).await;
+        }
+        shared.timers.notify_one();
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> LeaseStats {
+        let mut stats = self.shared.lock().stats();
+        stats.direct_unleasable = self.shared.direct_unleasable.load(Ordering::Relaxed);
+        stats.direct += stats.direct_unleasable;
+        stats.returns_failed = self.shared.returns_failed.load(Ordering::Relaxed);
+        stats
+    }
+
+    /// The settings.
+    pub fn config(&self) -> LeaseConfig {
+        *self.shared.lock().config()
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.shared.store
+    }
+}
+
+impl<S: Limiter + 'static> Shared<S> {
+    /// The store's own decision, as a [`LeaseDecided`].
+    async fn direct(
+        &self,
+        now: Option<Timestamp>,
+        policy: &LeasedPolicy<S::Prepared>,
+        key: &[u8],
+        cost: u64,
+        why: DirectReason,
+    ) -> Result<LeaseDecided, DecideError> {
+        let now = now.or_else(|| self.store_time(self.clock.now()));
+        let decision = self.store.acquire(now, &policy.inner, key, cost).await?;
+        Ok(LeaseDecided {
+            decision,
+            source: LeaseSource::Direct(why),
+        })
+    }
+
+    /// Runs `f` on the book and drains its actions; wakes the timer task if `f` added a
+    /// deadline earlier than any before.
+    fn with_book<R>(&self, f: impl FnOnce(&mut LeaseBook) -> R) -> (R, Vec<Action>) {
+        let mut book = self.lock();
+        let before = book.poll_timeout();
+        let result = f(&mut book);
+        let after = book.poll_timeout();
+        let mut actions = Vec::new();
+        while let Some(action) = book.poll_action() {
+            actions.push(action);
+        }
+        drop(book);
+        if after.is_some_and(|a| before.is_none_or(|b| a < b)) {
+            self.timers.notify_one();
+        }
+        (result, actions)
+    }
+
+    fn dispatch(self: &Arc<Self>, actions: Vec<Action>) {
+        for action in actions {
+            tokio::spawn(Arc::clone(self).carry(action));
+        }
+    }
+
+    /// Carries out one action of the book.
+    async fn carry(self: Arc<Self>, action: Action) {
+        match action {
+            Action::Reserve { key, id, units, at } => {
+                let reply = match self.policy(key.slot) {
+                    Some(policy) => {
+                        let now = self.store_time(at);
+                        match self.store.acquire(now, &policy, &key.key, units).await {
+                            Ok(decision) => Reserved::Decided(decision),
+                            Err(_) => Reserved::Failed,
+                        }
+                    }
+                    None => Reserved::Failed,
+                };
+                let now = self.clock.now();
+                let ((), actions) =
+                    self.with_book(|book| book.handle_reserved(now, &key, id, reply));
+                self.waker(&key.key).notify_waiters();
+                self.dispatch(actions);
+            }
+            Action::Return { key, units, at } => {
+                let returned = match self.policy(key.slot) {
+                    Some(policy) => {
+                        let now = self.store_time(at);
+                        self.store
+                            .refund(now, &policy, &key.key, units)
+                            .await
+                            .is_ok()
+                    }
+                    None => false,
+                };
+                if !returned {
+                    self.returns_failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    fn policy(&self, slot: u32) -> Option<Arc<S::Prepared>> {
+        let policies = self.policies.read().unwrap_or_else(|p| p.into_inner());
+        policies.get(slot as usize).cloned()
+    }
+
+    /// The `now` a store call gets for a local instant.
+    fn store_time(&self, local: Timestamp) -> Option<Timestamp> {
+        (self.time_source == TimeSource::LocalClock).then_some(local)
+    }
+
+    fn waker(&self, key: &[u8]) -> &Notify {
+        let mut hasher = DefaultHasher::new();
+        key.hash(&mut hasher);
+        &self.wakers[(hasher.finish() % self.wakers.len() as u64) as usize]
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LeaseBook> {
+        // The book's methods do not panic; a poisoned lock still holds a consistent book.
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl<S: Limiter + 'static> Limiter for LeasedLimiter<S> {
+    type Prepared = LeasedPolicy<S::Prepared>;
+
+    fn prepare(&self, policy: &NamedPolicy) -> Result<Self::Prepared, PrepareError> {
+        let inner = Arc::new(self.shared.store.prepare(policy)?);
+        let mut policies = self
+            .shared
+            .policies
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        let slot = policies.len() as u32;
+        policies.push(Arc::clone(&inner));
+        Ok(LeasedPolicy {
+            slot,
+            inner,
+            capacity: policy.policy().capacity(),
+            terms: LeaseTerms::new(policy.policy()),
+        })
+    }
+
+    async fn acquire(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, DecideError> {
+        Ok(self.acquire_leased(now, policy, key, cost).await?.decision)
+    }
+
+    /// The store's answer: units held by leases are not the store's to report.
+    async fn peek(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, DecideError> {
+        let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
+        self.shared.store.peek(now, &policy.inner, key, cost).await
+    }
+
+    /// Straight to the store: a refund of an admission (leased or not) gives capacity back
+    /// to everyone, in the store's current window.
+    async fn refund(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        amount: u64,
+    ) -> Result<(), DecideError> {
+        let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
+        self.shared
+            .store
+            .refund(now, &policy.inner, key, amount)
+            .await
+    }
+
+    /// Twice the store's: a request may wait for a reservation, then call directly.
+    fn deadline(&self) -> Option<Duration> {
+        self.shared.store.deadline().map(|d| d * 2)
+    }
+}
+
+impl<S> LeasedLimiterBuilder<S>
+where
+    S: Limiter + 'static,
+{
+    /// The lease settings.
+    pub fn config(mut self, config: LeaseConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The local clock (default [`TokioClock`]): block lifetimes, demand, timers.
+    pub fn clock(mut self, clock: impl Clock + Send + Sync + 'static) -> Self {
+        self.clock = Some(Box::new(clock));
+        self
+    }
+
+    /// Whose clock the store decides on (default [`TimeSource::Store`]). Leases are exact
+    /// with either: a block's life is measured from the store's own `reset_after`.
+    pub fn time_source(mut self, source: TimeSource) -> Self {
+        self.time_source = source;
+        self
+    }
+
+    /// The limiter.
+    pub fn build(self) -> LeasedLimiter<S> {
+        let wait_limit = Duration::from(self.config.flight_timeout);
+        LeasedLimiter {
+            shared: Arc::new(Shared {
+                store: self.store,
+                clock: self.clock.unwrap_or_else(|| Box::new(TokioClock::new())),
+                time_source: self.time_source,
+                book: Mutex::new(LeaseBook::new(self.config)),
+                policies: RwLock::new(Vec::new()),
+                wakers: (0..WAKER_SHARDS).map(|_| Notify::new()).collect(),
+                timers: Notify::new(),
+                wait_limit,
+                direct_unleasable: AtomicU64::new(0),
+                returns_failed: AtomicU64::new(0),
+            }),
+        }
+    }
+}
+
+impl<P> LeasedPolicy<P> {
+    /// The lease terms, or why this policy is decided directly.
+    pub fn terms(&self) -> Result<&LeaseTerms, Unleasable> {
+        self.terms.as_ref().map_err(|why| *why)
+    }
+
+    /// The store's prepared form.
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+}
+
+impl<S: Limiter> Clone for LeasedLimiter<S> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: Limiter> fmt::Debug for LeasedLimiter<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeasedLimiter").finish_non_exhaustive()
+    }
+}
+
+impl<S> fmt::Debug for LeasedLimiterBuilder<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeasedLimiterBuilder")
+            .field("config", &self.config)
+            .field("time_source", &self.time_source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P> fmt::Debug for LeasedPolicy<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeasedPolicy")
+            .field("slot", &self.slot)
+            .field("capacity", &self.capacity)
+            .field("terms", &self.terms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Waiter shards: a reply wakes the waiters of 1/64 of the keys, not all of them.
+const WAKER_SHARDS: usize = 64;

@@ -1,0 +1,200 @@
+//! Leases: decisions at memory speed with zero global over-admission (docs/leases.md).
+//!
+//! A node reserves a block of a limit's capacity from the store in one atomic call, admits
+//! requests from it locally until it is spent or its window ends, and gives back what it
+//! will not use. The union of leased and direct admissions satisfies the limit's own
+//! definition exactly: every unit is counted by the store in the window it is spent in.
+//!
+//! # Layout
+//! - `terms.rs`: [`LeaseTerms`]: which policies can be leased with the store's existing
+//!   `acquire`/`refund` (fixed windows and sliding counters) and how long a grant lives.
+//! - `book.rs`: [`LeaseBook`]: the per-key lease state machine, sans-IO.
+//! - `driver.rs`: [`LeasedLimiter`]: the thin async driver over any
+//!   [`Limiter`](rein_core::Limiter).
+//!
+//! Token buckets and sliding logs are decided directly for now; docs/leases.md ("Phase 2")
+//! gives the design that leases them exactly with new store operations.
+
+mod book;
+mod driver;
+mod terms;
+
+pub use book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, Reserved};
+pub use driver::{LeaseDecided, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy};
+pub use terms::{LeaseTerms, Unleasable};
+
+/// Where a [`LeasedLimiter`] decision came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LeaseSource {
+    /// Admitted from a block this node holds: no store call. Exact (docs/leases.md).
+    Lease,
+    /// Denied locally: the store said less than a renewal interval ago that the limit has
+    /// nothing left. Exact in the safe direction.
+    LocalDenial,
+    /// Decided by the store, for this reason: the store's own decision, or its error.
+    Direct(DirectReason),
+}
+
+/// Why a request was decided through the store rather than from a lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DirectReason {
+    /// The policy cannot be leased with the store's existing operations.
+    Unleasable(Unleasable),
+    /// A zero cost: a question about the store's state.
+    Peek,
+    /// The key's demand is below [`LeaseConfig::min_demand`]: a lease would cost a store
+    /// call per request anyway.
+    Cold,
+    /// [`LeaseConfig::max_keys`] keys are tracked already.
+    Untracked,
+    /// The cost exceeds this node's fair share of the policy.
+    AboveShare,
+    /// A recent reservation failed, was lost, or was answered by a failure policy rather
+    /// than by the store's windows: requests go to the store (and its failure policy) for a
+    /// renewal interval.
+    StoreTrouble,
+    /// The limiter was shut down.
+    Closed,
+}
+
+/// A [`LeasedLimiter`]'s counters (cumulative since it was built).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseStats {
+    /// Requests admitted from a held block (lease hits).
+    pub leased: u64,
+    /// Requests denied locally after the store said nothing is left.
+    pub denied_locally: u64,
+    /// Requests sent to the store directly, every reason together.
+    pub direct: u64,
+    /// Of `direct`: because the policy cannot be leased.
+    pub direct_unleasable: u64,
+    /// Times a request waited for its key's reservation.
+    pub waits: u64,
+    /// Reservations sent.
+    pub reservations: u64,
+    /// Reservations granted and usable.
+    pub reservations_granted: u64,
+    /// Reservations denied (the limit had less left than asked).
+    pub reservations_denied: u64,
+    /// Reservations that ended without an answer (timeout, connection, error).
+    pub reservations_failed: u64,
+    /// Reservations presumed lost (no reply within the flight timeout).
+    pub reservations_lost: u64,
+    /// Reservations answered "allowed" but not by the store's windows (a failure
+    /// policy's answer), never spent as leases.
+    pub reservations_unusable: u64,
+    /// Grants that arrived after the book stopped waiting for them: their units stay
+    /// unused (counted in the store, so under-admission only).
+    pub late_grants: u64,
+    /// Units granted in usable reservations.
+    pub units_reserved: u64,
+    /// Returns sent.
+    pub returns: u64,
+    /// Units returned.
+    pub units_returned: u64,
+    /// Returns whose store call failed (the units stay counted: under-admission).
+    pub returns_failed: u64,
+    /// Units granted and neither spent nor returned: the cost of leasing.
+    pub units_stranded: u64,
+    /// Units of failed or lost reservations: possibly taken, never spent.
+    pub units_in_doubt: u64,
+}
+
+impl LeaseStats {
+    /// Sets the `metrics` facade's lease counters to these values, labelled
+    /// `limiter = <limiter>` (feature `metrics`). Pull-style: call it when you scrape, or
+    /// periodically; the counters are absolute, so calls may be as rare as you like.
+    ///
+    /// | metric | labels | meaning |
+    /// |---|---|---|
+    /// | `rein_lease_decisions_total` | `source` (`lease`, `local_denial`, `direct`) | decisions by where they came from |
+    /// | `rein_lease_reservations_total` | `result` (`granted`, `denied`, `failed`, `lost`, `unusable`) | reservations by how they ended |
+    /// | `rein_lease_units_total` | `kind` (`reserved`, `returned`, `stranded`, `in_doubt`) | units by fate |
+    /// | `rein_lease_returns_total` | | returns sent |
+    #[cfg(feature = "metrics")]
+    pub fn publish(&self, limiter: &str) {
+        let limiter = limiter.to_owned();
+        for (source, value) in [
+            ("lease", self.leased),
+            ("local_denial", self.denied_locally),
+            ("direct", self.direct),
+        ] {
+            metrics::counter!("rein_lease_decisions_total", "limiter" => limiter.clone(), "source" => source)
+                .absolute(value);
+        }
+        for (result, value) in [
+            ("granted", self.reservations_granted),
+            ("denied", self.reservations_denied),
+            ("failed", self.reservations_failed),
+            ("lost", self.reservations_lost),
+            ("unusable", self.reservations_unusable),
+        ] {
+            metrics::counter!("rein_lease_reservations_total", "limiter" => limiter.clone(), "result" => result)
+                .absolute(value);
+        }
+        for (kind, value) in [
+            ("reserved", self.units_reserved),
+            ("returned", self.units_returned),
+            ("stranded", self.units_stranded),
+            ("in_doubt", self.units_in_doubt),
+        ] {
+            metrics::counter!("rein_lease_units_total", "limiter" => limiter.clone(), "kind" => kind)
+                .absolute(value);
+        }
+        metrics::counter!("rein_lease_returns_total", "limiter" => limiter).absolute(self.returns);
+    }
+
+    fn count(&mut self, admit: &Admit) {
+        match admit {
+            Admit::Leased(_) => self.leased += 1,
+            Admit::Denied(_) => self.denied_locally += 1,
+            Admit::Direct(_) => self.direct += 1,
+            Admit::Wait => self.waits += 1,
+        }
+    }
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    use super::*;
+
+    #[test]
+    fn published_counters_carry_the_snapshot_values() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let stats = LeaseStats {
+            leased: 7,
+            reservations_granted: 2,
+            units_stranded: 3,
+            returns: 1,
+            ..LeaseStats::default()
+        };
+        metrics::with_local_recorder(&recorder, || stats.publish("api"));
+        let mut seen = Vec::new();
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let key = key.key();
+            let label = key
+                .labels()
+                .find(|l| l.key() != "limiter")
+                .map(|l| l.value().to_owned());
+            if let DebugValue::Counter(n) = value {
+                seen.push((key.name().to_owned(), label, n));
+            }
+        }
+        for expected in [
+            ("rein_lease_decisions_total", Some("lease"), 7),
+            ("rein_lease_reservations_total", Some("granted"), 2),
+            ("rein_lease_units_total", Some("stranded"), 3),
+            ("rein_lease_returns_total", None, 1),
+        ] {
+            let found = seen
+                .iter()
+                .any(|(n, l, v)| n == expected.0 && l.as_deref() == expected.1 && *v == expected.2);
+            assert!(found, "{expected:?} in {seen:?}");
+        }
+    }
+}

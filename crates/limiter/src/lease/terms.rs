@@ -1,0 +1,224 @@
+//! [`LeaseTerms`]: whether a policy can be leased with the store's existing `acquire` and
+//! `refund`, and how long a block it grants stays usable.
+//!
+//! A lease of `k` units on a window policy is one `acquire(cost k)`: all-or-nothing across
+//! the policy's limits, counted in each limit's current window. The units are exact only
+//! while they are spent inside that window, so the block must end at the **earliest**
+//! window boundary among the policy's limits. The store does not say where that is: its
+//! decision carries one `reset_after`, the *longest* among the limits (`rein_core::Policy`
+//! combines by maximum). This file works out, once per policy, whether that one number
+//! pins every limit's boundary, and reads the boundary from it for each grant.
+//!
+//! # Which shapes are leasable (docs/leases.md, "Shapes")
+//! Every limit is a fixed window or a sliding counter, and every window divides the
+//! largest one `W`. Then all boundaries are multiples of the smallest window `w`, the
+//! longest `reset_after` belongs to a limit of window `W`, and it gives the store's instant
+//! modulo `W`, hence modulo `w`:
+//! - a fixed window of length `W` answers `r = W − (t mod W)`, in `(0, W]`;
+//! - a sliding counter answers `r = 2W − (t mod W)` (both counters decay), in `(W, 2W]`.
+//!
+//! If a limit of window `W` is a sliding counter, its `r` exceeds every fixed window's
+//! (`≤ W`) and every shorter counter's, so the reading is unambiguous. If the largest
+//! window is only a fixed window while a shorter sliding counter exists, `r` could come
+//! from either, and the policy is decided directly ([`Unleasable::AmbiguousReset`]).
+//! Token buckets and sliding logs need new store operations (phase 2) and are decided
+//! directly too.
+
+use rein_core::{Decision, Limit, Micros, Policy};
+use thiserror::Error;
+
+/// How a leasable policy's grants are read. Small and `Copy`: the lease book keeps one per
+/// key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseTerms {
+    /// The policy's capacity (its smallest limit's): the most a block can hold.
+    capacity: u64,
+    /// The smallest window `w`, µs: a block ends at the next multiple of it.
+    smallest: u64,
+    /// The largest window `W`, µs, whose limit answers the combined `reset_after`.
+    largest: u64,
+    /// Whether a limit of window `W` is a sliding counter (its `reset_after` is offset by
+    /// one more window).
+    largest_is_counter: bool,
+}
+
+/// Why a policy is decided directly rather than through leases. Not an error to the
+/// caller: the leased limiter decides such policies through the store, and says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Error)]
+#[non_exhaustive]
+pub enum Unleasable {
+    /// A token bucket: a block of tokens spent later over-admits by the refill meanwhile.
+    /// Leasing it exactly means leasing rate (sub-buckets), which needs new store state
+    /// (docs/leases.md, phase 2).
+    #[error("a token bucket cannot be leased with acquire/refund (needs rate leases)")]
+    TokenBucket,
+    /// A sliding log: units used later than reserved must be stamped at the lease's end,
+    /// which needs a new script operation (docs/leases.md, phase 2).
+    #[error("a sliding log cannot be leased with acquire/refund (needs end stamping)")]
+    SlidingLog,
+    /// A window does not divide the largest window: boundaries are not all multiples of
+    /// the smallest window, and one `reset_after` cannot place them.
+    #[error("the policy's windows do not all divide its largest window")]
+    UnalignedWindows,
+    /// The largest window is a fixed window while a shorter sliding counter exists: the
+    /// combined `reset_after` could come from either.
+    #[error("the policy's combined reset_after does not identify its window boundaries")]
+    AmbiguousReset,
+}
+
+impl LeaseTerms {
+    /// The terms of `policy`, or why it must be decided directly.
+    pub fn new(policy: &Policy) -> Result<Self, Unleasable> {
+        let mut windows = Vec::with_capacity(policy.limits().len());
+        for limit in policy.limits() {
+            match limit {
+                Limit::TokenBucket(_) => return Err(Unleasable::TokenBucket),
+                Limit::SlidingLog(_) => return Err(Unleasable::SlidingLog),
+                Limit::FixedWindow(l) => windows.push((l.window().as_micros(), false)),
+                Limit::SlidingCounter(l) => windows.push((l.window().as_micros(), true)),
+            }
+        }
+        // `Policy` holds at least one limit.
+        let largest = windows.iter().map(|&(w, _)| w).max().unwrap_or(1);
+        let smallest = windows.iter().map(|&(w, _)| w).min().unwrap_or(1);
+        if windows.iter().any(|&(w, _)| largest % w != 0) {
+            return Err(Unleasable::UnalignedWindows);
+        }
+        let largest_is_counter = windows.iter().any(|&(w, c)| c && w == largest);
+        if !largest_is_counter && windows.iter().any(|&(_, c)| c) {
+            return Err(Unleasable::AmbiguousReset);
+        }
+        Ok(Self {
+            capacity: policy.capacity(),
+            smallest,
+            largest,
+            largest_is_counter,
+        })
+    }
+
+    /// The policy's capacity: the largest block, and the largest cost.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The smallest window: the longest any block can live.
+    pub fn smallest_window(&self) -> Micros {
+        Micros::from_micros(self.smallest)
+    }
+
+    /// For a grant (an allowed `acquire` of a positive cost) decided at the store's instant
+    /// `t`: the time from `t` to the earliest window boundary among the policy's limits,
+    /// in `(0, w]`. `None` when `reset_after` is not one a grant of this policy can carry
+    /// (for example a failure policy's answer, whose `reset_after` is zero): such an
+    /// answer did not come from the store's windows and must not be spent as a lease.
+    pub fn span(&self, grant: &Decision) -> Option<Micros> {
+        if !grant.is_allowed() {
+            return None;
+        }
+        let r = grant.reset_after.as_micros();
+        let big = self.largest;
+        // `phase` = t mod W, from the largest window's own reading.
+        let phase = if self.largest_is_counter {
+            (big < r && r <= 2 * big).then(|| 2 * big - r)?
+        } else {
+            (0 < r && r <= big).then(|| big - r)?
+        };
+        Some(Micros::from_micros(self.smallest - phase % self.smallest))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rein_core::{Limit, Outcome, Timestamp};
+
+    use super::*;
+
+    fn policy(limits: &[Limit]) -> Policy {
+        Policy::new(limits.iter().copied()).unwrap()
+    }
+
+    fn fw(limit: u64, ms: u64) -> Limit {
+        Limit::fixed_window(limit, Micros::from_millis(ms)).unwrap()
+    }
+
+    fn sc(limit: u64, ms: u64) -> Limit {
+        Limit::sliding_counter(limit, Micros::from_millis(ms)).unwrap()
+    }
+
+    #[test]
+    fn only_window_policies_whose_reset_pins_every_boundary_are_leasable() {
+        let bucket = Limit::token_bucket(5, 1, Micros::from_secs(1)).unwrap();
+        let log = Limit::sliding_log(5, Micros::from_secs(1)).unwrap();
+        assert_eq!(
+            LeaseTerms::new(&policy(&[bucket])),
+            Err(Unleasable::TokenBucket)
+        );
+        assert_eq!(
+            LeaseTerms::new(&policy(&[fw(5, 10), log])),
+            Err(Unleasable::SlidingLog)
+        );
+        assert_eq!(
+            LeaseTerms::new(&policy(&[fw(5, 300), fw(50, 1_000)])),
+            Err(Unleasable::UnalignedWindows)
+        );
+        assert_eq!(
+            LeaseTerms::new(&policy(&[sc(5, 100), fw(50, 1_000)])),
+            Err(Unleasable::AmbiguousReset)
+        );
+        for ok in [
+            vec![fw(5, 100)],
+            vec![sc(5, 100)],
+            vec![fw(5, 100), fw(50, 1_000)],
+            vec![fw(5, 100), sc(50, 1_000)],
+            vec![sc(5, 100), sc(50, 1_000), fw(70, 1_000)],
+        ] {
+            assert!(LeaseTerms::new(&policy(&ok)).is_ok(), "{ok:?}");
+        }
+    }
+
+    /// The span read from the store's own combined decision, at every phase of the largest
+    /// window, is the distance to the next boundary of the smallest window.
+    #[test]
+    fn the_span_of_a_grant_is_the_time_to_the_earliest_window_boundary() {
+        for limits in [
+            vec![fw(100, 100)],
+            vec![sc(100, 100)],
+            vec![fw(100, 100), fw(1_000, 1_000)],
+            vec![fw(100, 100), sc(1_000, 1_000)],
+            vec![sc(100, 100), sc(1_000, 1_000)],
+        ] {
+            let p = policy(&limits);
+            let terms = LeaseTerms::new(&p).unwrap();
+            for ms in (0..3_000).step_by(7) {
+                let t = 10_000_000 + ms * 1_000;
+                let mut state = p.new_state();
+                let grant = p.acquire(Timestamp::from_micros(t), &mut state, 3).unwrap();
+                let expected = 100_000 - t % 100_000;
+                assert_eq!(
+                    terms.span(&grant),
+                    Some(Micros::from_micros(expected)),
+                    "{limits:?} at {t}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_answer_that_no_grant_of_the_policy_can_carry_has_no_span() {
+        let terms = LeaseTerms::new(&policy(&[sc(100, 100)])).unwrap();
+        let fail_open = Decision {
+            outcome: Outcome::Allowed,
+            limit: 100,
+            remaining: 0,
+            retry_after: Micros::ZERO,
+            reset_after: Micros::ZERO,
+        };
+        assert_eq!(terms.span(&fail_open), None);
+        let denied = Decision {
+            outcome: Outcome::Denied,
+            reset_after: Micros::from_millis(150),
+            ..fail_open
+        };
+        assert_eq!(terms.span(&denied), None);
+    }
+}

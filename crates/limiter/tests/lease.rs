@@ -1,0 +1,571 @@
+//! Leases against a real, private `redis-server`, from several OS processes: this test
+//! binary re-runs itself as workers (`lease_worker`, ignored unless spawned with its
+//! environment), each with several tasks over its own `LeasedLimiter`, on a few hot keys.
+//!
+//! - **Exactly the limit**: with demand far above a limit whose window outlasts the test,
+//!   the processes together admit exactly the limit, none over, and the store agrees.
+//! - **Utilisation**: under steady demand of twice the limit, with 1 s windows that roll
+//!   several times, no window admits more than the limit and the full windows together
+//!   admit at least 95 % of what the limit allows, most of it from leases.
+//!
+//! - **Single flight**: over a store double that answers 20 ms late, 64 concurrent requests
+//!   on a hot key cost one reservation, not 64 store calls.
+//! - **SIGKILL**: a worker killed while holding a lease strands at most its fair share;
+//!   the others never over-admit.
+//! - **Outage**: over `ResilientLimiter` (leases outside), with Redis paused, a node spends
+//!   exactly what it holds, then its failure policy answers, within the deadline bound.
+//!
+//! Both for fixed windows and sliding counters. Admissions are timed with the wall clock,
+//! which is Redis's (`TIME`) on this machine; an admission whose call straddled a window
+//! boundary is reported apart and counted in neither window (there are few or none).
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rein::{FailurePolicy, LeaseConfig, LeaseSource, LeasedLimiter, PolicyTable, ResilientLimiter};
+use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
+use rein_redis::RedisStoreBuilder;
+use rein_redis_harness::RedisServer;
+
+/// How a worker is told what to do: environment variables (the test harness owns argv).
+const ENV: &str = "REIN_LEASE_WORKER";
+
+/// Set for a worker that prints each admission as it happens.
+const STREAM: &str = "REIN_LEASE_STREAM";
+
+/// One run's shape, passed to every worker.
+#[derive(Clone, Debug)]
+struct Run {
+    port: u16,
+    /// `fw` or `sc`.
+    algorithm: &'static str,
+    limit: u64,
+    window_us: u64,
+    keys: usize,
+    tasks: usize,
+    /// Requests per second per process and key, 0 for as fast as possible.
+    rate: u64,
+    duration_ms: u64,
+}
+
+/// What all workers reported.
+#[derive(Debug, Default)]
+struct Report {
+    /// (key, window index) → cost admitted surely inside that window.
+    windows: BTreeMap<(usize, u64), u64>,
+    /// Admissions whose call straddled a window boundary.
+    straddling: u64,
+    admitted: u64,
+    leased: u64,
+    reservations: u64,
+    stranded: u64,
+    returned: u64,
+}
+
+fn limit_of(run: &Run) -> Limit {
+    let window = Micros::from_micros(run.window_us);
+    match run.algorithm {
+        "fw" => Limit::fixed_window(run.limit, window).expect("valid"),
+        _ => Limit::sliding_counter(run.limit, window).expect("valid"),
+    }
+}
+
+/// Spawns `processes` workers and sums their reports.
+fn run_workers(run: &Run, processes: usize) -> Report {
+    let exe = std::env::current_exe().expect("the test binary");
+    let children: Vec<_> = (0..processes)
+        .map(|_| spawn_worker(&exe, run, false))
+        .collect();
+    let mut report = Report::default();
+    for child in children {
+        let out = child.wait_with_output().expect("a worker's output");
+        assert!(out.status.success(), "a worker failed: {:?}", out.status);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut reported = false;
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let n = |i: usize| f[i].parse::<u64>().expect("a number");
+            match f.first() {
+                Some(&"WINDOW") => {
+                    *report.windows.entry((n(1) as usize, n(2))).or_default() += n(3);
+                }
+                Some(&"TOTALS") => {
+                    reported = true;
+                    report.admitted += n(1);
+                    report.leased += n(2);
+                    report.straddling += n(3);
+                    report.reservations += n(4);
+                    report.stranded += n(5);
+                    report.returned += n(6);
+                }
+                _ => {}
+            }
+        }
+        assert!(reported, "a worker reported nothing:\n{text}");
+    }
+    report
+}
+
+fn spawn_worker(exe: &std::path::Path, run: &Run, stream: bool) -> std::process::Child {
+    let mut command = Command::new(exe);
+    command
+        .args(["lease_worker", "--exact", "--ignored", "--nocapture"])
+        .env(
+            ENV,
+            format!(
+                "{} {} {} {} {} {} {} {}",
+                run.port,
+                run.algorithm,
+                run.limit,
+                run.window_us,
+                run.keys,
+                run.tasks,
+                run.rate,
+                run.duration_ms
+            ),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if stream {
+        command.env(STREAM, "1");
+    }
+    command.spawn().expect("spawn a worker")
+}
+
+fn config() -> LeaseConfig {
+    LeaseConfig {
+        expected_nodes: NonZeroU32::new(4).expect("nonzero"),
+        renew_interval: Micros::from_millis(50),
+        return_guard: Micros::from_millis(20),
+        idle_after: Micros::from_millis(300),
+        ..LeaseConfig::default()
+    }
+}
+
+fn wall_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// A worker process: `tasks` tasks per key, over one leased limiter, for the duration.
+#[test]
+#[ignore = "a worker of the multi-process tests: spawned with its environment"]
+fn lease_worker() {
+    let Ok(spec) = std::env::var(ENV) else {
+        return;
+    };
+    let f: Vec<&str> = spec.split_whitespace().collect();
+    let n = |i: usize| f[i].parse::<u64>().expect("a number");
+    let run = Run {
+        port: n(0) as u16,
+        algorithm: if f[1] == "fw" { "fw" } else { "sc" },
+        limit: n(2),
+        window_us: n(3),
+        keys: n(4) as usize,
+        tasks: n(5) as usize,
+        rate: n(6),
+        duration_ms: n(7),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(worker(run));
+}
+
+async fn worker(run: Run) {
+    let store = RedisStoreBuilder::new()
+        .deadline(Duration::from_millis(200))
+        .connect(&format!("redis://127.0.0.1:{}", run.port))
+        .await
+        .expect("connect");
+    let leased = LeasedLimiter::builder(store).config(config()).build();
+    let timers = tokio::spawn({
+        let leased = leased.clone();
+        async move { leased.run_timers().await }
+    });
+    let policy = NamedPolicy::new("leased", Policy::single(limit_of(&run))).expect("valid");
+    let policy = Arc::new(leased.prepare(&policy).expect("prepare"));
+    let windows = Arc::new(std::sync::Mutex::new(BTreeMap::<(usize, u64), u64>::new()));
+    let (admitted, from_lease, straddling) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let end = tokio::time::Instant::now() + Duration::from_millis(run.duration_ms);
+    let mut handles = Vec::new();
+    for key in 0..run.keys {
+        for _ in 0..run.tasks {
+            let (leased, policy, windows) = (leased.clone(), policy.clone(), windows.clone());
+            let (admitted, from_lease, straddling) =
+                (admitted.clone(), from_lease.clone(), straddling.clone());
+            let window = run.window_us;
+            let stream = std::env::var_os(STREAM).is_some();
+            let period = (run.rate > 0)
+                .then(|| Duration::from_micros(1_000_000 * run.tasks as u64 / run.rate));
+            handles.push(tokio::spawn(async move {
+                let name = format!("hot-{key}");
+                let mut tick = period.map(|p| {
+                    let mut i = tokio::time::interval(p);
+                    i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                    i
+                });
+                while tokio::time::Instant::now() < end {
+                    match tick.as_mut() {
+                        Some(t) => {
+                            t.tick().await;
+                        }
+                        None => tokio::task::yield_now().await,
+                    }
+                    let before = wall_us();
+                    let decided = leased
+                        .acquire_leased(None, &policy, name.as_bytes(), 1)
+                        .await
+                        .expect("a decision");
+                    let after = wall_us();
+                    if decided.decision.is_allowed() {
+                        if stream {
+                            // Line-buffered: what a killed worker admitted is still read.
+                            println!("ADMIT {key}");
+                        }
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                        if decided.source == LeaseSource::Lease {
+                            from_lease.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if before / window == after / window {
+                            let mut w = windows.lock().expect("not poisoned");
+                            *w.entry((key, before / window)).or_default() += 1;
+                        } else {
+                            straddling.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }));
+        }
+    }
+    for h in handles {
+        h.await.expect("a task");
+    }
+    leased.shutdown().await;
+    let _ = timers.await;
+    let stats = leased.stats();
+    for ((key, index), cost) in windows.lock().expect("not poisoned").iter() {
+        println!("WINDOW {key} {index} {cost}");
+    }
+    println!(
+        "TOTALS {} {} {} {} {} {}",
+        admitted.load(Ordering::Relaxed),
+        from_lease.load(Ordering::Relaxed),
+        straddling.load(Ordering::Relaxed),
+        stats.reservations,
+        stats.units_stranded,
+        stats.units_returned,
+    );
+}
+
+/// A window that outlasts the test, for `algorithm`: the fixed window's longest, and for the
+/// counter (whose `limit × window` must stay below 2^52) 2^40 µs, about 12.7 days.
+fn long_window(algorithm: &str) -> u64 {
+    match algorithm {
+        "fw" => rein_core::MAX_SPAN.as_micros(),
+        _ => 1 << 40,
+    }
+}
+
+fn exactly_the_limit(algorithm: &'static str) {
+    let server = RedisServer::start().expect("redis-server");
+    let window_us = long_window(algorithm);
+    // The run must not cross a window boundary: 2^40 µs windows end every 12.7 days.
+    assert!(
+        window_us - wall_us() % window_us > 60_000_000,
+        "too close to a boundary"
+    );
+    let run = Run {
+        port: server.port(),
+        algorithm,
+        limit: 1_000,
+        window_us,
+        keys: 2,
+        tasks: 4,
+        rate: 0,
+        duration_ms: 1_500,
+    };
+    let report = run_workers(&run, 3);
+    eprintln!("{algorithm}: {report:?}");
+    for key in 0..run.keys {
+        let admitted: u64 = report
+            .windows
+            .iter()
+            .filter(|(k, _)| k.0 == key)
+            .map(|(_, c)| c)
+            .sum();
+        assert_eq!(
+            admitted, run.limit,
+            "key {key}: exactly the limit, none over"
+        );
+    }
+    assert_eq!(report.straddling, 0);
+    assert!(
+        report.leased * 2 > report.admitted,
+        "mostly leased: {report:?}"
+    );
+}
+
+fn steady_demand_uses_the_limit(algorithm: &'static str) {
+    let server = RedisServer::start().expect("redis-server");
+    // 400 per second per key; 4 processes × 200/s = twice that. A window is 20 renewal
+    // intervals (docs/leases.md, "Sizing": shorter windows strand relatively more).
+    let run = Run {
+        port: server.port(),
+        algorithm,
+        limit: 400,
+        window_us: 1_000_000,
+        keys: 2,
+        tasks: 4,
+        rate: 200,
+        duration_ms: 5_000,
+    };
+    let report = run_workers(&run, 4);
+    eprintln!("{algorithm}: {report:?}");
+    let mut full = 0;
+    let mut used = 0;
+    let first = report.windows.keys().map(|k| k.1).min().expect("windows");
+    let last = report.windows.keys().map(|k| k.1).max().expect("windows");
+    for (&(key, index), &admitted) in &report.windows {
+        assert!(
+            admitted <= run.limit,
+            "key {key} window {index}: {admitted} > {}",
+            run.limit
+        );
+        // The first and last windows are partial.
+        if index != first && index != last {
+            full += run.limit;
+            used += admitted;
+        }
+    }
+    assert!(full > 0);
+    let permille = used * 1_000 / full;
+    eprintln!("{algorithm}: utilisation {permille}‰ of full windows, {report:?}");
+    assert!(permille >= 950, "utilisation {permille}‰ < 950‰");
+    assert!(
+        report.leased * 2 > report.admitted,
+        "mostly leased: {report:?}"
+    );
+}
+
+#[test]
+fn fixed_window_processes_together_admit_exactly_the_limit() {
+    exactly_the_limit("fw");
+}
+
+#[test]
+fn sliding_counter_processes_together_admit_exactly_the_limit() {
+    exactly_the_limit("sc");
+}
+
+#[test]
+fn fixed_window_under_twice_the_demand_admits_at_least_95_percent_and_never_over() {
+    steady_demand_uses_the_limit("fw");
+}
+
+#[test]
+fn sliding_counter_under_twice_the_demand_admits_at_least_95_percent_and_never_over() {
+    steady_demand_uses_the_limit("sc");
+}
+
+/// Leases outside, resilience inside: with Redis paused (`SIGSTOP`), the node spends exactly
+/// the units it holds, from its lease, and then fail closed denies, every answer within two
+/// store deadlines (a reservation waited for, then the failure policy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_paused_a_node_spends_exactly_what_it_holds_then_fails_closed() {
+    let server = RedisServer::start().expect("redis-server");
+    let deadline = Duration::from_millis(50);
+    let store = RedisStoreBuilder::new()
+        .deadline(deadline)
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let limit = Limit::fixed_window(1_000, rein_core::MAX_SPAN).expect("valid");
+    let policy = NamedPolicy::new("outage", Policy::single(limit)).expect("valid");
+    let resilient = ResilientLimiter::builder(
+        store,
+        PolicyTable::new(policy.clone()),
+        FailurePolicy::FailClosed,
+    )
+    .build()
+    .expect("a resilient limiter");
+    let leased = LeasedLimiter::builder(resilient).config(config()).build();
+    let prepared = leased.prepare(&policy).expect("prepare");
+    for _ in 0..40 {
+        let d = leased
+            .acquire_leased(None, &prepared, b"k", 1)
+            .await
+            .expect("a decision");
+        assert!(d.decision.is_allowed());
+    }
+    // Let a renewal in flight land, then stop Redis.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let s = leased.stats();
+    let held = s.units_reserved - s.leased - s.units_returned - s.units_stranded;
+    assert!(held > 0, "{s:?}");
+    server.pause().expect("SIGSTOP");
+    let (mut from_lease, mut allowed) = (0, 0);
+    for _ in 0..(held + 20) {
+        let started = tokio::time::Instant::now();
+        let d = leased
+            .acquire_leased(None, &prepared, b"k", 1)
+            .await
+            .expect("a decision");
+        let took = started.elapsed();
+        assert!(
+            took <= 2 * (deadline + Duration::from_millis(5)) + MARGIN,
+            "{took:?} {d:?}"
+        );
+        if d.decision.is_allowed() {
+            allowed += 1;
+            assert_eq!(
+                d.source,
+                LeaseSource::Lease,
+                "only leases admit while Redis is away"
+            );
+            from_lease += 1;
+        }
+    }
+    server.resume().expect("SIGCONT");
+    assert_eq!(allowed, held, "exactly the units held");
+    assert_eq!(from_lease, held);
+}
+
+/// How much longer than two deadlines a decision may take on a 2-core machine shared with
+/// other builds (measured: up to about 45 ms of scheduling delay in debug builds). A real
+/// failure of the bound (a third store call, a wait for the flight timeout) costs 50 ms or
+/// 1 s more.
+const MARGIN: Duration = Duration::from_millis(60);
+
+/// The memory store, answering `delay` late: a fault double around the real store.
+struct Slow<S> {
+    inner: S,
+    delay: Duration,
+}
+
+impl<S: Limiter> Limiter for Slow<S> {
+    type Prepared = S::Prepared;
+
+    fn prepare(&self, policy: &NamedPolicy) -> Result<S::Prepared, rein_core::PrepareError> {
+        self.inner.prepare(policy)
+    }
+
+    async fn acquire(
+        &self,
+        now: Option<rein_core::Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<rein_core::Decision, rein_core::DecideError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.acquire(now, policy, key, cost).await
+    }
+
+    async fn peek(
+        &self,
+        now: Option<rein_core::Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<rein_core::Decision, rein_core::DecideError> {
+        self.inner.peek(now, policy, key, cost).await
+    }
+
+    async fn refund(
+        &self,
+        now: Option<rein_core::Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        amount: u64,
+    ) -> Result<(), rein_core::DecideError> {
+        self.inner.refund(now, policy, key, amount).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_on_a_hot_key_share_one_reservation() {
+    let store = Slow {
+        inner: rein_memory::MemoryStore::new(),
+        delay: Duration::from_millis(20),
+    };
+    let leased = LeasedLimiter::builder(store)
+        .config(LeaseConfig {
+            min_demand: 1,
+            ..config()
+        })
+        .build();
+    let limit = Limit::fixed_window(1_000, rein_core::MAX_SPAN).expect("valid");
+    let policy = NamedPolicy::new("flight", Policy::single(limit)).expect("valid");
+    let prepared = Arc::new(leased.prepare(&policy).expect("prepare"));
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (leased, prepared) = (leased.clone(), prepared.clone());
+            tokio::spawn(async move {
+                leased
+                    .acquire_leased(None, &prepared, b"hot", 1)
+                    .await
+                    .expect("a decision")
+            })
+        })
+        .collect();
+    let mut allowed = 0;
+    for t in tasks {
+        allowed += u64::from(t.await.expect("a task").decision.is_allowed());
+    }
+    let s = leased.stats();
+    // Contention happened: requests waited for the reservation in flight.
+    assert!(s.waits >= 32, "{s:?}");
+    assert_eq!(allowed, 64);
+    // The first reservation was sized to the demand seen when it left (1 or a few units);
+    // the rest waited, then were served by it and by at most a few renewals.
+    assert!(s.reservations <= 8, "{s:?}");
+    assert_eq!(s.direct, 0, "{s:?}");
+}
+
+/// Three workers at 1 000/s each on a limit of 1 000 that outlasts the test; one is killed
+/// with SIGKILL after 150 ms, holding a lease. The others run to exhaustion: together with
+/// what the killed one admitted, nothing over the limit, and at most the killed worker's
+/// fair share (1 000 / 4) stranded.
+#[test]
+fn a_worker_killed_holding_a_lease_strands_at_most_its_share_and_nothing_is_over() {
+    let server = RedisServer::start().expect("redis-server");
+    let run = Run {
+        port: server.port(),
+        algorithm: "fw",
+        limit: 1_000,
+        window_us: long_window("fw"),
+        keys: 1,
+        tasks: 4,
+        rate: 1_000,
+        duration_ms: 2_000,
+    };
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut children: Vec<_> = (0..3).map(|_| spawn_worker(&exe, &run, true)).collect();
+    std::thread::sleep(Duration::from_millis(150));
+    children[0].kill().expect("SIGKILL");
+    let mut admitted = 0;
+    for (i, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().expect("a worker's output");
+        assert_eq!(out.status.success(), i != 0, "worker {i}: {:?}", out.status);
+        let text = String::from_utf8_lossy(&out.stdout);
+        admitted += text.lines().filter(|l| l.starts_with("ADMIT")).count() as u64;
+    }
+    let share = run.limit / u64::from(config().expected_nodes.get());
+    eprintln!("admitted {admitted} of {} after a SIGKILL", run.limit);
+    assert!(admitted <= run.limit, "{admitted} > {}", run.limit);
+    assert!(
+        admitted >= run.limit - share,
+        "{admitted}: more than a share stranded"
+    );
+}
