@@ -222,6 +222,8 @@ struct Demand {
 struct LocalDenial {
     until: Timestamp,
     limit: u64,
+    /// The store's [`Decision::limit_index`]: which limit of the policy denied.
+    limit_index: u8,
     reset_at: Timestamp,
 }
 
@@ -402,6 +404,7 @@ impl LeaseBook {
                     entry.denied = Some(LocalDenial {
                         until: flight.sent_at.saturating_add(wait),
                         limit: d.limit,
+                        limit_index: d.limit_index,
                         reset_at: flight.sent_at.saturating_add(d.reset_after),
                     });
                 }
@@ -529,6 +532,9 @@ impl LeaseBook {
                     remaining: block.units,
                     retry_after: Micros::ZERO,
                     reset_after: block.reset_at.saturating_since(now),
+                    // The block spends the whole policy's units: its figures are its own,
+                    // reported against the first limit.
+                    limit_index: 0,
                 };
                 break 'decided Admit::Leased(decision);
             }
@@ -540,6 +546,7 @@ impl LeaseBook {
                     remaining: 0,
                     retry_after,
                     reset_after: denial.reset_at.saturating_since(now).max(retry_after),
+                    limit_index: denial.limit_index,
                 });
             }
             if entry.flight.is_some() {
@@ -1214,6 +1221,7 @@ mod tests {
             remaining: 0,
             retry_after: Micros::ZERO,
             reset_after: Micros::ZERO,
+            limit_index: 0,
         };
         h.book
             .handle_reserved(at(2), &key, id, Reserved::Decided(fail_open));
@@ -1235,6 +1243,7 @@ mod tests {
             remaining: 0,
             retry_after: Micros::ZERO,
             reset_after: Micros::ZERO,
+            limit_index: 0,
         };
         h.book
             .handle_reserved(at(2), &key, id, Reserved::Decided(fail_closed));

@@ -212,6 +212,7 @@ mod tests {
             remaining: 0,
             retry_after: Micros::ZERO,
             reset_after: Micros::ZERO,
+            limit_index: 0,
         };
         assert_eq!(terms.span(&fail_open), None);
         let denied = Decision {
