@@ -121,9 +121,7 @@ fn command() -> impl Strategy<Value = Vec<String>> {
         (pick(KEYS), pick(VALUES), strings(SET_OPTIONS, 0..3))
             .prop_map(|(k, v, o)| args(&[&["SET", k, v], &o])),
         (
-            pick(&[
-                "GET", "INCR", "DECR", "TYPE", "HGETALL", "HLEN", "ZCARD", "PERSIST"
-            ]),
+            pick(&["GET", "INCR", "DECR", "TYPE", "HGETALL", "HLEN", "PERSIST"]),
             pick(KEYS)
         )
             .prop_map(|(c, k)| args(&[&[c, k]])),
@@ -150,42 +148,6 @@ fn command() -> impl Strategy<Value = Vec<String>> {
             .prop_map(|(c, k, f)| args(&[&[c, k], &f])),
         (pick(KEYS), pick(FIELDS_AND_VALUES), pick(NUMBERS))
             .prop_map(|(k, f, n)| args(&[&["HINCRBY", k, f, n]])),
-        (
-            pick(KEYS),
-            strings(ZADD_OPTIONS, 0..3),
-            strings(SCORES_AND_MEMBERS, 0..6)
-        )
-            .prop_map(|(k, o, sm)| args(&[&["ZADD", k], &o, &sm])),
-        (pick(KEYS), strings(MEMBERS, 0..3)).prop_map(|(k, m)| args(&[&["ZREM", k], &m])),
-        (pick(KEYS), pick(MEMBERS)).prop_map(|(k, m)| args(&[&["ZSCORE", k, m]])),
-        (
-            pick(&["ZRANGEBYSCORE", "ZREVRANGEBYSCORE"]),
-            pick(KEYS),
-            pick(BOUNDS),
-            pick(BOUNDS),
-            strings(RANGE_OPTIONS, 0..3)
-        )
-            .prop_map(|(c, k, a, b, o)| args(&[&[c, k, a, b], &o])),
-        (
-            pick(&["ZCOUNT", "ZREMRANGEBYSCORE"]),
-            pick(KEYS),
-            pick(BOUNDS),
-            pick(BOUNDS)
-        )
-            .prop_map(|(c, k, a, b)| args(&[&[c, k, a, b]])),
-        (
-            pick(KEYS),
-            pick(INDEXES),
-            pick(INDEXES),
-            strings(RANGE_OPTIONS, 0..3)
-        )
-            .prop_map(|(k, a, b, o)| args(&[&["ZRANGE", k, a, b], &o])),
-        (pick(KEYS), pick(INDEXES), pick(INDEXES)).prop_map(|(k, a, b)| args(&[&[
-            "ZREMRANGEBYRANK",
-            k,
-            a,
-            b
-        ]])),
         (
             pick(&["PEXPIRE", "EXPIRE", "PEXPIREAT"]),
             pick(KEYS),
@@ -332,31 +294,6 @@ const NUMBERS: &[&str] = &[
 ];
 const SET_OPTIONS: &[&str] = &["NX", "XX", "GET", "KEEPTTL", "PX", "100000000", "EX", "0"];
 const FIELDS_AND_VALUES: &[&str] = &["a", "b", "c", "1", "-2", "x"];
-const MEMBERS: &[&str] = &["m1", "m2", "m3", "m4"];
-const SCORES_AND_MEMBERS: &[&str] = &[
-    "1",
-    "2",
-    "2.5",
-    "-1",
-    "0.1",
-    "1e20",
-    "-inf",
-    "+inf",
-    "-0",
-    "x",
-    "m1",
-    "m2",
-    "m3",
-    "m4",
-    "1e-5",
-    "123456789.123",
-];
-const ZADD_OPTIONS: &[&str] = &["NX", "XX", "GT", "LT", "CH", "INCR"];
-const BOUNDS: &[&str] = &[
-    "-inf", "+inf", "(1", "1", "2", "(2.5", "3", "x", "((1", "", "(inf", "0.1",
-];
-const INDEXES: &[&str] = &["0", "1", "2", "-1", "-2", "-100", "100", "x"];
-const RANGE_OPTIONS: &[&str] = &["WITHSCORES", "LIMIT", "0", "1", "-1", "2", "REV", "BYSCORE"];
 const EXPIRY_TIMES: &[&str] = &[
     "100000000",
     "0",
@@ -376,7 +313,6 @@ const ODD_COMMANDS: &[&str] = &[
     "HSET h f",
     "GET",
     "NOSUCH a b",
-    "ZADD z 1",
     "SCRIPT EXISTS e0e1f9fabfc9d4800c877a703b823ac0578ff8db",
     "EVALSHA 0000000000000000000000000000000000000000 0",
     "EVAL x",
@@ -422,7 +358,6 @@ const CAUGHT_CALLS: &[&str] = &[
     "'SET', 'k', true",
     "'EVAL', 'return 1', 0",
     "'HGET', 's', 'f'",
-    "'ZADD', 'z', 'x', 'm'",
 ];
 const RAISED: &[&str] = &["'boom'", "'lvl0', 0", "42", "{err='FOO bar'}", ""];
 const BROKEN_SCRIPTS: &[&str] = &["return (", "retur 1", "x = = 1", "x = 1", "math.x = 1"];

@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use super::hash::Hash;
-use super::sorted_set::SortedSet;
 
 /// The keys of one database.
 #[derive(Clone, Debug, Default)]
@@ -26,8 +25,6 @@ pub enum Value {
     String(Bytes),
     /// A hash.
     Hash(Hash),
-    /// A sorted set.
-    SortedSet(SortedSet),
 }
 
 impl Value {
@@ -36,7 +33,6 @@ impl Value {
         match self {
             Value::String(_) => "string",
             Value::Hash(_) => "hash",
-            Value::SortedSet(_) => "zset",
         }
     }
 }
@@ -100,35 +96,6 @@ impl Keyspace {
         }
     }
 
-    /// The sorted set at `key`, if any.
-    pub fn sorted_set(
-        &mut self,
-        key: &[u8],
-        now_ms: i64,
-    ) -> Result<Option<&mut SortedSet>, WrongType> {
-        match self.value(key, now_ms) {
-            None => Ok(None),
-            Some(Value::SortedSet(z)) => Ok(Some(z)),
-            Some(_) => Err(WrongType),
-        }
-    }
-
-    /// The sorted set at `key`, created empty if absent. The caller must leave it non-empty
-    /// or call [`Keyspace::remove_if_empty`].
-    pub fn sorted_set_or_create(
-        &mut self,
-        key: &Bytes,
-        now_ms: i64,
-    ) -> Result<&mut SortedSet, WrongType> {
-        if self.entry(key, now_ms).is_none() {
-            self.insert(key.clone(), Value::SortedSet(SortedSet::default()));
-        }
-        match self.value(key, now_ms) {
-            Some(Value::SortedSet(z)) => Ok(z),
-            _ => Err(WrongType),
-        }
-    }
-
     /// Stores `value` at `key` with no expiry, replacing whatever was there.
     pub fn insert(&mut self, key: Bytes, value: Value) {
         self.entries.insert(
@@ -154,11 +121,10 @@ impl Keyspace {
         self.entry(key, now_ms).is_some() && self.entries.remove(key).is_some()
     }
 
-    /// Deletes `key` if it holds an empty hash or sorted set: Redis never keeps those.
+    /// Deletes `key` if it holds an empty hash: Redis never keeps those.
     pub fn remove_if_empty(&mut self, key: &[u8]) {
         let empty = match self.entries.get(key).map(|e| &e.value) {
             Some(Value::Hash(h)) => h.is_empty(),
-            Some(Value::SortedSet(z)) => z.is_empty(),
             _ => false,
         };
         if empty {
@@ -220,7 +186,6 @@ mod tests {
         let mut ks = Keyspace::default();
         ks.insert(key("s"), Value::String(key("v")));
         assert!(ks.hash(b"s", 0).is_err());
-        assert!(ks.sorted_set_or_create(&key("s"), 0).is_err());
         assert_eq!(ks.hash(b"missing", 0).map(|h| h.is_none()), Ok(true));
     }
 

@@ -38,42 +38,6 @@ pub fn parse_i64(text: &[u8]) -> Option<i64> {
     }
 }
 
-/// Redis's `getDoubleFromObject`: a whole-string `strtod` that is neither NaN nor out of
-/// range, with no leading whitespace.
-///
-/// Not supported: C's hexadecimal floats (`0x10`), which Redis accepts; Rust's parser
-/// doesn't read them and nothing in rein writes them.
-pub fn parse_f64(text: &[u8]) -> Option<f64> {
-    let text = std::str::from_utf8(text).ok()?;
-    if text.is_empty() || text.starts_with(is_c_space) {
-        return None;
-    }
-    let value: f64 = text.parse().ok()?;
-    if value.is_nan() || overflowed(text, value) || underflowed(text, value) {
-        return None;
-    }
-    Some(value)
-}
-
-/// One end of a score range (`ZRANGEBYSCORE` and friends): `(` makes it exclusive. Unlike
-/// [`parse_f64`] this is a bare `strtod` that must reach the end of the string, so leading
-/// whitespace, overflow to infinity and the empty string (read as 0) are all accepted.
-pub fn parse_score_bound(text: &[u8]) -> Option<(f64, bool)> {
-    let (exclusive, text) = match text.split_first() {
-        Some((b'(', rest)) => (true, rest),
-        _ => (false, text),
-    };
-    let text = std::str::from_utf8(text).ok()?;
-    if text.is_empty() {
-        return Some((0.0, exclusive));
-    }
-    let value: f64 = text.trim_start_matches(is_c_space).parse().ok()?;
-    if value.is_nan() {
-        return None;
-    }
-    Some((value, exclusive))
-}
-
 /// `printf("%.17g", value)`, with Redis's spelling of the infinities.
 pub fn format_double(value: f64) -> String {
     if value.is_nan() {
@@ -105,22 +69,6 @@ pub fn format_double(value: f64) -> String {
         let decimals = (SIGNIFICANT_DIGITS - 1 - exponent) as usize;
         trim_fraction(&format!("{value:.decimals$}")).to_string()
     }
-}
-
-/// C's `isspace` in the "C" locale.
-fn is_c_space(c: char) -> bool {
-    matches!(c, ' ' | '\t' | '\n' | '\u{0b}' | '\u{0c}' | '\r')
-}
-
-/// `strtod` reports ERANGE with ±HUGE_VAL where Rust quietly returns infinity.
-fn overflowed(text: &str, value: f64) -> bool {
-    value.is_infinite() && !text.to_ascii_lowercase().contains("inf")
-}
-
-/// `strtod` reports ERANGE with zero where Rust quietly returns 0 for `1e-400`.
-fn underflowed(text: &str, value: f64) -> bool {
-    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
-    value == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b))
 }
 
 /// %g drops trailing zeros of the fraction, and the point if nothing is left after it.
@@ -158,33 +106,6 @@ mod tests {
             "x",
         ] {
             assert_eq!(parse_i64(bad.as_bytes()), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn floats_follow_get_double_from_object() {
-        assert_eq!(parse_f64(b"1.5"), Some(1.5));
-        assert_eq!(parse_f64(b".5"), Some(0.5));
-        assert_eq!(parse_f64(b"5."), Some(5.0));
-        assert_eq!(parse_f64(b"-inf"), Some(f64::NEG_INFINITY));
-        assert_eq!(parse_f64(b"+inf"), Some(f64::INFINITY));
-        assert_eq!(parse_f64(b"-0"), Some(-0.0));
-        for bad in ["", " 1", "1 ", "nan", "1e400", "1e-400", "x", "1e"] {
-            assert_eq!(parse_f64(bad.as_bytes()), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn score_bounds_are_a_bare_strtod() {
-        assert_eq!(parse_score_bound(b"(1"), Some((1.0, true)));
-        assert_eq!(parse_score_bound(b"-inf"), Some((f64::NEG_INFINITY, false)));
-        assert_eq!(parse_score_bound(b"(inf"), Some((f64::INFINITY, true)));
-        assert_eq!(parse_score_bound(b""), Some((0.0, false)));
-        assert_eq!(parse_score_bound(b"("), Some((0.0, true)));
-        assert_eq!(parse_score_bound(b" 2"), Some((2.0, false)));
-        assert_eq!(parse_score_bound(b"1e400"), Some((f64::INFINITY, false)));
-        for bad in ["((1", "x", "(nan", "1 ", " "] {
-            assert_eq!(parse_score_bound(bad.as_bytes()), None, "{bad:?}");
         }
     }
 

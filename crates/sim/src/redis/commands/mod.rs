@@ -10,7 +10,6 @@ mod client;
 mod hashes;
 mod keys;
 mod server;
-mod sorted_sets;
 mod strings;
 
 use bytes::Bytes;
@@ -213,17 +212,6 @@ static TABLE: &[Spec] = &[
     data("hincrby", 4, hashes::hincrby),
     data("hlen", 2, hashes::hlen),
     data("hexists", 3, hashes::hexists),
-    data("zadd", -4, sorted_sets::zadd),
-    data("zrem", -3, sorted_sets::zrem),
-    data("zcard", 2, sorted_sets::zcard),
-    data("zscore", 3, sorted_sets::zscore),
-    data("zcount", 4, sorted_sets::zcount),
-    data("zrange", -4, sorted_sets::zrange),
-    data("zrevrange", -4, sorted_sets::zrevrange),
-    data("zrangebyscore", -4, sorted_sets::zrangebyscore),
-    data("zrevrangebyscore", -4, sorted_sets::zrevrangebyscore),
-    data("zremrangebyscore", 4, sorted_sets::zremrangebyscore),
-    data("zremrangebyrank", 4, sorted_sets::zremrangebyrank),
     Spec {
         name: "eval",
         arity: -3,
