@@ -170,9 +170,10 @@ impl MemoryPeer for LimitadorMemory {
     }
 }
 
-/// The in-process peers, built fresh for `capacity` per `period` (always admitting here).
+/// The in-process peers, built fresh, each with a limit that always admits here (10^6 per
+/// second for the buckets, 10^9 per minute for limitador's window).
 fn memory_peers() -> Vec<(&'static str, Box<dyn MemoryPeer>)> {
-    let mut peers: Vec<(&'static str, Box<dyn MemoryPeer>)> = vec![
+    let peers: Vec<(&'static str, Box<dyn MemoryPeer>)> = vec![
         (
             "rein MemoryLimiter",
             Box::new(ReinMemory::new(1_000_000, Micros::from_secs(1))),
@@ -180,10 +181,14 @@ fn memory_peers() -> Vec<(&'static str, Box<dyn MemoryPeer>)> {
         ("governor (keyed)", Box::new(Governor::new(1_000_000))),
     ];
     #[cfg(feature = "limitador")]
-    peers.push((
-        "limitador (memory)",
-        Box::new(LimitadorMemory::new(2 * MEMORY_KEYS)),
-    ));
+    let peers = {
+        let mut peers = peers;
+        peers.push((
+            "limitador (memory)",
+            Box::new(LimitadorMemory::new(2 * MEMORY_KEYS)),
+        ));
+        peers
+    };
     peers
 }
 
