@@ -5,15 +5,15 @@
 //!
 //! - in process: rein's `MemoryLimiter` (token bucket, `QuantaClock`), governor's keyed
 //!   limiter (DashMap of atomics, quanta clock), and limitador's `RateLimiter` with its
-//!   in-memory storage (with `--features limitador`);
+//!   in-memory storage (`--features limitador`);
 //! - through one private `redis-server`: rein's `RedisStore` (one Lua script per decision),
 //!   rein's `ResilientLimiter` over that store (fail closed, deny cache on), rein's
 //!   `OptimisticStore` (WATCH/MULTI/EXEC, a curiosity), **the articles' naive
 //!   read-modify-write limiter** (HGETALL, decide in the client, HSET + PEXPIRE, no
 //!   transaction: written here, it is not part of rein), **a plain Lua token bucket** in the
 //!   same articles' style (HMGET, float arithmetic, HSET, PEXPIRE, one EVALSHA, the client's
-//!   clock), and limitador's `AsyncRedisStorage` and `CachedRedisStorage` (with
-//!   `--features limitador`).
+//!   clock), and limitador's `AsyncRedisStorage` and `CachedRedisStorage`
+//!   (`--features limitador-redis`, which builds RocksDB: see benches/Cargo.toml).
 //!
 //! Measures:
 //!
@@ -31,8 +31,8 @@
 //!   hour, for a fixed time. Admitted is what the callers were told; allowed is what the
 //!   limit allows over the run.
 //!
-//! Run: `cargo bench -p rein-benches --bench head_to_head` (add `--features limitador` for
-//! limitador). `REIN_BENCH_SECS` (default 1) sets the seconds per throughput round and per
+//! Run: `cargo bench -p rein-benches --bench head_to_head` (add `--features limitador` or
+//! `--features limitador-redis` for limitador). `REIN_BENCH_SECS` (default 1) sets the seconds per throughput round and per
 //! over-admission trial. Charts go to `docs/charts/head-to-head-*.svg`. Not a criterion bench:
 //! the peers are compared by one measurement method, a wall clock over a fixed run.
 
