@@ -304,6 +304,11 @@ impl<S: Limiter> Shared<S> {
         index: usize,
         request: Request<'_>,
     ) -> Result<Decided, RequestError> {
+        // A decision may complete without ever waiting (a cache hit, an open breaker, a store
+        // whose futures are ready): count it against the task's cooperative budget, so a task
+        // that loops on denied requests still lets the runtime's other tasks (the limiter's
+        // own store calls among them) run on a single-threaded runtime. No-op outside tokio.
+        tokio::task::coop::consume_budget().await;
         // Read before anything is sent: the deny cache's expiry counts from here, so it
         // ends no later than the store's denial, which was decided after this instant.
         let sent_at = now.unwrap_or_else(|| self.clock.now());

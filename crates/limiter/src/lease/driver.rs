@@ -147,6 +147,9 @@ impl<S: Limiter + 'static> LeasedLimiter<S> {
                 capacity: policy.capacity,
             });
         }
+        // Lease hits complete without waiting: count each against the task's cooperative
+        // budget so a spinning caller cannot starve the runtime (limiter.rs does the same).
+        tokio::task::coop::consume_budget().await;
         let shared = &self.shared;
         let terms = match (&policy.terms, cost) {
             (Err(why), _) => {
