@@ -48,6 +48,8 @@
 //! - `table.rs`: [`PolicyTable`]. `decided.rs`: [`Decided`], [`Source`], [`Unavailable`].
 //! - `stats.rs`: [`StatsSnapshot`]; `export.rs`: the `metrics` facade export.
 //! - `clock.rs`: [`TokioClock`].
+//! - `region.rs`: one limit across regions: [`split`] (static) and [`Rebalancer`] /
+//!   [`RegionQuota`] (quota rebalanced from a home region every window); docs/multi-region.md.
 #![deny(missing_docs)]
 
 mod allow_cache;
@@ -61,6 +63,7 @@ mod export;
 mod fallback;
 mod gate;
 mod limiter;
+mod region;
 mod stats;
 mod table;
 
@@ -74,6 +77,7 @@ pub use clock::TokioClock;
 pub use decided::{Decided, Source, Unavailable};
 pub use fallback::{FailurePolicy, local_share};
 pub use limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy, TimeSource};
+pub use region::{DemandReport, Grant, RebalanceConfig, Rebalancer, RegionQuota, split};
 pub use stats::{LATENCY_BOUNDS_US, LATENCY_BUCKETS, LatencySnapshot, SourceCounts, StatsSnapshot};
 pub use table::PolicyTable;
 
