@@ -250,29 +250,41 @@ impl Rebalancer {
         self.grants.pop_front()
     }
 
-    /// Floors plus the rest of `L` in proportion to each region's latest demand (to the
-    /// weights when no region reported any), rounded down: `Σ ≤ L`.
+    /// Floors, plus the rest of `L` filled max-min fairly up to each region's latest
+    /// demand (the region asking least beyond its floor is served first, no region gets
+    /// more than an equal part of what is left), and whatever then remains in proportion
+    /// to demand (to the weights when no region reported any): headroom for growth. Every
+    /// step rounds down, so `Σ ≤ L`.
     fn quotas(&self) -> Vec<u64> {
         let floors = &self.config.floors;
-        let rest = self.config.limit - floors.iter().sum::<u64>();
+        let mut rest = self.config.limit - floors.iter().sum::<u64>();
         let demand: Vec<u64> = self
             .demand
             .iter()
             .map(|d| d.map_or(0, |(_, demanded)| demanded))
             .collect();
+        let mut quotas = floors.clone();
+        // Ascending need, ties by region index: deterministic.
+        let mut order: Vec<usize> = (0..quotas.len()).collect();
+        order.sort_by_key(|&r| (demand[r].saturating_sub(floors[r]), r));
+        let mut left = order.len() as u64;
+        for r in order {
+            let give = demand[r].saturating_sub(floors[r]).min(rest / left.max(1));
+            quotas[r] += give;
+            rest -= give;
+            left -= 1;
+        }
         let total: u64 = demand.iter().sum();
-        let (by, total) = if total == 0 {
-            let weights: Vec<u64> = self.config.weights.iter().map(|&w| u64::from(w)).collect();
-            let total = weights.iter().sum();
-            (weights, total)
+        let by: Vec<u64> = if total == 0 {
+            self.config.weights.iter().map(|&w| u64::from(w)).collect()
         } else {
-            (demand, total)
+            demand
         };
-        floors
-            .iter()
-            .zip(&by)
-            .map(|(floor, share)| floor + muldiv(rest, *share, total))
-            .collect()
+        let sum = by.iter().sum();
+        for (quota, share) in quotas.iter_mut().zip(&by) {
+            *quota += muldiv(rest, *share, sum);
+        }
+        quotas
     }
 }
 
@@ -439,55 +451,32 @@ mod tests {
     fn grants_follow_reported_demand_on_top_of_the_floors() {
         let config = config();
         let mut home = Rebalancer::new(config.clone(), at(0));
-        let mut far = RegionQuota::new(config.clone(), 2, at(0));
-        assert_eq!(far.quota(at(10)), 50, "the floor before any grant");
+        let mut home_region = RegionQuota::new(config.clone(), 0, at(0));
+        assert_eq!(home_region.quota(at(10)), 50, "the floor before any grant");
         assert_eq!(home.poll_timeout(), at(500));
         home.handle_timeout(at(499));
         assert_eq!(home.poll_grant(), None);
-        home.handle_report(
-            at(100),
-            DemandReport {
-                region: 0,
-                window: 0,
-                demanded: 480,
-            },
-        );
-        home.handle_report(
-            at(100),
-            DemandReport {
-                region: 2,
-                window: 0,
-                demanded: 30,
-            },
-        );
+        home.handle_report(at(100), DemandReport { region: 0, window: 0, demanded: 480 });
+        home.handle_report(at(100), DemandReport { region: 2, window: 0, demanded: 30 });
         // An older report does not replace a newer one.
-        home.handle_report(
-            at(101),
-            DemandReport {
-                region: 2,
-                window: 0,
-                demanded: 30,
-            },
-        );
+        home.handle_report(at(101), DemandReport { region: 2, window: 0, demanded: 30 });
         home.handle_timeout(at(500));
         let grant = home.poll_grant().unwrap();
-        // Floors 50 each; the other 150 as 480 : 0 : 30.
-        assert_eq!(
-            grant,
-            Grant {
-                window: 1,
-                quotas: vec![50 + 141, 50, 50 + 8]
-            }
-        );
-        assert!(grant.quotas.iter().sum::<u64>() <= 300);
-        far.handle_grant(&grant);
-        assert_eq!(far.quota(at(900)), 50, "still window 0");
-        assert_eq!(far.quota(at(960)), 50, "guard: min of windows 0 and 1");
-        assert_eq!(far.quota(at(1_000)), 58);
+        // Floors 50 each; region 2 asks no more than its floor, region 0 gets the other 150.
+        assert_eq!(grant, Grant { window: 1, quotas: vec![200, 50, 50] });
+        home_region.handle_grant(&grant);
+        assert_eq!(home_region.quota(at(900)), 50, "still window 0");
+        assert_eq!(home_region.quota(at(960)), 50, "guard: min of windows 0 and 1");
+        assert_eq!(home_region.quota(at(1_000)), 200);
         // Window 2 has no grant yet: the last 50 ms of window 1 hedge to the floor.
-        assert_eq!(far.quota(at(1_949)), 58);
-        assert_eq!(far.quota(at(1_950)), 50);
-        assert_eq!(far.quota(at(2_000)), 50);
+        assert_eq!(home_region.quota(at(1_949)), 200);
+        assert_eq!(home_region.quota(at(1_950)), 50);
+        assert_eq!(home_region.quota(at(2_000)), 50);
+        // Max-min fair beyond the floors: region 2 needs nothing more, region 1 its 40,
+        // region 0 the remaining 110.
+        home.handle_report(at(1_100), DemandReport { region: 1, window: 1, demanded: 90 });
+        home.handle_timeout(at(1_500));
+        assert_eq!(home.poll_grant(), Some(Grant { window: 2, quotas: vec![160, 90, 50] }));
     }
 
     #[test]
