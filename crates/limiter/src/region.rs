@@ -456,17 +456,48 @@ mod tests {
         assert_eq!(home.poll_timeout(), at(500));
         home.handle_timeout(at(499));
         assert_eq!(home.poll_grant(), None);
-        home.handle_report(at(100), DemandReport { region: 0, window: 0, demanded: 480 });
-        home.handle_report(at(100), DemandReport { region: 2, window: 0, demanded: 30 });
+        home.handle_report(
+            at(100),
+            DemandReport {
+                region: 0,
+                window: 0,
+                demanded: 480,
+            },
+        );
+        home.handle_report(
+            at(100),
+            DemandReport {
+                region: 2,
+                window: 0,
+                demanded: 30,
+            },
+        );
         // An older report does not replace a newer one.
-        home.handle_report(at(101), DemandReport { region: 2, window: 0, demanded: 30 });
+        home.handle_report(
+            at(101),
+            DemandReport {
+                region: 2,
+                window: 0,
+                demanded: 30,
+            },
+        );
         home.handle_timeout(at(500));
         let grant = home.poll_grant().unwrap();
         // Floors 50 each; region 2 asks no more than its floor, region 0 gets the other 150.
-        assert_eq!(grant, Grant { window: 1, quotas: vec![200, 50, 50] });
+        assert_eq!(
+            grant,
+            Grant {
+                window: 1,
+                quotas: vec![200, 50, 50]
+            }
+        );
         home_region.handle_grant(&grant);
         assert_eq!(home_region.quota(at(900)), 50, "still window 0");
-        assert_eq!(home_region.quota(at(960)), 50, "guard: min of windows 0 and 1");
+        assert_eq!(
+            home_region.quota(at(960)),
+            50,
+            "guard: min of windows 0 and 1"
+        );
         assert_eq!(home_region.quota(at(1_000)), 200);
         // Window 2 has no grant yet: the last 50 ms of window 1 hedge to the floor.
         assert_eq!(home_region.quota(at(1_949)), 200);
@@ -474,9 +505,22 @@ mod tests {
         assert_eq!(home_region.quota(at(2_000)), 50);
         // Max-min fair beyond the floors: region 2 needs nothing more, region 1 its 40,
         // region 0 the remaining 110.
-        home.handle_report(at(1_100), DemandReport { region: 1, window: 1, demanded: 90 });
+        home.handle_report(
+            at(1_100),
+            DemandReport {
+                region: 1,
+                window: 1,
+                demanded: 90,
+            },
+        );
         home.handle_timeout(at(1_500));
-        assert_eq!(home.poll_grant(), Some(Grant { window: 2, quotas: vec![160, 90, 50] }));
+        assert_eq!(
+            home.poll_grant(),
+            Some(Grant {
+                window: 2,
+                quotas: vec![160, 90, 50]
+            })
+        );
     }
 
     #[test]

@@ -58,11 +58,12 @@ pub fn render_region_chart(rows: &[RegionRow]) -> String {
     );
     for (p, (title, value, unit)) in panels.iter().enumerate() {
         let x0 = p as f64 * panel_w;
-        let max = rows
-            .iter()
-            .map(|r| value(r).1)
-            .fold(1.0_f64, f64::max);
-        let _ = write!(svg, r#"<text x="{}" y="16" font-weight="bold">{title}</text>"#, x0 + 8.0);
+        let max = rows.iter().map(|r| value(r).1).fold(1.0_f64, f64::max);
+        let _ = write!(
+            svg,
+            r#"<text x="{}" y="16" font-weight="bold">{title}</text>"#,
+            x0 + 8.0
+        );
         for (i, row) in rows.iter().enumerate() {
             let y = 28.0 + row_h * i as f64;
             let (bar, tick) = value(row);
@@ -76,7 +77,11 @@ pub fn render_region_chart(rows: &[RegionRow]) -> String {
                 x0 + label_w,
                 y + 2.0,
                 row_h - 5.0,
-                if p == 1 && bar > 0.0 { "#c0392b" } else { "#2e86c1" },
+                if p == 1 && bar > 0.0 {
+                    "#c0392b"
+                } else {
+                    "#2e86c1"
+                },
             );
             if tick > bar {
                 let tx = x0 + label_w + bar_w * tick / max;

@@ -32,7 +32,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rein::{Grant, RebalanceConfig, Rebalancer, RegionQuota, Source, split};
-use rein_core::{DecideError, Limit, Micros, NamedPolicy, Policy, PolicyState, StoreError, Timestamp};
+use rein_core::{
+    DecideError, Limit, Micros, NamedPolicy, Policy, PolicyState, StoreError, Timestamp,
+};
 use rein_redis::RedisPolicy;
 
 use super::clock::{self, WARMUP, true_now};
@@ -244,7 +246,10 @@ impl RegionScenario {
         };
         for host in &REDIS_HOSTS[..redis_hosts] {
             let node = Shared::new(Clock::turmoil());
-            world.host(*host, tapped_host(node, REDIS_PORT, Persistence::KeepData, tap.clone()));
+            world.host(
+                *host,
+                tapped_host(node, REDIS_PORT, Persistence::KeepData, tap.clone()),
+            );
         }
         let events = Rc::new(RefCell::new(Vec::new()));
         let demand_rng = Rng::new(self.seed).child(DEMAND_STREAM);
@@ -254,10 +259,16 @@ impl RegionScenario {
         let mut counts = Vec::new();
         for (r, region) in self.regions.iter().enumerate() {
             let per_node = region.rate / region.nodes.max(1) as u64;
-            let requests =
-                Workload::Steady.generate(&demand_rng.child(r as u64), region.nodes, per_node, self.span);
+            let requests = Workload::Steady.generate(
+                &demand_rng.child(r as u64),
+                region.nodes,
+                per_node,
+                self.span,
+            );
             let quota = Rc::new(RefCell::new(RegionQuota::new(rebalance.clone(), r, origin)));
-            let count = Rc::new(RefCell::new(AsyncCounts::new(r, regions, self.limit, window)));
+            let count = Rc::new(RefCell::new(AsyncCounts::new(
+                r, regions, self.limit, window,
+            )));
             quotas.push(quota.clone());
             counts.push(count.clone());
             let mut nodes = Vec::new();
@@ -270,7 +281,11 @@ impl RegionScenario {
                 };
                 nodes.push(RegionNode {
                     index: demand.len(),
-                    redis: REDIS_HOSTS[if self.strategy == Strategy::Global { 0 } else { r }],
+                    redis: REDIS_HOSTS[if self.strategy == Strategy::Global {
+                        0
+                    } else {
+                        r
+                    }],
                     requests: requests.clone(),
                     mode,
                     window,
@@ -346,7 +361,10 @@ impl RegionScenario {
                 self.reserve_permille
             ),
             Strategy::AsyncCounters => {
-                format!("async counters, sync every {} ms", self.sync_every.as_millis())
+                format!(
+                    "async counters, sync every {} ms",
+                    self.sync_every.as_millis()
+                )
             }
         };
         match self.cut {
@@ -429,10 +447,9 @@ impl RegionRun {
     /// The most any aligned window admitted above `L`, in cost units (0 when none did).
     pub fn over_admission(&self) -> u64 {
         let verdict = self.log.check_policy(&self.scenario.policy(), 0);
-        verdict
-            .worst()
-            .and_then(|v| v.worst)
-            .map_or(0, |w| u64::try_from(w.excess().ceil().max(0)).unwrap_or(u64::MAX))
+        verdict.worst().and_then(|v| v.worst).map_or(0, |w| {
+            u64::try_from(w.excess().ceil().max(0)).unwrap_or(u64::MAX)
+        })
     }
 
     /// Decision latencies of region `r`'s nodes (all regions with `None`).
@@ -561,7 +578,9 @@ impl RegionRun {
         for (index, mut admissions) in by_window {
             admissions.sort();
             let total: u64 = admissions.iter().map(|a| a.2).sum();
-            let Some(&(last, i, _)) = admissions.last() else { continue };
+            let Some(&(last, i, _)) = admissions.last() else {
+                continue;
+            };
             let window_start = Timestamp::from_micros(index * w);
             let window_end = Timestamp::from_micros((index + 1) * w);
             let cut_during = s.cut.filter(|c| {
@@ -802,7 +821,9 @@ async fn run_node(node: RegionNode) -> turmoil::Result {
                     e.insert(RedisPolicy::prepare(&NamedPolicy::new("sim", policy)?))
                 }
             };
-            let result = store.acquire(policy, &user_key(request.key), request.cost).await;
+            let result = store
+                .acquire(policy, &user_key(request.key), request.cost)
+                .await;
             let answered = true_now();
             let outcome = match result {
                 Ok(decision) if decision.is_allowed() => {
