@@ -26,9 +26,16 @@ pub struct RegionRow {
     pub p99_ms: f64,
 }
 
+/// A panel: its title, a row's (bar, tick) values, the unit printed after them.
+type Panel = (
+    &'static str,
+    Box<dyn Fn(&RegionRow) -> (f64, f64)>,
+    &'static str,
+);
+
 /// The chart as an SVG document.
 pub fn render_region_chart(rows: &[RegionRow]) -> String {
-    let panels: [(&str, Box<dyn Fn(&RegionRow) -> (f64, f64)>, &str); 3] = [
+    let panels: [Panel; 3] = [
         (
             "utilisation: admitted ÷ exact global limiter (%)",
             Box::new(|r: &RegionRow| (r.utilisation_percent, r.utilisation_percent)),

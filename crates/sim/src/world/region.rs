@@ -298,10 +298,10 @@ impl RegionScenario {
             }
             world.client(REGION_HOSTS[r], run_region(nodes));
         }
-        for r in 0..regions {
+        for (r, region) in REGION_HOSTS.iter().enumerate().take(regions) {
             for (h, host) in REDIS_HOSTS[..redis_hosts].iter().enumerate() {
                 if h != r {
-                    world.set_link_latency(REGION_HOSTS[r], *host, self.wan(r, h));
+                    world.set_link_latency(*region, *host, self.wan(r, h));
                 }
             }
         }
