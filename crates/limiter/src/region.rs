@@ -105,8 +105,9 @@ pub struct Grant {
 }
 
 /// The home region's half: collects [`DemandReport`]s and grants each window's quotas once,
-/// half a window before it starts, in proportion to the latest demand each region reported
-/// (on top of the floors).
+/// half a window before it starts: the floors, plus the rest shared max-min fairly by the
+/// demand each region reported for the window before last (a region with no such report
+/// gets its floor only).
 ///
 /// # Call order and time
 /// `handle_report(now, report)` whenever a report arrives; `handle_timeout(now)` at or after
@@ -258,10 +259,17 @@ impl Rebalancer {
     fn quotas(&self) -> Vec<u64> {
         let floors = &self.config.floors;
         let mut rest = self.config.limit - floors.iter().sum::<u64>();
+        // A region whose latest report is older than the window before last is silent (cut
+        // off, or down): it gets its floor only, which is all it may use without our grant,
+        // and its share goes to the others. Any quotas with `f_i ≤ q_i`, `Σ ≤ L` are safe,
+        // so this costs nothing if the region does hear the grant.
         let demand: Vec<u64> = self
             .demand
             .iter()
-            .map(|d| d.map_or(0, |(_, demanded)| demanded))
+            .map(|d| match d {
+                Some((window, demanded)) if window + 2 >= self.next => *demanded,
+                _ => 0,
+            })
             .collect();
         let mut quotas = floors.clone();
         // Ascending need, ties by region index: deterministic.
@@ -521,6 +529,30 @@ mod tests {
                 quotas: vec![160, 90, 50]
             })
         );
+    }
+
+    /// A region that stopped reporting (cut off) is granted its floor, which is all it can
+    /// use without a grant, and the others get its share.
+    #[test]
+    fn a_silent_region_is_granted_its_floor_and_its_share_goes_to_the_others() {
+        let mut home = Rebalancer::new(config(), at(0));
+        let report = |region, window, demanded| DemandReport {
+            region,
+            window,
+            demanded,
+        };
+        home.handle_report(at(100), report(0, 0, 480));
+        home.handle_report(at(100), report(1, 0, 90));
+        home.handle_timeout(at(500));
+        assert_eq!(home.poll_grant().unwrap().quotas, [160, 90, 50]);
+        // Region 1 goes silent: no report for window 1. Its report for window 0 still counts
+        // for window 2's grant, not for window 3's.
+        home.handle_report(at(1_100), report(0, 1, 480));
+        home.handle_timeout(at(1_500));
+        assert_eq!(home.poll_grant().unwrap().quotas, [160, 90, 50]);
+        home.handle_report(at(2_100), report(0, 2, 480));
+        home.handle_timeout(at(2_500));
+        assert_eq!(home.poll_grant().unwrap().quotas, [200, 50, 50]);
     }
 
     #[test]

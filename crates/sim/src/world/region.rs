@@ -883,7 +883,7 @@ pub fn region_scenario(name: &str, seed: u64) -> Option<RegionScenario> {
     let mut s = RegionScenario::new(name, seed, strategy);
     if base != name {
         s.cut = Some(Cut {
-            region: 2,
+            region: 1,
             from: Duration::from_millis(2500),
             until: Duration::from_millis(4500),
         });
