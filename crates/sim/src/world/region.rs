@@ -870,7 +870,7 @@ pub const REGION_SUITE: &[&str] = &[
 ];
 
 /// The multi-region scenario `name` with `seed`; `None` for an unknown name. The `-cut`
-/// variants cut the farthest region (2) off from 2.5 s to 4.5 s.
+/// variants cut region 1 (50 ms away, demand above its floor) off from 2.5 s to 4.5 s.
 pub fn region_scenario(name: &str, seed: u64) -> Option<RegionScenario> {
     let base = name.strip_suffix("-cut").unwrap_or(name);
     let strategy = match base {
