@@ -18,7 +18,8 @@
 //! admit `≤ Σ q_i(w) ≤ L`. Lost, late or reordered grants only leave a region on its floor:
 //! under-admission, never over. The one trap is a call sent just before a window ends that
 //! runs in the next: [`RegionQuota::quota`] gives `min(q(w), q(w + 1))` during the last
-//! `guard` of a window (set `guard` ≥ the store's deadline).
+//! `guard` of a window. Set `guard` ≥ the store's deadline plus the largest offset between
+//! the clock passed as `now` and the store's clock (Redis `TIME`), which decides the window.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -151,7 +152,8 @@ impl RebalanceConfig {
     /// `limit` per `window` shared by `weights.len()` regions; region `i`'s floor is its
     /// weighted share of `reserve_permille`‰ of `limit` (rounded down), and `guard` is how
     /// long before a window's end a region hedges against a call landing in the next window:
-    /// at least the store's deadline.
+    /// at least the store's deadline plus the largest offset between the region's clock and
+    /// the store's. `guard` is capped at half a window.
     pub fn new(
         limit: u64,
         window: Micros,
