@@ -175,6 +175,10 @@ impl RegionScenario {
     }
 
     /// The global policy: `L` per `W`, fixed windows.
+    ///
+    /// # Panics
+    /// If `limit` or `window` is zero (or `window` is beyond `rein_core::MAX_SPAN`): a
+    /// scenario is test input, and such a scenario has no limit to check.
     pub fn policy(&self) -> Policy {
         Policy::single(
             Limit::fixed_window(self.limit, Micros::from(self.window))
