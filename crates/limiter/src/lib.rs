@@ -51,6 +51,8 @@
 //! - `lease/`: leases, opt-in (docs/leases.md): [`LeasedLimiter`] decides hot keys locally
 //!   from blocks reserved in the store, with zero over-admission; [`LeaseBook`] is its
 //!   sans-IO state machine, [`LeaseTerms`] says which policies lease exactly.
+//! - `region.rs`: one limit across regions: [`split`] (static) and [`Rebalancer`] /
+//!   [`RegionQuota`] (quota rebalanced from a home region every window); docs/multi-region.md.
 #![deny(missing_docs)]
 
 mod allow_cache;
@@ -65,6 +67,7 @@ mod fallback;
 mod gate;
 mod lease;
 mod limiter;
+mod region;
 mod stats;
 mod table;
 
@@ -83,6 +86,7 @@ pub use lease::{
     Reserved, Unleasable,
 };
 pub use limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy, TimeSource};
+pub use region::{DemandReport, Grant, RebalanceConfig, Rebalancer, RegionQuota, split};
 pub use stats::{LATENCY_BOUNDS_US, LATENCY_BUCKETS, LatencySnapshot, SourceCounts, StatsSnapshot};
 pub use table::PolicyTable;
 

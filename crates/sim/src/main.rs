@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use sim::report::{render_text, write_chart};
-use sim::world::{SUITE, suite_scenario};
+use sim::report::{RegionRow, render_text, write_chart, write_region_chart};
+use sim::world::{REGION_SUITE, RegionRun, SUITE, region_scenario, suite_scenario};
 
 const HELP: &str = "\
 sim: rein's deterministic scenario report
@@ -59,8 +59,31 @@ fn main() -> ExitCode {
         }
     };
     let mut results = Vec::new();
+    let mut regions: Vec<RegionRun> = Vec::new();
     let mut broken = false;
     for name in &options.scenarios {
+        // The multi-region scenarios have their own world (several Redis hosts, a WAN).
+        if let Some(scenario) = region_scenario(name, options.seed) {
+            println!("seed {} — {name}", scenario.seed);
+            let run = match scenario.run() {
+                Ok(run) => run,
+                Err(e) => {
+                    eprintln!("error: scenario {name} failed to run: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let result = run.result();
+            if !result.is_within_bound() {
+                broken = true;
+            }
+            match write_chart(&result, &options.out) {
+                Ok(path) => println!("  chart: {}", path.display()),
+                Err(e) => eprintln!("  chart not written: {e}"),
+            }
+            results.push(result);
+            regions.push(run);
+            continue;
+        }
         let Some(mut scenario) = suite_scenario(name, options.nodes, options.seed) else {
             eprintln!("error: unknown scenario {name:?}; --list shows them");
             return ExitCode::from(2);
@@ -103,11 +126,78 @@ fn main() -> ExitCode {
     }
     println!();
     print!("{}", render_text(&results));
+    if !regions.is_empty() {
+        println!();
+        print!("{}", render_regions(&regions));
+        let rows: Vec<RegionRow> = regions.iter().map(region_row).collect();
+        match write_region_chart(&rows, &options.out) {
+            Ok(path) => println!("chart: {}", path.display()),
+            Err(e) => eprintln!("multi-region chart not written: {e}"),
+        }
+    }
     if broken {
         eprintln!("error: a scenario broke its documented bound");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// The multi-region table: per strategy, what it admitted against an exact global limiter
+/// (utilisation), its worst window above `L`, and decision latency overall and in the
+/// farthest region (docs/multi-region.md).
+fn render_regions(runs: &[RegionRun]) -> String {
+    let mut out = format!(
+        "{:<32} {:>8} {:>6} {:>7} {:>10} {:>6} {:>8} {:>7} {:>7} {:>12}\n",
+        "multi-region",
+        "admitted",
+        "exact",
+        "util %",
+        "util≥2s %",
+        "over",
+        "failures",
+        "p50 ms",
+        "p99 ms",
+        "far p50 ms"
+    );
+    for run in runs {
+        let ms = |region: Option<usize>, n: u64| {
+            sim::report::LatencySamples::new(run.latencies(region))
+                .percentile(n, 100)
+                .map_or(0.0, |m| m.as_micros() as f64 / 1_000.0)
+        };
+        let far = run.scenario.regions.len().saturating_sub(1);
+        out.push_str(&format!(
+            "{:<32} {:>8} {:>6} {:>7.1} {:>10.1} {:>6} {:>8} {:>7.0} {:>7.0} {:>12.0}\n",
+            run.scenario.name,
+            run.admitted(),
+            run.exact_admitted(),
+            run.utilisation_percent(),
+            run.utilisation_after_percent(std::time::Duration::from_secs(2)),
+            run.over_admission(),
+            run.failures(),
+            ms(None, 50),
+            ms(None, 99),
+            ms(Some(far), 50),
+        ));
+    }
+    out
+}
+
+/// A multi-region run's numbers for the summary chart.
+fn region_row(run: &RegionRun) -> RegionRow {
+    let samples = sim::report::LatencySamples::new(run.latencies(None));
+    let ms = |n| {
+        samples
+            .percentile(n, 100)
+            .map_or(0.0, |m| m.as_micros() as f64 / 1_000.0)
+    };
+    RegionRow {
+        name: run.scenario.name.clone(),
+        utilisation_percent: run.utilisation_percent(),
+        over_admission: run.over_admission(),
+        p50_ms: ms(50),
+        p99_ms: ms(99),
+    }
 }
 
 /// Parses the arguments by hand (no argument-parsing dependency for a few flags). `Ok(None)`
@@ -129,7 +219,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Options>, Stri
                 return Ok(None);
             }
             "--list" => {
-                for name in SUITE {
+                for name in SUITE.iter().chain(REGION_SUITE) {
                     println!("{name}");
                 }
                 return Ok(None);
@@ -167,7 +257,11 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Options>, Stri
         }
     }
     if options.scenarios.is_empty() {
-        options.scenarios = SUITE.iter().map(|s| (*s).to_owned()).collect();
+        options.scenarios = SUITE
+            .iter()
+            .chain(REGION_SUITE)
+            .map(|s| (*s).to_owned())
+            .collect();
     }
     Ok(Some(options))
 }
@@ -211,7 +305,7 @@ mod tests {
         assert!(parse(args(&["--bogus"])).is_err());
         assert_eq!(
             parse(args(&[])).unwrap().unwrap().scenarios.len(),
-            SUITE.len()
+            SUITE.len() + REGION_SUITE.len()
         );
     }
 }

@@ -16,12 +16,14 @@
 
 mod chart;
 mod describe;
+mod regions;
 mod scenario;
 mod series;
 mod table;
 
 pub use chart::{ChartError, render_chart, write_chart};
 pub use describe::{describe_limit, describe_policy, format_duration, format_percent};
+pub use regions::{RegionRow, render_region_chart, write_region_chart};
 pub use scenario::{CHART_BUCKET, FaultSpan, LatencySamples, ScenarioInputs, ScenarioResult};
 pub use series::{AdmissionSeries, LimitLine, LineKind};
 pub use table::{render_markdown, render_text};

@@ -26,12 +26,15 @@
 //! - `workload.rs`: demand. `fault.rs`: faults. `tap.rs`: the Redis host with its tap.
 //! - `clock.rs`: true and skewed time. `rng.rs`: the seeded generator.
 //! - `suite.rs`: the default scenarios of the report.
+//! - `region.rs`: several regions, a WAN, one limit ([`RegionScenario`]): one global Redis,
+//!   a static split, a rebalanced quota, asynchronous counters (docs/multi-region.md).
 
 mod bound;
 mod clock;
 mod fault;
 mod naive;
 mod node;
+mod region;
 mod rng;
 mod scenario;
 mod suite;
@@ -45,6 +48,9 @@ pub use bound::{fallback_limit, fallback_policy};
 pub use clock::{EPOCH_SECS, Skew};
 pub use fault::Fault;
 pub use naive::NaiveBucket;
+pub use region::{
+    AsyncCounts, Cut, REGION_SUITE, Region, RegionRun, RegionScenario, Strategy, region_scenario,
+};
 pub use rng::Rng;
 pub use scenario::{Run, Scenario};
 pub use suite::{SUITE, suite_scenario};

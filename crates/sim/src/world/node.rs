@@ -179,7 +179,7 @@ async fn run_guarded(config: NodeConfig) -> turmoil::Result {
 
 /// An admission Redis made: at the instant the tap saw the script run on the node's
 /// current connection, which must lie between the call and its answer.
-fn admitted_in_redis(
+pub(crate) fn admitted_in_redis(
     current: &Mutex<Option<SocketAddr>>,
     tap: &ScriptTap,
     issued: Timestamp,
@@ -259,15 +259,25 @@ async fn build_store(
     config: &NodeConfig,
     current: Arc<Mutex<Option<SocketAddr>>>,
 ) -> Result<RedisStore<MultiplexedConnection>, Box<dyn std::error::Error>> {
+    build_store_on(REDIS_HOST, config.deadline, config.connect_timeout, current).await
+}
+
+/// [`build_store`] against the Redis host `host` (the multi-region world has several).
+pub(crate) async fn build_store_on(
+    host: &'static str,
+    deadline: Duration,
+    connect_timeout: Duration,
+    current: Arc<Mutex<Option<SocketAddr>>>,
+) -> Result<RedisStore<MultiplexedConnection>, Box<dyn std::error::Error>> {
     let mut attempts = 0;
     loop {
         let current = current.clone();
         let built = RedisStoreBuilder::new()
-            .deadline(config.deadline)
-            .connect_timeout(config.connect_timeout)
+            .deadline(deadline)
+            .connect_timeout(connect_timeout)
             // Client-time mode: TTLs run on Redis's clock, which a node behind it lags.
             .min_ttl(MIN_TTL)
-            .connect_with(move || connect(Some(current.clone())))
+            .connect_with(move || connect_to(host, Some(current.clone())))
             .await;
         match built {
             Ok(store) => return Ok(store),
@@ -286,7 +296,15 @@ async fn build_store(
 async fn connect(
     current: Option<Arc<Mutex<Option<SocketAddr>>>>,
 ) -> redis::RedisResult<MultiplexedConnection> {
-    let stream = turmoil::net::TcpStream::connect((REDIS_HOST, REDIS_PORT)).await?;
+    connect_to(REDIS_HOST, current).await
+}
+
+/// [`connect`] to the Redis host `host`.
+async fn connect_to(
+    host: &'static str,
+    current: Option<Arc<Mutex<Option<SocketAddr>>>>,
+) -> redis::RedisResult<MultiplexedConnection> {
+    let stream = turmoil::net::TcpStream::connect((host, REDIS_PORT)).await?;
     let local = stream.local_addr()?;
     let info = RedisConnectionInfo::default().set_skip_set_lib_name();
     let config = AsyncConnectionConfig::new().set_response_timeout(None);
@@ -298,7 +316,7 @@ async fn connect(
     Ok(conn)
 }
 
-async fn wait_until_due(request: &Request) {
+pub(crate) async fn wait_until_due(request: &Request) {
     let due = clock::start().as_micros() + request.due.as_micros() as u64;
     let now = true_now().as_micros();
     if due > now {
