@@ -76,9 +76,25 @@ fn limit_of(run: &Run) -> Limit {
 
 /// Spawns `processes` workers and sums their reports.
 fn run_workers(run: &Run, processes: usize) -> Report {
+    run_workers_at(run, &vec![run.rate; processes])
+}
+
+/// Spawns one worker per entry of `rates` (its requests per second per key) and sums their
+/// reports.
+fn run_workers_at(run: &Run, rates: &[u64]) -> Report {
     let exe = std::env::current_exe().expect("the test binary");
-    let children: Vec<_> = (0..processes)
-        .map(|_| spawn_worker(&exe, run, false))
+    let children: Vec<_> = rates
+        .iter()
+        .map(|&rate| {
+            spawn_worker(
+                &exe,
+                &Run {
+                    rate,
+                    ..run.clone()
+                },
+                false,
+            )
+        })
         .collect();
     let mut report = Report::default();
     for child in children {
@@ -318,9 +334,20 @@ fn exactly_the_limit(algorithm: &'static str) {
 }
 
 fn steady_demand_uses_the_limit(algorithm: &'static str) {
+    // 400 per second per key; 4 processes × 200/s = twice that.
+    steady_demand_at(algorithm, &[200; 4]);
+}
+
+/// Twice the limit's rate in all, split 1:9 between two light and two heavy processes
+/// (40 and 360 per second each): the light ones must not strand what the heavy ones need.
+fn skewed_demand_uses_the_limit(algorithm: &'static str) {
+    steady_demand_at(algorithm, &[40, 40, 360, 360]);
+}
+
+fn steady_demand_at(algorithm: &'static str, rates: &[u64]) {
     let server = RedisServer::start().expect("redis-server");
-    // 400 per second per key; 4 processes × 200/s = twice that. A window is 20 renewal
-    // intervals (docs/leases.md, "Sizing": shorter windows strand relatively more).
+    // A window is 20 renewal intervals (docs/leases.md, "Sizing": shorter windows strand
+    // relatively more).
     let run = Run {
         port: server.port(),
         algorithm,
@@ -328,10 +355,10 @@ fn steady_demand_uses_the_limit(algorithm: &'static str) {
         window_us: 1_000_000,
         keys: 2,
         tasks: 4,
-        rate: 200,
+        rate: 0,
         duration_ms: 5_000,
     };
-    let report = run_workers(&run, 4);
+    let report = run_workers_at(&run, rates);
     eprintln!("{algorithm}: {report:?}");
     let mut full = 0;
     let mut used = 0;
@@ -377,6 +404,16 @@ fn fixed_window_under_twice_the_demand_admits_at_least_95_percent_and_never_over
 #[test]
 fn sliding_counter_under_twice_the_demand_admits_at_least_95_percent_and_never_over() {
     steady_demand_uses_the_limit("sc");
+}
+
+#[test]
+fn fixed_window_under_demand_skewed_1_to_9_admits_at_least_95_percent_and_never_over() {
+    skewed_demand_uses_the_limit("fw");
+}
+
+#[test]
+fn sliding_counter_under_demand_skewed_1_to_9_admits_at_least_95_percent_and_never_over() {
+    skewed_demand_uses_the_limit("sc");
 }
 
 /// Leases outside, resilience inside: with Redis paused (`SIGSTOP`), the node spends exactly
