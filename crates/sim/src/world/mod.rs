@@ -74,6 +74,10 @@ pub enum LimiterKind {
     /// A read-modify-write token bucket decided on the client ([`NaiveBucket`]): the
     /// baseline whose race rein's atomic script removes.
     Naive,
+    /// rein's `LeasedLimiter` over the same `RedisStore` (no guard): hot keys are decided
+    /// locally from blocks reserved in Redis, on the node's (skewed) clock. For fixed-window
+    /// and sliding-counter policies; other shapes are decided directly.
+    Leased,
 }
 
 /// The resilience layer a node puts in front of its store (rein-redis's

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
-use rein::{PolicyTable, ResilientLimiter, Source};
-use rein_core::{DecideError, NamedPolicy, StoreError, Timestamp};
+use rein::{LeaseSource, LeasedLimiter, PolicyTable, ResilientLimiter, Source};
+use rein_core::{DecideError, Limiter, NamedPolicy, StoreError, Timestamp};
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 
 use super::clock::{self, Skew, true_now};
@@ -71,6 +71,7 @@ pub(crate) async fn run(config: NodeConfig) -> turmoil::Result {
         LimiterKind::Rein if config.guard.is_some() => run_guarded(config).await,
         LimiterKind::Rein => run_rein(config).await,
         LimiterKind::Naive => run_naive(config).await,
+        LimiterKind::Leased => run_leased(config).await,
     }
 }
 
@@ -174,6 +175,70 @@ async fn run_guarded(config: NodeConfig) -> turmoil::Result {
             source,
         });
     }
+    Ok(())
+}
+
+/// The node behind rein's `LeasedLimiter` over the store: an admission from a held block
+/// takes effect when it is answered (no call is made); a direct one when its script ran. A
+/// lease's reservations run scripts too, but they admit nothing by themselves, so the oracle
+/// sees only what the node admitted.
+async fn run_leased(config: NodeConfig) -> turmoil::Result {
+    if config.guard.is_some() {
+        return Err("a leased node has no guard in the simulator".into());
+    }
+    let current: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
+    let store = build_store(&config, current.clone()).await?;
+    let leased = LeasedLimiter::builder(store)
+        .clock(NodeClock { skew: config.skew })
+        .build();
+    let timers = tokio::spawn({
+        let leased = leased.clone();
+        async move { leased.run_timers().await }
+    });
+    let policy = leased.prepare(&config.policy)?;
+    for request in &config.requests {
+        wait_until_due(request).await;
+        let issued = true_now();
+        let user = user_key(request.key);
+        let result = leased
+            .acquire_leased(None, &policy, user.as_bytes(), request.cost)
+            .await;
+        let answered = true_now();
+        let (outcome, source) = match result {
+            Ok(decided) if !decided.decision.is_allowed() => (Outcome::Denied, None),
+            Ok(decided) => match decided.source {
+                LeaseSource::Direct(_) => (
+                    admitted_in_redis(&current, &config.tap, issued, answered),
+                    Some(Source::Store),
+                ),
+                // From a held block (a local denial never admits).
+                _ => (
+                    Outcome::Admitted {
+                        at: answered,
+                        traced: true,
+                    },
+                    None,
+                ),
+            },
+            Err(DecideError::Unavailable(StoreError::Timeout(_))) => {
+                (Outcome::Failed(Failure::Timeout), None)
+            }
+            Err(DecideError::Unavailable(StoreError::Connection(_))) => {
+                (Outcome::Failed(Failure::Connection), None)
+            }
+            Err(_) => (Outcome::Failed(Failure::Other), None),
+        };
+        config.events.borrow_mut().push(Event {
+            node: config.index,
+            key: request.key,
+            cost: request.cost,
+            issued,
+            answered,
+            outcome,
+            source,
+        });
+    }
+    timers.abort();
     Ok(())
 }
 
