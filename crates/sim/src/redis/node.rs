@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 
 use super::clock::Clock;
-use super::commands::{self, Caller, Context, Kind, Session};
+use super::commands::{self, Caller, Context};
 use super::keyspace::Keyspace;
 use super::reply::Reply;
 use super::scripting::Scripting;
@@ -36,33 +36,22 @@ impl Node {
         }
     }
 
-    /// Runs one command (`["SET", "k", "v"]`) as a connection without a name would.
+    /// Runs one command (`["SET", "k", "v"]`).
     pub fn execute(&mut self, args: &[Bytes]) -> Reply {
-        self.execute_in(&mut Session::default(), args)
-    }
-
-    /// Runs one command for the connection whose state is `session`.
-    pub fn execute_in(&mut self, session: &mut Session, args: &[Bytes]) -> Reply {
         let spec = match commands::resolve(args, Caller::Client) {
             Ok(spec) => spec,
             Err(reply) => return reply,
         };
         let now = self.clock.now();
+        let keyspace = &mut self.keyspace;
         match spec.kind {
-            Kind::Data(run) => run(
-                &mut Context {
-                    keyspace: &mut self.keyspace,
-                    now,
-                },
-                args,
-            ),
-            Kind::Scripting => self.scripting.command(&mut self.keyspace, now, args),
-            Kind::Client => session.client_command(args),
+            Some(run) => run(&mut Context { keyspace, now }, args),
+            None => self.scripting.command(keyspace, now, args),
         }
     }
 
     /// A restart of a server whose data persisted: keys survive, while the script cache,
-    /// the Lua state and its random generator start over, as in a new Redis process.
+    /// and the Lua state start over, as in a new Redis process.
     pub fn restart_keeping_data(&mut self) {
         self.scripting = fresh_scripting();
     }
@@ -101,7 +90,7 @@ impl Shared {
         }
     }
 
-    /// Runs one command in-process: `shared.execute(["HSET", "k", "f", "1"])`.
+    /// Runs one command in-process: `shared.execute(["SET", "k", "1"])`.
     pub fn execute<I>(&self, args: I) -> Reply
     where
         I: IntoIterator,
@@ -118,8 +107,8 @@ impl Shared {
     }
 
     /// Runs one command for a connection.
-    pub fn execute_in(&self, session: &mut Session, args: &[Bytes]) -> Reply {
-        self.lock().execute_in(session, args)
+    pub fn execute_args(&self, args: &[Bytes]) -> Reply {
+        self.lock().execute(args)
     }
 
     /// See [`Node::restart_keeping_data`].

@@ -1,7 +1,7 @@
 //! What the simulated Redis answers, and its RESP2 encoding.
 //!
 //! mini-redis parses frames but has no public encoder, and its `Frame::Integer` is unsigned,
-//! while Redis answers `:-1` (TTL of a key without expiry) and `:-2` all the time. So replies
+//! while scripts return negative integers all the time. So replies
 //! are a type of their own, encoded here byte for byte as Redis 7.0 writes them.
 
 use bytes::Bytes;

@@ -13,7 +13,6 @@ use std::pin::Pin;
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::commands::Session;
 use super::node::{Persistence, Shared};
 use super::reply::Reply;
 use super::request;
@@ -118,7 +117,6 @@ where
 {
     let mut input = BytesMut::with_capacity(4096);
     let mut output = Vec::new();
-    let mut session = Session::default();
     loop {
         if stream.read_buf(&mut input).await? == 0 {
             return Ok(());
@@ -128,7 +126,7 @@ where
                 Ok(Some((args, used))) => {
                     input.advance(used);
                     if !args.is_empty() {
-                        let reply = node.execute_in(&mut session, &args);
+                        let reply = node.execute_args(&args);
                         observer.ran(peer, &args, &reply);
                         reply.encode(&mut output);
                     }
@@ -186,11 +184,11 @@ mod tests {
         let node = node();
         let output = exchange(
             &node,
-            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\n7\r\n*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n\
-              *2\r\n$4\r\nPTTL\r\n$1\r\nk\r\n*0\r\n*1\r\n$4\r\nPING\r\n",
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\n7\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n\
+              *2\r\n$3\r\nDEL\r\n$1\r\nk\r\n*0\r\n*1\r\n$4\r\nPING\r\n",
         )
         .await;
-        assert_eq!(output, b"+OK\r\n:8\r\n:-1\r\n+PONG\r\n");
+        assert_eq!(output, b"+OK\r\n$1\r\n7\r\n:1\r\n+PONG\r\n");
     }
 
     #[tokio::test]

@@ -4,7 +4,7 @@
 //! array → sequence, status → `{ok=...}`, error → `{err=...}`.
 //! Lua → reply (what a script returns): number → integer (truncated), string → bulk,
 //! `true` → 1, `false`/`nil` → nil, a table with a string `err` → error, with a string `ok`
-//! → status, with a numeric `double` → its `%.17g` text, otherwise an array of `t[1]`,
+//! → status, otherwise an array of `t[1]`,
 //! `t[2]`, ... up to the first nil. Arguments to `redis.call` must be strings or numbers,
 //! and numbers travel as `%.17g` text.
 
@@ -94,11 +94,6 @@ fn table_to_reply(table: Table, depth: usize) -> Reply {
     }
     if let Ok(Value::String(ok)) = table.raw_get::<Value>("ok") {
         return Reply::Status(Bytes::copy_from_slice(&ok.as_bytes()));
-    }
-    match table.raw_get::<Value>("double") {
-        Ok(Value::Number(d)) => return Reply::Bulk(Bytes::from(format_double(d))),
-        Ok(Value::Integer(d)) => return Reply::Bulk(Bytes::from(format_double(d as f64))),
-        _ => {}
     }
     let mut items = Vec::new();
     for i in 1.. {

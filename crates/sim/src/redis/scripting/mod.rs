@@ -18,14 +18,15 @@
 //!
 //! # Not reproduced
 //!
-//! Redis's `cjson`, `cmsgpack`, `struct` and `bit` libraries are absent (a script using them
-//! fails with "nonexistent global variable"). Writes into library tables are refused only
+//! Redis's `cjson`, `cmsgpack`, `struct` and `bit` libraries, `math.random`'s rand48,
+//! `redis.sha1hex`, `redis.status_reply`, `redis.log` and the other `redis` functions rein's
+//! scripts do not use are absent (a script using them fails with "nonexistent global
+//! variable" or "attempt to call a nil value"). Writes into library tables are refused only
 //! for new names, not for existing ones. There is no script time limit: a script that loops
 //! forever hangs the simulation. Redis 7.0.15 crashes on `error({})` (a table without
 //! `err`); the simulator answers with an error instead.
 
 mod convert;
-mod rand48;
 
 use std::collections::BTreeMap;
 
@@ -38,7 +39,6 @@ use super::commands::{self, Context, is};
 use super::keyspace::Keyspace;
 use super::number::parse_i64;
 use super::reply::Reply;
-use rand48::Rand48;
 
 /// A node's script engine: the Lua state and the script cache.
 pub struct Scripting {
@@ -68,7 +68,6 @@ impl Scripting {
             StdLib::TABLE | StdLib::STRING | StdLib::MATH,
             LuaOptions::new(),
         )?;
-        lua.set_app_data(Rand48::default());
 
         let raw_call = lua.create_function(|lua, args: MultiValue| {
             let reply = match convert::command_args(&args) {
@@ -90,26 +89,6 @@ impl Scripting {
             let failed = reply.is_error();
             Ok((convert::reply_to_lua(lua, reply)?, failed))
         })?;
-        let raw_sha1hex = lua.create_function(|_, text: LuaString| {
-            Ok(sha1_smol::Sha1::from(&*text.as_bytes())
-                .digest()
-                .to_string())
-        })?;
-        let lrand48 = lua.create_function(|lua, ()| {
-            let mut rng = lua
-                .app_data_mut::<Rand48>()
-                .ok_or_else(|| mlua::Error::runtime("no rand48"))?;
-            Ok(rng.next())
-        })?;
-        let srand48 = lua.create_function(|lua, seed: f64| {
-            let mut rng = lua
-                .app_data_mut::<Rand48>()
-                .ok_or_else(|| mlua::Error::runtime("no rand48"))?;
-            // luaL_checkint: the double is cast to a C int.
-            rng.seed(convert::truncate_like_c(seed) as i32);
-            Ok(())
-        })?;
-
         let xpcall: Function = lua.globals().raw_get("xpcall")?;
         let tostring: Function = lua.globals().raw_get("tostring")?;
         let handler =
@@ -118,7 +97,7 @@ impl Scripting {
             .load(PRELUDE)
             .set_name(PRELUDE_NAME)
             .set_mode(ChunkMode::Text)
-            .call((raw_call, raw_sha1hex, lrand48, srand48))?;
+            .call(raw_call)?;
         Ok(Self {
             lua,
             script_env,
@@ -165,40 +144,25 @@ impl Scripting {
         Ok(sha)
     }
 
-    /// Forgets every compiled script (`SCRIPT FLUSH`).
-    pub fn flush(&mut self) {
-        self.cache.clear();
-    }
-
     fn script_command(&mut self, args: &[Bytes]) -> Reply {
-        let sub = &args[1];
-        if is(sub, "load") {
-            match self.load(&args[2]) {
-                Ok(sha) => Reply::Bulk(Bytes::from(sha)),
-                Err(reply) => reply,
-            }
-        } else if is(sub, "exists") {
-            Reply::Array(
-                args[2..]
-                    .iter()
-                    .map(|sha| {
-                        let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
-                        Reply::Integer(i64::from(self.cache.contains_key(&sha)))
-                    })
-                    .collect(),
-            )
-        } else if is(sub, "flush") {
-            match args.get(2..) {
-                Some([]) => {}
-                Some([mode]) if is(mode, "sync") || is(mode, "async") => {}
-                _ => return Reply::error("ERR SCRIPT FLUSH only support SYNC|ASYNC option"),
-            }
-            self.flush();
-            Reply::ok()
-        } else {
-            let sub = String::from_utf8_lossy(sub);
-            Reply::error(format!("ERR unknown subcommand '{sub}'. Try SCRIPT HELP."))
+        if is(&args[1], "load") {
+            return self
+                .load(&args[2])
+                .map_or_else(|e| e, |sha| Reply::Bulk(sha.into()));
+        } else if is(&args[1], "exists") {
+            let cached = |sha: &Bytes| {
+                let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
+                Reply::Integer(i64::from(self.cache.contains_key(&sha)))
+            };
+            return Reply::Array(args[2..].iter().map(cached).collect());
         }
+        match &args[2..] {
+            [] => {}
+            [mode] if is(mode, "sync") || is(mode, "async") => {}
+            _ => return Reply::error("ERR SCRIPT FLUSH only support SYNC|ASYNC option"),
+        }
+        self.cache.clear();
+        Reply::ok()
     }
 
     /// `EVAL script numkeys key... arg...` and `EVALSHA sha1 numkeys key... arg...`.
