@@ -8,7 +8,7 @@
 use bytes::Bytes;
 
 /// Fields and values in insertion order; field names are unique.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Hash {
     fields: Vec<(Bytes, Bytes)>,
 }

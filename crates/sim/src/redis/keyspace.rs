@@ -19,7 +19,7 @@ pub struct Keyspace {
 }
 
 /// A value of one of the types the simulator supports.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     /// A string (integers are strings too, as in Redis).
     String(Bytes),
@@ -28,7 +28,7 @@ pub enum Value {
 }
 
 /// A value and when it expires.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
     /// The value.
     pub value: Value,
@@ -49,6 +49,11 @@ impl Keyspace {
             return None;
         }
         self.entries.get_mut(key)
+    }
+
+    /// A copy of the live entry at `key`, for `WATCH` to compare with later.
+    pub fn snapshot(&mut self, key: &[u8], now_ms: i64) -> Option<Entry> {
+        self.entry(key, now_ms).cloned()
     }
 
     /// The live value at `key`.

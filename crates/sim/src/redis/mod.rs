@@ -30,7 +30,9 @@
 //!
 //! Commands: only what rein sends and the simulator's tests use. From scripts: GET,
 //! SET key value [PX ms], DEL, TIME. From rein's store: EVALSHA, EVAL, SCRIPT LOAD, GET.
-//! From the naive read-modify-write baseline: HGETALL, HMSET. From tests and redis-rs: PING,
+//! From the naive read-modify-write baseline: HGETALL, HMSET. From the optimistic store:
+//! WATCH, UNWATCH, MULTI, EXEC, DISCARD, TIME, GET, SET (a transaction per connection;
+//! `EXEC` runs the queue atomically unless a watched key changed). From tests and redis-rs: PING,
 //! DBSIZE, FLUSHALL, SCRIPT EXISTS/FLUSH, CLIENT SETNAME/SETINFO. Anything else is an
 //! unknown command (and any other SET option a syntax error), as on a Redis that lacks it.
 //! Scripts see Redis's environment as far as rein's scripts use it: `redis.call`/`pcall`,

@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::clock::Clock;
 use super::commands::{self, Caller, Context};
-use super::keyspace::Keyspace;
+use super::keyspace::{Entry, Keyspace};
 use super::reply::Reply;
 use super::scripting::Scripting;
 
@@ -48,6 +48,25 @@ impl Node {
             Some(run) => run(&mut Context { keyspace, now }, args),
             None => self.scripting.command(keyspace, now, args),
         }
+    }
+
+    /// What `WATCH` remembers of `key`: its live entry, if any.
+    pub fn watch(&mut self, key: &[u8]) -> Option<Entry> {
+        let now_ms = i64::try_from(self.clock.now().as_micros() / 1000).unwrap_or(i64::MAX);
+        self.keyspace.snapshot(key, now_ms)
+    }
+
+    /// `EXEC`: runs `queued` as one atomic step, unless a key of `watched` no longer holds
+    /// what it held when watched (written, deleted or expired since, by anyone), in which
+    /// case nothing runs and the answer is nil. Comparing values rather than counting
+    /// writes misses a write that restored the very same value and expiry; rein's states
+    /// only move forward, so for its keys the two are the same.
+    pub fn exec(&mut self, watched: &[(Bytes, Option<Entry>)], queued: &[Vec<Bytes>]) -> Reply {
+        if watched.iter().any(|(key, then)| self.watch(key) != *then) {
+            // Redis answers `*-1`; redis-rs reads it and `$-1` alike, as nil.
+            return Reply::Nil;
+        }
+        Reply::Array(queued.iter().map(|args| self.execute(args)).collect())
     }
 
     /// A restart of a server whose data persisted: keys survive, while the script cache,
@@ -109,6 +128,16 @@ impl Shared {
     /// Runs one command for a connection.
     pub fn execute_args(&self, args: &[Bytes]) -> Reply {
         self.lock().execute(args)
+    }
+
+    /// See [`Node::watch`].
+    pub fn watch(&self, key: &[u8]) -> Option<Entry> {
+        self.lock().watch(key)
+    }
+
+    /// See [`Node::exec`].
+    pub fn exec(&self, watched: &[(Bytes, Option<Entry>)], queued: &[Vec<Bytes>]) -> Reply {
+        self.lock().exec(watched, queued)
     }
 
     /// See [`Node::restart_keeping_data`].

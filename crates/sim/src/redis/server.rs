@@ -13,6 +13,7 @@ use std::pin::Pin;
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::keyspace::Entry;
 use super::node::{Persistence, Shared};
 use super::reply::Reply;
 use super::request;
@@ -117,6 +118,7 @@ where
 {
     let mut input = BytesMut::with_capacity(4096);
     let mut output = Vec::new();
+    let mut transaction = Transaction::default();
     loop {
         if stream.read_buf(&mut input).await? == 0 {
             return Ok(());
@@ -126,7 +128,9 @@ where
                 Ok(Some((args, used))) => {
                     input.advance(used);
                     if !args.is_empty() {
-                        let reply = node.execute_args(&args);
+                        let reply = transaction
+                            .handle(&node, &args)
+                            .unwrap_or_else(|| node.execute_args(&args));
                         observer.ran(peer, &args, &reply);
                         reply.encode(&mut output);
                     }
@@ -149,6 +153,63 @@ where
             stream.write_all(&output).await?;
             output.clear();
         }
+    }
+}
+
+/// One connection's optimistic transaction (`WATCH`, `MULTI`, `EXEC`, `DISCARD`,
+/// `UNWATCH`): the watched keys with what they held, and the queued commands. The optimistic
+/// store (rein-redis's `OptimisticStore`) is the only client that sends these.
+#[derive(Default)]
+struct Transaction {
+    watched: Vec<(Bytes, Option<Entry>)>,
+    queued: Option<Vec<Vec<Bytes>>>,
+}
+
+impl Transaction {
+    /// The reply to `args` if it is a transaction command or queued by `MULTI`; `None` for
+    /// a command to run now.
+    fn handle(&mut self, node: &Shared, args: &[Bytes]) -> Option<Reply> {
+        let name = args[0].to_ascii_uppercase();
+        let reply = match (name.as_slice(), self.queued.as_mut()) {
+            (b"MULTI", Some(_)) => Reply::error("ERR MULTI calls can not be nested"),
+            (b"MULTI", None) => {
+                self.queued = Some(Vec::new());
+                Reply::ok()
+            }
+            (b"WATCH", Some(_)) => Reply::error("ERR WATCH inside MULTI is not allowed"),
+            (b"WATCH", None) if args.len() < 2 => {
+                Reply::error("ERR wrong number of arguments for 'watch' command")
+            }
+            (b"WATCH", None) => {
+                for key in &args[1..] {
+                    self.watched.push((key.clone(), node.watch(key)));
+                }
+                Reply::ok()
+            }
+            (b"UNWATCH", _) => {
+                self.watched.clear();
+                Reply::ok()
+            }
+            (b"DISCARD", None) => Reply::error("ERR DISCARD without MULTI"),
+            (b"DISCARD", Some(_)) => {
+                self.queued = None;
+                self.watched.clear();
+                Reply::ok()
+            }
+            (b"EXEC", None) => Reply::error("ERR EXEC without MULTI"),
+            (b"EXEC", Some(_)) => {
+                let queued = self.queued.take().unwrap_or_default();
+                let reply = node.exec(&self.watched, &queued);
+                self.watched.clear();
+                reply
+            }
+            (_, Some(queued)) => {
+                queued.push(args.to_vec());
+                Reply::Status(Bytes::from_static(b"QUEUED"))
+            }
+            (_, None) => return None,
+        };
+        Some(reply)
     }
 }
 
@@ -198,6 +259,69 @@ mod tests {
         assert_eq!(
             output,
             b"+PONG\r\n-ERR Protocol error: invalid bulk length\r\n"
+        );
+    }
+
+    /// A RESP request from words.
+    fn resp(words: &[&str]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", words.len()).into_bytes();
+        for w in words {
+            out.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn exec_runs_the_queue_unless_a_watched_key_changed_meanwhile() {
+        let node = node();
+        node.execute(["SET", "k", "1"]);
+        // Untouched: the queue runs, atomically, and answers its replies.
+        let mut input = resp(&["WATCH", "k"]);
+        input.extend(resp(&["MULTI"]));
+        input.extend(resp(&["SET", "k", "2", "PX", "1000"]));
+        input.extend(resp(&["GET", "k"]));
+        input.extend(resp(&["EXEC"]));
+        let output = exchange(&node, &input).await;
+        assert_eq!(
+            output,
+            b"+OK\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n$1\r\n2\r\n"
+        );
+        // Written by another client between WATCH and EXEC: nothing runs, the answer is nil.
+        let (mut client, server) = duplex(1 << 16);
+        let serving = tokio::spawn(serve_connection(server, node.clone()));
+        client
+            .write_all(&resp(&["WATCH", "k"]))
+            .await
+            .expect("write");
+        let mut first = [0u8; 5];
+        client.read_exact(&mut first).await.expect("read");
+        assert_eq!(&first, b"+OK\r\n");
+        node.execute(["SET", "k", "3"]);
+        let mut rest = resp(&["MULTI"]);
+        rest.extend(resp(&["SET", "k", "4"]));
+        rest.extend(resp(&["EXEC"]));
+        client.write_all(&rest).await.expect("write");
+        client.shutdown().await.expect("shutdown");
+        let mut output = Vec::new();
+        client.read_to_end(&mut output).await.expect("read");
+        serving.await.expect("join").expect("serve");
+        assert_eq!(output, b"+OK\r\n+QUEUED\r\n$-1\r\n");
+        assert_eq!(node.execute(["GET", "k"]), Reply::bulk("3"));
+        // Misuse answers Redis's errors.
+        let output = exchange(
+            &node,
+            &[
+                resp(&["EXEC"]),
+                resp(&["MULTI"]),
+                resp(&["MULTI"]),
+                resp(&["WATCH", "k"]),
+            ]
+            .concat(),
+        )
+        .await;
+        assert_eq!(
+            output,
+            b"-ERR EXEC without MULTI\r\n+OK\r\n-ERR MULTI calls can not be nested\r\n-ERR WATCH inside MULTI is not allowed\r\n"
         );
     }
 }

@@ -78,6 +78,10 @@ pub enum LimiterKind {
     /// locally from blocks reserved in Redis, on the node's (skewed) clock. For fixed-window
     /// and sliding-counter policies; other shapes are decided directly.
     Leased,
+    /// rein-redis's `OptimisticStore` (`WATCH`, read, decide in the client, `MULTI`/`EXEC`),
+    /// one connection per node, retrying aborted transactions: the design whose retry storm
+    /// under contention the simulator shows.
+    Optimistic,
 }
 
 /// The resilience layer a node puts in front of its store (rein-redis's

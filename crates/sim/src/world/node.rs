@@ -11,6 +11,7 @@
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,7 +20,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
 use rein::{LeaseSource, LeasedLimiter, PolicyTable, ResilientLimiter, Source};
 use rein_core::{DecideError, Limiter, NamedPolicy, StoreError, Timestamp};
-use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis::{OptimisticStoreBuilder, RedisPolicy, RedisStore, RedisStoreBuilder};
 
 use super::clock::{self, Skew, true_now};
 use super::naive::NaiveBucket;
@@ -72,6 +73,7 @@ pub(crate) async fn run(config: NodeConfig) -> turmoil::Result {
         LimiterKind::Rein => run_rein(config).await,
         LimiterKind::Naive => run_naive(config).await,
         LimiterKind::Leased => run_leased(config).await,
+        LimiterKind::Optimistic => run_optimistic(config).await,
     }
 }
 
@@ -239,6 +241,66 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
         });
     }
     timers.abort();
+    Ok(())
+}
+
+/// The node behind rein-redis's `OptimisticStore`: one exclusive connection, the server's
+/// `TIME`, up to 8 transactions per decision with a jittered backoff seeded by the node's
+/// index. An admission takes effect when its `EXEC` ran (the tap notes it); a decision that
+/// lost every race is a failure (`Contended`).
+async fn run_optimistic(config: NodeConfig) -> turmoil::Result {
+    let current: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
+    let mut attempts = 0;
+    let store = loop {
+        let current = current.clone();
+        let built = OptimisticStoreBuilder::new()
+            .deadline(config.deadline)
+            .connect_timeout(config.connect_timeout)
+            .min_ttl(MIN_TTL)
+            .max_connections(NonZeroUsize::MIN)
+            .rng_seed(config.index as u64)
+            .connect_with(move || connect(Some(current.clone())))
+            .await;
+        match built {
+            Ok(store) => break store,
+            Err(e) if attempts >= 20 => return Err(Box::new(e)),
+            Err(_) => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let policy = RedisPolicy::prepare(&config.policy);
+    for request in &config.requests {
+        wait_until_due(request).await;
+        let issued = true_now();
+        let result = store
+            .acquire(&policy, user_key(request.key), request.cost)
+            .await;
+        let answered = true_now();
+        let outcome = match result {
+            Ok(decision) if decision.is_allowed() => {
+                admitted_in_redis(&current, &config.tap, issued, answered)
+            }
+            Ok(_) => Outcome::Denied,
+            Err(DecideError::Unavailable(StoreError::Timeout(_))) => {
+                Outcome::Failed(Failure::Timeout)
+            }
+            Err(DecideError::Unavailable(StoreError::Connection(_))) => {
+                Outcome::Failed(Failure::Connection)
+            }
+            Err(_) => Outcome::Failed(Failure::Other),
+        };
+        config.events.borrow_mut().push(Event {
+            node: config.index,
+            key: request.key,
+            cost: request.cost,
+            issued,
+            answered,
+            outcome,
+            source: None,
+        });
+    }
     Ok(())
 }
 

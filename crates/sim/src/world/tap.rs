@@ -82,6 +82,12 @@ pub fn tapped_host(
 impl Observer for ScriptTap {
     fn ran(&self, peer: SocketAddr, args: &[Bytes], reply: &Reply) {
         let Some(name) = args.first() else { return };
+        // A transaction that ran (an `EXEC` answered with its replies, not nil) is the
+        // optimistic store's decision taking effect, as a script run is the Lua store's.
+        if name.eq_ignore_ascii_case(b"EXEC") && matches!(reply, Reply::Array(_)) {
+            self.note(peer, true_now());
+            return;
+        }
         let by_source = name.eq_ignore_ascii_case(b"EVAL");
         if (by_source || name.eq_ignore_ascii_case(b"EVALSHA")) && !matches!(reply, Reply::Error(_))
         {
