@@ -100,13 +100,7 @@ async fn run_rein(config: NodeConfig) -> turmoil::Result {
                 admitted_in_redis(&current, &config.tap, issued, answered)
             }
             Ok(_) => Outcome::Denied,
-            Err(DecideError::Unavailable(StoreError::Timeout(_))) => {
-                Outcome::Failed(Failure::Timeout)
-            }
-            Err(DecideError::Unavailable(StoreError::Connection(_))) => {
-                Outcome::Failed(Failure::Connection)
-            }
-            Err(_) => Outcome::Failed(Failure::Other),
+            Err(e) => Outcome::Failed(failure(&e)),
         };
         config.events.borrow_mut().push(Event {
             node: config.index,
@@ -222,13 +216,7 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
                     None,
                 ),
             },
-            Err(DecideError::Unavailable(StoreError::Timeout(_))) => {
-                (Outcome::Failed(Failure::Timeout), None)
-            }
-            Err(DecideError::Unavailable(StoreError::Connection(_))) => {
-                (Outcome::Failed(Failure::Connection), None)
-            }
-            Err(_) => (Outcome::Failed(Failure::Other), None),
+            Err(e) => (Outcome::Failed(failure(&e)), None),
         };
         config.events.borrow_mut().push(Event {
             node: config.index,
@@ -283,13 +271,7 @@ async fn run_optimistic(config: NodeConfig) -> turmoil::Result {
                 admitted_in_redis(&current, &config.tap, issued, answered)
             }
             Ok(_) => Outcome::Denied,
-            Err(DecideError::Unavailable(StoreError::Timeout(_))) => {
-                Outcome::Failed(Failure::Timeout)
-            }
-            Err(DecideError::Unavailable(StoreError::Connection(_))) => {
-                Outcome::Failed(Failure::Connection)
-            }
-            Err(_) => Outcome::Failed(Failure::Other),
+            Err(e) => Outcome::Failed(failure(&e)),
         };
         config.events.borrow_mut().push(Event {
             node: config.index,
@@ -302,6 +284,15 @@ async fn run_optimistic(config: NodeConfig) -> turmoil::Result {
         });
     }
     Ok(())
+}
+
+/// How a store error is recorded: the deadline, the connection, or anything else.
+fn failure(error: &DecideError) -> Failure {
+    match error {
+        DecideError::Unavailable(StoreError::Timeout(_)) => Failure::Timeout,
+        DecideError::Unavailable(StoreError::Connection(_)) => Failure::Connection,
+        _ => Failure::Other,
+    }
 }
 
 /// An admission Redis made: at the instant the tap saw the script run on the node's
