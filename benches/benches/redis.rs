@@ -10,6 +10,9 @@
 //!   (goal ≥ 0.9).
 //! - **latency**: one task deciding sequentially, p50 and p99, against
 //!   `redis-benchmark -c 1` on the same script (goal ≤ 1.2×).
+//! - **client CPU per decision**: rein-redis against bare redis-rs, the same 64 tasks on one
+//!   multiplexed connection calling `Script::invoke_async` of the same script with the same
+//!   KEYS and ARGV (goal ≤ 1.2×), and against `redis-benchmark`'s.
 //!
 //! The policy is one token bucket that always admits (10^6 per second), over 100 000 user
 //! keys, so every call reads, writes and sets a TTL. Set `REIN_BENCH_SECS` to change the
@@ -125,7 +128,25 @@ fn main() {
     let warm = ["-P", "32", "-c", "50", "-n", "100000"];
     redis_benchmark(&server, &sha, &script_args, &warm);
 
+    let bare_conn = rt.block_on(async {
+        let client = redis::Client::open(server.url()).expect("client");
+        client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect")
+    });
+    let (_, source) = SCRIPTS
+        .iter()
+        .find(|(name, _)| *name == "token_bucket")
+        .expect("the token bucket script");
+    let bare = Arc::new(Bare {
+        script: redis::Script::new(source),
+        argv: script_args[2..].to_vec(),
+    });
+    rt.block_on(bare_throughput(&bare, &bare_conn, Duration::from_secs(1)));
+
     let mut rein = Vec::new();
+    let mut bare_rounds = Vec::new();
     let mut ceiling = Vec::new();
     let mut rein_lat = Vec::new();
     let mut ceiling_lat = Vec::new();
@@ -138,6 +159,16 @@ fn main() {
             elapsed,
             after.own - before.own,
             server_after.own - server_before.own,
+        ));
+
+        let before = cpu("self");
+        let (bare_count, bare_elapsed) = rt.block_on(bare_throughput(&bare, &bare_conn, measure));
+        let after = cpu("self");
+        bare_rounds.push(Round::new(
+            bare_count,
+            bare_elapsed,
+            after.own - before.own,
+            0.0,
         ));
 
         // Sized to run about as long as rein's round did.
@@ -190,6 +221,10 @@ fn main() {
         "| server CPU per decision, µs | {rein_server:.1} | {ceiling_server:.1} | {:.2} | |",
         rein_server / ceiling_server
     );
+    let (bare_rps, bare_client) = (
+        med(&bare_rounds, |r| r.rps),
+        med(&bare_rounds, |r| r.client_us),
+    );
     println!(
         "| latency p50, µs (1 task / -c 1) | {r50:.1} | {c50:.1} | {:.2} | <= 1.2 |",
         r50 / c50
@@ -197,6 +232,20 @@ fn main() {
     println!(
         "| latency p99, µs (1 task / -c 1) | {r99:.1} | {c99:.1} | {:.2} | <= 1.2 |",
         r99 / c99
+    );
+    println!();
+    println!("rein-redis vs bare redis-rs (`Script::invoke_async`, same tasks, keys and script)");
+    println!();
+    println!("| measure | rein-redis | bare redis-rs | ratio | goal |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| throughput, decisions/s ({TASKS} tasks, 1 conn) | {rein_rps:.0} | {bare_rps:.0} | \
+         {:.2} | |",
+        rein_rps / bare_rps
+    );
+    println!(
+        "| client CPU per decision, µs | {rein_client:.2} | {bare_client:.2} | {:.2} | <= 1.2 |",
+        rein_client / bare_client
     );
     println!();
     let rps = |rounds: &[Round]| rounds.iter().map(|r| r.rps.round()).collect::<Vec<_>>();
@@ -244,6 +293,49 @@ async fn rein_throughput(
                 key = (key + 7_919) % KEYS;
                 let decision = store.acquire(&policy, key.to_le_bytes(), 1).await;
                 assert!(decision.expect("a decision").is_allowed());
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let started = Instant::now();
+    tokio::time::sleep(run).await;
+    let count = done.load(Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.expect("task");
+    }
+    (count, elapsed)
+}
+
+/// What a user of bare redis-rs would write: the script and its ARGV, keys formatted per call.
+struct Bare {
+    script: redis::Script,
+    argv: Vec<String>,
+}
+
+/// Decisions per second from `TASKS` tasks calling the script through bare redis-rs on one
+/// multiplexed connection, on the same keys as [`rein_throughput`].
+async fn bare_throughput(
+    bare: &Arc<Bare>,
+    conn: &redis::aio::MultiplexedConnection,
+    run: Duration,
+) -> (u64, Duration) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..TASKS as u64 {
+        let (bare, mut conn, stop, done) = (bare.clone(), conn.clone(), stop.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut key = task.wrapping_mul(0x9e37_79b9_7f4a_7c15) % KEYS;
+            while !stop.load(Ordering::Relaxed) {
+                key = (key + 7_919) % KEYS;
+                let mut invocation = bare.script.key(format!("bare:{{{key}}}:bench:0:tb"));
+                for arg in &bare.argv {
+                    invocation.arg(arg);
+                }
+                let reply: Vec<i64> = invocation.invoke_async(&mut conn).await.expect("EVALSHA");
+                assert_eq!(reply.first(), Some(&1));
                 done.fetch_add(1, Ordering::Relaxed);
             }
         }));

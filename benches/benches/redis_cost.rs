@@ -19,7 +19,8 @@
 //!
 //! Both sides read `now` from the server's `TIME`, so both see the same, moving clock (rein's
 //! default; the naive scripts as published take the client's clock instead, and the
-//! `naive, client now` rows show that variant, which spares them the `TIME` call). Every
+//! `naive, client now` rows show that variant, which spares them the `TIME` call, and rein's
+//! `client now` rows pass rein the same fixed instant, to compare like with like). Every
 //! limit always admits, so every call writes. A 3-limit rein policy (token bucket, fixed
 //! window, sliding log) is compared with the sum of rein's three single-limit decisions.
 //!
@@ -95,9 +96,19 @@ fn main() {
     let sl_key = "rein:v2:{__rand_int__}:b:0:sl";
     let rein_tb = args(tb_key, &[&capacity, &upt, &upm, &tol_us, &tol_units]);
     let rein_fw = args(fw_key, &[window_limit, window_us]);
+    // The same with the caller's clock (µs), as the naive "client now" rows take it.
+    let client_now_us = "1764000000000000";
+    let with_client_now = |v: &[String]| -> Vec<String> {
+        let mut v = v.to_vec();
+        v[3] = client_now_us.to_owned();
+        v
+    };
+    let rein_tb_client = with_client_now(&rein_tb);
+    let rein_fw_client = with_client_now(&rein_fw);
     // The same bucket through the generic policy script, to price the lean script's gain.
     let rein_tb_generic = args(tb_key, &["tb", &capacity, &upt, &upm, &tol_us, &tol_units]);
     let rein_sl = args(sl_key, &[log_limit, log_us]);
+    let rein_sl_client = with_client_now(&rein_sl);
     let mut rein_policy: Vec<String> = ["3", tb_key, fw_key, sl_key]
         .iter()
         .chain(&head)
@@ -144,6 +155,12 @@ fn main() {
             "rein:v2:{1}:b:0:tb",
         ),
         (
+            "token bucket, client now",
+            rein["token_bucket"].as_str(),
+            &rein_tb_client,
+            "rein:v2:{1}:b:0:tb",
+        ),
+        (
             "token bucket, generic policy script",
             rein["policy"].as_str(),
             &rein_tb_generic,
@@ -168,6 +185,12 @@ fn main() {
             "rein:v2:{1}:b:0:fw",
         ),
         (
+            "fixed window, client now",
+            rein["fixed_window"].as_str(),
+            &rein_fw_client,
+            "rein:v2:{1}:b:0:fw",
+        ),
+        (
             "naive fixed window",
             &naive_window,
             &naive_fw,
@@ -177,6 +200,12 @@ fn main() {
             "sliding log",
             rein["sliding_log"].as_str(),
             &rein_sl,
+            "rein:v2:{1}:b:0:sl",
+        ),
+        (
+            "sliding log, client now",
+            rein["sliding_log"].as_str(),
+            &rein_sl_client,
             "rein:v2:{1}:b:0:sl",
         ),
         ("naive sliding log", &naive_log, &naive_sl, "naive:{1}:sl"),
@@ -196,6 +225,7 @@ fn main() {
 
     // Every call must decide "allowed": checked once per script before measuring.
     for (name, sha, args, _) in &rows {
+        let () = redis::cmd("FLUSHALL").query(&mut con).expect("FLUSHALL");
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(*sha);
         for a in args.iter() {
@@ -290,9 +320,9 @@ fn main() {
             ">= 1.2",
         ),
         (
-            "token bucket, naive with client now",
+            "token bucket, both with client now",
             "naive token bucket, client now",
-            "token bucket",
+            "token bucket, client now",
             "",
         ),
         (
@@ -301,11 +331,17 @@ fn main() {
             "fixed window",
             ">= 1.0",
         ),
+        (
+            "fixed window, rein with client now (the naive one reads no clock)",
+            "naive fixed window",
+            "fixed window, client now",
+            "",
+        ),
         ("sliding log", "naive sliding log", "sliding log", ">= 1.0"),
         (
-            "sliding log, naive with client now",
+            "sliding log, both with client now",
             "naive sliding log, client now",
-            "sliding log",
+            "sliding log, client now",
             "",
         ),
     ] {

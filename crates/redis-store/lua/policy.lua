@@ -33,7 +33,8 @@
 -- back a script's writes when it fails half-way.
 
 -- rein_core::MAX_MICROS: 2^52 - 1. Every quantity stays at or below it, so a sum of two is
--- an exact double; divisions use `math.fmod`, which is exact, never a rounded `/` alone.
+-- an exact double. Remainders use `%` where dividend + divisor < 2^53 (exact there, see
+-- single_token_bucket.lua) and `math.fmod` elsewhere; never a rounded `/` alone.
 local MAX = 4503599627370495
 
 -- Integers from 0 to MAX, or a script error: the script is callable by anyone with the
@@ -49,7 +50,7 @@ local refund = op == 'refund'
 if op ~= 'acquire' and op ~= 'peek' and not refund then
   error({ err = 'REIN unknown operation' })
 end
-local now = tonumber(ARGV[2])
+local now
 if ARGV[2] == '' then
   -- Redis 5 and 6 need this before a write that follows TIME; Redis 7 (which has
   -- REDIS_VERSION_NUM) replicates effects only.
@@ -57,11 +58,18 @@ if ARGV[2] == '' then
     redis.replicate_commands()
   end
   local t = redis.call('TIME')
-  now = math.min(tonumber(t[1]) * 1000000 + tonumber(t[2]), MAX)
+  now = t[1] * 1000000 + t[2]
+  if now > MAX then
+    now = MAX
+  end
+else
+  now = ARGV[2] + 0
 end
-local amount, min_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
-if not (now and amount and min_ttl) or now % 1 + amount % 1 + min_ttl % 1 ~= 0
-    or math.min(now, amount, min_ttl) < 0 or math.max(now, amount, min_ttl) > MAX then
+-- Numbers are read with `+ 0`, not `tonumber` (see single_token_bucket.lua): a string that
+-- is no number stops the script with Lua's arithmetic error, before any write.
+local amount, min_ttl = ARGV[3] + 0, ARGV[4] + 0
+if now % 1 + amount % 1 + min_ttl % 1 ~= 0 or now < 0 or now > MAX or amount < 0
+    or amount > MAX or min_ttl < 0 or min_ttl > MAX then
   fail_arguments()
 end
 -- What each limit decides: a zero-cost peek after a refund.
@@ -98,14 +106,14 @@ for k = 1, n do
     if i + 5 > argc then
       error({ err = 'REIN missing token bucket parameters' })
     end
-    local capacity, units_per_token, units_per_micro, tol_us, tol_units = tonumber(ARGV[i + 1]),
-      tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+    local capacity, units_per_token, units_per_micro, tol_us, tol_units = ARGV[i + 1] + 0,
+      ARGV[i + 2] + 0, ARGV[i + 3] + 0, ARGV[i + 4] + 0, ARGV[i + 5] + 0
     i = i + 6
-    if not (capacity and units_per_token and units_per_micro and tol_us and tol_units)
-        or capacity % 1 + units_per_token % 1 + units_per_micro % 1 + tol_us % 1
+    if capacity % 1 + units_per_token % 1 + units_per_micro % 1 + tol_us % 1
           + tol_units % 1 ~= 0
-        or math.min(capacity, units_per_token, units_per_micro, tol_us, tol_units) < 0
-        or math.max(capacity, units_per_token, units_per_micro, tol_us, tol_units) > MAX then
+        or capacity < 0 or capacity > MAX or units_per_token < 0 or units_per_token > MAX
+        or units_per_micro < 0 or units_per_micro > MAX or tol_us < 0 or tol_us > MAX
+        or tol_units < 0 or tol_units > MAX then
       fail_arguments()
     end
     if units_per_token == 0 or units_per_micro == 0 or tol_units >= units_per_micro then
@@ -123,7 +131,7 @@ for k = 1, n do
         if a == nil then
           error({ err = 'REIN corrupt token bucket state' })
         end
-        tat, tat_units = tonumber(a), tonumber(b)
+        tat, tat_units = a + 0, b + 0
       end
       if tat < 0 or tat > MAX or tat % 1 ~= 0 or tat_units > MAX then
         error({ err = 'REIN corrupt token bucket state' })
@@ -154,8 +162,11 @@ for k = 1, n do
     end
     local fig_us, fig_units = ahead_us, ahead_units
     local sum = ahead_units + cost * units_per_token
-    local next_units = math.fmod(sum, units_per_micro)
-    local next_us = ahead_us + (sum - next_units) / units_per_micro
+    local next_us, next_units = ahead_us + sum, 0
+    if units_per_micro > 1 then
+      next_units = math.fmod(sum, units_per_micro)
+      next_us = ahead_us + (sum - next_units) / units_per_micro
+    end
     if next_us < tol_us or (next_us == tol_us and next_units <= tol_units) then
       if cost == 0 then
         allowed = true
@@ -182,7 +193,8 @@ for k = 1, n do
     if fig_us <= tol_us then
       local free = (tol_us - fig_us) * units_per_micro + tol_units - fig_units
       if free > 0 then
-        remaining = (free - math.fmod(free, units_per_token)) / units_per_token
+        -- Exact `%`: free + units_per_token <= 2 × MAX < 2^53 (single_token_bucket.lua).
+        remaining = (free - free % units_per_token) / units_per_token
       end
     end
     reset_after = fig_us
@@ -197,10 +209,10 @@ for k = 1, n do
       error({ err = 'REIN missing window parameters' })
     end
     local window
-    limit, window = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+    limit, window = ARGV[i + 1] + 0, ARGV[i + 2] + 0
     i = i + 3
-    if not (limit and window) or limit % 1 + window % 1 ~= 0
-        or math.min(limit, window) < 0 or math.max(limit, window) > MAX then
+    if limit % 1 + window % 1 ~= 0 or limit < 0 or limit > MAX or window < 0
+        or window > MAX then
       fail_arguments()
     end
     if window == 0 then
@@ -221,15 +233,18 @@ for k = 1, n do
       if a == nil then
         error({ err = 'REIN corrupt window state' })
       end
-      window_start, count, previous = tonumber(a), tonumber(b), tonumber(c)
+      window_start, count, previous = a + 0, b + 0, c + 0
       if window_start > MAX or count > MAX or previous > MAX then
         error({ err = 'REIN corrupt window state' })
       end
     end
     -- The window that counts at `now`: a clock that went back before the stored window is
     -- read at the stored window's start, so regressions never reopen or uncount a window.
-    local at = math.max(now, window_start)
-    local start = at - math.fmod(at, window)
+    local at = now
+    if window_start > at then
+      at = window_start
+    end
+    local start = at - at % window
 
     if tag == 'fw' then
       if start ~= window_start then
@@ -240,8 +255,14 @@ for k = 1, n do
         value = string.format('%d:%d', start, count)
       end
       -- `start` is never before `now`'s window, so this is at least 1 µs.
-      local window_end = math.min(start + window - now, MAX)
-      remaining = math.max(limit - count, 0)
+      local window_end = start + window - now
+      if window_end > MAX then
+        window_end = MAX
+      end
+      remaining = limit - count
+      if remaining < 0 then
+        remaining = 0
+      end
       if cost <= remaining then
         allowed = true
         remaining = remaining - cost
@@ -325,10 +346,10 @@ for k = 1, n do
       error({ err = 'REIN missing window parameters' })
     end
     local window
-    limit, window = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+    limit, window = ARGV[i + 1] + 0, ARGV[i + 2] + 0
     i = i + 3
-    if not (limit and window) or limit % 1 + window % 1 ~= 0
-        or math.min(limit, window) < 0 or math.max(limit, window) > MAX then
+    if limit % 1 + window % 1 ~= 0 or limit < 0 or limit > MAX or window < 0
+        or window > MAX then
       fail_arguments()
     end
     if window == 0 then
@@ -346,7 +367,7 @@ for k = 1, n do
         if e == nil then
           error({ err = 'REIN corrupt sliding log state' })
         end
-        a, c = tonumber(a), tonumber(c)
+        a, c = a + 0, c + 0
         if a > MAX or c > MAX or c == 0 or (m > 0 and a <= ats[m]) then
           error({ err = 'REIN corrupt sliding log state' })
         end
@@ -444,8 +465,12 @@ for k = 1, n do
     or (remaining == c_remaining and not allowed and not c_denied) then
     c_limit, c_remaining, c_index, c_denied = limit, remaining, k - 1, not allowed
   end
-  c_retry = math.max(c_retry, retry_after)
-  c_reset = math.max(c_reset, reset_after)
+  if retry_after > c_retry then
+    c_retry = retry_after
+  end
+  if reset_after > c_reset then
+    c_reset = reset_after
+  end
   values[k], resets[k] = value, reset_after
 end
 if ARGV[i] ~= nil then
@@ -457,7 +482,10 @@ if refund or (acquire and all_allowed) then
     local value = values[k]
     if value then
       local ttl = resets[k] + 999
-      ttl = math.max((ttl - math.fmod(ttl, 1000)) / 1000, min_ttl)
+      ttl = (ttl - ttl % 1000) / 1000
+      if ttl < min_ttl then
+        ttl = min_ttl
+      end
       if ttl > 0 and value ~= '' then
         redis.call('SET', KEYS[k], value, 'PX', ttl)
       else

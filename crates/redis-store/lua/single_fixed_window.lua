@@ -19,7 +19,7 @@ end
 if #ARGV ~= 6 then
   error({ err = 'REIN expected 6 arguments' })
 end
-local now = tonumber(ARGV[2])
+local now
 if ARGV[2] == '' then
   -- Redis 5 and 6 replicate scripts verbatim unless told otherwise, and then refuse writes
   -- after TIME; Redis 7 (which has REDIS_VERSION_NUM) replicates effects only.
@@ -27,21 +27,25 @@ if ARGV[2] == '' then
     redis.replicate_commands()
   end
   local t = redis.call('TIME')
-  now = math.min(tonumber(t[1]) * 1000000 + tonumber(t[2]), MAX)
+  now = t[1] * 1000000 + t[2]
+  if now > MAX then
+    now = MAX
+  end
+else
+  now = ARGV[2] + 0
 end
-local cost, min_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
-local limit, window = tonumber(ARGV[5]), tonumber(ARGV[6])
--- Every argument an integer from 0 to MAX, checked at once: the script is callable by
--- anyone with the ACL, and must never store what rein-core would not. `x % 1` is 0 only
--- for an integer (NaN and infinities give NaN), so the sum is 0 only if each term is.
-if not (now and cost and min_ttl and limit and window)
-    or now % 1 + cost % 1 + min_ttl % 1 + limit % 1 + window % 1 ~= 0
-    or math.min(now, cost, min_ttl, limit, window) < 0
-    or math.max(now, cost, min_ttl, limit, window) > MAX then
-  error({ err = 'REIN arguments must be integers from 0 to 2^52 - 1' })
-end
-if window == 0 then
-  error({ err = 'REIN bad fixed window parameters' })
+-- `+ 0` rather than `tonumber` (see single_token_bucket.lua): a string that is not a number
+-- stops the script here with Lua's arithmetic error, before any write.
+local cost, min_ttl = ARGV[3] + 0, ARGV[4] + 0
+local limit, window = ARGV[5] + 0, ARGV[6] + 0
+-- Every argument an integer from 0 to MAX (the window from 1), checked at once: the script
+-- is callable by anyone with the ACL, and must never store what rein-core would not.
+-- `x % 1` is 0 only for an integer (NaN and infinities give NaN), so the sum is 0 only if
+-- each term is.
+if now % 1 + cost % 1 + min_ttl % 1 + limit % 1 + window % 1 ~= 0
+    or now < 0 or now > MAX or cost < 0 or cost > MAX or min_ttl < 0 or min_ttl > MAX
+    or limit < 0 or limit > MAX or window < 1 or window > MAX then
+  error({ err = 'REIN arguments must be integers from 0 to 2^52 - 1 (the window from 1)' })
 end
 if not refund and cost > limit then
   error({ err = 'REIN cost exceeds capacity' })
@@ -55,7 +59,7 @@ if stored then
   if a == nil then
     error({ err = 'REIN corrupt fixed window state' })
   end
-  window_start, count = tonumber(a), tonumber(b)
+  window_start, count = a + 0, b + 0
   if window_start > MAX or count > MAX then
     error({ err = 'REIN corrupt fixed window state' })
   end
@@ -63,8 +67,12 @@ end
 
 -- FixedWindow::current: the window that counts at `now`. A clock that went back to an
 -- earlier window keeps counting in the stored one.
-local n = math.max(now, window_start)
-local start = n - math.fmod(n, window)
+-- Exact `%`: both below 2^52 (see single_token_bucket.lua).
+local n = now
+if window_start > n then
+  n = window_start
+end
+local start = n - n % window
 if start ~= window_start then
   count = 0
 end
@@ -72,13 +80,22 @@ end
 local write = false
 if refund then
   write = count > 0
-  count = math.max(count - cost, 0)
+  count = count - cost
+  if count < 0 then
+    count = 0
+  end
   cost = 0
 end
 
 -- `start` is never before `now`'s window, so this is at least 1 µs.
-local window_end = math.min(start + window - now, MAX)
-local remaining = math.max(limit - count, 0)
+local window_end = start + window - now
+if window_end > MAX then
+  window_end = MAX
+end
+local remaining = limit - count
+if remaining < 0 then
+  remaining = 0
+end
 local allowed, retry_after = 0, 0
 if cost <= remaining then
   allowed = 1
@@ -97,7 +114,10 @@ end
 if write then
   -- The key lives until its window ends (rounded up to ms), or min_ttl if longer.
   local ttl = reset_after + 999
-  ttl = math.max((ttl - math.fmod(ttl, 1000)) / 1000, min_ttl)
+  ttl = (ttl - ttl % 1000) / 1000
+  if ttl < min_ttl then
+    ttl = min_ttl
+  end
   if ttl > 0 then
     redis.call('SET', key, string.format('%d:%d', start, count), 'PX', ttl)
   else

@@ -22,7 +22,7 @@ end
 if #ARGV ~= 6 then
   error({ err = 'REIN expected 6 arguments' })
 end
-local now = tonumber(ARGV[2])
+local now
 if ARGV[2] == '' then
   -- Redis 5 and 6 replicate scripts verbatim unless told otherwise, and then refuse writes
   -- after TIME; Redis 7 (which has REDIS_VERSION_NUM) replicates effects only.
@@ -30,17 +30,23 @@ if ARGV[2] == '' then
     redis.replicate_commands()
   end
   local t = redis.call('TIME')
-  now = math.min(tonumber(t[1]) * 1000000 + tonumber(t[2]), MAX)
+  now = t[1] * 1000000 + t[2]
+  if now > MAX then
+    now = MAX
+  end
+else
+  now = ARGV[2] + 0
 end
-local cost, min_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
-local limit, window = tonumber(ARGV[5]), tonumber(ARGV[6])
+-- `+ 0` rather than `tonumber` (see single_token_bucket.lua): a string that is not a number
+-- stops the script here with Lua's arithmetic error, before any write.
+local cost, min_ttl = ARGV[3] + 0, ARGV[4] + 0
+local limit, window = ARGV[5] + 0, ARGV[6] + 0
 -- Every argument an integer from 0 to MAX, checked at once: the script is callable by
 -- anyone with the ACL, and must never store what rein-core would not. `x % 1` is 0 only
 -- for an integer (NaN and infinities give NaN), so the sum is 0 only if each term is.
-if not (now and cost and min_ttl and limit and window)
-    or now % 1 + cost % 1 + min_ttl % 1 + limit % 1 + window % 1 ~= 0
-    or math.min(now, cost, min_ttl, limit, window) < 0
-    or math.max(now, cost, min_ttl, limit, window) > MAX then
+if now % 1 + cost % 1 + min_ttl % 1 + limit % 1 + window % 1 ~= 0
+    or now < 0 or now > MAX or cost < 0 or cost > MAX or min_ttl < 0 or min_ttl > MAX
+    or limit < 0 or limit > MAX or window < 0 or window > MAX then
   error({ err = 'REIN arguments must be integers from 0 to 2^52 - 1' })
 end
 if window == 0 then
@@ -63,7 +69,7 @@ if stored then
     if e == nil then
       error({ err = 'REIN corrupt sliding log state' })
     end
-    a, c = tonumber(a), tonumber(c)
+    a, c = a + 0, c + 0
     -- As SlidingLogState::from_entries: increasing instants, non-zero costs.
     if a > MAX or c > MAX or c == 0 or (n > 0 and a <= ats[n]) then
       error({ err = 'REIN corrupt sliding log state' })

@@ -13,7 +13,13 @@
 -- Reply    { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us }.
 
 -- rein_core::MAX_MICROS: 2^52 - 1. Every quantity stays at or below it, so a sum of two is
--- an exact double; divisions use `math.fmod`, which is exact, never a rounded `/` alone.
+-- an exact double. Remainders use `%`, which Lua 5.1 computes as `a - floor(a / b) * b`:
+-- for integers a, b >= 1 with a + b < 2^53 the rounded quotient never crosses an integer,
+-- so `floor` gives the true quotient and the remainder is exact (each use below is within
+-- that bound; the one that may not be uses `math.fmod`); a quotient is then taken
+-- as `(a - a % b) / b`, an exact division. No `math.*` call on the common path: in Redis a
+-- call to a C function costs more than the arithmetic around it (measured in
+-- docs/performance.md).
 local MAX = 4503599627370495
 
 local op = ARGV[1]
@@ -24,7 +30,7 @@ end
 if #ARGV ~= 9 then
   error({ err = 'REIN expected 9 arguments' })
 end
-local now = tonumber(ARGV[2])
+local now
 if ARGV[2] == '' then
   -- Redis 5 and 6 replicate scripts verbatim unless told otherwise, and then refuse writes
   -- after TIME; Redis 7 (which has REDIS_VERSION_NUM) replicates effects only.
@@ -32,27 +38,30 @@ if ARGV[2] == '' then
     redis.replicate_commands()
   end
   local t = redis.call('TIME')
-  now = math.min(tonumber(t[1]) * 1000000 + tonumber(t[2]), MAX)
+  now = t[1] * 1000000 + t[2]
+  if now > MAX then
+    now = MAX
+  end
+else
+  now = ARGV[2] + 0
 end
-local cost, min_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+-- `+ 0` converts a numeric string without a function call (`tonumber` costs more than the
+-- arithmetic of a whole decision); anything not numeric stops the script right here with
+-- Lua's own arithmetic error, before any write.
+local cost, min_ttl = ARGV[3] + 0, ARGV[4] + 0
 local capacity, units_per_token, units_per_micro, tol_us, tol_units =
-  tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+  ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0, ARGV[8] + 0, ARGV[9] + 0
 -- Every argument an integer from 0 to MAX, checked at once: the script is callable by
 -- anyone with the ACL, and must never store what rein-core would not. `x % 1` is 0 only
--- for an integer (NaN and infinities give NaN), so the sum is 0 only if each term is.
-if not (now and cost and min_ttl and capacity and units_per_token and units_per_micro
-      and tol_us and tol_units)
-    or now % 1 + cost % 1 + min_ttl % 1 + capacity % 1 + units_per_token % 1
+-- for an integer (NaN and infinities give NaN), so the sum is 0 only if each term is;
+-- comparisons inline cost less than a call to math.min or math.max.
+if now % 1 + cost % 1 + min_ttl % 1 + capacity % 1 + units_per_token % 1
       + units_per_micro % 1 + tol_us % 1 + tol_units % 1 ~= 0
-    or math.min(now, cost, min_ttl, capacity, units_per_token, units_per_micro, tol_us,
-      tol_units) < 0
-    or math.max(now, cost, min_ttl, capacity, units_per_token, units_per_micro, tol_us,
-      tol_units) > MAX then
-  error({ err = 'REIN arguments must be integers from 0 to 2^52 - 1' })
-end
-if units_per_token == 0 or units_per_micro == 0
-    or tol_units >= units_per_micro then
-  error({ err = 'REIN bad token bucket parameters' })
+    or now < 0 or now > MAX or cost < 0 or cost > MAX or min_ttl < 0 or min_ttl > MAX
+    or capacity < 0 or capacity > MAX or units_per_token < 1 or units_per_token > MAX
+    or units_per_micro < 1 or units_per_micro > MAX or tol_us < 0 or tol_us > MAX
+    or tol_units < 0 or tol_units >= units_per_micro then
+  error({ err = 'REIN arguments must be integers from 0 to 2^52 - 1 (divisors from 1)' })
 end
 -- The core rejects a cost above capacity before deciding; the products below rely on it.
 if not refund and cost > capacity then
@@ -71,7 +80,7 @@ if stored then
     if a == nil then
       error({ err = 'REIN corrupt token bucket state' })
     end
-    tat, tat_units = tonumber(a), tonumber(b)
+    tat, tat_units = a + 0, b + 0
   end
   if tat < 0 or tat > MAX or tat % 1 ~= 0 or tat_units > MAX then
     error({ err = 'REIN corrupt token bucket state' })
@@ -84,7 +93,7 @@ if refund then
   write = tat > now or (tat == now and tat_units > 0)
   if write then
     local units = math.min(cost, capacity) * units_per_token
-    local back_rem = math.fmod(units, units_per_micro)
+    local back_rem = units % units_per_micro
     local back_us = (units - back_rem) / units_per_micro
     if tat_units < back_rem then
       tat_units = tat_units + units_per_micro
@@ -110,8 +119,12 @@ end
 local fig_us, fig_units = ahead_us, ahead_units
 local allowed, retry_after = 0, 0
 local sum = ahead_units + cost * units_per_token
-local next_units = math.fmod(sum, units_per_micro)
-local next_us = ahead_us + (sum - next_units) / units_per_micro
+local next_us, next_units = ahead_us + sum, 0
+if units_per_micro > 1 then
+  -- `sum` may reach 2 × MAX here, past where `%` is exact.
+  next_units = math.fmod(sum, units_per_micro)
+  next_us = ahead_us + (sum - next_units) / units_per_micro
+end
 if next_us < tol_us or (next_us == tol_us and next_units <= tol_units) then
   if cost == 0 then
     allowed = 1
@@ -138,7 +151,7 @@ local remaining = 0
 if fig_us <= tol_us then
   local free = (tol_us - fig_us) * units_per_micro + tol_units - fig_units
   if free > 0 then
-    remaining = (free - math.fmod(free, units_per_token)) / units_per_token
+    remaining = (free - free % units_per_token) / units_per_token
   end
 end
 local reset_after = fig_us
@@ -150,7 +163,10 @@ if write then
   -- The key lives until the bucket is full again (reset_after, rounded up to ms) or
   -- min_ttl, whichever is longer; a full bucket with no min_ttl is simply deleted.
   local ttl = reset_after + 999
-  ttl = math.max((ttl - math.fmod(ttl, 1000)) / 1000, min_ttl)
+  ttl = (ttl - ttl % 1000) / 1000
+  if ttl < min_ttl then
+    ttl = min_ttl
+  end
   if ttl > 0 then
     -- Redis writes a number argument with 17 significant digits: exact below 2^53.
     local value = tat

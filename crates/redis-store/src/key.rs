@@ -25,18 +25,18 @@ pub(crate) fn state_keys(
     if user_key.is_empty() {
         return Err(KeyError::Empty);
     }
-    let tag = hex(&sha1_smol::Sha1::from(user_key).digest().bytes());
+    let digest = sha1_smol::Sha1::from(user_key).digest().bytes();
     Ok(policy
         .key_suffixes()
         .iter()
         .map(|suffix| {
             let mut key = String::with_capacity(
-                prefix.len() + KEY_VERSION.len() + tag.len() + suffix.len() + 4,
+                prefix.len() + KEY_VERSION.len() + 2 * digest.len() + suffix.len() + 4,
             );
             key.push_str(prefix);
             key.push_str(KEY_VERSION);
             key.push_str(":{");
-            key.push_str(&tag);
+            push_hex(&mut key, &digest);
             key.push('}');
             key.push_str(suffix);
             key
@@ -44,16 +44,14 @@ pub(crate) fn state_keys(
         .collect())
 }
 
-/// Lower-case hex, as `Digest`'s `Display` writes it, without the formatting machinery:
-/// this runs on every decision.
-fn hex(bytes: &[u8; 20]) -> String {
+/// Appends lower-case hex, as `Digest`'s `Display` writes it, without the formatting
+/// machinery or a string of its own: this runs on every decision.
+fn push_hex(out: &mut String, bytes: &[u8; 20]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(40);
     for &b in bytes {
         out.push(char::from(DIGITS[usize::from(b >> 4)]));
         out.push(char::from(DIGITS[usize::from(b & 0xf)]));
     }
-    out
 }
 
 /// Checks a key prefix: 1 to 64 printable ASCII bytes, no spaces or braces.
@@ -117,7 +115,9 @@ mod tests {
     #[test]
     fn hex_matches_the_digest_display() {
         let digest = sha1_smol::Sha1::from(&b"\x00\xff rein"[..]).digest();
-        assert_eq!(hex(&digest.bytes()), digest.to_string());
+        let mut hex = String::new();
+        push_hex(&mut hex, &digest.bytes());
+        assert_eq!(hex, digest.to_string());
     }
 
     #[test]

@@ -222,7 +222,10 @@ where
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())?;
         let pipeline = crate::state::read_pipeline(&keys);
         let replies: Vec<Value> = self
-            .run(|mut conn| async move { pipeline.query_async(&mut conn).await })
+            .run(
+                Instant::now() + self.inner.deadline,
+                |mut conn| async move { pipeline.query_async(&mut conn).await },
+            )
             .await?;
         crate::state::decode(policy, replies)
             .map_err(|what| StateError::Unavailable(StoreError::UnexpectedReply(what)))
@@ -312,10 +315,10 @@ where
         let invocation = Invocation::new(keys, op, now, cost, self.inner.min_ttl_ms, policy);
         let invocation = &invocation;
         let router = self.inner.router;
-        // Slightly before `run` starts its timer: a wait that fits this one fits that one.
+        // The call's one clock read: `run`'s timer and the redirects share this deadline.
         let deadline = Instant::now() + self.inner.deadline;
         let reply: Value = self
-            .run(|mut conn| async move {
+            .run(deadline, |mut conn| async move {
                 // Resends only replies that prove the script did not run (redirect.rs).
                 let mut redirects = Redirects::new(router.is_some());
                 let mut target = Target::Slot;
@@ -347,24 +350,27 @@ where
         script::decode_reply(reply)
     }
 
-    /// Runs one request on the connection within the deadline, and drops the connection
-    /// if the failure suggests it is dead. Never retries: the request itself resends only
-    /// what redirect.rs allows.
-    async fn run<T, F, Fut>(&self, request: F) -> Result<T, StoreError>
+    /// Runs one request on the connection until `deadline` (the store's deadline from the
+    /// caller's one clock read: a decision reads the clock once, not once per layer), and
+    /// drops the connection if the failure suggests it is dead. Never retries: the request
+    /// itself resends only what redirect.rs allows.
+    async fn run<T, F, Fut>(&self, deadline: Instant, request: F) -> Result<T, StoreError>
     where
         F: FnOnce(C) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        let started = Instant::now();
+        let waited = || {
+            self.inner
+                .deadline
+                .saturating_sub(deadline.saturating_duration_since(Instant::now()))
+        };
         let mut generation = None;
         let attempt = async {
             let (conn, gen_) = self.inner.link.get().await?;
             generation = Some(gen_);
-            request(conn)
-                .await
-                .map_err(|e| store_error(e, started.elapsed()))
+            request(conn).await.map_err(|e| store_error(e, waited()))
         };
-        let result = match tokio::time::timeout(self.inner.deadline, attempt).await {
+        let result = match tokio::time::timeout_at(deadline, attempt).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout(self.inner.deadline)),
         };

@@ -1,5 +1,6 @@
 //! The scripts are callable by anyone with the ACL, so each must refuse, with a `REIN` error
-//! and without writing, every argument and every stored state that rein-core would not
+//! (or, for an argument that is not a number at all, Lua's own arithmetic error) and without
+//! writing, every argument and every stored state that rein-core would not
 //! accept: non-integers, negatives, values past 2^52 − 1, zero divisors, a cost above the
 //! capacity, missing or extra arguments, and corrupt or foreign state (including a version 1
 //! hash under the key).
@@ -84,7 +85,22 @@ fn every_script_refuses_input_that_would_corrupt_state() {
         let refused = |con: &mut Connection, argv: &[&str], what: &str| {
             let before = snapshot(con, case.keys);
             match run(con, argv) {
-                Err(e) => assert_eq!(e.code(), Some("REIN"), "{}: {what}: {e}", case.name),
+                Err(e) if e.code() == Some("REIN") => {}
+                // The lean scripts convert numbers with `+ 0` (cheaper than `tonumber`), so
+                // a string that is no number at all stops them with Lua's own error.
+                Err(e)
+                    if case.numbers.iter().any(|&i| {
+                        argv.get(i)
+                            .is_some_and(|a| a.parse::<f64>().is_err() && !(i == 1 && a.is_empty()))
+                    }) =>
+                {
+                    assert!(
+                        e.to_string().contains("arithmetic"),
+                        "{}: {what}: {e}",
+                        case.name
+                    )
+                }
+                Err(e) => panic!("{}: {what}: not a REIN error: {e}", case.name),
                 Ok(reply) => panic!("{}: {what} accepted: {reply:?}", case.name),
             }
             assert_eq!(
