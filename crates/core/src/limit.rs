@@ -195,6 +195,20 @@ impl Limit {
         }
     }
 
+    /// What [`acquire_held`](Self::acquire_held) would answer, recording nothing.
+    pub(crate) fn peek_held(
+        &self,
+        now: Timestamp,
+        state: &LimitState,
+        cost: u64,
+        hold: crate::Micros,
+    ) -> Result<Decision, AcquireError> {
+        match (self, state) {
+            (Limit::SlidingLog(l), LimitState::SlidingLog(s)) => l.peek_held(now, s, cost, hold),
+            (limit, state) => limit.peek(now, state, cost),
+        }
+    }
+
     /// Gives back up to `amount` units that [`acquire_held`](Self::acquire_held) recorded at
     /// `stamp`: a sliding log from that stamp only ([`SlidingLog::refund_held`]); the other
     /// algorithms as [`refund`](Self::refund) does.

@@ -118,6 +118,18 @@ impl Policy {
         state: &PolicyState,
         cost: u64,
     ) -> Result<Decision, AcquireError> {
+        self.preview(now, state, cost, None)
+    }
+
+    /// [`peek`](Self::peek), or with `hold` what [`acquire_held`](Self::acquire_held)
+    /// would answer (a sliding log's figures count the held stamp).
+    fn preview(
+        &self,
+        now: Timestamp,
+        state: &PolicyState,
+        cost: u64,
+        hold: Option<Micros>,
+    ) -> Result<Decision, AcquireError> {
         self.check_shape(state)?;
         let capacity = self.capacity();
         if cost > capacity {
@@ -125,11 +137,11 @@ impl Policy {
         }
         let mut combined = None;
         for (index, (limit, limit_state)) in self.limits.iter().zip(state.iter()).enumerate() {
-            combined = Some(combine(
-                combined,
-                index,
-                limit.peek(now, limit_state, cost)?,
-            ));
+            let decision = match hold {
+                Some(hold) => limit.peek_held(now, limit_state, cost, hold)?,
+                None => limit.peek(now, limit_state, cost)?,
+            };
+            combined = Some(combine(combined, index, decision));
         }
         combined
             .map(|c| c.decision)
@@ -165,7 +177,7 @@ impl Policy {
         if let [limit] = self.limits.as_slice() {
             return limit.acquire_held(now, &mut state.first, cost, hold);
         }
-        let preview = self.peek(now, state, cost)?;
+        let preview = self.preview(now, state, cost, Some(hold))?;
         if !preview.is_allowed() || cost == 0 {
             return Ok(preview);
         }

@@ -138,6 +138,18 @@ impl SlidingLog {
         Ok(decision)
     }
 
+    /// What [`acquire_held`](Self::acquire_held) would answer, recording nothing.
+    pub(crate) fn peek_held(
+        &self,
+        now: Timestamp,
+        state: &SlidingLogState,
+        cost: u64,
+        hold: Micros,
+    ) -> Result<Decision, AcquireError> {
+        let stamp = now.saturating_add(hold);
+        self.decide(now, state, cost, stamp).map(|(d, _)| d)
+    }
+
     /// Gives back up to `amount` of the units recorded at `stamp` (by
     /// [`acquire_held`](Self::acquire_held)), and nothing else: units of other instants
     /// may have been spent later than theirs. Nothing happens if no entry has that stamp.
@@ -318,12 +330,10 @@ impl SlidingLogState {
         self.total += cost;
         match self.entries.back_mut() {
             Some(last) if last.at == at => last.cost += cost,
-            Some(last) if last.at > at => {
-                match self.entries.binary_search_by_key(&at, |e| e.at) {
-                    Ok(i) => self.entries[i].cost += cost,
-                    Err(i) => self.entries.insert(i, LogEntry { at, cost }),
-                }
-            }
+            Some(last) if last.at > at => match self.entries.binary_search_by_key(&at, |e| e.at) {
+                Ok(i) => self.entries[i].cost += cost,
+                Err(i) => self.entries.insert(i, LogEntry { at, cost }),
+            },
             _ => self.entries.push_back(LogEntry { at, cost }),
         }
     }

@@ -20,9 +20,15 @@ enum Op {
     Advance(u64),
     Acquire(u64),
     Peek(u64),
-    Held { cost: u64, hold: u64 },
+    Held {
+        cost: u64,
+        hold: u64,
+    },
     /// Gives back `amount` from the stamp of the `pick`-th held acquire so far (modulo).
-    RefundHeld { amount: u64, pick: usize },
+    RefundHeld {
+        amount: u64,
+        pick: usize,
+    },
     Refund(u64),
 }
 
@@ -109,10 +115,8 @@ proptest! {
         for op in ops {
             match op {
                 Op::Advance(d) => now += d,
-                Op::Acquire(cost) => {
-                    if log.acquire(at(now), &mut state, cost).unwrap().is_allowed() {
-                        uses.extend(std::iter::repeat_n(now, cost as usize));
-                    }
+                Op::Acquire(cost) if log.acquire(at(now), &mut state, cost).unwrap().is_allowed() => {
+                    uses.extend(std::iter::repeat_n(now, cost as usize));
                 }
                 Op::Held { cost, hold } => {
                     let decision =
