@@ -70,7 +70,7 @@ pub use error::{AcquireError, ConfigError, DecodeError};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use limit::{Limit, LimitState};
 pub use limiter::{
-    DecideError, KeyError, Limiter, NamedPolicy, PrepareError, SourceError, StoreError,
+    DecideError, Held, KeyError, Limiter, NamedPolicy, PrepareError, SourceError, StoreError,
 };
 pub use policy::{MAX_LIMITS, Policy, PolicyState};
 pub use sliding_counter::{SlidingCounter, SlidingCounterState};

@@ -177,6 +177,57 @@ impl Limit {
         )
     }
 
+    /// Takes `cost` for units spent at any instant up to `now + hold` (a lease): a sliding
+    /// log records them at `now + hold` ([`SlidingLog::acquire_held`]); the other
+    /// algorithms count them at `now`, as [`acquire`](Self::acquire) does, which covers
+    /// such units only until their window or bucket moves on (docs/leases.md says which
+    /// shapes a lease may take).
+    pub fn acquire_held(
+        &self,
+        now: Timestamp,
+        state: &mut LimitState,
+        cost: u64,
+        hold: crate::Micros,
+    ) -> Result<Decision, AcquireError> {
+        match (self, state) {
+            (Limit::SlidingLog(l), LimitState::SlidingLog(s)) => l.acquire_held(now, s, cost, hold),
+            (limit, state) => limit.acquire(now, state, cost),
+        }
+    }
+
+    /// What [`acquire_held`](Self::acquire_held) would answer, recording nothing.
+    pub(crate) fn peek_held(
+        &self,
+        now: Timestamp,
+        state: &LimitState,
+        cost: u64,
+        hold: crate::Micros,
+    ) -> Result<Decision, AcquireError> {
+        match (self, state) {
+            (Limit::SlidingLog(l), LimitState::SlidingLog(s)) => l.peek_held(now, s, cost, hold),
+            (limit, state) => limit.peek(now, state, cost),
+        }
+    }
+
+    /// Gives back up to `amount` units that [`acquire_held`](Self::acquire_held) recorded at
+    /// `stamp`: a sliding log from that stamp only ([`SlidingLog::refund_held`]); the other
+    /// algorithms as [`refund`](Self::refund) does.
+    pub fn refund_held(
+        &self,
+        now: Timestamp,
+        state: &mut LimitState,
+        amount: u64,
+        stamp: Timestamp,
+    ) -> Result<(), AcquireError> {
+        match (self, state) {
+            (Limit::SlidingLog(l), LimitState::SlidingLog(s)) => {
+                l.refund_held(now, s, amount, stamp);
+                Ok(())
+            }
+            (limit, state) => limit.refund(now, state, amount),
+        }
+    }
+
     /// `true` when the state holds nothing at `now`, so a store may forget it. A state of
     /// the wrong algorithm is never "full": it is not this limit's to drop.
     pub fn is_full(&self, now: Timestamp, state: &LimitState) -> bool {

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::{ConfigError, Decision, Policy, Timestamp};
+use crate::{ConfigError, Decision, Micros, Policy, Timestamp};
 
 /// A way of deciding: apply a prepared policy to a key, atomically.
 ///
@@ -73,11 +73,48 @@ pub trait Limiter: Send + Sync {
         amount: u64,
     ) -> impl Future<Output = Result<(), DecideError>> + Send;
 
+    /// [`acquire`](Self::acquire) for a lease: units the caller may spend at any instant up
+    /// to `hold` after the store's decision. A sliding log records them `hold` after its
+    /// decision, so they count for as long as they may be used; the other algorithms count
+    /// them at the decision ([`Policy::acquire_held`]). The reply carries that stamp, in
+    /// the store's clock, for [`refund_held`](Self::refund_held).
+    fn acquire_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        cost: u64,
+        hold: Micros,
+    ) -> impl Future<Output = Result<Held, DecideError>> + Send;
+
+    /// Gives back up to `amount` unused units of an [`acquire_held`](Self::acquire_held)
+    /// whose reply named `stamp`: a sliding log removes them from that stamp only, which is
+    /// exact whenever it runs; the other algorithms as [`refund`](Self::refund)
+    /// ([`Policy::refund_held`]).
+    fn refund_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        amount: u64,
+        stamp: Timestamp,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send;
+
     /// The longest one call waits before it gives up with [`StoreError::Timeout`], if the
     /// limiter bounds its own calls (a remote store does; a local one never waits).
     fn deadline(&self) -> Option<Duration> {
         None
     }
+}
+
+/// The answer to [`Limiter::acquire_held`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The decision, as [`Limiter::acquire`] would give it.
+    pub decision: Decision,
+    /// Where a sliding log recorded the units: the store's decision instant plus the hold,
+    /// in the store's clock. Name it in [`Limiter::refund_held`].
+    pub stamp: Timestamp,
 }
 
 /// A [`Policy`] under a name: what a [`Limiter`] prepares.

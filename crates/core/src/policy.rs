@@ -6,7 +6,7 @@
 //! because every algorithm here is monotone: once a limit would admit a request, it keeps
 //! admitting it as time passes with nothing else admitted.
 
-use crate::{AcquireError, ConfigError, Decision, Limit, LimitState, Outcome, Timestamp};
+use crate::{AcquireError, ConfigError, Decision, Limit, LimitState, Micros, Outcome, Timestamp};
 
 /// The most limits one policy may hold. Each is checked on every request, and the Redis
 /// store passes all of them in one script call.
@@ -118,6 +118,18 @@ impl Policy {
         state: &PolicyState,
         cost: u64,
     ) -> Result<Decision, AcquireError> {
+        self.preview(now, state, cost, None)
+    }
+
+    /// [`peek`](Self::peek), or with `hold` what [`acquire_held`](Self::acquire_held)
+    /// would answer (a sliding log's figures count the held stamp).
+    fn preview(
+        &self,
+        now: Timestamp,
+        state: &PolicyState,
+        cost: u64,
+        hold: Option<Micros>,
+    ) -> Result<Decision, AcquireError> {
         self.check_shape(state)?;
         let capacity = self.capacity();
         if cost > capacity {
@@ -125,11 +137,11 @@ impl Policy {
         }
         let mut combined = None;
         for (index, (limit, limit_state)) in self.limits.iter().zip(state.iter()).enumerate() {
-            combined = Some(combine(
-                combined,
-                index,
-                limit.peek(now, limit_state, cost)?,
-            ));
+            let decision = match hold {
+                Some(hold) => limit.peek_held(now, limit_state, cost, hold)?,
+                None => limit.peek(now, limit_state, cost)?,
+            };
+            combined = Some(combine(combined, index, decision));
         }
         combined
             .map(|c| c.decision)
@@ -146,6 +158,49 @@ impl Policy {
         self.check_shape(state)?;
         for (limit, limit_state) in self.limits.iter().zip(state.iter_mut()) {
             limit.refund(now, limit_state, amount)?;
+        }
+        Ok(())
+    }
+
+    /// [`acquire`](Self::acquire) for a lease: takes `cost` from every limit if all admit
+    /// it, recording it in each sliding log at `now + hold` (see [`Limit::acquire_held`]).
+    /// The admission check is the same as `acquire`'s; the stamp to give back unused units
+    /// from ([`refund_held`](Self::refund_held)) is `now + hold`.
+    pub fn acquire_held(
+        &self,
+        now: Timestamp,
+        state: &mut PolicyState,
+        cost: u64,
+        hold: Micros,
+    ) -> Result<Decision, AcquireError> {
+        self.check_shape(state)?;
+        if let [limit] = self.limits.as_slice() {
+            return limit.acquire_held(now, &mut state.first, cost, hold);
+        }
+        let preview = self.preview(now, state, cost, Some(hold))?;
+        if !preview.is_allowed() || cost == 0 {
+            return Ok(preview);
+        }
+        let mut combined = None;
+        for (index, (limit, limit_state)) in self.limits.iter().zip(state.iter_mut()).enumerate() {
+            let decision = limit.acquire_held(now, limit_state, cost, hold)?;
+            combined = Some(combine(combined, index, decision));
+        }
+        Ok(combined.map_or(preview, |c| c.decision))
+    }
+
+    /// Gives back up to `amount` units that [`acquire_held`](Self::acquire_held) recorded
+    /// at `stamp` to every limit (see [`Limit::refund_held`]).
+    pub fn refund_held(
+        &self,
+        now: Timestamp,
+        state: &mut PolicyState,
+        amount: u64,
+        stamp: Timestamp,
+    ) -> Result<(), AcquireError> {
+        self.check_shape(state)?;
+        for (limit, limit_state) in self.limits.iter().zip(state.iter_mut()) {
+            limit.refund_held(now, limit_state, amount, stamp)?;
         }
         Ok(())
     }

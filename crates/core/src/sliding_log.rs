@@ -1,18 +1,29 @@
 //! Sliding window log: exact "at most `limit` in any `window`", by remembering every
 //! admission still inside the window.
 //!
-//! A request at `now` is admitted when the cost admitted in `(now − window, now]` plus its
-//! own cost is at most `limit`. The log keeps one entry per distinct admission instant
-//! (requests at the same microsecond merge), so its memory grows with the traffic: at most
-//! `limit` entries of 16 bytes each, plus the container. This is the algorithm to choose
-//! when the boundary burst of [`FixedWindow`](crate::FixedWindow) or the approximation of
-//! [`SlidingCounter`](crate::SlidingCounter) is not acceptable and the limit is modest.
+//! A request at `now` is admitted when the cost of the entries stamped in
+//! `(now − window, ∞)` plus its own cost is at most `limit`. The log keeps one entry per
+//! distinct instant (requests at the same microsecond merge), so its memory grows with the
+//! traffic: at most `limit` entries of 16 bytes each, plus the container. This is the
+//! algorithm to choose when the boundary burst of [`FixedWindow`](crate::FixedWindow) or the
+//! approximation of [`SlidingCounter`](crate::SlidingCounter) is not acceptable and the
+//! limit is modest.
 //!
-//! Apart from [`refund`](SlidingLog::refund), the log only changes when it admits
-//! something: expired entries are dropped then, not on a denial or a peek, so the newest
-//! entry marks the latest admission the log has seen. That mark is what makes a regressed
-//! clock harmless: a request is judged at `max(now, newest entry)`. A refund that removes
-//! the newest entry removes its mark too (see the crate's contract).
+//! # Future stamps (leases)
+//! [`acquire_held`](SlidingLog::acquire_held) records units at `now + hold`, the latest
+//! instant a lease may spend them, and every decision counts every entry stamped after
+//! `now − window`, **future stamps included**; an entry stamped `s` leaves the window at
+//! `s + window`, which `retry_after` and `reset_after` account for. Units recorded no
+//! earlier than they are used keep the definition for every span (docs/leases.md, "Sliding
+//! log"). [`refund_held`](SlidingLog::refund_held) takes unused units back from their stamp.
+//!
+//! # A clock that goes back
+//! Apart from the refunds, the log only changes when it admits something: expired entries
+//! are dropped then, not on a denial or a peek. A plain admission is stamped at
+//! `max(now, newest entry)`, so stamps never go back with the clock; a decision at a
+//! regressed `now` counts from `now − window`, which counts at least what the newest
+//! reading would. A refund that removes the newest entry removes its mark too (see the
+//! crate's contract).
 
 use std::collections::VecDeque;
 
@@ -89,12 +100,86 @@ impl SlidingLog {
         Micros::from_micros(self.window)
     }
 
-    /// The decision, and how many leading entries have expired.
+    /// Takes `cost` as [`acquire`](Algorithm::acquire) does, but records it at
+    /// `now + hold`: the latest instant a lease granted now may spend it. The check is the
+    /// same (entries stamped after `now − window`, future ones included); only the stamp
+    /// differs, placed in order among the entries (merged with one at the same instant).
+    /// Pass the stamp, `now + hold`, to [`refund_held`](Self::refund_held).
+    ///
+    /// ```
+    /// use rein_core::{Micros, SlidingLog, SlidingLogState, Timestamp};
+    ///
+    /// let limit = SlidingLog::new(2, Micros::from_secs(10))?;
+    /// let mut log = SlidingLogState::default();
+    /// let at = |s: u64| Timestamp::from_micros(s * 1_000_000);
+    /// // A lease of 2 at 0 s, spendable for 1 s: stamped at 1 s, it leaves at 11 s.
+    /// let granted = limit.acquire_held(at(0), &mut log, 2, Micros::from_secs(1))?;
+    /// assert_eq!(granted.reset_after, Micros::from_secs(11));
+    /// assert_eq!(limit.acquire_held(at(10), &mut log, 1, Micros::ZERO)?.retry_after,
+    ///            Micros::from_secs(1));
+    /// // One unit was not used: it goes back from its stamp.
+    /// limit.refund_held(at(2), &mut log, 1, at(1));
+    /// assert!(limit.acquire_held(at(2), &mut log, 1, Micros::ZERO)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn acquire_held(
+        &self,
+        now: Timestamp,
+        state: &mut SlidingLogState,
+        cost: u64,
+        hold: Micros,
+    ) -> Result<Decision, AcquireError> {
+        let stamp = now.saturating_add(hold);
+        let (decision, expired) = self.decide(now, state, cost, stamp)?;
+        if decision.is_allowed() && cost > 0 {
+            state.expire(expired);
+            state.insert(stamp, cost);
+        }
+        Ok(decision)
+    }
+
+    /// What [`acquire_held`](Self::acquire_held) would answer, recording nothing.
+    pub(crate) fn peek_held(
+        &self,
+        now: Timestamp,
+        state: &SlidingLogState,
+        cost: u64,
+        hold: Micros,
+    ) -> Result<Decision, AcquireError> {
+        let stamp = now.saturating_add(hold);
+        self.decide(now, state, cost, stamp).map(|(d, _)| d)
+    }
+
+    /// Gives back up to `amount` of the units recorded at `stamp` (by
+    /// [`acquire_held`](Self::acquire_held)), and nothing else: units of other instants
+    /// may have been spent later than theirs. Nothing happens if no entry has that stamp.
+    pub fn refund_held(
+        &self,
+        _now: Timestamp,
+        state: &mut SlidingLogState,
+        amount: u64,
+        stamp: Timestamp,
+    ) {
+        let Ok(index) = state.entries.binary_search_by_key(&stamp, |e| e.at) else {
+            return;
+        };
+        let entry = &mut state.entries[index];
+        let taken = amount.min(entry.cost);
+        entry.cost -= taken;
+        state.total -= taken;
+        if entry.cost == 0 {
+            state.entries.remove(index);
+        }
+    }
+
+    /// The decision for `cost` at `now` if it is recorded at `stamp`, and how many leading
+    /// entries have expired.
     fn decide(
         &self,
         now: Timestamp,
         state: &SlidingLogState,
         cost: u64,
+        stamp: Timestamp,
     ) -> Result<(Decision, usize), AcquireError> {
         if cost > self.limit {
             return Err(AcquireError::InsufficientCapacity {
@@ -102,27 +187,31 @@ impl SlidingLog {
                 capacity: self.limit,
             });
         }
-        let at = self.judged_at(now, state).as_micros();
         let now = now.as_micros();
         let mut expired = 0;
         let mut live = state.total;
         for entry in &state.entries {
-            if entry.at.as_micros() + self.window > at {
+            if entry.at.as_micros() + self.window > now {
                 break;
             }
             expired += 1;
             live -= entry.cost;
         }
+        // When the newest entry (or this admission's, if later) leaves the window.
         let newest_end = |extra: Option<u64>| {
-            let newest = extra.or(state.entries.back().map(|e| e.at.as_micros()));
+            let newest = state.entries.back().map(|e| e.at.as_micros());
+            let newest = match (newest, extra) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
             match newest {
-                Some(t) if t + self.window > at => Micros::from_micros(t + self.window - now),
+                Some(t) if t + self.window > now => Micros::from_micros(t + self.window - now),
                 _ => Micros::ZERO,
             }
         };
         let remaining = self.limit.saturating_sub(live);
         if cost <= remaining {
-            let reset = newest_end((cost > 0).then_some(at));
+            let reset = newest_end((cost > 0).then_some(stamp.as_micros()));
             return Ok((
                 Decision::allowed(self.limit, remaining - cost, reset),
                 expired,
@@ -144,8 +233,9 @@ impl SlidingLog {
         ))
     }
 
-    /// The instant a request at `now` is judged at: never before the newest admission.
-    fn judged_at(&self, now: Timestamp, state: &SlidingLogState) -> Timestamp {
+    /// Where a plain admission at `now` is stamped: never before the newest entry, so a
+    /// clock that goes back never stamps an admission earlier than one already made.
+    fn stamp_at(&self, now: Timestamp, state: &SlidingLogState) -> Timestamp {
         state.entries.back().map_or(now, |last| now.max(last.at))
     }
 }
@@ -160,26 +250,19 @@ impl Algorithm for SlidingLog {
         self.limit()
     }
 
-    /// Records `cost` at `now` if the window has room; otherwise changes nothing.
+    /// Records `cost` at `max(now, newest entry)` if the window has room; otherwise
+    /// changes nothing.
     fn acquire(
         &self,
         now: Timestamp,
         state: &mut SlidingLogState,
         cost: u64,
     ) -> Result<Decision, AcquireError> {
-        let (decision, expired) = self.decide(now, state, cost)?;
+        let stamp = self.stamp_at(now, state);
+        let (decision, expired) = self.decide(now, state, cost, stamp)?;
         if decision.is_allowed() && cost > 0 {
-            let at = self.judged_at(now, state);
-            for _ in 0..expired {
-                if let Some(old) = state.entries.pop_front() {
-                    state.total -= old.cost;
-                }
-            }
-            match state.entries.back_mut() {
-                Some(last) if last.at == at => last.cost += cost,
-                _ => state.entries.push_back(LogEntry { at, cost }),
-            }
-            state.total += cost;
+            state.expire(expired);
+            state.insert(stamp, cost);
         }
         Ok(decision)
     }
@@ -191,18 +274,20 @@ impl Algorithm for SlidingLog {
         state: &SlidingLogState,
         cost: u64,
     ) -> Result<Decision, AcquireError> {
-        self.decide(now, state, cost).map(|(decision, _)| decision)
+        let stamp = self.stamp_at(now, state);
+        self.decide(now, state, cost, stamp)
+            .map(|(decision, _)| decision)
     }
 
     /// Removes up to `amount` of the most recent admissions still in the window.
     fn refund(&self, now: Timestamp, state: &mut SlidingLogState, amount: u64) {
-        let horizon = self.judged_at(now, state).as_micros();
+        let now = now.as_micros();
         let mut amount = amount;
         while amount > 0 {
             let Some(last) = state.entries.back_mut() else {
                 break;
             };
-            if last.at.as_micros() + self.window <= horizon {
+            if last.at.as_micros() + self.window <= now {
                 break;
             }
             let taken = amount.min(last.cost);
@@ -215,13 +300,12 @@ impl Algorithm for SlidingLog {
         }
     }
 
-    /// `true` when no admission is inside the window at `now`.
+    /// `true` when no entry is inside the window at `now` (future stamps are).
     fn is_full(&self, now: Timestamp, state: &SlidingLogState) -> bool {
-        let at = self.judged_at(now, state).as_micros();
         state
             .entries
             .back()
-            .is_none_or(|last| last.at.as_micros() + self.window <= at)
+            .is_none_or(|last| last.at.as_micros() + self.window <= now.as_micros())
     }
 
     fn share(&self, nodes: NonZeroU32) -> Result<Self, ConfigError> {
@@ -230,6 +314,30 @@ impl Algorithm for SlidingLog {
 }
 
 impl SlidingLogState {
+    /// Drops the `count` oldest entries.
+    fn expire(&mut self, count: usize) {
+        for _ in 0..count {
+            if let Some(old) = self.entries.pop_front() {
+                self.total -= old.cost;
+            }
+        }
+    }
+
+    /// Adds `cost` at `at`, in order: merged with an entry at the same instant, appended
+    /// when newest (every plain admission), else inserted (a held one before a later
+    /// stamp).
+    fn insert(&mut self, at: Timestamp, cost: u64) {
+        self.total += cost;
+        match self.entries.back_mut() {
+            Some(last) if last.at == at => last.cost += cost,
+            Some(last) if last.at > at => match self.entries.binary_search_by_key(&at, |e| e.at) {
+                Ok(i) => self.entries[i].cost += cost,
+                Err(i) => self.entries.insert(i, LogEntry { at, cost }),
+            },
+            _ => self.entries.push_back(LogEntry { at, cost }),
+        }
+    }
+
     /// The admissions, oldest first (expired ones are dropped on the next admission).
     pub fn entries(&self) -> impl ExactSizeIterator<Item = &LogEntry> {
         self.entries.iter()

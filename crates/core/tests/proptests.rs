@@ -62,11 +62,11 @@ proptest! {
         against_oracle(config, LogOracle { limit, window, events: Vec::new() }, start, &ops)?;
     }
 
-    /// A regressed clock is judged at the newest admission: exactly the oracle's decisions
-    /// at `max(now, newest)`. (Without refunds: a refund that removes the newest admission
-    /// also forgets that instant, as a store forgetting an empty log would.)
+    /// A regressed clock counts from `now − window` and stamps at the newest admission:
+    /// exactly the oracle's decisions. (Without refunds: a refund that removes the newest
+    /// admission also forgets that instant, as a store forgetting an empty log would.)
     #[test]
-    fn sliding_log_judges_a_regressed_clock_at_its_newest_admission(
+    fn sliding_log_stamps_a_regressed_clock_at_its_newest_admission(
         (config, start, ops) in case(sliding_log(), Mix { refunds: false, regressions: true }),
     ) {
         let Config::Log { limit, window } = config else { unreachable!() };
@@ -744,8 +744,8 @@ impl Oracle for WindowOracle {
     }
 }
 
-/// A sliding log as the list of admissions: the window at `now` is `(now − window, now]`,
-/// judged no earlier than the newest admission still listed.
+/// A sliding log as the list of admissions: the window at `now` is `(now − window, now]`
+/// (and any later stamp); an admission is stamped no earlier than the newest one listed.
 #[derive(Clone, Debug)]
 struct LogOracle {
     limit: u64,
@@ -754,12 +754,11 @@ struct LogOracle {
 }
 
 impl LogOracle {
-    fn judged(&self, now: u64) -> u64 {
+    fn stamp(&self, now: u64) -> u64 {
         self.events.iter().map(|&(t, _)| t).fold(now, u64::max)
     }
     fn live(&self, now: u64) -> u64 {
-        let j = self.judged(now);
-        let inside = self.events.iter().filter(|(t, _)| t + self.window > j);
+        let inside = self.events.iter().filter(|(t, _)| t + self.window > now);
         inside.map(|(_, cost)| cost).sum()
     }
 }
@@ -769,17 +768,20 @@ impl Oracle for LogOracle {
         self.live(now) + cost <= self.limit
     }
     fn remaining(&self, now: u64) -> u64 {
-        self.limit - self.live(now)
+        self.limit.saturating_sub(self.live(now))
     }
     fn is_full(&self, now: u64) -> bool {
         self.live(now) == 0
     }
     fn admit(&mut self, now: u64, cost: u64) {
-        self.events.push((self.judged(now), cost));
+        // An admission forgets what has left the window, as the log does: a later
+        // decision at a regressed clock does not count it again.
+        let stamp = self.stamp(now);
+        self.events.retain(|&(t, _)| t + self.window > now);
+        self.events.push((stamp, cost));
     }
     fn refund(&mut self, now: u64, amount: u64) {
-        let j = self.judged(now);
-        take_newest(&mut self.events, amount, |t| t + self.window > j);
+        take_newest(&mut self.events, amount, |t| t + self.window > now);
     }
 }
 

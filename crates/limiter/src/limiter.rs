@@ -7,7 +7,9 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rein_core::{DecideError, Decision, Limiter, NamedPolicy, PrepareError, StoreError, Timestamp};
+use rein_core::{
+    DecideError, Decision, Held, Limiter, Micros, NamedPolicy, PrepareError, StoreError, Timestamp,
+};
 use rein_memory::{Clock, MemoryLimiter};
 use tracing::Instrument;
 
@@ -183,7 +185,9 @@ impl<S: Limiter> ResilientLimiter<S> {
     pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decided, RequestError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);
-        self.decide(None, index, key, cost).await
+        self.decide(None, index, key, cost, None)
+            .await
+            .map(|(decided, _)| decided)
     }
 
     /// [`acquire`](Self::acquire) under the policy named `policy`, whatever the key's
@@ -198,7 +202,9 @@ impl<S: Limiter> ResilientLimiter<S> {
             self.inner.gate.invalid_request();
             return Err(RequestError::UnknownPolicy(policy.to_owned()));
         };
-        self.decide(None, index, key.as_ref(), cost).await
+        self.decide(None, index, key.as_ref(), cost, None)
+            .await
+            .map(|(decided, _)| decided)
     }
 
     /// Gives back up to `amount` to every limit of the policy `key` is classified into, in
@@ -247,13 +253,16 @@ impl<S: Limiter> ResilientLimiter<S> {
         &self.inner.store
     }
 
+    /// A decision; with `hold`, through [`Limiter::acquire_held`], and with the store's
+    /// stamp when the store answered.
     async fn decide(
         &self,
         now: Option<Timestamp>,
         index: usize,
         key: &[u8],
         cost: u64,
-    ) -> Result<Decided, RequestError> {
+        hold: Option<Micros>,
+    ) -> Result<(Decided, Option<Timestamp>), RequestError> {
         let inner = &*self.inner;
         let named = &inner.table.policies()[index];
         let capacity = named.policy().capacity();
@@ -279,7 +288,7 @@ impl<S: Limiter> ResilientLimiter<S> {
                 key,
                 cost,
             };
-            let decided = inner.decide(now, index, request).await?;
+            let (decided, stamp) = inner.decide(now, index, request, hold).await?;
             tracing::debug!(
                 source = decided.source.as_str(),
                 unavailable = decided.source.unavailable().map(|why| why.as_str()),
@@ -288,7 +297,7 @@ impl<S: Limiter> ResilientLimiter<S> {
                 retry_after_us = decided.decision.retry_after.as_micros(),
                 "decided"
             );
-            Ok(decided)
+            Ok((decided, stamp))
         }
         .instrument(span)
         .await
@@ -303,7 +312,8 @@ impl<S: Limiter> Shared<S> {
         now: Option<Timestamp>,
         index: usize,
         request: Request<'_>,
-    ) -> Result<Decided, RequestError> {
+        hold: Option<Micros>,
+    ) -> Result<(Decided, Option<Timestamp>), RequestError> {
         // A decision may complete without ever waiting (a cache hit, an open breaker, a store
         // whose futures are ready): count it against the task's cooperative budget, so a task
         // that loops on denied requests still lets the runtime's other tasks (the limiter's
@@ -313,7 +323,7 @@ impl<S: Limiter> Shared<S> {
         // ends no later than the store's denial, which was decided after this instant.
         let sent_at = now.unwrap_or_else(|| self.clock.now());
         let ticket = match self.gate.begin(sent_at, request) {
-            Step::Answer(decided) => return Ok(decided),
+            Step::Answer(decided) => return Ok((decided, None)),
             Step::Call(ticket) => ticket,
         };
         let mut call = InFlight {
@@ -322,16 +332,30 @@ impl<S: Limiter> Shared<S> {
         };
         let store_now = self.store_now(now, sent_at);
         let policy = &self.prepared[index];
-        let reply = tokio::time::timeout(
-            self.guard_deadline,
-            self.store
-                .acquire(store_now, policy, request.key, request.cost),
-        )
-        .await;
+        let (key, cost) = (request.key, request.cost);
+        let store_call = async {
+            match hold {
+                Some(hold) => self
+                    .store
+                    .acquire_held(store_now, policy, key, cost, hold)
+                    .await
+                    .map(|held| (held.decision, Some(held.stamp))),
+                None => self
+                    .store
+                    .acquire(store_now, policy, key, cost)
+                    .await
+                    .map(|decision| (decision, None)),
+            }
+        };
+        let reply = tokio::time::timeout(self.guard_deadline, store_call).await;
+        let mut stamp = None;
         let ended = now.unwrap_or_else(|| self.clock.now());
         let ticket = call.finish();
         let reply = match reply {
-            Ok(Ok(decision)) => Reply::Decided(decision),
+            Ok(Ok((decision, held_at))) => {
+                stamp = held_at;
+                Reply::Decided(decision)
+            }
             Ok(Err(DecideError::Unavailable(error))) => {
                 tracing::debug!(error = %error, "the store gave no decision");
                 Reply::Failed(unavailable(&error))
@@ -353,7 +377,34 @@ impl<S: Limiter> Shared<S> {
             }
             Err(_) => Reply::Failed(Unavailable::Timeout),
         };
-        Ok(self.gate.finish(sent_at, ended, ticket, request, reply))
+        let decided = self.gate.finish(sent_at, ended, ticket, request, reply);
+        // Only the store's own answer carries its stamp.
+        let stamp = stamp.filter(|_| decided.source == crate::Source::Store);
+        Ok((decided, stamp))
+    }
+
+    async fn refund_held(
+        &self,
+        now: Option<Timestamp>,
+        index: usize,
+        key: &[u8],
+        amount: u64,
+        stamp: Timestamp,
+    ) -> Result<(), DecideError> {
+        let local = now.unwrap_or_else(|| self.clock.now());
+        self.gate.forget(local, index as u32, key);
+        let store_now = self.store_now(now, local);
+        let policy = &self.prepared[index];
+        match tokio::time::timeout(
+            self.guard_deadline,
+            self.store
+                .refund_held(store_now, policy, key, amount, stamp),
+        )
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout(self.guard_deadline).into()),
+        }
     }
 
     async fn refund(
@@ -447,10 +498,44 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        self.decide(now, policy.0, key, cost)
+        self.decide(now, policy.0, key, cost, None)
             .await
-            .map(|decided| decided.decision)
+            .map(|(decided, _)| decided.decision)
             .map_err(decide_error)
+    }
+
+    /// The store's held acquire through the gate; an answer that is not the store's (a
+    /// failure policy's, a cache's) carries no stamp of the store's, and is given the
+    /// local instant plus `hold`: its `reset_after` is not one a held grant carries, so a
+    /// lease never spends it (docs/leases.md).
+    async fn acquire_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &TablePolicy,
+        key: &[u8],
+        cost: u64,
+        hold: Micros,
+    ) -> Result<Held, DecideError> {
+        let local = now.unwrap_or_else(|| self.inner.clock.now());
+        let (decided, stamp) = self
+            .decide(now, policy.0, key, cost, Some(hold))
+            .await
+            .map_err(decide_error)?;
+        Ok(Held {
+            decision: decided.decision,
+            stamp: stamp.unwrap_or_else(|| local.saturating_add(hold)),
+        })
+    }
+
+    fn refund_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &TablePolicy,
+        key: &[u8],
+        amount: u64,
+        stamp: Timestamp,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send {
+        self.inner.refund_held(now, policy.0, key, amount, stamp)
     }
 
     fn peek(

@@ -528,6 +528,31 @@ impl<S: Limiter> Limiter for Slow<S> {
     ) -> Result<(), rein_core::DecideError> {
         self.inner.refund(now, policy, key, amount).await
     }
+
+    async fn acquire_held(
+        &self,
+        now: Option<rein_core::Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        cost: u64,
+        hold: rein_core::Micros,
+    ) -> Result<rein_core::Held, rein_core::DecideError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.acquire_held(now, policy, key, cost, hold).await
+    }
+
+    async fn refund_held(
+        &self,
+        now: Option<rein_core::Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        amount: u64,
+        stamp: rein_core::Timestamp,
+    ) -> Result<(), rein_core::DecideError> {
+        self.inner
+            .refund_held(now, policy, key, amount, stamp)
+            .await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,8 +7,8 @@ use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 
 use rein_core::{
-    AcquireError, Decision, FixedWindow, Limit, Policy, SlidingCounter, SlidingLog, Timestamp,
-    TokenBucket,
+    AcquireError, Decision, FixedWindow, Limit, Micros, Policy, SlidingCounter, SlidingLog,
+    Timestamp, TokenBucket,
 };
 
 use crate::rule::WholeMicroBucket;
@@ -250,6 +250,39 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         dispatch!(&self.tables, |t| t.refund(now, key, amount))
+    }
+
+    /// [`acquire_at`](Self::acquire_at) for a lease ([`Policy::acquire_held`]): a sliding
+    /// log records the units at the instant decided at plus `hold`, which is returned with
+    /// the decision for [`refund_held_at`](Self::refund_held_at).
+    pub fn acquire_held_at<Q>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        cost: u64,
+        hold: Micros,
+    ) -> Result<(Decision, Timestamp), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        dispatch!(&self.tables, |t| t.acquire_held(now, key, cost, hold))
+    }
+
+    /// Gives back up to `amount` units an [`acquire_held_at`](Self::acquire_held_at)
+    /// recorded at `stamp` ([`Policy::refund_held`]).
+    pub fn refund_held_at<Q>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        amount: u64,
+        stamp: Timestamp,
+    ) -> Result<(), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        dispatch!(&self.tables, |t| t.refund_held(now, key, amount, stamp))
     }
 
     /// Drops every key whose state is full at `now` and returns how many. Never needed for

@@ -15,7 +15,7 @@
 //! property test in `tests/model.rs` compares every shape against `Policy` on a map.
 
 use rein_core::{
-    AcquireError, Algorithm, Decision, FixedWindow, Policy, PolicyState, SlidingCounter,
+    AcquireError, Algorithm, Decision, FixedWindow, Micros, Policy, PolicyState, SlidingCounter,
     SlidingLog, Timestamp, TokenBucket, TokenBucketState,
 };
 
@@ -53,6 +53,28 @@ pub(crate) trait Rule {
 
     /// See [`Policy::is_full`].
     fn is_full(&self, now: Timestamp, state: &Self::State) -> bool;
+
+    /// See [`Policy::acquire_held`]: an acquire, but for a sliding log.
+    fn acquire_held(
+        &self,
+        now: Timestamp,
+        state: &mut Self::State,
+        cost: u64,
+        _hold: Micros,
+    ) -> Result<Decision, AcquireError> {
+        self.acquire(now, state, cost)
+    }
+
+    /// See [`Policy::refund_held`]: a refund, but for a sliding log.
+    fn refund_held(
+        &self,
+        now: Timestamp,
+        state: &mut Self::State,
+        amount: u64,
+        _stamp: Timestamp,
+    ) -> Result<(), AcquireError> {
+        self.refund(now, state, amount)
+    }
 }
 
 impl Rule for Policy {
@@ -94,12 +116,32 @@ impl Rule for Policy {
     fn is_full(&self, now: Timestamp, state: &PolicyState) -> bool {
         Policy::is_full(self, now, state)
     }
+
+    fn acquire_held(
+        &self,
+        now: Timestamp,
+        state: &mut PolicyState,
+        cost: u64,
+        hold: Micros,
+    ) -> Result<Decision, AcquireError> {
+        Policy::acquire_held(self, now, state, cost, hold)
+    }
+
+    fn refund_held(
+        &self,
+        now: Timestamp,
+        state: &mut PolicyState,
+        amount: u64,
+        stamp: Timestamp,
+    ) -> Result<(), AcquireError> {
+        Policy::refund_held(self, now, state, amount, stamp)
+    }
 }
 
 /// Every algorithm is a rule over its own state (its refund cannot fail). A macro rather
 /// than a blanket impl, which coherence would not allow next to the impl for `Policy`.
 macro_rules! algorithm_rules {
-    ($($algorithm:ty),*) => {$(
+    ($($algorithm:ty $({ $($extra:tt)* })?),*) => {$(
         impl Rule for $algorithm {
             type State = <$algorithm as Algorithm>::State;
 
@@ -140,11 +182,34 @@ macro_rules! algorithm_rules {
             fn is_full(&self, now: Timestamp, state: &Self::State) -> bool {
                 Algorithm::is_full(self, now, state)
             }
+
+            $($($extra)*)?
         }
     )*};
 }
 
-algorithm_rules!(TokenBucket, FixedWindow, SlidingLog, SlidingCounter);
+algorithm_rules!(TokenBucket, FixedWindow, SlidingCounter, SlidingLog {
+    fn acquire_held(
+        &self,
+        now: Timestamp,
+        state: &mut Self::State,
+        cost: u64,
+        hold: Micros,
+    ) -> Result<Decision, AcquireError> {
+        SlidingLog::acquire_held(self, now, state, cost, hold)
+    }
+
+    fn refund_held(
+        &self,
+        now: Timestamp,
+        state: &mut Self::State,
+        amount: u64,
+        stamp: Timestamp,
+    ) -> Result<(), AcquireError> {
+        SlidingLog::refund_held(self, now, state, amount, stamp);
+        Ok(())
+    }
+});
 
 /// A token bucket whose emission interval is a whole number of µs
 /// ([`TokenBucket::emission_interval`] is `(micros, 1)`), stored as its `tat` alone.

@@ -108,6 +108,62 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         }
     }
 
+    /// [`acquire`](Self::acquire) for a lease ([`Rule::acquire_held`]); also returns the
+    /// stamp: the instant decided at plus `hold`.
+    pub(crate) fn acquire_held<Q>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        cost: u64,
+        hold: Micros,
+    ) -> Result<(Decision, Timestamp), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock(hash);
+        if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
+            let decision = self.rule.acquire_held(now, state, cost, hold)?;
+            return Ok((decision, now.saturating_add(hold)));
+        }
+        // As `acquire_absent`, out of the hot path: judged no earlier than the last drop.
+        let judged = now.max(shard.dropped_at);
+        let mut state = self.fresh.clone();
+        let decision = self.rule.acquire_held(judged, &mut state, cost, hold)?;
+        if !self.rule.is_full(judged, &state) {
+            if shard.table.len() >= self.capacity {
+                shard.make_room(&self.rule, judged, self.capacity);
+            }
+            let hasher = &self.hasher;
+            shard
+                .table
+                .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
+        }
+        let decision = counted_from(decision, judged.saturating_since(now));
+        Ok((decision, judged.saturating_add(hold)))
+    }
+
+    /// [`refund`](Self::refund) of held units ([`Rule::refund_held`]).
+    pub(crate) fn refund_held<Q>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        amount: u64,
+        stamp: Timestamp,
+    ) -> Result<(), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock(hash);
+        match shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
+            Some((_, state)) => self.rule.refund_held(now, state, amount, stamp),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) fn purge_full(&self, now: Timestamp) -> usize {
         self.shards
             .iter()

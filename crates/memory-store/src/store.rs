@@ -10,8 +10,8 @@ use std::future::{Future, Ready, ready};
 use std::num::NonZeroUsize;
 
 use rein_core::{
-    AcquireError, DecideError, Decision, KeyError, Limiter, NamedPolicy, PrepareError, StoreError,
-    Timestamp,
+    AcquireError, DecideError, Decision, Held, KeyError, Limiter, Micros, NamedPolicy,
+    PrepareError, StoreError, Timestamp,
 };
 
 use crate::{Clock, MemoryLimiter, SystemClock};
@@ -137,6 +137,45 @@ where
         }
         let now = now.unwrap_or_else(|| self.clock.now());
         ready(policy.refund_at(now, key, amount).map_err(from_core))
+    }
+
+    fn acquire_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        cost: u64,
+        hold: Micros,
+    ) -> impl Future<Output = Result<Held, DecideError>> + Send {
+        if key.is_empty() {
+            return ready(Err(KeyError::Empty.into()));
+        }
+        let now = now.unwrap_or_else(|| self.clock.now());
+        ready(
+            policy
+                .acquire_held_at(now, key, cost, hold)
+                .map(|(decision, stamp)| Held { decision, stamp })
+                .map_err(from_core),
+        )
+    }
+
+    fn refund_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        amount: u64,
+        stamp: Timestamp,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send {
+        if key.is_empty() {
+            return ready(Err(KeyError::Empty.into()));
+        }
+        let now = now.unwrap_or_else(|| self.clock.now());
+        ready(
+            policy
+                .refund_held_at(now, key, amount, stamp)
+                .map_err(from_core),
+        )
     }
 }
 

@@ -8,13 +8,17 @@
 -- single-limit calls.
 --
 -- KEYS[i]  the state key of limit i, in the policy's order (all in one hash slot).
--- ARGV[1]  operation: 'acquire', 'peek' or 'refund'.
+-- ARGV[1]  operation: 'acquire', 'peek', 'refund', or for leases 'hold' (an acquire whose
+--           units a sliding log stamps at now + hold) and 'settle' (a refund a sliding log
+--           takes from one stamp only); the other algorithms treat these as acquire and
+--           refund. rein_core::Policy::{acquire_held, refund_held}.
 -- ARGV[2]  now in µs since the Unix epoch, or '' to read the server's TIME.
 -- ARGV[3]  cost (acquire, peek) or amount (refund).
 -- ARGV[4]  min_ttl in ms: the shortest TTL a written key gets (normally 0).
 -- ARGV[5..] per limit, in KEYS order, an algorithm tag and the parameters NamedPolicy
 --           computed once: 'tb' capacity units_per_token units_per_micro tol_us tol_units,
 --           'fw' limit window, 'sl' limit window, 'sc' limit window (windows in µs).
+-- ARGV[#ARGV]  for 'hold' and 'settle' only: the hold (µs) or the stamp.
 --
 -- State: one string per limit, its integers joined by ':': 'tat:tat_units' (or 'tat' when
 -- tat_units is 0),
@@ -46,9 +50,20 @@ local function fail_arguments()
 end
 
 local op = ARGV[1]
-local refund = op == 'refund'
-if op ~= 'acquire' and op ~= 'peek' and not refund then
+local settle = op == 'settle'
+local refund = op == 'refund' or settle
+if op ~= 'acquire' and op ~= 'peek' and op ~= 'hold' and not refund then
   error({ err = 'REIN unknown operation' })
+end
+local argc = #ARGV
+-- The hold or the stamp, for 'hold' and 'settle': the last argument.
+local extra = 0
+if op == 'hold' or settle then
+  extra = ARGV[argc] + 0
+  argc = argc - 1
+  if extra % 1 ~= 0 or extra < 0 or extra > MAX then
+    fail_arguments()
+  end
 end
 local now
 if ARGV[2] == '' then
@@ -77,9 +92,8 @@ local cost = amount
 if refund then
   cost = 0
 end
-local acquire = op == 'acquire' and cost > 0
+local acquire = (op == 'acquire' or op == 'hold') and cost > 0
 
-local argc = #ARGV
 local n = #KEYS
 if n == 0 or n > 8 then
   error({ err = 'REIN a policy has 1 to 8 limits' })
@@ -380,36 +394,52 @@ for k = 1, n do
         error({ err = 'REIN corrupt sliding log state' })
       end
     end
-    local at = now
-    if m > 0 and ats[m] > now then
-      at = ats[m]
+    -- Counted from now - window, future stamps included; stamped as SlidingLog::stamp_at
+    -- (plain) or at now + hold (held), in order.
+    local stamp = now
+    if op == 'hold' then
+      stamp = math.min(now + extra, MAX)
+    elseif m > 0 and ats[m] > now then
+      stamp = ats[m]
     end
-    if refund then
-      local left, changed = amount, false
-      while left > 0 and m > 0 and ats[m] + window > at do
+    local rebuild = false
+    if settle then
+      for j = 1, m do
+        if ats[j] == extra then
+          local taken = math.min(amount, costs[j])
+          costs[j] = costs[j] - taken
+          total = total - taken
+          rebuild = taken > 0
+          if costs[j] == 0 then
+            table.remove(ats, j)
+            table.remove(costs, j)
+            m = m - 1
+          end
+          break
+        end
+      end
+    elseif refund then
+      local left = amount
+      while left > 0 and m > 0 and ats[m] + window > now do
         local taken = math.min(left, costs[m])
         costs[m] = costs[m] - taken
         total = total - taken
         left = left - taken
-        changed = true
+        rebuild = true
         if costs[m] == 0 then
           m = m - 1
         end
       end
-      if changed then
-        local parts = {}
-        for j = 1, m do
-          parts[j] = string.format('%d:%d', ats[j], costs[j])
-        end
-        value = table.concat(parts, ',')
-        at = now
-        if m > 0 and ats[m] > now then
-          at = ats[m]
-        end
+    end
+    if rebuild then
+      local parts = {}
+      for j = 1, m do
+        parts[j] = string.format('%d:%d', ats[j], costs[j])
       end
+      value = table.concat(parts, ',')
     end
     local expired, live = 0, total
-    while expired < m and ats[expired + 1] + window <= at do
+    while expired < m and ats[expired + 1] + window <= now do
       expired = expired + 1
       live = live - costs[expired]
     end
@@ -421,25 +451,32 @@ for k = 1, n do
     if cost <= remaining then
       allowed = true
       remaining = remaining - cost
-      if cost > 0 then
-        newest = at
+      if cost > 0 and (newest == nil or stamp > newest) then
+        newest = stamp
       end
       if acquire then
-        if expired < m and ats[m] == at then
-          costs[m] = costs[m] + cost
-          local parts = {}
-          for j = expired + 1, m do
-            parts[#parts + 1] = string.format('%d:%d', ats[j], costs[j])
-          end
-          value = table.concat(parts, ',')
-        elseif expired < m then
+        if expired < m and ats[m] < stamp then
           value = string.sub(stored, starts[expired + 1])
           if string.sub(value, -1) ~= ',' then
             value = value .. ','
           end
-          value = value .. string.format('%d:%d', at, cost)
+          value = value .. string.format('%d:%d', stamp, cost)
+        elseif expired == m then
+          value = string.format('%d:%d', stamp, cost)
         else
-          value = string.format('%d:%d', at, cost)
+          local parts, placed = {}, false
+          for j = expired + 1, m do
+            if not placed and ats[j] >= stamp then
+              placed = true
+              if ats[j] == stamp then
+                costs[j] = costs[j] + cost
+              else
+                parts[#parts + 1] = string.format('%d:%d', stamp, cost)
+              end
+            end
+            parts[#parts + 1] = string.format('%d:%d', ats[j], costs[j])
+          end
+          value = table.concat(parts, ',')
         end
       end
     else
@@ -452,7 +489,7 @@ for k = 1, n do
         end
       end
     end
-    if newest ~= nil and newest + window > at then
+    if newest ~= nil and newest + window > now then
       reset_after = math.min(newest + window - now, MAX)
     end
 
@@ -473,7 +510,7 @@ for k = 1, n do
   end
   values[k], resets[k] = value, reset_after
 end
-if ARGV[i] ~= nil then
+if i <= argc then
   error({ err = 'REIN too many arguments' })
 end
 

@@ -1,10 +1,13 @@
 -- rein-redis: a policy of one sliding log. rein_core::SlidingLog::{decide, acquire, refund,
--- judged_at} (crates/core/src/sliding_log.rs), with the same names, as straight-line code:
--- no closures, GET then SET ... PX only when something changed.
+-- acquire_held, refund_held, stamp_at} (crates/core/src/sliding_log.rs), with the same
+-- names, as straight-line code: no closures, GET then SET ... PX only when something
+-- changed.
 --
 -- KEYS[1]  the limit's state key.
--- ARGV     op ('acquire', 'peek', 'refund'), now (µs, or '' for the server's TIME), cost
---          (or refund amount), min_ttl (ms), then limit and window (µs).
+-- ARGV     op ('acquire', 'peek', 'refund', 'hold', 'settle'), now (µs, or '' for the
+--          server's TIME), cost (or refund amount), min_ttl (ms), then limit and window
+--          (µs); 'hold' and 'settle' add a 7th: the hold (µs; the units are stamped at
+--          now + hold) or the stamp to give units back from.
 -- State    a string of `LogEntry`s oldest first, '<at>:<cost>' joined by ',', written with
 --          its TTL in the same SET; an empty log is no key. One string is one GET and
 --          one SET, where a sorted set of timestamps costs a ZRANGE (or ZREMRANGEBYSCORE
@@ -15,11 +18,19 @@
 local MAX = 4503599627370495
 
 local op = ARGV[1]
-local refund = op == 'refund'
-if op ~= 'acquire' and op ~= 'peek' and not refund then
+local settle = op == 'settle'
+local refund = op == 'refund' or settle
+local held = op == 'hold' or settle
+if op ~= 'acquire' and op ~= 'peek' and op ~= 'hold' and not refund then
   error({ err = 'REIN unknown operation' })
 end
-if #ARGV ~= 6 then
+local extra = 0
+if held then
+  if #ARGV ~= 7 then
+    error({ err = 'REIN expected 7 arguments' })
+  end
+  extra = ARGV[7] + 0
+elseif #ARGV ~= 6 then
   error({ err = 'REIN expected 6 arguments' })
 end
 local now
@@ -44,9 +55,10 @@ local limit, window = ARGV[5] + 0, ARGV[6] + 0
 -- Every argument an integer from 0 to MAX, checked at once: the script is callable by
 -- anyone with the ACL, and must never store what rein-core would not. `x % 1` is 0 only
 -- for an integer (NaN and infinities give NaN), so the sum is 0 only if each term is.
-if now % 1 + cost % 1 + min_ttl % 1 + limit % 1 + window % 1 ~= 0
+if now % 1 + cost % 1 + min_ttl % 1 + limit % 1 + window % 1 + extra % 1 ~= 0
     or now < 0 or now > MAX or cost < 0 or cost > MAX or min_ttl < 0 or min_ttl > MAX
-    or limit < 0 or limit > MAX or window < 0 or window > MAX then
+    or limit < 0 or limit > MAX or window < 0 or window > MAX or extra < 0
+    or extra > MAX then
   error({ err = 'REIN arguments must be integers from 0 to 2^52 - 1' })
 end
 if window == 0 then
@@ -84,43 +96,64 @@ if stored then
   end
 end
 
--- judged_at: never before the newest admission.
-local at = now
-if n > 0 and ats[n] > now then
-  at = ats[n]
+-- Decisions count every entry stamped after now - window, future stamps (leases)
+-- included. stamp_at: a plain admission is stamped never before the newest entry; a held
+-- one at now + hold, in order among the entries.
+local stamp = now
+if op == 'hold' then
+  stamp = math.min(now + extra, MAX)
+elseif n > 0 and ats[n] > now then
+  stamp = ats[n]
 end
 
 local write = false
+-- Set when the entries change other than by appending: the value is rebuilt from them.
+local rebuild = false
 if refund then
-  -- SlidingLog::refund: removes up to `amount` of the newest admissions in the window.
   local amount = cost
-  while amount > 0 and n > 0 and ats[n] + window > at do
-    local taken = math.min(amount, costs[n])
-    costs[n] = costs[n] - taken
-    total = total - taken
-    amount = amount - taken
-    write = true
-    if costs[n] == 0 then
-      n = n - 1
+  if settle then
+    -- SlidingLog::refund_held: up to `amount` from the entry at the stamp, nothing else.
+    for j = 1, n do
+      if ats[j] == extra then
+        local taken = math.min(amount, costs[j])
+        costs[j] = costs[j] - taken
+        total = total - taken
+        write = taken > 0
+        if costs[j] == 0 then
+          table.remove(ats, j)
+          table.remove(costs, j)
+          n = n - 1
+        end
+        break
+      end
+    end
+  else
+    -- SlidingLog::refund: removes up to `amount` of the newest admissions in the window.
+    while amount > 0 and n > 0 and ats[n] + window > now do
+      local taken = math.min(amount, costs[n])
+      costs[n] = costs[n] - taken
+      total = total - taken
+      amount = amount - taken
+      write = true
+      if costs[n] == 0 then
+        n = n - 1
+      end
     end
   end
+  rebuild = write
+  -- The figures are those of a zero-cost peek after the refund.
   cost = 0
-  -- The figures are those of a zero-cost peek after the refund, judged anew.
-  at = now
-  if n > 0 and ats[n] > now then
-    at = ats[n]
-  end
 end
 
 -- SlidingLog::decide: expired entries lead the log.
 local expired, live = 0, total
-while expired < n and ats[expired + 1] + window <= at do
+while expired < n and ats[expired + 1] + window <= now do
   expired = expired + 1
   live = live - costs[expired]
 end
 local remaining = math.max(limit - live, 0)
 local allowed, retry_after = 0, 0
--- newest_end: the newest entry (or this admission) leaves the window.
+-- newest_end: the newest entry (or this admission, if later) leaves the window.
 local newest = nil
 if n > 0 then
   newest = ats[n]
@@ -128,8 +161,8 @@ end
 if cost <= remaining then
   allowed = 1
   remaining = remaining - cost
-  if cost > 0 then
-    newest = at
+  if cost > 0 and (newest == nil or stamp > newest) then
+    newest = stamp
   end
 else
   -- Walk the live entries oldest first until enough cost has left the window.
@@ -143,37 +176,44 @@ else
   end
 end
 local reset_after = 0
-if newest ~= nil and newest + window > at then
+if newest ~= nil and newest + window > now then
   reset_after = math.min(newest + window - now, MAX)
 end
 
 local value = nil
-if refund and write then
+if allowed == 1 and cost > 0 and (op == 'acquire' or op == 'hold') then
+  write = true
+  if expired < n and ats[n] < stamp then
+    -- The live suffix as stored, then the new entry: every plain admission's case.
+    value = string.sub(stored, starts[expired + 1])
+    if string.sub(value, -1) ~= ',' then
+      value = value .. ','
+    end
+    value = value .. string.format('%d:%d', stamp, cost)
+  elseif expired == n then
+    value = string.format('%d:%d', stamp, cost)
+  else
+    -- Merged with an entry at the same microsecond, or placed before a later stamp.
+    local parts, placed = {}, false
+    for i = expired + 1, n do
+      if not placed and ats[i] >= stamp then
+        placed = true
+        if ats[i] == stamp then
+          costs[i] = costs[i] + cost
+        else
+          parts[#parts + 1] = string.format('%d:%d', stamp, cost)
+        end
+      end
+      parts[#parts + 1] = string.format('%d:%d', ats[i], costs[i])
+    end
+    value = table.concat(parts, ',')
+  end
+elseif rebuild then
   local parts = {}
   for i = 1, n do
     parts[i] = string.format('%d:%d', ats[i], costs[i])
   end
   value = table.concat(parts, ',')
-elseif allowed == 1 and cost > 0 and op == 'acquire' then
-  write = true
-  if expired < n and ats[n] == at then
-    -- Merges with an entry at the same microsecond: rebuilt, a rare case.
-    costs[n] = costs[n] + cost
-    local parts = {}
-    for i = expired + 1, n do
-      parts[#parts + 1] = string.format('%d:%d', ats[i], costs[i])
-    end
-    value = table.concat(parts, ',')
-  elseif expired < n then
-    -- The live suffix as stored, then the new entry.
-    value = string.sub(stored, starts[expired + 1])
-    if string.sub(value, -1) ~= ',' then
-      value = value .. ','
-    end
-    value = value .. string.format('%d:%d', at, cost)
-  else
-    value = string.format('%d:%d', at, cost)
-  end
 end
 
 if write then

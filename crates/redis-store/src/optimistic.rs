@@ -42,8 +42,8 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Value};
 use rein_core::{
-    DecideError, Decision, KeyError, Limiter, MAX_MICROS, NamedPolicy, PolicyState, PrepareError,
-    SourceError, StoreError, Timestamp,
+    DecideError, Decision, Held, KeyError, Limiter, MAX_MICROS, Micros, NamedPolicy, PolicyState,
+    PrepareError, SourceError, StoreError, Timestamp,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -181,7 +181,7 @@ impl OptimisticStore {
     ) -> Result<Decision, DecideError> {
         self.call(Op::Acquire, None, policy, key.as_ref(), cost)
             .await
-            .map(|(d, _)| d)
+            .map(|(d, _, _)| d)
     }
 
     /// [`acquire`](Self::acquire) at the caller's `now` (see "Clock" on
@@ -195,7 +195,7 @@ impl OptimisticStore {
     ) -> Result<Decision, DecideError> {
         self.call(Op::Acquire, Some(now), policy, key.as_ref(), cost)
             .await
-            .map(|(d, _)| d)
+            .map(|(d, _, _)| d)
     }
 
     /// What [`acquire`](Self::acquire) would answer, without writing anything: one round
@@ -208,7 +208,7 @@ impl OptimisticStore {
     ) -> Result<Decision, DecideError> {
         self.call(Op::Peek, None, policy, key.as_ref(), cost)
             .await
-            .map(|(d, _)| d)
+            .map(|(d, _, _)| d)
     }
 
     /// [`peek`](Self::peek) at the caller's `now`.
@@ -221,7 +221,7 @@ impl OptimisticStore {
     ) -> Result<Decision, DecideError> {
         self.call(Op::Peek, Some(now), policy, key.as_ref(), cost)
             .await
-            .map(|(d, _)| d)
+            .map(|(d, _, _)| d)
     }
 
     /// Gives up to `amount` back to every limit of `policy` for `key`, never beyond full.
@@ -260,7 +260,7 @@ impl OptimisticStore {
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())?;
         let read = self.attempts(Op::Peek, Some(Timestamp::EPOCH), policy, &keys, 0);
         match tokio::time::timeout(self.inner.deadline, read).await {
-            Ok(result) => result.map(|(_, state)| state).map_err(StateError::from),
+            Ok(result) => result.map(|(_, state, _)| state).map_err(StateError::from),
             Err(_) => Err(StoreError::Timeout(self.inner.deadline).into()),
         }
     }
@@ -303,9 +303,9 @@ impl OptimisticStore {
         policy: &RedisPolicy,
         key: &[u8],
         cost: u64,
-    ) -> Result<(Decision, PolicyState), DecideError> {
+    ) -> Result<(Decision, PolicyState, Timestamp), DecideError> {
         let capacity = policy.policy().capacity();
-        if op != Op::Refund && cost > capacity {
+        if !matches!(op, Op::Refund | Op::Settle(_)) && cost > capacity {
             return Err(DecideError::InsufficientCapacity { cost, capacity });
         }
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
@@ -356,7 +356,7 @@ impl OptimisticStore {
         policy: &RedisPolicy,
         keys: &[String],
         cost: u64,
-    ) -> Result<(Decision, PolicyState), StoreError> {
+    ) -> Result<(Decision, PolicyState, Timestamp), StoreError> {
         let inner = &*self.inner;
         let started = Instant::now();
         let classify = |e| store_error(e, started.elapsed());
@@ -364,7 +364,7 @@ impl OptimisticStore {
         let max_attempts = inner.max_attempts.get();
         let mut conflicts = 0;
         loop {
-            let (decision, state, writes) =
+            let (decision, state, now, writes) =
                 read_and_decide(&mut lease, op, now, policy, keys, cost, inner)
                     .await
                     .map_err(|e| match e {
@@ -373,7 +373,7 @@ impl OptimisticStore {
                     })?;
             let Some(writes) = writes else {
                 lease.release();
-                return Ok((decision, state));
+                return Ok((decision, state, now));
             };
             inner.counters.transactions.fetch_add(1, Ordering::Relaxed);
             let committed: Option<()> = codec::write_transaction(&writes)
@@ -384,7 +384,7 @@ impl OptimisticStore {
             lease.conn().watching = false;
             if committed.is_some() {
                 lease.release();
-                return Ok((decision, state));
+                return Ok((decision, state, now));
             }
             conflicts += 1;
             inner.counters.conflicts.fetch_add(1, Ordering::Relaxed);
@@ -447,6 +447,34 @@ impl Limiter for OptimisticStore {
         amount: u64,
     ) -> Result<(), DecideError> {
         self.call(Op::Refund, now, policy, key, amount).await?;
+        Ok(())
+    }
+
+    async fn acquire_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        cost: u64,
+        hold: Micros,
+    ) -> Result<Held, DecideError> {
+        let (decision, _, now) = self.call(Op::Hold(hold), now, policy, key, cost).await?;
+        Ok(Held {
+            decision,
+            stamp: now.saturating_add(hold),
+        })
+    }
+
+    async fn refund_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        amount: u64,
+        stamp: Timestamp,
+    ) -> Result<(), DecideError> {
+        self.call(Op::Settle(stamp), now, policy, key, amount)
+            .await?;
         Ok(())
     }
 
@@ -629,7 +657,7 @@ async fn read_and_decide<'k>(
     keys: &'k [String],
     cost: u64,
     inner: &Inner,
-) -> Result<(Decision, PolicyState, Option<Writes<'k>>), Read> {
+) -> Result<(Decision, PolicyState, Timestamp, Option<Writes<'k>>), Read> {
     let watch = op != Op::Peek;
     let conn = lease.conn();
     let read = codec::read_pipeline(keys, conn.watching, watch, now.is_none());
@@ -654,19 +682,29 @@ async fn read_and_decide<'k>(
             return Ok((
                 decide(policy.policy().peek(now, &state, cost))?,
                 state,
+                now,
                 None,
             ));
         }
-        Op::Acquire => {
-            let decision = decide(policy.policy().acquire(now, &mut state, cost))?;
+        Op::Acquire | Op::Hold(_) => {
+            let decision = match op {
+                Op::Hold(hold) => policy.policy().acquire_held(now, &mut state, cost, hold),
+                _ => policy.policy().acquire(now, &mut state, cost),
+            };
+            let decision = decide(decision)?;
             if !decision.is_allowed() {
                 // No write for a denial; the `WATCH` is dropped by the next borrower.
-                return Ok((decision, state, None));
+                return Ok((decision, state, now, None));
             }
             decision
         }
-        Op::Refund => {
-            decide(policy.policy().refund(now, &mut state, cost))?;
+        Op::Refund | Op::Settle(_) => {
+            match op {
+                Op::Settle(stamp) => {
+                    decide(policy.policy().refund_held(now, &mut state, cost, stamp))?
+                }
+                _ => decide(policy.policy().refund(now, &mut state, cost))?,
+            }
             // What an acquire of nothing would answer now: refunds report no decision, but
             // the caller's type wants one.
             decide(policy.policy().peek(now, &state, 0))?
@@ -684,9 +722,9 @@ async fn read_and_decide<'k>(
         writes.push((key.as_str(), codec::encode_value(new), ttl));
     }
     if writes.is_empty() {
-        return Ok((decision, state, None));
+        return Ok((decision, state, now, None));
     }
-    Ok((decision, state, Some(writes)))
+    Ok((decision, state, now, Some(writes)))
 }
 
 /// The first round trip failed: in Redis (classified by the caller, who knows how long the
@@ -729,6 +767,10 @@ enum Op {
     Acquire,
     Peek,
     Refund,
+    /// `Policy::acquire_held` with this hold.
+    Hold(Micros),
+    /// `Policy::refund_held` from this stamp.
+    Settle(Timestamp),
 }
 
 impl Op {
@@ -737,6 +779,8 @@ impl Op {
             Op::Acquire => "acquire",
             Op::Peek => "peek",
             Op::Refund => "refund",
+            Op::Hold(_) => "hold",
+            Op::Settle(_) => "settle",
         }
     }
 }

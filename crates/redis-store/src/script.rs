@@ -74,6 +74,10 @@ pub(crate) enum Op {
     Acquire,
     Peek,
     Refund,
+    /// `acquire_held`: the hold, µs, sent as the last argument.
+    Hold(u64),
+    /// `refund_held`: the stamp, µs, sent as the last argument.
+    Settle(u64),
 }
 
 impl Op {
@@ -82,6 +86,16 @@ impl Op {
             Op::Acquire => "acquire",
             Op::Peek => "peek",
             Op::Refund => "refund",
+            Op::Hold(_) => "hold",
+            Op::Settle(_) => "settle",
+        }
+    }
+
+    /// The argument the lease operations add after the policy's.
+    fn extra(self) -> Option<u64> {
+        match self {
+            Op::Hold(x) | Op::Settle(x) => Some(x.min(MAX_MICROS)),
+            _ => None,
         }
     }
 }
@@ -107,6 +121,13 @@ impl<'a> Invocation<'a> {
         min_ttl_ms: u64,
         policy: &'a RedisPolicy,
     ) -> Self {
+        // The lean token-bucket and fixed-window scripts know no lease operations: for
+        // them a held acquire is an acquire and a held refund a refund (as in rein-core).
+        let op = match (op, policy.script()) {
+            (Op::Hold(_), ScriptKind::TokenBucket | ScriptKind::FixedWindow) => Op::Acquire,
+            (Op::Settle(_), ScriptKind::TokenBucket | ScriptKind::FixedWindow) => Op::Refund,
+            (op, _) => op,
+        };
         Self {
             keys,
             op,
@@ -145,6 +166,9 @@ impl<'a> Invocation<'a> {
             .arg(self.cost)
             .arg(self.min_ttl_ms)
             .arg(self.policy.script_args());
+        if let Some(extra) = self.op.extra() {
+            cmd.arg(extra);
+        }
         cmd
     }
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
 use rein_core::{
-    DecideError, Decision, KeyError, Limiter, MAX_MICROS, NamedPolicy, PolicyState, PrepareError,
-    StoreError, Timestamp,
+    DecideError, Decision, Held, KeyError, Limiter, MAX_MICROS, Micros, NamedPolicy, PolicyState,
+    PrepareError, StoreError, Timestamp,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -194,7 +194,8 @@ where
         key: impl AsRef<[u8]>,
         amount: u64,
     ) -> Result<(), DecideError> {
-        self.refund_inner(None, policy, key.as_ref(), amount).await
+        self.refund_inner(Op::Refund, None, policy, key.as_ref(), amount)
+            .await
     }
 
     /// [`refund`](Self::refund) at the caller's `now`.
@@ -205,7 +206,7 @@ where
         key: impl AsRef<[u8]>,
         amount: u64,
     ) -> Result<(), DecideError> {
-        self.refund_inner(Some(now), policy, key.as_ref(), amount)
+        self.refund_inner(Op::Refund, Some(now), policy, key.as_ref(), amount)
             .await
     }
 
@@ -254,6 +255,20 @@ where
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
+        self.decide_at(op, now, policy, key, cost)
+            .await
+            .map(|(decision, _)| decision)
+    }
+
+    /// [`decide`](Self::decide), with the instant the script decided at.
+    async fn decide_at(
+        &self,
+        op: Op,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<(Decision, Timestamp), DecideError> {
         let capacity = policy.policy().capacity();
         if cost > capacity {
             return Err(DecideError::InsufficientCapacity { cost, capacity });
@@ -275,7 +290,7 @@ where
                 now_us = now.as_micros(),
                 "decided"
             );
-            Ok(decision)
+            Ok((decision, now))
         }
         .instrument(span)
         .await
@@ -284,6 +299,7 @@ where
 
     async fn refund_inner(
         &self,
+        op: Op,
         now: Option<Timestamp>,
         policy: &RedisPolicy,
         key: &[u8],
@@ -292,12 +308,12 @@ where
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         let span = tracing::debug_span!(
             "rein_redis",
-            op = Op::Refund.as_str(),
+            op = op.as_str(),
             policy = policy.name(),
             amount,
             slot_key = keys.first().map(String::as_str),
         );
-        self.invoke(&keys, Op::Refund, now, amount, policy)
+        self.invoke(&keys, op, now, amount, policy)
             .instrument(span)
             .await
             .map(|_| ())
@@ -440,7 +456,35 @@ where
         key: &[u8],
         amount: u64,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        self.refund_inner(now, policy, key, amount)
+        self.refund_inner(Op::Refund, now, policy, key, amount)
+    }
+
+    async fn acquire_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        cost: u64,
+        hold: Micros,
+    ) -> Result<Held, DecideError> {
+        let hold = Micros::from_micros(hold.as_micros().min(MAX_MICROS));
+        let op = Op::Hold(hold.as_micros());
+        let (decision, now) = self.decide_at(op, now, policy, key, cost).await?;
+        Ok(Held {
+            decision,
+            stamp: now.saturating_add(hold),
+        })
+    }
+
+    fn refund_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        amount: u64,
+        stamp: Timestamp,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send {
+        self.refund_inner(Op::Settle(stamp.as_micros()), now, policy, key, amount)
     }
 
     fn deadline(&self) -> Option<Duration> {

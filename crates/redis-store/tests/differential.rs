@@ -9,7 +9,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use redis::aio::ConnectionManager;
-use rein_core::{Algorithm, Limit, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp};
+use rein_core::{Algorithm, Limit, Limiter, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp};
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 
@@ -33,6 +33,11 @@ enum Op {
     Acquire(u64),
     Peek(u64),
     Refund(u64),
+    /// `acquire_held` with this cost and hold.
+    Hold(u64, u64),
+    /// `refund_held` of this amount from the stamp of the `.1`-th held acquire so far
+    /// (modulo; none yet: from the current instant).
+    Settle(u64, usize),
 }
 
 #[derive(Clone, Debug)]
@@ -85,6 +90,7 @@ async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<
     let policy = &case.policy;
     let mut state = policy.new_state();
     let mut now = case.start;
+    let mut stamps = Vec::new();
     for (i, step) in case.steps.iter().enumerate() {
         now = match step.clock {
             ClockMove::Stay => now,
@@ -109,6 +115,26 @@ async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<
                 policy.refund(t, &mut state, amount).expect("shape matches");
                 store
                     .refund_at(t, &named, key, amount)
+                    .await
+                    .map_err(|e| TestCaseError::fail(format!("step {i} {step:?}: {e}")))?;
+            }
+            Op::Hold(cost, hold) => {
+                let hold = Micros::from_micros(hold);
+                let core = policy.acquire_held(t, &mut state, cost, hold);
+                let redis = Limiter::acquire_held(store, Some(t), &named, key, cost, hold).await;
+                if let Ok(held) = &redis {
+                    prop_assert_eq!(held.stamp, t.saturating_add(hold), "step {} stamp", i);
+                    stamps.push(held.stamp);
+                }
+                let redis = redis.map(|held| held.decision);
+                same_outcome(i, step, core, redis).map_err(|e| context(e, &before))?;
+            }
+            Op::Settle(amount, pick) => {
+                let stamp = stamps.get(pick % stamps.len().max(1)).copied().unwrap_or(t);
+                policy
+                    .refund_held(t, &mut state, amount, stamp)
+                    .expect("shape matches");
+                Limiter::refund_held(store, Some(t), &named, key, amount, stamp)
                     .await
                     .map_err(|e| TestCaseError::fail(format!("step {i} {step:?}: {e}")))?;
             }
@@ -292,8 +318,12 @@ fn step(capacity: u64, scale: u64) -> impl Strategy<Value = Step> {
     ];
     let op = prop_oneof![
         6 => cost.clone().prop_map(Op::Acquire),
-        2 => cost.prop_map(Op::Peek),
+        2 => cost.clone().prop_map(Op::Peek),
         1 => prop_oneof![0..=small_cap + 2, Just(u64::MAX)].prop_map(Op::Refund),
+        3 => (cost, prop_oneof![3 => 0..=scale, 1 => 0..=MAX_MICROS])
+            .prop_map(|(cost, hold)| Op::Hold(cost, hold)),
+        2 => (prop_oneof![0..=small_cap + 2, Just(u64::MAX)], 0..8usize)
+            .prop_map(|(amount, pick)| Op::Settle(amount, pick)),
     ];
     (clock, op).prop_map(|(clock, op)| Step { clock, op })
 }

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use rein_core::{DecideError, Decision, Limiter, NamedPolicy, PrepareError, Timestamp};
+use rein_core::{
+    DecideError, Decision, Held, Limiter, Micros, NamedPolicy, PrepareError, Timestamp,
+};
 use rein_redis::{RedisPolicy, RedisStore};
 
 /// A `rein_redis::RedisStore` over a standalone server or a Cluster. Implements
@@ -64,6 +66,34 @@ impl Limiter for ConfiguredStore {
         match self {
             Self::Standalone(store) => Limiter::refund(store, now, policy, key, amount).await,
             Self::Cluster(store) => Limiter::refund(store, now, policy, key, amount).await,
+        }
+    }
+
+    async fn acquire_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        cost: u64,
+        hold: Micros,
+    ) -> Result<Held, DecideError> {
+        match self {
+            Self::Standalone(s) => Limiter::acquire_held(s, now, policy, key, cost, hold).await,
+            Self::Cluster(s) => Limiter::acquire_held(s, now, policy, key, cost, hold).await,
+        }
+    }
+
+    async fn refund_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        amount: u64,
+        stamp: Timestamp,
+    ) -> Result<(), DecideError> {
+        match self {
+            Self::Standalone(s) => Limiter::refund_held(s, now, policy, key, amount, stamp).await,
+            Self::Cluster(s) => Limiter::refund_held(s, now, policy, key, amount, stamp).await,
         }
     }
 

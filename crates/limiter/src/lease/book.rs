@@ -19,6 +19,14 @@
 //! a lost return, a reply after the flight's timeout, a block granted too late to use)
 //! leaves units counted in the store and unused here: it under-admits, never over-admits.
 //!
+//! # Sliding logs
+//! A sliding-log block ([`LeaseTerms::hold`]) is a held grant: its units are stamped in the
+//! store at the grant's end, so the block lives the hold from `sent_at`, and a return names
+//! that stamp. Such a return is exact whenever it runs (it removes only units never
+//! spent, from their own stamp), so log blocks have no return guard and no review: what is
+//! left goes back when the block ends, when a new grant replaces it (two stamps are not
+//! merged), when the key goes idle and at shutdown.
+//!
 //! # Call order and time
 //! 1. [`handle_request`](LeaseBook::handle_request) once per request; on
 //!    [`Admit::Wait`], call [`retry_request`](LeaseBook::retry_request) after the key's
@@ -125,6 +133,8 @@ pub enum Action {
         units: u64,
         /// The instant the reservation was made at; the store call goes out after it.
         at: Timestamp,
+        /// For a sliding log: `acquire_held` with this hold (report [`Reserved::Held`]).
+        hold: Option<Micros>,
     },
     /// `refund(amount = units)` on the key's policy; nothing to report.
     Return {
@@ -134,6 +144,8 @@ pub enum Action {
         units: u64,
         /// The instant the return was made at.
         at: Timestamp,
+        /// For a sliding log: `refund_held` from this stamp (the grant's).
+        stamp: Option<Timestamp>,
     },
 }
 
@@ -142,6 +154,8 @@ pub enum Action {
 pub enum Reserved {
     /// The store decided.
     Decided(Decision),
+    /// The store decided a held reservation (`acquire_held`) and stamped it here.
+    Held(Decision, Timestamp),
     /// The store gave no answer (timeout, connection, error): the units may have been
     /// taken.
     Failed,
@@ -200,6 +214,8 @@ struct Block {
     reviewed: bool,
     /// When the store said the limit is full again if nothing else is admitted.
     reset_at: Timestamp,
+    /// A sliding-log grant's stamp in the store: where its units are given back from.
+    stamp: Option<Timestamp>,
 }
 
 /// The one reservation in flight for a key.
@@ -333,6 +349,10 @@ impl LeaseBook {
         };
         entry.flight = None;
         let stats = &mut self.stats;
+        let (reply, stamp) = match reply {
+            Reserved::Held(d, stamp) => (Reserved::Decided(d), Some(stamp)),
+            other => (other, None),
+        };
         match reply {
             Reserved::Failed => {
                 stats.reservations_failed += 1;
@@ -350,7 +370,44 @@ impl LeaseBook {
                     let reset_at = flight.sent_at.saturating_add(d.reset_after);
                     if valid_until <= now {
                         // The reply came after the block's window closed: nothing to use.
-                        stats.units_stranded += flight.units;
+                        // A held grant's units can still go back from their stamp.
+                        match stamp {
+                            Some(stamp) => give_back(
+                                &mut self.actions,
+                                stats,
+                                &entry.key,
+                                flight.units,
+                                now,
+                                Some(stamp),
+                            ),
+                            None => stats.units_stranded += flight.units,
+                        }
+                    } else if let Some(stamp) = stamp {
+                        // Two stamps never merge: what is left of the older grant goes
+                        // back from its own stamp, and the new grant becomes the block.
+                        if let Some(old) = entry.block.take().filter(|b| b.units > 0) {
+                            let at = old.stamp.filter(|_| now < old.valid_until);
+                            match at {
+                                Some(at) => give_back(
+                                    &mut self.actions,
+                                    stats,
+                                    &entry.key,
+                                    old.units,
+                                    now,
+                                    Some(at),
+                                ),
+                                None => stats.units_stranded += old.units,
+                            }
+                        }
+                        entry.block = Some(Block {
+                            units: flight.units,
+                            size: flight.units,
+                            valid_until,
+                            review_at: valid_until,
+                            reviewed: true,
+                            reset_at,
+                            stamp: Some(stamp),
+                        });
                     } else {
                         entry.merge(flight.units, valid_until, reset_at, config.return_guard);
                     }
@@ -369,6 +426,8 @@ impl LeaseBook {
                 stats.reservations_unusable += 1;
                 entry.direct_until = Some(now.saturating_add(config.renew_interval));
             }
+            // Mapped to `Decided` above.
+            Reserved::Held(..) => {}
             Reserved::Decided(d) => {
                 stats.reservations_denied += 1;
                 let held = entry.held(now);
@@ -398,6 +457,7 @@ impl LeaseBook {
                         id,
                         units,
                         at: now,
+                        hold: entry.terms.hold(),
                     });
                 } else {
                     let wait = d.retry_after.min(config.renew_interval);
@@ -588,7 +648,12 @@ impl LeaseBook {
             _ => false,
         };
         if needs {
-            let held = entry.held(now);
+            // A log grant replaces the block (the rest goes back from its stamp), so it is
+            // asked for whole.
+            let held = match terms.hold() {
+                Some(_) => 0,
+                None => entry.held(now),
+            };
             let share = config.fair_share(terms);
             let units = entry
                 .target(now, &config)
@@ -613,6 +678,7 @@ impl LeaseBook {
                     id,
                     units,
                     at: now,
+                    hold: entry.terms.hold(),
                 });
             }
         }
@@ -638,7 +704,18 @@ impl LeaseBook {
         if let Some(b) = entry.block
             && now >= b.valid_until
         {
-            self.stats.units_stranded += b.units;
+            // A log block's units go back from their stamp; a window's are stranded.
+            match b.stamp.filter(|_| b.units > 0) {
+                Some(stamp) => give_back(
+                    &mut self.actions,
+                    &mut self.stats,
+                    &entry.key,
+                    b.units,
+                    now,
+                    Some(stamp),
+                ),
+                None => self.stats.units_stranded += b.units,
+            }
             entry.block = None;
         }
         if entry.denied.is_some_and(|d| now >= d.until) {
@@ -675,6 +752,7 @@ impl LeaseBook {
                     key: entry.key.clone(),
                     units: excess,
                     at: now,
+                    stamp: None,
                 });
             }
         }
@@ -693,14 +771,15 @@ impl LeaseBook {
         self.index.remove(&entry.key);
         self.free.push(slot);
         if let Some(b) = entry.block.filter(|b| b.units > 0 && now < b.valid_until) {
-            if returnable(now, b.valid_until, self.config.return_guard) {
-                self.stats.returns += 1;
-                self.stats.units_returned += b.units;
-                self.actions.push_back(Action::Return {
-                    key: entry.key,
-                    units: b.units,
-                    at: now,
-                });
+            if b.stamp.is_some() || returnable(now, b.valid_until, self.config.return_guard) {
+                give_back(
+                    &mut self.actions,
+                    &mut self.stats,
+                    &entry.key,
+                    b.units,
+                    now,
+                    b.stamp,
+                );
             } else {
                 self.stats.units_stranded += b.units;
             }
@@ -826,6 +905,7 @@ impl Entry {
                     review_at: review(valid_until),
                     reviewed: b.reviewed && valid_until == b.valid_until,
                     reset_at: b.reset_at.max(reset_at),
+                    stamp: None,
                 }
             }
             None => Block {
@@ -835,6 +915,7 @@ impl Entry {
                 review_at: review(valid_until),
                 reviewed: false,
                 reset_at,
+                stamp: None,
             },
         });
     }
@@ -889,6 +970,25 @@ impl Demand {
             self.start = self.start.saturating_add(Micros::from_micros(length));
         }
     }
+}
+
+/// Queues a return of `units` of `key` (from `stamp`, for a log grant) and counts it.
+fn give_back(
+    actions: &mut VecDeque<Action>,
+    stats: &mut LeaseStats,
+    key: &LeaseKey,
+    units: u64,
+    now: Timestamp,
+    stamp: Option<Timestamp>,
+) {
+    stats.returns += 1;
+    stats.units_returned += units;
+    actions.push_back(Action::Return {
+        key: key.clone(),
+        units,
+        at: now,
+        stamp,
+    });
 }
 
 /// Whether a return sent at `now` still executes before `valid_until`, by the guard.

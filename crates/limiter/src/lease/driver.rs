@@ -25,7 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use rein_core::{DecideError, Decision, KeyError, Limiter, NamedPolicy, PrepareError, Timestamp};
+use rein_core::{
+    DecideError, Decision, Held, KeyError, Limiter, Micros, NamedPolicy, PrepareError, Timestamp,
+};
 use rein_memory::Clock;
 use tokio::sync::Notify;
 
@@ -312,16 +314,30 @@ impl<S: Limiter + 'static> Shared<S> {
     /// Carries out one action of the book.
     async fn carry(self: Arc<Self>, action: Action) {
         match action {
-            Action::Reserve { key, id, units, at } => {
-                let reply = match self.policy(key.slot) {
-                    Some(policy) => {
+            Action::Reserve {
+                key,
+                id,
+                units,
+                at,
+                hold,
+            } => {
+                let reply = match (self.policy(key.slot), hold) {
+                    (Some(policy), None) => {
                         let now = self.store_time(at);
                         match self.store.acquire(now, &policy, &key.key, units).await {
                             Ok(decision) => Reserved::Decided(decision),
                             Err(_) => Reserved::Failed,
                         }
                     }
-                    None => Reserved::Failed,
+                    (Some(policy), Some(hold)) => {
+                        let now = self.store_time(at);
+                        let held = self.store.acquire_held(now, &policy, &key.key, units, hold);
+                        match held.await {
+                            Ok(held) => Reserved::Held(held.decision, held.stamp),
+                            Err(_) => Reserved::Failed,
+                        }
+                    }
+                    (None, _) => Reserved::Failed,
                 };
                 let now = self.clock.now();
                 let ((), actions) =
@@ -329,16 +345,28 @@ impl<S: Limiter + 'static> Shared<S> {
                 self.waker(&key.key).notify_waiters();
                 self.dispatch(actions);
             }
-            Action::Return { key, units, at } => {
-                let returned = match self.policy(key.slot) {
-                    Some(policy) => {
+            Action::Return {
+                key,
+                units,
+                at,
+                stamp,
+            } => {
+                let returned = match (self.policy(key.slot), stamp) {
+                    (Some(policy), None) => {
                         let now = self.store_time(at);
                         self.store
                             .refund(now, &policy, &key.key, units)
                             .await
                             .is_ok()
                     }
-                    None => false,
+                    (Some(policy), Some(stamp)) => {
+                        let now = self.store_time(at);
+                        self.store
+                            .refund_held(now, &policy, &key.key, units, stamp)
+                            .await
+                            .is_ok()
+                    }
+                    (None, _) => false,
                 };
                 if !returned {
                     self.returns_failed.fetch_add(1, Ordering::Relaxed);
@@ -424,6 +452,38 @@ impl<S: Limiter + 'static> Limiter for LeasedLimiter<S> {
         self.shared
             .store
             .refund(now, &policy.inner, key, amount)
+            .await
+    }
+
+    /// Straight to the store: a lease of a lease is not offered.
+    async fn acquire_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        cost: u64,
+        hold: Micros,
+    ) -> Result<Held, DecideError> {
+        let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
+        self.shared
+            .store
+            .acquire_held(now, &policy.inner, key, cost, hold)
+            .await
+    }
+
+    /// Straight to the store, as [`refund`](Self::refund).
+    async fn refund_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        amount: u64,
+        stamp: Timestamp,
+    ) -> Result<(), DecideError> {
+        let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
+        self.shared
+            .store
+            .refund_held(now, &policy.inner, key, amount, stamp)
             .await
     }
 

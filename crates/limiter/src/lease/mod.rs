@@ -12,7 +12,8 @@
 //! - `driver.rs`: [`LeasedLimiter`]: the thin async driver over any
 //!   [`Limiter`](rein_core::Limiter).
 //!
-//! Token buckets and sliding logs are decided directly for now; docs/leases.md ("Phase 2")
+//! Policies of sliding logs only are leased with held grants (`terms.rs`); token buckets are
+//! decided directly for now; docs/leases.md ("Phase 2")
 //! gives the design that leases them exactly with new store operations.
 
 mod book;

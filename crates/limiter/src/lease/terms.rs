@@ -21,8 +21,14 @@
 //! (`≤ W`) and every shorter counter's, so the reading is unambiguous. If the largest
 //! window is only a fixed window while a shorter sliding counter exists, `r` could come
 //! from either, and the policy is decided directly ([`Unleasable::AmbiguousReset`]).
-//! Token buckets and sliding logs need new store operations (phase 2) and are decided
-//! directly too.
+//!
+//! A policy of sliding logs only is leased with the store's held operations
+//! ([`Limiter::acquire_held`](rein_core::Limiter::acquire_held)): a grant's units are stamped
+//! at the store's instant plus the hold `V`, the latest a unit may be spent, so a block
+//! lives `V` from before it was asked for, whatever the windows. `V` is the smallest window
+//! over [`LOG_HOLD_DIVISOR`]: a spent unit counts up to `V` longer than its use, which
+//! costs about `V / (2W)` of the capacity leases serve (docs/leases.md, "Sliding log").
+//! Token buckets, and sliding logs beside other algorithms, are decided directly.
 
 use rein_core::{Decision, Limit, Micros, Policy};
 use thiserror::Error;
@@ -40,6 +46,8 @@ pub struct LeaseTerms {
     /// Whether a limit of window `W` is a sliding counter (its `reset_after` is offset by
     /// one more window).
     largest_is_counter: bool,
+    /// For a policy of sliding logs: the hold `V`, µs, of every grant (0: a window policy).
+    hold: u64,
 }
 
 /// Why a policy is decided directly rather than through leases. Not an error to the
@@ -52,9 +60,9 @@ pub enum Unleasable {
     /// (docs/leases.md, phase 2).
     #[error("a token bucket cannot be leased with acquire/refund (needs rate leases)")]
     TokenBucket,
-    /// A sliding log: units used later than reserved must be stamped at the lease's end,
-    /// which needs a new script operation (docs/leases.md, phase 2).
-    #[error("a sliding log cannot be leased with acquire/refund (needs end stamping)")]
+    /// A sliding log beside limits of other algorithms: one grant would need a window's
+    /// span and a log's stamp at once, which is not proven exact (docs/leases.md).
+    #[error("a sliding log beside other algorithms is not leased")]
     SlidingLog,
     /// A window does not divide the largest window: boundaries are not all multiples of
     /// the smallest window, and one `reset_after` cannot place them.
@@ -69,6 +77,26 @@ pub enum Unleasable {
 impl LeaseTerms {
     /// The terms of `policy`, or why it must be decided directly.
     pub fn new(policy: &Policy) -> Result<Self, Unleasable> {
+        let logs: Vec<u64> = policy
+            .limits()
+            .iter()
+            .filter_map(|l| match l {
+                Limit::SlidingLog(log) => Some(log.window().as_micros()),
+                _ => None,
+            })
+            .collect();
+        if logs.len() == policy.limits().len() {
+            // `Policy` holds at least one limit.
+            let smallest = logs.iter().copied().min().unwrap_or(1);
+            let largest = logs.iter().copied().max().unwrap_or(1);
+            return Ok(Self {
+                capacity: policy.capacity(),
+                smallest,
+                largest,
+                largest_is_counter: false,
+                hold: (smallest / LOG_HOLD_DIVISOR).max(1),
+            });
+        }
         let mut windows = Vec::with_capacity(policy.limits().len());
         for limit in policy.limits() {
             match limit {
@@ -93,7 +121,15 @@ impl LeaseTerms {
             smallest,
             largest,
             largest_is_counter,
+            hold: 0,
         })
+    }
+
+    /// For a policy of sliding logs, the hold of every grant: ask with
+    /// [`Limiter::acquire_held`](rein_core::Limiter::acquire_held) and give back with
+    /// [`Limiter::refund_held`](rein_core::Limiter::refund_held). `None` for windows.
+    pub fn hold(&self) -> Option<Micros> {
+        (self.hold > 0).then(|| Micros::from_micros(self.hold))
     }
 
     /// The policy's capacity: the largest block, and the largest cost.
@@ -116,6 +152,12 @@ impl LeaseTerms {
             return None;
         }
         let r = grant.reset_after.as_micros();
+        if self.hold > 0 {
+            // A held grant's own stamp leaves the window `hold + W` after the decision, and
+            // the combined reset is at least that: anything shorter (a failure policy's
+            // answer, a plain acquire's) was not stamped for a lease.
+            return (r >= self.hold + self.smallest).then(|| Micros::from_micros(self.hold));
+        }
         let big = self.largest;
         // `phase` = t mod W, from the largest window's own reading.
         let phase = if self.largest_is_counter {
@@ -126,6 +168,10 @@ impl LeaseTerms {
         Some(Micros::from_micros(self.smallest - phase % self.smallest))
     }
 }
+
+/// A sliding-log lease lives the smallest window over this: each spent unit counts at most
+/// `1/20` of a window longer than the plain log would count it (on average half that).
+pub const LOG_HOLD_DIVISOR: u64 = 20;
 
 #[cfg(test)]
 mod tests {
@@ -143,6 +189,39 @@ mod tests {
 
     fn sc(limit: u64, ms: u64) -> Limit {
         Limit::sliding_counter(limit, Micros::from_millis(ms)).unwrap()
+    }
+
+    #[test]
+    fn a_policy_of_sliding_logs_is_leased_for_a_twentieth_of_its_smallest_window() {
+        let log = |limit, ms| Limit::sliding_log(limit, Micros::from_millis(ms)).unwrap();
+        let policy = policy(&[log(10, 1_000), log(100, 60_000)]);
+        let terms = LeaseTerms::new(&policy).unwrap();
+        let hold = Micros::from_millis(50);
+        assert_eq!(terms.hold(), Some(hold));
+        let mut state = policy.new_state();
+        let now = Timestamp::from_micros(7_000_000);
+        // Whatever the log already holds, a held grant carries its own stamp's end.
+        for _ in 0..3 {
+            let grant = policy.acquire_held(now, &mut state, 2, hold).unwrap();
+            assert_eq!(terms.span(&grant), Some(hold));
+        }
+        // A plain admission of one log (a failure policy's local share) or fail open's is
+        // not a grant. (Of several logs, a longer window's reset may pass for one: a local
+        // share's grant is then spent, within the fallback's own slack, docs/failure.md.)
+        let one = self::policy(&[log(10, 1_000)]);
+        let plain = one.acquire(now, &mut one.new_state(), 2).unwrap();
+        assert_eq!(LeaseTerms::new(&one).unwrap().span(&plain), None);
+        let open = Decision {
+            reset_after: Micros::ZERO,
+            ..plain
+        };
+        assert_eq!(terms.span(&open), None);
+        assert_eq!(
+            LeaseTerms::new(&self::policy(&[fw(5, 100)]))
+                .unwrap()
+                .hold(),
+            None
+        );
     }
 
     #[test]
