@@ -371,6 +371,12 @@ fn lua_integer_division_is_exact_up_to_2_pow_53() {
         pairs.push((q * b - 1, b));
         pairs.push((q * b, b));
     }
+    // Pairs whose sum is just below 2^53, where `%` is still exact.
+    for &b in &divisors[..7] {
+        let a = (1u64 << 53) - 1 - b;
+        pairs.push((a - a % b - 1, b));
+        pairs.push((a, b));
+    }
     // The scripts' division: the remainder from `math.fmod` (exact), then an exact
     // division of the multiple that is left.
     let script = redis::Script::new(concat!(
@@ -381,6 +387,8 @@ fn lua_integer_division_is_exact_up_to_2_pow_53() {
         "  local q = (a - r) / b\n",
         "  out[#out + 1] = string.format('%d', q)\n",
         "  out[#out + 1] = string.format('%d', r)\n",
+        // And Lua's `%`, which the scripts use where `a + b < 2^53`.
+        "  out[#out + 1] = string.format('%d', a % b)\n",
         "end\n",
         "return out\n",
     ));
@@ -396,7 +404,14 @@ fn lua_integer_division_is_exact_up_to_2_pow_53() {
         }
         invocation.invoke_async(&mut conn).await.expect("eval")
     });
-    for ((a, b), qr) in pairs.iter().zip(replies.chunks(2)) {
-        assert_eq!(qr, [(a / b).to_string(), (a % b).to_string()], "{a} / {b}");
+    for ((a, b), qrm) in pairs.iter().zip(replies.chunks(3)) {
+        assert_eq!(
+            qrm[..2],
+            [(a / b).to_string(), (a % b).to_string()],
+            "{a} / {b}"
+        );
+        if a + b < 1 << 53 {
+            assert_eq!(qrm[2], (a % b).to_string(), "{a} % {b} in Lua");
+        }
     }
 }
