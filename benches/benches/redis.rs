@@ -142,6 +142,7 @@ fn main() {
     let bare = Arc::new(Bare {
         script: redis::Script::new(source),
         argv: script_args[2..].to_vec(),
+        tag: "tb",
     });
     rt.block_on(bare_throughput(&bare, &bare_conn, Duration::from_secs(1)));
 
@@ -239,14 +240,71 @@ fn main() {
     println!("| measure | rein-redis | bare redis-rs | ratio | goal |");
     println!("|---|---|---|---|---|");
     println!(
-        "| throughput, decisions/s ({TASKS} tasks, 1 conn) | {rein_rps:.0} | {bare_rps:.0} | \
-         {:.2} | |",
+        "| token bucket: throughput, decisions/s ({TASKS} tasks, 1 conn) | {rein_rps:.0} | \
+         {bare_rps:.0} | {:.2} | |",
         rein_rps / bare_rps
     );
     println!(
-        "| client CPU per decision, µs | {rein_client:.2} | {bare_client:.2} | {:.2} | <= 1.2 |",
+        "| token bucket: client CPU per decision, µs | {rein_client:.2} | {bare_client:.2} | \
+         {:.2} | <= 1.2 |",
         rein_client / bare_client
     );
+    // The other lean scripts, the same way: rein's client against bare redis-rs.
+    for (name, limit, script, params) in [
+        (
+            "fixed window",
+            Limit::fixed_window(1_000_000_000, Micros::from_secs(60)).expect("valid"),
+            "fixed_window",
+            ["1000000000", "60000000"],
+        ),
+        (
+            "sliding log",
+            Limit::sliding_log(1_000, Micros::from_secs(10)).expect("valid"),
+            "sliding_log",
+            ["1000", "10000000"],
+        ),
+    ] {
+        let policy =
+            Arc::new(RedisPolicy::new("bench", Policy::single(limit)).expect("valid name"));
+        let (_, source) = SCRIPTS
+            .iter()
+            .find(|(n, _)| *n == script)
+            .expect("a lean script");
+        let mut argv: Vec<String> = ["acquire", "", "1", "0"].map(str::to_owned).to_vec();
+        argv.extend(params.map(str::to_owned));
+        let bare = Arc::new(Bare {
+            script: redis::Script::new(source),
+            argv,
+            tag: script,
+        });
+        rt.block_on(bare_throughput(&bare, &bare_conn, Duration::from_secs(1)));
+        rt.block_on(rein_throughput(&store, &policy, Duration::from_secs(1)));
+        let (mut rein_rounds, mut bare_rounds) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let before = cpu("self");
+            let (count, elapsed) = rt.block_on(rein_throughput(&store, &policy, measure));
+            let after = cpu("self");
+            rein_rounds.push(Round::new(count, elapsed, after.own - before.own, 0.0));
+            let before = cpu("self");
+            let (count, elapsed) = rt.block_on(bare_throughput(&bare, &bare_conn, measure));
+            let after = cpu("self");
+            bare_rounds.push(Round::new(count, elapsed, after.own - before.own, 0.0));
+        }
+        let (rein_client, bare_client) = (
+            med(&rein_rounds, |r| r.client_us),
+            med(&bare_rounds, |r| r.client_us),
+        );
+        let (rein_rps, bare_rps) = (med(&rein_rounds, |r| r.rps), med(&bare_rounds, |r| r.rps));
+        println!(
+            "| {name}: throughput, decisions/s | {rein_rps:.0} | {bare_rps:.0} | {:.2} | |",
+            rein_rps / bare_rps
+        );
+        println!(
+            "| {name}: client CPU per decision, µs | {rein_client:.2} | {bare_client:.2} | \
+             {:.2} | <= 1.2 |",
+            rein_client / bare_client
+        );
+    }
     println!();
     let rps = |rounds: &[Round]| rounds.iter().map(|r| r.rps.round()).collect::<Vec<_>>();
     println!(
@@ -312,6 +370,8 @@ async fn rein_throughput(
 struct Bare {
     script: redis::Script,
     argv: Vec<String>,
+    /// Ends each key, so that each script has keys of its own.
+    tag: &'static str,
 }
 
 /// Decisions per second from `TASKS` tasks calling the script through bare redis-rs on one
@@ -330,7 +390,9 @@ async fn bare_throughput(
             let mut key = task.wrapping_mul(0x9e37_79b9_7f4a_7c15) % KEYS;
             while !stop.load(Ordering::Relaxed) {
                 key = (key + 7_919) % KEYS;
-                let mut invocation = bare.script.key(format!("bare:{{{key}}}:bench:0:tb"));
+                let mut invocation = bare
+                    .script
+                    .key(format!("bare:{{{key}}}:bench:0:{}", bare.tag));
                 for arg in &bare.argv {
                     invocation.arg(arg);
                 }
