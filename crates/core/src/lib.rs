@@ -75,7 +75,8 @@ pub use limiter::{
 };
 pub use policy::{MAX_LIMITS, Policy, PolicyState};
 pub use rate_share::{
-    Grant, RateShares, RateState, ReturnRequest, Share, ShareBucket, ShareError, TakeRequest, Taken,
+    Grant, RateAnswer, RateOp, RateShares, RateState, ReturnRequest, Share, ShareBucket,
+    ShareError, TakeRequest, Taken,
 };
 pub use sliding_counter::{SlidingCounter, SlidingCounterState};
 pub use sliding_log::{LogEntry, SlidingLog, SlidingLogState};

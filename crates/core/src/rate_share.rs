@@ -115,6 +115,29 @@ pub struct TakeRequest {
     pub validity: Micros,
 }
 
+/// One operation on a key's rate shares: what a store's
+/// [`Limiter::share_rate`](crate::Limiter::share_rate) runs atomically.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RateOp {
+    /// [`RateShares::take`].
+    Take(TakeRequest),
+    /// [`RateShares::give_back`].
+    Return(ReturnRequest),
+    /// [`RateShares::direct`] of this cost.
+    Direct(u64),
+}
+
+/// The answer to a [`RateOp`], of the same kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RateAnswer {
+    /// To [`RateOp::Take`].
+    Taken(Taken),
+    /// To [`RateOp::Return`]: whether it was applied.
+    Returned(bool),
+    /// To [`RateOp::Direct`].
+    Decided(Decision),
+}
+
 /// A node giving its share back: what [`RateShares::give_back`] takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReturnRequest {
@@ -170,6 +193,18 @@ pub enum ShareError {
     /// A validity of zero or above [`MAX_VALIDITY`].
     #[error("validity {0} µs is not in 1..={max}", max = MAX_VALIDITY.as_micros())]
     Validity(u64),
+    /// A grant id or a `seq` above [`MAX_MICROS`]: not one the store hands out or keeps.
+    #[error("{what} {value} exceeds 2^52-1")]
+    TooLarge {
+        /// Which field.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// The policy is not one token bucket whose share units are exact
+    /// ([`RateShares::new`]): decide it with `acquire`.
+    #[error("the policy is not a single shareable token bucket")]
+    NotShareable,
     /// A direct request costing more than the bucket's capacity: it can never be admitted.
     #[error("cost {cost} exceeds capacity {capacity}")]
     InsufficientCapacity {
@@ -212,6 +247,26 @@ impl RateShares {
         self.part_rate
     }
 
+    /// Runs `op` on `state` (the one dispatch every store uses).
+    pub fn apply(
+        &self,
+        now: Timestamp,
+        state: &mut RateState,
+        op: RateOp,
+    ) -> Result<RateAnswer, ShareError> {
+        Ok(match op {
+            RateOp::Take(request) => RateAnswer::Taken(self.take(now, state, request)?),
+            RateOp::Return(request) => RateAnswer::Returned(self.give_back(now, state, request)?),
+            RateOp::Direct(cost) => RateAnswer::Decided(self.direct(now, state, cost)?),
+        })
+    }
+
+    /// Whether `state` may be forgotten at `now` (every share ended, the direct share full):
+    /// a store drops it then.
+    pub fn is_forgettable(&self, now: Timestamp, state: &RateState) -> bool {
+        now.as_micros().saturating_sub(state.at.as_micros()) >= self.ttl(state).as_micros()
+    }
+
     /// Grants `request.node` its share, or renews it: see [`Taken`]. Always writes (the
     /// share's demand is recorded even when it gets nothing).
     pub fn take(
@@ -221,6 +276,8 @@ impl RateShares {
         request: TakeRequest,
     ) -> Result<Taken, ShareError> {
         check_node(request.node)?;
+        check_exact("held", request.held)?;
+        check_exact("seq", request.seq)?;
         if request.demand > MAX_DEMAND {
             return Err(ShareError::Demand(request.demand));
         }
@@ -322,6 +379,8 @@ impl RateShares {
         request: ReturnRequest,
     ) -> Result<bool, ShareError> {
         check_node(request.node)?;
+        check_exact("id", request.id)?;
+        check_exact("seq", request.seq)?;
         let eff = self.advance(now, state);
         let Some(i) = state.shares.iter().position(|s| {
             s.node == request.node
@@ -363,7 +422,7 @@ impl RateShares {
             let decision = Decision::allowed(
                 self.capacity,
                 (level - need) / self.token_units,
-                self.reset_after(eff, &next),
+                self.ttl(&next),
             );
             if cost > 0 {
                 *state = next;
@@ -371,7 +430,7 @@ impl RateShares {
             return Ok(decision);
         }
         let (burst, parts) = next.reserved(eff);
-        let rate = (RATE_PARTS - parts) * self.part_rate;
+        let rate = RATE_PARTS.saturating_sub(parts) * self.part_rate;
         let retry_after = if rate > 0 && cost <= self.capacity.saturating_sub(burst) {
             div_ceil(need - level, rate)
         } else {
@@ -387,7 +446,7 @@ impl RateShares {
             self.capacity,
             level / self.token_units,
             Micros::from_micros(retry_after),
-            self.reset_after(eff, &next),
+            self.ttl(&next),
         ))
     }
 
@@ -408,22 +467,36 @@ impl RateShares {
         self.capacity * self.token_units
     }
 
-    /// Refills the direct share up to `max(now, at)` at the rate it had at `at`, drops the
-    /// shares that ended, and returns that instant.
+    /// Refills the direct share up to `max(now, at)` and drops the shares that ended,
+    /// returning that instant. The direct share's rate and burst change only where a
+    /// reservation ends, so the refill runs piece by piece between those instants, each
+    /// piece at the rate of the reservations live in it: exact.
     fn advance(&self, now: Timestamp, state: &mut RateState) -> u64 {
         let at = state.at.as_micros();
         let eff = now.as_micros().max(at);
-        let (burst, parts) = state.reserved(at);
-        let floor = burst.saturating_mul(self.token_units);
-        let rate = (RATE_PARTS.saturating_sub(parts)) * self.part_rate;
-        if state.drawn > floor && rate > 0 {
-            let excess = state.drawn - floor;
-            let dt = eff - at;
-            state.drawn = if dt >= div_ceil(excess, rate) {
-                floor
-            } else {
-                state.drawn - dt * rate
-            };
+        let mut ends: Vec<u64> = state
+            .shares
+            .iter()
+            .flat_map(|s| [s.until.as_micros(), s.hold_until.as_micros()])
+            .filter(|&e| at < e && e < eff)
+            .collect();
+        ends.push(eff);
+        ends.sort_unstable();
+        let mut cursor = at;
+        for end in ends {
+            let (burst, parts) = state.reserved(cursor);
+            let floor = burst.min(self.capacity) * self.token_units;
+            let rate = RATE_PARTS.saturating_sub(parts) * self.part_rate;
+            if state.drawn > floor && rate > 0 {
+                let excess = state.drawn - floor;
+                let dt = end - cursor;
+                state.drawn = if dt >= div_ceil(excess, rate) {
+                    floor
+                } else {
+                    state.drawn - dt * rate
+                };
+            }
+            cursor = end;
         }
         state.at = Timestamp::from_micros(eff);
         state.shares.retain(|s| eff < s.end().as_micros());
@@ -433,15 +506,7 @@ impl RateShares {
     /// The direct share never holds more than the burst no share reserves.
     fn clamp(&self, eff: u64, state: &mut RateState) {
         let (burst, _) = state.reserved(eff);
-        state.drawn = state.drawn.max(burst.saturating_mul(self.token_units));
-    }
-
-    fn reset_after(&self, eff: u64, state: &RateState) -> Micros {
-        Micros::from_micros(
-            self.ttl(state)
-                .as_micros()
-                .saturating_sub(eff - state.at.as_micros()),
-        )
+        state.drawn = state.drawn.max(burst.min(self.capacity) * self.token_units);
     }
 }
 
@@ -570,6 +635,14 @@ impl ShareBucket {
 fn check_node(node: u64) -> Result<(), ShareError> {
     if node == 0 || node > MAX_MICROS {
         Err(ShareError::Node(node))
+    } else {
+        Ok(())
+    }
+}
+
+fn check_exact(what: &'static str, value: u64) -> Result<(), ShareError> {
+    if value > MAX_MICROS {
+        Err(ShareError::TooLarge { what, value })
     } else {
         Ok(())
     }
