@@ -607,6 +607,17 @@ impl ShareBucket {
         }
     }
 
+    /// How long until `cost` tokens are held at this rate, or `None` if they never will be
+    /// (no rate, or a cost above the burst).
+    pub fn wait_for(&self, shares: &RateShares, cost: u64) -> Option<Micros> {
+        let need = u128::from(cost) * u128::from(shares.token_units) * 1_000;
+        if need > self.cap || self.rate == 0 {
+            return None;
+        }
+        let wait = need.saturating_sub(self.milli_units).div_ceil(self.rate);
+        Some(Micros::from_micros(u64::try_from(wait).unwrap_or(u64::MAX)))
+    }
+
     /// The local instant spending ends.
     pub fn until(&self) -> Timestamp {
         self.until

@@ -9,18 +9,21 @@
 //! - `terms.rs`: [`LeaseTerms`]: which policies can be leased with the store's existing
 //!   `acquire`/`refund` (fixed windows and sliding counters) and how long a grant lives.
 //! - `book.rs`: [`LeaseBook`]: the per-key lease state machine, sans-IO.
+//! - `rate.rs`: [`RateBook`]: the per-key rate leases of token buckets (sub-buckets),
+//!   sans-IO, over the store's [`share_rate`](rein_core::Limiter::share_rate).
 //! - `driver.rs`: [`LeasedLimiter`]: the thin async driver over any
 //!   [`Limiter`](rein_core::Limiter).
 //!
-//! Token buckets and sliding logs are decided directly for now; docs/leases.md ("Phase 2")
-//! gives the design that leases them exactly with new store operations.
+//! Sliding logs are decided directly for now; docs/leases.md ("Phase 2") gives the design.
 
 mod book;
 mod driver;
+mod rate;
 mod terms;
 
 pub use book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, Reserved};
 pub use driver::{LeaseDecided, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy};
+pub use rate::{RateAction, RateBook, TakeReply};
 pub use terms::{LeaseTerms, Unleasable};
 
 /// Where a [`LeasedLimiter`] decision came from.
@@ -56,6 +59,9 @@ pub enum DirectReason {
     StoreTrouble,
     /// The limiter was shut down.
     Closed,
+    /// A token bucket's key with no valid rate share here (before the first grant, after a
+    /// failed renewal, or after the share lapsed): the store's direct share decides.
+    NoShare,
 }
 
 /// A [`LeasedLimiter`]'s counters (cumulative since it was built).
