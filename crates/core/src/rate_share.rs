@@ -107,6 +107,11 @@ pub struct TakeRequest {
     /// a request older than one the store has run for this share is refused
     /// ([`Taken::Stale`]), so that a request the node gave up on cannot undo a later one.
     pub seq: u64,
+    /// The `seq` of the take whose grant the node spends now (the last one it applied), or
+    /// 0. When it is the share's latest grant, the node spends nothing older, and the
+    /// store stops reserving the chain's earlier grants (so a shrink frees its rate at the
+    /// next renewal instead of when every earlier grant has ended).
+    pub applied: u64,
     /// The node's observed demand, tokens per second (at most [`MAX_DEMAND`]): shares are
     /// divided in proportion to it.
     pub demand: u64,
@@ -278,6 +283,7 @@ impl RateShares {
         check_node(request.node)?;
         check_exact("held", request.held)?;
         check_exact("seq", request.seq)?;
+        check_exact("applied", request.applied)?;
         if request.demand > MAX_DEMAND {
             return Err(ShareError::Demand(request.demand));
         }
@@ -319,9 +325,18 @@ impl RateShares {
         let until = Timestamp::from_micros(eff + validity);
         // Whatever the node may still be spending under this share's earlier grants stays
         // reserved until they end, whether this grant continues them or not (a request
-        // the node gave up on may run after one it did not).
-        let (hold_burst, hold_parts) = old.map_or((0, 0), |s| s.reserved(eff));
-        let hold_until = old.map_or(Timestamp::EPOCH, |s| s.end());
+        // the node gave up on may run after one it did not). If the node spends the latest
+        // grant, that one alone; otherwise all of them, merged (larger, and longer).
+        let (hold_burst, hold_parts, hold_until) = match (old, continued) {
+            (Some(old), Some(_)) if request.applied != 0 && request.applied == old.seq => {
+                (old.burst, old.parts, old.until)
+            }
+            (Some(old), _) => {
+                let (burst, parts) = old.reserved(eff);
+                (burst, parts, old.end())
+            }
+            (None, _) => (0, 0, Timestamp::EPOCH),
+        };
         let (id, moved) = match continued {
             // A growing share takes the difference from the direct share: the node holds
             // at most what was reserved for it, so it ends with at most `burst`.
@@ -697,6 +712,7 @@ mod tests {
             node,
             held,
             seq,
+            applied: 0,
             demand,
             validity: Micros::from_millis(100),
         }

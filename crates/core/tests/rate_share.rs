@@ -65,6 +65,8 @@ struct Node {
     bucket: ShareBucket,
     held: u64,
     seq: u64,
+    /// The seq of the take whose grant the node spends.
+    applied: u64,
     /// The seq of the take this node waits for, and until when it waits.
     waiting: Option<(u64, u64)>,
 }
@@ -175,6 +177,7 @@ fn run(world: &World) -> Result<(), TestCaseError> {
                             n.bucket
                                 .apply(t, &shares, &grant, Timestamp::from_micros(until), 0);
                             n.held = grant.id;
+                            n.applied = seq;
                         }
                     }
                 }
@@ -218,6 +221,7 @@ fn run(world: &World) -> Result<(), TestCaseError> {
                     node: node as u64 + 1,
                     held: n.held,
                     seq: n.seq,
+                    applied: n.applied,
                     demand,
                     validity: Micros::from_micros(validity_us),
                 };
@@ -248,6 +252,7 @@ fn run(world: &World) -> Result<(), TestCaseError> {
                 // The node spends nothing of the share from the moment it sends this.
                 n.bucket.clear();
                 n.held = 0;
+                n.applied = 0;
                 if let Some(d) = exec {
                     order += 1;
                     events.push((now + d, order, Event::Return(request)));

@@ -259,6 +259,7 @@ mod tests {
             node: 3,
             held: 0,
             seq: 1,
+            applied: 0,
             demand: 10,
             validity: Micros::from_millis(100),
         });

@@ -5,7 +5,7 @@
 -- KEYS[1]  the bucket's share state: a hash.
 -- ARGV     op ('take', 'return', 'direct'), now (µs, or '' for the server's TIME), min_ttl
 --          (ms), capacity, token_units, part_rate (RateShares's parameters), then per op:
---            take    node, held, seq, demand, validity (µs)
+--            take    node, held, seq, applied, demand, validity (µs)
 --            return  node, id, seq, units
 --            direct  cost
 -- State    field 's' = '<drawn>:<at>:<next_id>'; per share, field 'n<node>' =
@@ -26,7 +26,7 @@ local MAX_DEMAND = 4294967295
 local MAX_VALIDITY = 3600000000
 
 local op = ARGV[1]
-local nargs = ({ take = 11, ['return'] = 10, direct = 7 })[op]
+local nargs = ({ take = 12, ['return'] = 10, direct = 7 })[op]
 if nargs == nil then
   error({ err = 'REIN unknown operation' })
 end
@@ -269,7 +269,7 @@ if op == 'return' then
 end
 
 -- take
-local held, seq, demand, validity = args[8], args[9], args[10], args[11]
+local held, seq, applied, demand, validity = args[8], args[9], args[10], args[11], args[12]
 if demand > MAX_DEMAND then
   error({ err = 'REIN demand too large' })
 end
@@ -312,9 +312,12 @@ local burst = math.min(math.max(div(capacity * target, PARTS), 1),
 local level = math.max(full - drawn, 0)
 local continued = old ~= nil and held ~= 0 and old[1] == held and eff < old[4]
 local until_ = math.min(eff + validity, MAX)
--- The earlier grants stay reserved until they end, continued or not.
+-- The earlier grants stay reserved until they end, continued or not: the latest alone if
+-- the node spends it, otherwise all of them, merged.
 local hold_burst, hold_parts, hold_until = 0, 0, 0
-if old ~= nil then
+if old ~= nil and continued and applied ~= 0 and applied == old[6] then
+  hold_burst, hold_parts, hold_until = old[2], old[3], old[4]
+elseif old ~= nil then
   hold_burst, hold_parts = reserved(old, eff)
   hold_until = share_end(old)
 end

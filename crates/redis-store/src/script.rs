@@ -291,7 +291,14 @@ pub(crate) fn rate_args(
     let (name, numbers): (&str, Vec<u64>) = match *op {
         RateOp::Take(r) => (
             "take",
-            vec![r.node, r.held, r.seq, r.demand, r.validity.as_micros()],
+            vec![
+                r.node,
+                r.held,
+                r.seq,
+                r.applied,
+                r.demand,
+                r.validity.as_micros(),
+            ],
         ),
         // A return of more than MAX_MICROS units means the same as MAX_MICROS: a share holds
         // at most `capacity × token_units`, itself at most that.

@@ -98,8 +98,8 @@ async fn run_case(
     let policy = RedisPolicy::new("p", Policy::single(bucket)).expect("policy");
     let key = store.keys(&policy, b"user").expect("key").remove(0);
     let mut state = RateState::default();
-    // Per node: its latest grant id and its seq.
-    let mut nodes = [(0u64, 0u64); 6];
+    // Per node: its latest grant id, its seq, and the seq of its latest grant.
+    let mut nodes = [(0u64, 0u64, 0u64); 6];
     let mut now = case.start;
     for (i, &(dt, step)) in case.steps.iter().enumerate() {
         now = now.saturating_add_signed(dt).min(MAX_MICROS);
@@ -112,7 +112,7 @@ async fn run_case(
                 demand,
                 validity_us,
             } => {
-                let (id, seq) = &mut nodes[node as usize];
+                let (id, seq, applied) = &mut nodes[node as usize];
                 if !stale {
                     *seq += 1;
                 }
@@ -120,6 +120,7 @@ async fn run_case(
                     node,
                     held: if right_id { *id } else { *id + 7 },
                     seq: *seq,
+                    applied: if right_id { *applied } else { 0 },
                     demand,
                     validity: Micros::from_micros(validity_us),
                 })
@@ -129,7 +130,7 @@ async fn run_case(
                 right_id,
                 units,
             } => {
-                let (id, seq) = &mut nodes[node as usize];
+                let (id, seq, _) = &mut nodes[node as usize];
                 *seq += 1;
                 RateOp::Return(ReturnRequest {
                     node,
@@ -154,6 +155,7 @@ async fn run_case(
         }
         if let (Ok(RateAnswer::Taken(Taken::Granted(g))), RateOp::Take(r)) = (core, op) {
             nodes[r.node as usize].0 = g.id;
+            nodes[r.node as usize].2 = r.seq;
         }
         let stored = read_state(&mut conn, &key).await?;
         prop_assert_eq!(&stored, &state, "state after step {} {:?}", i, op);
@@ -213,6 +215,7 @@ fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
             node: 1,
             held: 0,
             seq: 1,
+            applied: 0,
             demand: 5,
             validity: Micros::from_millis(100),
         });
@@ -252,6 +255,7 @@ fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
             node: 0,
             held: 0,
             seq: 1,
+            applied: 0,
             demand: 5,
             validity: Micros::from_millis(100),
         });
@@ -274,9 +278,9 @@ fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
             .expect("registered")
             .1;
         for argv in [
-            vec!["take", "1", "0", "10", "1000", "1", "1", "0", "1", "5"],
+            vec!["take", "1", "0", "10", "1000", "1", "1", "0", "1", "0", "5"],
             vec![
-                "take", "1", "0", "10", "1000", "1", "1", "0", "1", "5", "-1",
+                "take", "1", "0", "10", "1000", "1", "1", "0", "1", "0", "5", "-1",
             ],
             vec!["direct", "1", "0", "10", "1000", "1", "1.5"],
             vec!["direct", "1", "0", "0", "1000", "1", "1"],

@@ -152,6 +152,48 @@ impl LeaseStats {
         metrics::counter!("rein_lease_returns_total", "limiter" => limiter).absolute(self.returns);
     }
 
+    /// Adds `other`'s counters to these.
+    fn add(&mut self, other: &LeaseStats) {
+        let LeaseStats {
+            leased,
+            denied_locally,
+            direct,
+            direct_unleasable,
+            waits,
+            reservations,
+            reservations_granted,
+            reservations_denied,
+            reservations_failed,
+            reservations_lost,
+            reservations_unusable,
+            late_grants,
+            units_reserved,
+            returns,
+            units_returned,
+            returns_failed,
+            units_stranded,
+            units_in_doubt,
+        } = *other;
+        self.leased += leased;
+        self.denied_locally += denied_locally;
+        self.direct += direct;
+        self.direct_unleasable += direct_unleasable;
+        self.waits += waits;
+        self.reservations += reservations;
+        self.reservations_granted += reservations_granted;
+        self.reservations_denied += reservations_denied;
+        self.reservations_failed += reservations_failed;
+        self.reservations_lost += reservations_lost;
+        self.reservations_unusable += reservations_unusable;
+        self.late_grants += late_grants;
+        self.units_reserved += units_reserved;
+        self.returns += returns;
+        self.units_returned += units_returned;
+        self.returns_failed += returns_failed;
+        self.units_stranded += units_stranded;
+        self.units_in_doubt += units_in_doubt;
+    }
+
     fn count(&mut self, admit: &Admit) {
         match admit {
             Admit::Leased(_) => self.leased += 1,

@@ -99,6 +99,8 @@ struct RateLease {
     held: u64,
     /// The last `seq` sent.
     seq: u64,
+    /// The `seq` of the take whose grant is spent now (0: none).
+    applied: u64,
     flight: Option<Flight>,
     /// The next take is due at this instant.
     renew_at: Timestamp,
@@ -165,6 +167,7 @@ impl RateBook {
                 bucket: ShareBucket::default(),
                 held: 0,
                 seq: 0,
+                applied: 0,
                 flight: None,
                 renew_at: now,
                 asked: 0,
@@ -250,6 +253,7 @@ impl RateBook {
                     .bucket
                     .apply(now, &lease.shares, &grant, until, CLOCK_MARGIN_PERMILLE);
                 lease.held = grant.id;
+                lease.applied = flight.seq;
                 self.stats.reservations_granted += 1;
                 self.stats.units_reserved += grant.moved / lease.shares.token_units();
             }
@@ -358,6 +362,7 @@ impl RateBook {
             node,
             held: lease.held,
             seq: lease.seq,
+            applied: lease.applied,
             demand,
             validity,
         }

@@ -21,10 +21,11 @@
 //! (`≤ W`) and every shorter counter's, so the reading is unambiguous. If the largest
 //! window is only a fixed window while a shorter sliding counter exists, `r` could come
 //! from either, and the policy is decided directly ([`Unleasable::AmbiguousReset`]).
-//! Token buckets and sliding logs need new store operations (phase 2) and are decided
-//! directly too.
+//! Sliding logs need new store operations (phase 2) and are decided directly too; a policy
+//! of one token bucket is leased as rate ([`rate_shares`], `rate.rs`), any other policy
+//! with a token bucket directly.
 
-use rein_core::{Decision, Limit, Micros, Policy};
+use rein_core::{Decision, Limit, Micros, Policy, RateShares};
 use thiserror::Error;
 
 /// How a leasable policy's grants are read. Small and `Copy`: the lease book keeps one per
@@ -48,9 +49,10 @@ pub struct LeaseTerms {
 #[non_exhaustive]
 pub enum Unleasable {
     /// A token bucket: a block of tokens spent later over-admits by the refill meanwhile.
-    /// Leasing it exactly means leasing rate (sub-buckets), which needs new store state
-    /// (docs/leases.md, phase 2).
-    #[error("a token bucket cannot be leased with acquire/refund (needs rate leases)")]
+    /// A policy of one token bucket is leased as rate instead ([`rate_shares`]); a token
+    /// bucket beside other limits, or one whose share units are not exact, is decided
+    /// directly.
+    #[error("a token bucket cannot be leased in blocks (one alone is leased as rate)")]
     TokenBucket,
     /// A sliding log: units used later than reserved must be stamped at the lease's end,
     /// which needs a new script operation (docs/leases.md, phase 2).
@@ -124,6 +126,15 @@ impl LeaseTerms {
             (0 < r && r <= big).then(|| big - r)?
         };
         Some(Micros::from_micros(self.smallest - phase % self.smallest))
+    }
+}
+
+/// For a policy of one token bucket whose share units are exact: its rate shares. Such a
+/// policy is leased as rate (sub-buckets, `rate.rs`) rather than in blocks.
+pub fn rate_shares(policy: &Policy) -> Option<RateShares> {
+    match policy.limits() {
+        [Limit::TokenBucket(bucket)] => RateShares::new(bucket).ok(),
+        _ => None,
     }
 }
 
