@@ -784,6 +784,37 @@ mod tests {
         assert!(!s.give_back(t, &mut state, back(1, a.id, 3, 5)).unwrap());
     }
 
+    /// A's shrink reaches the store but not A, twice: A still spends its first grant, so
+    /// that grant stays reserved until it ends, and B cannot take its rate meanwhile. Once
+    /// A renews naming the latest grant, only that one is held.
+    #[test]
+    fn a_grant_the_node_never_saw_does_not_release_the_one_it_spends() {
+        let s = shares(10, 10_000, 1_000);
+        let mut state = RateState::default();
+        let a1 = take(&s, 0, &mut state, request(1, 0, 1, 100));
+        assert_eq!((a1.burst, a1.parts), (10, 1_000));
+        take(&s, 1_000, &mut state, request(2, 0, 1, 100));
+        // Two renewals of A whose replies are lost: A still spends a1 (seq 1).
+        let applied_1 = |seq| TakeRequest {
+            applied: 1,
+            ..request(1, a1.id, seq, 100)
+        };
+        take(&s, 2_000, &mut state, applied_1(2));
+        take(&s, 3_000, &mut state, applied_1(3));
+        let a = state.shares.iter().find(|x| x.node == 1).copied().unwrap();
+        assert_eq!(a.reserved(3_000), (10, 1_000));
+        assert_eq!(a.reserved(99_999), (10, 1_000));
+        // A hears back and renews naming its latest grant (seq 4): only that is held.
+        let a4 = take(&s, 4_000, &mut state, applied_1(4));
+        let named = TakeRequest {
+            applied: 4,
+            ..request(1, a1.id, 5, 100)
+        };
+        take(&s, 5_000, &mut state, named);
+        let a = state.shares.iter().find(|x| x.node == 1).copied().unwrap();
+        assert_eq!(a.reserved(5_000), (a4.burst, a4.parts));
+    }
+
     #[test]
     fn bad_requests_are_typed_errors() {
         let s = shares(10, 1, 1_000);
