@@ -6,10 +6,11 @@
 //! by the store ([`rein_core::RateShares`]) and spends it locally ([`ShareBucket`]). The
 //! book renews the share every renewal interval, reporting the key's demand, so shares
 //! follow demand; it gives the share back, with its unspent tokens, when the key goes
-//! idle or the node shuts down. A request the sub-bucket cannot serve while the share is
+//! idle or the node shuts down. A request the sub-bucket cannot serve yet while the share is
 //! valid is denied locally (what is left belongs to other nodes' shares, or to the direct
-//! share the store decides); without a valid share (before the first grant, after a failed
-//! renewal, after the share lapsed) requests go to the store's direct share.
+//! share the store decides); one it can never serve (above its burst, or a share of no
+//! rate) and any request without a valid share (before the first grant, after a failed
+//! renewal, after the share lapsed) go to the store's direct share.
 //!
 //! # The invariant
 //! Tokens are spent only from the latest grant the book applied, before its local end
@@ -193,14 +194,12 @@ impl RateBook {
                 reset_after: Micros::ZERO,
                 limit_index: 0,
             })
-        } else if now < lease.bucket.until() {
-            // A valid share without the tokens: the rest of the bucket is other shares'.
-            let retry_after = lease
-                .bucket
-                .wait_for(&lease.shares, cost)
-                .unwrap_or(config.renew_interval)
-                .min(config.renew_interval)
-                .max(Micros::from_micros(1));
+        } else if now < lease.bucket.until()
+            && let Some(wait) = lease.bucket.wait_for(&lease.shares, cost)
+        {
+            // A valid share that will have the tokens: the rest of the bucket is other
+            // shares', or the direct share's, so the store would not do better now.
+            let retry_after = wait.min(config.renew_interval).max(Micros::from_micros(1));
             Admit::Denied(Decision {
                 outcome: Outcome::Denied,
                 limit: lease.shares.capacity(),
@@ -209,6 +208,9 @@ impl RateBook {
                 reset_after: retry_after,
                 limit_index: 0,
             })
+        } else if now < lease.bucket.until() {
+            // Above this node's burst, or a share of no rate: only the store can say.
+            Admit::Direct(DirectReason::AboveShare)
         } else {
             Admit::Direct(DirectReason::NoShare)
         };
