@@ -8,6 +8,9 @@
 //!   several times, no window admits more than the limit and the full windows together
 //!   admit at least 95 % of what the limit allows, most of it from leases.
 //!
+//! - **Token buckets** (leased as rate): at twice the rate, equal or skewed 1:9, every
+//!   admission replayed through one plain `TokenBucket` is admitted, and from 1 s on at
+//!   least 95 % of the rate is used.
 //! - **Single flight**: over a store double that answers 20 ms late, 64 concurrent requests
 //!   on a hot key cost one reservation, not 64 store calls.
 //! - **SIGKILL**: a worker killed while holding a lease strands at most its fair share;
