@@ -223,7 +223,14 @@ impl RateBook {
             });
             self.stats.reservations += 1;
         }
-        self.arm(now, &key.into_owned());
+        // Most requests find their timer already armed no later than needed: no key copy.
+        if lease
+            .timer
+            .is_none_or(|t| t > Self::due(config, now, lease))
+        {
+            let owned = owned.clone();
+            self.arm(now, &owned);
+        }
         self.count(admit)
     }
 
@@ -376,11 +383,7 @@ impl RateBook {
         let Some(lease) = self.leases.get_mut(key) else {
             return;
         };
-        let due = match lease.flight {
-            Some(f) => f.sent_at.saturating_add(config.flight_timeout),
-            None => lease.last_request.saturating_add(config.idle_after),
-        }
-        .max(now);
+        let due = Self::due(config, now, lease);
         // Only an earlier deadline re-arms: a later one is found when the earlier fires.
         if lease.timer.is_some_and(|t| t <= due) {
             return;
@@ -389,6 +392,15 @@ impl RateBook {
             self.timers.remove(&(old, key.slot, key.key.clone()));
         }
         self.timers.insert((due, key.slot, key.key.clone()));
+    }
+
+    /// When `lease` next needs its timer: its flight's timeout, or its idle time.
+    fn due(config: LeaseConfig, now: Timestamp, lease: &RateLease) -> Timestamp {
+        match lease.flight {
+            Some(f) => f.sent_at.saturating_add(config.flight_timeout),
+            None => lease.last_request.saturating_add(config.idle_after),
+        }
+        .max(now)
     }
 
     /// A fired timer of `key`: a lost take, an idle key, or neither yet.
@@ -440,15 +452,6 @@ impl RateBook {
             },
             at: now,
         });
-    }
-}
-
-impl LeaseKeyRef<'_> {
-    fn into_owned(self) -> LeaseKey {
-        LeaseKey {
-            slot: self.slot,
-            key: self.key.into(),
-        }
     }
 }
 
