@@ -26,15 +26,17 @@
 //! Per key the store keeps the direct share's tokens (as `drawn`, units taken from a full
 //! bucket, so that an absent key is a full bucket with no shares) and one [`Share`] per
 //! node. A share's *reservation* at `t` is the larger of its current grant (while
-//! `t < until`) and its *hold* (while `t < hold_until`): what the node may still be
-//! spending under a grant the store has since shrunk but whose reply the node may not have
-//! seen. The direct share has what no reservation holds.
+//! `t < until`) and its *hold* (while `t < hold_until`): an earlier grant of the chain the
+//! node may still be spending, because it has not seen (or not yet applied) the later one.
+//! The direct share has what no reservation holds.
 //!
 //! # Contract
 //! `now` need not be monotonic: every transition runs at `max(now, at)`, the latest
-//! instant the state has seen. Between transitions the direct share refills at the rate
-//! it had at `at` (a share that ends meanwhile frees its rate only at the next transition):
-//! under-refill only. A denial (of [`direct`](RateShares::direct)) changes nothing.
+//! instant the state has seen. Between transitions the direct share refills at the rate the
+//! live reservations leave it, piece by piece between the instants where one ends. A
+//! denial (of [`direct`](RateShares::direct)) changes nothing; a take or a return always
+//! writes. Requests may run late, out of order or never: each carries the node's `seq`,
+//! and a stale one changes nothing.
 
 use thiserror::Error;
 
