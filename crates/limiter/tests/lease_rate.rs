@@ -352,10 +352,11 @@ fn leased_and_direct_admissions_together_never_exceed_the_bucket() {
     };
     let leased = std::sync::atomic::AtomicU64::new(0);
     proptest!(config_, |(case in cases())| {
-        let bucket = TokenBucket::new(case.capacity, case.refill, Micros::from_micros(case.period_us))
-            .expect("bucket");
+        let period = Micros::from_micros(case.period_us);
+        let bucket = TokenBucket::new(case.capacity, case.refill, period).expect("bucket");
         prop_assume!(RateShares::new(&bucket).is_ok());
-        let mut world = World::new(bucket, config(case.renew_ms), case.nodes, case.network, case.seed);
+        let config = config(case.renew_ms);
+        let mut world = World::new(bucket, config, case.nodes, case.network, case.seed);
         world.late_permille = case.late_permille;
         let mut t = START;
         for &(gap, node, cost) in &case.requests {
