@@ -263,7 +263,7 @@ async fn worker(run: Run) {
                     if decided.decision.is_allowed() {
                         if stream {
                             // Line-buffered: what a killed worker admitted is still read.
-                            println!("ADMIT {key}");
+                            println!("ADMIT {key} {after}");
                         }
                         admitted.fetch_add(1, Ordering::Relaxed);
                         if decided.source == LeaseSource::Lease {
@@ -699,4 +699,69 @@ fn a_worker_killed_holding_a_lease_strands_at_most_its_share_and_nothing_is_over
         admitted >= run.limit - share,
         "{admitted}: more than a share stranded"
     );
+}
+
+/// A token bucket's holder SIGKILLed mid-run: its share is reassigned after its validity
+/// (3 renewal intervals, 150 ms here) and nothing is ever over. Three workers each asking
+/// the whole rate (400 per second, bursts of 40); every admission streamed with its time,
+/// the killed worker's included, replayed through one plain `TokenBucket`.
+#[test]
+fn a_token_bucket_holder_killed_strands_its_share_for_one_validity_and_nothing_is_over() {
+    use rein_core::Algorithm;
+    let server = RedisServer::start().expect("redis-server");
+    let run = Run {
+        port: server.port(),
+        algorithm: "tb",
+        limit: 400,
+        window_us: 1_000_000,
+        keys: 1,
+        tasks: 4,
+        rate: 400,
+        duration_ms: 2_000,
+    };
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut children: Vec<_> = (0..3).map(|_| spawn_worker(&exe, &run, true)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    children[0].kill().expect("SIGKILL");
+    let killed_at = wall_us();
+    let mut at = Vec::new();
+    for (i, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().expect("a worker's output");
+        assert_eq!(out.status.success(), i != 0, "worker {i}: {:?}", out.status);
+        let text = String::from_utf8_lossy(&out.stdout);
+        for line in text.lines().filter(|l| l.starts_with("ADMIT")) {
+            let t = line
+                .split_whitespace()
+                .nth(2)
+                .and_then(|t| t.parse::<u64>().ok());
+            at.push(t.expect("an instant"));
+        }
+    }
+    at.sort_unstable();
+    let Limit::TokenBucket(bucket) = limit_of(&run) else {
+        unreachable!("a token bucket")
+    };
+    let mut state = rein_core::TokenBucketState::default();
+    let over = at
+        .iter()
+        .filter(|&&t| {
+            !bucket
+                .acquire(rein_core::Timestamp::from_micros(t), &mut state, 1)
+                .expect("cost 1")
+                .is_allowed()
+        })
+        .count();
+    // From a validity and a renewal after the kill to the end: the survivors' rate.
+    let from = killed_at + 250_000;
+    let last = at.last().copied().unwrap_or(from);
+    let after: u64 = at.iter().filter(|&&t| t >= from).count() as u64;
+    let possible = 400 * last.saturating_sub(from) / 1_000_000;
+    let permille = after * 1_000 / possible.max(1);
+    eprintln!(
+        "tb SIGKILL: {} admitted, {over} over; from 250 ms after the kill {after} of \
+         {possible} ({permille}‰)",
+        at.len()
+    );
+    assert_eq!(over, 0, "over-admission");
+    assert!(permille >= 900, "{permille}‰ after the kill");
 }
