@@ -765,3 +765,56 @@ fn a_token_bucket_holder_killed_strands_its_share_for_one_validity_and_nothing_i
     assert_eq!(over, 0, "over-admission");
     assert!(permille >= 900, "{permille}‰ after the kill");
 }
+
+/// A token bucket over the memory store: the first request goes to the direct share and
+/// asks for a share, later ones are spent from it. Over a store without rate shares (the
+/// `Slow` double answers `Unsupported`), the same policy is decided by plain `acquire`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_bucket_is_leased_as_rate_where_the_store_can_and_decided_directly_elsewhere() {
+    let bucket = Limit::token_bucket(40, 400, Micros::from_secs(1)).expect("valid");
+    let policy = NamedPolicy::new("bucket", Policy::single(bucket)).expect("valid");
+    let leased = LeasedLimiter::builder(rein_memory::MemoryStore::new())
+        .config(config())
+        .build();
+    let prepared = leased.prepare(&policy).expect("prepare");
+    let first = leased
+        .acquire_leased(None, &prepared, b"k", 1)
+        .await
+        .expect("a decision");
+    assert!(first.decision.is_allowed());
+    assert!(matches!(first.source, LeaseSource::Direct(_)), "{first:?}");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut from_lease = 0;
+    for _ in 0..20 {
+        let d = leased
+            .acquire_leased(None, &prepared, b"k", 1)
+            .await
+            .expect("a decision");
+        from_lease += u32::from(d.source == LeaseSource::Lease);
+    }
+    assert!(from_lease >= 19, "{from_lease} of 20 from the share");
+    assert!(leased.stats().reservations_granted >= 1);
+
+    let plain = LeasedLimiter::builder(Slow {
+        inner: rein_memory::MemoryStore::new(),
+        delay: Duration::ZERO,
+    })
+    .config(config())
+    .build();
+    // Refilled once a minute: the burst is all this loop can get.
+    let slow = Limit::token_bucket(40, 1, Micros::from_secs(60)).expect("valid");
+    let policy = NamedPolicy::new("slow", Policy::single(slow)).expect("valid");
+    let prepared = plain.prepare(&policy).expect("prepare");
+    let mut admitted = 0;
+    for _ in 0..50 {
+        let d = plain
+            .acquire_leased(None, &prepared, b"k", 1)
+            .await
+            .expect("a decision");
+        assert!(matches!(d.source, LeaseSource::Direct(_)), "{d:?}");
+        admitted += u32::from(d.decision.is_allowed());
+    }
+    assert_eq!(admitted, 40, "the plain bucket's burst, decided by acquire");
+    plain.shutdown().await;
+    leased.shutdown().await;
+}

@@ -21,7 +21,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -87,6 +87,9 @@ pub struct LeasedPolicy<P> {
     terms: Result<LeaseTerms, Unleasable>,
     /// For a policy of one token bucket: leased as rate (`rate.rs`).
     rate: Option<RateShares>,
+    /// Set once the store answered that it has no rate shares: the bucket is then decided
+    /// with plain `acquire`, and no more takes are sent.
+    no_rate: AtomicBool,
 }
 
 /// A decision and where it came from, from [`LeasedLimiter::acquire_leased`].
@@ -161,12 +164,15 @@ impl<S: Limiter + 'static> LeasedLimiter<S> {
         // budget so a spinning caller cannot starve the runtime (limiter.rs does the same).
         tokio::task::coop::consume_budget().await;
         let shared = &self.shared;
-        if policy.rate.is_some() && cost == 0 {
+        let rate = policy
+            .rate
+            .filter(|_| !policy.no_rate.load(Ordering::Relaxed));
+        if rate.is_some() && cost == 0 {
             return shared
                 .direct(now, policy, key, cost, DirectReason::Peek)
                 .await;
         }
-        if let Some(shares) = &policy.rate {
+        if let Some(shares) = &rate {
             let at = LeaseKeyRef {
                 slot: policy.slot,
                 key,
@@ -332,9 +338,11 @@ impl<S: Limiter + 'static> Shared<S> {
         why: DirectReason,
     ) -> Result<LeaseDecided, DecideError> {
         let now = now.or_else(|| self.store_time(self.clock.now()));
-        let decision = match policy.rate {
-            Some(_) => self.direct_rate(now, policy, key, cost).await?,
-            None => self.store.acquire(now, &policy.inner, key, cost).await?,
+        let rate = policy.rate.is_some() && !policy.no_rate.load(Ordering::Relaxed);
+        let decision = if rate {
+            self.direct_rate(now, policy, key, cost).await?
+        } else {
+            self.store.acquire(now, &policy.inner, key, cost).await?
         };
         Ok(LeaseDecided {
             decision,
@@ -363,6 +371,7 @@ impl<S: Limiter + 'static> Shared<S> {
             ))
             .into()),
             Err(DecideError::Unsupported { .. }) => {
+                policy.no_rate.store(true, Ordering::Relaxed);
                 self.store.acquire(now, &policy.inner, key, cost).await
             }
             Err(e) => Err(e),
@@ -538,6 +547,7 @@ impl<S: Limiter + 'static> Limiter for LeasedLimiter<S> {
             capacity: policy.policy().capacity(),
             terms: LeaseTerms::new(policy.policy()),
             rate: super::terms::rate_shares(policy.policy()),
+            no_rate: AtomicBool::new(false),
         })
     }
 
@@ -560,7 +570,7 @@ impl<S: Limiter + 'static> Limiter for LeasedLimiter<S> {
         cost: u64,
     ) -> Result<Decision, DecideError> {
         let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
-        if policy.rate.is_some() {
+        if policy.rate.is_some() && !policy.no_rate.load(Ordering::Relaxed) {
             // What the direct share would answer; a cost of zero takes nothing.
             let mut decision = self.shared.direct_rate(now, policy, key, 0).await?;
             if cost > 0 && decision.remaining < cost {
@@ -581,7 +591,7 @@ impl<S: Limiter + 'static> Limiter for LeasedLimiter<S> {
         key: &[u8],
         amount: u64,
     ) -> Result<(), DecideError> {
-        if policy.rate.is_some() {
+        if policy.rate.is_some() && !policy.no_rate.load(Ordering::Relaxed) {
             return Err(DecideError::Unsupported {
                 operation: "refund of a token bucket leased as rate",
             });
