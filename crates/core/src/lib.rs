@@ -59,6 +59,7 @@ pub mod fixed_window;
 mod limit;
 mod limiter;
 mod policy;
+pub mod rate_share;
 pub mod sliding_counter;
 pub mod sliding_log;
 mod time;
@@ -73,6 +74,10 @@ pub use limiter::{
     DecideError, Held, KeyError, Limiter, NamedPolicy, PrepareError, SourceError, StoreError,
 };
 pub use policy::{MAX_LIMITS, Policy, PolicyState};
+pub use rate_share::{
+    Grant, RateAnswer, RateOp, RateShares, RateState, ReturnRequest, Share, ShareBucket,
+    ShareError, TakeRequest, Taken,
+};
 pub use sliding_counter::{SlidingCounter, SlidingCounterState};
 pub use sliding_log::{LogEntry, SlidingLog, SlidingLogState};
 pub use time::{MAX_MICROS, MAX_SPAN, Micros, Timestamp};

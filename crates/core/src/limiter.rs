@@ -23,7 +23,9 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::{ConfigError, Decision, Micros, Policy, Timestamp};
+#[cfg(doc)]
+use crate::RateShares;
+use crate::{ConfigError, Decision, Micros, Policy, RateAnswer, RateOp, ShareError, Timestamp};
 
 /// A way of deciding: apply a prepared policy to a key, atomically.
 ///
@@ -99,6 +101,27 @@ pub trait Limiter: Send + Sync {
         amount: u64,
         stamp: Timestamp,
     ) -> impl Future<Output = Result<(), DecideError>> + Send;
+
+    /// Runs one operation on the rate shares of `key` under `policy`, which must be a policy
+    /// of one token bucket ([`RateShares`]): a node taking, renewing or returning its
+    /// share of the rate, or a request decided against what the shares leave (leases of a
+    /// token bucket, docs/leases.md). A key decided this way must be decided only this way:
+    /// its state is not the plain bucket's.
+    ///
+    /// The default answers [`DecideError::Unsupported`]: a store that cannot run it
+    /// atomically. rein-memory and rein-redis implement it.
+    fn share_rate(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        op: RateOp,
+    ) -> impl Future<Output = Result<RateAnswer, DecideError>> + Send {
+        let _ = (now, policy, key, op);
+        std::future::ready(Err(DecideError::Unsupported {
+            operation: "share_rate",
+        }))
+    }
 
     /// The longest one call waits before it gives up with [`StoreError::Timeout`], if the
     /// limiter bounds its own calls (a remote store does; a local one never waits).
@@ -189,6 +212,17 @@ pub enum DecideError {
     /// The key cannot be used; see [`KeyError`].
     #[error(transparent)]
     InvalidKey(#[from] KeyError),
+    /// A rate-share operation the policy or the request does not allow; see [`ShareError`].
+    #[error(transparent)]
+    InvalidShare(#[from] ShareError),
+    /// The limiter does not implement this operation (for example
+    /// [`Limiter::share_rate`] on a store that cannot run it atomically). Fix: decide the
+    /// policy with `acquire`, or use a store that implements it.
+    #[error("this limiter does not implement {operation}")]
+    Unsupported {
+        /// The operation.
+        operation: &'static str,
+    },
     /// The store could not answer; see [`StoreError`]. Whether to admit anyway is the
     /// caller's choice (the resilient limiter makes it by its failure policy).
     #[error(transparent)]

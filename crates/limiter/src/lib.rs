@@ -83,7 +83,7 @@ pub use fallback::{FailurePolicy, local_share};
 pub use lease::{
     Action, Admit, DirectReason, LeaseBook, LeaseConfig, LeaseDecided, LeaseKey, LeaseKeyRef,
     LeaseSource, LeaseStats, LeaseTerms, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy,
-    Reserved, Unleasable,
+    RateAction, RateBook, Reserved, TakeReply, Unleasable,
 };
 pub use limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy, TimeSource};
 pub use region::{DemandReport, Grant, RebalanceConfig, Rebalancer, RegionQuota, split};

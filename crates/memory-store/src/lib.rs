@@ -52,6 +52,7 @@
 
 mod clock;
 mod limiter;
+mod rate;
 mod rule;
 mod shard;
 mod store;

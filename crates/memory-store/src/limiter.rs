@@ -7,10 +7,11 @@ use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 
 use rein_core::{
-    AcquireError, Decision, FixedWindow, Limit, Micros, Policy, SlidingCounter, SlidingLog,
-    Timestamp, TokenBucket,
+    AcquireError, DecideError, Decision, FixedWindow, Limit, Micros, Policy, RateAnswer, RateOp,
+    SlidingCounter, SlidingLog, Timestamp, TokenBucket,
 };
 
+use crate::rate::{RateTable, not_shareable};
 use crate::rule::WholeMicroBucket;
 use crate::shard::Shards;
 use crate::{Clock, SystemClock};
@@ -119,6 +120,8 @@ macro_rules! dispatch {
 pub struct MemoryLimiter<K, C = SystemClock> {
     policy: Policy,
     tables: Tables<K>,
+    /// Rate shares, for a policy of one shareable token bucket (leases of rate).
+    rates: Option<RateTable<K>>,
     clock: C,
 }
 
@@ -285,6 +288,26 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         dispatch!(&self.tables, |t| t.refund_held(now, key, amount, stamp))
     }
 
+    /// Runs one rate-share operation on `key` at `now` (leases of a token bucket's rate,
+    /// [`Limiter::share_rate`](rein_core::Limiter::share_rate)). Errors with
+    /// [`ShareError::NotShareable`](rein_core::ShareError::NotShareable) unless the policy
+    /// is one token bucket whose share units are exact. The share state is apart from the
+    /// plain bucket's: decide such a key only this way.
+    pub fn share_rate_at(
+        &self,
+        now: Timestamp,
+        key: &K,
+        op: RateOp,
+    ) -> Result<RateAnswer, DecideError>
+    where
+        K: Clone,
+    {
+        match &self.rates {
+            Some(rates) => rates.apply(now, key, op),
+            None => Err(not_shareable()),
+        }
+    }
+
     /// Drops every key whose state is full at `now` and returns how many. Never needed for
     /// correctness or for the memory bound (a full shard does this itself). Calling it
     /// periodically frees the heap memory of keys that no longer hold anything (`String`
@@ -432,6 +455,7 @@ impl<K: Hash + Eq, C> Builder<K, C> {
         let capacity = max_keys / shard_count;
         MemoryLimiter {
             tables: Tables::new(&self.policy, shard_count, capacity),
+            rates: RateTable::new(&self.policy, max_keys),
             policy: self.policy,
             clock: self.clock,
         }

@@ -11,7 +11,7 @@ use std::num::NonZeroUsize;
 
 use rein_core::{
     AcquireError, DecideError, Decision, Held, KeyError, Limiter, Micros, NamedPolicy,
-    PrepareError, StoreError, Timestamp,
+    PrepareError, RateAnswer, RateOp, StoreError, Timestamp,
 };
 
 use crate::{Clock, MemoryLimiter, SystemClock};
@@ -177,6 +177,20 @@ where
                 .map_err(from_core),
         )
     }
+
+    fn share_rate(
+        &self,
+        now: Option<Timestamp>,
+        policy: &Self::Prepared,
+        key: &[u8],
+        op: RateOp,
+    ) -> impl Future<Output = Result<RateAnswer, DecideError>> + Send {
+        if key.is_empty() {
+            return ready(Err(KeyError::Empty.into()));
+        }
+        let now = now.unwrap_or_else(|| self.clock.now());
+        ready(policy.share_rate_at(now, &key.to_vec(), op))
+    }
 }
 
 /// The core's request errors as the trait's: a state mismatch cannot happen here (the
@@ -261,6 +275,64 @@ mod tests {
         assert!(matches!(
             block_on(store.refund(None, &p, b"", 1)),
             Err(DecideError::InvalidKey(KeyError::Empty))
+        ));
+    }
+
+    /// The core's transitions per key, a state apart from the plain bucket's, and a typed
+    /// error for a policy that is not one token bucket.
+    #[test]
+    fn rate_shares_run_the_core_transitions_per_key() {
+        use rein_core::{RateAnswer, RateOp, RateShares, RateState, TakeRequest, Taken};
+        let store = MemoryStore::new();
+        let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).unwrap();
+        let p = store
+            .prepare(&NamedPolicy::new("p", Policy::single(bucket)).unwrap())
+            .unwrap();
+        let Limit::TokenBucket(tb) = bucket else {
+            unreachable!()
+        };
+        let shares = RateShares::new(&tb).unwrap();
+        let mut core = RateState::default();
+        let t = Timestamp::from_micros(1_000);
+        let take = RateOp::Take(TakeRequest {
+            node: 3,
+            held: 0,
+            seq: 1,
+            applied: 0,
+            demand: 10,
+            validity: Micros::from_millis(100),
+        });
+        let expected = shares.apply(t, &mut core, take).unwrap();
+        assert!(matches!(expected, RateAnswer::Taken(Taken::Granted(_))));
+        assert_eq!(
+            block_on(store.share_rate(Some(t), &p, b"k", take)).unwrap(),
+            expected
+        );
+        // The plain bucket is untouched; the direct share has nothing left.
+        assert_eq!(
+            block_on(store.peek(Some(t), &p, b"k", 0))
+                .unwrap()
+                .remaining,
+            10
+        );
+        let direct = block_on(store.share_rate(Some(t), &p, b"k", RateOp::Direct(1))).unwrap();
+        assert_eq!(
+            direct,
+            shares.apply(t, &mut core, RateOp::Direct(1)).unwrap()
+        );
+        // Long after the share ended, the whole bucket is the direct share's again.
+        let later = Timestamp::from_micros(10_000_000);
+        let full = block_on(store.share_rate(Some(later), &p, b"k", RateOp::Direct(10))).unwrap();
+        assert!(matches!(full, RateAnswer::Decided(d) if d.is_allowed()));
+        let window = Limit::fixed_window(2, Micros::from_secs(1)).unwrap();
+        let w = store
+            .prepare(&NamedPolicy::new("w", Policy::single(window)).unwrap())
+            .unwrap();
+        assert!(matches!(
+            block_on(store.share_rate(Some(t), &w, b"k", take)),
+            Err(DecideError::InvalidShare(
+                rein_core::ShareError::NotShareable
+            ))
         ));
     }
 }

@@ -10,7 +10,10 @@
 use std::sync::LazyLock;
 
 use redis::{Cmd, Value};
-use rein_core::{Decision, MAX_MICROS, Micros, Outcome, StoreError, Timestamp};
+use rein_core::{
+    Decision, Grant, MAX_MICROS, Micros, Outcome, RateAnswer, RateOp, RateShares, StoreError,
+    Taken, Timestamp,
+};
 
 use crate::RedisPolicy;
 
@@ -23,11 +26,13 @@ use crate::RedisPolicy;
 pub const SCRIPT_SOURCE: &str = include_str!("../lua/policy.lua");
 
 /// Every script the store may send, as `(name, Lua source)`: the generic policy script
-/// ([`SCRIPT_SOURCE`]) and the lean scripts for a policy of one token bucket, one fixed
-/// window or one sliding log. A simulator or a deployment that preloads scripts
-/// (`SCRIPT LOAD`, or converting them to Redis Functions) loads all of them. Each uses only
-/// `TIME`, `GET`, `SET` (with `PX`) and `DEL`.
-pub const SCRIPTS: [(&str, &str); 4] = [
+/// ([`SCRIPT_SOURCE`]), the lean scripts for a policy of one token bucket, one fixed
+/// window or one sliding log, and the rate-share script of a leased token bucket. A
+/// simulator or a deployment that preloads scripts (`SCRIPT LOAD`, or converting them to
+/// Redis Functions) loads all of them. The decision scripts use only `TIME`, `GET`, `SET`
+/// (with `PX`) and `DEL`; the rate-share script `TIME`, `HGETALL`, `DEL`, `HSET` and
+/// `PEXPIRE`.
+pub const SCRIPTS: [(&str, &str); 5] = [
     ("policy", SCRIPT_SOURCE),
     (
         "token_bucket",
@@ -38,6 +43,7 @@ pub const SCRIPTS: [(&str, &str); 4] = [
         include_str!("../lua/single_fixed_window.lua"),
     ),
     ("sliding_log", include_str!("../lua/single_sliding_log.lua")),
+    ("lease_rate", include_str!("../lua/lease_rate.lua")),
 ];
 
 /// Which of [`SCRIPTS`] a policy runs, by index.
@@ -51,6 +57,8 @@ pub(crate) enum ScriptKind {
     FixedWindow = 2,
     /// One sliding log: limit, window.
     SlidingLog = 3,
+    /// Rate shares of one token bucket (leases of rate): capacity, token_units, part_rate.
+    LeaseRate = 4,
 }
 
 impl ScriptKind {
@@ -65,7 +73,7 @@ impl ScriptKind {
 }
 
 /// The SHA-1 of each of [`SCRIPTS`], computed once.
-static SCRIPT_SHA1S: LazyLock<[String; 4]> =
+static SCRIPT_SHA1S: LazyLock<[String; 5]> =
     LazyLock::new(|| SCRIPTS.map(|(_, source)| sha1_smol::Sha1::from(source).digest().to_string()));
 
 /// What the script is asked to do.
@@ -105,11 +113,21 @@ impl Op {
 /// the policy precomputed for its script.
 pub(crate) struct Invocation<'a> {
     keys: &'a [String],
-    op: Op,
-    now: String,
-    cost: u64,
-    min_ttl_ms: u64,
-    policy: &'a RedisPolicy,
+    call: Call<'a>,
+}
+
+/// What an [`Invocation`] runs.
+enum Call<'a> {
+    /// A decision script: the operation, `now`, the cost and the policy's arguments.
+    Decide {
+        op: Op,
+        now: String,
+        cost: u64,
+        min_ttl_ms: u64,
+        policy: &'a RedisPolicy,
+    },
+    /// Another script, with its whole ARGV.
+    Script { kind: ScriptKind, args: Vec<String> },
 }
 
 impl<'a> Invocation<'a> {
@@ -130,20 +148,37 @@ impl<'a> Invocation<'a> {
         };
         Self {
             keys,
-            op,
-            now: now.map_or_else(String::new, |t| t.as_micros().to_string()),
-            // Every capacity is at most MAX_MICROS, so a larger refund means the same; the
-            // script only accepts integers it can hold exactly.
-            cost: cost.min(MAX_MICROS),
-            min_ttl_ms,
-            policy,
+            call: Call::Decide {
+                op,
+                now: now.map_or_else(String::new, |t| t.as_micros().to_string()),
+                // Every capacity is at most MAX_MICROS, so a larger refund means the same;
+                // the script only accepts integers it can hold exactly.
+                cost: cost.min(MAX_MICROS),
+                min_ttl_ms,
+                policy,
+            },
+        }
+    }
+
+    /// A call of `kind` with its whole ARGV.
+    pub(crate) fn script(keys: &'a [String], kind: ScriptKind, args: Vec<String>) -> Self {
+        Self {
+            keys,
+            call: Call::Script { kind, args },
+        }
+    }
+
+    fn kind(&self) -> ScriptKind {
+        match &self.call {
+            Call::Decide { policy, .. } => policy.script(),
+            Call::Script { kind, .. } => *kind,
         }
     }
 
     /// `EVALSHA <sha1> <numkeys> KEYS... ARGV...`: the normal case.
     pub(crate) fn by_hash(&self) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.policy.script().sha1());
+        cmd.arg(self.kind().sha1());
         self.fill(cmd)
     }
 
@@ -154,20 +189,32 @@ impl<'a> Invocation<'a> {
     /// leaves the script cached for the next `EVALSHA`.
     pub(crate) fn by_source(&self) -> Cmd {
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(self.policy.script().source());
+        cmd.arg(self.kind().source());
         self.fill(cmd)
     }
 
     fn fill(&self, mut cmd: Cmd) -> Cmd {
-        cmd.arg(self.keys.len())
-            .arg(self.keys)
-            .arg(self.op.as_str())
-            .arg(&self.now)
-            .arg(self.cost)
-            .arg(self.min_ttl_ms)
-            .arg(self.policy.script_args());
-        if let Some(extra) = self.op.extra() {
-            cmd.arg(extra);
+        cmd.arg(self.keys.len()).arg(self.keys);
+        match &self.call {
+            Call::Decide {
+                op,
+                now,
+                cost,
+                min_ttl_ms,
+                policy,
+            } => {
+                cmd.arg(op.as_str())
+                    .arg(now)
+                    .arg(*cost)
+                    .arg(*min_ttl_ms)
+                    .arg(policy.script_args());
+                if let Some(extra) = op.extra() {
+                    cmd.arg(extra);
+                }
+            }
+            Call::Script { args, .. } => {
+                cmd.arg(args);
+            }
         }
         cmd
     }
@@ -180,6 +227,7 @@ pub(crate) fn load_commands() -> impl Iterator<Item = (Cmd, &'static str)> {
         ScriptKind::TokenBucket,
         ScriptKind::FixedWindow,
         ScriptKind::SlidingLog,
+        ScriptKind::LeaseRate,
     ]
     .into_iter()
     .map(|kind| {
@@ -257,6 +305,104 @@ pub(crate) fn decode_reply(value: Value) -> Result<(Decision, Timestamp), StoreE
     Ok((decision, Timestamp::from_micros(now)))
 }
 
+/// The ARGV of `lua/lease_rate.lua` for `op` (see its header).
+pub(crate) fn rate_args(
+    op: &RateOp,
+    now: Option<Timestamp>,
+    min_ttl_ms: u64,
+    shares: &RateShares,
+) -> Vec<String> {
+    let (name, numbers): (&str, Vec<u64>) = match *op {
+        RateOp::Take(r) => (
+            "take",
+            vec![
+                r.node,
+                r.held,
+                r.seq,
+                r.applied,
+                r.demand,
+                r.validity.as_micros(),
+            ],
+        ),
+        // A return of more than MAX_MICROS units means the same as MAX_MICROS: a share holds
+        // at most `capacity × token_units`, itself at most that.
+        RateOp::Return(r) => ("return", vec![r.node, r.id, r.seq, r.units.min(MAX_MICROS)]),
+        RateOp::Direct(cost) => ("direct", vec![cost]),
+    };
+    let mut args = Vec::with_capacity(6 + numbers.len());
+    args.push(name.to_owned());
+    args.push(now.map_or_else(String::new, |t| t.as_micros().to_string()));
+    for n in [
+        min_ttl_ms,
+        shares.capacity(),
+        shares.token_units(),
+        shares.part_rate(),
+    ]
+    .into_iter()
+    .chain(numbers)
+    {
+        args.push(n.to_string());
+    }
+    args
+}
+
+/// Decodes `lua/lease_rate.lua`'s reply to `op`.
+pub(crate) fn decode_rate_reply(op: &RateOp, value: Value) -> Result<RateAnswer, StoreError> {
+    if let RateOp::Direct(_) = op {
+        return decode_reply(value).map(|(decision, _)| RateAnswer::Decided(decision));
+    }
+    let numbers = integers(value)?;
+    match (op, numbers.as_slice()) {
+        (RateOp::Return(_), &[applied, _now]) if applied <= 1 => {
+            Ok(RateAnswer::Returned(applied == 1))
+        }
+        (RateOp::Take(_), &[kind, id, continued, burst, parts, moved, _now]) => {
+            let taken = match (kind, continued) {
+                (0, 0 | 1) => Taken::Granted(Grant {
+                    id,
+                    continued: continued == 1,
+                    burst,
+                    parts,
+                    moved,
+                }),
+                (1, _) => Taken::Full,
+                (2, _) => Taken::Stale,
+                _ => {
+                    return Err(StoreError::UnexpectedReply(format!(
+                        "a rate share answer of kind {kind}"
+                    )));
+                }
+            };
+            Ok(RateAnswer::Taken(taken))
+        }
+        (_, other) => Err(StoreError::UnexpectedReply(format!(
+            "a rate share reply of {} integers",
+            other.len()
+        ))),
+    }
+}
+
+/// An array of integers from 0 to MAX_MICROS.
+fn integers(value: Value) -> Result<Vec<u64>, StoreError> {
+    let Value::Array(items) = value else {
+        return Err(StoreError::UnexpectedReply(format!(
+            "expected an array of integers, got {value:?}"
+        )));
+    };
+    items
+        .iter()
+        .map(|item| match item {
+            Value::Int(i) => u64::try_from(*i)
+                .ok()
+                .filter(|&n| n <= MAX_MICROS)
+                .ok_or_else(|| StoreError::UnexpectedReply("a figure out of range".into())),
+            other => Err(StoreError::UnexpectedReply(format!(
+                "expected an integer, got {other:?}"
+            ))),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +414,7 @@ mod tests {
             (ScriptKind::TokenBucket, "token_bucket"),
             (ScriptKind::FixedWindow, "fixed_window"),
             (ScriptKind::SlidingLog, "sliding_log"),
+            (ScriptKind::LeaseRate, "lease_rate"),
         ];
         for (kind, name) in names {
             assert_eq!(SCRIPTS[kind as usize].0, name);

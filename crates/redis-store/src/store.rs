@@ -6,8 +6,9 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
 use rein_core::{
-    DecideError, Decision, Held, KeyError, Limiter, MAX_MICROS, Micros, NamedPolicy, PolicyState,
-    PrepareError, StoreError, Timestamp,
+    DecideError, Decision, Held, KeyError, Limit, Limiter, MAX_MICROS, Micros, NamedPolicy,
+    PolicyState, PrepareError, RateAnswer, RateOp, RateShares, RateState, ShareError, StoreError,
+    Timestamp,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -16,7 +17,7 @@ use crate::error::{store_error, suspects_connection};
 use crate::link::{Connector, Link};
 use crate::redirect::{Redirects, Step, Target};
 use crate::route::{self, Router};
-use crate::script::{self, Invocation, Op};
+use crate::script::{self, Invocation, Op, ScriptKind};
 use crate::{ConfigError, RedisPolicy, StateError};
 
 /// Exact rate limits shared by every process that uses the same Redis.
@@ -329,7 +330,48 @@ where
         policy: &RedisPolicy,
     ) -> Result<(Decision, Timestamp), StoreError> {
         let invocation = Invocation::new(keys, op, now, cost, self.inner.min_ttl_ms, policy);
-        let invocation = &invocation;
+        script::decode_reply(self.send(&invocation).await?)
+    }
+
+    async fn share_rate_inner(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        op: RateOp,
+    ) -> Result<RateAnswer, DecideError> {
+        let [Limit::TokenBucket(bucket)] = policy.policy().limits() else {
+            return Err(ShareError::NotShareable.into());
+        };
+        let shares = RateShares::new(bucket).map_err(|_| ShareError::NotShareable)?;
+        // Checked here as the core checks them, so that a bad request is the same typed
+        // error from every store, and the script only refuses what no client sends.
+        shares.apply(
+            now.unwrap_or(Timestamp::EPOCH),
+            &mut RateState::default(),
+            op,
+        )?;
+        // The plain bucket's own key: a key decided both ways fails loudly (WRONGTYPE)
+        // instead of counting in two states.
+        let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
+        let args = script::rate_args(&op, now, self.inner.min_ttl_ms, &shares);
+        let invocation = Invocation::script(&keys, ScriptKind::LeaseRate, args);
+        let span = tracing::debug_span!(
+            "rein_redis",
+            op = "share_rate",
+            policy = policy.name(),
+            slot_key = keys.first().map(String::as_str),
+        );
+        async {
+            let reply = self.send(&invocation).await?;
+            Ok(script::decode_rate_reply(&op, reply)?)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Sends one script call, following only the redirects that prove it did not run.
+    async fn send(&self, invocation: &Invocation<'_>) -> Result<Value, StoreError> {
         let router = self.inner.router;
         // The call's one clock read: `run`'s timer and the redirects share this deadline.
         let deadline = Instant::now() + self.inner.deadline;
@@ -363,7 +405,7 @@ where
                 }
             })
             .await?;
-        script::decode_reply(reply)
+        Ok(reply)
     }
 
     /// Runs one request on the connection until `deadline` (the store's deadline from the
@@ -485,6 +527,16 @@ where
         stamp: Timestamp,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
         self.refund_inner(Op::Settle(stamp.as_micros()), now, policy, key, amount)
+    }
+
+    fn share_rate(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        op: RateOp,
+    ) -> impl Future<Output = Result<RateAnswer, DecideError>> + Send {
+        self.share_rate_inner(now, policy, key, op)
     }
 
     fn deadline(&self) -> Option<Duration> {

@@ -21,17 +21,19 @@ use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use rein_core::{
-    DecideError, Decision, Held, KeyError, Limiter, Micros, NamedPolicy, PrepareError, Timestamp,
+    DecideError, Decision, Held, KeyError, Limiter, Micros, NamedPolicy, PrepareError, RateAnswer,
+    RateOp, RateShares, StoreError, Timestamp,
 };
 use rein_memory::Clock;
 use tokio::sync::Notify;
 
 use super::book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKeyRef, Reserved};
+use super::rate::{RateAction, RateBook, TakeReply};
 use super::terms::{LeaseTerms, Unleasable};
 use super::{DirectReason, LeaseSource, LeaseStats};
 use crate::{TimeSource, TokioClock};
@@ -72,6 +74,7 @@ pub struct LeasedLimiter<S: Limiter> {
 pub struct LeasedLimiterBuilder<S> {
     store: S,
     config: LeaseConfig,
+    node: Option<u64>,
     clock: Option<Box<dyn Clock + Send + Sync>>,
     time_source: TimeSource,
 }
@@ -82,6 +85,11 @@ pub struct LeasedPolicy<P> {
     inner: Arc<P>,
     capacity: u64,
     terms: Result<LeaseTerms, Unleasable>,
+    /// For a policy of one token bucket: leased as rate (`rate.rs`).
+    rate: Option<RateShares>,
+    /// Set once the store answered that it has no rate shares: the bucket is then decided
+    /// with plain `acquire`, and no more takes are sent.
+    no_rate: AtomicBool,
 }
 
 /// A decision and where it came from, from [`LeasedLimiter::acquire_leased`].
@@ -102,6 +110,8 @@ struct Shared<S: Limiter> {
     time_source: TimeSource,
     /// A std mutex: every use is a few map operations with no await.
     book: Mutex<LeaseBook>,
+    /// The rate leases of token buckets, under their own short lock.
+    rates: Mutex<RateBook>,
     /// Prepared policies by slot, for reservations and returns made away from a request.
     policies: RwLock<Vec<Arc<S::Prepared>>>,
     /// Waiters for reservations, sharded by key hash.
@@ -121,6 +131,7 @@ impl<S: Limiter + 'static> LeasedLimiter<S> {
         LeasedLimiterBuilder {
             store,
             config: LeaseConfig::default(),
+            node: None,
             clock: None,
             time_source: TimeSource::Store,
         }
@@ -153,6 +164,41 @@ impl<S: Limiter + 'static> LeasedLimiter<S> {
         // budget so a spinning caller cannot starve the runtime (limiter.rs does the same).
         tokio::task::coop::consume_budget().await;
         let shared = &self.shared;
+        let rate = policy
+            .rate
+            .filter(|_| !policy.no_rate.load(Ordering::Relaxed));
+        if rate.is_some() && cost == 0 {
+            return shared
+                .direct(now, policy, key, cost, DirectReason::Peek)
+                .await;
+        }
+        if let Some(shares) = &rate {
+            let at = LeaseKeyRef {
+                slot: policy.slot,
+                key,
+            };
+            let t = now.unwrap_or_else(|| shared.clock.now());
+            let (admit, actions) =
+                shared.with_rates(|rates| rates.handle_request(t, at, cost, shares));
+            shared.dispatch_rates(actions);
+            return match admit {
+                Admit::Leased(decision) => Ok(LeaseDecided {
+                    decision,
+                    source: LeaseSource::Lease,
+                }),
+                Admit::Denied(decision) => Ok(LeaseDecided {
+                    decision,
+                    source: LeaseSource::LocalDenial,
+                }),
+                Admit::Direct(why) => shared.direct(now, policy, key, cost, why).await,
+                // The rate book never waits: without a share, the direct share decides.
+                Admit::Wait => {
+                    shared
+                        .direct(now, policy, key, cost, DirectReason::NoShare)
+                        .await
+                }
+            };
+        }
         let terms = match (&policy.terms, cost) {
             (Err(why), _) => {
                 shared.direct_unleasable.fetch_add(1, Ordering::Relaxed);
@@ -219,7 +265,12 @@ impl<S: Limiter + 'static> LeasedLimiter<S> {
             changed.as_mut().enable();
             let (next, closed) = {
                 let book = shared.lock();
-                (book.poll_timeout(), book.is_closed())
+                let rates = shared.lock_rates();
+                let next = match (book.poll_timeout(), rates.poll_timeout()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                (next, book.is_closed())
             };
             if closed {
                 return;
@@ -234,6 +285,8 @@ impl<S: Limiter + 'static> LeasedLimiter<S> {
             let now = shared.clock.now();
             let ((), actions) = shared.with_book(|book| book.handle_timeout(now));
             shared.dispatch(actions);
+            let ((), actions) = shared.with_rates(|rates| rates.handle_timeout(now));
+            shared.dispatch_rates(actions);
         }
     }
 
@@ -246,12 +299,17 @@ impl<S: Limiter + 'static> LeasedLimiter<S> {
         for action in actions {
             Arc::clone(shared).carry(action).await;
         }
+        let ((), actions) = shared.with_rates(|rates| rates.handle_shutdown(now));
+        for action in actions {
+            Arc::clone(shared).carry_rate(action).await;
+        }
         shared.timers.notify_one();
     }
 
     /// The counters so far.
     pub fn stats(&self) -> LeaseStats {
         let mut stats = self.shared.lock().stats();
+        stats.add(&self.shared.lock_rates().stats());
         stats.direct_unleasable = self.shared.direct_unleasable.load(Ordering::Relaxed);
         stats.direct += stats.direct_unleasable;
         stats.returns_failed = self.shared.returns_failed.load(Ordering::Relaxed);
@@ -280,11 +338,111 @@ impl<S: Limiter + 'static> Shared<S> {
         why: DirectReason,
     ) -> Result<LeaseDecided, DecideError> {
         let now = now.or_else(|| self.store_time(self.clock.now()));
-        let decision = self.store.acquire(now, &policy.inner, key, cost).await?;
+        let rate = policy.rate.is_some() && !policy.no_rate.load(Ordering::Relaxed);
+        let decision = if rate {
+            self.direct_rate(now, policy, key, cost).await?
+        } else {
+            self.store.acquire(now, &policy.inner, key, cost).await?
+        };
         Ok(LeaseDecided {
             decision,
             source: LeaseSource::Direct(why),
         })
+    }
+
+    /// A token bucket's request decided by the store against what the shares leave (the
+    /// direct share), or by its plain `acquire` if the store has no rate shares (then no
+    /// share exists either: the store cannot have granted one).
+    async fn direct_rate(
+        &self,
+        now: Option<Timestamp>,
+        policy: &LeasedPolicy<S::Prepared>,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, DecideError> {
+        match self
+            .store
+            .share_rate(now, &policy.inner, key, RateOp::Direct(cost))
+            .await
+        {
+            Ok(RateAnswer::Decided(decision)) => Ok(decision),
+            Ok(other) => Err(StoreError::UnexpectedReply(format!(
+                "a direct rate decision answered {other:?}"
+            ))
+            .into()),
+            Err(DecideError::Unsupported { .. }) => {
+                policy.no_rate.store(true, Ordering::Relaxed);
+                self.store.acquire(now, &policy.inner, key, cost).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`with_book`](Self::with_book) for the rate book.
+    fn with_rates<R>(&self, f: impl FnOnce(&mut RateBook) -> R) -> (R, Vec<RateAction>) {
+        let mut rates = self.lock_rates();
+        let before = rates.poll_timeout();
+        let result = f(&mut rates);
+        let after = rates.poll_timeout();
+        let mut actions = Vec::new();
+        while let Some(action) = rates.poll_action() {
+            actions.push(action);
+        }
+        drop(rates);
+        if after.is_some_and(|a| before.is_none_or(|b| a < b)) {
+            self.timers.notify_one();
+        }
+        (result, actions)
+    }
+
+    fn dispatch_rates(self: &Arc<Self>, actions: Vec<RateAction>) {
+        for action in actions {
+            tokio::spawn(Arc::clone(self).carry_rate(action));
+        }
+    }
+
+    /// Carries out one action of the rate book.
+    async fn carry_rate(self: Arc<Self>, action: RateAction) {
+        match action {
+            RateAction::Take { key, request, at } => {
+                let reply = match self.policy(key.slot) {
+                    Some(policy) => {
+                        let now = self.store_time(at);
+                        let op = RateOp::Take(request);
+                        match self.store.share_rate(now, &policy, &key.key, op).await {
+                            Ok(RateAnswer::Taken(taken)) => TakeReply::Answered(taken),
+                            _ => TakeReply::Failed,
+                        }
+                    }
+                    None => TakeReply::Failed,
+                };
+                let now = self.clock.now();
+                let ((), actions) =
+                    self.with_rates(|rates| rates.handle_taken(now, &key, request.seq, reply));
+                self.dispatch_rates(actions);
+            }
+            RateAction::Return { key, request, at } => {
+                let returned = match self.policy(key.slot) {
+                    Some(policy) => {
+                        let now = self.store_time(at);
+                        let op = RateOp::Return(request);
+                        self.store
+                            .share_rate(now, &policy, &key.key, op)
+                            .await
+                            .is_ok()
+                    }
+                    None => false,
+                };
+                if !returned {
+                    self.returns_failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    fn lock_rates(&self) -> MutexGuard<'_, RateBook> {
+        // As `lock`: the rate book's methods do not panic.
+        self.rates.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Runs `f` on the book and drains its actions; wakes the timer task if `f` added a
@@ -414,6 +572,8 @@ impl<S: Limiter + 'static> Limiter for LeasedLimiter<S> {
             inner,
             capacity: policy.policy().capacity(),
             terms: LeaseTerms::new(policy.policy()),
+            rate: super::terms::rate_shares(policy.policy()),
+            no_rate: AtomicBool::new(false),
         })
     }
 
@@ -436,11 +596,20 @@ impl<S: Limiter + 'static> Limiter for LeasedLimiter<S> {
         cost: u64,
     ) -> Result<Decision, DecideError> {
         let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
+        if policy.rate.is_some() && !policy.no_rate.load(Ordering::Relaxed) {
+            // What the direct share would answer; a cost of zero takes nothing.
+            let mut decision = self.shared.direct_rate(now, policy, key, 0).await?;
+            if cost > 0 && decision.remaining < cost {
+                decision.outcome = rein_core::Outcome::Denied;
+            }
+            return Ok(decision);
+        }
         self.shared.store.peek(now, &policy.inner, key, cost).await
     }
 
     /// Straight to the store: a refund of an admission (leased or not) gives capacity back
-    /// to everyone, in the store's current window.
+    /// to everyone, in the store's current window. A token bucket leased as rate has no
+    /// refund ([`DecideError::Unsupported`]): not giving back only under-admits.
     async fn refund(
         &self,
         now: Option<Timestamp>,
@@ -448,6 +617,11 @@ impl<S: Limiter + 'static> Limiter for LeasedLimiter<S> {
         key: &[u8],
         amount: u64,
     ) -> Result<(), DecideError> {
+        if policy.rate.is_some() && !policy.no_rate.load(Ordering::Relaxed) {
+            return Err(DecideError::Unsupported {
+                operation: "refund of a token bucket leased as rate",
+            });
+        }
         let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
         self.shared
             .store
@@ -503,6 +677,14 @@ where
         self
     }
 
+    /// This node's id in the store's rate shares of token buckets: 1 to 2^52 − 1, unique
+    /// among the nodes sharing a store (default: drawn from the process id and the start
+    /// time). Two nodes with one id would be one share's holders: both would spend it.
+    pub fn node_id(mut self, node: u64) -> Self {
+        self.node = Some(node);
+        self
+    }
+
     /// The local clock (default [`TokioClock`]): block lifetimes, demand, timers.
     pub fn clock(mut self, clock: impl Clock + Send + Sync + 'static) -> Self {
         self.clock = Some(Box::new(clock));
@@ -525,6 +707,10 @@ where
                 clock: self.clock.unwrap_or_else(|| Box::new(TokioClock::new())),
                 time_source: self.time_source,
                 book: Mutex::new(LeaseBook::new(self.config)),
+                rates: Mutex::new(RateBook::new(
+                    self.config,
+                    self.node.unwrap_or_else(node_id),
+                )),
                 policies: RwLock::new(Vec::new()),
                 wakers: (0..WAKER_SHARDS).map(|_| Notify::new()).collect(),
                 timers: Notify::new(),
@@ -577,8 +763,19 @@ impl<P> fmt::Debug for LeasedPolicy<P> {
             .field("slot", &self.slot)
             .field("capacity", &self.capacity)
             .field("terms", &self.terms)
+            .field("rate", &self.rate)
             .finish_non_exhaustive()
     }
+}
+
+/// A node id for rate shares: std's randomly keyed hasher over the process id and the
+/// time, so two processes (or two limiters in one) practically never share one.
+fn node_id() -> u64 {
+    use std::hash::BuildHasher;
+    let time = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::collections::hash_map::RandomState::new().hash_one((std::process::id(), time))
 }
 
 /// Waiter shards: a reply wakes the waiters of 1/64 of the keys, not all of them.

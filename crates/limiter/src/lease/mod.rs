@@ -9,19 +9,22 @@
 //! - `terms.rs`: [`LeaseTerms`]: which policies can be leased with the store's existing
 //!   `acquire`/`refund` (fixed windows and sliding counters) and how long a grant lives.
 //! - `book.rs`: [`LeaseBook`]: the per-key lease state machine, sans-IO.
+//! - `rate.rs`: [`RateBook`]: the per-key rate leases of token buckets (sub-buckets),
+//!   sans-IO, over the store's [`share_rate`](rein_core::Limiter::share_rate).
 //! - `driver.rs`: [`LeasedLimiter`]: the thin async driver over any
 //!   [`Limiter`](rein_core::Limiter).
 //!
-//! Policies of sliding logs only are leased with held grants (`terms.rs`); token buckets are
-//! decided directly for now; docs/leases.md ("Phase 2")
-//! gives the design that leases them exactly with new store operations.
+//! Policies of sliding logs only are leased with held grants, and a policy of one token
+//! bucket as rate (`terms.rs`); other shapes are decided directly (docs/leases.md).
 
 mod book;
 mod driver;
+mod rate;
 mod terms;
 
 pub use book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, Reserved};
 pub use driver::{LeaseDecided, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy};
+pub use rate::{RateAction, RateBook, TakeReply};
 pub use terms::{LeaseTerms, Unleasable};
 
 /// Where a [`LeasedLimiter`] decision came from.
@@ -57,6 +60,9 @@ pub enum DirectReason {
     StoreTrouble,
     /// The limiter was shut down.
     Closed,
+    /// A token bucket's key with no valid rate share here (before the first grant, after a
+    /// failed renewal, or after the share lapsed): the store's direct share decides.
+    NoShare,
 }
 
 /// A [`LeasedLimiter`]'s counters (cumulative since it was built).
@@ -145,6 +151,48 @@ impl LeaseStats {
                 .absolute(value);
         }
         metrics::counter!("rein_lease_returns_total", "limiter" => limiter).absolute(self.returns);
+    }
+
+    /// Adds `other`'s counters to these.
+    fn add(&mut self, other: &LeaseStats) {
+        let LeaseStats {
+            leased,
+            denied_locally,
+            direct,
+            direct_unleasable,
+            waits,
+            reservations,
+            reservations_granted,
+            reservations_denied,
+            reservations_failed,
+            reservations_lost,
+            reservations_unusable,
+            late_grants,
+            units_reserved,
+            returns,
+            units_returned,
+            returns_failed,
+            units_stranded,
+            units_in_doubt,
+        } = *other;
+        self.leased += leased;
+        self.denied_locally += denied_locally;
+        self.direct += direct;
+        self.direct_unleasable += direct_unleasable;
+        self.waits += waits;
+        self.reservations += reservations;
+        self.reservations_granted += reservations_granted;
+        self.reservations_denied += reservations_denied;
+        self.reservations_failed += reservations_failed;
+        self.reservations_lost += reservations_lost;
+        self.reservations_unusable += reservations_unusable;
+        self.late_grants += late_grants;
+        self.units_reserved += units_reserved;
+        self.returns += returns;
+        self.units_returned += units_returned;
+        self.returns_failed += returns_failed;
+        self.units_stranded += units_stranded;
+        self.units_in_doubt += units_in_doubt;
     }
 
     fn count(&mut self, admit: &Admit) {

@@ -28,9 +28,11 @@
 //! lives `V` from before it was asked for, whatever the windows. `V` is the smallest window
 //! over [`LOG_HOLD_DIVISOR`]: a spent unit counts up to `V` longer than its use, which
 //! costs about `V / (2W)` of the capacity leases serve (docs/leases.md, "Sliding log").
-//! Token buckets, and sliding logs beside other algorithms, are decided directly.
+//! A policy of one token bucket is leased as rate ([`rate_shares`], `rate.rs`); any other
+//! policy with a token bucket, and sliding logs beside other algorithms, are decided
+//! directly.
 
-use rein_core::{Decision, Limit, Micros, Policy};
+use rein_core::{Decision, Limit, Micros, Policy, RateShares};
 use thiserror::Error;
 
 /// How a leasable policy's grants are read. Small and `Copy`: the lease book keeps one per
@@ -56,9 +58,10 @@ pub struct LeaseTerms {
 #[non_exhaustive]
 pub enum Unleasable {
     /// A token bucket: a block of tokens spent later over-admits by the refill meanwhile.
-    /// Leasing it exactly means leasing rate (sub-buckets), which needs new store state
-    /// (docs/leases.md, phase 2).
-    #[error("a token bucket cannot be leased with acquire/refund (needs rate leases)")]
+    /// A policy of one token bucket is leased as rate instead
+    /// ([`RateBook`](super::RateBook)); a token bucket beside other limits, or one whose
+    /// share units are not exact, is decided directly.
+    #[error("a token bucket cannot be leased in blocks (one alone is leased as rate)")]
     TokenBucket,
     /// A sliding log beside limits of other algorithms: one grant would need a window's
     /// span and a log's stamp at once, which is not proven exact (docs/leases.md).
@@ -172,6 +175,15 @@ impl LeaseTerms {
 /// A sliding-log lease lives the smallest window over this: each spent unit counts at most
 /// `1/20` of a window longer than the plain log would count it (on average half that).
 pub const LOG_HOLD_DIVISOR: u64 = 20;
+
+/// For a policy of one token bucket whose share units are exact: its rate shares. Such a
+/// policy is leased as rate (sub-buckets, `rate.rs`) rather than in blocks.
+pub fn rate_shares(policy: &Policy) -> Option<RateShares> {
+    match policy.limits() {
+        [Limit::TokenBucket(bucket)] => RateShares::new(bucket).ok(),
+        _ => None,
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,639 @@
+//! [`RateBook`]: a node's rate leases of token buckets, as a pure state machine with
+//! explicit time.
+//!
+//! A token bucket is leased as rate, not tokens (docs/leases.md, "Token bucket: lease
+//! rate"): for each hot key the node holds a **sub-bucket** (burst `cᵢ`, rate `rᵢ`) granted
+//! by the store ([`rein_core::RateShares`]) and spends it locally ([`ShareBucket`]). The
+//! book renews the share every renewal interval, reporting the key's demand, so shares
+//! follow demand; it gives the share back, with its unspent tokens, when the key goes
+//! idle or the node shuts down. A request the sub-bucket cannot serve yet while the share is
+//! valid is denied locally (what is left belongs to other nodes' shares, or to the direct
+//! share the store decides); one it can never serve (above its burst, or a share of no
+//! rate) and any request without a valid share (before the first grant, after a failed
+//! renewal, after the share lapsed) go to the store's direct share.
+//!
+//! # The invariant
+//! Tokens are spent only from the latest grant the book applied, before its local end
+//! `sent_at + V − V/1000 − 1 µs` (the store's grant ends at its own instant `+ V`, which is
+//! later), refilled at the granted rate slowed by 1 ‰ (a local clock up to 1 000 ppm fast
+//! still refills no faster than the share), never while past that end. A grant is applied
+//! only if it answers the one take the book waits for; a fresh grant replaces the tokens
+//! held, a continued one keeps them (clamped to the new burst). A return stops spending
+//! at once. Each request to the store carries a growing `seq`, so one the book gave up on
+//! cannot undo a later one. Everything else (a lost reply, a late grant, a lost return)
+//! leaves rate reserved in the store and unused here: under-admission only.
+//!
+//! # Call order and time
+//! Like [`LeaseBook`](super::LeaseBook): [`handle_request`](RateBook::handle_request)
+//! per request; drain [`poll_action`](RateBook::poll_action) after every call; report each
+//! take with [`handle_taken`](RateBook::handle_taken) (returns need no report); call
+//! [`handle_timeout`](RateBook::handle_timeout) at or after
+//! [`poll_timeout`](RateBook::poll_timeout); [`handle_shutdown`](RateBook::handle_shutdown)
+//! returns every share. `now` need not be monotonic: inputs are taken at the latest instant
+//! seen. Nothing panics; only shutdown is sticky.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use hashbrown::HashMap;
+use rein_core::{
+    Decision, Micros, Outcome, RateShares, ReturnRequest, ShareBucket, TakeRequest, Taken,
+    Timestamp,
+};
+
+use super::book::{Admit, LeaseConfig, LeaseKey, LeaseKeyRef};
+use super::{DirectReason, LeaseStats};
+
+/// A node's rate leases. See the module docs for the call order and the invariant.
+#[derive(Debug)]
+pub struct RateBook {
+    config: LeaseConfig,
+    /// This node's id in every share (1 to 2^52 − 1).
+    node: u64,
+    leases: HashMap<LeaseKey, RateLease>,
+    /// Each lease's next deadline, at most one per lease (`RateLease::timer`).
+    timers: BTreeSet<(Timestamp, u32, Box<[u8]>)>,
+    actions: VecDeque<RateAction>,
+    latest: Timestamp,
+    closed: bool,
+    stats: LeaseStats,
+}
+
+/// Work for the driver, from [`RateBook::poll_action`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RateAction {
+    /// `share_rate(Take(request))` on the key's policy, then
+    /// [`handle_taken`](RateBook::handle_taken) with `request.seq`.
+    Take {
+        /// The key.
+        key: LeaseKey,
+        /// The request.
+        request: TakeRequest,
+        /// The instant it was made at.
+        at: Timestamp,
+    },
+    /// `share_rate(Return(request))`; nothing to report.
+    Return {
+        /// The key.
+        key: LeaseKey,
+        /// The request.
+        request: ReturnRequest,
+        /// The instant it was made at.
+        at: Timestamp,
+    },
+}
+
+/// How a take ended, for [`RateBook::handle_taken`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TakeReply {
+    /// The store answered.
+    Answered(Taken),
+    /// No answer (timeout, connection, error): the share may have changed in the store.
+    Failed,
+}
+
+/// One key's rate lease.
+#[derive(Debug)]
+struct RateLease {
+    shares: RateShares,
+    bucket: ShareBucket,
+    /// The grant chain held (0: none).
+    held: u64,
+    /// The last `seq` sent.
+    seq: u64,
+    /// The `seq` of the take whose grant is spent now (0: none).
+    applied: u64,
+    flight: Option<Flight>,
+    /// The next take is due at this instant.
+    renew_at: Timestamp,
+    /// Demand: cost asked for since `asked_since`.
+    asked: u64,
+    asked_since: Timestamp,
+    last_request: Timestamp,
+    timer: Option<Timestamp>,
+}
+
+/// The one take in flight.
+#[derive(Clone, Copy, Debug)]
+struct Flight {
+    seq: u64,
+    sent_at: Timestamp,
+    validity: Micros,
+}
+
+impl RateBook {
+    /// An empty book for node `node` (1 to 2^52 − 1; out-of-range ids are mapped into
+    /// range). The validity of a grant is three renewal intervals.
+    pub fn new(config: LeaseConfig, node: u64) -> Self {
+        Self {
+            config,
+            node: (node & rein_core::MAX_MICROS).max(1),
+            leases: HashMap::new(),
+            timers: BTreeSet::new(),
+            actions: VecDeque::new(),
+            latest: Timestamp::EPOCH,
+            closed: false,
+            stats: LeaseStats::default(),
+        }
+    }
+
+    /// This node's id in the store's shares.
+    pub fn node(&self) -> u64 {
+        self.node
+    }
+
+    /// A request for `cost` tokens (`0 < cost ≤ capacity`, checked by the caller) of `key`,
+    /// whose policy is the token bucket `shares`, at `now`. Never [`Admit::Wait`]: without a
+    /// valid share the store's direct share decides.
+    pub fn handle_request(
+        &mut self,
+        now: Timestamp,
+        key: LeaseKeyRef<'_>,
+        cost: u64,
+        shares: &RateShares,
+    ) -> Admit {
+        let now = self.observe(now);
+        if self.closed {
+            return self.count(Admit::Direct(DirectReason::Closed));
+        }
+        if !self.leases.contains_key(&key) {
+            if self.leases.len() >= self.config.max_keys.get() {
+                return self.count(Admit::Direct(DirectReason::Untracked));
+            }
+            let owned = LeaseKey {
+                slot: key.slot,
+                key: key.key.into(),
+            };
+            let lease = RateLease {
+                shares: *shares,
+                bucket: ShareBucket::default(),
+                held: 0,
+                seq: 0,
+                applied: 0,
+                flight: None,
+                renew_at: now,
+                asked: 0,
+                asked_since: now,
+                last_request: now,
+                timer: None,
+            };
+            self.leases.insert(owned, lease);
+        }
+        let config = self.config;
+        let node = self.node;
+        let Some((owned, lease)) = self.leases.get_key_value_mut(&key) else {
+            return self.count(Admit::Direct(DirectReason::Untracked));
+        };
+        lease.asked = lease.asked.saturating_add(cost);
+        lease.last_request = now;
+        let admit = if lease.bucket.try_take(now, &lease.shares, cost) {
+            Admit::Leased(Decision {
+                outcome: Outcome::Allowed,
+                limit: lease.shares.capacity(),
+                remaining: lease.bucket.tokens(&lease.shares),
+                retry_after: Micros::ZERO,
+                reset_after: Micros::ZERO,
+                limit_index: 0,
+            })
+        } else if now < lease.bucket.until()
+            && let Some(wait) = lease.bucket.wait_for(&lease.shares, cost)
+        {
+            // A valid share that will have the tokens: the rest of the bucket is other
+            // shares', or the direct share's, so the store would not do better now.
+            let retry_after = wait.min(config.renew_interval).max(Micros::from_micros(1));
+            Admit::Denied(Decision {
+                outcome: Outcome::Denied,
+                limit: lease.shares.capacity(),
+                remaining: lease.bucket.tokens(&lease.shares),
+                retry_after,
+                reset_after: retry_after,
+                limit_index: 0,
+            })
+        } else if now < lease.bucket.until() {
+            // Above this node's burst, or a share of no rate: only the store can say.
+            Admit::Direct(DirectReason::AboveShare)
+        } else {
+            Admit::Direct(DirectReason::NoShare)
+        };
+        if lease.flight.is_none() && now >= lease.renew_at {
+            let take = Self::take(config, node, now, lease);
+            self.actions.push_back(RateAction::Take {
+                key: owned.clone(),
+                request: take,
+                at: now,
+            });
+            self.stats.reservations += 1;
+        }
+        // Most requests find their timer already armed no later than needed: no key copy.
+        if lease
+            .timer
+            .is_none_or(|t| t > Self::due(config, now, lease))
+        {
+            let owned = owned.clone();
+            self.arm(now, &owned);
+        }
+        self.count(admit)
+    }
+
+    /// The take `seq` of `key` ended at `now` with `reply`. A reply the book no longer waits
+    /// for is ignored (its share stays unused in the store until it lapses).
+    pub fn handle_taken(&mut self, now: Timestamp, key: &LeaseKey, seq: u64, reply: TakeReply) {
+        let now = self.observe(now);
+        let config = self.config;
+        let Some(lease) = self.leases.get_mut(key) else {
+            self.stats.late_grants += 1;
+            return;
+        };
+        let flight = match lease.flight {
+            Some(f) if f.seq == seq => f,
+            _ => {
+                self.stats.late_grants += 1;
+                return;
+            }
+        };
+        lease.flight = None;
+        match reply {
+            TakeReply::Answered(Taken::Granted(grant)) => {
+                let v = flight.validity.as_micros();
+                // From before the store decided, less a 1 000 ppm clock margin.
+                let until = Timestamp::from_micros(
+                    (flight.sent_at.as_micros() + v).saturating_sub(v / 1_000 + 1),
+                );
+                lease
+                    .bucket
+                    .apply(now, &lease.shares, &grant, until, CLOCK_MARGIN_PERMILLE);
+                lease.held = grant.id;
+                lease.applied = flight.seq;
+                self.stats.reservations_granted += 1;
+                self.stats.units_reserved += grant.moved / lease.shares.token_units();
+            }
+            TakeReply::Answered(Taken::Full | Taken::Stale) => {
+                self.stats.reservations_denied += 1;
+                lease.renew_at = now.saturating_add(config.renew_interval);
+            }
+            TakeReply::Failed => {
+                self.stats.reservations_failed += 1;
+                lease.renew_at = now.saturating_add(config.renew_interval);
+            }
+        }
+    }
+
+    /// Runs the timers due at `now`: takes presumed lost, idle keys returned.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        let now = self.observe(now);
+        while let Some((at, slot, key)) = self.timers.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.timers.pop_first();
+            let key = LeaseKey { slot, key };
+            if let Some(lease) = self.leases.get_mut(&key) {
+                lease.timer = None;
+            }
+            self.service(now, &key);
+        }
+    }
+
+    /// Gives every share back and sends every later request to the store.
+    pub fn handle_shutdown(&mut self, now: Timestamp) {
+        let now = self.observe(now);
+        self.closed = true;
+        let keys: Vec<LeaseKey> = self.leases.keys().cloned().collect();
+        for key in keys {
+            self.release(now, &key);
+        }
+        self.timers.clear();
+    }
+
+    /// The next action for the driver.
+    pub fn poll_action(&mut self) -> Option<RateAction> {
+        self.actions.pop_front()
+    }
+
+    /// When to call [`handle_timeout`](Self::handle_timeout).
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        self.timers.first().map(|(at, _, _)| *at)
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> LeaseStats {
+        self.stats
+    }
+
+    /// Whether [`handle_shutdown`](Self::handle_shutdown) ran.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// The number of keys held.
+    pub fn len(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// `true` when no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.leases.is_empty()
+    }
+
+    fn observe(&mut self, now: Timestamp) -> Timestamp {
+        self.latest = self.latest.max(now);
+        self.latest
+    }
+
+    fn count(&mut self, admit: Admit) -> Admit {
+        self.stats.count(&admit);
+        admit
+    }
+
+    /// A take for `lease`: its demand since the last take, per second.
+    fn take(config: LeaseConfig, node: u64, now: Timestamp, lease: &mut RateLease) -> TakeRequest {
+        let elapsed = now.saturating_since(lease.asked_since).as_micros().max(1);
+        let per_second = u128::from(lease.asked) * 1_000_000 / u128::from(elapsed);
+        let demand = u64::try_from(per_second)
+            .unwrap_or(u64::MAX)
+            .min(rein_core::rate_share::MAX_DEMAND);
+        lease.asked = 0;
+        lease.asked_since = now;
+        lease.seq += 1;
+        let validity = Micros::from_micros(
+            config
+                .renew_interval
+                .as_micros()
+                .saturating_mul(VALIDITY_INTERVALS)
+                .clamp(1, rein_core::rate_share::MAX_VALIDITY.as_micros()),
+        );
+        lease.flight = Some(Flight {
+            seq: lease.seq,
+            sent_at: now,
+            validity,
+        });
+        lease.renew_at = now.saturating_add(config.renew_interval);
+        TakeRequest {
+            node,
+            held: lease.held,
+            seq: lease.seq,
+            applied: lease.applied,
+            demand,
+            validity,
+        }
+    }
+
+    /// Registers the lease's next deadline: its flight's timeout, or its idle time.
+    fn arm(&mut self, now: Timestamp, key: &LeaseKey) {
+        let config = self.config;
+        let Some(lease) = self.leases.get_mut(key) else {
+            return;
+        };
+        let due = Self::due(config, now, lease);
+        // Only an earlier deadline re-arms: a later one is found when the earlier fires.
+        if lease.timer.is_some_and(|t| t <= due) {
+            return;
+        }
+        if let Some(old) = lease.timer.replace(due) {
+            self.timers.remove(&(old, key.slot, key.key.clone()));
+        }
+        self.timers.insert((due, key.slot, key.key.clone()));
+    }
+
+    /// When `lease` next needs its timer: its flight's timeout, or its idle time.
+    fn due(config: LeaseConfig, now: Timestamp, lease: &RateLease) -> Timestamp {
+        match lease.flight {
+            Some(f) => f.sent_at.saturating_add(config.flight_timeout),
+            None => lease.last_request.saturating_add(config.idle_after),
+        }
+        .max(now)
+    }
+
+    /// A fired timer of `key`: a lost take, an idle key, or neither yet.
+    fn service(&mut self, now: Timestamp, key: &LeaseKey) {
+        let config = self.config;
+        let Some(lease) = self.leases.get_mut(key) else {
+            return;
+        };
+        if let Some(f) = lease.flight
+            && now >= f.sent_at.saturating_add(config.flight_timeout)
+        {
+            lease.flight = None;
+            self.stats.reservations_lost += 1;
+        }
+        if lease.flight.is_none() && now >= lease.last_request.saturating_add(config.idle_after) {
+            self.release(now, key);
+            return;
+        }
+        self.arm(now, key);
+    }
+
+    /// Gives `key`'s share back (its unspent tokens, if still valid) and forgets the key.
+    fn release(&mut self, now: Timestamp, key: &LeaseKey) {
+        let Some(mut lease) = self.leases.remove(key) else {
+            return;
+        };
+        if let Some(t) = lease.timer {
+            self.timers.remove(&(t, key.slot, key.key.clone()));
+        }
+        if lease.held == 0 {
+            return;
+        }
+        lease.bucket.refill(now);
+        let units = if now < lease.bucket.until() {
+            lease.bucket.units()
+        } else {
+            0
+        };
+        lease.bucket.clear();
+        self.stats.returns += 1;
+        self.stats.units_returned += units / lease.shares.token_units();
+        self.actions.push_back(RateAction::Return {
+            key: key.clone(),
+            request: ReturnRequest {
+                node: self.node,
+                id: lease.held,
+                seq: lease.seq + 1,
+                units,
+            },
+            at: now,
+        });
+    }
+}
+
+/// A grant lives this many renewal intervals: a renewal is due every interval, so two may
+/// fail before the share lapses; and a silent node's share is reassigned this long after
+/// its last renewal.
+const VALIDITY_INTERVALS: u64 = 3;
+
+/// The local refill is slowed by this much (‰): a clock up to 1 000 ppm fast still
+/// refills no faster than the share.
+const CLOCK_MARGIN_PERMILLE: u64 = 1;
+
+#[cfg(test)]
+mod tests {
+    use rein_core::{Grant, TokenBucket};
+
+    use super::*;
+
+    const KEY: LeaseKeyRef<'static> = LeaseKeyRef { slot: 0, key: b"k" };
+
+    fn ms(ms: u64) -> Timestamp {
+        Timestamp::from_micros(1_000_000_000 + ms * 1_000)
+    }
+
+    /// 100 tokens, 1 per ms.
+    fn shares() -> RateShares {
+        RateShares::new(&TokenBucket::new(100, 1_000, Micros::from_secs(1)).unwrap()).unwrap()
+    }
+
+    fn book() -> RateBook {
+        RateBook::new(LeaseConfig::default(), 9)
+    }
+
+    fn take_of(book: &mut RateBook) -> (LeaseKey, TakeRequest) {
+        match book.poll_action() {
+            Some(RateAction::Take { key, request, .. }) => (key, request),
+            other => panic!("expected a take, got {other:?}"),
+        }
+    }
+
+    fn grant(id: u64, continued: bool, burst: u64, parts: u64, moved_tokens: u64) -> TakeReply {
+        TakeReply::Answered(Taken::Granted(Grant {
+            id,
+            continued,
+            burst,
+            parts,
+            moved: moved_tokens * shares().token_units(),
+        }))
+    }
+
+    #[test]
+    fn the_first_request_goes_direct_and_asks_for_a_share_then_requests_spend_it_locally() {
+        let s = shares();
+        let mut b = book();
+        assert_eq!(
+            b.handle_request(ms(0), KEY, 1, &s),
+            Admit::Direct(DirectReason::NoShare)
+        );
+        let (key, take) = take_of(&mut b);
+        assert_eq!((take.node, take.held, take.seq), (9, 0, 1));
+        assert_eq!(take.validity, Micros::from_millis(300));
+        // In flight: still direct, no second take (single flight).
+        assert_eq!(
+            b.handle_request(ms(1), KEY, 1, &s),
+            Admit::Direct(DirectReason::NoShare)
+        );
+        assert_eq!(b.poll_action(), None);
+        b.handle_taken(ms(2), &key, 1, grant(77, false, 10, 500, 10));
+        for _ in 0..10 {
+            assert!(matches!(
+                b.handle_request(ms(2), KEY, 1, &s),
+                Admit::Leased(_)
+            ));
+        }
+        // Empty: denied locally, the wait is the local rate (half of 1 per ms, less 1 ‰).
+        let Admit::Denied(d) = b.handle_request(ms(2), KEY, 1, &s) else {
+            panic!("not denied locally");
+        };
+        assert_eq!(d.retry_after, Micros::from_micros(2_003));
+        assert!(matches!(
+            b.handle_request(ms(5), KEY, 1, &s),
+            Admit::Leased(_)
+        ));
+    }
+
+    #[test]
+    fn renewals_report_demand_keep_the_chain_and_never_spend_past_the_local_end() {
+        let s = shares();
+        let mut b = book();
+        b.handle_request(ms(0), KEY, 1, &s);
+        let (key, _) = take_of(&mut b);
+        b.handle_taken(ms(1), &key, 1, grant(77, false, 10, 1_000, 10));
+        for i in 0..50 {
+            b.handle_request(ms(2 + i), KEY, 1, &s);
+        }
+        // Due one interval after the last take: 51 tokens asked since, over 100 ms: 510/s.
+        b.handle_request(ms(100), KEY, 1, &s);
+        let (_, take) = take_of(&mut b);
+        assert_eq!((take.held, take.seq, take.demand), (77, 2, 510));
+        // Its reply is lost; the first grant ends locally at 300 ms − 300 µs − 1 µs.
+        b.handle_taken(ms(150), &key, 2, TakeReply::Failed);
+        assert!(matches!(
+            b.handle_request(ms(299), KEY, 1, &s),
+            Admit::Leased(_)
+        ));
+        let end = Timestamp::from_micros(ms(300).as_micros() - 301);
+        assert!(matches!(
+            b.handle_request(end, KEY, 1, &s),
+            Admit::Direct(_)
+        ));
+    }
+
+    #[test]
+    fn a_reply_for_a_take_given_up_on_is_never_applied() {
+        let s = shares();
+        let mut b = book();
+        b.handle_request(ms(0), KEY, 1, &s);
+        let (key, _) = take_of(&mut b);
+        // The flight timeout (1 s) passes: presumed lost.
+        b.handle_timeout(ms(1_000));
+        assert_eq!(b.stats().reservations_lost, 1);
+        b.handle_taken(ms(1_001), &key, 1, grant(5, false, 100, 1_000, 100));
+        assert_eq!(b.stats().late_grants, 1);
+        assert!(matches!(
+            b.handle_request(ms(1_002), KEY, 1, &s),
+            Admit::Direct(_)
+        ));
+    }
+
+    #[test]
+    fn an_idle_key_returns_its_unspent_tokens_and_is_forgotten_and_shutdown_returns_all() {
+        let s = shares();
+        let mut b = book();
+        b.handle_request(ms(0), KEY, 1, &s);
+        let (key, _) = take_of(&mut b);
+        b.handle_taken(ms(1), &key, 1, grant(77, false, 10, 100, 4));
+        assert!(matches!(
+            b.handle_request(ms(2), KEY, 3, &s),
+            Admit::Leased(_)
+        ));
+        // Idle for 1 s, but the share ended locally at 300 ms: nothing to give back.
+        b.handle_timeout(ms(1_002));
+        match b.poll_action() {
+            Some(RateAction::Return { request, .. }) => {
+                assert_eq!((request.id, request.seq, request.units), (77, 2, 0));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(b.is_empty());
+        // Shutdown while valid: the unspent tokens go back.
+        b.handle_request(ms(2_000), KEY, 1, &s);
+        let (key, take) = take_of(&mut b);
+        b.handle_taken(ms(2_001), &key, take.seq, grant(90, false, 10, 100, 4));
+        b.handle_shutdown(ms(2_001));
+        match b.poll_action() {
+            Some(RateAction::Return { request, .. }) => {
+                assert_eq!(request.id, 90);
+                assert_eq!(request.units, 4 * s.token_units());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            b.handle_request(ms(2_002), KEY, 1, &s),
+            Admit::Direct(DirectReason::Closed)
+        );
+    }
+
+    #[test]
+    fn a_clock_stepping_back_neither_refills_nor_stretches_the_share() {
+        let s = shares();
+        let mut b = book();
+        b.handle_request(ms(10), KEY, 1, &s);
+        let (key, _) = take_of(&mut b);
+        b.handle_taken(ms(11), &key, 1, grant(1, false, 2, 1_000, 2));
+        assert!(matches!(
+            b.handle_request(ms(11), KEY, 2, &s),
+            Admit::Leased(_)
+        ));
+        // Back to 0: taken at 11 ms, nothing refilled.
+        assert!(matches!(
+            b.handle_request(ms(0), KEY, 1, &s),
+            Admit::Denied(_)
+        ));
+    }
+}

@@ -1,0 +1,364 @@
+//! `lua/lease_rate.lua` is rein-core's `RateShares`, not a second guess: random token
+//! buckets and random sequences of takes, renewals, returns (valid, stale, of other chains)
+//! and direct decisions, with clocks that stall and go back, give the same answers and the
+//! same stored state (read back field by field) from a real redis-server as from the core,
+//! after every step. Corrupt state and arguments are refused with an error, never used.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+use rein_core::{
+    DecideError, Limit, Limiter, MAX_MICROS, Micros, Policy, RateAnswer, RateOp, RateShares,
+    RateState, ReturnRequest, Share, ShareError, TakeRequest, Taken, Timestamp,
+};
+use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis_harness::RedisServer;
+
+#[derive(Clone, Debug)]
+struct Case {
+    capacity: u64,
+    refill: u64,
+    period_us: u64,
+    start: u64,
+    steps: Vec<(i64, Step)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    /// A take by `node`, holding its latest grant (or a wrong id), with its next seq (or a
+    /// stale one).
+    Take {
+        node: u64,
+        right_id: bool,
+        stale: bool,
+        demand: u64,
+        validity_us: u64,
+    },
+    Return {
+        node: u64,
+        right_id: bool,
+        units: u64,
+    },
+    Direct(u64),
+}
+
+#[test]
+fn script_matches_core_answers_and_state_at_every_step() {
+    let server = RedisServer::start().expect("start redis-server");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let conn: ConnectionManager = rt.block_on(async {
+        let client = redis::Client::open(server.url()).expect("client");
+        client.get_connection_manager().await.expect("connect")
+    });
+    let config = Config {
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "tests/lease_rate.proptest-regressions",
+        ))),
+        ..Config::with_cases(200)
+    };
+    let mut runner = TestRunner::new(config);
+    let case_no = std::sync::atomic::AtomicU64::new(0);
+    let result = runner.run(&case(), |case| {
+        let n = case_no.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let store = RedisStoreBuilder::new()
+            .prefix(format!("rate{n}"))
+            // Key TTLs run on the server's clock, not on this test's timeline.
+            .min_ttl(Duration::from_secs(3_600))
+            .deadline(Duration::from_secs(5))
+            .build(conn.clone())
+            .expect("store");
+        rt.block_on(run_case(&store, conn.clone(), &case))
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+async fn run_case(
+    store: &RedisStore<ConnectionManager>,
+    mut conn: ConnectionManager,
+    case: &Case,
+) -> Result<(), TestCaseError> {
+    let bucket = Limit::token_bucket(
+        case.capacity,
+        case.refill,
+        Micros::from_micros(case.period_us),
+    )
+    .expect("valid bucket");
+    let Limit::TokenBucket(tb) = bucket else {
+        unreachable!()
+    };
+    let shares = RateShares::new(&tb).expect("shareable");
+    let policy = RedisPolicy::new("p", Policy::single(bucket)).expect("policy");
+    let key = store.keys(&policy, b"user").expect("key").remove(0);
+    let mut state = RateState::default();
+    // Per node: its latest grant id, its seq, and the seq of its latest grant.
+    let mut nodes = [(0u64, 0u64, 0u64); 6];
+    let mut now = case.start;
+    for (i, &(dt, step)) in case.steps.iter().enumerate() {
+        now = now.saturating_add_signed(dt).min(MAX_MICROS);
+        let t = Timestamp::from_micros(now);
+        let op = match step {
+            Step::Take {
+                node,
+                right_id,
+                stale,
+                demand,
+                validity_us,
+            } => {
+                let (id, seq, applied) = &mut nodes[node as usize];
+                if !stale {
+                    *seq += 1;
+                }
+                RateOp::Take(TakeRequest {
+                    node,
+                    held: if right_id { *id } else { *id + 7 },
+                    seq: *seq,
+                    applied: if right_id { *applied } else { 0 },
+                    demand,
+                    validity: Micros::from_micros(validity_us),
+                })
+            }
+            Step::Return {
+                node,
+                right_id,
+                units,
+            } => {
+                let (id, seq, _) = &mut nodes[node as usize];
+                *seq += 1;
+                RateOp::Return(ReturnRequest {
+                    node,
+                    id: if right_id { *id } else { *id + 1 },
+                    seq: *seq,
+                    units,
+                })
+            }
+            Step::Direct(cost) => RateOp::Direct(cost),
+        };
+        let before = format!("{state:?}");
+        let core = shares.apply(t, &mut state, op);
+        let redis = store.share_rate(Some(t), &policy, b"user", op).await;
+        match (&core, &redis) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a, b, "step {} {:?} from {}", i, op, before),
+            (Err(a), Err(DecideError::InvalidShare(b))) => prop_assert_eq!(a, b),
+            _ => {
+                return Err(TestCaseError::fail(format!(
+                    "step {i} {op:?}: core {core:?}, redis {redis:?}"
+                )));
+            }
+        }
+        if let (Ok(RateAnswer::Taken(Taken::Granted(g))), RateOp::Take(r)) = (core, op) {
+            nodes[r.node as usize].0 = g.id;
+            nodes[r.node as usize].2 = r.seq;
+        }
+        let stored = read_state(&mut conn, &key).await?;
+        prop_assert_eq!(&stored, &state, "state after step {} {:?}", i, op);
+    }
+    Ok(())
+}
+
+/// The hash the script keeps, decoded as `RateState` (shares ordered by node, as the core
+/// keeps them). An absent key is the default state.
+async fn read_state(conn: &mut ConnectionManager, key: &str) -> Result<RateState, TestCaseError> {
+    let fields: Vec<(String, String)> = conn
+        .hgetall(key)
+        .await
+        .map_err(|e| TestCaseError::fail(format!("HGETALL: {e}")))?;
+    let numbers = |v: &str| -> Vec<u64> { v.split(':').map(|n| n.parse().expect("int")).collect() };
+    let mut state = RateState::default();
+    for (field, value) in fields {
+        let n = numbers(&value);
+        if field == "s" {
+            (state.drawn, state.at, state.next_id) = (n[0], Timestamp::from_micros(n[1]), n[2]);
+        } else {
+            let node = field.trim_start_matches('n').parse().expect("node");
+            state.shares.push(Share {
+                node,
+                id: n[0],
+                burst: n[1],
+                parts: n[2],
+                until: Timestamp::from_micros(n[3]),
+                demand: n[4],
+                seq: n[5],
+                hold_burst: n[6],
+                hold_parts: n[7],
+                hold_until: Timestamp::from_micros(n[8]),
+            });
+        }
+    }
+    state.shares.sort_by_key(|s| s.node);
+    Ok(state)
+}
+
+#[test]
+fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
+    let server = RedisServer::start().expect("start redis-server");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async {
+        let client = redis::Client::open(server.url()).expect("client");
+        let mut conn = client.get_connection_manager().await.expect("connect");
+        let store = RedisStoreBuilder::new().build(conn.clone()).expect("store");
+        let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).unwrap();
+        let policy = RedisPolicy::new("p", Policy::single(bucket)).unwrap();
+        let key = store.keys(&policy, b"k").unwrap().remove(0);
+        let t = Some(Timestamp::from_micros(1_000_000));
+        let take = RateOp::Take(TakeRequest {
+            node: 1,
+            held: 0,
+            seq: 1,
+            applied: 0,
+            demand: 5,
+            validity: Micros::from_millis(100),
+        });
+        for (field, value) in [
+            ("s", "1:2"),
+            ("s", "99999999999:0:0"),
+            ("n1", "1:2:3"),
+            ("n1", "1:11:0:0:0:0:0:0:0"),
+            ("n0", "1:1:1:1:1:1:1:1:1"),
+            ("x", "1"),
+        ] {
+            let _: () = conn.del(&key).await.unwrap();
+            let _: () = conn.hset(&key, field, value).await.unwrap();
+            let answer = store.share_rate(t, &policy, b"k", take).await;
+            assert!(
+                matches!(answer, Err(DecideError::Unavailable(_))),
+                "{field}={value}: {answer:?}"
+            );
+        }
+        // A plain bucket's string under the key: refused (WRONGTYPE), not read as empty.
+        let _: () = conn.del(&key).await.unwrap();
+        assert!(
+            store
+                .acquire_at(Timestamp::from_micros(1_000_000), &policy, b"k", 1)
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+        let answer = store.share_rate(t, &policy, b"k", take).await;
+        assert!(
+            matches!(answer, Err(DecideError::Unavailable(_))),
+            "{answer:?}"
+        );
+        // Bad requests are the core's typed errors, before any call.
+        let _: () = conn.del(&key).await.unwrap();
+        let bad = RateOp::Take(TakeRequest {
+            node: 0,
+            held: 0,
+            seq: 1,
+            applied: 0,
+            demand: 5,
+            validity: Micros::from_millis(100),
+        });
+        let answer = store.share_rate(t, &policy, b"k", bad).await;
+        assert!(matches!(
+            answer,
+            Err(DecideError::InvalidShare(ShareError::Node(0)))
+        ));
+        let window = Limit::fixed_window(10, Micros::from_secs(1)).unwrap();
+        let fw = RedisPolicy::new("w", Policy::single(window)).unwrap();
+        let answer = store.share_rate(t, &fw, b"k", take).await;
+        assert!(matches!(
+            answer,
+            Err(DecideError::InvalidShare(ShareError::NotShareable))
+        ));
+        // Raw script calls with out-of-range arguments are refused by the script itself.
+        let source = rein_redis::SCRIPTS
+            .iter()
+            .find(|(name, _)| *name == "lease_rate")
+            .expect("registered")
+            .1;
+        for argv in [
+            vec!["take", "1", "0", "10", "1000", "1", "1", "0", "1", "0", "5"],
+            vec![
+                "take", "1", "0", "10", "1000", "1", "1", "0", "1", "0", "5", "-1",
+            ],
+            vec!["direct", "1", "0", "10", "1000", "1", "1.5"],
+            vec!["direct", "1", "0", "0", "1000", "1", "1"],
+            vec!["direct", "1", "0", "10", "1000", "1", "11"],
+            vec!["steal", "1", "0", "10", "1000", "1", "1"],
+        ] {
+            let reply: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
+                .arg(source)
+                .arg(1)
+                .arg("rate-raw")
+                .arg(&argv)
+                .query_async(&mut conn)
+                .await;
+            assert!(reply.is_err(), "{argv:?}: {reply:?}");
+        }
+    });
+}
+
+// ---- strategies ----
+
+fn case() -> impl Strategy<Value = Case> {
+    let bucket = prop_oneof![
+        (1u64..=12, 1u64..=7, 1_000u64..=3_000_000),
+        // Fractional emission intervals and deep buckets near the exactness bound.
+        (1u64..=100_000, 1u64..=999, 1u64..=7_000_000),
+    ]
+    .prop_filter("shareable", |&(c, r, p)| {
+        Limit::token_bucket(c, r, Micros::from_micros(p))
+            .ok()
+            .and_then(|l| match l {
+                Limit::TokenBucket(tb) => RateShares::new(&tb).ok(),
+                _ => None,
+            })
+            .is_some()
+    });
+    let start = prop_oneof![Just(0u64), 1u64..=2_000_000_000_000_000];
+    (bucket, start, prop::collection::vec(step(), 30..=60)).prop_map(
+        |((capacity, refill, period_us), start, steps)| Case {
+            capacity,
+            refill,
+            period_us,
+            start,
+            steps,
+        },
+    )
+}
+
+fn step() -> impl Strategy<Value = (i64, Step)> {
+    let dt = prop_oneof![
+        4 => 0i64..=50_000,
+        1 => Just(0i64),
+        1 => -50_000i64..0,
+        1 => 0i64..=5_000_000,
+    ];
+    let node = 1u64..=5;
+    let op = prop_oneof![
+        4 => (
+            node.clone(),
+            prop::bool::weighted(0.8),
+            prop::bool::weighted(0.1),
+            prop_oneof![Just(0u64), 0u64..100, Just(u64::from(u32::MAX))],
+            1u64..=200_000,
+        )
+            .prop_map(|(node, right_id, stale, demand, validity_us)| Step::Take {
+                node,
+                right_id,
+                stale,
+                demand,
+                validity_us,
+            }),
+        1 => (node, prop::bool::weighted(0.8), 0u64..=u64::from(u32::MAX)).prop_map(
+            |(node, right_id, units)| Step::Return {
+                node,
+                right_id,
+                units,
+            }
+        ),
+        3 => (0u64..=13).prop_map(Step::Direct),
+    ];
+    (dt, op)
+}
