@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::{
-    DecideError, Decision, Held, Limiter, Micros, NamedPolicy, PrepareError, StoreError, Timestamp,
+    DecideError, Decision, Held, Limiter, Micros, NamedPolicy, PrepareError, RateAnswer, RateOp,
+    StoreError, Timestamp,
 };
 use rein_memory::{Clock, MemoryLimiter};
 use tracing::Instrument;
@@ -185,7 +186,7 @@ impl<S: Limiter> ResilientLimiter<S> {
     pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decided, RequestError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);
-        self.decide(None, index, key, cost, None)
+        self.decide(None, index, key, cost, StoreOp::Acquire)
             .await
             .map(|(decided, _)| decided)
     }
@@ -202,7 +203,7 @@ impl<S: Limiter> ResilientLimiter<S> {
             self.inner.gate.invalid_request();
             return Err(RequestError::UnknownPolicy(policy.to_owned()));
         };
-        self.decide(None, index, key.as_ref(), cost, None)
+        self.decide(None, index, key.as_ref(), cost, StoreOp::Acquire)
             .await
             .map(|(decided, _)| decided)
     }
@@ -253,15 +254,15 @@ impl<S: Limiter> ResilientLimiter<S> {
         &self.inner.store
     }
 
-    /// A decision; with `hold`, through [`Limiter::acquire_held`], and with the store's
-    /// stamp when the store answered.
+    /// A decision by the store's operation `op`, with the store's stamp when the store
+    /// answered a held acquire.
     async fn decide(
         &self,
         now: Option<Timestamp>,
         index: usize,
         key: &[u8],
         cost: u64,
-        hold: Option<Micros>,
+        op: StoreOp,
     ) -> Result<(Decided, Option<Timestamp>), RequestError> {
         let inner = &*self.inner;
         let named = &inner.table.policies()[index];
@@ -288,7 +289,7 @@ impl<S: Limiter> ResilientLimiter<S> {
                 key,
                 cost,
             };
-            let (decided, stamp) = inner.decide(now, index, request, hold).await?;
+            let (decided, stamp) = inner.decide(now, index, request, op).await?;
             tracing::debug!(
                 source = decided.source.as_str(),
                 unavailable = decided.source.unavailable().map(|why| why.as_str()),
@@ -312,7 +313,7 @@ impl<S: Limiter> Shared<S> {
         now: Option<Timestamp>,
         index: usize,
         request: Request<'_>,
-        hold: Option<Micros>,
+        op: StoreOp,
     ) -> Result<(Decided, Option<Timestamp>), RequestError> {
         // A decision may complete without ever waiting (a cache hit, an open breaker, a store
         // whose futures are ready): count it against the task's cooperative budget, so a task
@@ -334,17 +335,27 @@ impl<S: Limiter> Shared<S> {
         let policy = &self.prepared[index];
         let (key, cost) = (request.key, request.cost);
         let store_call = async {
-            match hold {
-                Some(hold) => self
+            match op {
+                StoreOp::Held(hold) => self
                     .store
                     .acquire_held(store_now, policy, key, cost, hold)
                     .await
                     .map(|held| (held.decision, Some(held.stamp))),
-                None => self
+                StoreOp::Acquire => self
                     .store
                     .acquire(store_now, policy, key, cost)
                     .await
                     .map(|decision| (decision, None)),
+                StoreOp::RateDirect => match self
+                    .store
+                    .share_rate(store_now, policy, key, RateOp::Direct(cost))
+                    .await?
+                {
+                    RateAnswer::Decided(decision) => Ok((decision, None)),
+                    other => Err(DecideError::Unavailable(StoreError::UnexpectedReply(
+                        format!("a direct rate-share decision answered {other:?}"),
+                    ))),
+                },
             }
         };
         let reply = tokio::time::timeout(self.guard_deadline, store_call).await;
@@ -399,6 +410,31 @@ impl<S: Limiter> Shared<S> {
             self.guard_deadline,
             self.store
                 .refund_held(store_now, policy, key, amount, stamp),
+        )
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout(self.guard_deadline).into()),
+        }
+    }
+
+    /// A rate-share operation other than a direct decision (a node taking, renewing or
+    /// returning its share), sent to the store within the deadline. No failure policy
+    /// answers for it: without the store's reply a node has no new share, and spends only
+    /// what it was granted before (docs/leases.md).
+    async fn share_rate(
+        &self,
+        now: Option<Timestamp>,
+        index: usize,
+        key: &[u8],
+        op: RateOp,
+    ) -> Result<RateAnswer, DecideError> {
+        let local = now.unwrap_or_else(|| self.clock.now());
+        let store_now = self.store_now(now, local);
+        let policy = &self.prepared[index];
+        match tokio::time::timeout(
+            self.guard_deadline,
+            self.store.share_rate(store_now, policy, key, op),
         )
         .await
         {
@@ -498,7 +534,7 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        self.decide(now, policy.0, key, cost, None)
+        self.decide(now, policy.0, key, cost, StoreOp::Acquire)
             .await
             .map(|(decided, _)| decided.decision)
             .map_err(decide_error)
@@ -518,7 +554,7 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
     ) -> Result<Held, DecideError> {
         let local = now.unwrap_or_else(|| self.inner.clock.now());
         let (decided, stamp) = self
-            .decide(now, policy.0, key, cost, Some(hold))
+            .decide(now, policy.0, key, cost, StoreOp::Held(hold))
             .await
             .map_err(decide_error)?;
         Ok(Held {
@@ -565,9 +601,41 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
         self.inner.refund(now, policy.0, key, amount)
     }
 
+    /// Rate shares of a token bucket (leases as rate): a direct decision goes through the
+    /// gate like [`acquire`](Limiter::acquire) (deadline, breaker, failure policy, caches);
+    /// a node's take or return goes to the store within the deadline, and fails as the
+    /// store's error.
+    async fn share_rate(
+        &self,
+        now: Option<Timestamp>,
+        policy: &TablePolicy,
+        key: &[u8],
+        op: RateOp,
+    ) -> Result<RateAnswer, DecideError> {
+        match op {
+            RateOp::Direct(cost) => self
+                .decide(now, policy.0, key, cost, StoreOp::RateDirect)
+                .await
+                .map(|(decided, _)| RateAnswer::Decided(decided.decision))
+                .map_err(decide_error),
+            op => self.inner.share_rate(now, policy.0, key, op).await,
+        }
+    }
+
     fn deadline(&self) -> Option<Duration> {
         Some(self.inner.guard_deadline)
     }
+}
+
+/// The store operation a decision calls.
+#[derive(Clone, Copy, Debug)]
+enum StoreOp {
+    /// [`Limiter::acquire`].
+    Acquire,
+    /// [`Limiter::acquire_held`] with this hold.
+    Held(Micros),
+    /// [`Limiter::share_rate`] with [`RateOp::Direct`]: a token bucket leased as rate.
+    RateDirect,
 }
 
 /// A policy of a [`ResilientLimiter`]'s table, prepared with [`Limiter::prepare`].

@@ -573,6 +573,73 @@ async fn with_redis_paused_a_node_spends_exactly_what_it_holds_then_fails_closed
     assert_eq!(from_lease, held);
 }
 
+/// The same stack for a token bucket leased as rate: the resilient limiter forwards the
+/// store's rate shares, so the node spends its share locally; with Redis paused it spends
+/// that share only until the share's validity (three renewal intervals) ends, from the
+/// lease, and then fail closed denies, every answer within two store deadlines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_paused_a_rate_share_is_spent_until_its_validity_then_fail_closed() {
+    let server = RedisServer::start().expect("redis-server");
+    let deadline = Duration::from_millis(50);
+    let store = RedisStoreBuilder::new()
+        .deadline(deadline)
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let (capacity, per_second) = (40, 400);
+    let bucket = Limit::token_bucket(capacity, per_second, Micros::from_secs(1)).expect("valid");
+    let policy = NamedPolicy::new("rate-outage", Policy::single(bucket)).expect("valid");
+    let resilient = ResilientLimiter::builder(
+        store,
+        PolicyTable::new(policy.clone()),
+        FailurePolicy::FailClosed,
+    )
+    .build()
+    .expect("a resilient limiter");
+    let leased = LeasedLimiter::builder(resilient).config(config()).build();
+    let prepared = leased.prepare(&policy).expect("prepare");
+    let acquire = || leased.acquire_leased(None, &prepared, b"k", 1);
+    acquire().await.expect("a decision");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut from_lease = 0;
+    for _ in 0..20 {
+        from_lease += u32::from(acquire().await.expect("a decision").source == LeaseSource::Lease);
+    }
+    assert!(
+        from_lease >= 19,
+        "through ResilientLimiter: {from_lease} of 20 from the share"
+    );
+
+    server.pause().expect("SIGSTOP");
+    let paused = tokio::time::Instant::now();
+    let validity = 3 * Duration::from_millis(50);
+    let mut allowed = 0u64;
+    while paused.elapsed() < validity + Duration::from_millis(250) {
+        let started = tokio::time::Instant::now();
+        let d = acquire().await.expect("a decision");
+        let took = started.elapsed();
+        assert!(
+            took <= 2 * (deadline + Duration::from_millis(5)) + MARGIN,
+            "{took:?} {d:?}"
+        );
+        if d.decision.is_allowed() {
+            allowed += 1;
+            assert_eq!(d.source, LeaseSource::Lease, "only the share admits: {d:?}");
+            assert!(
+                started.duration_since(paused) <= validity + MARGIN,
+                "spent {:?} after the pause, past the share's validity",
+                started.duration_since(paused)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    server.resume().expect("SIGCONT");
+    // At most the share's burst and its refill over one validity.
+    let bound = capacity + per_second * (validity + MARGIN).as_millis() as u64 / 1_000;
+    assert!(allowed <= bound, "{allowed} admitted, bound {bound}");
+    leased.shutdown().await;
+}
+
 /// How much longer than two deadlines a decision may take on a 2-core machine shared with
 /// other builds (measured: up to about 45 ms of scheduling delay in debug builds). A real
 /// failure of the bound (a third store call, a wait for the flight timeout) costs 50 ms or
