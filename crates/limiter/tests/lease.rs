@@ -599,7 +599,8 @@ async fn with_redis_paused_a_rate_share_is_spent_until_its_validity_then_fail_cl
     let leased = LeasedLimiter::builder(resilient).config(config()).build();
     let prepared = leased.prepare(&policy).expect("prepare");
     let acquire = || leased.acquire_leased(None, &prepared, b"k", 1);
-    acquire().await.expect("a decision");
+    let first = acquire().await.expect("a decision");
+    assert!(first.decision.is_allowed(), "{first:?}");
     tokio::time::sleep(Duration::from_millis(20)).await;
     let mut from_lease = 0;
     for _ in 0..20 {
