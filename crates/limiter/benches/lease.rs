@@ -1,13 +1,16 @@
 //! Lease-mode decisions against direct Redis decisions, in one run over one private
 //! `redis-server` (docs/leases.md, "Measured").
 //!
-//! - `lease/hot_key`: one task deciding one hot key through a `LeasedLimiter` whose limit is
-//!   never exhausted: almost every decision is a local lease hit.
-//! - `direct/redis`: the same policy decided by the Redis store itself, one call each.
+//! For a fixed window (leased in blocks) and a token bucket (leased as rate), each never
+//! exhausted here:
+//! - `lease`: one task deciding one hot key through a `LeasedLimiter`: almost every decision
+//!   is a local lease hit.
+//! - `direct`: the same policy decided by the Redis store itself, one call each.
 //!
-//! After criterion, a throughput run (8 tasks on 4 hot keys for 1 s, each mode) prints
-//! decisions/s, the local latency distribution (p50/p99 of single lease decisions), and
-//! Redis calls per 1 000 decisions (reservations + returns + direct calls).
+//! After criterion, per algorithm, a throughput run (8 tasks on 4 hot keys for 1 s, each
+//! mode) prints decisions/s, the local latency distribution (p50/p99 of single lease
+//! decisions), and Redis calls per thousand decisions (reservations, returns and direct
+//! calls).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,10 +23,22 @@ use rein_redis::{RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 use tokio::runtime::Runtime;
 
-/// A limit the bench never exhausts: 2^40 per the longest window.
-fn policy() -> NamedPolicy {
-    let limit = Limit::fixed_window(1 << 40, rein_core::MAX_SPAN).expect("valid");
-    NamedPolicy::new("bench", Policy::single(limit)).expect("valid")
+/// Limits the bench never exhausts: 2^40 per the longest window, and a bucket of 10^8
+/// refilled at 10^8 per second (small enough for exact rate shares).
+fn policies() -> [(&'static str, NamedPolicy); 2] {
+    let window = Limit::fixed_window(1 << 40, rein_core::MAX_SPAN).expect("valid");
+    let bucket = Limit::token_bucket(100_000_000, 100_000_000, rein_core::Micros::from_secs(1))
+        .expect("valid");
+    [
+        (
+            "fixed_window",
+            NamedPolicy::new("bench-fw", Policy::single(window)).expect("valid"),
+        ),
+        (
+            "token_bucket",
+            NamedPolicy::new("bench-tb", Policy::single(bucket)).expect("valid"),
+        ),
+    ]
 }
 
 struct Setup {
@@ -72,9 +87,18 @@ fn setup() -> Setup {
 
 fn decisions(c: &mut Criterion) {
     let s = setup();
-    let leased_policy = s.leased.prepare(&policy()).expect("prepare");
-    let direct_policy = s.store.prepare(&policy()).expect("prepare");
-    let mut group = c.benchmark_group("decide_hot_key");
+    for (algorithm, policy) in policies() {
+        decide_hot_key(c, &s, algorithm, &policy);
+    }
+    for (algorithm, policy) in policies() {
+        throughput_run(&s, algorithm, &policy);
+    }
+}
+
+fn decide_hot_key(c: &mut Criterion, s: &Setup, algorithm: &str, policy: &NamedPolicy) {
+    let leased_policy = s.leased.prepare(policy).expect("prepare");
+    let direct_policy = s.store.prepare(policy).expect("prepare");
+    let mut group = c.benchmark_group(format!("decide_hot_key/{algorithm}"));
     group.throughput(Throughput::Elements(1));
     group.measurement_time(Duration::from_secs(2));
     group.warm_up_time(Duration::from_millis(500));
@@ -108,13 +132,12 @@ fn decisions(c: &mut Criterion) {
         })
     });
     group.finish();
-    throughput_run(&s);
 }
 
 /// 8 tasks on 4 hot keys for 1 s per mode; then single-decision latencies.
-fn throughput_run(s: &Setup) {
-    let leased_policy = Arc::new(s.leased.prepare(&policy()).expect("prepare"));
-    let direct_policy = Arc::new(s.store.prepare(&policy()).expect("prepare"));
+fn throughput_run(s: &Setup, algorithm: &str, policy: &NamedPolicy) {
+    let leased_policy = Arc::new(s.leased.prepare(policy).expect("prepare"));
+    let direct_policy = Arc::new(s.store.prepare(policy).expect("prepare"));
     let before = s.leased.stats();
     let run = Duration::from_secs(1);
     let leased_count = s.runtime.block_on(async {
@@ -171,7 +194,7 @@ fn throughput_run(s: &Setup) {
         + (after.returns - before.returns)
         + (after.direct - before.direct);
     println!(
-        "throughput, 8 tasks on 4 hot keys, 1 s each: lease {leased_count}/s, direct Redis \
+        "{algorithm}: throughput, 8 tasks on 4 hot keys, 1 s each: lease {leased_count}/s, direct Redis \
          {direct_count}/s ({:.1}x); lease mode Redis calls per 1000 decisions: {:.2}",
         leased_count as f64 / direct_count.max(1) as f64,
         calls as f64 * 1000.0 / leased_count.max(1) as f64,
@@ -193,7 +216,7 @@ fn throughput_run(s: &Setup) {
     latencies.sort_unstable();
     let q = |p: usize| latencies[latencies.len() * p / 1000];
     println!(
-        "lease decision latency (100 000, one task): p50 {} ns, p99 {} ns, p99.9 {} ns",
+        "{algorithm}: lease decision latency (100 000, one task): p50 {} ns, p99 {} ns, p99.9 {} ns",
         q(500),
         q(990),
         q(999)
