@@ -502,7 +502,7 @@ fn steady_demand_at(rates: &'static [u64]) {
         keys: 2,
         tasks: 4,
         rate: 0,
-        duration_ms: 4_000,
+        duration_ms: 5_000,
     };
     let report = run_workers_at(&run, rates);
     for algorithm in run.algorithms() {
