@@ -67,6 +67,8 @@ struct Report {
     calls: BTreeMap<usize, Vec<(u64, u64)>>,
     /// Key → (admitted, from leases).
     keys: BTreeMap<usize, (u64, u64)>,
+    /// Algorithm index → (reservations, units stranded, units returned).
+    stats: BTreeMap<usize, (u64, u64, u64)>,
     /// Admissions whose call straddled a window boundary.
     straddling: u64,
     admitted: u64,
@@ -107,10 +109,17 @@ impl Report {
             .fold((0, 0), |(a, l), (_, (ka, kl))| (a + ka, l + kl))
     }
 
-    /// One line on algorithm `algorithm`: admitted, from leases.
+    /// One line on algorithm `algorithm`: admitted, from leases, reservations, stranded.
     fn line(&self, run: &Run, algorithm: &str) -> String {
         let (admitted, leased) = self.by_algorithm(run, algorithm);
-        format!("admitted {admitted}, {leased} from leases")
+        let index = run.algorithms().position(|a| a == algorithm);
+        let (reservations, stranded, returned) = index
+            .and_then(|i| self.stats.get(&i).copied())
+            .unwrap_or_default();
+        format!(
+            "admitted {admitted}, {leased} from leases, {reservations} reservations, \
+             {stranded} stranded, {returned} returned"
+        )
     }
 
     /// Algorithm `algorithm`'s (key, window index, cost admitted surely inside it).
@@ -198,6 +207,12 @@ fn run_workers_at(run: &Run, rates: &[u64]) -> Report {
             match f.first() {
                 Some(&"WINDOW") => {
                     *report.windows.entry((n(1) as usize, n(2))).or_default() += n(3);
+                }
+                Some(&"STATS") => {
+                    let a = report.stats.entry(n(1) as usize).or_default();
+                    a.0 += n(2);
+                    a.1 += n(3);
+                    a.2 += n(4);
                 }
                 Some(&"KEY") => {
                     let k = report.keys.entry(n(1) as usize).or_default();
@@ -305,14 +320,27 @@ async fn worker(run: Run) {
         .connect(&format!("redis://127.0.0.1:{}", run.port))
         .await
         .expect("connect");
-    let leased = LeasedLimiter::builder(store).config(config()).build();
-    let timers = tokio::spawn({
-        let leased = leased.clone();
-        async move { leased.run_timers().await }
-    });
+    // One leased limiter per algorithm (one store connection shared), so that each one's
+    // stats are its own.
+    let limiters: Vec<_> = run
+        .algorithms()
+        .map(|_| {
+            LeasedLimiter::builder(store.clone())
+                .config(config())
+                .build()
+        })
+        .collect();
+    let timers: Vec<_> = limiters
+        .iter()
+        .map(|leased| {
+            let leased = leased.clone();
+            tokio::spawn(async move { leased.run_timers().await })
+        })
+        .collect();
     let policies: Vec<_> = run
         .algorithms()
-        .map(|algorithm| {
+        .zip(&limiters)
+        .map(|(algorithm, leased)| {
             let policy = NamedPolicy::new(
                 format!("leased-{algorithm}"),
                 Policy::single(limit_of(&run, algorithm)),
@@ -337,7 +365,7 @@ async fn worker(run: Run) {
     let end = tokio::time::Instant::now() + Duration::from_millis(run.duration_ms);
     let mut handles = Vec::new();
     for key in 0..run.keys * policies.len() {
-        let policy = &policies[key / run.keys];
+        let (policy, leased) = (&policies[key / run.keys], &limiters[key / run.keys]);
         let log = run.algorithm_of(key) == "sl";
         for _ in 0..run.tasks {
             let (leased, policy, windows) = (leased.clone(), policy.clone(), windows.clone());
@@ -397,9 +425,18 @@ async fn worker(run: Run) {
     for h in handles {
         h.await.expect("a task");
     }
-    leased.shutdown().await;
-    let _ = timers.await;
-    let stats = leased.stats();
+    let mut stats = Vec::new();
+    for (leased, timers) in limiters.iter().zip(timers) {
+        leased.shutdown().await;
+        let _ = timers.await;
+        stats.push(leased.stats());
+    }
+    for (i, s) in stats.iter().enumerate() {
+        println!(
+            "STATS {i} {} {} {}",
+            s.reservations, s.units_stranded, s.units_returned
+        );
+    }
     for ((key, index), cost) in windows.lock().expect("not poisoned").iter() {
         println!("WINDOW {key} {index} {cost}");
     }
@@ -418,9 +455,9 @@ async fn worker(run: Run) {
         admitted.load(Ordering::Relaxed),
         from_lease.load(Ordering::Relaxed),
         straddling.load(Ordering::Relaxed),
-        stats.reservations,
-        stats.units_stranded,
-        stats.units_returned,
+        stats.iter().map(|s| s.reservations).sum::<u64>(),
+        stats.iter().map(|s| s.units_stranded).sum::<u64>(),
+        stats.iter().map(|s| s.units_returned).sum::<u64>(),
     );
 }
 
