@@ -211,8 +211,8 @@ impl Scenario {
     }
 
     /// The nodes this scenario's faults can send to their failure policy: those a
-    /// partition, a stall, a pause or a one-way fault cuts off, and every node when Redis crashes or
-    /// the network's latency can exceed the deadline. Ascending.
+    /// partition, a stall, a pause or a one-way fault cuts off, and every node when Redis
+    /// crashes or the network's latency can exceed the deadline. Ascending.
     pub fn fallback_nodes(&self) -> Vec<usize> {
         let mut cut = BTreeSet::new();
         for fault in &self.faults {
