@@ -4,7 +4,9 @@
 //! turns them into a schedule of [`Action`]s and applies each between simulation steps,
 //! from the test body, the way turmoil's own tests script chaos inline: `partition` /
 //! `repair` for cut links, `hold` / `release` for stalls (messages delayed, not lost),
-//! `partition_oneway` / `repair_oneway` for a link that loses messages one way only,
+//! `partition_oneway` / `repair_oneway` for a link that loses messages one way only, a
+//! node's paused process (its links held, its software told by the schedule it gets:
+//! see [`Fault::Pause`]),
 //! `crash` / `bounce` for a Redis restart (whose data survives or not per the host's
 //! [`Persistence`](crate::redis::Persistence)), and an in-place script-cache flush for a
 //! failover or `SCRIPT FLUSH` that keeps connections up.
@@ -68,6 +70,25 @@ pub enum Fault {
         /// When the stall starts.
         from: Duration,
         /// When held messages are released.
+        until: Duration,
+    },
+    /// The listed nodes' processes are paused from `from` until `until` (`SIGSTOP`, a long
+    /// garbage-collection pause, a frozen VM) and then resume where they stopped: their
+    /// software does nothing meanwhile. No request is served (those due wait and are
+    /// served in order at `until`), no timer of the limiter fires (a leased node's lease
+    /// timers stop and start again), and nothing is read or written: their links are held
+    /// as for a [`Stall`](Fault::Stall) and delivered at `until`, so a reply that arrives
+    /// meanwhile is read at `until`, and what a task of the limiter writes meanwhile leaves
+    /// at `until`, as it would after a real pause. Their clocks keep running: at `until`
+    /// they read the time the pause took. Messages already in flight at `from` are held
+    /// too (a few ms more than a real pause delays them). A pause stops a process: every
+    /// node of a listed node's host. Not to overlap a one-way fault of the same node.
+    Pause {
+        /// The nodes whose processes pause.
+        nodes: Vec<usize>,
+        /// When the pause starts.
+        from: Duration,
+        /// When the processes resume.
         until: Duration,
     },
     /// Redis crashes at `at` and restarts `down` later, with or without its data per the
@@ -144,7 +165,7 @@ impl Fault {
                     (*until, Action::RepairOneWay { nodes, replies }),
                 ]
             }
-            Fault::Stall { nodes, from, until } => vec![
+            Fault::Stall { nodes, from, until } | Fault::Pause { nodes, from, until } => vec![
                 (*from, Action::Hold(nodes.clone())),
                 (*until, Action::Release(nodes.clone())),
             ],
@@ -176,6 +197,9 @@ impl Fault {
             }
             Fault::Stall { nodes, from, until } => {
                 (from, until, format!("stall: {}", nodes_label(nodes)))
+            }
+            Fault::Pause { nodes, from, until } => {
+                (from, until, format!("paused: {}", nodes_label(nodes)))
             }
             Fault::RepliesLost { nodes, from, until } => {
                 (from, until, format!("replies lost: {}", nodes_label(nodes)))
@@ -225,6 +249,12 @@ impl Fault {
                 s(from),
                 s(until)
             ),
+            Fault::Pause { nodes, from, until } => format!(
+                "process of {} paused at {}–{}",
+                nodes_label(nodes),
+                s(from),
+                s(until)
+            ),
             Fault::RepliesLost { nodes, from, until } => format!(
                 "replies from Redis to {} lost at {}–{}",
                 nodes_label(nodes),
@@ -253,6 +283,22 @@ impl Fault {
                 s(until)
             ),
         }
+    }
+}
+
+impl Fault {
+    /// The true instants `[from, until)` during which node `node` (on hosts of `per_host`
+    /// nodes) is paused by this fault, if it is.
+    pub(crate) fn pause_of(&self, node: usize, per_host: usize) -> Option<(Timestamp, Timestamp)> {
+        let Fault::Pause { nodes, from, until } = self else {
+            return None;
+        };
+        let per_host = per_host.max(1);
+        let at = |d: &Duration| super::clock::start().saturating_add(rein_core::Micros::from(*d));
+        nodes
+            .iter()
+            .any(|n| n / per_host == node / per_host)
+            .then(|| (at(from), at(until)))
     }
 }
 

@@ -43,6 +43,9 @@ pub(crate) struct NodeConfig {
     pub tap: ScriptTap,
     pub guard: Option<Guard>,
     pub events: Rc<RefCell<Vec<Event>>>,
+    /// True instants `[from, until)` this node's process is paused
+    /// ([`Fault::Pause`](super::Fault::Pause)): it serves nothing and runs no timer.
+    pub pauses: Vec<(Timestamp, Timestamp)>,
 }
 
 /// The software of one turmoil host: its nodes, each its own task with its own store,
@@ -84,6 +87,7 @@ async fn run_rein(config: NodeConfig) -> turmoil::Result {
     let policy = RedisPolicy::prepare(&config.policy);
     for request in &config.requests {
         wait_until_due(request).await;
+        wait_while_paused(&config.pauses).await;
         let issued = true_now();
         let user = user_key(request.key);
         let result = match config.time {
@@ -141,6 +145,7 @@ async fn run_guarded(config: NodeConfig) -> turmoil::Result {
     let limiter = builder.build()?;
     for request in &config.requests {
         wait_until_due(request).await;
+        wait_while_paused(&config.pauses).await;
         let issued = true_now();
         let result = limiter.acquire(user_key(request.key), request.cost).await;
         let answered = true_now();
@@ -187,13 +192,34 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
     let leased = LeasedLimiter::builder(store)
         .clock(NodeClock { skew: config.skew })
         .build();
+    // The book's timers, stopped while the process is paused, and started again a
+    // millisecond after it resumes: the requests that waited are served first (the harsher
+    // order: the request path itself must refuse a block whose end passed meanwhile).
     let timers = tokio::spawn({
         let leased = leased.clone();
-        async move { leased.run_timers().await }
+        let pauses = config.pauses.clone();
+        async move {
+            loop {
+                let now = true_now();
+                let Some(&(from, until)) = pauses.iter().filter(|p| p.1 > now).min_by_key(|p| p.0)
+                else {
+                    return leased.run_timers().await;
+                };
+                if from > now {
+                    let _ = tokio::time::timeout(
+                        Duration::from(from.saturating_since(now)),
+                        leased.run_timers(),
+                    )
+                    .await;
+                }
+                sleep_until(until.saturating_add(rein_core::Micros::from_millis(1))).await;
+            }
+        }
     });
     let policy = leased.prepare(&config.policy)?;
     for request in &config.requests {
         wait_until_due(request).await;
+        wait_while_paused(&config.pauses).await;
         let issued = true_now();
         let user = user_key(request.key);
         let result = leased
@@ -261,6 +287,7 @@ async fn run_optimistic(config: NodeConfig) -> turmoil::Result {
     let policy = RedisPolicy::prepare(&config.policy);
     for request in &config.requests {
         wait_until_due(request).await;
+        wait_while_paused(&config.pauses).await;
         let issued = true_now();
         let result = store
             .acquire(&policy, user_key(request.key), request.cost)
@@ -336,6 +363,7 @@ async fn run_naive(config: NodeConfig) -> turmoil::Result {
     let mut conn = None;
     for request in &config.requests {
         wait_until_due(request).await;
+        wait_while_paused(&config.pauses).await;
         let issued = true_now();
         if conn.is_none() {
             conn = connect(None).await.ok();
@@ -439,6 +467,25 @@ pub(crate) async fn wait_until_due(request: &Request) {
     let now = true_now().as_micros();
     if due > now {
         tokio::time::sleep(Duration::from_micros(due - now)).await;
+    }
+}
+
+/// Waits while the process is paused: a request due during a pause is served when it ends.
+pub(crate) async fn wait_while_paused(pauses: &[(Timestamp, Timestamp)]) {
+    loop {
+        let now = true_now();
+        match pauses.iter().find(|p| p.0 <= now && now < p.1) {
+            Some(&(_, until)) => sleep_until(until).await,
+            None => return,
+        }
+    }
+}
+
+/// Sleeps until true instant `at`.
+async fn sleep_until(at: Timestamp) {
+    let wait = at.saturating_since(true_now());
+    if wait > rein_core::Micros::ZERO {
+        tokio::time::sleep(Duration::from(wait)).await;
     }
 }
 

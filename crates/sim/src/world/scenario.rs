@@ -211,14 +211,15 @@ impl Scenario {
     }
 
     /// The nodes this scenario's faults can send to their failure policy: those a
-    /// partition, a stall or a one-way fault cuts off, and every node when Redis crashes or
-    /// the network's latency can exceed the deadline. Ascending.
+    /// partition, a stall, a pause or a one-way fault cuts off, and every node when Redis
+    /// crashes or the network's latency can exceed the deadline. Ascending.
     pub fn fallback_nodes(&self) -> Vec<usize> {
         let mut cut = BTreeSet::new();
         for fault in &self.faults {
             match fault {
                 Fault::Partition { nodes, .. }
                 | Fault::Stall { nodes, .. }
+                | Fault::Pause { nodes, .. }
                 | Fault::RepliesLost { nodes, .. }
                 | Fault::RequestsLost { nodes, .. } => cut.extend(nodes.iter().copied()),
                 Fault::RedisCrash { .. } => cut.extend(0..self.nodes),
@@ -361,6 +362,11 @@ impl Scenario {
                 tap: tap.clone(),
                 guard: self.guard.clone(),
                 events: events.clone(),
+                pauses: self
+                    .faults
+                    .iter()
+                    .filter_map(|f| f.pause_of(index, per_host))
+                    .collect(),
             };
             let name = host_name(index, per_host);
             match hosts.last_mut() {
