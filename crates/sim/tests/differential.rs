@@ -133,6 +133,9 @@ fn command() -> impl Strategy<Value = Vec<String>> {
         strings(KEYS, 0..4).prop_map(|k| args(&[&["DEL"], &k])),
         (pick(KEYS), strings(FIELDS_AND_VALUES, 0..5))
             .prop_map(|(k, fv)| args(&[&["HMSET", k], &fv])),
+        (pick(KEYS), strings(FIELDS_AND_VALUES, 0..5))
+            .prop_map(|(k, fv)| args(&[&["HSET", k], &fv])),
+        (pick(KEYS), pick(PX_TIMES)).prop_map(|(k, t)| args(&[&["PEXPIRE", k, t]])),
         pick(ODD_COMMANDS).prop_map(|line| line.split(' ').map(str::to_string).collect()),
     ]
 }
@@ -284,6 +287,10 @@ const ODD_COMMANDS: &[&str] = &[
     "DBSIZE x",
     "HMSET h f",
     "HMSET h",
+    "HSET h f",
+    "HSET h",
+    "PEXPIRE",
+    "PEXPIRE k",
     "GET",
     "GET a b",
     "SET k",
@@ -334,6 +341,8 @@ const LITERAL_RETURNS: &[&str] = &[
 const CAUGHT_CALLS: &[&str] = &[
     "'nosuch'",
     "'HMSET', 'h'",
+    "'HSET', 'h', 'f'",
+    "'PEXPIRE', 'h', 'x'",
     "'GET', {}",
     "'GET', 's', 'x'",
     "'SET', 'k', true",

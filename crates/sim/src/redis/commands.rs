@@ -4,7 +4,8 @@
 //! two callers is only what Redis 7.0 says when a command is unknown, has the wrong number
 //! of arguments or may not run inside a script; [`resolve`] produces those errors for each.
 //!
-//! Only what rein's scripts, its store, the naive baseline and the simulator's tests send is
+//! Only what rein's scripts (the rate-lease script's `HSET` and `PEXPIRE` included), its store,
+//! the naive baseline and the simulator's tests send is
 //! here; options those never use (`SET NX`, `EX`, ...) are a syntax error.
 
 use bytes::Bytes;
@@ -238,13 +239,48 @@ fn hmset(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
     let now_ms = ctx.now_ms();
     match ctx.keyspace.hash_or_create(&args[1], now_ms) {
         Ok(hash) => {
-            args[2..]
-                .chunks_exact(2)
-                .for_each(|p| hash.set(&p[0], &p[1]));
+            args[2..].chunks_exact(2).for_each(|p| {
+                hash.set(&p[0], &p[1]);
+            });
             Reply::ok()
         }
         Err(wrong) => wrong.into(),
     }
+}
+
+/// `HSET key field value [field value ...]`: the number of fields that are new.
+fn hset(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
+    if args.len() % 2 == 1 {
+        return arity_error("hset");
+    }
+    let now_ms = ctx.now_ms();
+    match ctx.keyspace.hash_or_create(&args[1], now_ms) {
+        Ok(hash) => {
+            let added = args[2..]
+                .chunks_exact(2)
+                .filter(|p| hash.set(&p[0], &p[1]))
+                .count();
+            Reply::Integer(added as i64)
+        }
+        Err(wrong) => wrong.into(),
+    }
+}
+
+/// `PEXPIRE key ms`: 1 if the key exists (deleted at once for a time not in the future),
+/// else 0. The `NX`/`XX`/`GT`/`LT` options are not kept.
+fn pexpire(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
+    if let Some(option) = args.get(3) {
+        let option = String::from_utf8_lossy(option);
+        return Reply::error(format!("ERR Unsupported option {option}"));
+    }
+    let now_ms = ctx.now_ms();
+    let Some(ms) = parse_i64(&args[2]) else {
+        return Reply::error("ERR value is not an integer or out of range");
+    };
+    let Some(at_ms) = ms.checked_add(now_ms) else {
+        return Reply::error("ERR invalid expire time in 'pexpire' command");
+    };
+    Reply::Integer(i64::from(ctx.keyspace.expire_at(&args[1], at_ms, now_ms)))
 }
 
 /// `HGETALL key`: fields and values in insertion order.
@@ -271,7 +307,9 @@ static TABLE: &[Spec] = &[
     data("set", -3, set),
     data("del", -2, del),
     data("hmset", -4, hmset),
+    data("hset", -4, hset),
     data("hgetall", 2, hgetall),
+    data("pexpire", -3, pexpire),
     scripting("eval", -3, &[]),
     scripting("evalsha", -3, &[]),
     scripting("script", -2, &[("load", 3), ("exists", -3), ("flush", -2)]),

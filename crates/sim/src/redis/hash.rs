@@ -14,11 +14,17 @@ pub struct Hash {
 }
 
 impl Hash {
-    /// Sets `field`, in place if it exists, else at the end.
-    pub fn set(&mut self, field: &Bytes, value: &Bytes) {
+    /// Sets `field`, in place if it exists, else at the end; whether it is new.
+    pub fn set(&mut self, field: &Bytes, value: &Bytes) -> bool {
         match self.fields.iter_mut().find(|(f, _)| f == field) {
-            Some((_, slot)) => *slot = value.clone(),
-            None => self.fields.push((field.clone(), value.clone())),
+            Some((_, slot)) => {
+                *slot = value.clone();
+                false
+            }
+            None => {
+                self.fields.push((field.clone(), value.clone()));
+                true
+            }
         }
     }
 

@@ -81,6 +81,21 @@ impl Keyspace {
         self.entries.insert(key, entry);
     }
 
+    /// Sets a live `key` to expire at `at_ms`, or deletes it if that is not after `now_ms`
+    /// (Redis's `PEXPIRE` of a time already past); whether the key existed.
+    pub fn expire_at(&mut self, key: &[u8], at_ms: i64, now_ms: i64) -> bool {
+        if at_ms <= now_ms {
+            return self.remove(key, now_ms);
+        }
+        match self.entry(key, now_ms) {
+            Some(entry) => {
+                entry.expires_at_ms = Some(at_ms);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Deletes a live `key`; whether it existed.
     pub fn remove(&mut self, key: &[u8], now_ms: i64) -> bool {
         self.entry(key, now_ms).is_some() && self.entries.remove(key).is_some()
