@@ -105,6 +105,41 @@ impl FixedWindow {
 
     /// The window that counts at `now`, and what it holds. A clock that went back to an
     /// earlier window keeps counting in the stored one: regressions never reopen a window.
+    /// Gives back up to `amount` units counted in the window that contains `stamp` (an
+    /// instant of the store's clock from when they were taken), and only if that is the
+    /// window counting at `now`: units returned after their window ended are not counted
+    /// in the next one, so a late return under-admits at worst, never over-admits.
+    ///
+    /// ```
+    /// use rein_core::{Algorithm, FixedWindow, FixedWindowState, Micros, Timestamp};
+    ///
+    /// let limit = FixedWindow::new(10, Micros::from_secs(1))?;
+    /// let mut state = FixedWindowState::default();
+    /// let at = |ms: u64| Timestamp::from_micros(ms * 1_000);
+    /// limit.acquire(at(100), &mut state, 10)?;
+    /// // 4 of them go back while their window runs: counted no more.
+    /// limit.refund_in_window(at(900), &mut state, 4, at(100));
+    /// assert_eq!(limit.peek(at(900), &state, 4)?.is_allowed(), true);
+    /// // A return that arrives in the next window changes nothing there.
+    /// limit.acquire(at(1_100), &mut state, 10)?;
+    /// limit.refund_in_window(at(1_200), &mut state, 4, at(100));
+    /// assert_eq!(limit.peek(at(1_200), &state, 1)?.is_allowed(), false);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund_in_window(
+        &self,
+        now: Timestamp,
+        state: &mut FixedWindowState,
+        amount: u64,
+        stamp: Timestamp,
+    ) {
+        let stamp = stamp.as_micros();
+        let (start, _) = self.current(now, state);
+        if stamp - self.window.rem(stamp) == start.as_micros() {
+            self.refund(now, state, amount);
+        }
+    }
+
     fn current(&self, now: Timestamp, state: &FixedWindowState) -> (Timestamp, u64) {
         let now = now.max(state.window_start).as_micros();
         let start = Timestamp::from_micros(now - self.window.rem(now));

@@ -210,8 +210,11 @@ impl Limit {
     }
 
     /// Gives back up to `amount` units that [`acquire_held`](Self::acquire_held) recorded at
-    /// `stamp`: a sliding log from that stamp only ([`SlidingLog::refund_held`]); the other
-    /// algorithms as [`refund`](Self::refund) does.
+    /// `stamp`: a sliding log from that stamp only ([`SlidingLog::refund_held`]); a fixed
+    /// window or a sliding counter only to the window containing `stamp`, and only while
+    /// the state still counts that window ([`FixedWindow::refund_in_window`],
+    /// [`SlidingCounter::refund_in_window`]), so a return that arrives late never lands in
+    /// a later window; a token bucket as [`refund`](Self::refund) does.
     pub fn refund_held(
         &self,
         now: Timestamp,
@@ -222,6 +225,14 @@ impl Limit {
         match (self, state) {
             (Limit::SlidingLog(l), LimitState::SlidingLog(s)) => {
                 l.refund_held(now, s, amount, stamp);
+                Ok(())
+            }
+            (Limit::FixedWindow(l), LimitState::FixedWindow(s)) => {
+                l.refund_in_window(now, s, amount, stamp);
+                Ok(())
+            }
+            (Limit::SlidingCounter(l), LimitState::SlidingCounter(s)) => {
+                l.refund_in_window(now, s, amount, stamp);
                 Ok(())
             }
             (limit, state) => limit.refund(now, state, amount),

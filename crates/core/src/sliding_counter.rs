@@ -163,6 +163,37 @@ impl SlidingCounter {
         }
     }
 
+    /// Gives back up to `amount` units counted in the window that contains `stamp` (an
+    /// instant of the store's clock from when they were taken): from the current counter
+    /// if that is the window counting at `now`, from the previous one if it just ended,
+    /// and not at all if it is older. Units never go back into a later window than the one
+    /// that counted them, so a late return under-admits at worst, never over-admits.
+    pub fn refund_in_window(
+        &self,
+        now: Timestamp,
+        state: &mut SlidingCounterState,
+        amount: u64,
+        stamp: Timestamp,
+    ) {
+        let stamp = stamp.as_micros();
+        let window = stamp - self.window.rem(stamp);
+        let v = self.view(now, state);
+        let (current, previous) = if window == v.start {
+            (v.current.saturating_sub(amount), v.previous)
+        } else if v.start.checked_sub(self.window.get()) == Some(window) {
+            (v.current, v.previous.saturating_sub(amount))
+        } else {
+            return;
+        };
+        if (current, previous) != (v.current, v.previous) {
+            *state = SlidingCounterState {
+                window_start: Timestamp::from_micros(v.start),
+                current,
+                previous,
+            };
+        }
+    }
+
     /// The first instant at which `cost` fits, for a request denied in view `v`.
     fn admitted_at(&self, v: &View, cost: u64) -> u64 {
         let w = self.window.get();

@@ -4,11 +4,12 @@
 //! the instant it was made; replayed in time order through rein-core's limit, each one must
 //! be admitted: the union satisfies the limit's own definition, zero over-admission.
 //!
-//! The one assumption the book relies on for windows is modelled, not granted: a return
-//! executes in the store within the return guard of being made, or never (a later one is
-//! dropped here, as a lost return). docs/leases.md, "Returns". Sliding-log policies are
-//! leased with held grants (`acquire_held`, `refund_held`), whose returns need no such
-//! assumption: here they execute whenever the world gets to them. A second property runs
+//! Every grant is asked with `acquire_held` (a window's with no hold), so every return
+//! carries the store's stamp and runs as `refund_held`: a sliding log's units go back from
+//! their stamp, a window's only into the window that counted them. Such a return is exact
+//! whenever it executes, so here returns execute whenever the world gets to them, however
+//! late (the return guard is then only about usefulness, not exactness); a plain `refund`
+//! (a grant reported without a stamp) is still modelled as lost past the guard. A second property runs
 //! sliding-log worlds with time in steps finer than the hold and demand that saturates the
 //! log, where a block spent even twice its hold after the grant over-admits.
 
@@ -118,16 +119,18 @@ impl World {
                                     .expect("within capacity"),
                                 Some(self.now.saturating_add(hold)),
                             ),
+                            // A window's grant: held for no time, its stamp names its window.
                             None => (
                                 self.policy
-                                    .acquire(self.now, &mut self.store[k], units)
+                                    .acquire_held(self.now, &mut self.store[k], units, Micros::ZERO)
                                     .expect("within capacity"),
-                                None,
+                                Some(self.now),
                             ),
                         };
                         self.nodes[node].inbox.push_back((key, id, d, stamp));
                     }
-                    // A held grant's return is exact whenever it executes.
+                    // A stamped return is exact whenever it executes: a log's from its stamp,
+                    // a window's into the stamp's window only.
                     Some(Action::Return {
                         key,
                         units,

@@ -10,8 +10,9 @@
 -- KEYS[i]  the state key of limit i, in the policy's order (all in one hash slot).
 -- ARGV[1]  operation: 'acquire', 'peek', 'refund', or for leases 'hold' (an acquire whose
 --           units a sliding log stamps at now + hold) and 'settle' (a refund a sliding log
---           takes from one stamp only); the other algorithms treat these as acquire and
---           refund. rein_core::Policy::{acquire_held, refund_held}.
+--           takes from one stamp only, and a fixed window or sliding counter only into the
+--           window containing the stamp, while it counts); a token bucket treats them as
+--           acquire and refund. rein_core::Policy::{acquire_held, refund_held}.
 -- ARGV[2]  now in µs since the Unix epoch, or '' to read the server's TIME.
 -- ARGV[3]  cost (acquire, peek) or amount (refund).
 -- ARGV[4]  min_ttl in ms: the shortest TTL a written key gets (normally 0).
@@ -264,7 +265,9 @@ for k = 1, n do
       if start ~= window_start then
         count = 0
       end
-      if refund and count > 0 then
+      -- FixedWindow::refund_in_window for 'settle': only into the stamp's window, while it
+      -- counts (`extra` is the stamp here).
+      if refund and count > 0 and (not settle or extra - extra % window == start) then
         count = math.max(count - amount, 0)
         value = string.format('%d:%d', start, count)
       end
@@ -302,9 +305,20 @@ for k = 1, n do
       else
         previous, current = 0, 0
       end
-      if refund and current > 0 then
+      if refund and not settle and current > 0 then
         current = math.max(current - amount, 0)
         value = string.format('%d:%d:%d', start, current, previous)
+      elseif settle and amount > 0 then
+        -- SlidingCounter::refund_in_window: into the stamp's window if it is the current
+        -- one or the one just before, else nowhere (`extra` is the stamp here).
+        local stamped = extra - extra % window
+        if stamped == start and current > 0 then
+          current = math.max(current - amount, 0)
+          value = string.format('%d:%d:%d', start, current, previous)
+        elseif stamped + window == start and previous > 0 then
+          previous = math.max(previous - amount, 0)
+          value = string.format('%d:%d:%d', start, current, previous)
+        end
       end
       local w = window
       local elapsed = at - start

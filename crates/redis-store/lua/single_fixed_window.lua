@@ -1,10 +1,12 @@
 -- rein-redis: a policy of one fixed window. rein_core::FixedWindow::{decide, refund,
--- current} (crates/core/src/fixed_window.rs), with the same names, as straight-line code:
--- no closures, no tables, GET then SET ... PX only when something changed.
+-- refund_in_window, current} (crates/core/src/fixed_window.rs), with the same names, as
+-- straight-line code: no closures, no tables, GET then SET ... PX only when something
+-- changed.
 --
 -- KEYS[1]  the limit's state key.
--- ARGV     op ('acquire', 'peek', 'refund'), now (µs, or '' for the server's TIME), cost
---          (or refund amount), min_ttl (ms), then limit and window (µs).
+-- ARGV     op ('acquire', 'peek', 'refund', 'settle'), now (µs, or '' for the server's TIME),
+--          cost (or refund amount), min_ttl (ms), then limit and window (µs); for 'settle'
+--          (refund_in_window) a 7th: the stamp (µs) whose window the units were counted in.
 -- State    a string '<window_start>:<count>', written with its TTL in the same SET.
 -- Reply    { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us }.
 
@@ -12,11 +14,18 @@
 local MAX = 4503599627370495
 
 local op = ARGV[1]
-local refund = op == 'refund'
+local settle = op == 'settle'
+local refund = op == 'refund' or settle
 if op ~= 'acquire' and op ~= 'peek' and not refund then
   error({ err = 'REIN unknown operation' })
 end
-if #ARGV ~= 6 then
+local stamp = 0
+if settle then
+  if #ARGV ~= 7 then
+    error({ err = 'REIN expected 7 arguments' })
+  end
+  stamp = ARGV[7] + 0
+elseif #ARGV ~= 6 then
   error({ err = 'REIN expected 6 arguments' })
 end
 local now
@@ -42,9 +51,10 @@ local limit, window = ARGV[5] + 0, ARGV[6] + 0
 -- is callable by anyone with the ACL, and must never store what rein-core would not.
 -- `x % 1` is 0 only for an integer (NaN and infinities give NaN), so the sum is 0 only if
 -- each term is.
-if now % 1 + cost % 1 + min_ttl % 1 + limit % 1 + window % 1 ~= 0
+if now % 1 + cost % 1 + min_ttl % 1 + limit % 1 + window % 1 + stamp % 1 ~= 0
     or now < 0 or now > MAX or cost < 0 or cost > MAX or min_ttl < 0 or min_ttl > MAX
-    or limit < 0 or limit > MAX or window < 1 or window > MAX then
+    or limit < 0 or limit > MAX or window < 1 or window > MAX or stamp < 0
+    or stamp > MAX then
   error({ err = 'REIN arguments must be integers from 0 to 2^52 - 1 (the window from 1)' })
 end
 if not refund and cost > limit then
@@ -78,6 +88,12 @@ if start ~= window_start then
 end
 
 local write = false
+-- FixedWindow::refund_in_window: only into the window that counted the units, while it
+-- counts.
+if settle and stamp - stamp % window ~= start then
+  refund = false
+  cost = 0
+end
 if refund then
   write = count > 0
   count = count - cost

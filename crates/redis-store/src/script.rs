@@ -143,7 +143,7 @@ impl<'a> Invocation<'a> {
         // them a held acquire is an acquire and a held refund a refund (as in rein-core).
         let op = match (op, policy.script()) {
             (Op::Hold(_), ScriptKind::TokenBucket | ScriptKind::FixedWindow) => Op::Acquire,
-            (Op::Settle(_), ScriptKind::TokenBucket | ScriptKind::FixedWindow) => Op::Refund,
+            (Op::Settle(_), ScriptKind::TokenBucket) => Op::Refund,
             (op, _) => op,
         };
         Self {

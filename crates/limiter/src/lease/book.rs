@@ -14,8 +14,10 @@
 //! past its `valid_until`, and is spent once. A block's `valid_until` is computed from the
 //! instant the reservation was *created* (`sent_at`, which precedes the store's decision),
 //! so it can only be early, never late: units are spent inside the window that counted
-//! them. A unit is given back only while at least `return_guard` remains before
-//! `valid_until`, so the return is counted in the same window. Every failure (a lost reply,
+//! them. A window grant carries the store's instant of its decision, and its units go back
+//! with `refund_held` to that window only, so a return counts in the window that counted the
+//! units however late it executes (the book still gives back only while `return_guard`
+//! remains before `valid_until`: later, a return is useless). Every failure (a lost reply,
 //! a lost return, a reply after the flight's timeout, a block granted too late to use)
 //! leaves units counted in the store and unused here: it under-admits, never over-admits.
 //!
@@ -133,7 +135,10 @@ pub enum Action {
         units: u64,
         /// The instant the reservation was made at; the store call goes out after it.
         at: Timestamp,
-        /// For a sliding log: `acquire_held` with this hold (report [`Reserved::Held`]).
+        /// For a sliding log: `acquire_held` with this hold. `None`, a window's grant:
+        /// `acquire_held` with no hold, to learn the store's instant of the grant (its
+        /// window), or plain `acquire` from a store that cannot say. Report
+        /// [`Reserved::Held`] with the store's stamp when there is one.
         hold: Option<Micros>,
     },
     /// `refund(amount = units)` on the key's policy; nothing to report.
@@ -144,7 +149,9 @@ pub enum Action {
         units: u64,
         /// The instant the return was made at.
         at: Timestamp,
-        /// For a sliding log: `refund_held` from this stamp (the grant's).
+        /// `refund_held` from this stamp (the grant's): a sliding log's units from that
+        /// stamp, a window's only into the window containing it, while it counts. `None`:
+        /// plain `refund` (a window grant reported without a stamp).
         stamp: Option<Timestamp>,
     },
 }
@@ -216,6 +223,9 @@ struct Block {
     reset_at: Timestamp,
     /// A sliding-log grant's stamp in the store: where its units are given back from.
     stamp: Option<Timestamp>,
+    /// A window grant's instant in the store's clock, when the store said: returns go to
+    /// that window only, so one that executes late never lands in a later window.
+    window: Option<Timestamp>,
 }
 
 /// The one reservation in flight for a key.
@@ -353,6 +363,11 @@ impl LeaseBook {
             Reserved::Held(d, stamp) => (Reserved::Decided(d), Some(stamp)),
             other => (other, None),
         };
+        // A sliding log's grant is held at its stamp; a window's stamp only names its window.
+        let (stamp, window) = match entry.terms.hold() {
+            Some(_) => (stamp, None),
+            None => (None, stamp),
+        };
         match reply {
             Reserved::Failed => {
                 stats.reservations_failed += 1;
@@ -407,9 +422,15 @@ impl LeaseBook {
                             reviewed: true,
                             reset_at,
                             stamp: Some(stamp),
+                            window: None,
                         });
                     } else {
-                        entry.merge(flight.units, valid_until, reset_at, config.return_guard);
+                        entry.merge(
+                            flight.units,
+                            (valid_until, reset_at),
+                            config.return_guard,
+                            window,
+                        );
                     }
                 }
                 None => {
@@ -752,7 +773,7 @@ impl LeaseBook {
                     key: entry.key.clone(),
                     units: excess,
                     at: now,
-                    stamp: None,
+                    stamp: b.window,
                 });
             }
         }
@@ -778,7 +799,7 @@ impl LeaseBook {
                     &entry.key,
                     b.units,
                     now,
-                    b.stamp,
+                    b.stamp.or(b.window),
                 );
             } else {
                 self.stats.units_stranded += b.units;
@@ -887,7 +908,13 @@ impl Entry {
     /// Adds a grant. Two live blocks are always of the same window (a grant from the next
     /// window is only learnt after this one's `valid_until`, which is before the
     /// boundary), so they merge, keeping the earlier end.
-    fn merge(&mut self, units: u64, valid_until: Timestamp, reset_at: Timestamp, guard: Micros) {
+    fn merge(
+        &mut self,
+        units: u64,
+        (valid_until, reset_at): (Timestamp, Timestamp),
+        guard: Micros,
+        window: Option<Timestamp>,
+    ) {
         let review = |until: Timestamp| {
             Timestamp::from_micros(
                 until
@@ -906,6 +933,7 @@ impl Entry {
                     reviewed: b.reviewed && valid_until == b.valid_until,
                     reset_at: b.reset_at.max(reset_at),
                     stamp: None,
+                    window: window.or(b.window),
                 }
             }
             None => Block {
@@ -916,6 +944,7 @@ impl Entry {
                 reviewed: false,
                 reset_at,
                 stamp: None,
+                window,
             },
         });
     }

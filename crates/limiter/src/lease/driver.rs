@@ -480,10 +480,16 @@ impl<S: Limiter + 'static> Shared<S> {
                 hold,
             } => {
                 let reply = match (self.policy(key.slot), hold) {
+                    // A window's grant, held for no time: the store's stamp names the window
+                    // the units were counted in, and the block's returns go to that window
+                    // only (`refund_held`), however late they execute.
                     (Some(policy), None) => {
                         let now = self.store_time(at);
-                        match self.store.acquire(now, &policy, &key.key, units).await {
-                            Ok(decision) => Reserved::Decided(decision),
+                        let held =
+                            self.store
+                                .acquire_held(now, &policy, &key.key, units, Micros::ZERO);
+                        match held.await {
+                            Ok(held) => Reserved::Held(held.decision, held.stamp),
                             Err(_) => Reserved::Failed,
                         }
                     }
