@@ -342,6 +342,137 @@ fn cases() -> impl Strategy<Value = Case> {
         )
 }
 
+/// Worlds biased toward what breaks renewals: two to four nodes whose demand moves from one
+/// to another in phases (so shares shrink and grow at renewals), pauses long enough for a
+/// grant to end while a node still holds tokens, bursts that spend at once whatever a node
+/// or the direct share holds, and a network that delays (past the flight timeout) or loses
+/// a large part of the messages.
+fn lossy_cases() -> impl Strategy<Value = Case> {
+    (
+        // Fast enough that the direct share refills a token or more within a renewal.
+        (1u64..=10, 10u64..=50, 1_000u64..=30_000),
+        2usize..=4,
+        5u64..=30,
+        // The usual delay in ‰ of the renewal interval, up to half of it.
+        (0u64..=500, 5_000u64..=200_000, 100u64..=500, 50u64..=400),
+        0u64..=300,
+        any::<u64>(),
+    )
+        .prop_flat_map(
+            |((capacity, refill, period_us), nodes, renew_ms, net, late, seed)| {
+                // A gap: mostly short, some bursts (0), some pauses of up to 4 renewals.
+                let gap = prop_oneof![
+                    6 => 0u64..=3_000,
+                    3 => Just(0u64),
+                    1 => 0u64..=renew_ms * 4_000,
+                ];
+                // A phase: requests, most of them (`focus` %) at one node.
+                let phase = (
+                    0..nodes,
+                    0u64..=100,
+                    prop::collection::vec(
+                        (gap, 0..nodes, 0u64..100, 1u64..=capacity.min(4)),
+                        5..60,
+                    ),
+                );
+                prop::collection::vec(phase, 1..8).prop_map(move |phases| {
+                    let requests = phases
+                        .into_iter()
+                        .flat_map(|(hot, focus, requests)| {
+                            requests.into_iter().map(move |(gap, node, roll, cost)| {
+                                (gap, if roll < focus { hot } else { node }, cost)
+                            })
+                        })
+                        .collect();
+                    Case {
+                        capacity,
+                        refill,
+                        period_us,
+                        nodes,
+                        renew_ms,
+                        network: Network {
+                            fast: renew_ms * net.0,
+                            slow: net.1,
+                            slow_permille: net.2,
+                            lost_permille: net.3,
+                        },
+                        late_permille: late,
+                        requests,
+                        seed,
+                    }
+                })
+            },
+        )
+}
+
+/// Runs `case` to its end (one second after its last request).
+fn run(case: &Case) -> World {
+    let period = Micros::from_micros(case.period_us);
+    let bucket = TokenBucket::new(case.capacity, case.refill, period).expect("bucket");
+    let config = config(case.renew_ms);
+    let mut world = World::new(bucket, config, case.nodes, case.network, case.seed);
+    world.late_permille = case.late_permille;
+    let mut t = START;
+    for &(gap, node, cost) in &case.requests {
+        t += gap;
+        world.at(t, Event::Request { node, cost });
+    }
+    world.run_until(t + 1_000_000);
+    world
+}
+
+/// The saved case that over-admitted 2 (the seed in `lease_rate.proptest-regressions`
+/// replays it only with this file's generator unchanged): node 0's renewal shrank its share
+/// but the reply came too late, its first grant ended locally holding 5 tokens, the direct
+/// share spent the burst freed in the store, and the next renewal continued the chain (its
+/// unseen grant was still valid): the book kept the 5 tokens it no longer held a
+/// reservation for, and spent them at once.
+#[test]
+fn a_continued_grant_after_the_local_end_does_not_revive_old_tokens() {
+    let mut requests = vec![
+        (0, 0, 1),
+        (1477, 1, 1),
+        (1260, 1, 1),
+        (2462, 1, 1),
+        (1446, 0, 1),
+        (2960, 0, 1),
+        (1184, 0, 1),
+        (1725, 1, 1),
+        (2684, 0, 1),
+        (2599, 1, 1),
+        (2110, 0, 1),
+        (1661, 0, 1),
+        (679, 1, 1),
+        (2880, 1, 1),
+        (874, 1, 1),
+        (971, 0, 1),
+        (1133, 0, 1),
+        (1080, 1, 1),
+        (1329, 0, 3),
+        (363, 0, 1),
+        (935, 0, 1),
+        (357, 0, 2),
+    ];
+    requests.resize(50, (0, 0, 1));
+    let case = Case {
+        capacity: 5,
+        refill: 45,
+        period_us: 26_997,
+        nodes: 2,
+        renew_ms: 9,
+        network: Network {
+            fast: 1_672,
+            slow: 169_827,
+            slow_permille: 103,
+            lost_permille: 37,
+        },
+        late_permille: 57,
+        requests,
+        seed: 3_315_446_184_065_866_544,
+    };
+    assert_eq!(run(&case).over_admission(), None);
+}
+
 #[test]
 fn leased_and_direct_admissions_together_never_exceed_the_bucket() {
     let config_ = Config {
@@ -355,15 +486,7 @@ fn leased_and_direct_admissions_together_never_exceed_the_bucket() {
         let period = Micros::from_micros(case.period_us);
         let bucket = TokenBucket::new(case.capacity, case.refill, period).expect("bucket");
         prop_assume!(RateShares::new(&bucket).is_ok());
-        let config = config(case.renew_ms);
-        let mut world = World::new(bucket, config, case.nodes, case.network, case.seed);
-        world.late_permille = case.late_permille;
-        let mut t = START;
-        for &(gap, node, cost) in &case.requests {
-            t += gap;
-            world.at(t, Event::Request { node, cost });
-        }
-        world.run_until(t + 1_000_000);
+        let world = run(&case);
         if let Some(why) = world.over_admission() {
             return Err(TestCaseError::fail(why));
         }
@@ -374,6 +497,28 @@ fn leased_and_direct_admissions_together_never_exceed_the_bucket() {
         leased > 10_000,
         "too few leased admissions to mean much: {leased}"
     );
+}
+
+/// As above, in worlds biased toward lost and slow messages around renewals
+/// ([`lossy_cases`]).
+#[test]
+#[ignore = "finds a second over-admission (saved in lease_rate_lossy.proptest-regressions), not yet fixed"]
+fn under_lossy_renewals_and_shifting_demand_admissions_never_exceed_the_bucket() {
+    let config_ = Config {
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "tests/lease_rate_lossy.proptest-regressions",
+        ))),
+        ..Config::with_cases(300)
+    };
+    proptest!(config_, |(case in lossy_cases())| {
+        let period = Micros::from_micros(case.period_us);
+        let bucket = TokenBucket::new(case.capacity, case.refill, period).expect("bucket");
+        prop_assume!(RateShares::new(&bucket).is_ok());
+        let world = run(&case);
+        if let Some(why) = world.over_admission() {
+            return Err(TestCaseError::fail(why));
+        }
+    });
 }
 
 /// Requests of one token each at `rates` per second per node, evenly spaced, for `secs`.

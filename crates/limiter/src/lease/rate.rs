@@ -16,12 +16,13 @@
 //! Tokens are spent only from the latest grant the book applied, before its local end
 //! `sent_at + V − V/1000 − 1 µs` (the store's grant ends at its own instant `+ V`, which is
 //! later), refilled at the granted rate slowed by 1 ‰ (a local clock up to 1 000 ppm fast
-//! still refills no faster than the share), never while past that end. A grant is applied
-//! only if it answers the one take the book waits for; a fresh grant replaces the tokens
-//! held, a continued one keeps them (clamped to the new burst). A return stops spending
-//! at once. Each request to the store carries a growing `seq`, so one the book gave up on
-//! cannot undo a later one. Everything else (a lost reply, a late grant, a lost return)
-//! leaves rate reserved in the store and unused here: under-admission only.
+//! still refills no faster than the share), and nothing is held from that end on (the
+//! tokens are dropped, so a continued grant applied later cannot revive them). A grant is
+//! applied only if it answers the one take the book waits for; a fresh grant replaces the
+//! tokens held, a continued one keeps them (clamped to the new burst). A return stops
+//! spending at once. Each request to the store carries a growing `seq`, so one the book
+//! gave up on cannot undo a later one. Everything else (a lost reply, a late grant, a lost
+//! return) leaves rate reserved in the store and unused here: under-admission only.
 //!
 //! # Call order and time
 //! Like [`LeaseBook`](super::LeaseBook): [`handle_request`](RateBook::handle_request)
@@ -561,6 +562,34 @@ mod tests {
         assert!(matches!(
             b.handle_request(end, KEY, 1, &s),
             Admit::Direct(_)
+        ));
+    }
+
+    /// A renewal's reply is lost, the grant the book spends ends locally with tokens
+    /// unspent, then a later renewal continues the chain: those tokens are not kept (the
+    /// store may have stopped reserving them and handed them to the direct share).
+    #[test]
+    fn a_continued_grant_after_the_local_end_starts_from_what_it_moved() {
+        let s = shares();
+        let mut b = book();
+        b.handle_request(ms(0), KEY, 1, &s);
+        let (key, _) = take_of(&mut b);
+        b.handle_taken(ms(1), &key, 1, grant(77, false, 10, 1_000, 10));
+        b.handle_request(ms(100), KEY, 1, &s);
+        let (_, take) = take_of(&mut b);
+        b.handle_taken(ms(150), &key, take.seq, TakeReply::Failed);
+        // Past the first grant's local end (300 ms − 301 µs), holding 9 tokens.
+        b.handle_request(ms(301), KEY, 1, &s);
+        let (_, take) = take_of(&mut b);
+        assert_eq!((take.held, take.applied), (77, 1));
+        b.handle_taken(ms(302), &key, take.seq, grant(77, true, 10, 1_000, 1));
+        assert!(matches!(
+            b.handle_request(ms(302), KEY, 1, &s),
+            Admit::Leased(_)
+        ));
+        assert!(matches!(
+            b.handle_request(ms(302), KEY, 1, &s),
+            Admit::Denied(_)
         ));
     }
 
