@@ -339,7 +339,13 @@ fn every_admission_of_shares_and_direct_path_together_conforms_to_the_bucket() {
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
             "tests/rate_share.proptest-regressions",
         ))),
-        ..Config::with_cases(1_000)
+        // `PROPTEST_CASES` deepens a run.
+        ..Config::with_cases(
+            std::env::var("PROPTEST_CASES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1_000),
+        )
     };
     proptest!(config, |(w in world())| run(&w)?);
     // The worlds exercised both paths.

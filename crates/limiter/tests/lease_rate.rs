@@ -653,7 +653,7 @@ fn at_twice_the_rate_equal_or_skewed_the_bucket_is_used_and_never_exceeded() {
         let stats = world.books.iter().map(RateBook::stats);
         let takes: u64 = stats.map(|s| s.reservations).sum();
         println!(
-            "{label}: admitted {admitted} of {} possible ({whole} ‰), from 1 s on {later} ‰; \
+            "{label}: admitted {admitted} of {} possible ({whole} ‰), from 1 s on {later} ‰ ({steady_state} tokens); \
              {leased} ‰ from leases; {takes} takes for {} requests",
             40 + 400 * 5,
             world.asked
