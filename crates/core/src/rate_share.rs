@@ -563,8 +563,9 @@ impl Share {
 /// Tokens are counted in share units × 1 000 so that the refill can be slowed by a clock
 /// margin in whole units: with `margin` ‰, a node whose clock runs up to `margin` ‰ faster
 /// than the store's still refills no faster than its share in store time. The bucket
-/// refills only before its local validity `until` (a node past it may not spend, and must
-/// not accrue what it might spend once a renewal arrives). Time is the node's own,
+/// refills only before its local validity `until`, and holds nothing from then on: a node
+/// past it may not spend, and a renewal applied later must find nothing to keep (the store
+/// may have stopped reserving those tokens). Time is the node's own,
 /// explicit; an earlier `now` refills nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ShareBucket {
@@ -604,11 +605,18 @@ impl ShareBucket {
         self.until = until;
     }
 
-    /// Refills up to `now` (but not past `until`).
+    /// Refills up to `now`; from `until` on, holds nothing.
+    ///
+    /// Tokens past the local end are dropped, not kept: the store may have stopped
+    /// reserving them (a grant the node spends is held only until it ends), and a continued
+    /// grant applied later keeps what the bucket holds.
     pub fn refill(&mut self, now: Timestamp) {
-        let end = now.min(self.until);
-        let dt = end.saturating_since(self.at).as_micros();
-        self.milli_units = (self.milli_units + u128::from(dt) * self.rate).min(self.cap);
+        if now >= self.until {
+            self.milli_units = 0;
+        } else {
+            let dt = now.saturating_since(self.at).as_micros();
+            self.milli_units = (self.milli_units + u128::from(dt) * self.rate).min(self.cap);
+        }
         self.at = self.at.max(now);
     }
 
@@ -817,6 +825,70 @@ mod tests {
         assert_eq!(a.reserved(5_000), (a4.burst, a4.parts));
     }
 
+    /// The saved failure of the node-level proptest, on a number line. A's renewal shrinks
+    /// its share but the reply is lost; A's first grant ends (locally, then in the store,
+    /// which gives its burst to the direct share, spent there); A renews again, naming the
+    /// first grant, and the store continues the chain (its latest grant is still valid).
+    /// A's sub-bucket held 5 tokens when the first grant ended: they are gone, not kept by
+    /// the continued grant, so every admission still conforms to the bucket.
+    #[test]
+    fn a_continued_grant_applied_after_the_local_end_does_not_revive_the_old_tokens() {
+        let bucket = TokenBucket::new(5, 1_000, Micros::from_secs(1)).unwrap(); // 1 per ms
+        let s = RateShares::new(&bucket).unwrap();
+        let ms = |ms: u64| Timestamp::from_micros(1_000_000 + ms * 1_000);
+        let mut state = RateState::default();
+        let mut admitted = Vec::new();
+        let with = |seq, held, applied, demand, validity_ms| TakeRequest {
+            applied,
+            validity: Micros::from_millis(validity_ms),
+            ..request(1, held, seq, demand)
+        };
+        let g1 = match s.take(ms(0), &mut state, with(1, 0, 0, 100, 10)).unwrap() {
+            Taken::Granted(g) => g,
+            other => panic!("{other:?}"),
+        };
+        let mut a = ShareBucket::default();
+        a.apply(ms(0), &s, &g1, ms(10), 0);
+        // B asks (nothing left yet); A renews at 1 ms, shrinking to 1 token: reply lost.
+        take(&s, 1_000_000, &mut state, request(2, 0, 1, 900));
+        let g2 = match s
+            .take(ms(1), &mut state, with(2, g1.id, 1, 100, 30))
+            .unwrap()
+        {
+            Taken::Granted(g) => g,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((g2.burst, g2.continued), (1, true));
+        // A's first grant ends at 10 ms holding 5 tokens; the direct share then refills
+        // (4 tokens, B's share has none) and spends them.
+        a.refill(ms(9));
+        assert_eq!(a.tokens(&s), 5);
+        for cost in [4, 1] {
+            if s.direct(ms(15), &mut state, cost).unwrap().is_allowed() {
+                admitted.push((ms(15), cost));
+            }
+        }
+        // A renews naming its first grant: continued (the latest grant is valid until
+        // 31 ms), applied at once.
+        let g3 = match s
+            .take(ms(15), &mut state, with(3, g1.id, 1, 1_000, 30))
+            .unwrap()
+        {
+            Taken::Granted(g) => g,
+            other => panic!("{other:?}"),
+        };
+        assert!(g3.continued);
+        a.apply(ms(15), &s, &g3, ms(45), 0);
+        assert_eq!(a.units(), g3.moved);
+        while a.try_take(ms(15), &s, 1) {
+            admitted.push((ms(15), 1));
+        }
+        let mut oracle = crate::TokenBucketState::default();
+        for (t, cost) in admitted {
+            assert!(bucket.acquire(t, &mut oracle, cost).unwrap().is_allowed());
+        }
+    }
+
     #[test]
     fn bad_requests_are_typed_errors() {
         let s = shares(10, 1, 1_000);
@@ -885,21 +957,24 @@ mod tests {
         slow.apply(t(0), &s, &grant, t(100), 1);
         assert!(!slow.try_take(t(2), &s, 1));
         assert!(slow.try_take(Timestamp::from_micros(2_003), &s, 1));
-        // Nothing accrues past validity, and nothing is spent there.
-        b.apply(
-            t(2),
-            &s,
-            &Grant {
-                continued: true,
-                ..grant
-            },
-            t(4),
-            0,
-        );
-        assert!(!b.try_take(t(50), &s, 1));
+        // Continued at 2 ms (nothing held), usable before 6 ms: a token by 4 ms.
+        let continued = Grant {
+            continued: true,
+            ..grant
+        };
+        b.apply(t(2), &s, &continued, t(6), 0);
+        b.refill(t(4));
         assert_eq!(b.tokens(&s), 1);
         // A clock going back refills nothing.
-        b.refill(t(1));
+        b.refill(t(3));
         assert_eq!(b.tokens(&s), 1);
+        // Past validity nothing is spent, and nothing is held: a continued grant applied
+        // later starts from its moved units alone (the store stopped reserving the old
+        // tokens when that grant ended).
+        assert!(!b.try_take(t(50), &s, 1));
+        assert_eq!(b.tokens(&s), 0);
+        b.apply(t(50), &s, &continued, t(100), 0);
+        assert_eq!(b.tokens(&s), 0);
+        assert!(!b.try_take(t(50), &s, 1));
     }
 }

@@ -28,6 +28,9 @@ enum Action {
     Local { node: usize, cost: u64 },
     /// A request decided against the direct share.
     Direct { cost: u64 },
+    /// A burst: one-token requests at a node (or at the direct share) until one is
+    /// denied, so that anything held beyond what is reserved is spent at once.
+    Drain { node: Option<usize> },
     /// A node asks for its share (or renews it).
     Take {
         node: usize,
@@ -57,6 +60,9 @@ enum Event {
         seq: u64,
         taken: Taken,
         until: u64,
+        /// The burst the store still held for the node's earlier grants when it ran the
+        /// take (share units): all a continued grant may find the node holding.
+        held_units: u64,
     },
 }
 
@@ -75,16 +81,36 @@ struct Node {
 const GIVE_UP_US: u64 = 20_000;
 const START: u64 = 1_000_000_000;
 
-fn action(nodes: usize) -> impl Strategy<Value = Action> {
+/// How a world's messages and requests are mixed: some worlds are calm, some lose or
+/// delay most replies, and the direct path's share of requests varies.
+#[derive(Clone, Copy, Debug)]
+struct Mix {
+    lost: u32,
+    slow: u32,
+    direct: u32,
+    drain: u32,
+}
+
+fn mix() -> impl Strategy<Value = Mix> {
+    (0..8u32, 0..8u32, 1..8u32, 0..4u32).prop_map(|(lost, slow, direct, drain)| Mix {
+        lost,
+        slow,
+        direct,
+        drain,
+    })
+}
+
+fn action(nodes: usize, mix: Mix) -> impl Strategy<Value = Action> {
     let node = 0..nodes;
     let delay = prop_oneof![
         12 => (0..2_000u64).prop_map(Some),
-        2 => (0..30_000u64).prop_map(Some),
-        1 => Just(None)
+        1 + mix.slow => (0..30_000u64).prop_map(Some),
+        1 + mix.lost => Just(None)
     ];
     prop_oneof![
         16 => (node.clone(), 1..4u64).prop_map(|(node, cost)| Action::Local { node, cost }),
-        2 => (1..4u64).prop_map(|cost| Action::Direct { cost }),
+        mix.direct => (1..4u64).prop_map(|cost| Action::Direct { cost }),
+        mix.drain => prop::option::of(node.clone()).prop_map(|node| Action::Drain { node }),
         6 => (node.clone(), 0..50u64, 1_000..60_000u64, delay.clone(), delay.clone())
             .prop_map(|(node, demand, validity_us, exec, reply)| Action::Take {
                 node,
@@ -98,9 +124,11 @@ fn action(nodes: usize) -> impl Strategy<Value = Action> {
 }
 
 fn world() -> impl Strategy<Value = World> {
-    (1..13u64, 1..7u64, 1_000..30_000u64, 1..5usize).prop_flat_map(
-        |(capacity, refill, period_us, nodes)| {
-            let steps = prop::collection::vec((0..4_000u64, action(nodes)), 1..300);
+    (1..13u64, 1..7u64, 1_000..30_000u64, 1..5usize, mix()).prop_flat_map(
+        |(capacity, refill, period_us, nodes, mix)| {
+            // Mostly short steps, sometimes a pause long enough for grants to end.
+            let gap = prop_oneof![8 => 0..4_000u64, 1 => 0..40_000u64];
+            let steps = prop::collection::vec((gap, action(nodes, mix)), 1..300);
             steps.prop_map(move |steps| World {
                 capacity,
                 refill,
@@ -146,6 +174,11 @@ fn run(world: &World) -> Result<(), TestCaseError> {
                     reply,
                 } => {
                     let taken = shares.take(t, &mut state, request).expect("valid request");
+                    let held_units = state
+                        .shares
+                        .iter()
+                        .find(|s| s.node == request.node)
+                        .map_or(0, |s| s.hold_burst * shares.token_units());
                     if let Some(d) = reply {
                         order += 1;
                         let until = sent_at + request.validity.as_micros();
@@ -154,6 +187,7 @@ fn run(world: &World) -> Result<(), TestCaseError> {
                             seq: request.seq,
                             taken,
                             until,
+                            held_units,
                         };
                         events.push((at + d, order, reply));
                     }
@@ -168,12 +202,23 @@ fn run(world: &World) -> Result<(), TestCaseError> {
                     seq,
                     taken,
                     until,
+                    held_units,
                 } => {
                     let n = &mut nodes[node];
                     // Applied only if the node still waits for it.
                     if n.waiting.is_some_and(|(s, end)| s == seq && at < end) {
                         n.waiting = None;
                         if let Taken::Granted(grant) = taken {
+                            // A continued grant keeps what the node holds: the store must
+                            // still have been reserving it (what made the node-level
+                            // proptest's saved case over-admit, once spent).
+                            n.bucket.refill(t);
+                            prop_assert!(
+                                !grant.continued || n.bucket.units() <= held_units,
+                                "at +{} µs node {node} holds {} units, the store held {held_units}",
+                                at - START,
+                                n.bucket.units()
+                            );
                             n.bucket
                                 .apply(t, &shares, &grant, Timestamp::from_micros(until), 0);
                             n.held = grant.id;
@@ -191,6 +236,18 @@ fn run(world: &World) -> Result<(), TestCaseError> {
                 if nodes[node].bucket.try_take(t, &shares, cost) {
                     admitted.push((now, cost));
                     LOCAL.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Action::Drain { node: Some(node) } => {
+                while nodes[node].bucket.try_take(t, &shares, 1) {
+                    admitted.push((now, 1));
+                    LOCAL.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Action::Drain { node: None } => {
+                while shares.direct(t, &mut state, 1).expect("cost").is_allowed() {
+                    admitted.push((now, 1));
+                    DIRECT.fetch_add(1, Ordering::Relaxed);
                 }
             }
             Action::Direct { cost } => {
@@ -282,7 +339,13 @@ fn every_admission_of_shares_and_direct_path_together_conforms_to_the_bucket() {
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
             "tests/rate_share.proptest-regressions",
         ))),
-        ..Config::with_cases(1_000)
+        // `PROPTEST_CASES` deepens a run.
+        ..Config::with_cases(
+            std::env::var("PROPTEST_CASES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1_000),
+        )
     };
     proptest!(config, |(w in world())| run(&w)?);
     // The worlds exercised both paths.

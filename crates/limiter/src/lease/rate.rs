@@ -16,12 +16,16 @@
 //! Tokens are spent only from the latest grant the book applied, before its local end
 //! `sent_at + V − V/1000 − 1 µs` (the store's grant ends at its own instant `+ V`, which is
 //! later), refilled at the granted rate slowed by 1 ‰ (a local clock up to 1 000 ppm fast
-//! still refills no faster than the share), never while past that end. A grant is applied
-//! only if it answers the one take the book waits for; a fresh grant replaces the tokens
-//! held, a continued one keeps them (clamped to the new burst). A return stops spending
-//! at once. Each request to the store carries a growing `seq`, so one the book gave up on
-//! cannot undo a later one. Everything else (a lost reply, a late grant, a lost return)
-//! leaves rate reserved in the store and unused here: under-admission only.
+//! still refills no faster than the share), and nothing is held from that end on (the
+//! tokens are dropped, so a continued grant applied later cannot revive them). A grant is
+//! applied only if it answers the one take the book waits for; a fresh grant replaces the
+//! tokens held, a continued one keeps them (clamped to the new burst). A return stops
+//! spending at once. Each request to the store carries a `seq` from one counter for the
+//! whole book, never reused: one the book gave up on cannot undo a later one, and a reply
+//! is matched to its take by it even across a key forgotten (idle) and tracked again (a
+//! late reply to a take of the key's earlier life once passed for the answer to the new
+//! one's first take: a grant long ended in the store, spent again). Everything else (a lost reply, a late grant, a lost
+//! return) leaves rate reserved in the store and unused here: under-admission only.
 //!
 //! # Call order and time
 //! Like [`LeaseBook`](super::LeaseBook): [`handle_request`](RateBook::handle_request)
@@ -54,6 +58,10 @@ pub struct RateBook {
     timers: BTreeSet<(Timestamp, u32, Box<[u8]>)>,
     actions: VecDeque<RateAction>,
     latest: Timestamp,
+    /// The last `seq` sent, for any key: one counter for the whole book, so that a key
+    /// forgotten (idle) and tracked again never reuses a `seq`, and a late reply to a take
+    /// of its earlier life cannot pass for the answer to a take of the new one.
+    seq: u64,
     closed: bool,
     stats: LeaseStats,
 }
@@ -98,8 +106,6 @@ struct RateLease {
     bucket: ShareBucket,
     /// The grant chain held (0: none).
     held: u64,
-    /// The last `seq` sent.
-    seq: u64,
     /// The `seq` of the take whose grant is spent now (0: none).
     applied: u64,
     flight: Option<Flight>,
@@ -131,6 +137,7 @@ impl RateBook {
             timers: BTreeSet::new(),
             actions: VecDeque::new(),
             latest: Timestamp::EPOCH,
+            seq: 0,
             closed: false,
             stats: LeaseStats::default(),
         }
@@ -167,7 +174,6 @@ impl RateBook {
                 shares: *shares,
                 bucket: ShareBucket::default(),
                 held: 0,
-                seq: 0,
                 applied: 0,
                 flight: None,
                 renew_at: now,
@@ -214,8 +220,11 @@ impl RateBook {
         } else {
             Admit::Direct(DirectReason::NoShare)
         };
-        if lease.flight.is_none() && now >= lease.renew_at {
-            let take = Self::take(config, node, now, lease);
+        // A take needs a fresh `seq`; with every one used (2^52 − 1 requests), the book
+        // takes no more and the key is decided directly.
+        if lease.flight.is_none() && now >= lease.renew_at && self.seq < rein_core::MAX_MICROS {
+            self.seq += 1;
+            let take = Self::take(config, node, self.seq, now, lease);
             self.actions.push_back(RateAction::Take {
                 key: owned.clone(),
                 request: take,
@@ -344,8 +353,14 @@ impl RateBook {
         admit
     }
 
-    /// A take for `lease`: its demand since the last take, per second.
-    fn take(config: LeaseConfig, node: u64, now: Timestamp, lease: &mut RateLease) -> TakeRequest {
+    /// Take `seq` for `lease`: its demand since the last take, per second.
+    fn take(
+        config: LeaseConfig,
+        node: u64,
+        seq: u64,
+        now: Timestamp,
+        lease: &mut RateLease,
+    ) -> TakeRequest {
         let elapsed = now.saturating_since(lease.asked_since).as_micros().max(1);
         let per_second = u128::from(lease.asked) * 1_000_000 / u128::from(elapsed);
         let demand = u64::try_from(per_second)
@@ -353,7 +368,6 @@ impl RateBook {
             .min(rein_core::rate_share::MAX_DEMAND);
         lease.asked = 0;
         lease.asked_since = now;
-        lease.seq += 1;
         let validity = Micros::from_micros(
             config
                 .renew_interval
@@ -362,7 +376,7 @@ impl RateBook {
                 .clamp(1, rein_core::rate_share::MAX_VALIDITY.as_micros()),
         );
         lease.flight = Some(Flight {
-            seq: lease.seq,
+            seq,
             sent_at: now,
             validity,
         });
@@ -370,7 +384,7 @@ impl RateBook {
         TakeRequest {
             node,
             held: lease.held,
-            seq: lease.seq,
+            seq,
             applied: lease.applied,
             demand,
             validity,
@@ -430,9 +444,11 @@ impl RateBook {
         if let Some(t) = lease.timer {
             self.timers.remove(&(t, key.slot, key.key.clone()));
         }
-        if lease.held == 0 {
+        // Nothing to give back, or no `seq` left for it (the share then lapses in the store).
+        if lease.held == 0 || self.seq >= rein_core::MAX_MICROS {
             return;
         }
+        self.seq += 1;
         lease.bucket.refill(now);
         let units = if now < lease.bucket.until() {
             lease.bucket.units()
@@ -447,7 +463,7 @@ impl RateBook {
             request: ReturnRequest {
                 node: self.node,
                 id: lease.held,
-                seq: lease.seq + 1,
+                seq: self.seq,
                 units,
             },
             at: now,
@@ -562,6 +578,70 @@ mod tests {
             b.handle_request(end, KEY, 1, &s),
             Admit::Direct(_)
         ));
+    }
+
+    /// A renewal's reply is lost, the grant the book spends ends locally with tokens
+    /// unspent, then a later renewal continues the chain: those tokens are not kept (the
+    /// store may have stopped reserving them and handed them to the direct share).
+    #[test]
+    fn a_continued_grant_after_the_local_end_starts_from_what_it_moved() {
+        let s = shares();
+        let mut b = book();
+        b.handle_request(ms(0), KEY, 1, &s);
+        let (key, _) = take_of(&mut b);
+        b.handle_taken(ms(1), &key, 1, grant(77, false, 10, 1_000, 10));
+        b.handle_request(ms(100), KEY, 1, &s);
+        let (_, take) = take_of(&mut b);
+        b.handle_taken(ms(150), &key, take.seq, TakeReply::Failed);
+        // Past the first grant's local end (300 ms − 301 µs), holding 9 tokens.
+        b.handle_request(ms(301), KEY, 1, &s);
+        let (_, take) = take_of(&mut b);
+        assert_eq!((take.held, take.applied), (77, 1));
+        b.handle_taken(ms(302), &key, take.seq, grant(77, true, 10, 1_000, 1));
+        assert!(matches!(
+            b.handle_request(ms(302), KEY, 1, &s),
+            Admit::Leased(_)
+        ));
+        assert!(matches!(
+            b.handle_request(ms(302), KEY, 1, &s),
+            Admit::Denied(_)
+        ));
+    }
+
+    /// The saved failure of the lossy node-level proptest, on a number line: a take's reply
+    /// is slow, the book gives up on it, the key goes idle and is forgotten (nothing held,
+    /// nothing to return), then is asked for again. The new life's first take must not
+    /// share a `seq` with the old one: else the old reply, arriving now, passes for its
+    /// answer and the book spends a grant that ended in the store long ago.
+    #[test]
+    fn a_key_forgotten_and_tracked_again_never_takes_a_late_reply_of_its_earlier_life() {
+        let s = shares();
+        let mut b = book();
+        b.handle_request(ms(0), KEY, 1, &s);
+        let (key, first) = take_of(&mut b);
+        // Given up on at 1 s; idle (no request for 1 s) at 1 s too: forgotten, no return.
+        b.handle_timeout(ms(1_000));
+        assert_eq!(b.stats().reservations_lost, 1);
+        assert!(b.is_empty());
+        assert_eq!(b.poll_action(), None);
+        // Asked again: a new take, whose seq was never sent before.
+        b.handle_request(ms(1_100), KEY, 1, &s);
+        let (_, second) = take_of(&mut b);
+        assert!(second.seq > first.seq);
+        // The first take's reply arrives now: not the one the book waits for.
+        b.handle_taken(ms(1_150), &key, first.seq, grant(5, false, 100, 1_000, 100));
+        assert_eq!(b.stats().late_grants, 1);
+        assert!(matches!(
+            b.handle_request(ms(1_150), KEY, 1, &s),
+            Admit::Direct(DirectReason::NoShare)
+        ));
+        // A return after a later life's take carries a seq above it too.
+        b.handle_taken(ms(1_160), &key, second.seq, grant(6, false, 10, 1_000, 10));
+        b.handle_shutdown(ms(1_170));
+        match b.poll_action() {
+            Some(RateAction::Return { request, .. }) => assert!(request.seq > second.seq),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
