@@ -15,7 +15,7 @@
 //! property test in `tests/model.rs` compares every shape against `Policy` on a map.
 
 use rein_core::{
-    AcquireError, Algorithm, Decision, FixedWindow, Policy, PolicyState, SlidingCounter,
+    AcquireError, Algorithm, Decision, FixedWindow, Outcome, Policy, PolicyState, SlidingCounter,
     SlidingLog, Timestamp, TokenBucket, TokenBucketState,
 };
 
@@ -34,6 +34,14 @@ pub(crate) trait Rule {
         state: &mut Self::State,
         cost: u64,
     ) -> Result<Decision, AcquireError>;
+
+    /// See [`Policy::try_acquire`].
+    fn try_acquire(
+        &self,
+        now: Timestamp,
+        state: &mut Self::State,
+        cost: u64,
+    ) -> Result<Outcome, AcquireError>;
 
     /// See [`Policy::peek`].
     fn peek(
@@ -70,6 +78,16 @@ impl Rule for Policy {
         cost: u64,
     ) -> Result<Decision, AcquireError> {
         Policy::acquire(self, now, state, cost)
+    }
+
+    #[inline]
+    fn try_acquire(
+        &self,
+        now: Timestamp,
+        state: &mut PolicyState,
+        cost: u64,
+    ) -> Result<Outcome, AcquireError> {
+        Policy::try_acquire(self, now, state, cost)
     }
 
     #[inline]
@@ -115,6 +133,16 @@ macro_rules! algorithm_rules {
                 cost: u64,
             ) -> Result<Decision, AcquireError> {
                 Algorithm::acquire(self, now, state, cost)
+            }
+
+            #[inline]
+            fn try_acquire(
+                &self,
+                now: Timestamp,
+                state: &mut Self::State,
+                cost: u64,
+            ) -> Result<Outcome, AcquireError> {
+                Algorithm::try_acquire(self, now, state, cost)
             }
 
             #[inline]
@@ -186,6 +214,20 @@ impl Rule for WholeMicroBucket {
         debug_assert_eq!(state.tat_units, 0);
         *tat = state.tat;
         Ok(decision)
+    }
+
+    #[inline]
+    fn try_acquire(
+        &self,
+        now: Timestamp,
+        tat: &mut Timestamp,
+        cost: u64,
+    ) -> Result<Outcome, AcquireError> {
+        let mut state = Self::state(*tat);
+        let outcome = Algorithm::try_acquire(&self.0, now, &mut state, cost)?;
+        debug_assert_eq!(state.tat_units, 0);
+        *tat = state.tat;
+        Ok(outcome)
     }
 
     #[inline]
