@@ -152,6 +152,7 @@ impl Algorithm for FixedWindow {
     }
 
     /// Counts `cost` if it fits in the current window; otherwise changes nothing.
+    #[inline]
     fn acquire(
         &self,
         now: Timestamp,

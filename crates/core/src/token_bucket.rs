@@ -238,6 +238,7 @@ impl Algorithm for TokenBucket {
     /// At the end of time, when the `tat` an admission would store is past
     /// [`MAX_MICROS`], the request is denied with `retry_after` [`Micros::MAX`] (it can
     /// never be admitted): clamping that `tat` would refill the bucket early.
+    #[inline]
     fn acquire(
         &self,
         now: Timestamp,
