@@ -6,7 +6,9 @@
 //!   path that computes `retry_after` and writes nothing.
 //!
 //! Each group has one id per algorithm (`token_bucket`, `fixed_window`, `sliding_log`,
-//! `sliding_counter`, each called through its own type), then `policy_token_bucket` (the
+//! `sliding_counter`, each called through its own type), `token_bucket_try` and
+//! `fixed_window_try` (the same decisions through `try_acquire`, which answers only the
+//! outcome and computes none of the figures), then `policy_token_bucket` (the
 //! same bucket through `Policy`, as the stores call it) and `policy_2_limits` (a token
 //! bucket and a fixed window decided together). Time moves 1 µs per iteration by a counter
 //! increment, which is part of the measured time (well under a nanosecond).
@@ -22,9 +24,8 @@ use criterion::measurement::Measurement;
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use rein_benches::ThreadCpuTime;
 use rein_core::{
-    AcquireError, Algorithm, Decision, FixedWindow, FixedWindowState, Limit, Micros, Policy,
-    SlidingCounter, SlidingCounterState, SlidingLog, SlidingLogState, Timestamp, TokenBucket,
-    TokenBucketState,
+    AcquireError, Algorithm, FixedWindow, FixedWindowState, Limit, Micros, Policy, SlidingCounter,
+    SlidingCounterState, SlidingLog, SlidingLogState, Timestamp, TokenBucket, TokenBucketState,
 };
 
 fn allow_heavy<M: Measurement>(c: &mut Criterion<M>, group: &str) {
@@ -69,9 +70,21 @@ fn all_algorithms<M: Measurement>(
     );
     decide(
         group,
+        "token_bucket_try",
+        TokenBucketState::default(),
+        |now, s| bucket.try_acquire(now, s, 1),
+    );
+    decide(
+        group,
         "fixed_window",
         FixedWindowState::default(),
         |now, s| window.acquire(now, s, 1),
+    );
+    decide(
+        group,
+        "fixed_window_try",
+        FixedWindowState::default(),
+        |now, s| window.try_acquire(now, s, 1),
     );
     decide(
         group,
@@ -102,11 +115,11 @@ fn all_algorithms<M: Measurement>(
 }
 
 /// Benchmarks one decision per iteration on one state, with `now` 1 µs later each time.
-fn decide<S, M: Measurement>(
+fn decide<S, D, M: Measurement>(
     group: &mut BenchmarkGroup<'_, M>,
     name: &str,
     mut state: S,
-    acquire: impl Fn(Timestamp, &mut S) -> Result<Decision, AcquireError>,
+    acquire: impl Fn(Timestamp, &mut S) -> Result<D, AcquireError>,
 ) {
     group.bench_function(name, |b| {
         let mut micros = START;

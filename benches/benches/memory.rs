@@ -13,6 +13,18 @@
 //! - `contention`: two threads deciding at once over 8 shared keys, so they collide on the
 //!   same locks or atomics. One iteration is one decision on each thread, timed on the
 //!   wall clock; the throughput line is the pair's combined rate.
+//! - `keyed_u64/rein_try`, `keyed_string/rein_try`: rein as above through `try_acquire`,
+//!   which answers only allowed or denied (as governor's `check_key` does on an admission)
+//!   and computes none of the decision's figures.
+//! - `contention_scaling/{rein,rein_try,governor}/{hot,spread}/{1,2,4}`: 1, 2 or 4 threads
+//!   deciding at once, either all on one key (`hot`: the same lock or atomic, nearly every
+//!   decision a denial) or each on its own 1 024 keys (`spread`: threads meet only on a
+//!   shared shard). One iteration is one decision on every thread, timed on the wall clock;
+//!   the throughput line is their combined rate. The machine has 2 cores, so 4 threads
+//!   also measure time-slicing.
+//! - Every keyed id reads precomputed keys (`u64`s, or references to `String`s built before
+//!   the measurement), so no id pays for formatting or allocating a key: both limiters are
+//!   charged the same key load and nothing else.
 //! - With `REIN_BENCH_CPU_TIME=1`, also `keyed_u64_cpu` and `keyed_string_cpu`: the keyed
 //!   benches measured in the thread's CPU time, steadier on a machine shared with other work.
 //!
@@ -24,11 +36,13 @@ use std::sync::Barrier;
 use std::time::Instant;
 
 use criterion::measurement::{Measurement, WallTime};
-use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{
+    BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
+};
 use governor::clock::{Clock as _, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use rein_benches::ThreadCpuTime;
-use rein_core::{Limit, Micros, Policy};
+use rein_core::{Limit, Micros, Outcome, Policy};
 use rein_memory::{Clock as _, MemoryLimiter, QuantaClock, SystemClock};
 
 fn keyed_u64<M: Measurement>(c: &mut Criterion<M>, group: &str) {
@@ -42,6 +56,11 @@ fn keyed_u64<M: Measurement>(c: &mut Criterion<M>, group: &str) {
     let rein = rein_limiter::<u64>();
     cycle(&mut group, "rein", &keys, |key| {
         allowed(rein.acquire(key, 1))
+    });
+
+    let rein = rein_limiter::<u64>();
+    cycle(&mut group, "rein_try", &keys, |key| {
+        rein.try_acquire(key, 1) == Ok(Outcome::Allowed)
     });
 
     let governor: DefaultKeyedRateLimiter<u64> = RateLimiter::keyed(quota());
@@ -61,6 +80,11 @@ fn keyed_string<M: Measurement>(c: &mut Criterion<M>, group: &str) {
     let rein = rein_limiter::<String>();
     cycle(&mut group, "rein", &keys, |key| {
         allowed(rein.acquire(key.as_str(), 1))
+    });
+
+    let rein = rein_limiter::<String>();
+    cycle(&mut group, "rein_try", &keys, |key| {
+        rein.try_acquire(key.as_str(), 1) == Ok(Outcome::Allowed)
     });
 
     let governor: DefaultKeyedRateLimiter<String> = RateLimiter::keyed(quota());
@@ -109,12 +133,37 @@ fn contention(c: &mut Criterion) {
     group.finish();
 }
 
+/// 1, 2 and 4 threads deciding at once, on one hot key or on spread keys.
+fn contention_scaling(c: &mut Criterion) {
+    let mut group = c.benchmark_group("contention_scaling");
+    for threads in [1, 2, 4] {
+        group.throughput(Throughput::Elements(threads));
+        for keys in [Keys::Hot, Keys::Spread] {
+            let id = |who: &str| BenchmarkId::new(format!("{who}/{}", keys.name()), threads);
+            let rein = rein_limiter::<u64>();
+            scaling(&mut group, id("rein"), threads, keys, |key| {
+                allowed(rein.acquire(&key, 1))
+            });
+            let rein = rein_limiter::<u64>();
+            scaling(&mut group, id("rein_try"), threads, keys, |key| {
+                rein.try_acquire(&key, 1) == Ok(Outcome::Allowed)
+            });
+            let governor: DefaultKeyedRateLimiter<u64> = RateLimiter::keyed(quota());
+            scaling(&mut group, id("governor"), threads, keys, |key| {
+                governor.check_key(&key).is_ok()
+            });
+        }
+    }
+    group.finish();
+}
+
 fn wall_time(c: &mut Criterion) {
     keyed_u64(c, "keyed_u64");
     keyed_string(c, "keyed_string");
     keyed_u64_system_clock(c);
     clock(c);
     contention(c);
+    contention_scaling(c);
 }
 
 fn cpu_time(c: &mut Criterion<ThreadCpuTime>) {
@@ -171,6 +220,63 @@ fn two_threads(
     });
 }
 
+/// Which keys the threads of `contention_scaling` decide on.
+#[derive(Clone, Copy)]
+enum Keys {
+    /// All threads on key 0: after the first 50, every decision is a denial.
+    Hot,
+    /// Each thread walks its own `SPREAD_KEYS` keys (disjoint between threads), so threads
+    /// meet only when two keys share a shard.
+    Spread,
+}
+
+impl Keys {
+    fn name(self) -> &'static str {
+        match self {
+            Keys::Hot => "hot",
+            Keys::Spread => "spread",
+        }
+    }
+
+    /// The key thread `thread` decides on in its `i`th iteration.
+    fn key(self, thread: u64, i: u64) -> u64 {
+        match self {
+            Keys::Hot => 0,
+            Keys::Spread => thread * SPREAD_KEYS + (i.wrapping_mul(SPREAD_STRIDE) % SPREAD_KEYS),
+        }
+    }
+}
+
+/// Benchmarks `threads` threads each making `iters` decisions at once; one iteration is one
+/// decision on every thread, timed on the wall clock from a common start to the last join.
+fn scaling(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: BenchmarkId,
+    threads: u64,
+    keys: Keys,
+    decide: impl Fn(u64) -> bool + Sync,
+) {
+    group.bench_function(id, |b| {
+        b.iter_custom(|iters| {
+            let start = Barrier::new(threads as usize + 1);
+            let begun = std::thread::scope(|s| {
+                for thread in 0..threads {
+                    let (start, decide) = (&start, &decide);
+                    s.spawn(move || {
+                        start.wait();
+                        for i in 0..iters {
+                            black_box(decide(keys.key(thread, i)));
+                        }
+                    });
+                }
+                start.wait();
+                Instant::now()
+            });
+            begun.elapsed()
+        });
+    });
+}
+
 /// rein as benchmarked against governor: default shards and key bound, the quanta clock.
 fn rein_limiter<K: std::hash::Hash + Eq>() -> MemoryLimiter<K, QuantaClock> {
     MemoryLimiter::builder(policy())
@@ -201,6 +307,11 @@ const SEQUENCE_LEN: usize = 1 << 19;
 const SEED: u64 = 0x5eed_0001;
 /// Keys both threads of the contention bench fight over.
 const CONTENDED_KEYS: u64 = 8;
+/// Keys per thread in `contention_scaling/*/spread`: few enough to stay in cache, so the
+/// group measures the locks, not memory.
+const SPREAD_KEYS: u64 = 1_024;
+/// An odd step, so a thread visits its keys in a scattered order that still covers them all.
+const SPREAD_STRIDE: u64 = 389;
 const FIFTY: NonZeroU32 = NonZeroU32::new(50).unwrap();
 
 criterion_group! {

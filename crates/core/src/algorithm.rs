@@ -12,7 +12,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::num::NonZeroU32;
 
-use crate::{AcquireError, ConfigError, Decision, Timestamp};
+use crate::{AcquireError, ConfigError, Decision, Outcome, Timestamp};
 
 /// A rate-limiting algorithm: its parameters (`self`) and the transitions of its state.
 ///
@@ -40,6 +40,20 @@ pub trait Algorithm: Copy + Debug + Eq + Hash + Send + Sync + 'static {
         state: &mut Self::State,
         cost: u64,
     ) -> Result<Decision, AcquireError>;
+
+    /// [`acquire`](Self::acquire) without the figures: the same outcome and the same change
+    /// to the state, for callers that only need to know whether the request was admitted.
+    /// The token bucket and the fixed window answer it without computing `remaining`,
+    /// `retry_after` or `reset_after`; the default computes the whole decision.
+    #[inline]
+    fn try_acquire(
+        &self,
+        now: Timestamp,
+        state: &mut Self::State,
+        cost: u64,
+    ) -> Result<Outcome, AcquireError> {
+        self.acquire(now, state, cost).map(|d| d.outcome)
+    }
 
     /// What [`acquire`](Self::acquire) would answer, consuming nothing.
     fn peek(

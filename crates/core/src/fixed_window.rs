@@ -10,7 +10,7 @@ use std::num::NonZeroU32;
 
 use crate::algorithm::{capacity_share, commit};
 use crate::divisor::Divisor;
-use crate::{AcquireError, Algorithm, ConfigError, Decision, Micros, Timestamp};
+use crate::{AcquireError, Algorithm, ConfigError, Decision, Micros, Outcome, Timestamp};
 
 /// A validated fixed-window limit: `limit` cost units per aligned `window`.
 ///
@@ -67,12 +67,16 @@ impl FixedWindow {
         Micros::from_micros(self.window.get())
     }
 
-    fn decide(
+    /// The transition alone: the current window, what it holds, and whether `cost` fits.
+    /// [`acquire`](Algorithm::acquire) derives its figures from this and
+    /// [`try_acquire`](Algorithm::try_acquire) does not, so they cannot disagree.
+    #[inline(always)]
+    fn step(
         &self,
         now: Timestamp,
         state: &FixedWindowState,
         cost: u64,
-    ) -> Result<(Decision, Option<FixedWindowState>), AcquireError> {
+    ) -> Result<Step, AcquireError> {
         if cost > self.limit {
             return Err(AcquireError::InsufficientCapacity {
                 cost,
@@ -80,11 +84,32 @@ impl FixedWindow {
             });
         }
         let (start, count) = self.current(now, state);
+        let remaining = self.limit.saturating_sub(count);
+        Ok(Step {
+            start,
+            count,
+            remaining,
+            admitted: cost <= remaining,
+        })
+    }
+
+    #[inline(always)]
+    fn decide(
+        &self,
+        now: Timestamp,
+        state: &FixedWindowState,
+        cost: u64,
+    ) -> Result<(Decision, Option<FixedWindowState>), AcquireError> {
+        let Step {
+            start,
+            count,
+            remaining,
+            admitted,
+        } = self.step(now, state, cost)?;
         // `start` is never before `now`'s window, so this is at least 1 µs.
         let window_end = start.as_micros() + self.window.get() - now.as_micros();
         let reset = |count: u64| Micros::from_micros(if count > 0 { window_end } else { 0 });
-        let remaining = self.limit.saturating_sub(count);
-        if cost <= remaining {
+        if admitted {
             let count = count + cost;
             let next = (cost > 0).then_some(FixedWindowState {
                 window_start: start,
@@ -162,6 +187,7 @@ impl Algorithm for FixedWindow {
     }
 
     /// Counts `cost` if it fits in the current window; otherwise changes nothing.
+    #[inline]
     fn acquire(
         &self,
         now: Timestamp,
@@ -169,6 +195,27 @@ impl Algorithm for FixedWindow {
         cost: u64,
     ) -> Result<Decision, AcquireError> {
         commit(state, self.decide(now, state, cost))
+    }
+
+    /// [`acquire`](Self::acquire)'s outcome and state change, without its figures.
+    #[inline]
+    fn try_acquire(
+        &self,
+        now: Timestamp,
+        state: &mut FixedWindowState,
+        cost: u64,
+    ) -> Result<Outcome, AcquireError> {
+        let step = self.step(now, state, cost)?;
+        if !step.admitted {
+            return Ok(Outcome::Denied);
+        }
+        if cost > 0 {
+            *state = FixedWindowState {
+                window_start: step.start,
+                count: step.count + cost,
+            };
+        }
+        Ok(Outcome::Allowed)
     }
 
     /// What [`acquire`](Self::acquire) would answer, without counting anything.
@@ -200,4 +247,15 @@ impl Algorithm for FixedWindow {
     fn share(&self, nodes: NonZeroU32) -> Result<Self, ConfigError> {
         Self::new(capacity_share(self.limit(), nodes), self.window())
     }
+}
+
+/// One decision's arithmetic, before any figure is derived from it.
+struct Step {
+    /// The window that counts at `now`, and the cost it holds.
+    start: Timestamp,
+    count: u64,
+    /// `limit - count`, at least zero.
+    remaining: u64,
+    /// Whether the cost fits.
+    admitted: bool,
 }

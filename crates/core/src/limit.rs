@@ -3,8 +3,9 @@
 use std::num::NonZeroU32;
 
 use crate::{
-    AcquireError, Algorithm, ConfigError, Decision, FixedWindow, FixedWindowState, SlidingCounter,
-    SlidingCounterState, SlidingLog, SlidingLogState, Timestamp, TokenBucket, TokenBucketState,
+    AcquireError, Algorithm, ConfigError, Decision, FixedWindow, FixedWindowState, Outcome,
+    SlidingCounter, SlidingCounterState, SlidingLog, SlidingLogState, Timestamp, TokenBucket,
+    TokenBucketState,
 };
 
 /// A limit of one of the four algorithms.
@@ -140,6 +141,22 @@ impl Limit {
             self,
             state,
             |l, s| l.acquire(now, s, cost),
+            Err(AcquireError::StateMismatch)
+        )
+    }
+
+    /// [`acquire`](Self::acquire)'s outcome and state change, without its figures (see
+    /// [`Algorithm::try_acquire`]).
+    pub fn try_acquire(
+        &self,
+        now: Timestamp,
+        state: &mut LimitState,
+        cost: u64,
+    ) -> Result<Outcome, AcquireError> {
+        dispatch!(
+            self,
+            state,
+            |l, s| l.try_acquire(now, s, cost),
             Err(AcquireError::StateMismatch)
         )
     }

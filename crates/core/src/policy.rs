@@ -111,6 +111,22 @@ impl Policy {
         Ok(combined.map_or(preview, |c| c.decision))
     }
 
+    /// [`acquire`](Self::acquire)'s outcome and state change, without its figures: for a
+    /// single limit, that limit's [`try_acquire`](crate::Algorithm::try_acquire); for
+    /// several, the outcome of `acquire`.
+    pub fn try_acquire(
+        &self,
+        now: Timestamp,
+        state: &mut PolicyState,
+        cost: u64,
+    ) -> Result<Outcome, AcquireError> {
+        self.check_shape(state)?;
+        if let [limit] = self.limits.as_slice() {
+            return limit.try_acquire(now, &mut state.first, cost);
+        }
+        self.acquire(now, state, cost).map(|d| d.outcome)
+    }
+
     /// What [`acquire`](Self::acquire) would answer, without consuming.
     pub fn peek(
         &self,

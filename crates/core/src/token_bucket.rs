@@ -18,7 +18,9 @@ use std::num::NonZeroU32;
 
 use crate::algorithm::{capacity_share, commit};
 use crate::divisor::Divisor;
-use crate::{AcquireError, Algorithm, ConfigError, Decision, MAX_MICROS, Micros, Timestamp};
+use crate::{
+    AcquireError, Algorithm, ConfigError, Decision, MAX_MICROS, Micros, Outcome, Timestamp,
+};
 
 /// A validated token-bucket limit: `capacity` tokens, `refill` more every `period`.
 ///
@@ -102,13 +104,17 @@ impl TokenBucket {
         (self.units_per_token.get(), self.units_per_micro.get())
     }
 
-    /// The decision and, when it consumes anything, the state to store.
-    fn decide(
+    /// The transition alone: where `tat` stands now and where an admission would put it,
+    /// and whether the request is admitted. Both [`acquire`](Algorithm::acquire) (which
+    /// derives the figures from it) and [`try_acquire`](Algorithm::try_acquire) (which does
+    /// not) take their answer from here, so they cannot disagree.
+    #[inline(always)]
+    fn step(
         &self,
         now: Timestamp,
         state: &TokenBucketState,
         cost: u64,
-    ) -> Result<(Decision, Option<TokenBucketState>), AcquireError> {
+    ) -> Result<Step, AcquireError> {
         if cost > self.capacity {
             return Err(AcquireError::InsufficientCapacity {
                 cost,
@@ -130,50 +136,79 @@ impl TokenBucket {
         let (whole_us, next_units) = self.units_per_micro.div_rem(sum);
         let next_us = ahead_us + whole_us;
         // The tolerance, split the same way, so the comparison needs no multiplication.
-        let (tol_us, tol_units) = self.tolerance_split;
-        if (next_us, next_units) <= (tol_us, tol_units) {
-            if cost == 0 {
+        let verdict = if (next_us, next_units) > self.tolerance_split {
+            Verdict::Deny
+        } else if cost == 0 {
+            Verdict::AdmitFree
+        } else if next_us > MAX_MICROS - now_us {
+            // The end of time: `tat` would be past the last representable instant, and
+            // `Timestamp` would clamp it, forgetting tokens taken (issue 9). Refused
+            // for good: while `tat > now` waiting leaves `now + next_us` unchanged, and
+            // after that it only grows. Only reachable after the year 2103 (MAX_SPAN).
+            Verdict::DenyForever
+        } else {
+            Verdict::Admit
+        };
+        Ok(Step {
+            now_us,
+            ahead_us,
+            ahead_units,
+            next_us,
+            next_units,
+            verdict,
+        })
+    }
+
+    /// The decision and, when it consumes anything, the state to store.
+    #[inline(always)]
+    fn decide(
+        &self,
+        now: Timestamp,
+        state: &TokenBucketState,
+        cost: u64,
+    ) -> Result<(Decision, Option<TokenBucketState>), AcquireError> {
+        let step = self.step(now, state, cost)?;
+        let (ahead_us, ahead_units) = (step.ahead_us, step.ahead_units);
+        let before = || {
+            (
+                self.remaining(ahead_us, ahead_units),
+                reset_after(ahead_us, ahead_units),
+            )
+        };
+        Ok(match step.verdict {
+            Verdict::Admit => {
+                let (next_us, next_units) = (step.next_us, step.next_units);
                 let decision = Decision::allowed(
                     self.capacity,
-                    self.remaining(ahead_us, ahead_units),
-                    reset_after(ahead_us, ahead_units),
+                    self.remaining(next_us, next_units),
+                    reset_after(next_us, next_units),
                 );
-                return Ok((decision, None));
+                (decision, Some(step.next_state()))
             }
-            if next_us > MAX_MICROS - now_us {
-                // The end of time: `tat` would be past the last representable instant, and
-                // `Timestamp` would clamp it, forgetting tokens taken (issue 9). Refused
-                // for good: while `tat > now` waiting leaves `now + next_us` unchanged, and
-                // after that it only grows. Only reachable after the year 2103 (MAX_SPAN).
+            Verdict::AdmitFree => {
+                let (remaining, reset) = before();
+                (Decision::allowed(self.capacity, remaining, reset), None)
+            }
+            Verdict::DenyForever => {
+                let (remaining, reset) = before();
+                let decision = Decision::denied(self.capacity, remaining, Micros::MAX, reset);
+                (decision, None)
+            }
+            Verdict::Deny => {
+                // Admitted once `tat` is within tolerance: `next_us - tol_us` µs from now,
+                // one more if the remainder still exceeds the tolerance's.
+                let (tol_us, tol_units) = self.tolerance_split;
+                let retry_after = step.next_us - tol_us + u64::from(step.next_units > tol_units);
+                let (remaining, reset) = before();
                 let decision = Decision::denied(
                     self.capacity,
-                    self.remaining(ahead_us, ahead_units),
-                    Micros::MAX,
-                    reset_after(ahead_us, ahead_units),
+                    remaining,
+                    Micros::from_micros(retry_after),
+                    reset,
                 );
-                return Ok((decision, None));
+                (decision, None)
             }
-            let next = TokenBucketState {
-                tat: Timestamp::from_micros(now_us + next_us),
-                tat_units: next_units,
-            };
-            let decision = Decision::allowed(
-                self.capacity,
-                self.remaining(next_us, next_units),
-                reset_after(next_us, next_units),
-            );
-            return Ok((decision, Some(next)));
-        }
-        // Admitted once `tat` is within tolerance: `next_us - tol_us` µs from now, one more
-        // if the remainder still exceeds the tolerance's.
-        let retry_after = next_us - tol_us + u64::from(next_units > tol_units);
-        let decision = Decision::denied(
-            self.capacity,
-            self.remaining(ahead_us, ahead_units),
-            Micros::from_micros(retry_after),
-            reset_after(ahead_us, ahead_units),
-        );
-        Ok((decision, None))
+        })
     }
 
     /// Whole tokens available when `tat` is `ahead_us` µs and `ahead_units` units past now.
@@ -203,6 +238,7 @@ impl Algorithm for TokenBucket {
     /// At the end of time, when the `tat` an admission would store is past
     /// [`MAX_MICROS`], the request is denied with `retry_after` [`Micros::MAX`] (it can
     /// never be admitted): clamping that `tat` would refill the bucket early.
+    #[inline]
     fn acquire(
         &self,
         now: Timestamp,
@@ -210,6 +246,26 @@ impl Algorithm for TokenBucket {
         cost: u64,
     ) -> Result<Decision, AcquireError> {
         commit(state, self.decide(now, state, cost))
+    }
+
+    /// [`acquire`](Self::acquire)'s outcome and state change, without its figures: no
+    /// division beyond the one that advances `tat`.
+    #[inline]
+    fn try_acquire(
+        &self,
+        now: Timestamp,
+        state: &mut TokenBucketState,
+        cost: u64,
+    ) -> Result<Outcome, AcquireError> {
+        let step = self.step(now, state, cost)?;
+        Ok(match step.verdict {
+            Verdict::Admit => {
+                *state = step.next_state();
+                Outcome::Allowed
+            }
+            Verdict::AdmitFree => Outcome::Allowed,
+            Verdict::Deny | Verdict::DenyForever => Outcome::Denied,
+        })
     }
 
     /// What [`acquire`](Self::acquire) would answer, without taking anything.
@@ -271,6 +327,40 @@ impl Algorithm for TokenBucket {
             Micros::from_micros(period),
         )
     }
+}
+
+/// One decision's arithmetic, before any figure is derived from it.
+struct Step {
+    now_us: u64,
+    /// `max(tat, now) - now`: whole µs, and the remainder in units.
+    ahead_us: u64,
+    ahead_units: u64,
+    /// Where `tat` would stand, relative to now, after taking the cost.
+    next_us: u64,
+    next_units: u64,
+    verdict: Verdict,
+}
+
+impl Step {
+    /// The state an admission stores.
+    #[inline(always)]
+    fn next_state(&self) -> TokenBucketState {
+        TokenBucketState {
+            tat: Timestamp::from_micros(self.now_us + self.next_us),
+            tat_units: self.next_units,
+        }
+    }
+}
+
+enum Verdict {
+    /// Admitted: store the next state.
+    Admit,
+    /// Admitted at no cost: nothing to store.
+    AdmitFree,
+    /// Denied until `tat` is back within tolerance.
+    Deny,
+    /// Denied for good: the next `tat` is past the end of time.
+    DenyForever,
 }
 
 /// Time until `tat` (given relative to now) is reached, rounded up to a whole µs.

@@ -1,6 +1,6 @@
 //! Decisions allocate nothing: a counting global allocator proves it for the token bucket,
-//! fixed window and sliding counter (acquire, peek, refund), for single- and multi-limit
-//! policies of them, and for the sliding log once its buffer has grown to its steady size.
+//! fixed window and sliding counter (acquire, try_acquire, peek, refund), for single- and
+//! multi-limit policies of them, and for the sliding log once its buffer has grown to its steady size.
 //!
 //! The count is per thread, so tests running in parallel do not see each other's
 //! allocations.
@@ -77,6 +77,7 @@ fn traffic(limit: &Limit, state: &mut LimitState) {
         black_box(limit.acquire(now, state, 1 + step % 3).unwrap());
         black_box(limit.peek(now, state, 2).unwrap());
         black_box(limit.acquire(now, state, 0).unwrap());
+        black_box(limit.try_acquire(now, state, 1).unwrap());
         if step % 7 == 0 {
             limit.refund(now, state, 1).unwrap();
         }
@@ -105,6 +106,7 @@ fn policies_of_them_decide_without_allocating() {
                 let now = Timestamp::from_micros(step * 10 * MS);
                 black_box(policy.acquire(now, &mut state, 1 + step % 3).unwrap());
                 black_box(policy.peek(now, &state, 2).unwrap());
+                black_box(policy.try_acquire(now, &mut state, 1).unwrap());
                 if step % 7 == 0 {
                     policy.refund(now, &mut state, 1).unwrap();
                 }

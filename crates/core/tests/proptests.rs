@@ -8,7 +8,8 @@
 //! Contracts covered: decision-by-decision agreement with the oracle (so no over- or
 //! under-admission); the admission bound of each algorithm; exact `retry_after` and
 //! `reset_after`; peeks, cost 0 and denials write nothing; refunds round-trip; a regressed
-//! clock never admits more than its latest reading; policies are all-or-nothing; encodings
+//! clock never admits more than its latest reading; `try_acquire` answers `acquire`'s
+//! outcome and leaves the same state; policies are all-or-nothing; encodings
 //! round-trip and decoding never panics; any `u64` settings either build or fail with a
 //! `ConfigError`; the sliding counter stays below twice its limit (with the measured
 //! error printed for docs/algorithms.md); and at the end of time (`now` within two spans of
@@ -21,8 +22,9 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{RngSeed, TestCaseError};
 use rein_core::{
-    AcquireError, ConfigError, FixedWindowState, Limit, LimitState, LogEntry, MAX_MICROS, MAX_SPAN,
-    Micros, Policy, PolicyState, SlidingCounterState, SlidingLogState, Timestamp, TokenBucketState,
+    AcquireError, ConfigError, Decision, FixedWindowState, Limit, LimitState, LogEntry, MAX_MICROS,
+    MAX_SPAN, Micros, Policy, PolicyState, SlidingCounterState, SlidingLogState, Timestamp,
+    TokenBucketState,
 };
 
 const CASES: u32 = 256;
@@ -980,6 +982,9 @@ fn drive(config: Config, start: u64, ops: &[Op]) -> Result<Vec<(u64, u64)>, Test
                 } else {
                     limit.peek(at(now), &state, cost)
                 };
+                if acquire {
+                    same_as_try_acquire(&limit, &before, now, cost, &result, &state)?;
+                }
                 if cost > capacity {
                     let never = AcquireError::InsufficientCapacity { cost, capacity };
                     prop_assert_eq!(result, Err(never));
@@ -1240,12 +1245,16 @@ fn drive_anything(
 ) -> Result<(), TestCaseError> {
     let capacity = limit.capacity();
     for &(kind, now, cost) in ops {
-        let now = Timestamp::from_micros(now);
+        let before = state.clone();
         let result = match kind {
-            0 => limit.acquire(now, &mut state, cost),
-            1 => limit.peek(now, &state, cost),
+            0 => {
+                let result = limit.acquire(Timestamp::from_micros(now), &mut state, cost);
+                same_as_try_acquire(limit, &before, now, cost, &result, &state)?;
+                result
+            }
+            1 => limit.peek(Timestamp::from_micros(now), &state, cost),
             _ => {
-                limit.refund(now, &mut state, cost)?;
+                limit.refund(Timestamp::from_micros(now), &mut state, cost)?;
                 continue;
             }
         };
@@ -1255,6 +1264,23 @@ fn drive_anything(
             Err(other) => prop_assert!(false, "unexpected {:?}", other),
         }
     }
+    Ok(())
+}
+
+/// `try_acquire` from `before` answers `acquire`'s outcome (or its error) and leaves the
+/// state `acquire` left (`after`).
+fn same_as_try_acquire(
+    limit: &Limit,
+    before: &LimitState,
+    now: u64,
+    cost: u64,
+    acquired: &Result<Decision, AcquireError>,
+    after: &LimitState,
+) -> Result<(), TestCaseError> {
+    let mut state = before.clone();
+    let tried = limit.try_acquire(Timestamp::from_micros(now), &mut state, cost);
+    prop_assert_eq!(tried, acquired.clone().map(|d| d.outcome));
+    prop_assert_eq!(&state, after);
     Ok(())
 }
 

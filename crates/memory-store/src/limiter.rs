@@ -7,8 +7,8 @@ use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 
 use rein_core::{
-    AcquireError, DecideError, Decision, FixedWindow, Limit, Micros, Policy, RateAnswer, RateOp,
-    SlidingCounter, SlidingLog, Timestamp, TokenBucket,
+    AcquireError, DecideError, Decision, FixedWindow, Limit, Micros, Outcome, Policy, RateAnswer,
+    RateOp, SlidingCounter, SlidingLog, Timestamp, TokenBucket,
 };
 
 use crate::rate::{RateTable, not_shareable};
@@ -208,6 +208,37 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         dispatch!(&self.tables, |t| t.acquire(now, key, cost))
     }
 
+    /// [`acquire_at`](Self::acquire_at) without the figures: the same outcome and the same
+    /// change to `key`'s state, for callers that only need to know whether the request was
+    /// admitted. For a one-limit token bucket or fixed window it skips the arithmetic of
+    /// `remaining`, `retry_after` and `reset_after` (see
+    /// [`Algorithm::try_acquire`](rein_core::Algorithm::try_acquire)).
+    ///
+    /// ```
+    /// use rein_core::{Limit, Micros, Outcome, Policy, Timestamp};
+    /// use rein_memory::MemoryLimiter;
+    ///
+    /// let policy = Policy::single(Limit::token_bucket(2, 2, Micros::from_secs(1))?);
+    /// let limiter = MemoryLimiter::<u64>::new(policy);
+    /// let now = Timestamp::from_micros(0);
+    /// assert_eq!(limiter.try_acquire_at(now, &7, 2)?, Outcome::Allowed);
+    /// assert_eq!(limiter.try_acquire_at(now, &7, 1)?, Outcome::Denied);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_at<Q>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        cost: u64,
+    ) -> Result<Outcome, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        dispatch!(&self.tables, |t| t.try_acquire(now, key, cost))
+    }
+
     /// What [`acquire_at`](Self::acquire_at) would answer, without consuming anything or
     /// storing the key. A `cost` of zero asks how much is left.
     ///
@@ -377,6 +408,16 @@ impl<K: Hash + Eq, C: Clock> MemoryLimiter<K, C> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.acquire_at(self.clock.now(), key, cost)
+    }
+
+    /// [`try_acquire_at`](Self::try_acquire_at) at the clock's `now`.
+    #[inline]
+    pub fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<Outcome, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.try_acquire_at(self.clock.now(), key, cost)
     }
 
     /// [`peek_at`](Self::peek_at) at the clock's `now`.

@@ -15,8 +15,8 @@
 //! property test in `tests/model.rs` compares every shape against `Policy` on a map.
 
 use rein_core::{
-    AcquireError, Algorithm, Decision, FixedWindow, Micros, Policy, PolicyState, SlidingCounter,
-    SlidingLog, Timestamp, TokenBucket, TokenBucketState,
+    AcquireError, Algorithm, Decision, FixedWindow, Micros, Outcome, Policy, PolicyState,
+    SlidingCounter, SlidingLog, Timestamp, TokenBucket, TokenBucketState,
 };
 
 /// rein-core's decision functions for one state type.
@@ -34,6 +34,14 @@ pub(crate) trait Rule {
         state: &mut Self::State,
         cost: u64,
     ) -> Result<Decision, AcquireError>;
+
+    /// See [`Policy::try_acquire`].
+    fn try_acquire(
+        &self,
+        now: Timestamp,
+        state: &mut Self::State,
+        cost: u64,
+    ) -> Result<Outcome, AcquireError>;
 
     /// See [`Policy::peek`].
     fn peek(
@@ -92,6 +100,16 @@ impl Rule for Policy {
         cost: u64,
     ) -> Result<Decision, AcquireError> {
         Policy::acquire(self, now, state, cost)
+    }
+
+    #[inline]
+    fn try_acquire(
+        &self,
+        now: Timestamp,
+        state: &mut PolicyState,
+        cost: u64,
+    ) -> Result<Outcome, AcquireError> {
+        Policy::try_acquire(self, now, state, cost)
     }
 
     #[inline]
@@ -157,6 +175,16 @@ macro_rules! algorithm_rules {
                 cost: u64,
             ) -> Result<Decision, AcquireError> {
                 Algorithm::acquire(self, now, state, cost)
+            }
+
+            #[inline]
+            fn try_acquire(
+                &self,
+                now: Timestamp,
+                state: &mut Self::State,
+                cost: u64,
+            ) -> Result<Outcome, AcquireError> {
+                Algorithm::try_acquire(self, now, state, cost)
             }
 
             #[inline]
@@ -251,6 +279,20 @@ impl Rule for WholeMicroBucket {
         debug_assert_eq!(state.tat_units, 0);
         *tat = state.tat;
         Ok(decision)
+    }
+
+    #[inline]
+    fn try_acquire(
+        &self,
+        now: Timestamp,
+        tat: &mut Timestamp,
+        cost: u64,
+    ) -> Result<Outcome, AcquireError> {
+        let mut state = Self::state(*tat);
+        let outcome = Algorithm::try_acquire(&self.0, now, &mut state, cost)?;
+        debug_assert_eq!(state.tat_units, 0);
+        *tat = state.tat;
+        Ok(outcome)
     }
 
     #[inline]

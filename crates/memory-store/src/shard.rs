@@ -6,7 +6,7 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use hashbrown::{DefaultHashBuilder, HashTable};
-use rein_core::{AcquireError, Decision, Micros, Timestamp};
+use rein_core::{AcquireError, Decision, Micros, Outcome, Timestamp};
 
 use crate::rule::Rule;
 
@@ -71,6 +71,27 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
             return self.rule.acquire(now, state, cost);
         }
         self.acquire_absent(&mut shard, hash, now, key, cost)
+    }
+
+    /// [`acquire`](Self::acquire)'s outcome and state change, without the figures.
+    #[inline]
+    pub(crate) fn try_acquire<Q>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        cost: u64,
+    ) -> Result<Outcome, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock(hash);
+        if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
+            return self.rule.try_acquire(now, state, cost);
+        }
+        self.acquire_absent(&mut shard, hash, now, key, cost)
+            .map(|d| d.outcome)
     }
 
     #[inline]

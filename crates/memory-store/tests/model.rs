@@ -1,6 +1,7 @@
 //! Contract: with room for every key, `MemoryLimiter` answers exactly as rein-core does on
-//! a plain `HashMap` of one `PolicyState` per key, for any sequence of acquires, peeks,
-//! refunds and clock moves (backwards included), and for every algorithm.
+//! a plain `HashMap` of one `PolicyState` per key, for any sequence of acquires (with or
+//! without figures), peeks, refunds and clock moves (backwards included), and for every
+//! algorithm.
 
 use std::collections::HashMap;
 
@@ -11,6 +12,11 @@ use rein_memory::MemoryLimiter;
 #[derive(Clone, Debug)]
 enum Op {
     Acquire {
+        key: u8,
+        cost: u64,
+    },
+    /// `try_acquire_at`, against the outcome of the model's `acquire`.
+    TryAcquire {
         key: u8,
         cost: u64,
     },
@@ -64,6 +70,7 @@ fn op() -> impl Strategy<Value = Op> {
     // Costs up to 8 exceed every capacity above, so errors are compared too.
     prop_oneof![
         4 => (key.clone(), 0..=8u64).prop_map(|(key, cost)| Op::Acquire { key, cost }),
+        2 => (key.clone(), 0..=8u64).prop_map(|(key, cost)| Op::TryAcquire { key, cost }),
         1 => (key.clone(), 0..=8u64).prop_map(|(key, cost)| Op::Peek { key, cost }),
         1 => (key, 0..=4u64).prop_map(|(key, amount)| Op::Refund { key, amount }),
         2 => prop_oneof![0..1_000u64, 0..3_000_000u64].prop_map(Op::Advance),
@@ -89,6 +96,10 @@ proptest! {
                 Op::Acquire { key, cost } => {
                     let want = policy.acquire(t, model.state(key), cost);
                     prop_assert_eq!(limiter.acquire_at(t, &key, cost), want, "step {} {:?}", step, op);
+                }
+                Op::TryAcquire { key, cost } => {
+                    let want = policy.acquire(t, model.state(key), cost).map(|d| d.outcome);
+                    prop_assert_eq!(limiter.try_acquire_at(t, &key, cost), want, "step {} {:?}", step, op);
                 }
                 Op::Peek { key, cost } => {
                     let want = policy.peek(t, model.state(key), cost);
