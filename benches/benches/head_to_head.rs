@@ -19,12 +19,13 @@
 //!
 //! - **throughput**: in process, 2 threads (one per core) over 100 000 keys for a fixed
 //!   time; through Redis, one instance with 64 tasks on a current-thread runtime (one client
-//!   core) over 100 000 keys. The limit always admits, so every call writes. Three rounds
-//!   alternate between peers so that all see the same machine load; the median is shown.
+//!   core) over 100 000 keys, each task yielding after each decision. The limit always
+//!   admits, so every call writes. Five rounds alternate between peers so that all see the
+//!   same machine load; the median is shown.
 //! - **latency**: one caller deciding sequentially, p50 and p99 per call.
 //! - **memory per key**: in process, the heap bytes a limiter holds per key after 100 000
 //!   keys were admitted once (a counting global allocator, switched on only for that);
-//!   through Redis, `used_memory` growth per key after 10 000 keys (which counts every
+//!   through Redis, `used_memory` growth per key after 20 000 keys (which counts every
 //!   structure a peer keeps per key) and the mean `MEMORY USAGE` of the keys it wrote.
 //! - **over-admission**: 1, 2 and 4 independent instances (each its own thread, runtime,
 //!   connection and limiter) with 16 tasks each, hammering one key whose limit is 100 per
@@ -547,8 +548,12 @@ impl RedisPeer {
                                 .expect("connect limitador's Redis storage"),
                         )
                     } else {
+                        // Room for every key the runs touch, as for the in-memory peer: its
+                        // batcher hands out one permit per pending counter and an insert that
+                        // waits for one deadlocks this thread (see `decide`).
                         Box::new(
                             CachedRedisStorageBuilder::new(url)
+                                .max_cached_counters(2 * REDIS_KEYS as usize)
                                 .build()
                                 .await
                                 .expect("connect limitador's cached Redis storage"),
@@ -603,9 +608,17 @@ impl RedisPeer {
             Self::Limitador { limiter, namespace } => {
                 let ctx: limitador::limit::Context =
                     HashMap::from([("user_id".to_owned(), key.to_owned())]).into();
-                match limiter
-                    .check_rate_limited_and_update(namespace, &ctx, 1)
-                    .await
+                // limitador 0.14's cached storage holds a DashMap shard's write lock while it
+                // awaits a semaphore permit (`Batcher::add`, counters_cache.rs). If that await
+                // is pending, the next task on this thread to touch the shard parks the thread
+                // on the lock, and the holder never runs again: a deadlock with the load at 0.
+                // tokio's cooperative budget makes the await pending after 128 permits in one
+                // poll, so the budget is off here; running out of permits is prevented by the
+                // cache size (`connect`).
+                match tokio::task::unconstrained(
+                    limiter.check_rate_limited_and_update(namespace, &ctx, 1),
+                )
+                .await
                 {
                     Ok(r) if r.limited => Outcome::Denied,
                     Ok(_) => Outcome::Admitted,
@@ -706,15 +719,10 @@ struct RedisRow {
 /// Throughput, latency and memory per key of each Redis-backed peer, one instance each.
 fn redis_section(server: &RedisServer, run: Duration) -> Vec<RedisRow> {
     let url = server.url();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async {
+    let kinds = RedisKind::all();
+    let (rounds, mut latencies) = current_thread(async {
         let mut admin = connection(&url).await;
         let server_pid = server_pid(&mut admin).await;
-        let kinds = RedisKind::all();
         let mut peers = Vec::new();
         for &kind in &kinds {
             let peer = Rc::new(RedisPeer::connect(kind, &url, LimitSpec::Open, REDIS_TASKS).await);
@@ -734,32 +742,44 @@ fn redis_section(server: &RedisServer, run: Duration) -> Vec<RedisRow> {
                 latencies[i].extend(redis_latency(peer, REDIS_LATENCY_CALLS).await);
             }
         }
-        // Their connections would otherwise add to `used_memory`'s noise.
-        drop(peers);
-        let mut rows = Vec::new();
-        for (i, &kind) in kinds.iter().enumerate() {
-            let mut r = rounds[i].clone();
-            r.sort_by(|a, b| a.per_sec().total_cmp(&b.per_sec()));
-            let mid = &r[r.len() / 2];
-            let (p50, p99) = percentiles(&mut latencies[i]);
-            let (redis_keys_per_key, used_memory_per_key, memory_usage_per_redis_key) =
-                redis_memory(kind, &url, &mut admin).await;
-            rows.push(RedisRow {
-                kind,
-                decisions_per_sec: mid.per_sec(),
-                no_decision_share: mid.no_decision as f64
-                    / (mid.decided + mid.no_decision).max(1) as f64,
-                client_cpu_us: mid.client_cpu * 1e6 / mid.decided.max(1) as f64,
-                server_cpu_us: mid.server_cpu * 1e6 / mid.decided.max(1) as f64,
-                p50_us: p50,
-                p99_us: p99,
-                redis_keys_per_key,
-                used_memory_per_key,
-                memory_usage_per_redis_key,
-            });
-        }
-        rows
-    })
+        (rounds, latencies)
+    });
+    // Each peer's memory on a runtime of its own: dropping a runtime ends the tasks a peer
+    // spawned (limitador's cached storage flushes from a task that outlives the storage),
+    // which would otherwise write into the next peer's measurement.
+    let mut rows = Vec::new();
+    for (i, &kind) in kinds.iter().enumerate() {
+        let mut r = rounds[i].clone();
+        r.sort_by(|a, b| a.per_sec().total_cmp(&b.per_sec()));
+        let mid = &r[r.len() / 2];
+        let (p50, p99) = percentiles(&mut latencies[i]);
+        let (redis_keys_per_key, used_memory_per_key, memory_usage_per_redis_key) =
+            current_thread(redis_memory(kind, &url));
+        rows.push(RedisRow {
+            kind,
+            decisions_per_sec: mid.per_sec(),
+            no_decision_share: mid.no_decision as f64
+                / (mid.decided + mid.no_decision).max(1) as f64,
+            client_cpu_us: mid.client_cpu * 1e6 / mid.decided.max(1) as f64,
+            server_cpu_us: mid.server_cpu * 1e6 / mid.decided.max(1) as f64,
+            p50_us: p50,
+            p99_us: p99,
+            redis_keys_per_key,
+            used_memory_per_key,
+            memory_usage_per_redis_key,
+        });
+    }
+    rows
+}
+
+/// Runs `future` on a fresh current-thread runtime (one client core) with a `LocalSet`,
+/// and drops the runtime, with every task spawned on it, before returning.
+fn current_thread<F: std::future::Future>(future: F) -> F::Output {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    tokio::task::LocalSet::new().block_on(&rt, future)
 }
 
 #[derive(Clone, Default)]
@@ -793,6 +813,10 @@ async fn redis_throughput(peer: &Rc<RedisPeer>, run: Duration) -> Throughput {
                     Outcome::Admitted | Outcome::Denied => decided += 1,
                     Outcome::NoDecision => failed += 1,
                 }
+                // limitador's cached storage decides without awaiting anything: without a
+                // yield one task would keep the runtime, its timer and the storage's flusher
+                // to itself.
+                tokio::task::yield_now().await;
             }
             (decided, failed)
         }));
@@ -823,11 +847,8 @@ async fn redis_latency(peer: &RedisPeer, n: u64) -> Vec<Duration> {
 
 /// For a fresh instance of `kind` on an empty database: Redis keys per user key,
 /// `used_memory` growth per user key, and mean `MEMORY USAGE` of the keys written.
-async fn redis_memory(
-    kind: RedisKind,
-    url: &str,
-    admin: &mut MultiplexedConnection,
-) -> (f64, f64, f64) {
+async fn redis_memory(kind: RedisKind, url: &str) -> (f64, f64, f64) {
+    let admin = &mut connection(url).await;
     // The tight limit: rein's keys expire when their bucket is full again, which under the
     // open limit is a millisecond after the call, and an expired key costs nothing.
     let peer = RedisPeer::connect(kind, url, LimitSpec::Tight, REDIS_TASKS).await;
