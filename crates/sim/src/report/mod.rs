@@ -16,6 +16,7 @@
 
 mod chart;
 mod describe;
+mod leases;
 mod regions;
 mod scenario;
 mod series;
@@ -23,6 +24,7 @@ mod table;
 
 pub use chart::{ChartError, render_chart, write_chart};
 pub use describe::{describe_limit, describe_policy, format_duration, format_percent};
+pub use leases::{LeaseRow, render_lease_chart, render_lease_table, write_lease_chart};
 pub use regions::{RegionRow, render_region_chart, write_region_chart};
 pub use scenario::{CHART_BUCKET, FaultSpan, LatencySamples, ScenarioInputs, ScenarioResult};
 pub use series::{AdmissionSeries, LimitLine, LineKind};

@@ -75,8 +75,8 @@ pub enum LimiterKind {
     /// baseline whose race rein's atomic script removes.
     Naive,
     /// rein's `LeasedLimiter` over the same `RedisStore` (no guard): hot keys are decided
-    /// locally from blocks reserved in Redis, on the node's (skewed) clock. For fixed-window
-    /// and sliding-counter policies; other shapes are decided directly.
+    /// locally from blocks reserved in Redis (token buckets from rate shares), on the node's
+    /// (skewed) clock. Its counters end up in [`Run::leases`].
     Leased,
     /// rein-redis's `OptimisticStore` (`WATCH`, read, decide in the client, `MULTI`/`EXEC`),
     /// one connection per node, retrying aborted transactions: the design whose retry storm

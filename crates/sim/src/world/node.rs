@@ -9,7 +9,8 @@
 //! while another is in flight waits), records every decision with its true simulated
 //! instants, and never reads a real clock.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::rc::Rc;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
-use rein::{LeaseSource, LeasedLimiter, PolicyTable, ResilientLimiter, Source};
+use rein::{LeaseSource, LeaseStats, LeasedLimiter, PolicyTable, ResilientLimiter, Source};
 use rein_core::{DecideError, Limiter, NamedPolicy, StoreError, Timestamp};
 use rein_redis::{OptimisticStoreBuilder, RedisPolicy, RedisStore, RedisStoreBuilder};
 
@@ -43,6 +44,10 @@ pub(crate) struct NodeConfig {
     pub tap: ScriptTap,
     pub guard: Option<Guard>,
     pub events: Rc<RefCell<Vec<Event>>>,
+    /// A leased node's `LeasedLimiter` counters, by node index, recorded when it stops.
+    pub leases: Rc<RefCell<BTreeMap<usize, LeaseStats>>>,
+    /// How many leased nodes still serve demand: each stops its limiter only once none does.
+    pub serving: Rc<Cell<usize>>,
     /// True instants `[from, until)` this node's process is paused
     /// ([`Fault::Pause`](super::Fault::Pause)): it serves nothing and runs no timer.
     pub pauses: Vec<(Timestamp, Timestamp)>,
@@ -182,7 +187,12 @@ async fn run_guarded(config: NodeConfig) -> turmoil::Result {
 /// The node behind rein's `LeasedLimiter` over the store: an admission from a held block
 /// takes effect when it is answered (no call is made); a direct one when its script ran. A
 /// lease's reservations run scripts too, but they admit nothing by themselves, so the oracle
-/// sees only what the node admitted.
+/// sees only what the node admitted. After its last request the node stops its timers and
+/// waits for every node to serve its demand; then it shuts its limiter down, as a process
+/// that stops would (what it holds goes back if a return can still land, else it is
+/// stranded), and records the limiter's counters, which then account for every unit it
+/// reserved. Waiting first keeps the world's admissions what they were without the
+/// shutdown: no node's returns reach a node still serving.
 async fn run_leased(config: NodeConfig) -> turmoil::Result {
     if config.guard.is_some() {
         return Err("a leased node has no guard in the simulator".into());
@@ -257,6 +267,15 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
         });
     }
     timers.abort();
+    config.serving.set(config.serving.get().saturating_sub(1));
+    while config.serving.get() > 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    leased.shutdown().await;
+    config
+        .leases
+        .borrow_mut()
+        .insert(config.index, leased.stats());
     Ok(())
 }
 

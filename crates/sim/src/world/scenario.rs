@@ -1,13 +1,13 @@
 //! A scenario, the runner that plays it in a turmoil world, and what one run measured.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error;
 use std::fmt::Write as _;
 use std::rc::Rc;
 use std::time::Duration;
 
-use rein::{FailurePolicy, Source};
+use rein::{FailurePolicy, LeaseStats, Source};
 use rein_core::{Algorithm, Limit, Micros, Policy, PolicyState, Timestamp};
 
 use super::bound::fallback_policy;
@@ -110,6 +110,10 @@ pub struct Run {
     pub runs_by_source: u64,
     /// Every script run Redis made, answered or not.
     pub script_runs: u64,
+    /// With [`LimiterKind::Leased`], each node's `LeasedLimiter` counters (reservations,
+    /// units reserved, returned, stranded…), read after the node shut its limiter down once
+    /// every node had served its demand; empty for the other limiters.
+    pub leases: BTreeMap<usize, LeaseStats>,
 }
 
 impl Scenario {
@@ -345,6 +349,8 @@ impl Scenario {
             tapped_host(redis.clone(), REDIS_PORT, self.persistence, tap.clone()),
         );
         let events = Rc::new(RefCell::new(Vec::new()));
+        let leases = Rc::new(RefCell::new(BTreeMap::new()));
+        let serving = Rc::new(Cell::new(demand.len()));
         let per_host = self.per_host();
         // Each host's nodes, hosts in node order (turmoil's addresses and link order follow
         // registration order).
@@ -362,6 +368,8 @@ impl Scenario {
                 tap: tap.clone(),
                 guard: self.guard.clone(),
                 events: events.clone(),
+                leases: leases.clone(),
+                serving: serving.clone(),
                 pauses: self
                     .faults
                     .iter()
@@ -426,6 +434,7 @@ impl Scenario {
             end,
             runs_by_source: tap.runs_by_source(),
             script_runs: tap.runs(),
+            leases: leases.take(),
         })
     }
 }
@@ -444,6 +453,19 @@ impl Run {
     /// The total cost admitted.
     pub fn admitted(&self) -> u64 {
         self.log.admitted()
+    }
+
+    /// The cost admitted from held lease blocks, with no store call (with
+    /// [`LimiterKind::Leased`]; zero for the other limiters).
+    pub fn admitted_from_leases(&self) -> u64 {
+        if self.scenario.limiter != LimiterKind::Leased {
+            return 0;
+        }
+        self.events
+            .iter()
+            .filter(|e| matches!(e.outcome, Outcome::Admitted { .. }) && e.source.is_none())
+            .map(|e| e.cost)
+            .sum()
     }
 
     /// How many decisions failed (an error instead of a decision).

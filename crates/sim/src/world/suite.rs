@@ -30,6 +30,13 @@ pub const SUITE: &[&str] = &[
     "deny-cache",
     "allow-cache",
     "recovery-after-partition",
+    "leased-fixed-window",
+    "leased-sliding-counter",
+    "leased-sliding-log",
+    "leased-token-bucket",
+    "leased-partition-fixed-window",
+    "leased-partition-token-bucket",
+    "leased-pause-sliding-log",
 ];
 
 /// The scenario `name` of the default suite with `nodes` nodes and `seed`; `None` for an
@@ -169,12 +176,56 @@ pub fn suite_scenario(name: &str, nodes: usize, seed: u64) -> Option<Scenario> {
             }];
             s
         }
+        "leased-fixed-window"
+        | "leased-sliding-counter"
+        | "leased-sliding-log"
+        | "leased-token-bucket"
+        | "leased-partition-fixed-window"
+        | "leased-partition-token-bucket"
+        | "leased-pause-sliding-log" => leased(name, seed, nodes),
         _ => return None,
     };
     if nodes == 0 {
         s.nodes = 1;
     }
     Some(s)
+}
+
+/// A lease scenario (docs/leases.md, "In the simulator"): nodes behind rein's
+/// `LeasedLimiter`, two hot keys asked 120 times a second per node against a limit of 150
+/// a second per key, node clocks up to 250 ms apart. Faulted ones last 3 s: half the nodes
+/// cut off from Redis 0.6–1.4 s, or node 0's process paused 0.85–2.15 s (longer than any
+/// block lives, across two window boundaries).
+fn leased(name: &str, seed: u64, nodes: usize) -> Scenario {
+    let window = Micros::from_secs(1);
+    let limit = match name {
+        "leased-fixed-window" | "leased-partition-fixed-window" => Limit::fixed_window(150, window),
+        "leased-sliding-counter" => Limit::sliding_counter(150, window),
+        "leased-sliding-log" | "leased-pause-sliding-log" => Limit::sliding_log(150, window),
+        // Leased as rate: a burst of 30, 150 per second.
+        _ => Limit::token_bucket(30, 150, window),
+    };
+    let mut s = Scenario::new(name, seed, nodes, policy(limit));
+    s.limiter = LimiterKind::Leased;
+    s.workload = Workload::HotKey { keys: 2 };
+    s.per_node_rate = 120;
+    s.max_skew = Duration::from_millis(250);
+    if name.starts_with("leased-partition") {
+        s.span = Duration::from_secs(3);
+        s.faults = vec![Fault::Partition {
+            nodes: (0..nodes.div_ceil(2)).collect(),
+            from: Duration::from_millis(600),
+            until: Duration::from_millis(1400),
+        }];
+    } else if name.starts_with("leased-pause") {
+        s.span = Duration::from_secs(3);
+        s.faults = vec![Fault::Pause {
+            nodes: vec![0],
+            from: Duration::from_millis(850),
+            until: Duration::from_millis(2150),
+        }];
+    }
+    s
 }
 
 fn policy(limit: Result<Limit, rein_core::ConfigError>) -> Policy {
