@@ -791,7 +791,9 @@ impl LeaseBook {
         }
         self.index.remove(&entry.key);
         self.free.push(slot);
-        if let Some(b) = entry.block.filter(|b| b.units > 0 && now < b.valid_until) {
+        // A block past its end that no timer saw yet is settled here as `service` would:
+        // a log's units go back from their stamp, a window's strand.
+        if let Some(b) = entry.block.filter(|b| b.units > 0) {
             if b.stamp.is_some() || returnable(now, b.valid_until, self.config.return_guard) {
                 give_back(
                     &mut self.actions,
@@ -1303,6 +1305,17 @@ mod tests {
         assert_eq!(h.deliver(4), -11);
         assert_eq!(h.request(5, 1), Admit::Direct(DirectReason::Closed));
         assert!(h.book.is_empty());
+    }
+
+    #[test]
+    fn a_block_past_its_end_that_no_timer_saw_is_counted_stranded_at_shutdown() {
+        let mut h = harness(window());
+        idle_block(&mut h);
+        // No timer ran: the block (usable until about 998 ms) is still in the book at 1 005.
+        h.book.handle_shutdown(at(1_005));
+        h.collect();
+        assert!(h.sent.is_empty(), "too late to return: {:?}", h.sent);
+        assert_eq!(h.book.stats().units_stranded, 11);
     }
 
     #[test]
