@@ -180,7 +180,13 @@ impl<S: Limiter + 'static> LeasedLimiter<S> {
             let t = now.unwrap_or_else(|| shared.clock.now());
             let (admit, actions) =
                 shared.with_rates(|rates| rates.handle_request(t, at, cost, shares));
-            shared.dispatch_rates(actions);
+            // A direct request is decided before the take it triggered goes out: a take that
+            // ran first could move the direct share's tokens into this node's share and deny
+            // a request the bucket had room for. Sent even if this future is dropped.
+            let actions = Deferred {
+                shared,
+                actions: Some(actions),
+            };
             return match admit {
                 Admit::Leased(decision) => Ok(LeaseDecided {
                     decision,
@@ -190,12 +196,18 @@ impl<S: Limiter + 'static> LeasedLimiter<S> {
                     decision,
                     source: LeaseSource::LocalDenial,
                 }),
-                Admit::Direct(why) => shared.direct(now, policy, key, cost, why).await,
+                Admit::Direct(why) => {
+                    let decided = shared.direct(now, policy, key, cost, why).await;
+                    drop(actions);
+                    decided
+                }
                 // The rate book never waits: without a share, the direct share decides.
                 Admit::Wait => {
-                    shared
+                    let decided = shared
                         .direct(now, policy, key, cost, DirectReason::NoShare)
-                        .await
+                        .await;
+                    drop(actions);
+                    decided
                 }
             };
         }
@@ -396,6 +408,11 @@ impl<S: Limiter + 'static> Shared<S> {
     }
 
     fn dispatch_rates(self: &Arc<Self>, actions: Vec<RateAction>) {
+        if actions.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+            // Outside a runtime (a future dropped as its runtime shuts down) nothing can be
+            // sent: the book presumes the take lost after its flight timeout.
+            return;
+        }
         for action in actions {
             tokio::spawn(Arc::clone(self).carry_rate(action));
         }
@@ -776,6 +793,21 @@ impl<P> fmt::Debug for LeasedPolicy<P> {
 
 /// A node id for rate shares: std's randomly keyed hasher over the process id and the
 /// time, so two processes (or two limiters in one) practically never share one.
+/// Rate-book actions sent when dropped: after the request that made them was decided, or
+/// when its future is dropped first.
+struct Deferred<'a, S: Limiter + 'static> {
+    shared: &'a Arc<Shared<S>>,
+    actions: Option<Vec<RateAction>>,
+}
+
+impl<S: Limiter + 'static> Drop for Deferred<'_, S> {
+    fn drop(&mut self) {
+        if let Some(actions) = self.actions.take() {
+            self.shared.dispatch_rates(actions);
+        }
+    }
+}
+
 fn node_id() -> u64 {
     use std::hash::BuildHasher;
     let time = std::time::SystemTime::now()
