@@ -725,8 +725,11 @@ impl LeaseBook {
         if let Some(b) = entry.block
             && now >= b.valid_until
         {
-            // A log block's units go back from their stamp; a window's are stranded.
-            match b.stamp.filter(|_| b.units > 0) {
+            // A log block's units go back from their stamp, a sliding counter's into the
+            // window that counted them (now the previous one: a return lightens it); a
+            // fixed window's are stranded.
+            let after_end = b.window.filter(|_| entry.terms.returns_after_end());
+            match b.stamp.or(after_end).filter(|_| b.units > 0) {
                 Some(stamp) => give_back(
                     &mut self.actions,
                     &mut self.stats,
@@ -794,7 +797,11 @@ impl LeaseBook {
         // A block past its end that no timer saw yet is settled here as `service` would:
         // a log's units go back from their stamp, a window's strand.
         if let Some(b) = entry.block.filter(|b| b.units > 0) {
-            if b.stamp.is_some() || returnable(now, b.valid_until, self.config.return_guard) {
+            let counter = b.window.is_some() && entry.terms.returns_after_end();
+            if b.stamp.is_some()
+                || counter
+                || returnable(now, b.valid_until, self.config.return_guard)
+            {
                 give_back(
                     &mut self.actions,
                     &mut self.stats,
@@ -1130,6 +1137,19 @@ mod tests {
         fn held(&self, ms: u64) -> u64 {
             self.book.held(at(ms), KEY)
         }
+
+        /// As [`deliver`](Self::deliver) for a reservation, answered as the driver does: with
+        /// the store's stamp of the grant (`acquire_held` with no hold).
+        fn deliver_stamped(&mut self, ms: u64) -> u64 {
+            let Some(Action::Reserve { key, id, units, .. }) = self.sent.pop_front() else {
+                panic!("a reservation to deliver");
+            };
+            let d = self.policy.acquire(at(ms), &mut self.store, units).unwrap();
+            self.book
+                .handle_reserved(at(ms), &key, id, Reserved::Held(d, at(ms)));
+            self.collect();
+            units
+        }
     }
 
     fn leased(admit: Admit) -> u64 {
@@ -1305,6 +1325,30 @@ mod tests {
         assert_eq!(h.deliver(4), -11);
         assert_eq!(h.request(5, 1), Admit::Direct(DirectReason::Closed));
         assert!(h.book.is_empty());
+    }
+
+    #[test]
+    fn a_sliding_counter_block_gives_its_rest_back_into_its_window_after_its_end() {
+        let mut h = harness(Limit::sliding_counter(100, Micros::from_secs(1)).unwrap());
+        let _ = h.request(0, 1);
+        assert_eq!(h.request(1, 10), Admit::Wait);
+        assert_eq!(h.deliver_stamped(2), 11);
+        assert_eq!(leased(h.retry(2, 10)), 1);
+        assert_eq!(h.deliver_stamped(3), 10, "renewed below the low watermark");
+        // The review ran too late to return within the guard; at the block's end the 11
+        // left still go back, into the window stamped at the grant (the previous counter
+        // once the boundary has passed), where a fixed window's would strand.
+        h.tick(950);
+        assert!(h.sent.is_empty(), "{:?}", h.sent);
+        h.tick(1_000);
+        match h.sent.pop_front() {
+            Some(Action::Return { units, stamp, .. }) => {
+                assert_eq!((units, stamp), (11, Some(at(3))));
+            }
+            other => panic!("expected a return, got {other:?}"),
+        }
+        assert_eq!(h.book.stats().units_stranded, 0);
+        assert_eq!(h.book.stats().units_returned, 11);
     }
 
     #[test]

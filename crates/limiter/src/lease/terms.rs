@@ -135,6 +135,13 @@ impl LeaseTerms {
         (self.hold > 0).then(|| Micros::from_micros(self.hold))
     }
 
+    /// Whether units a block did not spend are still worth giving back after its end: a
+    /// sliding counter's window lives on as the next one's previous counter, whose weight a
+    /// return into it lightens (`refund_in_window`), where a fixed window's is over.
+    pub fn returns_after_end(&self) -> bool {
+        self.largest_is_counter
+    }
+
     /// The policy's capacity: the largest block, and the largest cost.
     pub fn capacity(&self) -> u64 {
         self.capacity
