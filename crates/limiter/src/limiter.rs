@@ -406,16 +406,11 @@ impl<S: Limiter> Shared<S> {
         self.gate.forget(local, index as u32, key);
         let store_now = self.store_now(now, local);
         let policy = &self.prepared[index];
-        match tokio::time::timeout(
-            self.guard_deadline,
+        self.within_deadline(
             self.store
                 .refund_held(store_now, policy, key, amount, stamp),
         )
         .await
-        {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(self.guard_deadline).into()),
-        }
     }
 
     /// A rate-share operation other than a direct decision (a node taking, renewing or
@@ -432,15 +427,8 @@ impl<S: Limiter> Shared<S> {
         let local = now.unwrap_or_else(|| self.clock.now());
         let store_now = self.store_now(now, local);
         let policy = &self.prepared[index];
-        match tokio::time::timeout(
-            self.guard_deadline,
-            self.store.share_rate(store_now, policy, key, op),
-        )
-        .await
-        {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(self.guard_deadline).into()),
-        }
+        self.within_deadline(self.store.share_rate(store_now, policy, key, op))
+            .await
     }
 
     async fn refund(
@@ -455,12 +443,17 @@ impl<S: Limiter> Shared<S> {
         self.gate.forget(local, index as u32, key);
         let store_now = self.store_now(now, local);
         let policy = &self.prepared[index];
-        match tokio::time::timeout(
-            self.guard_deadline,
-            self.store.refund(store_now, policy, key, amount),
-        )
-        .await
-        {
+        self.within_deadline(self.store.refund(store_now, policy, key, amount))
+            .await
+    }
+
+    /// A store call that no failure policy answers (returns, rate shares), bounded by the
+    /// guard deadline: past it, a `Timeout` error.
+    async fn within_deadline<T>(
+        &self,
+        call: impl Future<Output = Result<T, DecideError>>,
+    ) -> Result<T, DecideError> {
+        match tokio::time::timeout(self.guard_deadline, call).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout(self.guard_deadline).into()),
         }
