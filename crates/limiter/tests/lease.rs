@@ -676,21 +676,9 @@ fn token_bucket_under_demand_skewed_1_to_9_uses_the_rate_and_never_over() {
 async fn with_redis_paused_a_node_spends_exactly_what_it_holds_then_fails_closed() {
     let server = RedisServer::start().expect("redis-server");
     let deadline = Duration::from_millis(50);
-    let store = RedisStoreBuilder::new()
-        .deadline(deadline)
-        .connect(&server.url())
-        .await
-        .expect("connect");
     let limit = Limit::fixed_window(1_000, rein_core::MAX_SPAN).expect("valid");
     let policy = NamedPolicy::new("outage", Policy::single(limit)).expect("valid");
-    let resilient = ResilientLimiter::builder(
-        store,
-        PolicyTable::new(policy.clone()),
-        FailurePolicy::FailClosed,
-    )
-    .build()
-    .expect("a resilient limiter");
-    let leased = LeasedLimiter::builder(resilient).config(config()).build();
+    let leased = leased_over_resilient(&server, deadline, &policy).await;
     let prepared = leased.prepare(&policy).expect("prepare");
     for _ in 0..40 {
         let d = leased
@@ -740,22 +728,10 @@ async fn with_redis_paused_a_node_spends_exactly_what_it_holds_then_fails_closed
 async fn with_redis_paused_a_rate_share_is_spent_until_its_validity_then_fail_closed() {
     let server = RedisServer::start().expect("redis-server");
     let deadline = Duration::from_millis(50);
-    let store = RedisStoreBuilder::new()
-        .deadline(deadline)
-        .connect(&server.url())
-        .await
-        .expect("connect");
     let (capacity, per_second) = (40, 400);
     let bucket = Limit::token_bucket(capacity, per_second, Micros::from_secs(1)).expect("valid");
     let policy = NamedPolicy::new("rate-outage", Policy::single(bucket)).expect("valid");
-    let resilient = ResilientLimiter::builder(
-        store,
-        PolicyTable::new(policy.clone()),
-        FailurePolicy::FailClosed,
-    )
-    .build()
-    .expect("a resilient limiter");
-    let leased = LeasedLimiter::builder(resilient).config(config()).build();
+    let leased = leased_over_resilient(&server, deadline, &policy).await;
     let prepared = leased.prepare(&policy).expect("prepare");
     let acquire = || leased.acquire_leased(None, &prepared, b"k", 1);
     let first = acquire().await.expect("a decision");
@@ -798,6 +774,28 @@ async fn with_redis_paused_a_rate_share_is_spent_until_its_validity_then_fail_cl
     let bound = capacity + per_second * (validity + MARGIN).as_millis() as u64 / 1_000;
     assert!(allowed <= bound, "{allowed} admitted, bound {bound}");
     leased.shutdown().await;
+}
+
+/// Leases outside, resilience inside, over the private `server` with store deadline
+/// `deadline`, failing closed: the stack the outage tests pause Redis under.
+async fn leased_over_resilient(
+    server: &RedisServer,
+    deadline: Duration,
+    policy: &NamedPolicy,
+) -> LeasedLimiter<ResilientLimiter<rein_redis::RedisStore<redis::aio::ConnectionManager>>> {
+    let store = RedisStoreBuilder::new()
+        .deadline(deadline)
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let resilient = ResilientLimiter::builder(
+        store,
+        PolicyTable::new(policy.clone()),
+        FailurePolicy::FailClosed,
+    )
+    .build()
+    .expect("a resilient limiter");
+    LeasedLimiter::builder(resilient).config(config()).build()
 }
 
 /// How much longer than two deadlines a decision may take on a 2-core machine shared with
