@@ -24,8 +24,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use rein_benches::naive::{NAIVE_FIXED_WINDOW, NAIVE_SLIDING_LOG, NAIVE_TOKEN_BUCKET};
 use rein_core::{Algorithm, Limit, Micros, Policy};
-use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder, SCRIPTS};
+use rein_redis::{Coalesce, RedisPolicy, RedisStore, RedisStoreBuilder, SCRIPTS};
 use rein_redis_harness::RedisServer;
 
 const TASKS: usize = 64;
@@ -50,6 +51,18 @@ fn main() {
         .build()
         .expect("tokio runtime");
 
+    // `REIN_BENCH_COALESCE=<in_flight>,<batch>` tries other settings than the default.
+    let coalesce = std::env::var("REIN_BENCH_COALESCE")
+        .ok()
+        .and_then(|v| {
+            let (in_flight, batch) = v.split_once(',')?;
+            Some(Coalesce {
+                in_flight: in_flight.trim().parse().ok()?,
+                batch: batch.trim().parse().ok()?,
+            })
+        })
+        .unwrap_or_default();
+    println!("coalescing: {coalesce:?}");
     let limit = Limit::token_bucket(1_000_000, 1_000_000, Micros::from_secs(1)).expect("valid");
     let policy = Arc::new(RedisPolicy::new("bench", Policy::single(limit)).expect("valid name"));
     let store = rt.block_on(async {
@@ -60,6 +73,7 @@ fn main() {
             .expect("connect");
         RedisStoreBuilder::new()
             .deadline(Duration::from_secs(1))
+            .coalesce(coalesce)
             .build(conn)
             .expect("store")
     });
@@ -83,30 +97,25 @@ fn main() {
         unreachable!("built as a token bucket")
     };
     let (units_per_token, units_per_micro) = bucket.emission_interval();
-    // The same ARGV the store sends: op, now ('' = TIME), cost, min_ttl, then the
-    // parameters RedisPolicy precomputes for the lean script (v2 key layout).
     let tolerance = bucket.capacity() * units_per_token;
-    let script_args: Vec<String> = [
-        "1",
-        "rein:v2:{__rand_int__}:bench:0:tb",
-        "acquire",
-        "",
-        "1",
-        "0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain(
-        [
-            bucket.capacity(),
-            units_per_token,
-            units_per_micro,
-            tolerance / units_per_micro,
-            tolerance % units_per_micro,
-        ]
-        .map(|n| n.to_string()),
-    )
-    .collect();
+    // The same KEYS and ARGV the store sends for one decision: now ('' = TIME), min_ttl,
+    // the parameters RedisPolicy precomputes for the lean script, then the operation and
+    // cost (v2 key layout).
+    let script_args: Vec<String> = ["1", "rein:v2:{__rand_int__}:bench:0:tb", "", "0"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(
+            [
+                bucket.capacity(),
+                units_per_token,
+                units_per_micro,
+                tolerance / units_per_micro,
+                tolerance % units_per_micro,
+            ]
+            .map(|n| n.to_string()),
+        )
+        .chain(["acquire", "1"].map(str::to_owned))
+        .collect();
 
     let server_pid: String = rt
         .block_on(async {
@@ -143,6 +152,7 @@ fn main() {
         script: redis::Script::new(source),
         argv: script_args[2..].to_vec(),
         tag: "tb",
+        allowed: |reply| reply.get(1) == Some(&1),
     });
     rt.block_on(bare_throughput(&bare, &bare_conn, Duration::from_secs(1)));
 
@@ -234,34 +244,66 @@ fn main() {
         "| latency p99, µs (1 task / -c 1) | {r99:.1} | {c99:.1} | {:.2} | <= 1.2 |",
         r99 / c99
     );
+    let _ = (bare_rps, bare_client, bare_rounds);
+    // Per algorithm, the same 64 tasks on one connection each way: rein-redis as shipped
+    // (coalescing), rein-redis with coalescing off, bare redis-rs calling rein's script
+    // once per decision (the client's peer), and bare redis-rs calling the naive script
+    // once per decision (the server's peer).
+    let off_store = rt.block_on(async {
+        let client = redis::Client::open(server.url()).expect("client");
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        RedisStoreBuilder::new()
+            .deadline(Duration::from_secs(1))
+            .coalesce(Coalesce::OFF)
+            .build(conn)
+            .expect("store")
+    });
+    let mut stats_conn = rt.block_on(async {
+        let client = redis::Client::open(server.url()).expect("client");
+        client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect")
+    });
     println!();
-    println!("rein-redis vs bare redis-rs (`Script::invoke_async`, same tasks, keys and script)");
+    println!(
+        "per algorithm, {TASKS} tasks on one connection each way, median of {ROUNDS} rounds \
+         of {secs} s: server CPU against the naive script, client CPU against bare redis-rs \
+         calling rein's script"
+    );
     println!();
-    println!("| measure | rein-redis | bare redis-rs | ratio | goal |");
+    println!("| measure | rein-redis | peer | peer ÷ rein | goal |");
     println!("|---|---|---|---|---|");
-    println!(
-        "| token bucket: throughput, decisions/s ({TASKS} tasks, 1 conn) | {rein_rps:.0} | \
-         {bare_rps:.0} | {:.2} | |",
-        rein_rps / bare_rps
-    );
-    println!(
-        "| token bucket: client CPU per decision, µs | {rein_client:.2} | {bare_client:.2} | \
-         {:.2} | <= 1.2 |",
-        rein_client / bare_client
-    );
-    // The other lean scripts, the same way: rein's client against bare redis-rs.
-    for (name, limit, script, params) in [
+    for (name, limit, script, params, naive, goal) in [
+        (
+            "token bucket",
+            limit,
+            "token_bucket",
+            script_args[4..9].to_vec(),
+            (
+                NAIVE_TOKEN_BUCKET,
+                ["", "1000", "1000000", "2000"].as_slice(),
+            ),
+            1.2,
+        ),
         (
             "fixed window",
             Limit::fixed_window(1_000_000_000, Micros::from_secs(60)).expect("valid"),
             "fixed_window",
-            ["1000000000", "60000000"],
+            vec!["1000000000".to_owned(), "60000000".to_owned()],
+            (NAIVE_FIXED_WINDOW, ["60000", "1000000000"].as_slice()),
+            1.0,
         ),
         (
             "sliding log",
             Limit::sliding_log(1_000, Micros::from_secs(10)).expect("valid"),
             "sliding_log",
-            ["1000", "10000000"],
+            vec!["1000".to_owned(), "10000000".to_owned()],
+            (NAIVE_SLIDING_LOG, ["", "10000", "1000"].as_slice()),
+            1.0,
         ),
     ] {
         let policy =
@@ -270,39 +312,98 @@ fn main() {
             .iter()
             .find(|(n, _)| *n == script)
             .expect("a lean script");
-        let mut argv: Vec<String> = ["acquire", "", "1", "0"].map(str::to_owned).to_vec();
-        argv.extend(params.map(str::to_owned));
+        let mut argv: Vec<String> = vec![String::new(), "0".to_owned()];
+        argv.extend(params);
+        argv.extend(["acquire", "1"].map(str::to_owned));
         let bare = Arc::new(Bare {
             script: redis::Script::new(source),
             argv,
             tag: script,
+            allowed: |reply| reply.get(1) == Some(&1),
         });
-        rt.block_on(bare_throughput(&bare, &bare_conn, Duration::from_secs(1)));
-        rt.block_on(rein_throughput(&store, &policy, Duration::from_secs(1)));
-        let (mut rein_rounds, mut bare_rounds) = (Vec::new(), Vec::new());
+        let naive = Arc::new(Bare {
+            script: redis::Script::new(naive.0),
+            argv: naive.1.iter().map(|s| s.to_string()).collect(),
+            tag: match script {
+                "token_bucket" => "naive_tb",
+                "fixed_window" => "naive_fw",
+                _ => "naive_sl",
+            },
+            allowed: |reply| reply == [1],
+        });
+        let warm = Duration::from_secs(1);
+        rt.block_on(bare_throughput(&bare, &bare_conn, warm));
+        rt.block_on(bare_throughput(&naive, &bare_conn, warm));
+        rt.block_on(rein_throughput(&store, &policy, warm));
+        rt.block_on(rein_throughput(&off_store, &policy, warm));
+        let mut rounds: [Vec<Round>; 4] = Default::default();
+        let mut calls_per_decision = Vec::new();
         for _ in 0..ROUNDS {
-            let before = cpu("self");
-            let (count, elapsed) = rt.block_on(rein_throughput(&store, &policy, measure));
-            let after = cpu("self");
-            rein_rounds.push(Round::new(count, elapsed, after.own - before.own, 0.0));
-            let before = cpu("self");
-            let (count, elapsed) = rt.block_on(bare_throughput(&bare, &bare_conn, measure));
-            let after = cpu("self");
-            bare_rounds.push(Round::new(count, elapsed, after.own - before.own, 0.0));
+            for (i, side) in rounds.iter_mut().enumerate() {
+                let (before, server_before) = (cpu("self"), cpu(&server_pid));
+                let calls_before = rt.block_on(evalsha_calls(&mut stats_conn));
+                let (count, elapsed) = rt.block_on(async {
+                    match i {
+                        0 => rein_throughput(&store, &policy, measure).await,
+                        1 => rein_throughput(&off_store, &policy, measure).await,
+                        2 => bare_throughput(&bare, &bare_conn, measure).await,
+                        _ => bare_throughput(&naive, &bare_conn, measure).await,
+                    }
+                });
+                let calls = rt.block_on(evalsha_calls(&mut stats_conn)) - calls_before;
+                let (after, server_after) = (cpu("self"), cpu(&server_pid));
+                if i == 0 {
+                    calls_per_decision.push(calls as f64 / count.max(1) as f64);
+                }
+                side.push(Round::new(
+                    count,
+                    elapsed,
+                    after.own - before.own,
+                    server_after.own - server_before.own,
+                ));
+            }
         }
-        let (rein_client, bare_client) = (
-            med(&rein_rounds, |r| r.client_us),
-            med(&bare_rounds, |r| r.client_us),
+        let [rein, off, bare, naive] = &rounds;
+        let row = |measure: &str, rein: f64, peer: f64, goal: &str| {
+            println!(
+                "| {name}: {measure} | {rein:.2} | {peer:.2} | {:.2} | {goal} |",
+                peer / rein
+            )
+        };
+        let goal_text = format!(">= {goal}");
+        row(
+            "server CPU per decision, µs, vs the naive script",
+            med(rein, |r| r.server_us),
+            med(naive, |r| r.server_us),
+            &goal_text,
         );
-        let (rein_rps, bare_rps) = (med(&rein_rounds, |r| r.rps), med(&bare_rounds, |r| r.rps));
-        println!(
-            "| {name}: throughput, decisions/s | {rein_rps:.0} | {bare_rps:.0} | {:.2} | |",
-            rein_rps / bare_rps
+        row(
+            "the same, coalescing off",
+            med(off, |r| r.server_us),
+            med(naive, |r| r.server_us),
+            "",
+        );
+        row(
+            "client CPU per decision, µs, vs bare redis-rs (rein's script)",
+            med(rein, |r| r.client_us),
+            med(bare, |r| r.client_us),
+            "rein ÷ peer <= 1.2",
+        );
+        row(
+            "the same, coalescing off",
+            med(off, |r| r.client_us),
+            med(bare, |r| r.client_us),
+            "",
+        );
+        row(
+            "throughput, decisions/s, vs the naive script",
+            med(rein, |r| r.rps),
+            med(naive, |r| r.rps),
+            "",
         );
         println!(
-            "| {name}: client CPU per decision, µs | {rein_client:.2} | {bare_client:.2} | \
-             {:.2} | <= 1.2 |",
-            rein_client / bare_client
+            "| {name}: script calls per decision, coalescing | {:.3} | 1 | | |",
+            median(&calls_per_decision)
         );
     }
     println!();
@@ -372,6 +473,8 @@ struct Bare {
     argv: Vec<String>,
     /// Ends each key, so that each script has keys of its own.
     tag: &'static str,
+    /// Whether a reply admits.
+    allowed: fn(&[i64]) -> bool,
 }
 
 /// Decisions per second from `TASKS` tasks calling the script through bare redis-rs on one
@@ -396,8 +499,14 @@ async fn bare_throughput(
                 for arg in &bare.argv {
                     invocation.arg(arg);
                 }
-                let reply: Vec<i64> = invocation.invoke_async(&mut conn).await.expect("EVALSHA");
-                assert_eq!(reply.first(), Some(&1));
+                let reply: redis::Value =
+                    invocation.invoke_async(&mut conn).await.expect("EVALSHA");
+                // The naive scripts answer one integer, rein's an array of them.
+                let reply: Vec<i64> = match reply {
+                    redis::Value::Int(n) => vec![n],
+                    other => redis::from_redis_value(other).expect("integers"),
+                };
+                assert!((bare.allowed)(&reply), "{} denied: {reply:?}", bare.tag);
                 done.fetch_add(1, Ordering::Relaxed);
             }
         }));
@@ -411,6 +520,21 @@ async fn bare_throughput(
         task.await.expect("task");
     }
     (count, elapsed)
+}
+
+/// `EVALSHA` calls the server has run (`INFO commandstats`).
+async fn evalsha_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 /// p50 and p99 in µs of `n` sequential decisions.

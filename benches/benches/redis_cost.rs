@@ -24,12 +24,18 @@
 //! limit always admits, so every call writes. A 3-limit rein policy (token bucket, fixed
 //! window, sliding log) is compared with the sum of rein's three single-limit decisions.
 //!
+//! Last, the lean scripts as the store sends them under load (coalescing: `n` decisions of
+//! one policy in one call, `n` = 1, 8, 32), per decision, against the naive script's one
+//! decision per call. `--bench redis` measures the same end to end, with rein-redis's own
+//! client choosing the calls.
+//!
 //! Run: `cargo bench -p rein-benches --bench redis_cost` (`REIN_BENCH_CALLS` sets calls per
 //! round, default 200 000). It prints a markdown table for docs/performance.md.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
+use rein_benches::naive::{NAIVE_FIXED_WINDOW, NAIVE_SLIDING_LOG, NAIVE_TOKEN_BUCKET};
 use rein_core::{Algorithm, Limit, Micros};
 use rein_redis::SCRIPTS;
 use rein_redis_harness::RedisServer;
@@ -83,12 +89,18 @@ fn main() {
     let log_limit = "1000";
     let log_us = "10000000";
 
-    // rein's ARGV: op, now ('' = the server's TIME), cost, min_ttl, then what RedisPolicy
-    // precomputes for the script (crates/redis-store/src/policy.rs, `script_for`).
-    let head = ["acquire", "", "1", "0"];
-    let args = |key: &str, tail: &[&str]| -> Vec<String> {
-        let mut v = vec!["1".to_owned(), key.to_owned()];
-        v.extend(head.iter().chain(tail).map(|s| s.to_string()));
+    // rein's ARGV for a lean script: now ('' = the server's TIME), min_ttl, what RedisPolicy
+    // precomputes for the script (crates/redis-store/src/policy.rs, `script_for`), then an
+    // operation and a cost per key.
+    let args = |key: &str, params: &[&str]| -> Vec<String> {
+        let mut v = vec![
+            "1".to_owned(),
+            key.to_owned(),
+            String::new(),
+            "0".to_owned(),
+        ];
+        v.extend(params.iter().map(|s| s.to_string()));
+        v.extend(["acquire", "1"].map(str::to_owned));
         v
     };
     let tb_key = "rein:v2:{__rand_int__}:b:0:tb";
@@ -100,22 +112,34 @@ fn main() {
     let client_now_us = "1764000000000000";
     let with_client_now = |v: &[String]| -> Vec<String> {
         let mut v = v.to_vec();
-        v[3] = client_now_us.to_owned();
+        v[2] = client_now_us.to_owned();
         v
     };
     let rein_tb_client = with_client_now(&rein_tb);
     let rein_fw_client = with_client_now(&rein_fw);
+    // The generic policy script's ARGV: op, now, cost, min_ttl, then each limit's tag and
+    // parameters.
+    let head = ["acquire", "", "1", "0"];
+    let generic = |keys: &[&str], params: &[&str]| -> Vec<String> {
+        let mut v = vec![keys.len().to_string()];
+        v.extend(
+            keys.iter()
+                .chain(&head)
+                .chain(params)
+                .map(|s| s.to_string()),
+        );
+        v
+    };
     // The same bucket through the generic policy script, to price the lean script's gain.
-    let rein_tb_generic = args(tb_key, &["tb", &capacity, &upt, &upm, &tol_us, &tol_units]);
+    let rein_tb_generic = generic(
+        &[tb_key],
+        &["tb", &capacity, &upt, &upm, &tol_us, &tol_units],
+    );
     let rein_sl = args(sl_key, &[log_limit, log_us]);
     let rein_sl_client = with_client_now(&rein_sl);
-    let mut rein_policy: Vec<String> = ["3", tb_key, fw_key, sl_key]
-        .iter()
-        .chain(&head)
-        .map(|s| s.to_string())
-        .collect();
-    rein_policy.extend(
-        [
+    let rein_policy = generic(
+        &[tb_key, fw_key, sl_key],
+        &[
             "tb",
             &capacity,
             &upt,
@@ -128,8 +152,7 @@ fn main() {
             "sl",
             log_limit,
             log_us,
-        ]
-        .map(str::to_owned),
+        ],
     );
     let naive = |key: &str, tail: &[&str]| -> Vec<String> {
         let mut v = vec!["1".to_owned(), key.to_owned()];
@@ -232,8 +255,13 @@ fn main() {
             cmd.arg(a.replace("__rand_int__", "check"));
         }
         let reply: redis::Value = cmd.query(&mut con).expect("EVALSHA");
+        // The policy script answers `allowed` first, a lean one `now` then `allowed`, a naive
+        // one a single integer.
         let allowed = match &reply {
-            redis::Value::Array(items) => items.first() == Some(&redis::Value::Int(1)),
+            redis::Value::Array(items) if *sha == rein["policy"].as_str() => {
+                items.first() == Some(&redis::Value::Int(1))
+            }
+            redis::Value::Array(items) => items.get(1) == Some(&redis::Value::Int(1)),
             other => other == &redis::Value::Int(1),
         };
         assert!(allowed, "{name}: {reply:?}");
@@ -366,62 +394,64 @@ fn main() {
         singles(|m| m.cpu_us, false) / stat(policy_name, |m| m.cpu_us, false),
     );
 
-    // Coalescing, measured but not shipped: the lean token-bucket script's decision looped
-    // over `n` keys, so one call decides `n` independent requests (each still atomic: a
-    // script runs alone). What it would save per decision on the server, if a client
-    // gathered concurrent decisions into one call.
-    let source = SCRIPTS
-        .iter()
-        .find(|(name, _)| *name == "token_bucket")
-        .map(|(_, source)| *source)
-        .expect("the token bucket script");
-    let batched: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(coalesced(source))
-        .query(&mut con)
-        .expect("SCRIPT LOAD");
+    // Coalescing: the store sends concurrent decisions of one policy as one call of the same
+    // lean script, `n` keys and `n` (operation, cost) pairs, each decision still atomic (a
+    // script runs alone). Here redis-benchmark drives such calls, so the server's cost per
+    // decision is set beside the naive script's one decision per call; `--bench redis`
+    // measures the store coalescing by itself under 64 concurrent tasks.
     println!();
     println!(
-        "coalesced token-bucket decisions (one script call deciding n keys), per decision; \
-         median of {ROUNDS}"
+        "coalesced calls of the shipped lean scripts (n keys per call), per decision; \
+         median of {ROUNDS}; naive ÷ rein > 1: rein is cheaper"
     );
     println!();
     println!(
-        "| decisions per call | script µs/decision | server CPU µs/decision | vs 1 per call |"
+        "| script | decisions per call | script µs/decision | server CPU µs/decision | \
+         naive ÷ rein, server CPU |"
     );
-    println!("|---|---|---|---|");
-    let mut single_cpu = None;
-    for n in [1usize, 8, 32] {
-        let mut args = vec![n.to_string()];
-        args.extend(std::iter::repeat_n(tb_key.to_owned(), n));
-        args.extend(rein_tb[2..].iter().cloned());
-        let mut rounds: Vec<Measure> = (0..ROUNDS)
-            .map(|_| measure(&server, &mut con, &batched, &args, calls / n as u64))
-            .collect();
-        rounds.sort_by(|a, b| a.cpu_us.total_cmp(&b.cpu_us));
-        let m = &rounds[rounds.len() / 2];
-        let (usec, cpu) = (m.usec_per_call / n as f64, m.cpu_us / n as f64);
-        let base = *single_cpu.get_or_insert(cpu);
-        println!("| {n} | {usec:.2} | {cpu:.2} | {:.2} |", base / cpu);
+    println!("|---|---|---|---|---|");
+    for (name, script, single, naive_name) in [
+        (
+            "token bucket",
+            "token_bucket",
+            &rein_tb,
+            "naive token bucket",
+        ),
+        (
+            "fixed window",
+            "fixed_window",
+            &rein_fw,
+            "naive fixed window",
+        ),
+        ("sliding log", "sliding_log", &rein_sl, "naive sliding log"),
+    ] {
+        let naive_cpu = stat(naive_name, |m| m.cpu_us, false);
+        for n in [1usize, 8, 32] {
+            // KEYS: the single call's key n times (redis-benchmark draws each
+            // `__rand_int__` afresh); ARGV: its header, then n (operation, cost) pairs.
+            let (key, header, ask) = (
+                &single[1],
+                &single[2..single.len() - 2],
+                &single[single.len() - 2..],
+            );
+            let mut args = vec![n.to_string()];
+            args.extend(std::iter::repeat_n(key.clone(), n));
+            args.extend(header.iter().cloned());
+            for _ in 0..n {
+                args.extend(ask.iter().cloned());
+            }
+            let mut rounds: Vec<Measure> = (0..ROUNDS)
+                .map(|_| measure(&server, &mut con, &rein[script], &args, calls / n as u64))
+                .collect();
+            rounds.sort_by(|a, b| a.cpu_us.total_cmp(&b.cpu_us));
+            let m = &rounds[rounds.len() / 2];
+            let (usec, cpu) = (m.usec_per_call / n as f64, m.cpu_us / n as f64);
+            println!(
+                "| {name} | {n} | {usec:.2} | {cpu:.2} | {:.2} |",
+                naive_cpu / cpu
+            );
+        }
     }
-}
-
-/// The lean token-bucket script with its decision (from `local key = KEYS[1]` to the reply)
-/// run once per key: a measurement of coalescing, not a script rein ships.
-fn coalesced(source: &str) -> String {
-    let start = source
-        .find("local key = KEYS[1]")
-        .expect("the script reads KEYS[1]");
-    let end = source
-        .find("return { allowed,")
-        .expect("the script ends with its reply");
-    let body = source[start..end].replace("local key = KEYS[1]", "local key = KEYS[k]");
-    format!(
-        "{}local out = {{}}\nlocal cost_of_each = cost\nfor k = 1, #KEYS do\n\
-         local cost = cost_of_each\n{body}\
-         out[#out + 1] = allowed\nout[#out + 1] = remaining\nend\nreturn out\n",
-        &source[..start]
-    )
 }
 
 /// One round's figures.
@@ -499,73 +529,3 @@ fn server_cpu(con: &mut redis::Connection) -> f64 {
         })
         .sum()
 }
-
-/// The common token bucket: tokens as a float refilled from the last update, a hash of two
-/// floats, `PEXPIRE` on every call. ARGV: now in ms ('' = `TIME`), tokens per second,
-/// capacity, TTL in ms.
-const NAIVE_TOKEN_BUCKET: &str = r"
-local key = KEYS[1]
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-else
-  now = tonumber(ARGV[1])
-end
-local rate = tonumber(ARGV[2]) / 1000
-local capacity = tonumber(ARGV[3])
-local ttl = tonumber(ARGV[4])
-local bucket = redis.call('HMGET', key, 'tokens', 'last_update')
-local tokens = tonumber(bucket[1])
-local last_update = tonumber(bucket[2])
-if tokens == nil then
-  tokens = capacity
-  last_update = now
-end
-local new_tokens = (now - last_update) * rate
-if new_tokens > 0 then
-  tokens = math.min(capacity, tokens + new_tokens)
-  last_update = now
-end
-local allowed = 0
-if tokens >= 1 then
-  tokens = tokens - 1
-  allowed = 1
-end
-redis.call('HSET', key, 'tokens', tokens, 'last_update', last_update)
-redis.call('PEXPIRE', key, ttl)
-return allowed
-";
-
-/// The common fixed window: `INCRBY` then `PEXPIRE`. ARGV: window in ms, limit.
-const NAIVE_FIXED_WINDOW: &str = r"
-local count = redis.call('INCRBY', KEYS[1], 1)
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-if count > tonumber(ARGV[2]) then
-  return 0
-end
-return 1
-";
-
-/// The common sliding log: a sorted set of request times. ARGV: now in ms ('' = `TIME`),
-/// window in ms, limit.
-const NAIVE_SLIDING_LOG: &str = r"
-local key = KEYS[1]
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-else
-  now = tonumber(ARGV[1])
-end
-local window = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', key, 0, now - window)
-local count = redis.call('ZCARD', key)
-if count < limit then
-  redis.call('ZADD', key, now, now .. '-' .. math.random())
-  redis.call('PEXPIRE', key, window)
-  return 1
-end
-return 0
-";

@@ -140,3 +140,77 @@ pub fn splitmix64(state: &mut u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
 }
+
+/// The naive scripts rein replaces, as they are usually published; `--bench redis_cost`
+/// and `--bench redis` measure rein's against them.
+pub mod naive {
+    /// The common token bucket: tokens as a float refilled from the last update, a hash of two
+    /// floats, `PEXPIRE` on every call. ARGV: now in ms ('' = `TIME`), tokens per second,
+    /// capacity, TTL in ms.
+    pub const NAIVE_TOKEN_BUCKET: &str = r"
+local key = KEYS[1]
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+else
+  now = tonumber(ARGV[1])
+end
+local rate = tonumber(ARGV[2]) / 1000
+local capacity = tonumber(ARGV[3])
+local ttl = tonumber(ARGV[4])
+local bucket = redis.call('HMGET', key, 'tokens', 'last_update')
+local tokens = tonumber(bucket[1])
+local last_update = tonumber(bucket[2])
+if tokens == nil then
+  tokens = capacity
+  last_update = now
+end
+local new_tokens = (now - last_update) * rate
+if new_tokens > 0 then
+  tokens = math.min(capacity, tokens + new_tokens)
+  last_update = now
+end
+local allowed = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  allowed = 1
+end
+redis.call('HSET', key, 'tokens', tokens, 'last_update', last_update)
+redis.call('PEXPIRE', key, ttl)
+return allowed
+";
+
+    /// The common fixed window: `INCRBY` then `PEXPIRE`. ARGV: window in ms, limit.
+    pub const NAIVE_FIXED_WINDOW: &str = r"
+local count = redis.call('INCRBY', KEYS[1], 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+if count > tonumber(ARGV[2]) then
+  return 0
+end
+return 1
+";
+
+    /// The common sliding log: a sorted set of request times. ARGV: now in ms ('' = `TIME`),
+    /// window in ms, limit.
+    pub const NAIVE_SLIDING_LOG: &str = r"
+local key = KEYS[1]
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+else
+  now = tonumber(ARGV[1])
+end
+local window = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', key, 0, now - window)
+local count = redis.call('ZCARD', key)
+if count < limit then
+  redis.call('ZADD', key, now, now .. '-' .. math.random())
+  redis.call('PEXPIRE', key, window)
+  return 1
+end
+return 0
+";
+}

@@ -123,13 +123,17 @@ impl RedisStoreBuilder {
     /// Build the client with `ClusterClientBuilder::retries(0)`: with retries, redis-rs
     /// resends a call whose connection broke after sending, and a script that had run
     /// would count twice.
+    ///
+    /// A Cluster store does not coalesce decisions ([`coalesce`](Self::coalesce)): the keys
+    /// of one script call must share a hash slot, and concurrent decisions rarely do.
     pub fn build_cluster(
         self,
         conn: ClusterConnection,
     ) -> Result<RedisStore<ClusterConnection>, ConfigError> {
         self.validate()?;
+        let builder = self.coalesce(crate::Coalesce::OFF);
         let router = crate::route::cluster_router();
-        Ok(RedisStore::routed(self, Link::fixed(conn), Some(router)))
+        Ok(RedisStore::routed(builder, Link::fixed(conn), Some(router)))
     }
 }
 

@@ -80,6 +80,7 @@
 //! - `error.rs`: the errors only this store has (connecting, reading state, settings).
 #![deny(missing_docs)]
 
+mod coalesce;
 mod connect;
 mod error;
 mod key;
@@ -92,6 +93,7 @@ mod script;
 mod state;
 mod store;
 
+pub use coalesce::Coalesce;
 pub use error::{ConfigError, ConnectError, StateError};
 pub use optimistic::{OptimisticStats, OptimisticStore, OptimisticStoreBuilder};
 pub use policy::RedisPolicy;

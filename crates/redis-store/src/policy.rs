@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use rein_core::{Algorithm, ConfigError, Limit, NamedPolicy, Policy, TokenBucket};
 
 use crate::script::ScriptKind;
@@ -40,8 +42,9 @@ pub struct RedisPolicy {
     /// The script this policy runs.
     script: ScriptKind,
     /// The script's arguments after the common header: for a lean script, its limit's
-    /// parameters; for the generic script, each limit's tag, then its parameters.
-    script_args: Vec<String>,
+    /// parameters; for the generic script, each limit's tag, then its parameters. Shared
+    /// by clones, whose decisions can then share a script call (see [`lane`](Self::lane)).
+    script_args: Arc<[String]>,
 }
 
 impl RedisPolicy {
@@ -65,7 +68,7 @@ impl RedisPolicy {
             named: named.clone(),
             key_suffixes,
             script,
-            script_args,
+            script_args: script_args.into(),
         }
     }
 
@@ -90,6 +93,14 @@ impl RedisPolicy {
 
     pub(crate) fn script(&self) -> ScriptKind {
         self.script
+    }
+
+    /// Which lane of the store this policy's decisions wait in to share a call
+    /// (coalesce.rs): the same for every clone, so they share calls, and distinct for two
+    /// policies alive at once (it is the address of their shared arguments). Decisions of
+    /// one lane have the same script and arguments, which one call needs.
+    pub(crate) fn lane(&self) -> usize {
+        Arc::as_ptr(&self.script_args).cast::<()>() as usize
     }
 
     pub(crate) fn script_args(&self) -> &[String] {

@@ -77,7 +77,7 @@ async fn send_one<C: ConnectionLike>(
     cmd: Cmd,
 ) -> RedisResult<Value> {
     let node = match target {
-        Target::Slot => return cmd.query_async(conn).await,
+        Target::Slot => return conn.req_packed_command(&cmd).await.and_then(own_error),
         Target::Node(node) => node,
     };
     // `Redirects` names a node only when the store has a router.
@@ -97,10 +97,20 @@ async fn send_one<C: ConnectionLike>(
     let offset = usize::from(node.asking);
     let replies = router(conn, pipeline, offset, node).await?;
     match replies.into_iter().next() {
-        Some(reply) => reply.extract_error(),
+        Some(reply) => own_error(reply),
         None => Err(RedisError::from((
             ErrorKind::UnexpectedReturnType,
             "no reply to a routed script call",
         ))),
+    }
+}
+
+/// The reply's own error, not its elements': a lean script answers one decision's failure
+/// (corrupt state, a write refused) as an element of its array, which the call's other
+/// decisions must survive (redis-rs's `query_async` would turn it into the call's error).
+fn own_error(reply: Value) -> RedisResult<Value> {
+    match reply {
+        Value::ServerError(e) => Err(e.into()),
+        reply => Ok(reply),
     }
 }

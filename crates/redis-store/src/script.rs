@@ -11,8 +11,8 @@ use std::sync::LazyLock;
 
 use redis::{Cmd, Value};
 use rein_core::{
-    Decision, Grant, MAX_MICROS, Micros, Outcome, RateAnswer, RateOp, RateShares, StoreError,
-    Taken, Timestamp,
+    Decision, Grant, MAX_MICROS, Micros, Outcome, RateAnswer, RateOp, RateShares, SourceError,
+    StoreError, Taken, Timestamp,
 };
 
 use crate::RedisPolicy;
@@ -108,9 +108,19 @@ impl Op {
     }
 }
 
-/// One call of the policy's script: KEYS are the policy's state keys, ARGV the operation,
-/// `now` (empty for the server's `TIME`), the cost, `min_ttl` in ms, then the parameters
-/// the policy precomputed for its script.
+/// One decision in a call: what the script is asked to do, and the cost (or the amount
+/// given back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ask {
+    pub(crate) op: Op,
+    pub(crate) cost: u64,
+}
+
+/// One script call. For a decision, KEYS and ARGV follow the policy's script: the generic
+/// policy script decides one request over the policy's keys (ARGV: the operation, `now`,
+/// the cost, `min_ttl` in ms, the policy's parameters); a lean single-limit script decides
+/// one request per key (ARGV: `now`, `min_ttl`, the policy's parameters, then the operation
+/// and cost of each), so the store can send several concurrent decisions as one call.
 pub(crate) struct Invocation<'a> {
     keys: &'a [String],
     call: Call<'a>,
@@ -118,44 +128,39 @@ pub(crate) struct Invocation<'a> {
 
 /// What an [`Invocation`] runs.
 enum Call<'a> {
-    /// A decision script: the operation, `now`, the cost and the policy's arguments.
+    /// A decision script: `now`, the policy's arguments, and one [`Ask`] per decision (one
+    /// per key for a lean script, exactly one for the policy script).
     Decide {
-        op: Op,
         now: String,
-        cost: u64,
         min_ttl_ms: u64,
         policy: &'a RedisPolicy,
+        asks: &'a [Ask],
     },
     /// Another script, with its whole ARGV.
     Script { kind: ScriptKind, args: Vec<String> },
 }
 
 impl<'a> Invocation<'a> {
+    /// Decisions of `policy` at `now`: for a lean script one ask per key, for the policy
+    /// script one ask over the policy's keys.
     pub(crate) fn new(
         keys: &'a [String],
-        op: Op,
         now: Option<Timestamp>,
-        cost: u64,
         min_ttl_ms: u64,
         policy: &'a RedisPolicy,
+        asks: &'a [Ask],
     ) -> Self {
-        // The lean token-bucket and fixed-window scripts know no lease operations: for
-        // them a held acquire is an acquire and a held refund a refund (as in rein-core).
-        let op = match (op, policy.script()) {
-            (Op::Hold(_), ScriptKind::TokenBucket | ScriptKind::FixedWindow) => Op::Acquire,
-            (Op::Settle(_), ScriptKind::TokenBucket) => Op::Refund,
-            (op, _) => op,
-        };
+        debug_assert!(match policy.script() {
+            ScriptKind::Policy => asks.len() == 1,
+            _ => asks.len() == keys.len() && !asks.is_empty(),
+        });
         Self {
             keys,
             call: Call::Decide {
-                op,
                 now: now.map_or_else(String::new, |t| t.as_micros().to_string()),
-                // Every capacity is at most MAX_MICROS, so a larger refund means the same;
-                // the script only accepts integers it can hold exactly.
-                cost: cost.min(MAX_MICROS),
                 min_ttl_ms,
                 policy,
+                asks,
             },
         }
     }
@@ -197,19 +202,33 @@ impl<'a> Invocation<'a> {
         cmd.arg(self.keys.len()).arg(self.keys);
         match &self.call {
             Call::Decide {
-                op,
                 now,
-                cost,
                 min_ttl_ms,
                 policy,
+                asks,
             } => {
-                cmd.arg(op.as_str())
-                    .arg(now)
-                    .arg(*cost)
-                    .arg(*min_ttl_ms)
-                    .arg(policy.script_args());
-                if let Some(extra) = op.extra() {
-                    cmd.arg(extra);
+                let kind = policy.script();
+                if kind == ScriptKind::Policy {
+                    for ask in *asks {
+                        let op = sent_op(ask.op, kind);
+                        cmd.arg(op.as_str())
+                            .arg(now)
+                            .arg(ask.cost.min(MAX_MICROS))
+                            .arg(*min_ttl_ms)
+                            .arg(policy.script_args());
+                        if let Some(extra) = op.extra() {
+                            cmd.arg(extra);
+                        }
+                    }
+                } else {
+                    cmd.arg(now).arg(*min_ttl_ms).arg(policy.script_args());
+                    for ask in *asks {
+                        let op = sent_op(ask.op, kind);
+                        cmd.arg(op.as_str()).arg(ask.cost.min(MAX_MICROS));
+                        if let Some(extra) = op.extra() {
+                            cmd.arg(extra);
+                        }
+                    }
                 }
             }
             Call::Script { args, .. } => {
@@ -217,6 +236,19 @@ impl<'a> Invocation<'a> {
             }
         }
         cmd
+    }
+}
+
+/// The operation as `kind`'s script knows it. The lean token-bucket and fixed-window
+/// scripts know no lease operations: for them a held acquire is an acquire and (for the
+/// token bucket) a held refund a refund, as in rein-core. A cost or refund is sent as at
+/// most MAX_MICROS: every capacity is at most that, so a larger refund means the same, and
+/// the script only accepts integers it can hold exactly.
+fn sent_op(op: Op, kind: ScriptKind) -> Op {
+    match (op, kind) {
+        (Op::Hold(_), ScriptKind::TokenBucket | ScriptKind::FixedWindow) => Op::Acquire,
+        (Op::Settle(_), ScriptKind::TokenBucket) => Op::Refund,
+        (op, _) => op,
     }
 }
 
@@ -247,8 +279,84 @@ pub(crate) fn check_load_reply(value: &Value, sha1: &str) -> Result<(), StoreErr
     }
 }
 
-/// Decodes the script's reply: `[allowed, limit, remaining, retry_after, reset_after, now]`.
-pub(crate) fn decode_reply(value: Value) -> Result<(Decision, Timestamp), StoreError> {
+/// Decodes a decision script's reply: the instant the script decided at, and one decision
+/// (or that decision's own error) per ask, in order. `limit` is the policy's capacity, which
+/// a lean script does not repeat.
+pub(crate) fn decode_decisions(
+    value: Value,
+    kind: ScriptKind,
+    asks: usize,
+    limit: u64,
+) -> Result<(Timestamp, Vec<Result<Decision, StoreError>>), StoreError> {
+    if kind == ScriptKind::Policy {
+        let (decision, now) = decode_policy_reply(value)?;
+        return Ok((now, vec![Ok(decision)]));
+    }
+    let Value::Array(items) = value else {
+        return Err(StoreError::UnexpectedReply(format!(
+            "expected an array of 1 + 4 × {asks} items, got {value:?}"
+        )));
+    };
+    if items.len() != 1 + 4 * asks {
+        return Err(StoreError::UnexpectedReply(format!(
+            "expected an array of 1 + 4 × {asks} items, got {} items",
+            items.len()
+        )));
+    }
+    let mut items = items.into_iter();
+    let now = items.next().map_or(Ok(0), figure)?;
+    let mut decisions = Vec::with_capacity(asks);
+    for _ in 0..asks {
+        let (allowed, remaining, retry_after, reset_after) =
+            match (items.next(), items.next(), items.next(), items.next()) {
+                (Some(a), Some(b), Some(c), Some(d)) => (a, b, c, d),
+                _ => unreachable!("the length was checked"),
+            };
+        let outcome = match allowed {
+            // This decision's own failure (corrupt state, a write refused): its key is as
+            // it was, and the other decisions of the call stand.
+            Value::ServerError(e) => {
+                decisions.push(Err(StoreError::Server(SourceError::new(
+                    redis::RedisError::from(e),
+                ))));
+                continue;
+            }
+            Value::Int(1) => Outcome::Allowed,
+            Value::Int(0) => Outcome::Denied,
+            other => {
+                return Err(StoreError::UnexpectedReply(format!(
+                    "expected an outcome of 0 or 1, got {other:?}"
+                )));
+            }
+        };
+        decisions.push(Ok(Decision {
+            outcome,
+            limit,
+            remaining: figure(remaining)?,
+            retry_after: Micros::from_micros(figure(retry_after)?),
+            reset_after: Micros::from_micros(figure(reset_after)?),
+            limit_index: 0,
+        }));
+    }
+    Ok((Timestamp::from_micros(now), decisions))
+}
+
+/// One figure of a reply: an integer from 0 to MAX_MICROS.
+fn figure(value: Value) -> Result<u64, StoreError> {
+    match value {
+        Value::Int(i) => u64::try_from(i)
+            .ok()
+            .filter(|&n| n <= MAX_MICROS)
+            .ok_or_else(|| StoreError::UnexpectedReply("a figure out of range".to_owned())),
+        other => Err(StoreError::UnexpectedReply(format!(
+            "expected an integer, got {other:?}"
+        ))),
+    }
+}
+
+/// Decodes the policy script's reply: `[allowed, limit, remaining, retry_after, reset_after,
+/// now, limit_index]`.
+fn decode_policy_reply(value: Value) -> Result<(Decision, Timestamp), StoreError> {
     let wrong = |what: &str| StoreError::UnexpectedReply(what.to_owned());
     let Value::Array(items) = value else {
         return Err(StoreError::UnexpectedReply(format!(
@@ -349,7 +457,7 @@ pub(crate) fn rate_args(
 /// Decodes `lua/lease_rate.lua`'s reply to `op`.
 pub(crate) fn decode_rate_reply(op: &RateOp, value: Value) -> Result<RateAnswer, StoreError> {
     if let RateOp::Direct(_) = op {
-        return decode_reply(value).map(|(decision, _)| RateAnswer::Decided(decision));
+        return decode_policy_reply(value).map(|(decision, _)| RateAnswer::Decided(decision));
     }
     let numbers = integers(value)?;
     match (op, numbers.as_slice()) {
@@ -426,12 +534,40 @@ mod tests {
     #[test]
     fn well_formed_reply_decodes() {
         let reply = Value::Array([0, 10, 3, 250, 900, 1_000].map(Value::Int).to_vec());
-        let (decision, now) = decode_reply(reply).unwrap();
+        let (decision, now) = decode_policy_reply(reply).unwrap();
         assert_eq!(decision.outcome, Outcome::Denied);
         assert_eq!((decision.limit, decision.remaining), (10, 3));
         assert_eq!(decision.retry_after, Micros::from_micros(250));
         assert_eq!(decision.reset_after, Micros::from_micros(900));
         assert_eq!(now, Timestamp::from_micros(1_000));
+    }
+
+    #[test]
+    fn a_lean_reply_decodes_each_decision_and_keeps_an_element_error_to_its_own() {
+        // As Redis sends it: `now`, then 4 figures per decision, the second decision's
+        // state corrupt.
+        let reply = redis::parse_redis_value(
+            b"*13\r\n:1000\r\n:1\r\n:4\r\n:0\r\n:200\r\n\
+              -REIN corrupt token bucket state\r\n:0\r\n:0\r\n:0\r\n\
+              :0\r\n:0\r\n:0\r\n:7\r\n",
+        )
+        .unwrap();
+        let (now, decisions) = decode_decisions(reply, ScriptKind::TokenBucket, 3, 5).unwrap();
+        assert_eq!(now, Timestamp::from_micros(1_000));
+        let allowed = decisions[0].as_ref().unwrap();
+        assert_eq!(allowed.outcome, Outcome::Allowed);
+        assert_eq!((allowed.limit, allowed.remaining), (5, 4));
+        assert_eq!(allowed.reset_after, Micros::from_micros(200));
+        assert!(matches!(decisions[1], Err(StoreError::Server(_))));
+        let denied = decisions[2].as_ref().unwrap();
+        assert_eq!(denied.outcome, Outcome::Denied);
+        assert_eq!(denied.reset_after, Micros::from_micros(7));
+        // A reply of another length than the call's decisions is no answer at all.
+        let short = Value::Array(vec![Value::Int(1_000), Value::Int(1)]);
+        assert!(matches!(
+            decode_decisions(short, ScriptKind::FixedWindow, 1, 5),
+            Err(StoreError::UnexpectedReply(_))
+        ));
     }
 
     #[test]
@@ -448,7 +584,10 @@ mod tests {
             Value::Array(vec![Value::Okay; 6]),
         ] {
             assert!(
-                matches!(decode_reply(reply), Err(StoreError::UnexpectedReply(_))),
+                matches!(
+                    decode_policy_reply(reply),
+                    Err(StoreError::UnexpectedReply(_))
+                ),
                 "accepted a wrong shape"
             );
         }

@@ -1,23 +1,27 @@
 //! [`RedisStore`]: encode the arguments, run the script, decode the reply.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{RedisResult, Value};
+use redis::{ErrorKind, RedisError, RedisResult, Value};
 use rein_core::{
     DecideError, Decision, Held, KeyError, Limit, Limiter, MAX_MICROS, Micros, NamedPolicy,
-    PolicyState, PrepareError, RateAnswer, RateOp, RateShares, RateState, ShareError, StoreError,
-    Timestamp,
+    PolicyState, PrepareError, RateAnswer, RateOp, RateShares, RateState, ShareError, SourceError,
+    StoreError, Timestamp,
 };
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument;
+
+use crate::coalesce::{Coalesce, Lane};
 
 use crate::error::{store_error, suspects_connection};
 use crate::link::{Connector, Link};
 use crate::redirect::{Redirects, Step, Target};
 use crate::route::{self, Router};
-use crate::script::{self, Invocation, Op, ScriptKind};
+use crate::script::{self, Ask, Invocation, Op, ScriptKind};
 use crate::{ConfigError, RedisPolicy, StateError};
 
 /// Exact rate limits shared by every process that uses the same Redis.
@@ -95,6 +99,7 @@ pub struct RedisStoreBuilder {
     deadline: Duration,
     connect_timeout: Duration,
     min_ttl: Duration,
+    coalesce: Coalesce,
 }
 
 struct Inner<C> {
@@ -105,6 +110,19 @@ struct Inner<C> {
     prefix: String,
     deadline: Duration,
     min_ttl_ms: u64,
+    coalesce: Coalesce,
+    /// Per policy (`RedisPolicy::lane`), the decisions waiting to share a call: only while
+    /// the policy has calls in flight (coalesce.rs).
+    lanes: Mutex<HashMap<usize, Lane<Waiter>>>,
+}
+
+/// A decision waiting in its policy's lane for a call to carry it.
+struct Waiter {
+    key: String,
+    ask: Ask,
+    /// The caller's deadline: a call carrying it ends no later.
+    deadline: Instant,
+    reply: oneshot::Sender<Result<(Decision, Timestamp), StoreError>>,
 }
 
 impl<C> Clone for RedisStore<C> {
@@ -283,7 +301,17 @@ where
             slot_key = keys.first().map(String::as_str),
         );
         async {
-            let (decision, now) = self.invoke(&keys, op, now, cost, policy).await?;
+            let (decision, now) = match keys.as_slice() {
+                [_] if now.is_none()
+                    && matches!(op, Op::Acquire | Op::Peek)
+                    && policy.script() != ScriptKind::Policy
+                    && self.inner.coalesce.batch.get() > 1 =>
+                {
+                    let key = keys.into_iter().next().unwrap_or_default();
+                    self.coalesced(key, Ask { op, cost }, policy).await?
+                }
+                _ => self.invoke(&keys, op, now, cost, policy).await?,
+            };
             tracing::debug!(
                 allowed = decision.is_allowed(),
                 remaining = decision.remaining,
@@ -329,8 +357,130 @@ where
         cost: u64,
         policy: &RedisPolicy,
     ) -> Result<(Decision, Timestamp), StoreError> {
-        let invocation = Invocation::new(keys, op, now, cost, self.inner.min_ttl_ms, policy);
-        script::decode_reply(self.send(&invocation).await?)
+        let asks = [Ask { op, cost }];
+        let invocation = Invocation::new(keys, now, self.inner.min_ttl_ms, policy, &asks);
+        // The call's one clock read: the timer and the redirects share this deadline.
+        let deadline = Instant::now() + self.inner.deadline;
+        let reply = self.send(&invocation, deadline).await?;
+        let capacity = policy.policy().capacity();
+        let (now, decisions) = script::decode_decisions(reply, policy.script(), 1, capacity)?;
+        let decision = decisions.into_iter().next().ok_or_else(|| {
+            StoreError::UnexpectedReply("a reply without its decision".to_owned())
+        })??;
+        Ok((decision, now))
+    }
+
+    /// Decides `ask` on `key` through its policy's lane (coalesce.rs): sent at once when the
+    /// lane has room, else with the next call of the lane, together with the other
+    /// decisions that waited.
+    async fn coalesced(
+        &self,
+        key: String,
+        ask: Ask,
+        policy: &RedisPolicy,
+    ) -> Result<(Decision, Timestamp), StoreError> {
+        let deadline = Instant::now() + self.inner.deadline;
+        let (reply, answer) = oneshot::channel();
+        let waiter = Waiter {
+            key,
+            ask,
+            deadline,
+            reply,
+        };
+        let arrived = self
+            .lanes()
+            .entry(policy.lane())
+            .or_default()
+            .arrive(self.inner.coalesce, waiter);
+        match arrived {
+            Ok(waiter) => {
+                // Sent now, alone. When it ends (or is dropped), the decisions that waited
+                // meanwhile go out as the lane's next call.
+                let _turn = Turn {
+                    store: self,
+                    policy,
+                };
+                let keys = [waiter.key];
+                self.invoke(&keys, ask.op, None, ask.cost, policy).await
+            }
+            Err(()) => match tokio::time::timeout_at(deadline, answer).await {
+                Ok(Ok(result)) => result,
+                // The call carrying it was dropped (the runtime shutting down): it may or
+                // may not have run.
+                Ok(Err(_)) => Err(StoreError::Connection(SourceError::new(RedisError::from(
+                    (ErrorKind::Io, "the call carrying this decision was dropped"),
+                )))),
+                // Waited or in flight past its deadline; if in flight, it may have run, and
+                // is not sent again.
+                Err(_) => Err(StoreError::Timeout(self.inner.deadline)),
+            },
+        }
+    }
+
+    /// One call carrying `waiters` (all of `policy`), their answers sent back to each.
+    async fn call_for(&self, policy: &RedisPolicy, waiters: Vec<Waiter>) {
+        let count = waiters.len();
+        let deadline = waiters
+            .iter()
+            .map(|w| w.deadline)
+            .min()
+            .unwrap_or_else(Instant::now);
+        let (keys, rest): (Vec<String>, Vec<_>) = waiters
+            .into_iter()
+            .map(|w| (w.key, (w.ask, w.reply)))
+            .unzip();
+        let asks: Vec<Ask> = rest.iter().map(|(ask, _)| *ask).collect();
+        let invocation = Invocation::new(&keys, None, self.inner.min_ttl_ms, policy, &asks);
+        let capacity = policy.policy().capacity();
+        let span = tracing::debug_span!("rein_redis_call", policy = policy.name(), count);
+        let result = async {
+            let reply = self.send(&invocation, deadline).await?;
+            script::decode_decisions(reply, policy.script(), count, capacity)
+        }
+        .instrument(span)
+        .await;
+        match result {
+            // A Cluster connection given to `build`: the keys were in several slots, so the
+            // script did not run. Each decision goes alone, within its own deadline.
+            Err(e) if count > 1 && crosses_slots(&e) => {
+                for (key, (ask, reply)) in keys.into_iter().zip(rest) {
+                    let keys = [key];
+                    let alone = self.invoke(&keys, ask.op, None, ask.cost, policy);
+                    let _ = reply.send(alone.await);
+                }
+            }
+            Ok((now, decisions)) => {
+                for ((_, reply), decision) in rest.into_iter().zip(decisions) {
+                    // A caller that gave up meanwhile is not told.
+                    let _ = reply.send(decision.map(|d| (d, now)));
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, count, "a coalesced call failed");
+                for (_, reply) in rest {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    fn lanes(&self) -> MutexGuard<'_, HashMap<usize, Lane<Waiter>>> {
+        // Nothing panics while holding the lock, and every update leaves the lanes valid.
+        self.inner
+            .lanes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The lane's call ended: its next call, or `None` (and an idle lane forgotten).
+    fn next_call(&self, lane: usize) -> Option<Vec<Waiter>> {
+        let mut lanes = self.lanes();
+        let entry = lanes.get_mut(&lane)?;
+        let next = entry.next_call(self.inner.coalesce, |w| w.reply.is_closed());
+        if entry.is_idle() {
+            lanes.remove(&lane);
+        }
+        next
     }
 
     async fn share_rate_inner(
@@ -363,7 +513,9 @@ where
             slot_key = keys.first().map(String::as_str),
         );
         async {
-            let reply = self.send(&invocation).await?;
+            let reply = self
+                .send(&invocation, Instant::now() + self.inner.deadline)
+                .await?;
             Ok(script::decode_rate_reply(&op, reply)?)
         }
         .instrument(span)
@@ -371,10 +523,12 @@ where
     }
 
     /// Sends one script call, following only the redirects that prove it did not run.
-    async fn send(&self, invocation: &Invocation<'_>) -> Result<Value, StoreError> {
+    async fn send(
+        &self,
+        invocation: &Invocation<'_>,
+        deadline: Instant,
+    ) -> Result<Value, StoreError> {
         let router = self.inner.router;
-        // The call's one clock read: `run`'s timer and the redirects share this deadline.
-        let deadline = Instant::now() + self.inner.deadline;
         let reply: Value = self
             .run(deadline, |mut conn| async move {
                 // Resends only replies that prove the script did not run (redirect.rs).
@@ -456,6 +610,8 @@ where
                 prefix: builder.prefix,
                 deadline: builder.deadline,
                 min_ttl_ms: ttl_millis(builder.min_ttl),
+                coalesce: builder.coalesce,
+                lanes: Mutex::default(),
             }),
         }
     }
@@ -552,6 +708,7 @@ impl RedisStoreBuilder {
             deadline: DEFAULT_DEADLINE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             min_ttl: Duration::ZERO,
+            coalesce: Coalesce::DEFAULT,
         }
     }
 
@@ -583,6 +740,20 @@ impl RedisStoreBuilder {
     /// expire while the caller's timeline still needs it. Rounded up to milliseconds.
     pub fn min_ttl(mut self, min_ttl: Duration) -> Self {
         self.min_ttl = min_ttl;
+        self
+    }
+
+    /// How concurrent decisions share script calls (default [`Coalesce::DEFAULT`]: up to
+    /// 2 calls of a policy in flight, then up to 64 waiting decisions per call).
+    ///
+    /// Only `acquire` and `peek` on Redis's clock, of a policy of one limit, are coalesced;
+    /// a decision that finds room is sent at once, so an idle store behaves as with
+    /// [`Coalesce::OFF`]. Each decision stays atomic and exact; a call that times out
+    /// fails every decision it carried, none of them replayed. Under load this is what
+    /// makes a decision cheaper for the server than the naive scripts (docs/performance.md,
+    /// "Coalescing"). A Cluster store does not coalesce: a script's keys must share a slot.
+    pub fn coalesce(mut self, coalesce: Coalesce) -> Self {
+        self.coalesce = coalesce;
         self
     }
 
@@ -656,6 +827,54 @@ impl Default for RedisStoreBuilder {
 }
 
 /// The script's `min_ttl` argument: milliseconds, rounded up, kept exact in Lua.
+/// A call of a lane in flight. When it ends, or is dropped with its caller, the decisions
+/// that waited meanwhile go out as the lane's next call, in a task of their own.
+struct Turn<'a, C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    store: &'a RedisStore<C>,
+    policy: &'a RedisPolicy,
+}
+
+impl<C> Drop for Turn<'_, C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn drop(&mut self) {
+        let lane = self.policy.lane();
+        let Some(waiters) = self.store.next_call(lane) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to send it on: the waiters' senders drop with it, and each is told
+            // its call was dropped; the lane forgets the call.
+            drop(waiters);
+            while self.store.next_call(lane).is_some() {}
+            return;
+        };
+        let (store, policy) = (self.store.clone(), self.policy.clone());
+        runtime.spawn(async move {
+            let _turn = Turn {
+                store: &store,
+                policy: &policy,
+            };
+            store.call_for(&policy, waiters).await;
+        });
+    }
+}
+
+/// Whether `e` says a call's keys were in several Cluster slots (so it did not run).
+fn crosses_slots(e: &StoreError) -> bool {
+    let (StoreError::Server(source) | StoreError::Connection(source)) = e else {
+        return false;
+    };
+    source
+        .inner()
+        .downcast_ref::<RedisError>()
+        .is_some_and(|e| e.kind() == ErrorKind::Server(redis::ServerErrorKind::CrossSlot))
+}
+
 fn ttl_millis(d: Duration) -> u64 {
     let ms = d.as_nanos().div_ceil(1_000_000);
     u64::try_from(ms).unwrap_or(u64::MAX).min(MAX_MICROS)

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use rein_core::{Limit, Micros, Policy};
-use rein_redis::{RedisPolicy, RedisStore};
+use rein_redis::{Coalesce, RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 
 const LIMIT: u64 = 100;
@@ -151,4 +151,98 @@ async fn script_flushes_during_traffic_fail_no_decision() {
         decisions > 200,
         "{decisions} decisions: too little traffic to mean anything"
     );
+}
+
+/// Coalescing (the default): 64 tasks on one store share script calls, and every decision
+/// is still its own atomic step. On each key exactly `LIMIT` are admitted, and the admitted
+/// decisions' `remaining` figures are `LIMIT - 1` down to 0, each once: each was decided on
+/// the state the previous one left, as separate calls would be. The same store with
+/// coalescing off sends one call per decision, which is how the counting is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_decisions_are_exact_each_atomic_and_share_calls() {
+    const TASKS: usize = 64;
+    const KEYS: usize = 4;
+    let server = RedisServer::start().expect("start redis-server");
+    let mut raw = common::raw(&server).await;
+    let coalescing = common::store(&server).await;
+    let off = RedisStoreBuilder::new()
+        .deadline(Duration::from_secs(5))
+        .coalesce(Coalesce::OFF)
+        .connect(&server.url())
+        .await
+        .expect("connect the store");
+    for (store, coalesced) in [(coalescing, true), (off, false)] {
+        // The token bucket, fixed window and sliding log run the lean scripts, which
+        // coalesce; the sliding counter runs the policy script, which does not.
+        for policy in policies() {
+            let () = redis::cmd("FLUSHALL")
+                .query_async(&mut raw)
+                .await
+                .expect("FLUSHALL");
+            let before = evalsha_calls(&mut raw).await;
+            let policy = Arc::new(policy);
+            let mut tasks = Vec::new();
+            for task in 0..TASKS {
+                let (store, policy) = (store.clone(), Arc::clone(&policy));
+                tasks.push(tokio::spawn(async move {
+                    let key = format!("user-{}", task % KEYS);
+                    let (mut remaining, mut decisions) = (Vec::new(), 0u64);
+                    loop {
+                        let decision = store.acquire(&policy, &key, 1).await.expect("a decision");
+                        decisions += 1;
+                        if !decision.is_allowed() {
+                            assert_eq!(decision.remaining, 0);
+                            assert!(decision.retry_after.as_micros() > 0);
+                            return (task % KEYS, remaining, decisions);
+                        }
+                        assert_eq!(decision.limit, LIMIT);
+                        remaining.push(decision.remaining);
+                    }
+                }));
+            }
+            let mut per_key = vec![Vec::new(); KEYS];
+            let mut decisions = 0;
+            for task in tasks {
+                let (key, remaining, n) = task.await.expect("task");
+                per_key[key].extend(remaining);
+                decisions += n;
+            }
+            for (key, mut remaining) in per_key.into_iter().enumerate() {
+                remaining.sort_unstable();
+                assert_eq!(
+                    remaining,
+                    (0..LIMIT).collect::<Vec<_>>(),
+                    "{}: key {key}: the admitted decisions' remaining figures",
+                    policy.name()
+                );
+            }
+            let calls = evalsha_calls(&mut raw).await - before;
+            let lean = policy.name() != "sc";
+            if coalesced && lean {
+                assert!(
+                    calls < decisions,
+                    "{}: {calls} calls for {decisions} decisions: nothing was coalesced",
+                    policy.name()
+                );
+            } else {
+                assert_eq!(calls, decisions, "{}: one call per decision", policy.name());
+            }
+        }
+    }
+}
+
+/// `EVALSHA` calls the server has run (`INFO commandstats`); `EVAL` (after `NOSCRIPT`) is not
+/// expected here.
+async fn evalsha_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }

@@ -9,12 +9,16 @@ use redis::{Commands, Connection, RedisResult, Value};
 use rein_redis::SCRIPTS;
 use rein_redis_harness::RedisServer;
 
-/// Per script: its valid ARGV (op, now, cost, min_ttl, parameters), the indexes of ARGV that
-/// are numbers, and stored states that must be refused.
+/// Per script: its valid ARGV, where its operation and `now` are, the indexes of ARGV that
+/// are numbers, and stored states that must be refused. The lean scripts take `now`,
+/// `min_ttl` and the parameters first, then an operation and a cost per key; the policy
+/// script the operation, `now`, the cost, `min_ttl`, then the parameters.
 struct Case {
     name: &'static str,
     keys: &'static [&'static str],
     argv: &'static [&'static str],
+    op: usize,
+    now: usize,
     numbers: &'static [usize],
     corrupt: &'static [&'static str],
     /// Arguments that are integers in range but still invalid (index, value).
@@ -28,33 +32,41 @@ const CASES: &[Case] = &[
     Case {
         name: "token_bucket",
         keys: &["k:{t}:tb"],
-        argv: &["acquire", NOW, "1", "0", "5", "200000", "1", "1000000", "0"],
-        numbers: &[1, 2, 3, 4, 5, 6, 7, 8],
+        argv: &[NOW, "0", "5", "200000", "1", "1000000", "0", "acquire", "1"],
+        op: 7,
+        now: 0,
+        numbers: &[0, 1, 2, 3, 4, 5, 6, 8],
         corrupt: &["abc", "1:2:3", "-5", "1.5", "99999999999999999999", "1:", ":1", "nan", "inf"],
         // A zero divisor, a remainder not below its divisor, a cost above the capacity.
-        invalid: &[(6, "0"), (5, "0"), (8, "1"), (2, "6")],
+        invalid: &[(4, "0"), (3, "0"), (6, "1"), (8, "6")],
     },
     Case {
         name: "fixed_window",
         keys: &["k:{t}:fw"],
-        argv: &["acquire", NOW, "1", "0", "5", "60000000"],
-        numbers: &[1, 2, 3, 4, 5],
+        argv: &[NOW, "0", "5", "60000000", "acquire", "1"],
+        op: 4,
+        now: 0,
+        numbers: &[0, 1, 2, 3, 5],
         corrupt: &["abc", "5", "1:2:3", "-1:2", "1.5:2", "99999999999999999999:1"],
-        invalid: &[(5, "0"), (2, "6")],
+        invalid: &[(3, "0"), (5, "6")],
     },
     Case {
         name: "sliding_log",
         keys: &["k:{t}:sl"],
-        argv: &["acquire", NOW, "1", "0", "5", "60000000"],
-        numbers: &[1, 2, 3, 4, 5],
+        argv: &[NOW, "0", "5", "60000000", "acquire", "1"],
+        op: 4,
+        now: 0,
+        numbers: &[0, 1, 2, 3, 5],
         corrupt: &["abc", "5", "2:1,1:1", "1:1,1:1", "1:0", "1:1;2:1", "1:1,,2:1", "-1:1"],
-        invalid: &[(5, "0"), (2, "6")],
+        invalid: &[(3, "0"), (5, "6")],
     },
     Case {
         name: "policy",
         keys: &["k:{t}:p0", "k:{t}:p1"],
         argv: &["acquire", NOW, "1", "0", "tb", "5", "200000", "1", "1000000", "0",
                 "sc", "5", "60000000"],
+        op: 0,
+        now: 1,
         numbers: &[1, 2, 3, 5, 6, 7, 8, 9, 11, 12],
         corrupt: &["abc", "1:2:3:4", "-1", "1.5", "99999999999999999999"],
         invalid: &[(7, "0"), (12, "0"), (2, "6"), (4, "xx"), (10, "tb")],
@@ -90,8 +102,9 @@ fn every_script_refuses_input_that_would_corrupt_state() {
                 // a string that is no number at all stops them with Lua's own error.
                 Err(e)
                     if case.numbers.iter().chain([&(argv.len() - 1)]).any(|&i| {
-                        argv.get(i)
-                            .is_some_and(|a| a.parse::<f64>().is_err() && !(i == 1 && a.is_empty()))
+                        argv.get(i).is_some_and(|a| {
+                            a.parse::<f64>().is_err() && !(i == case.now && a.is_empty())
+                        })
                     }) =>
                 {
                     assert!(
@@ -127,7 +140,7 @@ fn every_script_refuses_input_that_would_corrupt_state() {
                 "0.1",
             ] {
                 // '' is a valid `now` (the server's clock).
-                if index == 1 && bad.is_empty() {
+                if index == case.now && bad.is_empty() {
                     continue;
                 }
                 let mut argv = case.argv.to_vec();
@@ -141,7 +154,7 @@ fn every_script_refuses_input_that_would_corrupt_state() {
             refused(&mut con, &argv, &format!("ARGV[{}] = {bad:?}", index + 1));
         }
         let mut argv = case.argv.to_vec();
-        argv[0] = "take";
+        argv[case.op] = "take";
         refused(&mut con, &argv, "an unknown operation");
         argv = case.argv.to_vec();
         argv.push("1");
@@ -155,7 +168,7 @@ fn every_script_refuses_input_that_would_corrupt_state() {
         if matches!(case.name, "sliding_log" | "policy") {
             for op in ["hold", "settle"] {
                 let mut argv = case.argv.to_vec();
-                argv[0] = op;
+                argv[case.op] = op;
                 argv.push("1000");
                 run(&mut con, &argv).unwrap_or_else(|e| panic!("{}: valid {op}: {e}", case.name));
                 for bad in ["1.5", "-1", "4503599627370496", "nan", "inf", "abc", ""] {
@@ -201,4 +214,107 @@ fn snapshot(con: &mut Connection, keys: &[&str]) -> Vec<(String, Option<String>)
             (kind, value)
         })
         .collect()
+}
+
+/// One call of a lean script may carry several decisions (the store coalesces concurrent
+/// ones). A decision whose state is corrupt, or of another type, answers its own error in
+/// its place and leaves its key as it was; the others in the call are decided and written.
+/// Bad arguments for any one decision fail the whole call before any write.
+#[test]
+fn in_a_call_of_several_decisions_a_bad_state_fails_only_its_own() {
+    use redis::ConnectionLike;
+
+    let server = RedisServer::start().expect("start redis-server");
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut con = client.get_connection().expect("connect");
+    for case in CASES.iter().filter(|c| c.name != "policy") {
+        let (_, source) = SCRIPTS
+            .iter()
+            .find(|(name, _)| *name == case.name)
+            .expect("a lean script");
+        let keys = ["b:{t}:0", "b:{t}:corrupt", "b:{t}:hash", "b:{t}:0"];
+        let () = con.set(keys[1], "abc").expect("SET");
+        let () = con.hset(keys[2], "tat", "5").expect("HSET");
+        let call = |ask: &[&str]| {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(*source).arg(keys.len()).arg(&keys[..]);
+            cmd.arg(&case.argv[..case.op]);
+            for _ in keys {
+                cmd.arg(ask);
+            }
+            cmd
+        };
+        let before = snapshot(&mut con, &keys[1..3]);
+        // `req_command` keeps an element's error inside the array (redis-rs's `query`
+        // would turn it into the call's error).
+        let reply = con
+            .req_command(&call(&["acquire", "2"]))
+            .unwrap_or_else(|e| panic!("{}: the call failed as a whole: {e}", case.name));
+        let redis::Value::Array(items) = reply else {
+            panic!("{}: not an array: {reply:?}", case.name);
+        };
+        assert_eq!(items.len(), 1 + 4 * keys.len(), "{}", case.name);
+        // The first and last decisions share a key: 2 of 5, then 2 more of the 3 left.
+        assert_eq!(items[1..3], [Value::Int(1), Value::Int(3)], "{}", case.name);
+        assert_eq!(
+            items[13..15],
+            [Value::Int(1), Value::Int(1)],
+            "{}",
+            case.name
+        );
+        for (index, code) in [(5, "REIN"), (9, "WRONGTYPE")] {
+            match &items[index] {
+                Value::ServerError(e) => assert_eq!(e.code(), code, "{}", case.name),
+                other => panic!("{}: item {index} is no error: {other:?}", case.name),
+            }
+            assert_eq!(
+                items[index + 1..index + 4],
+                [Value::Int(0), Value::Int(0), Value::Int(0)],
+                "{}",
+                case.name
+            );
+        }
+        assert_eq!(
+            snapshot(&mut con, &keys[1..3]),
+            before,
+            "{}: wrote",
+            case.name
+        );
+        assert!(
+            con.exists::<_, bool>(keys[0]).expect("EXISTS"),
+            "{}: the good key was not written",
+            case.name
+        );
+
+        // One bad ask among good ones: the whole call is refused, nothing written.
+        let () = con.del(&keys[..]).expect("DEL");
+        let mut bad = call(&["acquire", "1"]);
+        bad.arg("acquire").arg("1.5");
+        let refused = con.req_command(&bad);
+        assert!(
+            matches!(refused, Err(_) | Ok(Value::ServerError(_))),
+            "{}: an extra ask was accepted: {refused:?}",
+            case.name
+        );
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(*source)
+            .arg(2)
+            .arg(&keys[..2])
+            .arg(&case.argv[..case.op]);
+        cmd.arg(&["acquire", "1", "acquire", "1.5"][..]);
+        let refused = con.req_command(&cmd);
+        assert!(
+            matches!(refused, Err(_) | Ok(Value::ServerError(_))),
+            "{}: a bad cost in the second ask was accepted: {refused:?}",
+            case.name
+        );
+        let cleared: Vec<Option<String>> = con.mget(&keys[..2]).expect("MGET");
+        assert_eq!(
+            cleared,
+            [None, None],
+            "{}: wrote before refusing",
+            case.name
+        );
+        let () = con.del(&keys[..]).expect("DEL");
+    }
 }

@@ -166,9 +166,9 @@ fn every_lean_script_answers_like_redis() {
         ];
         for &(operation, offset, cost) in steps {
             let now = (NOW_MICROS + offset).to_string();
-            let mut request = vec!["EVALSHA", sha.as_str(), "1", key.as_str()];
-            request.extend_from_slice(&[operation, &now, cost, "0"]);
+            let mut request = vec!["EVALSHA", sha.as_str(), "1", key.as_str(), &now, "0"];
             request.extend_from_slice(params);
+            request.extend_from_slice(&[operation, cost]);
             let expected = real.request(&request);
             let actual = sim.execute(&request).to_resp();
             assert_eq!(escape(&actual), escape(&expected), "{request:?}");
@@ -179,6 +179,30 @@ fn every_lean_script_answers_like_redis() {
                 "{request:?}: stored state"
             );
         }
+        // Several decisions in one call (the store's coalescing), one of them on a corrupt
+        // state: its error is an element of the reply, the others are decided.
+        let corrupt = format!("{{t}}:{name}:corrupt");
+        let set = ["SET", corrupt.as_str(), "abc"];
+        assert_eq!(
+            escape(&sim.execute(set).to_resp()),
+            escape(&real.request(&set))
+        );
+        let now = (NOW_MICROS + 7_300_000_000).to_string();
+        let mut request = vec![
+            "EVALSHA",
+            sha.as_str(),
+            "3",
+            &key,
+            &corrupt,
+            &key,
+            &now,
+            "0",
+        ];
+        request.extend_from_slice(params);
+        request.extend_from_slice(&["acquire", "1", "acquire", "1", "peek", "1"]);
+        let expected = real.request(&request);
+        let actual = sim.execute(&request).to_resp();
+        assert_eq!(escape(&actual), escape(&expected), "{request:?}");
     }
 }
 
