@@ -38,7 +38,7 @@ pub struct Coalesce {
 
 impl Coalesce {
     /// The default: 2 calls of a policy in flight, up to 64 decisions per call. Measured in
-    /// docs/performance.md ("Coalescing").
+    /// docs/performance.md ("Redis with coalescing").
     pub const DEFAULT: Self = Self {
         in_flight: NonZeroUsize::new(2).expect("2 is not zero"),
         batch: NonZeroUsize::new(64).expect("64 is not zero"),

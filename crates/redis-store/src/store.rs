@@ -750,8 +750,9 @@ impl RedisStoreBuilder {
     /// a decision that finds room is sent at once, so an idle store behaves as with
     /// [`Coalesce::OFF`]. Each decision stays atomic and exact; a call that times out
     /// fails every decision it carried, none of them replayed. Under load this is what
-    /// makes a decision cheaper for the server than the naive scripts (docs/performance.md,
-    /// "Coalescing"). A Cluster store does not coalesce: a script's keys must share a slot.
+    /// makes a decision cheaper for the server than the naive scripts
+    /// (docs/performance.md, "Redis with coalescing"). A Cluster store does not coalesce:
+    /// a script's keys must share a slot.
     pub fn coalesce(mut self, coalesce: Coalesce) -> Self {
         self.coalesce = coalesce;
         self

@@ -246,3 +246,81 @@ async fn evalsha_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
+
+/// A coalesced call that gets no reply fails every decision it carried, and none is sent
+/// again: with the server frozen (`SIGSTOP`) 64 concurrent decisions all fail within their
+/// deadline; once it runs again, the key counts at most 64 (each decision at most once,
+/// whatever was in flight), and the store decides at once and exactly from that count:
+/// no lane is left waiting for a call that ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coalesced_call_without_a_reply_fails_its_decisions_and_replays_none() {
+    let server = RedisServer::start().expect("start redis-server");
+    let mut raw = common::raw(&server).await;
+    let store = RedisStoreBuilder::new()
+        .deadline(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .expect("connect the store");
+    let policy = Arc::new(
+        policies()
+            .into_iter()
+            .find(|p| p.name() == "fw")
+            .expect("the fixed window"),
+    );
+    server.pause().expect("SIGSTOP");
+    let started = tokio::time::Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let (store, policy) = (store.clone(), Arc::clone(&policy));
+        tasks.push(tokio::spawn(async move {
+            store.acquire(&policy, "frozen", 1).await
+        }));
+    }
+    for task in tasks {
+        let result = task.await.expect("task");
+        assert!(result.is_err(), "a frozen server answered: {result:?}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the decisions took {:?} to fail",
+        started.elapsed()
+    );
+    server.resume().expect("SIGCONT");
+
+    // The frozen server now runs what reached it, then answers this.
+    let key = store.keys(&policy, "frozen").expect("keys").remove(0);
+    let stored: Option<String> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .expect("GET");
+    let counted: u64 = stored
+        .as_deref()
+        .and_then(|s| s.split_once(':'))
+        .map_or(0, |(_, count)| count.parse().expect("a count"));
+    assert!(
+        counted <= 64,
+        "{counted} counted for 64 decisions: replayed"
+    );
+
+    // The store is not stuck: a burst decides at once, exactly from the count.
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (store, policy) = (store.clone(), Arc::clone(&policy));
+        tasks.push(tokio::spawn(async move {
+            store.acquire(&policy, "frozen", 1).await
+        }));
+    }
+    let mut remaining = Vec::new();
+    for task in tasks {
+        let decision = task
+            .await
+            .expect("task")
+            .expect("a decision after the freeze");
+        assert!(decision.is_allowed());
+        remaining.push(decision.remaining);
+    }
+    remaining.sort_unstable();
+    let left = LIMIT - counted;
+    assert_eq!(remaining, (left - 16..left).collect::<Vec<_>>());
+}
