@@ -10,13 +10,17 @@
 //!   (goal ≥ 0.9).
 //! - **latency**: one task deciding sequentially, p50 and p99, against
 //!   `redis-benchmark -c 1` on the same script (goal ≤ 1.2×).
-//! - **client CPU per decision**: rein-redis against bare redis-rs, the same 64 tasks on one
-//!   multiplexed connection calling `Script::invoke_async` of the same script with the same
-//!   KEYS and ARGV (goal ≤ 1.2×), and against `redis-benchmark`'s.
+//! - **per algorithm** (token bucket, fixed window, sliding log), the same 64 tasks on one
+//!   multiplexed connection each way: rein-redis as shipped (coalescing concurrent
+//!   decisions into shared calls), rein-redis with `Coalesce::OFF`, bare redis-rs calling
+//!   rein's script once per decision with `Script::invoke_async` (the client's peer: goal
+//!   ≤ 1.2× its client CPU), and bare redis-rs calling the naive script once per decision
+//!   (the server's peer: server CPU per decision, goal ≥ 1.2× cheaper for the token bucket,
+//!   ≥ 1.0× for the others), with the script calls per decision (`INFO commandstats`).
 //!
-//! The policy is one token bucket that always admits (10^6 per second), over 100 000 user
-//! keys, so every call reads, writes and sets a TTL. Set `REIN_BENCH_SECS` to change the
-//! measuring time per round (default 3). Not a criterion bench: the comparison needs both
+//! The policies always admit, over 100 000 user keys, so every call reads, writes and sets
+//! a TTL. Set `REIN_BENCH_SECS` to change the measuring time per round (default 3), and
+//! `REIN_BENCH_COALESCE=<in_flight>,<batch>` to try other coalescing settings. Not a criterion bench: the comparison needs both
 //! clients measured the same way, by wall clock over a fixed run.
 
 use std::process::Command;
@@ -65,18 +69,7 @@ fn main() {
     println!("coalescing: {coalesce:?}");
     let limit = Limit::token_bucket(1_000_000, 1_000_000, Micros::from_secs(1)).expect("valid");
     let policy = Arc::new(RedisPolicy::new("bench", Policy::single(limit)).expect("valid name"));
-    let store = rt.block_on(async {
-        let client = redis::Client::open(server.url()).expect("client");
-        let conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        RedisStoreBuilder::new()
-            .deadline(Duration::from_secs(1))
-            .coalesce(coalesce)
-            .build(conn)
-            .expect("store")
-    });
+    let store = rt.block_on(store_over(&server, coalesce));
     let sha: String = rt
         .block_on(async {
             let client = redis::Client::open(server.url())?;
@@ -144,20 +137,7 @@ fn main() {
             .await
             .expect("connect")
     });
-    let (_, source) = SCRIPTS
-        .iter()
-        .find(|(name, _)| *name == "token_bucket")
-        .expect("the token bucket script");
-    let bare = Arc::new(Bare {
-        script: redis::Script::new(source),
-        argv: script_args[2..].to_vec(),
-        tag: "tb",
-        allowed: |reply| reply.get(1) == Some(&1),
-    });
-    rt.block_on(bare_throughput(&bare, &bare_conn, Duration::from_secs(1)));
-
     let mut rein = Vec::new();
-    let mut bare_rounds = Vec::new();
     let mut ceiling = Vec::new();
     let mut rein_lat = Vec::new();
     let mut ceiling_lat = Vec::new();
@@ -170,16 +150,6 @@ fn main() {
             elapsed,
             after.own - before.own,
             server_after.own - server_before.own,
-        ));
-
-        let before = cpu("self");
-        let (bare_count, bare_elapsed) = rt.block_on(bare_throughput(&bare, &bare_conn, measure));
-        let after = cpu("self");
-        bare_rounds.push(Round::new(
-            bare_count,
-            bare_elapsed,
-            after.own - before.own,
-            0.0,
         ));
 
         // Sized to run about as long as rein's round did.
@@ -232,10 +202,6 @@ fn main() {
         "| server CPU per decision, µs | {rein_server:.1} | {ceiling_server:.1} | {:.2} | |",
         rein_server / ceiling_server
     );
-    let (bare_rps, bare_client) = (
-        med(&bare_rounds, |r| r.rps),
-        med(&bare_rounds, |r| r.client_us),
-    );
     println!(
         "| latency p50, µs (1 task / -c 1) | {r50:.1} | {c50:.1} | {:.2} | <= 1.2 |",
         r50 / c50
@@ -244,30 +210,11 @@ fn main() {
         "| latency p99, µs (1 task / -c 1) | {r99:.1} | {c99:.1} | {:.2} | <= 1.2 |",
         r99 / c99
     );
-    let _ = (bare_rps, bare_client, bare_rounds);
     // Per algorithm, the same 64 tasks on one connection each way: rein-redis as shipped
     // (coalescing), rein-redis with coalescing off, bare redis-rs calling rein's script
     // once per decision (the client's peer), and bare redis-rs calling the naive script
     // once per decision (the server's peer).
-    let off_store = rt.block_on(async {
-        let client = redis::Client::open(server.url()).expect("client");
-        let conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        RedisStoreBuilder::new()
-            .deadline(Duration::from_secs(1))
-            .coalesce(Coalesce::OFF)
-            .build(conn)
-            .expect("store")
-    });
-    let mut stats_conn = rt.block_on(async {
-        let client = redis::Client::open(server.url()).expect("client");
-        client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect")
-    });
+    let off_store = rt.block_on(store_over(&server, Coalesce::OFF));
     println!();
     println!(
         "per algorithm, {TASKS} tasks on one connection each way, median of {ROUNDS} rounds \
@@ -341,7 +288,9 @@ fn main() {
         for _ in 0..ROUNDS {
             for (i, side) in rounds.iter_mut().enumerate() {
                 let (before, server_before) = (cpu("self"), cpu(&server_pid));
-                let calls_before = rt.block_on(evalsha_calls(&mut stats_conn));
+                let calls_before = server
+                    .commandstat_calls("evalsha")
+                    .expect("INFO commandstats");
                 let (count, elapsed) = rt.block_on(async {
                     match i {
                         0 => rein_throughput(&store, &policy, measure).await,
@@ -350,7 +299,10 @@ fn main() {
                         _ => bare_throughput(&naive, &bare_conn, measure).await,
                     }
                 });
-                let calls = rt.block_on(evalsha_calls(&mut stats_conn)) - calls_before;
+                let calls = server
+                    .commandstat_calls("evalsha")
+                    .expect("INFO commandstats")
+                    - calls_before;
                 let (after, server_after) = (cpu("self"), cpu(&server_pid));
                 if i == 0 {
                     calls_per_decision.push(calls as f64 / count.max(1) as f64);
@@ -522,19 +474,21 @@ async fn bare_throughput(
     (count, elapsed)
 }
 
-/// `EVALSHA` calls the server has run (`INFO commandstats`).
-async fn evalsha_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
+/// A store over one multiplexed connection to `server`.
+async fn store_over(
+    server: &RedisServer,
+    coalesce: Coalesce,
+) -> RedisStore<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(server.url()).expect("client");
+    let conn = client
+        .get_multiplexed_async_connection()
         .await
-        .expect("INFO commandstats");
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+        .expect("connect");
+    RedisStoreBuilder::new()
+        .deadline(Duration::from_secs(1))
+        .coalesce(coalesce)
+        .build(conn)
+        .expect("store")
 }
 
 /// p50 and p99 in µs of `n` sequential decisions.

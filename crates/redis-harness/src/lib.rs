@@ -156,6 +156,19 @@ impl RedisServer {
         raw_command(self.port, args)
     }
 
+    /// How many times the server has run `command` (lower case, e.g. `"evalsha"`), from
+    /// `INFO commandstats`; 0 if never.
+    pub fn commandstat_calls(&self, command: &str) -> Result<u64, HarnessError> {
+        let stats = self.command(&["INFO", "commandstats"])?;
+        let prefix = format!("cmdstat_{command}:calls=");
+        Ok(stats
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0))
+    }
+
     fn spawn(&mut self) -> Result<(), HarnessError> {
         let port = self.port.to_string();
         let dir = self.dir.to_string_lossy().into_owned();

@@ -179,7 +179,9 @@ async fn coalesced_decisions_are_exact_each_atomic_and_share_calls() {
                 .query_async(&mut raw)
                 .await
                 .expect("FLUSHALL");
-            let before = evalsha_calls(&mut raw).await;
+            let before = server
+                .commandstat_calls("evalsha")
+                .expect("INFO commandstats");
             let policy = Arc::new(policy);
             let mut tasks = Vec::new();
             for task in 0..TASKS {
@@ -216,7 +218,10 @@ async fn coalesced_decisions_are_exact_each_atomic_and_share_calls() {
                     policy.name()
                 );
             }
-            let calls = evalsha_calls(&mut raw).await - before;
+            let calls = server
+                .commandstat_calls("evalsha")
+                .expect("INFO commandstats")
+                - before;
             let lean = policy.name() != "sc";
             if coalesced && lean {
                 assert!(
@@ -229,22 +234,6 @@ async fn coalesced_decisions_are_exact_each_atomic_and_share_calls() {
             }
         }
     }
-}
-
-/// `EVALSHA` calls the server has run (`INFO commandstats`); `EVAL` (after `NOSCRIPT`) is not
-/// expected here.
-async fn evalsha_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO commandstats");
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }
 
 /// A coalesced call that gets no reply fails every decision it carried, and none is sent
