@@ -46,8 +46,8 @@
 //! The scripts are written for Redis's CPU, which every application server shares: a policy
 //! of one token bucket, fixed window or sliding log runs a small straight-line script of its
 //! own, any other policy one loop over its limits (`policy.lua`), each with its parameters
-//! precomputed once per [`NamedPolicy`], one `GET` per limit and one `SET ... PX` per
-//! written limit ([`SCRIPTS`]; docs/redis.md, docs/performance.md).
+//! precomputed once per [`NamedPolicy`](rein_core::NamedPolicy), one `GET` per limit and one
+//! `SET ... PX` per written limit ([`SCRIPTS`]; docs/redis.md, docs/performance.md).
 //!
 //! Other choices, each explained in docs/redis.md: `now` comes from Redis's `TIME` by
 //! default (one clock for all servers); keys are `prefix:v2:{sha1(user key)}:policy:i:algo`,
