@@ -16,7 +16,6 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::coalesce::{Coalesce, Lane};
-
 use crate::error::{store_error, suspects_connection};
 use crate::link::{Connector, Link};
 use crate::redirect::{Redirects, Step, Target};
@@ -242,10 +241,9 @@ where
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())?;
         let pipeline = crate::state::read_pipeline(&keys);
         let replies: Vec<Value> = self
-            .run(
-                Instant::now() + self.inner.deadline,
-                |mut conn| async move { pipeline.query_async(&mut conn).await },
-            )
+            .run(self.deadline_from_now(), |mut conn| async move {
+                pipeline.query_async(&mut conn).await
+            })
             .await?;
         crate::state::decode(policy, replies)
             .map_err(|what| StateError::Unavailable(StoreError::UnexpectedReply(what)))
@@ -310,7 +308,10 @@ where
                     let key = keys.into_iter().next().unwrap_or_default();
                     self.coalesced(key, Ask { op, cost }, policy).await?
                 }
-                _ => self.invoke(&keys, op, now, cost, policy).await?,
+                _ => {
+                    self.invoke(&keys, op, now, cost, policy, self.deadline_from_now())
+                        .await?
+                }
             };
             tracing::debug!(
                 allowed = decision.is_allowed(),
@@ -342,7 +343,7 @@ where
             amount,
             slot_key = keys.first().map(String::as_str),
         );
-        self.invoke(&keys, op, now, amount, policy)
+        self.invoke(&keys, op, now, amount, policy, self.deadline_from_now())
             .instrument(span)
             .await
             .map(|_| ())
@@ -356,11 +357,10 @@ where
         now: Option<Timestamp>,
         cost: u64,
         policy: &RedisPolicy,
+        deadline: Instant,
     ) -> Result<(Decision, Timestamp), StoreError> {
         let asks = [Ask { op, cost }];
         let invocation = Invocation::new(keys, now, self.inner.min_ttl_ms, policy, &asks);
-        // The call's one clock read: the timer and the redirects share this deadline.
-        let deadline = Instant::now() + self.inner.deadline;
         let reply = self.send(&invocation, deadline).await?;
         let capacity = policy.policy().capacity();
         let (now, decisions) = script::decode_decisions(reply, policy.script(), 1, capacity)?;
@@ -379,7 +379,7 @@ where
         ask: Ask,
         policy: &RedisPolicy,
     ) -> Result<(Decision, Timestamp), StoreError> {
-        let deadline = Instant::now() + self.inner.deadline;
+        let deadline = self.deadline_from_now();
         let (reply, answer) = oneshot::channel();
         let waiter = Waiter {
             key,
@@ -401,7 +401,8 @@ where
                     policy,
                 };
                 let keys = [waiter.key];
-                self.invoke(&keys, ask.op, None, ask.cost, policy).await
+                self.invoke(&keys, ask.op, None, ask.cost, policy, deadline)
+                    .await
             }
             Err(()) => match tokio::time::timeout_at(deadline, answer).await {
                 Ok(Ok(result)) => result,
@@ -445,7 +446,7 @@ where
             Err(e) if count > 1 && crosses_slots(&e) => {
                 for (key, (ask, reply)) in keys.into_iter().zip(rest) {
                     let keys = [key];
-                    let alone = self.invoke(&keys, ask.op, None, ask.cost, policy);
+                    let alone = self.invoke(&keys, ask.op, None, ask.cost, policy, deadline);
                     let _ = reply.send(alone.await);
                 }
             }
@@ -462,6 +463,12 @@ where
                 }
             }
         }
+    }
+
+    /// The deadline of a call starting now: the decision's one clock read, which the
+    /// timer, the redirects and a coalesced call all use.
+    fn deadline_from_now(&self) -> Instant {
+        Instant::now() + self.inner.deadline
     }
 
     fn lanes(&self) -> MutexGuard<'_, HashMap<usize, Lane<Waiter>>> {
@@ -513,9 +520,7 @@ where
             slot_key = keys.first().map(String::as_str),
         );
         async {
-            let reply = self
-                .send(&invocation, Instant::now() + self.inner.deadline)
-                .await?;
+            let reply = self.send(&invocation, self.deadline_from_now()).await?;
             Ok(script::decode_rate_reply(&op, reply)?)
         }
         .instrument(span)
