@@ -77,18 +77,22 @@ impl<T> Default for Lane<T> {
 }
 
 impl<T> Lane<T> {
-    /// A decision arrives. `Ok` hands it back to be sent now, alone (the lane counts the
-    /// call in flight); `Err` means it waits and will go out with a call that
+    /// A decision arrives: `true` if it may be sent now, alone (the lane counts the call in
+    /// flight); `false` if it must [`wait`](Self::wait) for a call that
     /// [`next_call`](Self::next_call) returns.
-    pub(crate) fn arrive(&mut self, limits: Coalesce, item: T) -> Result<T, ()> {
+    pub(crate) fn try_send(&mut self, limits: Coalesce) -> bool {
         if self.in_flight < limits.in_flight.get() {
             debug_assert!(self.waiting.is_empty());
             self.in_flight += 1;
-            Ok(item)
+            true
         } else {
-            self.waiting.push_back(item);
-            Err(())
+            false
         }
+    }
+
+    /// A decision [`try_send`](Self::try_send) refused waits, in arrival order.
+    pub(crate) fn wait(&mut self, item: T) {
+        self.waiting.push_back(item);
     }
 
     /// A call of the lane ended (replied, failed, timed out or was dropped). Returns the
@@ -159,7 +163,11 @@ mod tests {
         for (i, (step, in_flight)) in steps.iter().enumerate() {
             match step {
                 Arrive(n, alone) => {
-                    assert_eq!(lane.arrive(limits, *n).is_ok(), *alone, "step {i}")
+                    let sent = lane.try_send(limits);
+                    if !sent {
+                        lane.wait(*n);
+                    }
+                    assert_eq!(sent, *alone, "step {i}")
                 }
                 End(expected) => {
                     let call = lane.next_call(limits, |n| abandoned.contains(n));
@@ -244,10 +252,10 @@ mod tests {
     #[test]
     fn off_sends_everything_alone() {
         let mut lane = Lane::default();
-        for n in 0..1000 {
-            assert_eq!(lane.arrive(Coalesce::OFF, n), Ok(n));
+        for _ in 0..1000 {
+            assert!(lane.try_send(Coalesce::OFF));
         }
-        assert!(lane.next_call(Coalesce::OFF, |_| false).is_none());
+        assert!(lane.next_call(Coalesce::OFF, |_: &u32| false).is_none());
         assert_eq!(lane.in_flight(), 999);
     }
 }

@@ -209,16 +209,19 @@ impl<'a> Invocation<'a> {
             } => {
                 let kind = policy.script();
                 if kind == ScriptKind::Policy {
-                    for ask in *asks {
-                        let op = sent_op(ask.op, kind);
-                        cmd.arg(op.as_str())
-                            .arg(now)
-                            .arg(ask.cost.min(MAX_MICROS))
-                            .arg(*min_ttl_ms)
-                            .arg(policy.script_args());
-                        if let Some(extra) = op.extra() {
-                            cmd.arg(extra);
-                        }
+                    // One request over the policy's keys: the ask leads, the header follows.
+                    let ask = asks.first().copied().unwrap_or(Ask {
+                        op: Op::Peek,
+                        cost: 0,
+                    });
+                    let op = sent_op(ask.op, kind);
+                    cmd.arg(op.as_str())
+                        .arg(now)
+                        .arg(ask.cost.min(MAX_MICROS))
+                        .arg(*min_ttl_ms)
+                        .arg(policy.script_args());
+                    if let Some(extra) = op.extra() {
+                        cmd.arg(extra);
                     }
                 } else {
                     cmd.arg(now).arg(*min_ttl_ms).arg(policy.script_args());
@@ -241,9 +244,9 @@ impl<'a> Invocation<'a> {
 
 /// The operation as `kind`'s script knows it. The lean token-bucket and fixed-window
 /// scripts know no lease operations: for them a held acquire is an acquire and (for the
-/// token bucket) a held refund a refund, as in rein-core. A cost or refund is sent as at
+/// token bucket) a held refund a refund, as in rein-core. (A cost or refund is sent as at
 /// most MAX_MICROS: every capacity is at most that, so a larger refund means the same, and
-/// the script only accepts integers it can hold exactly.
+/// the scripts only accept integers they can hold exactly.)
 fn sent_op(op: Op, kind: ScriptKind) -> Op {
     match (op, kind) {
         (Op::Hold(_), ScriptKind::TokenBucket | ScriptKind::FixedWindow) => Op::Acquire,
@@ -306,12 +309,9 @@ pub(crate) fn decode_decisions(
     let mut items = items.into_iter();
     let now = items.next().map_or(Ok(0), figure)?;
     let mut decisions = Vec::with_capacity(asks);
-    for _ in 0..asks {
-        let (allowed, remaining, retry_after, reset_after) =
-            match (items.next(), items.next(), items.next(), items.next()) {
-                (Some(a), Some(b), Some(c), Some(d)) => (a, b, c, d),
-                _ => unreachable!("the length was checked"),
-            };
+    while let (Some(allowed), Some(remaining), Some(retry_after), Some(reset_after)) =
+        (items.next(), items.next(), items.next(), items.next())
+    {
         let outcome = match allowed {
             // This decision's own failure (corrupt state, a write refused): its key is as
             // it was, and the other decisions of the call stand.
@@ -354,35 +354,24 @@ fn figure(value: Value) -> Result<u64, StoreError> {
     }
 }
 
-/// Decodes the policy script's reply: `[allowed, limit, remaining, retry_after, reset_after,
-/// now, limit_index]`.
+/// Decodes one decision as the policy script answers it, `[allowed, limit, remaining,
+/// retry_after, reset_after, now, limit_index]`, or the rate-share script's direct
+/// decision, the same without `limit_index`.
 fn decode_policy_reply(value: Value) -> Result<(Decision, Timestamp), StoreError> {
     let wrong = |what: &str| StoreError::UnexpectedReply(what.to_owned());
-    let Value::Array(items) = value else {
-        return Err(StoreError::UnexpectedReply(format!(
-            "expected an array of 6 or 7 integers, got {value:?}"
-        )));
+    // The policy script answers 7 figures; the rate-share script's direct decision the
+    // first 6 (its limit index is 0).
+    let items = match value {
+        Value::Array(items) if (6..=7).contains(&items.len()) => items,
+        other => {
+            return Err(StoreError::UnexpectedReply(format!(
+                "expected an array of 6 or 7 integers, got {other:?}"
+            )));
+        }
     };
-    // The single-limit scripts answer 6 figures, the policy script a 7th: the limit index.
     let mut numbers = [0u64; 7];
-    if !(6..=7).contains(&items.len()) {
-        return Err(StoreError::UnexpectedReply(format!(
-            "expected an array of 6 or 7 integers, got {} items",
-            items.len()
-        )));
-    }
-    for (n, item) in numbers.iter_mut().zip(&items) {
-        *n = match item {
-            Value::Int(i) => u64::try_from(*i)
-                .ok()
-                .filter(|&n| n <= MAX_MICROS)
-                .ok_or_else(|| wrong("a figure out of range"))?,
-            other => {
-                return Err(StoreError::UnexpectedReply(format!(
-                    "expected an integer, got {other:?}"
-                )));
-            }
-        };
+    for (n, item) in numbers.iter_mut().zip(items) {
+        *n = figure(item)?;
     }
     let [
         allowed,
@@ -533,7 +522,7 @@ mod tests {
 
     #[test]
     fn well_formed_reply_decodes() {
-        let reply = Value::Array([0, 10, 3, 250, 900, 1_000].map(Value::Int).to_vec());
+        let reply = Value::Array([0, 10, 3, 250, 900, 1_000, 1].map(Value::Int).to_vec());
         let (decision, now) = decode_policy_reply(reply).unwrap();
         assert_eq!(decision.outcome, Outcome::Denied);
         assert_eq!((decision.limit, decision.remaining), (10, 3));
@@ -568,6 +557,12 @@ mod tests {
             decode_decisions(short, ScriptKind::FixedWindow, 1, 5),
             Err(StoreError::UnexpectedReply(_))
         ));
+        // An outcome that is neither 0, 1 nor an error.
+        let odd = Value::Array([1_000, 2, 0, 0, 0].map(Value::Int).to_vec());
+        assert!(matches!(
+            decode_decisions(odd, ScriptKind::SlidingLog, 1, 5),
+            Err(StoreError::UnexpectedReply(_))
+        ));
     }
 
     #[test]
@@ -578,10 +573,12 @@ mod tests {
             Value::Int(1),
             Value::Nil,
             ints(&[1, 2, 3]),
-            ints(&[2, 10, 3, 0, 0, 0]),
-            ints(&[1, -1, 3, 0, 0, 0]),
-            ints(&[1, 1 << 53, 3, 0, 0, 0]),
-            Value::Array(vec![Value::Okay; 6]),
+            // Each figure of a well-sized reply checked on its own.
+            ints(&[2, 10, 3, 0, 0, 0, 0]),
+            ints(&[1, -1, 3, 0, 0, 0, 0]),
+            ints(&[1, 1 << 53, 3, 0, 0, 0, 0]),
+            ints(&[1, 10, 3, 0, 0, 0, 8]),
+            Value::Array(vec![Value::Okay; 7]),
         ] {
             assert!(
                 matches!(

@@ -375,36 +375,40 @@ where
     /// decisions that waited.
     async fn coalesced(
         &self,
-        key: String,
+        mut key: String,
         ask: Ask,
         policy: &RedisPolicy,
     ) -> Result<(Decision, Timestamp), StoreError> {
         let deadline = self.deadline_from_now();
-        let (reply, answer) = oneshot::channel();
-        let waiter = Waiter {
-            key,
-            ask,
-            deadline,
-            reply,
+        let answer = {
+            let mut lanes = self.lanes();
+            let lane = lanes.entry(policy.lane()).or_default();
+            if lane.try_send(self.inner.coalesce) {
+                None
+            } else {
+                let (reply, answer) = oneshot::channel();
+                lane.wait(Waiter {
+                    key: std::mem::take(&mut key),
+                    ask,
+                    deadline,
+                    reply,
+                });
+                Some(answer)
+            }
         };
-        let arrived = self
-            .lanes()
-            .entry(policy.lane())
-            .or_default()
-            .arrive(self.inner.coalesce, waiter);
-        match arrived {
-            Ok(waiter) => {
+        match answer {
+            None => {
                 // Sent now, alone. When it ends (or is dropped), the decisions that waited
                 // meanwhile go out as the lane's next call.
                 let _turn = Turn {
                     store: self,
                     policy,
                 };
-                let keys = [waiter.key];
+                let keys = [key];
                 self.invoke(&keys, ask.op, None, ask.cost, policy, deadline)
                     .await
             }
-            Err(()) => match tokio::time::timeout_at(deadline, answer).await {
+            Some(answer) => match tokio::time::timeout_at(deadline, answer).await {
                 Ok(Ok(result)) => result,
                 // The call carrying it was dropped (the runtime shutting down): it may or
                 // may not have run.
