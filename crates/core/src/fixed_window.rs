@@ -45,7 +45,7 @@ pub struct FixedWindowState {
 
 impl FixedWindow {
     /// `limit` cost units per `window`. Errors if either is zero, if `limit` exceeds
-    /// [`MAX_MICROS`], or if `window` exceeds [`MAX_SPAN`](crate::MAX_SPAN).
+    /// [`MAX_MICROS`](crate::MAX_MICROS), or if `window` exceeds [`MAX_SPAN`](crate::MAX_SPAN).
     pub fn new(limit: u64, window: Micros) -> Result<Self, ConfigError> {
         crate::ensure_nonzero("limit", limit)?;
         crate::ensure_nonzero("window", window.as_micros())?;

@@ -67,7 +67,7 @@ struct View {
 
 impl SlidingCounter {
     /// About `limit` cost units per `window`. Errors if either is zero, if
-    /// `limit × window` exceeds [`MAX_MICROS`], or if `window` exceeds
+    /// `limit × window` exceeds [`MAX_MICROS`](crate::MAX_MICROS), or if `window` exceeds
     /// [`MAX_SPAN`](crate::MAX_SPAN).
     pub fn new(limit: u64, window: Micros) -> Result<Self, ConfigError> {
         crate::ensure_nonzero("limit", limit)?;
