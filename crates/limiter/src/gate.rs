@@ -76,6 +76,9 @@ pub(crate) struct Request<'a> {
     pub capacity: u64,
     pub key: &'a [u8],
     pub cost: u64,
+    /// A peek: asks whether `cost` would be admitted and takes nothing, so no cache
+    /// answers or learns from it, and the local fallback is peeked, not charged.
+    pub peek: bool,
 }
 
 impl<K> Gate<K> {
@@ -102,10 +105,15 @@ impl<K> Gate<K> {
     /// store the breaker keeps away from, or call it.
     pub(crate) fn begin(&self, now: Timestamp, request: Request<'_>) -> Step {
         let Request {
-            slot, key, cost, ..
+            slot,
+            key,
+            cost,
+            peek,
+            ..
         } = request;
-        // A zero cost is a question about the state, which only the store can answer.
-        let cached = cost > 0;
+        // A peek, or a zero cost, is a question about the state, which only the store can
+        // answer: a cached denial or reuse says what an acquire would get, not what is left.
+        let cached = cost > 0 && !peek;
         if let Some(decision) = self
             .deny_cache
             .as_ref()
@@ -153,7 +161,9 @@ impl<K> Gate<K> {
         let why = match reply {
             Reply::Decided(decision) => {
                 self.with_breaker(|b| b.handle_success(now, ticket));
-                if request.cost > 0 {
+                // A peek took nothing: an allowed peek is no reuse to hand out, and a denied
+                // one is already what the next acquire will ask the store about.
+                if request.cost > 0 && !request.peek {
                     self.remember(sent_at, now, request, &decision);
                 }
                 return self.count(Decided {
@@ -247,6 +257,7 @@ impl<K> Gate<K> {
             capacity,
             key,
             cost,
+            peek,
         } = request;
         match self.on_failure {
             FailurePolicy::FailOpen => Decided {
@@ -277,7 +288,12 @@ impl<K> Gate<K> {
             FailurePolicy::LocalFallback { .. } => {
                 // The builder made one fallback limiter per table policy.
                 let limiter = &self.fallback[slot as usize];
-                let decision = match limiter.acquire_at(now, key, cost) {
+                let local = if peek {
+                    limiter.peek_at(now, key, cost)
+                } else {
+                    limiter.acquire_at(now, key, cost)
+                };
+                let decision = match local {
                     Ok(decision) => decision,
                     // The cost fits the policy but not this node's share of it: it cannot
                     // be admitted locally, so deny until the store may be asked again.
@@ -380,6 +396,14 @@ mod tests {
             capacity: 10,
             key: KEY,
             cost,
+            peek: false,
+        }
+    }
+
+    fn peek(cost: u64) -> Request<'static> {
+        Request {
+            peek: true,
+            ..request(cost)
         }
     }
 
@@ -449,6 +473,8 @@ mod tests {
     struct Row {
         label: &'static str,
         at_ms: u64,
+        /// A peek of `cost` rather than an acquire.
+        peek: bool,
         cost: u64,
         /// `Some(reply)`: the gate must call the store, which replies this, `ms` later.
         store: Option<(Reply, u64)>,
@@ -459,12 +485,21 @@ mod tests {
     fn run(gate: &Gate<FakeClock>, rows: Vec<Row>) {
         for row in rows {
             let now = at(row.at_ms);
-            let decided = match row.store {
-                Some((reply, took)) => {
-                    let ticket = call(gate, now, row.cost);
-                    gate.finish(now, at(row.at_ms + took), ticket, request(row.cost), reply)
+            let asked = if row.peek {
+                peek(row.cost)
+            } else {
+                request(row.cost)
+            };
+            let decided = match (row.store, gate.begin(now, asked)) {
+                (Some((reply, took)), Step::Call(ticket)) => {
+                    gate.finish(now, at(row.at_ms + took), ticket, asked, reply)
                 }
-                None => answer(gate, now, row.cost),
+                (None, Step::Answer(decided)) => decided,
+                (store, step) => panic!(
+                    "{}: expected a store call: {}, got {step:?}",
+                    row.label,
+                    store.is_some()
+                ),
             };
             assert_eq!(decided.source, row.source, "{}", row.label);
             assert_eq!(decided.is_allowed(), row.allowed, "{}", row.label);
@@ -476,12 +511,12 @@ mod tests {
     fn a_denial_is_repeated_locally_until_its_retry_after_then_the_store_is_asked_again() {
         let g = gate(FailurePolicy::FailClosed);
         run(&g, vec![
-            Row { label: "the store denies for 100 ms", at_ms: 0, cost: 1, store: Some((Reply::Decided(denied(100)), 1)), source: Source::Store, allowed: false },
+            Row { label: "the store denies for 100 ms", at_ms: 0, peek: false, cost: 1, store: Some((Reply::Decided(denied(100)), 1)), source: Source::Store, allowed: false },
             // Counted from the send (0 ms), not the reply (1 ms).
-            Row { label: "same cost, cached", at_ms: 50, cost: 1, store: None, source: Source::DenyCache, allowed: false },
-            Row { label: "a larger cost, cached too", at_ms: 99, cost: 5, store: None, source: Source::DenyCache, allowed: false },
-            Row { label: "the denial ran out: ask", at_ms: 100, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
-            Row { label: "an admission clears the cache", at_ms: 101, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
+            Row { label: "same cost, cached", at_ms: 50, peek: false, cost: 1, store: None, source: Source::DenyCache, allowed: false },
+            Row { label: "a larger cost, cached too", at_ms: 99, peek: false, cost: 5, store: None, source: Source::DenyCache, allowed: false },
+            Row { label: "the denial ran out: ask", at_ms: 100, peek: false, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
+            Row { label: "an admission clears the cache", at_ms: 101, peek: false, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
         ]);
     }
 
@@ -490,9 +525,60 @@ mod tests {
     fn a_zero_cost_peek_is_never_answered_from_the_cache() {
         let g = gate(FailurePolicy::FailClosed);
         run(&g, vec![
-            Row { label: "denied", at_ms: 0, cost: 1, store: Some((Reply::Decided(denied(100)), 1)), source: Source::Store, allowed: false },
-            Row { label: "peek asks the store", at_ms: 10, cost: 0, store: Some((Reply::Decided(denied(90)), 1)), source: Source::Store, allowed: false },
+            Row { label: "denied", at_ms: 0, peek: false, cost: 1, store: Some((Reply::Decided(denied(100)), 1)), source: Source::Store, allowed: false },
+            Row { label: "peek asks the store", at_ms: 10, peek: false, cost: 0, store: Some((Reply::Decided(denied(90)), 1)), source: Source::Store, allowed: false },
         ]);
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn a_peek_goes_through_the_breaker_but_never_through_the_caches() {
+        let g = gate(FailurePolicy::FailOpen);
+        let timeout = || Some((Reply::Failed(Unavailable::Timeout), 50));
+        run(&g, vec![
+            Row { label: "denied for 100 ms", at_ms: 0, peek: false, cost: 1, store: Some((Reply::Decided(denied(100)), 1)), source: Source::Store, allowed: false },
+            Row { label: "a peek asks the store, not the deny cache", at_ms: 10, peek: true, cost: 1, store: Some((Reply::Decided(denied(90)), 1)), source: Source::Store, allowed: false },
+            Row { label: "an allowed peek", at_ms: 20, peek: true, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
+            Row { label: "left the cached denial as it was", at_ms: 30, peek: false, cost: 1, store: None, source: Source::DenyCache, allowed: false },
+            Row { label: "a peek times out", at_ms: 100, peek: true, cost: 1, store: timeout(), source: Source::FailOpen(Unavailable::Timeout), allowed: true },
+            Row { label: "a second trips the breaker", at_ms: 160, peek: true, cost: 1, store: timeout(), source: Source::FailOpen(Unavailable::Timeout), allowed: true },
+            Row { label: "open: the failure policy answers the peek", at_ms: 220, peek: true, cost: 1, store: None, source: Source::FailOpen(Unavailable::BreakerOpen), allowed: true },
+            Row { label: "half-open: a peek is the probe", at_ms: 310, peek: true, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
+        ]);
+        assert_eq!(g.breaker_state(), BreakerState::Closed);
+    }
+
+    #[test]
+    fn a_peek_answered_by_the_local_fallback_takes_nothing_from_it() {
+        let g = gate(FailurePolicy::LocalFallback {
+            expected_nodes: NonZeroU32::new(4).unwrap(),
+        });
+        // 10 per second over 4 nodes: 2 each. Peeks of the whole share, then of more.
+        let failed = |ms: u64, asked: Request<'static>| match g.begin(at(ms), asked) {
+            Step::Answer(d) => d,
+            Step::Call(ticket) => g.finish(
+                at(ms),
+                at(ms),
+                ticket,
+                asked,
+                Reply::Failed(Unavailable::Timeout),
+            ),
+        };
+        for ms in 0..5 {
+            let d = failed(ms, peek(2));
+            assert!(matches!(d.source, Source::Fallback(_)), "{d:?}");
+            assert!(d.is_allowed(), "{d:?}");
+            assert_eq!(
+                d.decision.remaining, 0,
+                "what is left after the peeked cost"
+            );
+        }
+        let d = failed(5, peek(3));
+        assert!(!d.is_allowed(), "more than the node's share: {d:?}");
+        let admitted: u64 = (6..10)
+            .map(|ms| u64::from(failed(ms, request(1)).is_allowed()))
+            .sum();
+        assert_eq!(admitted, 2, "the peeks took nothing from the share");
     }
 
     #[test]
@@ -501,11 +587,11 @@ mod tests {
         let g = gate(FailurePolicy::FailOpen);
         let timeout = || Some((Reply::Failed(Unavailable::Timeout), 50));
         run(&g, vec![
-            Row { label: "first timeout", at_ms: 0, cost: 1, store: timeout(), source: Source::FailOpen(Unavailable::Timeout), allowed: true },
-            Row { label: "second trips it (open 100 ms)", at_ms: 60, cost: 1, store: timeout(), source: Source::FailOpen(Unavailable::Timeout), allowed: true },
-            Row { label: "open: not called", at_ms: 120, cost: 1, store: None, source: Source::FailOpen(Unavailable::BreakerOpen), allowed: true },
-            Row { label: "half-open: the probe", at_ms: 210, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
-            Row { label: "closed again", at_ms: 212, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
+            Row { label: "first timeout", at_ms: 0, peek: false, cost: 1, store: timeout(), source: Source::FailOpen(Unavailable::Timeout), allowed: true },
+            Row { label: "second trips it (open 100 ms)", at_ms: 60, peek: false, cost: 1, store: timeout(), source: Source::FailOpen(Unavailable::Timeout), allowed: true },
+            Row { label: "open: not called", at_ms: 120, peek: false, cost: 1, store: None, source: Source::FailOpen(Unavailable::BreakerOpen), allowed: true },
+            Row { label: "half-open: the probe", at_ms: 210, peek: false, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
+            Row { label: "closed again", at_ms: 212, peek: false, cost: 1, store: Some((Reply::Decided(allowed()), 1)), source: Source::Store, allowed: true },
         ]);
         assert_eq!(g.breaker_state(), BreakerState::Closed);
         let stats = g.stats();
@@ -519,8 +605,8 @@ mod tests {
         let g = gate(FailurePolicy::FailClosed);
         let refused = || Some((Reply::Failed(Unavailable::Connection), 1));
         run(&g, vec![
-            Row { label: "refused", at_ms: 0, cost: 1, store: refused(), source: Source::FailClosed(Unavailable::Connection), allowed: false },
-            Row { label: "refused, trips", at_ms: 2, cost: 1, store: refused(), source: Source::FailClosed(Unavailable::Connection), allowed: false },
+            Row { label: "refused", at_ms: 0, peek: false, cost: 1, store: refused(), source: Source::FailClosed(Unavailable::Connection), allowed: false },
+            Row { label: "refused, trips", at_ms: 2, peek: false, cost: 1, store: refused(), source: Source::FailClosed(Unavailable::Connection), allowed: false },
         ]);
         // Open from 3 ms for 100 ms: the denial says when the store will be asked.
         let d = answer(&g, at(53), 1);

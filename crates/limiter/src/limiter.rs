@@ -191,6 +191,18 @@ impl<S: Limiter> ResilientLimiter<S> {
             .map(|(decided, _)| decided)
     }
 
+    /// Whether `cost` would be admitted for `key` now, taking nothing: the store's answer,
+    /// never a cache's. Like [`acquire`](Self::acquire) it is bounded by the deadline, goes
+    /// through the circuit breaker and gets the failure policy's answer when the store
+    /// gives none (the local fallback is peeked, not charged).
+    pub async fn peek(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decided, RequestError> {
+        let key = key.as_ref();
+        let index = self.inner.table.classify_index(key);
+        self.decide(None, index, key, cost, StoreOp::Peek)
+            .await
+            .map(|(decided, _)| decided)
+    }
+
     /// [`acquire`](Self::acquire) under the policy named `policy`, whatever the key's
     /// prefix. Errors also if the table has no such policy.
     pub async fn acquire_as(
@@ -288,6 +300,7 @@ impl<S: Limiter> ResilientLimiter<S> {
                 capacity,
                 key,
                 cost,
+                peek: matches!(op, StoreOp::Peek),
             };
             let (decided, stamp) = inner.decide(now, index, request, op).await?;
             tracing::debug!(
@@ -344,6 +357,11 @@ impl<S: Limiter> Shared<S> {
                 StoreOp::Acquire => self
                     .store
                     .acquire(store_now, policy, key, cost)
+                    .await
+                    .map(|decision| (decision, None)),
+                StoreOp::Peek => self
+                    .store
+                    .peek(store_now, policy, key, cost)
                     .await
                     .map(|decision| (decision, None)),
                 StoreOp::RateDirect => match self
@@ -567,21 +585,20 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
         self.inner.refund_held(now, policy.0, key, amount, stamp)
     }
 
-    fn peek(
+    /// The store's peek through the gate: deadline, breaker and failure policy as for
+    /// [`acquire`](Limiter::acquire), no cache (a peek takes nothing), and the local fallback
+    /// is peeked, not charged.
+    async fn peek(
         &self,
         now: Option<Timestamp>,
         policy: &TablePolicy,
         key: &[u8],
         cost: u64,
-    ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
-        // A peek goes to the store uncached; a failure is answered like any other.
-        let store_now = now.or_else(|| {
-            (self.inner.time_source == TimeSource::LocalClock).then(|| self.inner.clock.now())
-        });
-        async move {
-            let prepared = &self.inner.prepared[policy.0];
-            self.inner.store.peek(store_now, prepared, key, cost).await
-        }
+    ) -> Result<Decision, DecideError> {
+        self.decide(now, policy.0, key, cost, StoreOp::Peek)
+            .await
+            .map(|(decided, _)| decided.decision)
+            .map_err(decide_error)
     }
 
     fn refund(
@@ -625,6 +642,8 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
 enum StoreOp {
     /// [`Limiter::acquire`].
     Acquire,
+    /// [`Limiter::peek`]: nothing taken, nothing cached.
+    Peek,
     /// [`Limiter::acquire_held`] with this hold.
     Held(Micros),
     /// [`Limiter::share_rate`] with [`RateOp::Direct`]: a token bucket leased as rate.

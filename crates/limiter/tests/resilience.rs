@@ -268,6 +268,13 @@ async fn a_killed_redis_falls_back_to_exactly_the_local_share() {
         .metrics()
         .num_alive_tasks();
     kill(&mut server);
+    // A peek while Redis is away: the local share answers it, and it takes nothing.
+    let started = Instant::now();
+    let peek = limiter.peek("k", 25).await.expect("a valid request");
+    assert!(started.elapsed() <= DEADLINE + MARGIN, "{peek:?}");
+    assert!(matches!(peek.source, Source::Fallback(_)), "{peek:?}");
+    assert!(peek.is_allowed(), "{peek:?}");
+    assert_eq!(peek.decision.remaining, 0, "what the share keeps after 25");
     let outage = outage(&limiter, "k", 60).await;
     let admitted = outage.decisions.iter().filter(|d| d.is_allowed()).count();
     assert_eq!(admitted, 25, "exactly ⌊100 / 4⌋ admitted locally");
@@ -283,11 +290,14 @@ async fn a_killed_redis_falls_back_to_exactly_the_local_share() {
     // Another key has its own share.
     assert!(timed(&limiter, "other", 25).await.is_allowed());
     let stats = limiter.stats();
-    assert_eq!(stats.fallback.allowed, 26);
+    assert_eq!(
+        stats.fallback.allowed, 27,
+        "the peek, 25 in the outage, the other key"
+    );
     assert_eq!(stats.fallback.denied, 36);
     assert_eq!(stats.store.allowed, 10);
     let base = Duration::from_millis(100);
-    assert_calls_stopped_and_nothing_piled_up(&limiter, 10, 3, base, &outage, 62, tasks_before);
+    assert_calls_stopped_and_nothing_piled_up(&limiter, 10, 3, base, &outage, 63, tasks_before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -219,8 +219,9 @@ impl<L: Limiter> RateLimitLayerBuilder<L> {
     }
 
     /// The answer when the limiter gives no decision within the deadline (default 503).
-    /// Over a `rein::ResilientLimiter` its failure policy answers first; this applies to
-    /// what still fails (peeks, which it sends to the store directly, and the deadline).
+    /// Over a `rein::ResilientLimiter` its failure policy answers first, for acquires and
+    /// peeks alike; this applies to what still fails (a limiter without a failure policy,
+    /// or this layer's own deadline).
     pub fn on_unavailable(mut self, answer: Answer) -> Self {
         self.on_unavailable = answer;
         self

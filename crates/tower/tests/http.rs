@@ -218,21 +218,22 @@ policy = "api"
         );
         assert!(response.headers.contains_key("retry-after"));
         assert_within_deadline(&response, round);
-        // ... and a peek, which goes to the store directly, gets the layer's answer: the
-        // default 503, or "pass" where configured.
+        // ... and a peek alike: it goes through the same deadline, breaker and failure
+        // policy (`on_unavailable = "pass"` is for what the limiter leaves unanswered).
         let response = send(&client, open, "/api/quota", &[]).await;
         assert_eq!(
             response.status,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "peek, round {round}"
+            StatusCode::OK,
+            "peek, fail open, round {round}"
         );
         assert_within_deadline(&response, round);
         let response = send(&client, closed, "/api/quota", &[]).await;
         assert_eq!(
             response.status,
-            StatusCode::OK,
-            "peek passed, round {round}"
+            StatusCode::TOO_MANY_REQUESTS,
+            "peek, fail closed, round {round}"
         );
+        assert!(response.headers.contains_key("retry-after"));
         assert_within_deadline(&response, round);
     }
 }
