@@ -353,7 +353,12 @@ impl RateBook {
         admit
     }
 
-    /// Take `seq` for `lease`: its demand since the last take, per second.
+    /// Take `seq` for `lease`: its demand since the last take, per second, measured over at
+    /// least one renewal interval. A key's first take leaves with the request that created
+    /// it, so its own span is 0: a rate over it would claim about `cost × 10⁶` per second and,
+    /// until the next renewal, shrink every other node's share for a guess. Over an interval
+    /// a new key starts modestly (more of its requests go direct for one interval, which is
+    /// exact), and a burst shorter than an interval is not extrapolated.
     fn take(
         config: LeaseConfig,
         node: u64,
@@ -361,7 +366,11 @@ impl RateBook {
         now: Timestamp,
         lease: &mut RateLease,
     ) -> TakeRequest {
-        let elapsed = now.saturating_since(lease.asked_since).as_micros().max(1);
+        let elapsed = now
+            .saturating_since(lease.asked_since)
+            .max(config.renew_interval)
+            .as_micros()
+            .max(1);
         let per_second = u128::from(lease.asked) * 1_000_000 / u128::from(elapsed);
         let demand = u64::try_from(per_second)
             .unwrap_or(u64::MAX)
@@ -529,6 +538,9 @@ mod tests {
         let (key, take) = take_of(&mut b);
         assert_eq!((take.node, take.held, take.seq), (9, 0, 1));
         assert_eq!(take.validity, Micros::from_millis(300));
+        // One token, measured over one renewal interval (100 ms), not over the 0 µs since
+        // the key appeared (which would claim 10⁶ per second).
+        assert_eq!(take.demand, 10);
         // In flight: still direct, no second take (single flight).
         assert_eq!(
             b.handle_request(ms(1), KEY, 1, &s),
