@@ -23,8 +23,9 @@
 --
 -- State: one string per limit, its integers joined by ':': 'tat:tat_units' (or 'tat' when
 -- tat_units is 0),
--- 'window_start:count', 'window_start:current:previous', and for a sliding log its entries
--- oldest first, 'at:cost' joined by ','. Read with GET, written with `SET ... PX`.
+-- 'window_start:count', 'window_start:current:previous', and for a sliding log a header
+-- 'total:newest_at:newest_cost|' then its entries oldest first, 'at:cost' joined by ','
+-- (key format v3). Read with GET, written with `SET ... PX`.
 --
 -- Reply: { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us,
 -- limit_index } where limit_index (0-based) is the limit whose limit and remaining are
@@ -389,7 +390,15 @@ for k = 1, n do
     local ats, costs, starts = {}, {}, {}
     local m, total = 0, 0
     if stored then
-      local p, len = 1, #stored
+      -- The header '<total>:<newest_at>:<newest_cost>|' (single_sliding_log.lua reads
+      -- only it and the entries leaving the window; here every entry is read and the
+      -- header checked against them).
+      local _, e, h_total, h_at, h_cost = string.find(stored, '^(%d+):(%d+):(%d+)|')
+      local len = #stored
+      if e == nil or e == len or string.byte(stored, len) == 44 then
+        error({ err = 'REIN corrupt sliding log state' })
+      end
+      local p = e + 1
       while p <= len do
         local _, e, a, c = string.find(stored, '^(%d+):(%d+),?', p)
         if e == nil then
@@ -404,7 +413,7 @@ for k = 1, n do
         total = total + c
         p = e + 1
       end
-      if total > MAX then
+      if total > MAX or total ~= h_total + 0 or ats[m] ~= h_at + 0 or costs[m] ~= h_cost + 0 then
         error({ err = 'REIN corrupt sliding log state' })
       end
     end
@@ -450,7 +459,10 @@ for k = 1, n do
       for j = 1, m do
         parts[j] = string.format('%d:%d', ats[j], costs[j])
       end
-      value = table.concat(parts, ',')
+      value = ''
+      if m > 0 then
+        value = string.format('%d:%d:%d|', total, ats[m], costs[m]) .. table.concat(parts, ',')
+      end
     end
     local expired, live = 0, total
     while expired < m and ats[expired + 1] + window <= now do
@@ -470,13 +482,10 @@ for k = 1, n do
       end
       if acquire then
         if expired < m and ats[m] < stamp then
-          value = string.sub(stored, starts[expired + 1])
-          if string.sub(value, -1) ~= ',' then
-            value = value .. ','
-          end
-          value = value .. string.format('%d:%d', stamp, cost)
+          value = string.format('%d:%d:%d|%s,%d:%d', live + cost, stamp, cost,
+            string.sub(stored, starts[expired + 1]), stamp, cost)
         elseif expired == m then
-          value = string.format('%d:%d', stamp, cost)
+          value = string.format('%d:%d:%d|%d:%d', cost, stamp, cost, stamp, cost)
         else
           local parts, placed = {}, false
           for j = expired + 1, m do
@@ -490,7 +499,9 @@ for k = 1, n do
             end
             parts[#parts + 1] = string.format('%d:%d', ats[j], costs[j])
           end
-          value = table.concat(parts, ',')
+          -- The stamp is at or before the newest entry, which stays last.
+          value = string.format('%d:%d:%d|', live + cost, ats[m], costs[m])
+            .. table.concat(parts, ',')
         end
       end
     else

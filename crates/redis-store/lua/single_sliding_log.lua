@@ -10,10 +10,14 @@
 --          key, in order: op ('acquire', 'peek', 'refund', 'hold', 'settle') and cost (or
 --          refund amount), and for 'hold' and 'settle' a third: the hold (µs; the units are
 --          stamped at now + hold) or the stamp to give units back from.
--- State    a string of `LogEntry`s oldest first, '<at>:<cost>' joined by ',', written with
---          its TTL in the same SET; an empty log is no key. One string is one GET and
---          one SET, where a sorted set of timestamps costs a ZRANGE (or ZREMRANGEBYSCORE
---          and ZCARD), a ZADD and a PEXPIRE, and more memory per entry.
+-- State    a header '<total>:<newest_at>:<newest_cost>|', then the `LogEntry`s oldest
+--          first, '<at>:<cost>' joined by ',' (key format v3), written with its TTL in the
+--          same SET; an empty log is no key. With the total and the newest entry in the
+--          header, an admission reads only the entries that leave the window and appends with
+--          one string.sub; only a denial (its wait), a refund, or a held stamp placed before a
+--          later one reads further. One string is one GET and one SET, where a sorted set of
+--          timestamps costs a ZRANGE (or ZREMRANGEBYSCORE and ZCARD), a ZADD and a PEXPIRE,
+--          and more memory per entry.
 -- Reply    { now_us, then per decision: allowed (1 or 0), remaining, retry_after_us,
 --          reset_after_us }, with per-decision errors as in single_token_bucket.lua.
 
@@ -78,161 +82,226 @@ if n < 1 or i ~= #ARGV + 1 then
   error({ err = 'REIN expected 4 arguments and 2 per key (3 to hold or settle)' })
 end
 
+local CORRUPT = { err = 'REIN corrupt sliding log state' }
+
+-- The entry at byte `p` of `stored`: its instant, its cost, and where the next one starts;
+-- nil unless it is well formed (integers up to MAX, a cost of at least 1).
+local function entry_at(stored, p)
+  local _, e, a, c = string.find(stored, '^(%d+):(%d+),?', p)
+  if e == nil then
+    return nil
+  end
+  a, c = a + 0, c + 0
+  if a > MAX or c == 0 or c > MAX then
+    return nil
+  end
+  return a, c, e + 1
+end
+
+-- The entries of `stored` from byte `p` to its end: their instants and costs, their count and
+-- sum, as SlidingLogState::from_entries accepts them (increasing instants after `after`);
+-- nil if they are not.
+local function entries(stored, p, after)
+  local ats, costs, m, sum, len = {}, {}, 0, 0, #stored
+  while p <= len do
+    local a, c, next_p = entry_at(stored, p)
+    if a == nil or a <= after then
+      return nil
+    end
+    m = m + 1
+    ats[m], costs[m], sum, after, p = a, c, sum + c, a, next_p
+  end
+  return ats, costs, m, sum
+end
+
+-- The stored string of entries `from` to `m`: the header, then the entries; '' for none.
+local function render(ats, costs, from, m)
+  if m < from then
+    return ''
+  end
+  local parts, sum = {}, 0
+  for j = from, m do
+    parts[#parts + 1] = string.format('%d:%d', ats[j], costs[j])
+    sum = sum + costs[j]
+  end
+  return string.format('%d:%d:%d|', sum, ats[m], costs[m]) .. table.concat(parts, ',')
+end
+
 -- One decision: the figures, or an error table (nothing written).
 local function decide(key, op, cost, extra)
-  local settle = op == 'settle'
-  local refund = op == 'refund' or settle
-  -- The entries: `at` and `cost` of each, and where each starts in the stored string, so an
-  -- admission that expires a prefix keeps the rest with one `string.sub`.
   local stored = redis.pcall('GET', key)
   if type(stored) == 'table' then
     return stored
   end
-  local ats, costs, starts = {}, {}, {}
-  local n, total = 0, 0
+  -- The header: the log's total cost and its newest entry, so that a decision reads only the
+  -- entries that leave the window (and, to deny, those it must wait for).
+  local total, newest, newest_cost, first, len = 0, nil, 0, 1, 0
   if stored then
-    local i, len = 1, #stored
-    while i <= len do
-      local _, e, a, c = string.find(stored, '^(%d+):(%d+),?', i)
-      if e == nil then
-        return { err = 'REIN corrupt sliding log state' }
-      end
-      a, c = a + 0, c + 0
-      -- As SlidingLogState::from_entries: increasing instants, non-zero costs.
-      if a > MAX or c > MAX or c == 0 or (n > 0 and a <= ats[n]) then
-        return { err = 'REIN corrupt sliding log state' }
-      end
-      n = n + 1
-      ats[n], costs[n], starts[n] = a, c, i
-      total = total + c
-      i = e + 1
+    local _, e, t, a, c = string.find(stored, '^(%d+):(%d+):(%d+)|')
+    if e == nil then
+      return CORRUPT
     end
-    if total > MAX then
-      return { err = 'REIN corrupt sliding log state' }
+    total, newest, newest_cost, first, len = t + 0, a + 0, c + 0, e + 1, #stored
+    -- A stored log has an entry, and no trailing ','.
+    if total > MAX or newest > MAX or newest_cost == 0 or newest_cost > total or first > len
+        or string.byte(stored, len) == 44 then
+      return CORRUPT
     end
   end
 
-  -- Decisions count every entry stamped after now - window, future stamps (leases)
-  -- included. stamp_at: a plain admission is stamped never before the newest entry; a held
-  -- one at now + hold, in order among the entries.
-  local stamp = now
-  if op == 'hold' then
-    stamp = math.min(now + extra, MAX)
-  elseif n > 0 and ats[n] > now then
-    stamp = ats[n]
-  end
-
-  local write = false
-  -- Set when the entries change other than by appending: the value is rebuilt from them.
-  local rebuild = false
-  if refund then
-    local amount = cost
-    if settle then
-      -- SlidingLog::refund_held: up to `amount` from the entry at the stamp, nothing else.
-      for j = 1, n do
+  local value = nil
+  local live, allowed, remaining, retry_after = 0, 1, 0, 0
+  if op == 'refund' or op == 'settle' then
+    -- Refunds rewrite entries anywhere in the log (expired ones are kept, as rein-core
+    -- keeps them until an admission drops them): all of it is read.
+    local ats, costs, m = {}, {}, 0
+    if stored then
+      local sum
+      ats, costs, m, sum = entries(stored, first, -1)
+      if ats == nil or sum ~= total or ats[m] ~= newest or costs[m] ~= newest_cost then
+        return CORRUPT
+      end
+    end
+    local changed = false
+    if op == 'settle' then
+      -- SlidingLog::refund_held: up to `cost` from the entry at the stamp, nothing else.
+      for j = 1, m do
         if ats[j] == extra then
-          local taken = math.min(amount, costs[j])
+          local taken = math.min(cost, costs[j])
           costs[j] = costs[j] - taken
-          total = total - taken
-          write = taken > 0
+          changed = taken > 0
           if costs[j] == 0 then
             table.remove(ats, j)
             table.remove(costs, j)
-            n = n - 1
+            m = m - 1
           end
           break
         end
       end
     else
-      -- SlidingLog::refund: removes up to `amount` of the newest admissions in the window.
-      while amount > 0 and n > 0 and ats[n] + window > now do
-        local taken = math.min(amount, costs[n])
-        costs[n] = costs[n] - taken
-        total = total - taken
+      -- SlidingLog::refund: removes up to `cost` of the newest admissions in the window.
+      local amount = cost
+      while amount > 0 and m > 0 and ats[m] + window > now do
+        local taken = math.min(amount, costs[m])
+        costs[m] = costs[m] - taken
         amount = amount - taken
-        write = true
-        if costs[n] == 0 then
-          n = n - 1
+        changed = true
+        if costs[m] == 0 then
+          m = m - 1
         end
       end
     end
-    rebuild = write
-    -- The figures are those of a zero-cost peek after the refund.
-    cost = 0
-  end
-
-  -- SlidingLog::decide: expired entries lead the log.
-  local expired, live = 0, total
-  while expired < n and ats[expired + 1] + window <= now do
-    expired = expired + 1
-    live = live - costs[expired]
-  end
-  local remaining = math.max(limit - live, 0)
-  local allowed, retry_after = 0, 0
-  -- newest_end: the newest entry (or this admission, if later) leaves the window.
-  local newest = nil
-  if n > 0 then
-    newest = ats[n]
-  end
-  if cost <= remaining then
-    allowed = 1
-    remaining = remaining - cost
-    if cost > 0 and (newest == nil or stamp > newest) then
-      newest = stamp
+    if changed then
+      value = render(ats, costs, 1, m)
     end
+    -- The figures are those of a zero-cost peek after the refund.
+    newest = nil
+    for j = 1, m do
+      if ats[j] + window > now then
+        live = live + costs[j]
+      end
+      newest = ats[j]
+    end
+    remaining = math.max(limit - live, 0)
   else
-    -- Walk the live entries oldest first until enough cost has left the window.
-    local still_in = live
-    for i = expired + 1, n do
-      still_in = still_in - costs[i]
-      if still_in + cost <= limit then
-        retry_after = math.min(ats[i] + window - now, MAX)
+    -- SlidingLog::decide: expired entries lead the log. `p` ends at the oldest live entry.
+    local p, prev, prev_cost, oldest = first, -1, 0, nil
+    live = total
+    while p <= len do
+      local a, c, next_p = entry_at(stored, p)
+      if a == nil or a > newest or c > live or a <= prev then
+        return CORRUPT
+      end
+      if a + window > now then
+        oldest = a
         break
+      end
+      live, prev, prev_cost, p = live - c, a, c, next_p
+    end
+    -- Every entry left: they held the whole total, the last one the newest.
+    if stored and oldest == nil and (live ~= 0 or prev ~= newest or prev_cost ~= newest_cost) then
+      return CORRUPT
+    end
+
+    -- Counted from now - window, future stamps (leases) included. stamp_at: a plain
+    -- admission is stamped never before the newest entry; a held one at now + hold, in order
+    -- among the entries.
+    local stamp = now
+    if op == 'hold' then
+      stamp = math.min(now + extra, MAX)
+    elseif newest ~= nil and newest > now then
+      stamp = newest
+    end
+    remaining = math.max(limit - live, 0)
+    if cost <= remaining then
+      remaining = remaining - cost
+      if cost > 0 and op ~= 'peek' then
+        local sum = live + cost
+        if oldest == nil then
+          value = string.format('%d:%d:%d|%d:%d', sum, stamp, cost, stamp, cost)
+        elseif stamp > newest then
+          -- The live suffix as stored, then the new entry: every plain admission's case.
+          value = string.format('%d:%d:%d|%s,%d:%d', sum, stamp, cost, string.sub(stored, p),
+            stamp, cost)
+        elseif stamp == newest then
+          -- Merged with the newest entry, the last of the string.
+          local tail = string.format('%d:%d', newest, newest_cost)
+          local at = len - #tail + 1
+          if at < p or string.sub(stored, at) ~= tail then
+            return CORRUPT
+          end
+          value = string.format('%d:%d:%d|%s%d:%d', sum, newest, newest_cost + cost,
+            string.sub(stored, p, at - 1), newest, newest_cost + cost)
+        else
+          -- A held stamp before a later entry: placed in order among the live entries.
+          local ats, costs, m, live_sum = entries(stored, p, prev)
+          if ats == nil or live_sum ~= live or ats[m] ~= newest or costs[m] ~= newest_cost then
+            return CORRUPT
+          end
+          for j = 1, m do
+            if ats[j] >= stamp then
+              if ats[j] == stamp then
+                costs[j] = costs[j] + cost
+              else
+                table.insert(ats, j, stamp)
+                table.insert(costs, j, cost)
+                m = m + 1
+              end
+              break
+            end
+          end
+          value = render(ats, costs, 1, m)
+        end
+      end
+      -- The figures are those after the admission, a peek's too.
+      if cost > 0 and (newest == nil or stamp > newest) then
+        newest = stamp
+      end
+    else
+      allowed = 0
+      -- Walk the live entries oldest first until enough cost has left the window.
+      local still_in = live
+      while p <= len do
+        local a, c, next_p = entry_at(stored, p)
+        if a == nil then
+          return CORRUPT
+        end
+        still_in = still_in - c
+        if still_in + cost <= limit then
+          retry_after = math.min(a + window - now, MAX)
+          break
+        end
+        p = next_p
       end
     end
   end
+  -- newest_end: the newest entry (or this admission, if later) leaves the window.
   local reset_after = 0
   if newest ~= nil and newest + window > now then
     reset_after = math.min(newest + window - now, MAX)
   end
 
-  local value = nil
-  if allowed == 1 and cost > 0 and (op == 'acquire' or op == 'hold') then
-    write = true
-    if expired < n and ats[n] < stamp then
-      -- The live suffix as stored, then the new entry: every plain admission's case.
-      value = string.sub(stored, starts[expired + 1])
-      if string.sub(value, -1) ~= ',' then
-        value = value .. ','
-      end
-      value = value .. string.format('%d:%d', stamp, cost)
-    elseif expired == n then
-      value = string.format('%d:%d', stamp, cost)
-    else
-      -- Merged with an entry at the same microsecond, or placed before a later stamp.
-      local parts, placed = {}, false
-      for i = expired + 1, n do
-        if not placed and ats[i] >= stamp then
-          placed = true
-          if ats[i] == stamp then
-            costs[i] = costs[i] + cost
-          else
-            parts[#parts + 1] = string.format('%d:%d', stamp, cost)
-          end
-        end
-        parts[#parts + 1] = string.format('%d:%d', ats[i], costs[i])
-      end
-      value = table.concat(parts, ',')
-    end
-  elseif rebuild then
-    local parts = {}
-    for i = 1, n do
-      parts[i] = string.format('%d:%d', ats[i], costs[i])
-    end
-    value = table.concat(parts, ',')
-  end
-
-  if write then
+  if value ~= nil then
     -- The key lives until its newest entry leaves the window (rounded up to ms), or min_ttl
     -- if longer; an empty log, or one with no TTL left, is deleted.
     local ttl = reset_after + 999

@@ -1,7 +1,8 @@
-//! Key layout: `<prefix>:v2:{<sha1 of the user key>}:<policy>:<index>:<tag>`.
+//! Key layout: `<prefix>:v3:{<sha1 of the user key>}:<policy>:<index>:<tag>`.
 //!
-//! `v2` is the version of the state format: one string per limit (`GET`, `SET ... PX`).
-//! Version 1 (no version in the key) kept hashes and sorted sets. A script never reads a
+//! `v3` is the version of the state format: one string per limit (`GET`, `SET ... PX`), a
+//! sliding log's with a header of its total and newest entry. Version 2 had no such header;
+//! version 1 (no version in the key) kept hashes and sorted sets. A script never reads a
 //! key of another version, so old and new clients can run side by side during an upgrade,
 //! each counting in its own keys (docs/redis.md, "Upgrading").
 //!
@@ -69,7 +70,7 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
 
 /// The state format's version, between the prefix and the hash tag. Bump it whenever any
 /// script stores a state another version would misread.
-const KEY_VERSION: &str = ":v2";
+const KEY_VERSION: &str = ":v3";
 
 /// The longest key prefix: it is repeated in every key.
 const MAX_PREFIX_LEN: usize = 64;
@@ -96,8 +97,8 @@ mod tests {
         assert_eq!(
             keys,
             [
-                format!("rein:v2:{{{tag}}}:api:0:tb"),
-                format!("rein:v2:{{{tag}}}:api:1:sl")
+                format!("rein:v3:{{{tag}}}:api:0:tb"),
+                format!("rein:v3:{{{tag}}}:api:1:sl")
             ]
         );
     }

@@ -50,7 +50,7 @@
 //! `SET ... PX` per written limit ([`SCRIPTS`]; docs/redis.md, docs/performance.md).
 //!
 //! Other choices, each explained in docs/redis.md: `now` comes from Redis's `TIME` by
-//! default (one clock for all servers); keys are `prefix:v2:{sha1(user key)}:policy:i:algo`,
+//! default (one clock for all servers); keys are `prefix:v3:{sha1(user key)}:policy:i:algo`,
 //! so one policy's keys share a Cluster slot; every written key expires when its limit is
 //! full again; a call that timed out is never replayed, because it may have run.
 //!

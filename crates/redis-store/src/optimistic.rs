@@ -24,7 +24,7 @@
 //!
 //! # Stored state
 //!
-//! The Lua store's own keys and values (key format `v2`: one string per limit, `GET` and
+//! The Lua store's own keys and values (key format `v3`: one string per limit, `GET` and
 //! `SET … PX`), read with the same decoder and written in the same format
 //! (`optimistic/codec.rs`). Both stores can therefore decide on the same keys at once: a
 //! script's write touches a watched key like any other, so a transaction that raced a

@@ -1,11 +1,12 @@
 //! Reading stored state back into rein-core's types, as `RedisStore::state` does.
 //!
-//! The layout is the one the scripts write (key format `v2`): one string per limit, its
+//! The layout is the one the scripts write (key format `v3`): one string per limit, its
 //! integers in decimal joined by `:`. A token bucket is `<tat>:<tat_units>` (or `<tat>` when
 //! `tat_units` is 0), a fixed window
 //! `<window_start>:<count>`, a sliding counter `<window_start>:<current>:<previous>`, and a
-//! sliding log its entries oldest first, `<at>:<cost>` joined by `,`. A missing key reads as
-//! each state's default (a full limit, an empty log).
+//! sliding log a header `<total>:<newest_at>:<newest_cost>|` then its entries oldest first,
+//! `<at>:<cost>` joined by `,`. A missing key reads as each state's default (a full limit, an
+//! empty log).
 
 use redis::{Pipeline, Value};
 use rein_core::{
@@ -78,24 +79,39 @@ fn decode_limit(limit: &Limit, reply: Value) -> Result<LimitState, String> {
                 previous,
             })
         }
-        Limit::SlidingLog(_) => {
-            let entries = stored
-                .unwrap_or("")
-                .split(',')
-                .filter(|entry| !entry.is_empty())
-                .map(|entry| {
-                    let [at, cost] = integers(Some(entry))?;
-                    Ok(LogEntry {
-                        at: Timestamp::from_micros(at),
-                        cost,
-                    })
-                })
-                .collect::<Result<Vec<_>, String>>()?;
-            LimitState::SlidingLog(
-                SlidingLogState::from_entries(entries).map_err(|e| format!("sliding log: {e}"))?,
-            )
-        }
+        Limit::SlidingLog(_) => LimitState::SlidingLog(sliding_log(stored)?),
     })
+}
+
+/// A sliding log: the header `<total>:<newest_at>:<newest_cost>|`, then the entries oldest
+/// first, `<at>:<cost>` joined by `,`, the header checked against them; an empty log for a
+/// missing key.
+fn sliding_log(stored: Option<&str>) -> Result<SlidingLogState, String> {
+    let Some(stored) = stored else {
+        return Ok(SlidingLogState::default());
+    };
+    let (header, list) = stored
+        .split_once('|')
+        .ok_or_else(|| format!("{stored:?}: no header"))?;
+    let [total, newest_at, newest_cost] = integers(Some(header))?;
+    let entries = list
+        .split(',')
+        .map(|entry| {
+            let [at, cost] = integers(Some(entry))?;
+            Ok(LogEntry {
+                at: Timestamp::from_micros(at),
+                cost,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let sum = entries
+        .iter()
+        .try_fold(0u64, |sum, e| sum.checked_add(e.cost));
+    let newest = entries.last().map(|e| (e.at.as_micros(), e.cost));
+    if sum != Some(total) || newest != Some((newest_at, newest_cost)) {
+        return Err(format!("{stored:?}: the header does not match the entries"));
+    }
+    SlidingLogState::from_entries(entries).map_err(|e| format!("sliding log: {e}"))
 }
 
 /// `N` decimal integers joined by `:`, each no larger than `MAX_MICROS`, as the scripts
@@ -120,4 +136,28 @@ fn integers<const N: usize>(stored: Option<&str>) -> Result<[u64; N], String> {
         return Err(format!("{stored:?}: too many fields"));
     }
     Ok(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sliding_log_is_read_only_with_a_header_that_matches_its_entries() {
+        let log = sliding_log(Some("3:9:1|5:2,9:1")).expect("a v3 log");
+        let entries: Vec<_> = log.entries().map(|e| (e.at.as_micros(), e.cost)).collect();
+        assert_eq!(entries, [(5, 2), (9, 1)]);
+        assert_eq!(sliding_log(None), Ok(SlidingLogState::default()));
+        for (stored, why) in [
+            ("5:2,9:1", "no header (key format v2)"),
+            ("4:9:1|5:2,9:1", "a total the entries do not sum to"),
+            ("3:5:2|5:2,9:1", "a newest entry that is not the last"),
+            ("3:9:2|5:2,9:1", "the newest entry's cost"),
+            ("0:0:0|", "a header without entries"),
+            ("3:9:1|5:2,9:1,", "a trailing ','"),
+            ("3:9:1|9:1,5:2", "entries out of order"),
+        ] {
+            assert!(sliding_log(Some(stored)).is_err(), "{why}: {stored:?} read");
+        }
+    }
 }

@@ -1,10 +1,10 @@
 //! The optimistic store's Redis commands and stored values: pure encoding and decoding, no
 //! I/O.
 //!
-//! The values are the Lua scripts' own (key format `v2`, `state.rs`): one string per limit,
+//! The values are the Lua scripts' own (key format `v3`, `state.rs`): one string per limit,
 //! its integers in decimal joined by `:` (`<tat>:<tat_units>`, `<window_start>:<count>`,
-//! `<window_start>:<current>:<previous>`), or a sliding log's entries `<at>:<cost>` joined
-//! by `,`. Reading goes through `state.rs`, the decoder the Lua store's `state` uses;
+//! `<window_start>:<current>:<previous>`), or a sliding log's header
+//! `<total>:<newest_at>:<newest_cost>|` and its entries `<at>:<cost>` joined by `,`. Reading goes through `state.rs`, the decoder the Lua store's `state` uses;
 //! writing is [`encode_value`], the Rust half of each script's `encode`. Sharing the format
 //! lets both stores decide on the same keys: a script's `SET` touches a watched key like any
 //! other write, so a transaction racing a script aborts and retries.
@@ -65,14 +65,19 @@ pub(crate) fn encode_value(state: &LimitState) -> Option<String> {
             s.previous
         ),
         LimitState::SlidingLog(s) => {
+            // The header: the total cost and the newest entry (the last, oldest first).
+            let newest = s.entries().last()?;
+            let total: u64 = s.entries().map(|e| e.cost).sum();
             let entries: Vec<String> = s
                 .entries()
                 .map(|e| format!("{}:{}", e.at.as_micros(), e.cost))
                 .collect();
-            if entries.is_empty() {
-                return None;
-            }
-            entries.join(",")
+            format!(
+                "{total}:{}:{}|{}",
+                newest.at.as_micros(),
+                newest.cost,
+                entries.join(",")
+            )
         }
     })
 }
@@ -185,7 +190,10 @@ mod tests {
             LimitState::SlidingLog(log),
         ];
         let values: Vec<_> = states.iter().map(|s| encode_value(s).unwrap()).collect();
-        assert_eq!(values, ["42:7", "1000000:3", "2000000:1:4", "5:2,9:1"]);
+        assert_eq!(
+            values,
+            ["42:7", "1000000:3", "2000000:1:4", "3:9:1|5:2,9:1"]
+        );
         let replies = values.iter().map(|v| bulk(v)).collect();
         let (state, now) = decode_read(&policy(), replies, false).unwrap();
         assert_eq!(now, None);
