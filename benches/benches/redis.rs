@@ -93,8 +93,8 @@ fn main() {
     let tolerance = bucket.capacity() * units_per_token;
     // The same KEYS and ARGV the store sends for one decision: now ('' = TIME), min_ttl,
     // the parameters RedisPolicy precomputes for the lean script, then the operation and
-    // cost (v2 key layout).
-    let script_args: Vec<String> = ["1", "rein:v2:{__rand_int__}:bench:0:tb", "", "0"]
+    // cost (v3 key layout).
+    let script_args: Vec<String> = ["1", "rein:v3:{__rand_int__}:bench:0:tb", "", "0"]
         .iter()
         .map(|s| s.to_string())
         .chain(

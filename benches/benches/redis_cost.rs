@@ -103,9 +103,9 @@ fn main() {
         v.extend(["acquire", "1"].map(str::to_owned));
         v
     };
-    let tb_key = "rein:v2:{__rand_int__}:b:0:tb";
-    let fw_key = "rein:v2:{__rand_int__}:b:0:fw";
-    let sl_key = "rein:v2:{__rand_int__}:b:0:sl";
+    let tb_key = "rein:v3:{__rand_int__}:b:0:tb";
+    let fw_key = "rein:v3:{__rand_int__}:b:0:fw";
+    let sl_key = "rein:v3:{__rand_int__}:b:0:sl";
     let rein_tb = args(tb_key, &[&capacity, &upt, &upm, &tol_us, &tol_units]);
     let rein_fw = args(fw_key, &[window_limit, window_us]);
     // The same with the caller's clock (µs), as the naive "client now" rows take it.
@@ -175,19 +175,19 @@ fn main() {
             "token bucket",
             rein["token_bucket"].as_str(),
             &rein_tb,
-            "rein:v2:{1}:b:0:tb",
+            "rein:v3:{1}:b:0:tb",
         ),
         (
             "token bucket, client now",
             rein["token_bucket"].as_str(),
             &rein_tb_client,
-            "rein:v2:{1}:b:0:tb",
+            "rein:v3:{1}:b:0:tb",
         ),
         (
             "token bucket, generic policy script",
             rein["policy"].as_str(),
             &rein_tb_generic,
-            "rein:v2:{1}:b:0:tb",
+            "rein:v3:{1}:b:0:tb",
         ),
         (
             "naive token bucket",
@@ -205,13 +205,13 @@ fn main() {
             "fixed window",
             rein["fixed_window"].as_str(),
             &rein_fw,
-            "rein:v2:{1}:b:0:fw",
+            "rein:v3:{1}:b:0:fw",
         ),
         (
             "fixed window, client now",
             rein["fixed_window"].as_str(),
             &rein_fw_client,
-            "rein:v2:{1}:b:0:fw",
+            "rein:v3:{1}:b:0:fw",
         ),
         (
             "naive fixed window",
@@ -223,13 +223,13 @@ fn main() {
             "sliding log",
             rein["sliding_log"].as_str(),
             &rein_sl,
-            "rein:v2:{1}:b:0:sl",
+            "rein:v3:{1}:b:0:sl",
         ),
         (
             "sliding log, client now",
             rein["sliding_log"].as_str(),
             &rein_sl_client,
-            "rein:v2:{1}:b:0:sl",
+            "rein:v3:{1}:b:0:sl",
         ),
         ("naive sliding log", &naive_log, &naive_sl, "naive:{1}:sl"),
         (
@@ -242,7 +242,7 @@ fn main() {
             "3-limit policy (tb + fw + sl)",
             rein["policy"].as_str(),
             &rein_policy,
-            "rein:v2:{1}:b:0:tb rein:v2:{1}:b:0:fw rein:v2:{1}:b:0:sl",
+            "rein:v3:{1}:b:0:tb rein:v3:{1}:b:0:fw rein:v3:{1}:b:0:sl",
         ),
     ];
 
