@@ -19,9 +19,10 @@ use crate::decided::{ERRORS, SOURCES, Source, Unavailable};
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StatsSnapshot {
-    /// Decisions returned (`Ok`), from every source: `allowed + denied`.
+    /// Decisions returned (`Ok`), from every source: `allowed + denied`. Peeks count too,
+    /// as allowed when their cost would have been admitted.
     pub decisions: u64,
-    /// Decisions that admitted the request.
+    /// Decisions that admitted the request (or, for a peek, would have).
     pub allowed: u64,
     /// Decisions that refused it.
     pub denied: u64,

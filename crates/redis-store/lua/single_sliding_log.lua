@@ -239,19 +239,23 @@ local function decide(key, op, cost, extra)
         local sum = live + cost
         if oldest == nil then
           value = string.format('%d:%d:%d|%d:%d', sum, stamp, cost, stamp, cost)
-        elseif stamp > newest then
-          -- The live suffix as stored, then the new entry: every plain admission's case.
-          value = string.format('%d:%d:%d|%s,%d:%d', sum, stamp, cost, string.sub(stored, p),
-            stamp, cost)
-        elseif stamp == newest then
-          -- Merged with the newest entry, the last of the string.
+        elseif stamp >= newest then
+          -- The newest entry is the string's last: checked against the header (the entries
+          -- between are copied unread), then kept, the new entry appended after it (every
+          -- plain admission's case), or merged with it (the same microsecond).
           local tail = string.format('%d:%d', newest, newest_cost)
           local at = len - #tail + 1
-          if at < p or string.sub(stored, at) ~= tail then
+          local before = string.byte(stored, at - 1)
+          if at < p or (before ~= 44 and before ~= 124) or string.sub(stored, at) ~= tail then
             return CORRUPT
           end
-          value = string.format('%d:%d:%d|%s%d:%d', sum, newest, newest_cost + cost,
-            string.sub(stored, p, at - 1), newest, newest_cost + cost)
+          if stamp > newest then
+            value = string.format('%d:%d:%d|%s,%d:%d', sum, stamp, cost, string.sub(stored, p),
+              stamp, cost)
+          else
+            value = string.format('%d:%d:%d|%s%d:%d', sum, newest, newest_cost + cost,
+              string.sub(stored, p, at - 1), newest, newest_cost + cost)
+          end
         else
           -- A held stamp before a later entry: placed in order among the live entries.
           local ats, costs, m, live_sum = entries(stored, p, prev)
