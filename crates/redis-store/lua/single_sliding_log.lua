@@ -114,14 +114,14 @@ local function entries(stored, p, after)
   return ats, costs, m, sum
 end
 
--- The stored string of entries `from` to `m`: the header, then the entries; '' for none.
-local function render(ats, costs, from, m)
-  if m < from then
+-- The stored string of entries 1 to `m`: the header, then the entries; '' for none.
+local function render(ats, costs, m)
+  if m == 0 then
     return ''
   end
   local parts, sum = {}, 0
-  for j = from, m do
-    parts[#parts + 1] = string.format('%d:%d', ats[j], costs[j])
+  for j = 1, m do
+    parts[j] = string.format('%d:%d', ats[j], costs[j])
     sum = sum + costs[j]
   end
   return string.format('%d:%d:%d|', sum, ats[m], costs[m]) .. table.concat(parts, ',')
@@ -192,15 +192,14 @@ local function decide(key, op, cost, extra)
       end
     end
     if changed then
-      value = render(ats, costs, 1, m)
+      value = render(ats, costs, m)
     end
     -- The figures are those of a zero-cost peek after the refund.
-    newest = nil
+    newest = ats[m]
     for j = 1, m do
       if ats[j] + window > now then
         live = live + costs[j]
       end
-      newest = ats[j]
     end
     remaining = math.max(limit - live, 0)
   else
@@ -274,7 +273,7 @@ local function decide(key, op, cost, extra)
               break
             end
           end
-          value = render(ats, costs, 1, m)
+          value = render(ats, costs, m)
         end
       end
       -- The figures are those after the admission, a peek's too.

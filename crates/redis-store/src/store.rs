@@ -836,7 +836,6 @@ impl Default for RedisStoreBuilder {
     }
 }
 
-/// The script's `min_ttl` argument: milliseconds, rounded up, kept exact in Lua.
 /// A call of a lane in flight. When it ends, or is dropped with its caller, the decisions
 /// that waited meanwhile go out as the lane's next call, in a task of their own.
 struct Turn<'a, C>
@@ -885,6 +884,7 @@ fn crosses_slots(e: &StoreError) -> bool {
         .is_some_and(|e| e.kind() == ErrorKind::Server(redis::ServerErrorKind::CrossSlot))
 }
 
+/// The script's `min_ttl` argument: milliseconds, rounded up, kept exact in Lua.
 fn ttl_millis(d: Duration) -> u64 {
     let ms = d.as_nanos().div_ceil(1_000_000);
     u64::try_from(ms).unwrap_or(u64::MAX).min(MAX_MICROS)
