@@ -84,7 +84,9 @@ fn main() {
         (tolerance / units_per_micro).to_string(),
         (tolerance % units_per_micro).to_string(),
     );
-    let window_limit = "1000000000";
+    // Ten million a minute never denies here, and fits the integer form of a lone fixed
+    // window (crates/redis-store/src/integer_window.rs), whose key names the window.
+    let window_limit = "10000000";
     let window_us = "60000000";
     let log_limit = "1000";
     let log_us = "10000000";
@@ -104,7 +106,8 @@ fn main() {
         v
     };
     let tb_key = "rein:v3:{__rand_int__}:b:0:tb";
-    let fw_key = "rein:v3:{__rand_int__}:b:0:fw";
+    let fw_key = "rein:v3:{__rand_int__}:b:0:fw60000000";
+    let policy_fw_key = "rein:v3:{__rand_int__}:b:0:fw";
     let sl_key = "rein:v3:{__rand_int__}:b:0:sl";
     let rein_tb = args(tb_key, &[&capacity, &upt, &upm, &tol_us, &tol_units]);
     let rein_fw = args(fw_key, &[window_limit, window_us]);
@@ -138,7 +141,7 @@ fn main() {
     let rein_sl = args(sl_key, &[log_limit, log_us]);
     let rein_sl_client = with_client_now(&rein_sl);
     let rein_policy = generic(
-        &[tb_key, fw_key, sl_key],
+        &[tb_key, policy_fw_key, sl_key],
         &[
             "tb",
             &capacity,
@@ -205,13 +208,13 @@ fn main() {
             "fixed window",
             rein["fixed_window"].as_str(),
             &rein_fw,
-            "rein:v3:{1}:b:0:fw",
+            "rein:v3:{1}:b:0:fw60000000",
         ),
         (
             "fixed window, client now",
             rein["fixed_window"].as_str(),
             &rein_fw_client,
-            "rein:v3:{1}:b:0:fw",
+            "rein:v3:{1}:b:0:fw60000000",
         ),
         (
             "naive fixed window",

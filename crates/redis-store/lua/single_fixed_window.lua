@@ -1,6 +1,7 @@
 -- rein-redis: policies of one fixed window. rein_core::FixedWindow::{decide, refund,
 -- refund_in_window, current} (crates/core/src/fixed_window.rs), with the same names, as
--- straight-line code: GET then SET ... PX only when something changed.
+-- straight-line code: GET then SET ... PX only when something changed; or, for a window
+-- kept as one integer, an admission's INCRBY alone.
 --
 -- One call decides one or more requests of the same policy, at the same `now`, in KEYS'
 -- order (single_token_bucket.lua says how).
@@ -10,7 +11,9 @@
 --          key, in order: op ('acquire', 'peek', 'refund', 'settle') and cost (or refund
 --          amount), and for 'settle' (refund_in_window) a third: the stamp (µs) whose
 --          window the units were counted in.
--- State    a string '<window_start>:<count>', written with its TTL in the same SET.
+-- State    one integer 'index * modulus + count' when the limit fits beside the window's
+--          index (crates/redis-store/src/integer_window.rs has the rule and chooses the
+--          key), else a string '<window_start>:<count>'; written with its TTL.
 -- Reply    { now_us, then per decision: allowed (1 or 0), remaining, retry_after_us,
 --          reset_after_us }, with per-decision errors as in single_token_bucket.lua.
 
@@ -73,6 +76,107 @@ if n < 1 or i ~= #ARGV + 1 then
   error({ err = 'REIN expected 4 arguments and 2 per key (3 to settle)' })
 end
 
+-- The integer form (integer_window.rs): `windows` window starts up to MAX, the modulus the
+-- largest power of two with windows * modulus <= 2^53, so every value is exact here and
+-- splits into index and count by exact division. A count fits when it is below half the
+-- modulus, so an admission's cost (at most the limit) never carries into the index.
+-- Exact `%`: both below 2^52.
+local EXACT = 9007199254740992
+local windows = (MAX - MAX % window) / window + 1
+local mantissa, bits = math.frexp(windows)
+if mantissa == 0.5 then
+  bits = bits - 1
+end
+local modulus = math.ldexp(1, 53 - bits)
+local integer = 2 * limit < modulus
+-- The TTL an admission sets is the window's end, the same at every admission of a window on
+-- the server's clock: INCRBY keeps it. A caller's `now` or a longer min_ttl moves it.
+local refresh = ARGV[1] ~= ''
+
+-- A stored integer: the window's start and count, or nil if it is not one this script
+-- writes. Exact: below 2^53, and the modulus a power of two.
+local function split(value)
+  if value < 0 or value >= EXACT or value % 1 ~= 0 then
+    return nil
+  end
+  local count = value % modulus
+  local index = (value - count) / modulus
+  if 2 * count >= modulus or index >= windows then
+    return nil
+  end
+  return index * window, count
+end
+
+-- The TTL of a key whose window ends `window_end` µs from now: that, rounded up to ms, or
+-- min_ttl if longer.
+local function ttl_ms(window_end)
+  local ttl = window_end + 999
+  ttl = (ttl - ttl % 1000) / 1000
+  if ttl < min_ttl then
+    return min_ttl, true
+  end
+  return ttl, false
+end
+
+-- The start of now's window. Exact `%`: both below 2^52.
+local current = now - now % window
+
+-- An admission of the integer form: INCRBY of the cost (its argument's text, which Redis
+-- takes as is), then the decision on the result. Returns nil, having written nothing, when
+-- the stored value is not an integer this script writes; the caller's GET path then
+-- reports it.
+local function admit(key, cost, text)
+  local added = redis.pcall('INCRBY', key, text)
+  if type(added) == 'table' then
+    return nil
+  end
+  local start, count = split(added - cost)
+  if start == nil then
+    redis.pcall('INCRBY', key, -cost)
+    return nil
+  end
+  if start < current then
+    -- An earlier window (or no key, read as 0): a new window holding this cost alone.
+    local window_end = current + window - now
+    local ttl = ttl_ms(window_end)
+    local done = redis.pcall('SET', key, current / window * modulus + cost, 'PX', ttl)
+    if done.err then
+      redis.pcall('INCRBY', key, -cost)
+      return done
+    end
+    return 1, limit - cost, 0, window_end
+  end
+  -- The stored window: now's, or a later one a clock that went back keeps counting in.
+  local window_end = start + window - now
+  if window_end > MAX then
+    window_end = MAX
+  end
+  if count + cost <= limit then
+    -- A count of 0 before: a key INCRBY just made (no TTL), or an empty window kept by
+    -- min_ttl.
+    if count == 0 or refresh or min_ttl > 0 then
+      local ttl, longer = ttl_ms(window_end)
+      if count == 0 or refresh or longer then
+        local done = redis.pcall('PEXPIRE', key, ttl)
+        if type(done) == 'table' then
+          return done
+        end
+      end
+    end
+    return 1, limit - count - cost, 0, window_end
+  end
+  -- Denied: take the cost back.
+  local done = redis.pcall('INCRBY', key, -cost)
+  if type(done) == 'table' then
+    return done
+  end
+  local remaining = limit - count
+  if remaining < 0 then
+    remaining = 0
+  end
+  return 0, remaining, window_end, window_end
+end
+
 -- One decision: the figures, or an error table (nothing written).
 local function decide(key, op, cost, stamp)
   local settle = op == 'settle'
@@ -82,7 +186,16 @@ local function decide(key, op, cost, stamp)
   if type(stored) == 'table' then
     return stored
   end
-  if stored then
+  if stored and integer then
+    local start, n
+    if string.match(stored, '^%d+$') then
+      start, n = split(stored + 0)
+    end
+    if start == nil then
+      return { err = 'REIN corrupt fixed window state' }
+    end
+    window_start, count = start, n
+  elseif stored then
     local a, b = string.match(stored, '^(%d+):(%d+)$')
     if a == nil then
       return { err = 'REIN corrupt fixed window state' }
@@ -147,13 +260,15 @@ local function decide(key, op, cost, stamp)
 
   if write then
     -- The key lives until its window ends (rounded up to ms), or min_ttl if longer.
-    local ttl = reset_after + 999
-    ttl = (ttl - ttl % 1000) / 1000
-    if ttl < min_ttl then
-      ttl = min_ttl
-    end
+    local ttl = ttl_ms(reset_after)
     if ttl > 0 then
-      local done = redis.pcall('SET', key, string.format('%d:%d', start, count), 'PX', ttl)
+      local value
+      if integer then
+        value = start / window * modulus + count
+      else
+        value = string.format('%d:%d', start, count)
+      end
+      local done = redis.pcall('SET', key, value, 'PX', ttl)
       if done.err then
         return done
       end
@@ -174,7 +289,15 @@ for k = 1, n do
   if op == 'settle' then
     stamp = ARGV[i + 2] + 0
   end
-  local allowed, remaining, retry_after, reset_after = decide(KEYS[k], op, ARGV[i + 1] + 0, stamp)
+  local text = ARGV[i + 1]
+  local cost = text + 0
+  local allowed, remaining, retry_after, reset_after
+  if integer and cost > 0 and op == 'acquire' then
+    allowed, remaining, retry_after, reset_after = admit(KEYS[k], cost, text)
+  end
+  if allowed == nil then
+    allowed, remaining, retry_after, reset_after = decide(KEYS[k], op, cost, stamp)
+  end
   if op == 'settle' then
     i = i + 3
   else

@@ -4,7 +4,9 @@
 //! sliding log's with a header of its total and newest entry. Version 2 had no such header;
 //! version 1 (no version in the key) kept hashes and sorted sets. A script never reads a
 //! key of another version, so old and new clients can run side by side during an upgrade,
-//! each counting in its own keys (docs/redis.md, "Upgrading").
+//! each counting in its own keys (docs/redis.md, "Upgrading"). A lone fixed window kept as
+//! one integer has the tag `fw<window µs>` (integer_window.rs), so an integer and a string
+//! never share a key either.
 //!
 //! The user key is hashed, never embedded: any byte string works (binary, braces, a
 //! megabyte), every key has the same bounded length, and user input cannot reach the

@@ -86,6 +86,7 @@
 mod coalesce;
 mod connect;
 mod error;
+mod integer_window;
 mod key;
 mod link;
 mod optimistic;

@@ -719,7 +719,11 @@ async fn read_and_decide<'k>(
         }
         let reset_after = decide(limit.peek(now, new, 0))?.reset_after;
         let ttl = codec::ttl_millis(reset_after, inner.min_ttl_ms);
-        writes.push((key.as_str(), codec::encode_value(new), ttl));
+        writes.push((
+            key.as_str(),
+            codec::encode_value(new, policy.integer_window()),
+            ttl,
+        ));
     }
     if writes.is_empty() {
         return Ok((decision, state, now, None));

@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use rein_core::{Algorithm, ConfigError, Limit, NamedPolicy, Policy, TokenBucket};
 
+use crate::integer_window::IntegerWindow;
 use crate::script::ScriptKind;
 
 /// A [`NamedPolicy`] prepared for Redis: its keys' suffixes, which script it runs, and that
@@ -13,7 +14,9 @@ use crate::script::ScriptKind;
 /// policy whose shape changes (a limit added, removed, or of another algorithm) starts
 /// from fresh state instead of reading a state of another shape. Changing only a limit's
 /// numbers (a higher capacity, a longer window) keeps the stored state, which rein-core
-/// reads safely under the new parameters.
+/// reads safely under the new parameters; except a lone fixed window kept as one integer
+/// (see docs/redis.md, "Stored state"), whose key names its window, so a new window length
+/// (or a limit past what the integer holds) starts from fresh state.
 ///
 /// The script's parameters are computed once here, not per call, and so is the choice of
 /// script: a policy of one token bucket, fixed window or sliding log runs that algorithm's
@@ -39,6 +42,9 @@ pub struct RedisPolicy {
     named: NamedPolicy,
     /// Per limit, in order: `:<name>:<index>:<tag>`, the end of its key.
     key_suffixes: Vec<String>,
+    /// A lone fixed window whose state the lean script keeps as one integer
+    /// (integer_window.rs); its key's tag then names the window.
+    integer_window: Option<IntegerWindow>,
     /// The script this policy runs.
     script: ScriptKind,
     /// The script's arguments after the common header: for a lean script, its limit's
@@ -57,16 +63,24 @@ impl RedisPolicy {
     pub fn prepare(named: &NamedPolicy) -> Self {
         let name = named.name();
         let policy = named.policy();
+        let integer_window = match policy.limits() {
+            [Limit::FixedWindow(w)] => IntegerWindow::new(w),
+            _ => None,
+        };
         let key_suffixes = policy
             .limits()
             .iter()
             .enumerate()
-            .map(|(index, limit)| format!(":{name}:{index}:{}", limit.tag()))
+            .map(|(index, limit)| match integer_window {
+                Some(layout) => format!(":{name}:{index}:{}", layout.tag()),
+                None => format!(":{name}:{index}:{}", limit.tag()),
+            })
             .collect();
         let (script, script_args) = script_for(policy);
         Self {
             named: named.clone(),
             key_suffixes,
+            integer_window,
             script,
             script_args: script_args.into(),
         }
@@ -89,6 +103,11 @@ impl RedisPolicy {
 
     pub(crate) fn key_suffixes(&self) -> &[String] {
         &self.key_suffixes
+    }
+
+    /// The integer layout of a lone fixed window's state, if it has one.
+    pub(crate) fn integer_window(&self) -> Option<IntegerWindow> {
+        self.integer_window
     }
 
     pub(crate) fn script(&self) -> ScriptKind {
@@ -201,6 +220,25 @@ mod tests {
         let counter = named([Limit::sliding_counter(5, Micros::from_secs(1)).unwrap()]);
         assert_eq!(counter.script(), ScriptKind::Policy);
         assert_eq!(counter.script_args(), ["sc", "5", "1000000"]);
+    }
+
+    #[test]
+    fn a_lone_fixed_window_that_fits_an_integer_names_its_window_in_its_key() {
+        let minute = Micros::from_secs(60);
+        let window = |limit| Limit::fixed_window(limit, minute).unwrap();
+        let lone = named([window(100)]);
+        assert_eq!(lone.key_suffixes(), [":p:0:fw60000000"]);
+        assert!(lone.integer_window().is_some());
+        // 2^25 is half the modulus for a minute (2^26): the string form, the plain tag.
+        let large = named([window(1 << 25)]);
+        assert_eq!(large.key_suffixes(), [":p:0:fw"]);
+        assert_eq!(large.integer_window(), None);
+        assert!(named([window((1 << 25) - 1)]).integer_window().is_some());
+        // In a policy of several limits the generic script keeps the string.
+        let bucket = Limit::token_bucket(5, 1, minute).unwrap();
+        let two = named([window(100), bucket]);
+        assert_eq!(two.key_suffixes(), [":p:0:fw", ":p:1:tb"]);
+        assert_eq!(two.integer_window(), None);
     }
 
     #[test]

@@ -2,10 +2,11 @@
 //!
 //! The layout is the one the scripts write (key format `v3`): one string per limit, its
 //! integers in decimal joined by `:`. A token bucket is `<tat>:<tat_units>` (or `<tat>` when
-//! `tat_units` is 0), a fixed window
-//! `<window_start>:<count>`, a sliding counter `<window_start>:<current>:<previous>`, and a
-//! sliding log a header `<total>:<newest_at>:<newest_cost>|` then its entries oldest first,
-//! `<at>:<cost>` joined by `,`. A missing key reads as each state's default (a full limit, an
+//! `tat_units` is 0), a fixed window `<window_start>:<count>` (or, for a lone fixed window
+//! small enough, one integer: integer_window.rs), a sliding counter
+//! `<window_start>:<current>:<previous>`, and a sliding log a header
+//! `<total>:<newest_at>:<newest_cost>|` then its entries oldest first, `<at>:<cost>` joined
+//! by `,`. A missing key reads as each state's default (a full limit, an
 //! empty log).
 
 use redis::{Pipeline, Value};
@@ -15,6 +16,7 @@ use rein_core::{
 };
 
 use crate::RedisPolicy;
+use crate::integer_window::IntegerWindow;
 
 /// One `GET` per limit.
 pub(crate) fn read_pipeline(keys: &[String]) -> Pipeline {
@@ -38,12 +40,16 @@ pub(crate) fn decode(policy: &RedisPolicy, replies: Vec<Value>) -> Result<Policy
     let states = limits
         .iter()
         .zip(replies)
-        .map(|(limit, reply)| decode_limit(limit, reply))
+        .map(|(limit, reply)| decode_limit(limit, policy.integer_window(), reply))
         .collect::<Result<Vec<_>, _>>()?;
     PolicyState::from_states(states).ok_or_else(|| "a policy of no limits".to_owned())
 }
 
-fn decode_limit(limit: &Limit, reply: Value) -> Result<LimitState, String> {
+fn decode_limit(
+    limit: &Limit,
+    integer_window: Option<IntegerWindow>,
+    reply: Value,
+) -> Result<LimitState, String> {
     let stored = match reply {
         Value::Nil => None,
         Value::BulkString(bytes) => {
@@ -64,13 +70,17 @@ fn decode_limit(limit: &Limit, reply: Value) -> Result<LimitState, String> {
                 tat_units,
             })
         }
-        Limit::FixedWindow(_) => {
-            let [start, count] = integers(stored)?;
-            LimitState::FixedWindow(FixedWindowState {
-                window_start: Timestamp::from_micros(start),
-                count,
-            })
-        }
+        Limit::FixedWindow(_) => LimitState::FixedWindow(match (integer_window, stored) {
+            (Some(layout), Some(value)) => layout.decode(value)?,
+            (Some(_), None) => FixedWindowState::default(),
+            (None, _) => {
+                let [start, count] = integers(stored)?;
+                FixedWindowState {
+                    window_start: Timestamp::from_micros(start),
+                    count,
+                }
+            }
+        }),
         Limit::SlidingCounter(_) => {
             let [start, current, previous] = integers(stored)?;
             LimitState::SlidingCounter(SlidingCounterState {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use rein_core::{Limit, Micros, Policy};
+use rein_core::{Limit, LimitState, Micros, Policy};
 use rein_redis::{Coalesce, RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 
@@ -244,7 +244,6 @@ async fn coalesced_decisions_are_exact_each_atomic_and_share_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_coalesced_call_without_a_reply_fails_its_decisions_and_replays_none() {
     let server = RedisServer::start().expect("start redis-server");
-    let mut raw = common::raw(&server).await;
     let store = RedisStoreBuilder::new()
         .deadline(Duration::from_millis(300))
         .connect(&server.url())
@@ -276,17 +275,12 @@ async fn a_coalesced_call_without_a_reply_fails_its_decisions_and_replays_none()
     );
     server.resume().expect("SIGCONT");
 
-    // The frozen server now runs what reached it, then answers this.
-    let key = store.keys(&policy, "frozen").expect("keys").remove(0);
-    let stored: Option<String> = redis::cmd("GET")
-        .arg(&key)
-        .query_async(&mut raw)
-        .await
-        .expect("GET");
-    let counted: u64 = stored
-        .as_deref()
-        .and_then(|s| s.split_once(':'))
-        .map_or(0, |(_, count)| count.parse().expect("a count"));
+    // The frozen server now runs what reached it, then answers this, on the same connection.
+    let state = store.state(&policy, "frozen").await.expect("state");
+    let counted = match state.iter().next() {
+        Some(LimitState::FixedWindow(window)) => window.count,
+        other => panic!("not a fixed window's state: {other:?}"),
+    };
     assert!(
         counted <= 64,
         "{counted} counted for 64 decisions: replayed"

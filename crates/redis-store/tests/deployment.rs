@@ -72,6 +72,8 @@ async fn a_least_privilege_acl_user_can_decide_on_its_prefix_only() {
         "+get",
         "+set",
         "+del",
+        "+incrby",
+        "+pexpire",
     ];
     assert_eq!(server.command(&acl).expect("ACL SETUSER"), "+OK\r\n");
     let url = format!("redis://rein:pw@127.0.0.1:{}/", server.port());
@@ -93,10 +95,22 @@ async fn a_least_privilege_acl_user_can_decide_on_its_prefix_only() {
     .expect("valid name");
     store.acquire(&bucket, "u", 1).await.expect("decision");
     store.refund(&bucket, "u", 1).await.expect("refund");
+    // A lone fixed window, kept as one integer: `INCRBY`, `PEXPIRE` on its first admission,
+    // and a denial that takes its cost back.
+    let window = RedisPolicy::new(
+        "window",
+        Policy::single(Limit::fixed_window(2, Micros::from_secs(60)).expect("valid")),
+    )
+    .expect("valid name");
+    for allowed in [true, true, false] {
+        let decision = store.acquire(&window, "u", 1).await.expect("decision");
+        assert_eq!(decision.is_allowed(), allowed);
+    }
+    store.refund(&window, "u", 1).await.expect("refund");
     assert_eq!(
         server.command(&["DBSIZE"]).expect("DBSIZE"),
-        ":4\r\n",
-        "only `deploy` keys"
+        ":5\r\n",
+        "only `deploy` keys and the window's"
     );
 
     // Outside its prefix the same user is refused by the server: a typed server error.

@@ -188,13 +188,17 @@ fn same_outcome(
 // ---- strategies ----
 
 fn case() -> impl Strategy<Value = Case> {
-    // One case in four is a lone sliding log: its lean script has paths (a header read
-    // alone, merges, holds placed before later entries) that policies of 1 to 3 random
-    // limits reach only about one case in twelve.
+    // One case in five is a lone sliding log, one a lone fixed window: their lean scripts
+    // have paths (a log's header read alone, merges, holds placed before later entries; a
+    // window's INCRBY, taken back on a denial, on an integer or a string) that policies of
+    // 1 to 3 random limits reach only about one case in twelve.
     let limits = prop_oneof![
         3 => prop::collection::vec(limit(), 1..=3),
         1 => limit()
             .prop_filter("a sliding log", |l| matches!(l, Limit::SlidingLog(_)))
+            .prop_map(|l| vec![l]),
+        1 => limit()
+            .prop_filter("a fixed window", |l| matches!(l, Limit::FixedWindow(_)))
             .prop_map(|l| vec![l]),
     ];
     (limits, start(), user_key())

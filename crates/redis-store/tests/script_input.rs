@@ -40,15 +40,32 @@ const CASES: &[Case] = &[
         // A zero divisor, a remainder not below its divisor, a cost above the capacity.
         invalid: &[(4, "0"), (3, "0"), (6, "1"), (8, "6")],
     },
+    // A limit small enough for its window is one integer, `index × 2^26 + count` here
+    // (integer_window.rs): refused are what is not an integer, what is past 2^53 (where an
+    // admission's INCRBY also succeeds, and is taken back), a count of half the modulus or
+    // more, an index past the last window.
     Case {
         name: "fixed_window",
-        keys: &["k:{t}:fw"],
+        keys: &["k:{t}:fw60000000"],
         argv: &[NOW, "0", "5", "60000000", "acquire", "1"],
         op: 4,
         now: 0,
         numbers: &[0, 1, 2, 3, 5],
-        corrupt: &["abc", "5", "1:2:3", "-1:2", "1.5:2", "99999999999999999999:1"],
+        corrupt: &["abc", "1:2", "-1", "1.5", " 5", "99999999999999999999",
+                   "9223372036854775807", "9007199254740992", "9007199254740993",
+                   "33554432", "5037190929186816"],
         invalid: &[(3, "0"), (5, "6")],
+    },
+    // A limit too large for the integer keeps the string `<window_start>:<count>`.
+    Case {
+        name: "fixed_window",
+        keys: &["k:{t}:fw"],
+        argv: &[NOW, "0", "100000000", "60000000", "acquire", "1"],
+        op: 4,
+        now: 0,
+        numbers: &[0, 1, 2, 3, 5],
+        corrupt: &["abc", "5", "1:2:3", "-1:2", "1.5:2", "99999999999999999999:1"],
+        invalid: &[(3, "0"), (5, "100000001")],
     },
     Case {
         name: "sliding_log",
@@ -270,11 +287,17 @@ fn in_a_call_of_several_decisions_a_bad_state_fails_only_its_own() {
             panic!("{}: not an array: {reply:?}", case.name);
         };
         assert_eq!(items.len(), 1 + 4 * keys.len(), "{}", case.name);
-        // The first and last decisions share a key: 2 of 5, then 2 more of the 3 left.
-        assert_eq!(items[1..3], [Value::Int(1), Value::Int(3)], "{}", case.name);
+        // The first and last decisions share a key: 2 of the limit, then 2 more.
+        let limit: i64 = case.argv[2].parse().expect("a limit");
+        assert_eq!(
+            items[1..3],
+            [Value::Int(1), Value::Int(limit - 2)],
+            "{}",
+            case.name
+        );
         assert_eq!(
             items[13..15],
-            [Value::Int(1), Value::Int(1)],
+            [Value::Int(1), Value::Int(limit - 4)],
             "{}",
             case.name
         );

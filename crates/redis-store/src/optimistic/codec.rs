@@ -4,7 +4,9 @@
 //! The values are the Lua scripts' own (key format `v3`, `state.rs`): one string per limit,
 //! its integers in decimal joined by `:` (`<tat>:<tat_units>`, `<window_start>:<count>`,
 //! `<window_start>:<current>:<previous>`), or a sliding log's header
-//! `<total>:<newest_at>:<newest_cost>|` and its entries `<at>:<cost>` joined by `,`. Reading goes through `state.rs`, the decoder the Lua store's `state` uses;
+//! `<total>:<newest_at>:<newest_cost>|` and its entries `<at>:<cost>` joined by `,`; a lone
+//! fixed window that fits is one integer (integer_window.rs). Reading goes through
+//! `state.rs`, the decoder the Lua store's `state` uses;
 //! writing is [`encode_value`], the Rust half of each script's `encode`. Sharing the format
 //! lets both stores decide on the same keys: a script's `SET` touches a watched key like any
 //! other write, so a transaction racing a script aborts and retries.
@@ -13,6 +15,7 @@ use redis::{Pipeline, Value};
 use rein_core::{LimitState, MAX_MICROS, Micros, PolicyState, Timestamp};
 
 use crate::RedisPolicy;
+use crate::integer_window::IntegerWindow;
 
 /// The first round trip: forget an earlier `WATCH` left by a denial on this connection
 /// (`unwatch`), `WATCH` the keys (`watch`, for operations that may write), `GET` each key
@@ -54,10 +57,16 @@ pub(crate) fn decode_read(
 
 /// A limit state as the scripts store it; `None` for an empty sliding log, which is stored
 /// as no key at all.
-pub(crate) fn encode_value(state: &LimitState) -> Option<String> {
+pub(crate) fn encode_value(
+    state: &LimitState,
+    integer_window: Option<IntegerWindow>,
+) -> Option<String> {
     Some(match state {
         LimitState::TokenBucket(s) => format!("{}:{}", s.tat.as_micros(), s.tat_units),
-        LimitState::FixedWindow(s) => format!("{}:{}", s.window_start.as_micros(), s.count),
+        LimitState::FixedWindow(s) => match integer_window {
+            Some(layout) => layout.encode(s).to_string(),
+            None => format!("{}:{}", s.window_start.as_micros(), s.count),
+        },
         LimitState::SlidingCounter(s) => format!(
             "{}:{}:{}",
             s.window_start.as_micros(),
@@ -189,7 +198,10 @@ mod tests {
             }),
             LimitState::SlidingLog(log),
         ];
-        let values: Vec<_> = states.iter().map(|s| encode_value(s).unwrap()).collect();
+        let values: Vec<_> = states
+            .iter()
+            .map(|s| encode_value(s, None).unwrap())
+            .collect();
         assert_eq!(
             values,
             ["42:7", "1000000:3", "2000000:1:4", "3:9:1|5:2,9:1"]
@@ -203,7 +215,7 @@ mod tests {
     #[test]
     fn an_empty_log_is_no_key() {
         let empty = LimitState::SlidingLog(SlidingLogState::default());
-        assert_eq!(encode_value(&empty), None);
+        assert_eq!(encode_value(&empty, None), None);
     }
 
     #[test]

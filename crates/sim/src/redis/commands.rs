@@ -222,6 +222,33 @@ fn set(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
     Reply::ok()
 }
 
+/// `INCRBY key increment`: the new value. A missing key counts from 0 and gets no TTL; an
+/// existing key keeps its TTL, as in Redis.
+fn incrby(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
+    let now_ms = ctx.now_ms();
+    let Some(increment) = parse_i64(&args[2]) else {
+        return Reply::error("ERR value is not an integer or out of range");
+    };
+    match ctx.keyspace.value(&args[1], now_ms) {
+        None => {
+            let value = Value::String(Bytes::from(increment.to_string()));
+            ctx.keyspace.insert(args[1].clone(), value, None);
+            Reply::Integer(increment)
+        }
+        Some(Value::String(s)) => {
+            let Some(current) = parse_i64(s) else {
+                return Reply::error("ERR value is not an integer or out of range");
+            };
+            let Some(new) = current.checked_add(increment) else {
+                return Reply::error("ERR increment or decrement would overflow");
+            };
+            *s = Bytes::from(new.to_string());
+            Reply::Integer(new)
+        }
+        Some(_) => WrongType.into(),
+    }
+}
+
 fn del(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
     let now_ms = ctx.now_ms();
     let deleted = args[1..]
@@ -306,6 +333,7 @@ static TABLE: &[Spec] = &[
     data("get", 2, get),
     data("set", -3, set),
     data("del", -2, del),
+    data("incrby", 3, incrby),
     data("hmset", -4, hmset),
     data("hset", -4, hset),
     data("hgetall", 2, hgetall),
@@ -417,6 +445,30 @@ mod tests {
             Reply::error("ERR invalid expire time in 'set' command")
         );
         assert_eq!(run(&mut ks, 0, &["DEL", "k", "k"]), Reply::Integer(0));
+    }
+
+    #[test]
+    fn incrby_counts_from_zero_and_keeps_the_ttl() {
+        let mut ks = Keyspace::default();
+        assert_eq!(run(&mut ks, 0, &["INCRBY", "n", "5"]), Reply::Integer(5));
+        assert_eq!(
+            run(&mut ks, 0, &["SET", "k", "7", "PX", "100"]),
+            Reply::ok()
+        );
+        assert_eq!(run(&mut ks, 50, &["INCRBY", "k", "-9"]), Reply::Integer(-2));
+        assert_eq!(run(&mut ks, 100, &["GET", "k"]), Reply::bulk("-2"));
+        assert_eq!(run(&mut ks, 101, &["GET", "k"]), Reply::Nil);
+        assert_eq!(run(&mut ks, 101, &["GET", "n"]), Reply::bulk("5"));
+        let not_integer = Reply::error("ERR value is not an integer or out of range");
+        assert_eq!(run(&mut ks, 0, &["SET", "s", "1:2"]), Reply::ok());
+        assert_eq!(run(&mut ks, 0, &["INCRBY", "s", "1"]), not_integer);
+        assert_eq!(run(&mut ks, 0, &["INCRBY", "n", "x"]), not_integer);
+        let max = i64::MAX.to_string();
+        assert_eq!(
+            run(&mut ks, 0, &["INCRBY", "n", max.as_str()]),
+            Reply::error("ERR increment or decrement would overflow")
+        );
+        assert_eq!(run(&mut ks, 0, &["GET", "n"]), Reply::bulk("5"));
     }
 
     #[test]
