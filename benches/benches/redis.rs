@@ -299,19 +299,20 @@ fn main() {
             },
             allowed: |reply| reply == [1],
         });
+        let naive_tag = naive.tag;
         let warm = Duration::from_secs(1);
         rt.block_on(bare_throughput(&bare, &bare_conn, warm));
         rt.block_on(bare_throughput(&naive, &bare_conn, warm));
         rt.block_on(rein_throughput(&store, &policy, warm));
         rt.block_on(rein_throughput(&off_store, &policy, warm));
         let mut rounds: [Vec<Round>; 4] = Default::default();
+        // Per side, the scripts' own time per decision (`INFO commandstats`, EVALSHA's µs).
+        let mut script_us: [Vec<f64>; 4] = Default::default();
         let mut calls_per_decision = Vec::new();
         for _ in 0..ROUNDS {
             for (i, side) in rounds.iter_mut().enumerate() {
                 let (before, server_before) = (cpu("self"), cpu(&server_pid));
-                let calls_before = server
-                    .commandstat_calls("evalsha")
-                    .expect("INFO commandstats");
+                let stat_before = server.commandstat("evalsha").expect("INFO commandstats");
                 let (count, elapsed) = rt.block_on(async {
                     match i {
                         0 => rein_throughput(&store, &policy, measure).await,
@@ -320,14 +321,13 @@ fn main() {
                         _ => bare_throughput(&naive, &bare_conn, measure).await,
                     }
                 });
-                let calls = server
-                    .commandstat_calls("evalsha")
-                    .expect("INFO commandstats")
-                    - calls_before;
+                let stat = server.commandstat("evalsha").expect("INFO commandstats");
                 let (after, server_after) = (cpu("self"), cpu(&server_pid));
+                let calls = stat.calls - stat_before.calls;
                 if i == 0 {
                     calls_per_decision.push(calls as f64 / count.max(1) as f64);
                 }
+                script_us[i].push((stat.usec - stat_before.usec) as f64 / count.max(1) as f64);
                 side.push(Round::new(
                     count,
                     elapsed,
@@ -357,6 +357,12 @@ fn main() {
             "",
         );
         row(
+            "script µs per decision (INFO commandstats), vs the naive script",
+            median(&script_us[0]),
+            median(&script_us[3]),
+            "",
+        );
+        row(
             "client CPU per decision, µs, vs bare redis-rs (rein's script)",
             med(rein, |r| r.client_us),
             med(bare, |r| r.client_us),
@@ -378,6 +384,12 @@ fn main() {
             "| {name}: script calls per decision, coalescing | {:.3} | 1 | | |",
             median(&calls_per_decision)
         );
+        let (rein_bytes, naive_bytes) =
+            rt.block_on(memory_usage(&store, &policy, &bare_conn, naive_tag));
+        println!(
+            "| {name}: one key's MEMORY USAGE at the end, bytes | {rein_bytes} | \
+             {naive_bytes} | | |"
+        );
         if script == "sliding_log" {
             // A log's cost depends on its length, which depends on this run's rate: say it.
             let (rein_len, naive_len) = rt.block_on(log_lengths(&store, &policy, &bare_conn));
@@ -387,6 +399,32 @@ fn main() {
             );
         }
     }
+}
+
+/// `MEMORY USAGE` of user key 0's state: rein's (its policy's one key) and the naive
+/// script's.
+async fn memory_usage(
+    store: &RedisStore<redis::aio::MultiplexedConnection>,
+    policy: &RedisPolicy,
+    con: &redis::aio::MultiplexedConnection,
+    naive_tag: &str,
+) -> (u64, u64) {
+    let rein_key = store
+        .keys(policy, 0u64.to_le_bytes())
+        .expect("valid key")
+        .remove(0);
+    let naive_key = format!("bare:{{0}}:bench:0:{naive_tag}");
+    let mut con = con.clone();
+    let mut usage = async |key: &str| -> u64 {
+        redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(key)
+            .query_async::<Option<u64>>(&mut con)
+            .await
+            .expect("MEMORY USAGE")
+            .unwrap_or(0)
+    };
+    (usage(&rein_key).await, usage(&naive_key).await)
 }
 
 /// The mean number of entries in 100 keys' logs spread over the key space: rein's (read

@@ -21,8 +21,10 @@
 //! default; the naive scripts as published take the client's clock instead, and the
 //! `naive, client now` rows show that variant, which spares them the `TIME` call, and rein's
 //! `client now` rows pass rein the same fixed instant, to compare like with like). Every
-//! limit always admits, so every call writes. A 3-limit rein policy (token bucket, fixed
-//! window, sliding log) is compared with the sum of rein's three single-limit decisions.
+//! limit always admits, so every call writes, except in the two `denials` rows: one key
+//! allowed once a minute, so all but a round's first call are denied (a flood from one
+//! client). A 3-limit rein policy (token bucket, fixed window, sliding log) is compared with
+//! the sum of rein's three single-limit decisions.
 //!
 //! Last, the lean scripts as the store sends them under load (coalescing: `n` decisions of
 //! one policy in one call, `n` = 1, 8, 32), per decision, against the naive script's one
@@ -172,6 +174,10 @@ fn main() {
     let naive_fw = naive(nw_key, &["60000", window_limit]);
     let naive_sl = naive(nl_key, &["", "10000", log_limit]);
     let naive_sl_client = naive(nl_key, &[client_now, "10000", log_limit]);
+    // A flood of denials: one key, one admission a minute. rein's integer window counts each
+    // denial with INCRBY and takes it back with another; the naive script counts it.
+    let rein_fw_denied = args("rein:v3:{flood}:b:0:fw60000000", &["1", window_us]);
+    let naive_fw_denied = naive("naive:{flood}:fw", &["60000", "1"]);
 
     let rows: Vec<(&str, &str, &[String], &str)> = vec![
         (
@@ -221,6 +227,18 @@ fn main() {
             &naive_window,
             &naive_fw,
             "naive:{1}:fw",
+        ),
+        (
+            "fixed window, denials (one key, limit 1)",
+            rein["fixed_window"].as_str(),
+            &rein_fw_denied,
+            "rein:v3:{flood}:b:0:fw60000000",
+        ),
+        (
+            "naive fixed window, denials (one key, limit 1)",
+            &naive_window,
+            &naive_fw_denied,
+            "naive:{flood}:fw",
         ),
         (
             "sliding log",

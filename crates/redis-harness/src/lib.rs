@@ -159,14 +159,28 @@ impl RedisServer {
     /// How many times the server has run `command` (lower case, e.g. `"evalsha"`), from
     /// `INFO commandstats`; 0 if never.
     pub fn commandstat_calls(&self, command: &str) -> Result<u64, HarnessError> {
+        Ok(self.commandstat(command)?.calls)
+    }
+
+    /// `command`'s line of `INFO commandstats` (lower case, e.g. `"evalsha"`): its calls and
+    /// the µs spent in them; zeros if never run.
+    pub fn commandstat(&self, command: &str) -> Result<CommandStat, HarnessError> {
         let stats = self.command(&["INFO", "commandstats"])?;
-        let prefix = format!("cmdstat_{command}:calls=");
-        Ok(stats
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|rest| rest.split(',').next())
+        let prefix = format!("cmdstat_{command}:");
+        let line = stats.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
+        let field = |name: &str| -> u64 {
+            line.and_then(|fields| {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            })
             .and_then(|n| n.parse().ok())
-            .unwrap_or(0))
+            .unwrap_or(0)
+        };
+        Ok(CommandStat {
+            calls: field("calls"),
+            usec: field("usec"),
+        })
     }
 
     fn spawn(&mut self) -> Result<(), HarnessError> {
@@ -415,6 +429,15 @@ fn reply_complete(reply: &[u8]) -> bool {
         }
         _ => true,
     }
+}
+
+/// One command's counters from `INFO commandstats` ([`RedisServer::commandstat`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommandStat {
+    /// Times the command ran.
+    pub calls: u64,
+    /// µs spent running it, in all.
+    pub usec: u64,
 }
 
 #[cfg(test)]

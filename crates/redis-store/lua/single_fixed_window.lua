@@ -121,27 +121,40 @@ end
 -- The start of now's window. Exact `%`: both below 2^52.
 local current = now - now % window
 
+-- Takes an admission's INCRBY back, so that the key is as it was: a value that was 0 (or no
+-- key, which INCRBY created without a TTL) is deleted, the same state.
+local function take_back(key, cost, stored)
+  if stored == 0 then
+    redis.pcall('DEL', key)
+  else
+    redis.pcall('INCRBY', key, -cost)
+  end
+end
+
 -- An admission of the integer form: INCRBY of the cost (its argument's text, which Redis
 -- takes as is), then the decision on the result. Returns nil, having written nothing, when
 -- the stored value is not an integer this script writes; the caller's GET path then
--- reports it.
+-- reports it. Any other error is returned with the INCRBY taken back.
 local function admit(key, cost, text)
   local added = redis.pcall('INCRBY', key, text)
   if type(added) == 'table' then
     return nil
   end
-  local start, count = split(added - cost)
+  local stored = added - cost
+  local start, count = split(stored)
   if start == nil then
-    redis.pcall('INCRBY', key, -cost)
+    take_back(key, cost, stored)
     return nil
   end
   if start < current then
     -- An earlier window (or no key, read as 0): a new window holding this cost alone.
     local window_end = current + window - now
     local ttl = ttl_ms(window_end)
-    local done = redis.pcall('SET', key, current / window * modulus + cost, 'PX', ttl)
+    -- '%d' (exact below 2^53) is cheaper than the '%.17g' Redis gives a number argument.
+    local value = string.format('%d', current / window * modulus + cost)
+    local done = redis.pcall('SET', key, value, 'PX', ttl)
     if done.err then
-      redis.pcall('INCRBY', key, -cost)
+      take_back(key, cost, stored)
       return done
     end
     return 1, limit - cost, 0, window_end
@@ -159,6 +172,7 @@ local function admit(key, cost, text)
       if count == 0 or refresh or longer then
         local done = redis.pcall('PEXPIRE', key, ttl)
         if type(done) == 'table' then
+          take_back(key, cost, stored)
           return done
         end
       end
@@ -264,7 +278,7 @@ local function decide(key, op, cost, stamp)
     if ttl > 0 then
       local value
       if integer then
-        value = start / window * modulus + count
+        value = string.format('%d', start / window * modulus + count)
       else
         value = string.format('%d:%d', start, count)
       end

@@ -4,7 +4,9 @@
 //! for any algorithm of [rein-core](rein_core), any cost, a peek, a refund, or a policy of
 //! several limits all-or-nothing, is **one** `EVALSHA` of one Lua script. The script reads
 //! the state, decides with the same integer math as rein-core and writes the new state, so
-//! concurrent servers can never both take the last token. A denial writes nothing. Under
+//! concurrent servers can never both take the last token. A denial counts nothing (it writes
+//! nothing, except a fixed window kept as one integer, which adds first and takes a denial
+//! back in the same script: docs/redis.md, "Stored state"). Under
 //! load, concurrent decisions of one single-limit policy share a call, each still atomic
 //! ([`Coalesce`]): the server then spends less per decision than on the naive scripts
 //! rein replaces (docs/performance.md).

@@ -26,7 +26,9 @@ use crate::{ConfigError, RedisPolicy, StateError};
 /// Exact rate limits shared by every process that uses the same Redis.
 ///
 /// Each decision is one `EVALSHA` of rein's script, which reads the policy's state, decides
-/// with rein-core's math and writes the new state, atomically. A denial writes nothing.
+/// with rein-core's math and writes the new state, atomically. A denial counts nothing (and
+/// writes nothing, except for a fixed window kept as one integer: docs/redis.md, "Stored
+/// state").
 /// The store is cheap to clone (an `Arc`), and every clone shares one connection.
 ///
 /// # Clock

@@ -129,6 +129,73 @@ async fn a_least_privilege_acl_user_can_decide_on_its_prefix_only() {
     );
 }
 
+/// A fixed window kept as one integer counts an admission with `INCRBY` before it sets the
+/// key's TTL; when the server refuses the `PEXPIRE` (here an ACL without it), the decision
+/// fails and the count is taken back: nothing is counted, no key is left without a TTL.
+#[tokio::test]
+async fn a_refused_ttl_takes_the_fixed_windows_count_back() {
+    let server = RedisServer::start().expect("start redis-server");
+    let acl = [
+        "ACL",
+        "SETUSER",
+        "rein",
+        "reset",
+        "on",
+        ">pw",
+        "~rein:*",
+        "-@all",
+        "+evalsha",
+        "+eval",
+        "+script|load",
+        "+time",
+        "+get",
+        "+set",
+        "+del",
+        "+incrby",
+    ];
+    assert_eq!(server.command(&acl).expect("ACL SETUSER"), "+OK\r\n");
+    let url = format!("redis://rein:pw@127.0.0.1:{}/", server.port());
+    let store = RedisStore::connect(&url).await.expect("connect");
+    let window = RedisPolicy::new(
+        "window",
+        Policy::single(Limit::fixed_window(5, Micros::from_secs(60)).expect("valid")),
+    )
+    .expect("valid name");
+    // A caller's `now` sets the TTL on every admission in a window already counting, and on
+    // a key INCRBY creates in the window at index 0 (`now` below the window's length).
+    let refused = |result: Result<rein_core::Decision, DecideError>| {
+        assert!(
+            matches!(result, Err(DecideError::Unavailable(StoreError::Server(_)))),
+            "{result:?}"
+        );
+    };
+    let early = rein_core::Timestamp::from_micros(1_000);
+    for _ in 0..2 {
+        refused(store.acquire_at(early, &window, "u", 1).await);
+    }
+    assert_eq!(server.command(&["DBSIZE"]).expect("DBSIZE"), ":0\r\n");
+    let now = rein_core::Timestamp::from_micros(1_764_000_000_000_000);
+    let first = store
+        .acquire_at(now, &window, "u", 1)
+        .await
+        .expect("a new window: SET");
+    assert_eq!(first.remaining, 4);
+    for _ in 0..2 {
+        refused(store.acquire_at(now, &window, "u", 1).await);
+    }
+    let state = store.state(&window, "u").await.expect("state");
+    assert!(
+        matches!(state.iter().next(), Some(rein_core::LimitState::FixedWindow(w)) if w.count == 1),
+        "{state:?}"
+    );
+    // On the server's clock a new window is one `SET ... PX`, which the ACL allows; then
+    // an admission in it keeps that TTL and needs no `PEXPIRE`.
+    for remaining in [4, 3] {
+        let decision = store.acquire(&window, "u", 1).await.expect("decision");
+        assert_eq!(decision.remaining, remaining);
+    }
+}
+
 #[cfg(feature = "tls")]
 #[tokio::test]
 async fn tls_with_a_private_ca_and_rediss_urls() {
