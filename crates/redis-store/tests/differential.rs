@@ -85,6 +85,65 @@ fn script_matches_core_decisions_and_state_at_every_step() {
     }
 }
 
+/// A lone fixed window's form (one integer, or the string) is chosen twice: by
+/// `RedisPolicy`, in the key's tag, and by the script, in what it writes. At the edge of the
+/// integer form (a limit of half the modulus), for short and long windows, both must choose
+/// alike and the state must read back; the modulus is computed here on its own, by halving.
+#[test]
+fn the_key_and_the_script_agree_on_a_fixed_windows_form_at_its_edge() {
+    let server = RedisServer::start().expect("start redis-server");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async {
+        let store = RedisStore::connect(&server.url()).await.expect("connect");
+        let mut raw = redis::Client::open(server.url())
+            .expect("client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        for window in [
+            2,
+            3,
+            1_000,
+            1_000_000,
+            60_000_000,
+            86_400_000_000,
+            MAX_SPAN.as_micros(),
+        ] {
+            let windows = u128::from(MAX_MICROS / window + 1);
+            let mut modulus: u64 = 1 << 53;
+            while windows * u128::from(modulus) > 1 << 53 {
+                modulus /= 2;
+            }
+            for limit in [modulus / 2 - 1, modulus / 2] {
+                let Ok(fixed) = Limit::fixed_window(limit, Micros::from_micros(window)) else {
+                    continue; // a limit of 0
+                };
+                let policy = RedisPolicy::new(format!("edge{window}"), Policy::single(fixed))
+                    .expect("valid name");
+                let what = format!("window {window} µs, limit {limit}");
+                let decision = store.acquire(&policy, "u", 1).await.expect("decision");
+                assert!(decision.is_allowed(), "{what}");
+                let key = store.keys(&policy, "u").expect("keys").remove(0);
+                let value: String = redis::cmd("GET")
+                    .arg(&key)
+                    .query_async(&mut raw)
+                    .await
+                    .expect("GET");
+                let integer = limit < modulus / 2;
+                assert_eq!(!key.ends_with(":fw"), integer, "{what}: key {key}");
+                assert_eq!(!value.contains(':'), integer, "{what}: value {value}");
+                store
+                    .state(&policy, "u")
+                    .await
+                    .expect("the state reads back");
+            }
+        }
+    });
+}
+
 async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<(), TestCaseError> {
     let named = RedisPolicy::new("p", case.policy.clone()).expect("valid name");
     let policy = &case.policy;
