@@ -166,7 +166,8 @@ local function admit(key, cost, text)
   end
   if count + cost <= limit then
     -- A count of 0 before: a key INCRBY just made (no TTL), or an empty window kept by
-    -- min_ttl.
+    -- min_ttl. min_ttl can be the longer only if set: without it, and on the server's
+    -- clock, the common admission computes no TTL at all.
     if count == 0 or refresh or min_ttl > 0 then
       local ttl, longer = ttl_ms(window_end)
       if count == 0 or refresh or longer then
