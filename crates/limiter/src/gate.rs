@@ -59,6 +59,12 @@ pub(crate) struct Gate<K> {
     /// One per policy of the table, in its order, at this node's share; empty unless the
     /// failure policy is [`FailurePolicy::LocalFallback`].
     fallback: Vec<MemoryLimiter<Vec<u8>, K>>,
+    /// The latest instant a fallback decision was made at. Fallback decisions run one at a
+    /// time under this lock, each at the later of its own `now` and this, so the local
+    /// limiters see time move forward only: concurrent requests read the clock before any
+    /// lock, in no particular order, and a decision at an instant before the key's last one
+    /// reports a reset longer than the limit can take (an HTTP `t` above `w`).
+    fallback_clock: Mutex<Timestamp>,
     /// A std mutex: every use is a few comparisons with no await, and the breaker must see
     /// one order of outcomes.
     breaker: Mutex<Breaker>,
@@ -95,6 +101,7 @@ impl<K> Gate<K> {
             name,
             on_failure,
             fallback,
+            fallback_clock: Mutex::new(Timestamp::EPOCH),
             breaker: Mutex::new(Breaker::new(breaker)),
             deny_cache: deny_cache.map(DenyCache::new),
             allow_cache: allow_cache.map(AllowCache::new),
@@ -288,6 +295,14 @@ impl<K> Gate<K> {
             FailurePolicy::LocalFallback { .. } => {
                 // The builder made one fallback limiter per table policy.
                 let limiter = &self.fallback[slot as usize];
+                // Held until the decision is made: see `fallback_clock`. A fallback decision
+                // is a few hundred nanoseconds of local work with no await.
+                let mut latest = self
+                    .fallback_clock
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let now = (*latest).max(now);
+                *latest = now;
                 let local = if peek {
                     limiter.peek_at(now, key, cost)
                 } else {
@@ -636,6 +651,31 @@ mod tests {
             admitted += u64::from(decided.is_allowed());
         }
         assert_eq!(admitted, 2);
+    }
+
+    #[test]
+    fn fallback_decisions_never_go_back_in_time_so_a_reset_never_exceeds_the_window() {
+        // Two requests read the clock at 2 100 ms and 1 900 ms and reach the fallback in that
+        // order (the second was slower to get there). Decided at 1 900 ms, the second would
+        // count in the window the first opened, [2 000, 3 000), and report its end as
+        // 1 100 ms away: longer than the 1 s window.
+        let g = gate(FailurePolicy::LocalFallback {
+            expected_nodes: NonZeroU32::new(1).unwrap(),
+        });
+        let fallback = |now| {
+            let Step::Call(ticket) = g.begin(now, request(1)) else {
+                panic!("the breaker is closed");
+            };
+            let failed = Reply::Failed(Unavailable::Timeout);
+            g.finish(now, now, ticket, request(1), failed)
+        };
+        let first = fallback(at(2_100));
+        let second = fallback(at(1_900));
+        assert!(matches!(second.source, Source::Fallback(_)), "{second:?}");
+        assert_eq!(first.decision.reset_after, Micros::from_millis(900));
+        // Decided at 2 100 ms, the later instant: 900 ms to go.
+        assert_eq!(second.decision.reset_after, Micros::from_millis(900));
+        assert_eq!(second.decision.remaining, 8);
     }
 
     #[test]

@@ -106,3 +106,15 @@ pub use policy::RedisPolicy;
 pub use rein_core::{DecideError, KeyError, StoreError};
 pub use script::{SCRIPT_SOURCE, SCRIPTS};
 pub use store::{RedisStore, RedisStoreBuilder};
+
+/// Checks a key prefix as [`RedisStoreBuilder::prefix`] will when the store connects: 1 to
+/// 64 printable ASCII bytes, no spaces or braces ([`ConfigError::InvalidPrefix`]). For
+/// configuration loaders that report every error before anything connects.
+///
+/// ```
+/// assert!(rein_redis::check_key_prefix("myapp:rl").is_ok());
+/// assert!(rein_redis::check_key_prefix("my{app}").is_err());
+/// ```
+pub fn check_key_prefix(prefix: &str) -> Result<(), ConfigError> {
+    key::validate_prefix(prefix)
+}

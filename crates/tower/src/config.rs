@@ -73,8 +73,9 @@ pub struct RedisSettings {
     pub deadline: Duration,
     /// `connect_timeout`: the longest a connect may take (default 1 s).
     pub connect_timeout: Duration,
-    /// `prefix`: the first part of every Redis key (default `rein`).
-    pub prefix: String,
+    /// `key_prefix`: the first part of every Redis key (default `rein`), checked when the
+    /// file is loaded.
+    pub key_prefix: String,
 }
 
 /// Where Redis is.
@@ -98,6 +99,7 @@ pub struct HttpSettings {
     /// `admitted_headers` (default `ratelimit`).
     pub admitted_headers: AdmittedHeaders,
     /// `deadline`: the layer's own bound on a decision (default the limiter's plus 5 ms).
+    /// Longer than `redis.deadline`, so that the failure policy answers first.
     pub deadline: Option<Duration>,
 }
 
@@ -126,33 +128,34 @@ pub enum LoadError {
     },
     /// A field is missing, unknown, of the wrong type, or has a value that is not allowed
     /// (a duration that does not parse, a zero deadline, both `url` and `cluster`).
-    #[error("{}{path}: {message}", at_line(*line))]
+    #[error("line {line}: {path}: {message}")]
     Field {
         /// The field's path, e.g. `policies.search.limits[1].window`.
         path: String,
-        /// 1-based line, where known.
-        line: Option<usize>,
+        /// 1-based line: the value's, or for a missing field the line of the table that
+        /// lacks it (1 for the file's top level).
+        line: usize,
         /// What is wrong.
         message: String,
     },
     /// A limit's numbers are rejected by rein-core (zero, or too large to stay exact).
-    #[error("{}{path}: {source}", at_line(*line))]
+    #[error("line {line}: {path}: {source}")]
     Limit {
         /// The limit's path, e.g. `policies.search.limits[0]`.
         path: String,
-        /// 1-based line, where known.
-        line: Option<usize>,
+        /// 1-based line.
+        line: usize,
         /// rein-core's reason.
         source: rein_core::ConfigError,
     },
     /// A route or `http.default_policy` names a policy the file does not declare. Declare
     /// it under `[policies.NAME]` or fix the name.
-    #[error("{}{path}: no policy named {name:?}; declare it as [policies.{name}]", at_line(*line))]
+    #[error("line {line}: {path}: no policy named {name:?}; declare it as [policies.{name}]")]
     UnknownPolicy {
         /// The path of the field naming it.
         path: String,
-        /// 1-based line, where known.
-        line: Option<usize>,
+        /// 1-based line.
+        line: usize,
         /// The name given.
         name: String,
     },
@@ -226,7 +229,7 @@ impl Config {
     /// Connects to the Redis of `[redis]` (and loads rein's script there).
     pub async fn connect_store(&self) -> Result<ConfiguredStore, ConnectError> {
         let builder = RedisStoreBuilder::new()
-            .prefix(self.redis.prefix.clone())
+            .prefix(self.redis.key_prefix.clone())
             .deadline(self.redis.deadline)
             .connect_timeout(self.redis.connect_timeout);
         Ok(match &self.redis.endpoint {
@@ -258,8 +261,14 @@ impl FromStr for Config {
             let path = field_path(e.path());
             let inner = e.into_inner();
             LoadError::Field {
-                path,
-                line: inner.span().map(|span| line_of(text, span.start)),
+                path: if path.is_empty() {
+                    // An error about the document as a whole (serde names no field).
+                    "(file)".to_owned()
+                } else {
+                    path
+                },
+                // toml gives every value error a span; the start of the file otherwise.
+                line: inner.span().map_or(1, |span| line_of(text, span.start)),
                 message: inner.message().to_owned(),
             }
         })?;
@@ -274,17 +283,24 @@ struct Validator<'a> {
 
 impl Validator<'_> {
     fn config(&self, raw: RawConfig) -> Result<Config, LoadError> {
-        let redis = self.redis(raw.redis)?;
+        let Some(raw_redis) = raw.redis else {
+            return Err(field(
+                "redis",
+                1,
+                "missing: add a [redis] table, e.g. url = \"redis://127.0.0.1:6379/\"",
+            ));
+        };
+        let redis = self.redis(raw_redis)?;
         let failure = match raw.failure {
             None => FailurePolicy::FailOpen,
             Some(failure) => self.failure(failure)?,
         };
         if raw.policies.is_empty() {
-            return Err(LoadError::Field {
-                path: "policies".into(),
-                line: None,
-                message: "declare at least one policy, e.g. [policies.api]".into(),
-            });
+            return Err(field(
+                "policies",
+                1,
+                "missing: declare at least one policy, e.g. [policies.api]",
+            ));
         }
         let policies = raw
             .policies
@@ -319,9 +335,9 @@ impl Validator<'_> {
                 Some(RawAdmitted::None) => AdmittedHeaders::None,
                 Some(RawAdmitted::All) => AdmittedHeaders::All,
             },
-            deadline: match raw_http.deadline {
+            deadline: match &raw_http.deadline {
                 None => None,
-                Some(deadline) => Some(self.positive("http.deadline", deadline)?),
+                Some(deadline) => Some(self.layer_deadline(deadline, redis.deadline)?),
             },
         };
         Ok(Config {
@@ -334,13 +350,27 @@ impl Validator<'_> {
     }
 
     fn redis(&self, raw: Spanned<RawRedis>) -> Result<RedisSettings, LoadError> {
-        let line = Some(self.line(&raw));
+        let line = self.line(&raw);
         let raw = raw.into_inner();
+        if let Some(old) = &raw.prefix {
+            return Err(field(
+                "redis.prefix",
+                self.line(old),
+                "renamed to `key_prefix` (a route's `prefix` is a path prefix; this one \
+                 starts every Redis key)",
+            ));
+        }
         let endpoint = match (raw.url, raw.cluster) {
-            (Some(url), None) => RedisEndpoint::Url(url),
-            (None, Some(nodes)) if !nodes.is_empty() => RedisEndpoint::Cluster(nodes),
-            (None, Some(_)) => {
-                return Err(field("redis.cluster", line, "list at least one node URL"));
+            (Some(url), None) => RedisEndpoint::Url(url.into_inner()),
+            (None, Some(nodes)) if !nodes.get_ref().is_empty() => {
+                RedisEndpoint::Cluster(nodes.into_inner())
+            }
+            (None, Some(nodes)) => {
+                return Err(field(
+                    "redis.cluster",
+                    self.line(&nodes),
+                    "list at least one node URL",
+                ));
             }
             (Some(_), Some(_)) => {
                 return Err(field("redis", line, "set `url` or `cluster`, not both"));
@@ -353,29 +383,56 @@ impl Validator<'_> {
                 ));
             }
         };
+        let key_prefix = match raw.key_prefix {
+            None => DEFAULT_PREFIX.to_owned(),
+            Some(prefix) => {
+                // The store checks it again when it connects; checked here so that a bad
+                // prefix is a load error with its line, before anything connects.
+                rein_redis::check_key_prefix(prefix.get_ref()).map_err(|_| {
+                    field(
+                        "redis.key_prefix",
+                        self.line(&prefix),
+                        "1 to 64 printable ASCII bytes, no spaces or braces",
+                    )
+                })?;
+                prefix.into_inner()
+            }
+        };
         Ok(RedisSettings {
             endpoint,
-            deadline: match raw.deadline {
+            deadline: match &raw.deadline {
                 Some(d) => self.positive("redis.deadline", d)?,
                 None => DEFAULT_DEADLINE,
             },
-            connect_timeout: match raw.connect_timeout {
+            connect_timeout: match &raw.connect_timeout {
                 Some(d) => self.positive("redis.connect_timeout", d)?,
                 None => DEFAULT_CONNECT_TIMEOUT,
             },
-            prefix: raw.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
+            key_prefix,
         })
     }
 
     fn failure(&self, raw: Spanned<RawFailure>) -> Result<FailurePolicy, LoadError> {
-        let line = Some(self.line(&raw));
+        let line = self.line(&raw);
         let raw = raw.into_inner();
-        Ok(match (raw.policy, raw.expected_nodes) {
+        let Some(policy) = raw.policy else {
+            return Err(field(
+                "failure.policy",
+                line,
+                "missing: \"fail_open\", \"fail_closed\" or \"local_fallback\"",
+            ));
+        };
+        Ok(match (policy, raw.expected_nodes) {
             (RawFailurePolicy::FailOpen, None) => FailurePolicy::FailOpen,
             (RawFailurePolicy::FailClosed, None) => FailurePolicy::FailClosed,
             (RawFailurePolicy::LocalFallback, Some(nodes)) => FailurePolicy::LocalFallback {
-                expected_nodes: NonZeroU32::new(nodes)
-                    .ok_or_else(|| field("failure.expected_nodes", line, "must be at least 1"))?,
+                expected_nodes: NonZeroU32::new(*nodes.get_ref()).ok_or_else(|| {
+                    field(
+                        "failure.expected_nodes",
+                        self.line(&nodes),
+                        "must be at least 1",
+                    )
+                })?,
             },
             (RawFailurePolicy::LocalFallback, None) => {
                 return Err(field(
@@ -384,10 +441,10 @@ impl Validator<'_> {
                     "local_fallback needs the number of servers sharing the limits",
                 ));
             }
-            (_, Some(_)) => {
+            (_, Some(nodes)) => {
                 return Err(field(
                     "failure.expected_nodes",
-                    line,
+                    self.line(&nodes),
                     "only used with policy = \"local_fallback\"",
                 ));
             }
@@ -396,10 +453,16 @@ impl Validator<'_> {
 
     fn policy(&self, name: &str, raw: &Spanned<RawPolicy>) -> Result<NamedPolicy, LoadError> {
         let path = format!("policies.{name}");
-        let line = Some(self.line(raw));
-        let limits = raw
-            .get_ref()
-            .limits
+        let line = self.line(raw);
+        let Some(limits) = &raw.get_ref().limits else {
+            return Err(field(
+                &format!("{path}.limits"),
+                line,
+                "missing: a list of limits, e.g. [{ algorithm = \"fixed_window\", \
+                 limit = 100, window = \"1m\" }]",
+            ));
+        };
+        let limits = limits
             .iter()
             .enumerate()
             .map(|(index, limit)| self.limit(&format!("{path}.limits[{index}]"), limit))
@@ -419,9 +482,17 @@ impl Validator<'_> {
     }
 
     fn limit(&self, path: &str, raw: &Spanned<RawLimit>) -> Result<Limit, LoadError> {
-        let line = Some(self.line(raw));
+        let line = self.line(raw);
         let limit = raw.get_ref();
-        let algorithm = limit.algorithm.as_str();
+        let Some(kind) = limit.algorithm else {
+            return Err(field(
+                &format!("{path}.algorithm"),
+                line,
+                "missing: \"token_bucket\", \"fixed_window\", \"sliding_log\" or \
+                 \"sliding_counter\"",
+            ));
+        };
+        let algorithm = kind.as_str();
         let need = |value: Option<u64>, name: &str| {
             value.ok_or_else(|| {
                 field(
@@ -451,7 +522,7 @@ impl Validator<'_> {
                 Ok(())
             }
         };
-        let built = match limit.algorithm {
+        let built = match kind {
             RawAlgorithm::TokenBucket => {
                 refuse(limit.limit.is_some(), "limit")?;
                 refuse(limit.window.is_some(), "window")?;
@@ -488,7 +559,7 @@ impl Validator<'_> {
         policies: &[&str],
     ) -> Result<Route, LoadError> {
         let path = format!("routes[{index}]");
-        let line = Some(self.line(raw));
+        let line = self.line(raw);
         let r = raw.get_ref();
         let mut route = match (&r.path, &r.prefix) {
             (Some(exact), None) => Route::exact(exact.clone()),
@@ -499,8 +570,14 @@ impl Validator<'_> {
             }
         };
         for (i, method) in r.methods.iter().flatten().enumerate() {
-            let parsed = Method::from_bytes(method.to_ascii_uppercase().as_bytes())
-                .map_err(|_| field(&format!("{path}.methods[{i}]"), line, "not an HTTP method"))?;
+            let parsed = Method::from_bytes(method.get_ref().to_ascii_uppercase().as_bytes())
+                .map_err(|_| {
+                    field(
+                        &format!("{path}.methods[{i}]"),
+                        self.line(method),
+                        "not an HTTP method",
+                    )
+                })?;
             route = route.method(parsed);
         }
         if let Some(name) = &r.name {
@@ -536,8 +613,16 @@ impl Validator<'_> {
     }
 
     fn key(&self, path: &str, raw: &Spanned<RawKey>) -> Result<KeySource, LoadError> {
-        let line = Some(self.line(raw));
+        let line = self.line(raw);
         let key = raw.get_ref();
+        let Some(from) = key.from else {
+            return Err(field(
+                &format!("{path}.from"),
+                line,
+                "missing: \"peer\", \"header\", \"x-forwarded-for\", \"forwarded\" or \
+                 \"fixed\"",
+            ));
+        };
         let unused = |present: bool, name: &str, from: &str| {
             if present {
                 Err(field(
@@ -549,7 +634,7 @@ impl Validator<'_> {
                 Ok(())
             }
         };
-        match key.from {
+        match from {
             RawKeyFrom::Peer => {
                 unused(key.name.is_some(), "name", "peer")?;
                 unused(key.trusted_hops.is_some(), "trusted_hops", "peer")?;
@@ -559,15 +644,21 @@ impl Validator<'_> {
             RawKeyFrom::Header => {
                 unused(key.trusted_hops.is_some(), "trusted_hops", "header")?;
                 unused(key.value.is_some(), "value", "header")?;
-                let name = key.name.as_deref().ok_or_else(|| {
+                let name = key.name.as_ref().ok_or_else(|| {
                     field(&format!("{path}.name"), line, "missing: the header's name")
                 })?;
-                let name = HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| field(&format!("{path}.name"), line, "not a valid header name"))?;
+                let name = HeaderName::from_bytes(name.get_ref().as_bytes()).map_err(|_| {
+                    field(
+                        &format!("{path}.name"),
+                        self.line(name),
+                        "not a valid header name",
+                    )
+                })?;
                 Ok(KeySource::header(name))
             }
             RawKeyFrom::XForwardedFor | RawKeyFrom::Forwarded => {
-                let from = if key.from == RawKeyFrom::Forwarded {
+                let forwarded = from == RawKeyFrom::Forwarded;
+                let from = if forwarded {
                     "forwarded"
                 } else {
                     "x-forwarded-for"
@@ -581,7 +672,7 @@ impl Validator<'_> {
                         "missing: how many proxies of yours append to the header (0 ignores it)",
                     )
                 })?;
-                Ok(if key.from == RawKeyFrom::Forwarded {
+                Ok(if forwarded {
                     KeySource::forwarded(hops)
                 } else {
                     KeySource::x_forwarded_for(hops)
@@ -613,18 +704,42 @@ impl Validator<'_> {
         } else {
             Err(LoadError::UnknownPolicy {
                 path: path.to_owned(),
-                line: Some(self.line(name)),
+                line: self.line(name),
                 name: name.get_ref().clone(),
             })
         }
     }
 
-    fn positive(&self, path: &str, duration: Dur) -> Result<Duration, LoadError> {
-        if duration.0.is_zero() {
-            Err(field(path, None, "must be longer than zero"))
+    fn positive(&self, path: &str, duration: &Spanned<Dur>) -> Result<Duration, LoadError> {
+        if duration.get_ref().0.is_zero() {
+            Err(field(path, self.line(duration), "must be longer than zero"))
         } else {
-            Ok(duration.0)
+            Ok(duration.get_ref().0)
         }
+    }
+
+    /// `http.deadline`: positive, and longer than the store's, or the layer would give up
+    /// on every call to a frozen Redis before the limiter's failure policy could answer
+    /// (the breaker sees only abandoned calls, never opens, and every request fails).
+    fn layer_deadline(
+        &self,
+        deadline: &Spanned<Dur>,
+        store: Duration,
+    ) -> Result<Duration, LoadError> {
+        let layer = self.positive("http.deadline", deadline)?;
+        if layer <= store {
+            return Err(field(
+                "http.deadline",
+                self.line(deadline),
+                &format!(
+                    "must be longer than redis.deadline ({}): the limiter answers from its \
+                     failure policy when the store's deadline passes, and a layer that gives \
+                     up first never lets it; leave it out for the limiter's deadline plus 5ms",
+                    humantime::format_duration(store)
+                ),
+            ));
+        }
+        Ok(layer)
     }
 
     fn line<T>(&self, spanned: &Spanned<T>) -> usize {
@@ -632,7 +747,7 @@ impl Validator<'_> {
     }
 }
 
-fn field(path: &str, line: Option<usize>, message: &str) -> LoadError {
+fn field(path: &str, line: usize, message: &str) -> LoadError {
     LoadError::Field {
         path: path.to_owned(),
         line,
@@ -680,11 +795,6 @@ fn line_of(text: &str, offset: usize) -> usize {
     text.get(..offset).unwrap_or(text).matches('\n').count() + 1
 }
 
-fn at_line(line: Option<usize>) -> String {
-    line.map(|line| format!("line {line}: "))
-        .unwrap_or_default()
-}
-
 // The file as serde reads it. Every table denies unknown fields, so a typo is an error
 // with its path rather than a silently ignored setting. Tables whose fields depend on a
 // variant (a limit's algorithm, a key's source) are flat structs checked by the validator:
@@ -693,7 +803,7 @@ fn at_line(line: Option<usize>) -> String {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
-    redis: Spanned<RawRedis>,
+    redis: Option<Spanned<RawRedis>>,
     failure: Option<Spanned<RawFailure>>,
     #[serde(default)]
     policies: BTreeMap<String, Spanned<RawPolicy>>,
@@ -705,18 +815,20 @@ struct RawConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRedis {
-    url: Option<String>,
-    cluster: Option<Vec<String>>,
-    deadline: Option<Dur>,
-    connect_timeout: Option<Dur>,
-    prefix: Option<String>,
+    url: Option<Spanned<String>>,
+    cluster: Option<Spanned<Vec<String>>>,
+    deadline: Option<Spanned<Dur>>,
+    connect_timeout: Option<Spanned<Dur>>,
+    key_prefix: Option<Spanned<String>>,
+    /// `key_prefix`'s old name: refused with the new one.
+    prefix: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFailure {
-    policy: RawFailurePolicy,
-    expected_nodes: Option<u32>,
+    policy: Option<RawFailurePolicy>,
+    expected_nodes: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -730,13 +842,13 @@ enum RawFailurePolicy {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPolicy {
-    limits: Vec<Spanned<RawLimit>>,
+    limits: Option<Vec<Spanned<RawLimit>>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLimit {
-    algorithm: RawAlgorithm,
+    algorithm: Option<RawAlgorithm>,
     capacity: Option<u64>,
     refill: Option<u64>,
     period: Option<Dur>,
@@ -761,7 +873,7 @@ struct RawHttp {
     on_unavailable: Option<Answer>,
     admitted_headers: Option<RawAdmitted>,
     default_policy: Option<Spanned<String>>,
-    deadline: Option<Dur>,
+    deadline: Option<Spanned<Dur>>,
 }
 
 #[derive(Deserialize)]
@@ -775,8 +887,8 @@ enum RawAdmitted {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawKey {
-    from: RawKeyFrom,
-    name: Option<String>,
+    from: Option<RawKeyFrom>,
+    name: Option<Spanned<String>>,
     trusted_hops: Option<u8>,
     value: Option<String>,
 }
@@ -797,7 +909,7 @@ struct RawRoute {
     name: Option<String>,
     path: Option<String>,
     prefix: Option<String>,
-    methods: Option<Vec<String>>,
+    methods: Option<Vec<Spanned<String>>>,
     policy: Option<Spanned<String>>,
     exempt: Option<bool>,
     cost: Option<u64>,
@@ -932,7 +1044,7 @@ limits = [
             panic!("expected a field error");
         };
         assert_eq!(path, "policies.search.limits[1].window");
-        assert_eq!(line, Some(8));
+        assert_eq!(line, 8);
         assert!(message.contains("expected a duration"), "{message}");
     }
 
@@ -943,7 +1055,7 @@ limits = [
             panic!("expected a field error");
         };
         assert_eq!(path, "policies.api.limits[0].window");
-        assert_eq!(line, Some(6));
+        assert_eq!(line, 6);
     }
 
     #[test]
@@ -954,7 +1066,7 @@ limits = [
         };
         assert_eq!(
             (path.as_str(), line, name.as_str()),
-            ("routes[0].policy", Some(10), "serach")
+            ("routes[0].policy", 10, "serach")
         );
     }
 

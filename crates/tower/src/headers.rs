@@ -7,16 +7,34 @@
 //!
 //! # What the fields say
 //! - `RateLimit-Policy: "api";q=100;w=60`: one item per limit of the policy. `q` is the
-//!   limit's capacity in cost units; `w` its window in seconds. A token bucket's window is
-//!   the time it takes to refill from empty to full (`capacity × emission_interval`), so
-//!   `q / w` is its sustained rate.
-//! - `RateLimit: "api";r=0;t=30`: the limit that decided. `r` is what remains after this
-//!   request, `t` the seconds until that limit is full again if nothing else is admitted.
+//!   limit's capacity in cost units; `w` its window in seconds. A token bucket has no
+//!   window: its `w` is the time it takes to refill from empty to full
+//!   (`capacity × emission_interval`), so `q / w` is its sustained rate (a bucket of 10
+//!   refilling 1 per second says `q=10;w=10`, whatever `period` the config gave).
+//! - `RateLimit: "api";r=0;t=30`: the limit that decided (the one with the fewest units
+//!   left). `r` is what remains of it after this request; `t` is a number of seconds whose
+//!   meaning depends on the outcome ([`reset_secs`]):
+//!   - **on a denial**, `t` is `Retry-After`: the seconds until the same request would be
+//!     admitted. Both name the same instant, as draft -09 asks of a response that sends
+//!     both, and `Retry-After` is never earlier than `t`, as -10 and -11 ask.
+//!   - **on an admission**, `t` is the seconds until the named limit is full again if
+//!     nothing else is admitted (the "quota reset" of draft -09). For one limit that is its
+//!     own reset; in a multi-limit policy the decision carries only the policy's longest
+//!     reset, so `t` is that, bounded by the named limit's longest possible reset: never
+//!     earlier than the named limit's own. It is at most `w`, except for a sliding
+//!     counter, whose previous window's count takes one more window to decay (at most
+//!     `2w`).
+//!
+//!   Drafts -10 and -11 read `t` as "until more quota is available"; on an admission rein's
+//!   `t` is the later instant when all of it is, so a client pacing itself on `t` waits
+//!   longer than it must, never less.
 //! - `Retry-After: 7`: on a denial, the seconds until the same request would be admitted.
 //!
 //! A single-limit policy's item is named after the policy (`"api"`); the limits of a
 //! multi-limit policy are named `"api.0"`, `"api.1"`, ... in the policy's order, so a client
-//! can tell which one spoke.
+//! can tell which one spoke. On a denial the named limit is one that denied; when several
+//! did, `t` (like `Retry-After`) is the longest of their waits, which may exceed the named
+//! limit's `w`.
 //!
 //! # Rounding
 //! Every time is rounded **up** to whole seconds: a client that waits `Retry-After` or `t`
@@ -104,24 +122,55 @@ pub fn render_policy(policy: &NamedPolicy) -> String {
 }
 
 /// The `RateLimit` value of `decision`: the deciding limit's item with `r` (remaining) and
-/// `t` (seconds until full, rounded up).
+/// `t` ([`reset_secs`]).
 pub fn render_rate_limit(policy: &NamedPolicy, deciding: usize, decision: &Decision) -> String {
     let count = policy.policy().limits().len();
+    let deciding = deciding.min(count.saturating_sub(1));
     let mut out = String::new();
-    push_item_name(
-        &mut out,
-        policy.name(),
-        count,
-        deciding.min(count.saturating_sub(1)),
-    );
+    push_item_name(&mut out, policy.name(), count, deciding);
     // Writing to a `String` cannot fail.
     let _ = write!(
         out,
         ";r={};t={}",
         sf_integer(decision.remaining),
-        sf_integer(ceil_secs(decision.reset_after))
+        sf_integer(reset_secs(policy.policy(), deciding, decision))
     );
     out
+}
+
+/// `RateLimit`'s `t` for `decision`, made under `policy`, whose limit number `deciding` it
+/// names (an index past the policy's limits is read as the last limit):
+/// - a denial: [`retry_after_secs`], the same instant as `Retry-After`;
+/// - an admission: `reset_after` rounded up, at most [`longest_reset_secs`] of the named
+///   limit. For a single limit the bound never bites when time moves forward (its reset is
+///   at most that long); in a multi-limit policy `reset_after` is the longest reset among
+///   all limits, and the bound keeps `t` about the limit the item names.
+///
+/// ```
+/// use rein_core::{Limit, Micros, Policy, Timestamp};
+/// use rein_tower::headers::{reset_secs, retry_after_secs};
+///
+/// // A sliding log of 7 per 3 s: 1 admitted at 0 s, 6 at 2.2 s.
+/// let policy = Policy::single(Limit::sliding_log(7, Micros::from_secs(3))?);
+/// let mut state = policy.new_state();
+/// policy.acquire(Timestamp::from_micros(0), &mut state, 1)?;
+/// policy.acquire(Timestamp::from_micros(2_200_000), &mut state, 6)?;
+/// let denied = policy.acquire(Timestamp::from_micros(2_200_000), &mut state, 1)?;
+/// // The first entry leaves the window at 3 s: admitted 0.8 s later, so both say 1 s.
+/// assert_eq!(retry_after_secs(&denied), 1);
+/// assert_eq!(reset_secs(&policy, 0, &denied), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn reset_secs(policy: &Policy, deciding: usize, decision: &Decision) -> u64 {
+    if !decision.is_allowed() {
+        return retry_after_secs(decision);
+    }
+    let limits = policy.limits();
+    let reset = ceil_secs(decision.reset_after);
+    match limits.get(deciding).or(limits.last()) {
+        Some(named) => reset.min(longest_reset_secs(named)),
+        None => reset,
+    }
 }
 
 /// `Retry-After` in whole seconds: `retry_after` rounded up, so that a client waiting that
@@ -146,6 +195,20 @@ pub fn window_secs(limit: &Limit) -> u64 {
     };
     let secs = micros.div_ceil(MICROS_PER_SEC.into());
     u64::try_from(secs).unwrap_or(u64::MAX).max(1)
+}
+
+/// The longest a limit can take, after an admission, to be full again, in whole seconds
+/// (rounded up, at least 1): [`window_secs`], except for a sliding counter, whose current
+/// window's count weighs on the estimate until the end of the next window (`2w`).
+pub fn longest_reset_secs(limit: &Limit) -> u64 {
+    match limit {
+        Limit::SlidingCounter(l) => {
+            let micros = 2 * u128::from(l.window().as_micros());
+            let secs = micros.div_ceil(MICROS_PER_SEC.into());
+            u64::try_from(secs).unwrap_or(u64::MAX).max(1)
+        }
+        other => window_secs(other),
+    }
 }
 
 /// A span in whole seconds, rounded up.
@@ -231,10 +294,28 @@ mod tests {
             render_policy(&policy),
             r#""login.0";q=5;w=50, "login.1";q=50;w=86400"#
         );
+        // On a denial `t` is `Retry-After`, not the reset.
         let denied = decision(Outcome::Denied, 50, 0, 1_500_000, 3_000_000);
         let headers = render(&policy, 1, &denied);
-        assert_eq!(headers.rate_limit, r#""login.1";r=0;t=3"#);
+        assert_eq!(headers.rate_limit, r#""login.1";r=0;t=2"#);
         assert_eq!(headers.retry_after, Some(2));
+        // On an admission the policy's longest reset (the daily window's 20 h) is bounded
+        // by the named bucket's refill from empty, 50 s.
+        let mut allowed = decision(Outcome::Allowed, 5, 1, 0, 72_000_000_000);
+        allowed.limit_index = 0;
+        assert_eq!(
+            render(&policy, 0, &allowed).rate_limit,
+            r#""login.0";r=1;t=50"#
+        );
+    }
+
+    #[test]
+    fn a_sliding_counter_may_take_two_windows_to_be_full_again() {
+        let counter = Limit::sliding_counter(10, Micros::from_millis(1_500)).unwrap();
+        assert_eq!(window_secs(&counter), 2);
+        assert_eq!(longest_reset_secs(&counter), 3);
+        let bucket = Limit::token_bucket(10, 1, Micros::from_secs(1)).unwrap();
+        assert_eq!(longest_reset_secs(&bucket), window_secs(&bucket));
     }
 
     #[test]

@@ -185,7 +185,24 @@ fn peer_ip(parts: &Parts) -> Option<IpAddr> {
     {
         return Some(addr.ip());
     }
+    no_peer_address();
     None
+}
+
+/// Logs, once per process, that a request carried no peer address: the server was started
+/// without passing it, so every peer-keyed route answers `on_missing_key`. Per request it
+/// would flood the log; never, and the cause stays hidden behind a 500.
+fn no_peer_address() {
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    LOGGED.call_once(|| {
+        tracing::error!(
+            "rein-tower: a request has no peer address, so every route keyed by the peer IP \
+             answers on_missing_key (500 by default). With axum, serve \
+             `app.into_make_service_with_connect_info::<std::net::SocketAddr>()`; with plain \
+             hyper, insert rein_tower::PeerAddr into each request's extensions. Logged once \
+             per process."
+        );
+    });
 }
 
 /// The key of an IP address: its canonical text, so that `::ffff:1.2.3.4` and `1.2.3.4`

@@ -243,10 +243,16 @@ impl<L: Limiter> RateLimitLayerBuilder<L> {
     }
 
     /// The layer. Errors if two policies share a name, a route names a policy not added,
-    /// the limiter cannot prepare a policy, or the deadline is zero.
+    /// the limiter cannot prepare a policy, or the deadline is zero or not longer than the
+    /// limiter's own.
     pub fn build(self) -> Result<RateLimitLayer<L>, LayerError> {
         if self.deadline.is_some_and(|d| d.is_zero()) {
             return Err(LayerError::ZeroDeadline);
+        }
+        if let (Some(layer), Some(limiter)) = (self.deadline, self.limiter.deadline())
+            && layer <= limiter
+        {
+            return Err(LayerError::DeadlineNotAboveLimiter { layer, limiter });
         }
         let mut policies: Vec<PolicyEntry<L::Prepared>> = Vec::with_capacity(self.policies.len());
         for named in self.policies {

@@ -103,4 +103,20 @@ pub enum LayerError {
     /// The deadline is zero: every request would time out. Set a positive deadline.
     #[error("the deadline must be longer than zero")]
     ZeroDeadline,
+    /// The layer's deadline is not longer than the limiter's
+    /// ([`Limiter::deadline`](rein_core::Limiter::deadline)): with a frozen store every
+    /// request would time out in the layer before the limiter's failure policy could
+    /// answer, its breaker would see only abandoned calls and never open, and the layer
+    /// would answer `on_unavailable` for as long as the store stays frozen. Leave the
+    /// deadline unset (the limiter's plus 5 ms) or make it longer than the limiter's.
+    #[error(
+        "the layer's deadline ({layer:?}) must be longer than the limiter's ({limiter:?}), or \
+         the limiter's failure policy never answers"
+    )]
+    DeadlineNotAboveLimiter {
+        /// The layer's deadline.
+        layer: std::time::Duration,
+        /// The limiter's.
+        limiter: std::time::Duration,
+    },
 }

@@ -57,14 +57,14 @@ fn a_malformed_file_fails_with_the_field_path_and_line() {
     let expected_line = text
         .lines()
         .position(|l| l.contains("window = 3600"))
-        .map(|i| i + 1);
+        .map(|i| i + 1)
+        .expect("the line");
     assert_eq!(*line, expected_line);
     assert!(message.contains("expected a duration"), "{message}");
     let shown = error.to_string();
     assert!(
         shown.starts_with(&format!(
-            "line {}: policies.api.limits[1].window: ",
-            expected_line.unwrap_or_default()
+            "line {expected_line}: policies.api.limits[1].window: "
         )),
         "{shown}"
     );
@@ -108,4 +108,133 @@ fn the_complete_file_in_docs_config_md_is_valid() {
     assert!(
         matches!(config.redis.endpoint, RedisEndpoint::Url(ref url) if url.starts_with("rediss://"))
     );
+}
+
+/// One bad value: the file, the field path the error must name, and the line it is on.
+struct Bad {
+    what: &'static str,
+    file: &'static str,
+    path: &'static str,
+    line: usize,
+}
+
+/// Every field's bad values, each in a small file whose line numbers are easy to read: the
+/// error must name the field's path and its line (for a missing field, the line of the
+/// table that lacks it), whatever stage refuses it (serde, the validator, rein-core, the
+/// Redis store's prefix rule), and before anything connects.
+#[test]
+#[rustfmt::skip]
+fn every_bad_value_is_refused_at_load_with_its_field_path_and_line() {
+    let rows = [
+        // The file as a whole.
+        Bad { what: "an empty file", file: "", path: "redis", line: 1 },
+        Bad { what: "no policy", file: "[redis]\nurl = \"redis://h/\"\n", path: "policies", line: 1 },
+        Bad { what: "an unknown table", file: "[redis]\nurl = \"redis://h/\"\n[polices.api]\n", path: "polices", line: 3 },
+        // [redis]
+        Bad { what: "no url", file: "[redis]\ndeadline = \"5ms\"\n", path: "redis", line: 1 },
+        Bad { what: "url and cluster", file: "\n[redis]\nurl = \"redis://h/\"\ncluster = [\"redis://h/\"]\n", path: "redis", line: 2 },
+        Bad { what: "an empty cluster", file: "[redis]\n\ncluster = []\n", path: "redis.cluster", line: 3 },
+        Bad { what: "a url that is a number", file: "[redis]\nurl = 6379\n", path: "redis.url", line: 2 },
+        Bad { what: "a zero deadline", file: "[redis]\nurl = \"redis://h/\"\n\ndeadline = \"0ms\"\n", path: "redis.deadline", line: 4 },
+        Bad { what: "a deadline that is no duration", file: "[redis]\nurl = \"redis://h/\"\ndeadline = \"soon\"\n", path: "redis.deadline", line: 3 },
+        Bad { what: "a zero connect timeout", file: "[redis]\nurl = \"redis://h/\"\nconnect_timeout = \"0s\"\n", path: "redis.connect_timeout", line: 3 },
+        Bad { what: "a key prefix with a brace", file: "[redis]\nurl = \"redis://h/\"\nkey_prefix = \"my{app}\"\n", path: "redis.key_prefix", line: 3 },
+        Bad { what: "an empty key prefix", file: "[redis]\nurl = \"redis://h/\"\n\nkey_prefix = \"\"\n", path: "redis.key_prefix", line: 4 },
+        Bad { what: "a key prefix with a space", file: "[redis]\nurl = \"redis://h/\"\nkey_prefix = \"my app\"\n", path: "redis.key_prefix", line: 3 },
+        Bad { what: "the old name of key_prefix", file: "[redis]\nurl = \"redis://h/\"\nprefix = \"myapp\"\n", path: "redis.prefix", line: 3 },
+        Bad { what: "an unknown redis field", file: "[redis]\nurl = \"redis://h/\"\ndeadlin = \"5ms\"\n", path: "redis.deadlin", line: 3 },
+        // [failure]
+        Bad { what: "no failure policy", file: "[redis]\nurl = \"redis://h/\"\n[failure]\nexpected_nodes = 2\n", path: "failure.policy", line: 3 },
+        Bad { what: "an unknown failure policy", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"retry\"\n", path: "failure.policy", line: 4 },
+        Bad { what: "zero nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\nexpected_nodes = 0\n", path: "failure.expected_nodes", line: 5 },
+        Bad { what: "negative nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\nexpected_nodes = -2\n", path: "failure.expected_nodes", line: 5 },
+        Bad { what: "nodes without local_fallback", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"fail_open\"\n\nexpected_nodes = 2\n", path: "failure.expected_nodes", line: 6 },
+        Bad { what: "local_fallback without nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\n", path: "failure.expected_nodes", line: 3 },
+        // [policies.*]
+        Bad { what: "no limits", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\n", path: "policies.api.limits", line: 3 },
+        Bad { what: "an empty list of limits", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = []\n", path: "policies.api.limits", line: 3 },
+        Bad { what: "a bad policy name", file: "[redis]\nurl = \"redis://h/\"\n[policies.\"a b\"]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" }]\n", path: "policies.a b", line: 3 },
+        Bad { what: "no algorithm", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [\n  { limit = 1, window = \"1s\" },\n]\n", path: "policies.api.limits[0].algorithm", line: 5 },
+        Bad { what: "an unknown algorithm", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"leaky\", limit = 1, window = \"1s\" }]\n", path: "policies.api.limits[0].algorithm", line: 4 },
+        Bad { what: "a zero limit", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [\n  { algorithm = \"sliding_log\", limit = 0, window = \"1s\" },\n]\n", path: "policies.api.limits[0]", line: 5 },
+        Bad { what: "a negative limit", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = -1, window = \"1s\" }]\n", path: "policies.api.limits[0].limit", line: 4 },
+        Bad { what: "a zero window", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"0s\" }]\n", path: "policies.api.limits[0]", line: 4 },
+        Bad { what: "a window that is a number", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = 60 }]\n", path: "policies.api.limits[0].window", line: 4 },
+        Bad { what: "a window without its limit", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"sliding_counter\", window = \"1s\" }]\n", path: "policies.api.limits[0].limit", line: 4 },
+        Bad { what: "a bucket's field on a window", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\", refill = 1 }]\n", path: "policies.api.limits[0].refill", line: 4 },
+        Bad { what: "a bucket without its period", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"token_bucket\", capacity = 5, refill = 1 }]\n", path: "policies.api.limits[0].period", line: 4 },
+        Bad { what: "a bucket refilling nothing", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"token_bucket\", capacity = 5, refill = 0, period = \"1s\" }]\n", path: "policies.api.limits[0]", line: 4 },
+        Bad { what: "a window's field on a bucket", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"token_bucket\", capacity = 5, refill = 1, period = \"1s\", window = \"1s\" }]\n", path: "policies.api.limits[0].window", line: 4 },
+        Bad { what: "an unknown limit field", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\", burst = 2 }]\n", path: "policies.api.limits[0].burst", line: 4 },
+        Bad { what: "nine limits", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [\n{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" }]\n", path: "policies.api.limits", line: 3 },
+    ];
+    // The validator reads [redis] and [failure] before the policies: no policy needed.
+    check(&rows, "");
+}
+
+/// `[http]` and `[[routes]]`: each file below follows a valid `[redis]` and policy (lines 1
+/// to 5).
+#[test]
+#[rustfmt::skip]
+fn every_bad_http_or_route_value_is_refused_at_load_with_its_field_path_and_line() {
+    const HEAD: &str = "[redis]\nurl = \"redis://h/\"\ndeadline = \"40ms\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" }]\n";
+    let rows = [
+        // [http]: lines from 6 on.
+        Bad { what: "a zero layer deadline", file: "[http]\ndeadline = \"0ms\"\n", path: "http.deadline", line: 7 },
+        Bad { what: "a layer deadline below the store's", file: "[http]\n\ndeadline = \"15ms\"\n", path: "http.deadline", line: 8 },
+        Bad { what: "a layer deadline equal to the store's", file: "[http]\ndeadline = \"40ms\"\n", path: "http.deadline", line: 7 },
+        Bad { what: "an answer that is no status", file: "[http]\non_unavailable = 42\n", path: "http.on_unavailable", line: 7 },
+        Bad { what: "an answer word", file: "[http]\non_missing_key = \"deny\"\n", path: "http.on_missing_key", line: 7 },
+        Bad { what: "admitted headers", file: "[http]\nadmitted_headers = \"some\"\n", path: "http.admitted_headers", line: 7 },
+        Bad { what: "an undeclared default policy", file: "[http]\ndefault_policy = \"apj\"\n", path: "http.default_policy", line: 7 },
+        Bad { what: "a key source", file: "[http]\nkey = { from = \"cookie\" }\n", path: "http.key.from", line: 7 },
+        Bad { what: "a key without a source", file: "[http]\nkey = { name = \"x-api-key\" }\n", path: "http.key.from", line: 7 },
+        Bad { what: "a header key without a name", file: "[http]\nkey = { from = \"header\" }\n", path: "http.key.name", line: 7 },
+        Bad { what: "a header name", file: "[http]\nkey = { from = \"header\", name = \"x api\" }\n", path: "http.key.name", line: 7 },
+        Bad { what: "forwarding without hops", file: "[http]\nkey = { from = \"x-forwarded-for\" }\n", path: "http.key.trusted_hops", line: 7 },
+        Bad { what: "hops past a byte", file: "[http]\nkey = { from = \"forwarded\", trusted_hops = 300 }\n", path: "http.key.trusted_hops", line: 7 },
+        Bad { what: "a peer key with a name", file: "[http]\nkey = { from = \"peer\", name = \"x\" }\n", path: "http.key.name", line: 7 },
+        Bad { what: "a fixed key without a value", file: "[http]\nkey = { from = \"fixed\" }\n", path: "http.key.value", line: 7 },
+        Bad { what: "an unknown http field", file: "[http]\ntimeout = \"1s\"\n", path: "http.timeout", line: 7 },
+        // [[routes]]: lines from 6 on.
+        Bad { what: "a route with no policy", file: "[[routes]]\nprefix = \"/x\"\n", path: "routes[0]", line: 6 },
+        Bad { what: "an undeclared policy", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"apj\"\n", path: "routes[0].policy", line: 8 },
+        Bad { what: "path and prefix", file: "[[routes]]\npath = \"/x\"\nprefix = \"/x\"\npolicy = \"api\"\n", path: "routes[0]", line: 6 },
+        Bad { what: "exempt with a policy", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nexempt = true\n", path: "routes[0]", line: 6 },
+        Bad { what: "a method", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nmethods = [\"GET\",\n  \"P O S T\"]\n", path: "routes[0].methods[1]", line: 10 },
+        Bad { what: "a negative cost", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\ncost = -1\n", path: "routes[0].cost", line: 9 },
+        Bad { what: "a route key", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nkey = { from = \"header\", name = \"x\", trusted_hops = 1 }\n", path: "routes[0].key.trusted_hops", line: 9 },
+        Bad { what: "the second route", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\n[[routes]]\nprefix = \"/y\"\npolicy = \"apj\"\n", path: "routes[1].policy", line: 11 },
+        Bad { what: "an unknown route field", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nweight = 2\n", path: "routes[0].weight", line: 9 },
+    ];
+    check(&rows, HEAD);
+}
+
+/// Loads each row's file after `head` and checks the error's path, line and text.
+fn check(rows: &[Bad], head: &str) {
+    for row in rows {
+        let text = format!("{head}{}", row.file);
+        let error = match text.parse::<Config>() {
+            Ok(_) => panic!("{}: loaded\n{text}", row.what),
+            Err(error) => error,
+        };
+        let (path, line) = match &error {
+            LoadError::Field { path, line, .. }
+            | LoadError::Limit { path, line, .. }
+            | LoadError::UnknownPolicy { path, line, .. } => (path.as_str(), *line),
+            other => panic!("{}: {other:?}", row.what),
+        };
+        assert_eq!(
+            (path, line),
+            (row.path, row.line),
+            "{}: {error}\n{text}",
+            row.what
+        );
+        let shown = error.to_string();
+        assert!(
+            shown.starts_with(&format!("line {}: {}: ", row.line, row.path)),
+            "{}: {shown}",
+            row.what
+        );
+    }
 }

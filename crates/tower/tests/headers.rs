@@ -4,7 +4,10 @@
 use http::HeaderValue;
 use proptest::prelude::*;
 use rein_core::{Decision, Limit, MAX_MICROS, MAX_SPAN, Micros, NamedPolicy, Outcome, Policy};
-use rein_tower::headers::{SF_INTEGER_MAX, deciding_limit, render, retry_after_secs, window_secs};
+use rein_tower::headers::{
+    SF_INTEGER_MAX, deciding_limit, longest_reset_secs, render, reset_secs, retry_after_secs,
+    window_secs,
+};
 
 /// Microseconds weighted towards the edges: zero, whole seconds and one either side, and
 /// the largest.
@@ -102,6 +105,11 @@ fn parse_list(value: &str) -> Vec<(String, Vec<(String, u64)>)> {
         .collect()
 }
 
+/// `span` in whole seconds, rounded up.
+fn ceil(span: Micros) -> u64 {
+    span.as_micros().div_ceil(1_000_000)
+}
+
 /// Whole seconds `s` are `span` rounded up: the smallest `s` with `s` seconds ≥ `span`.
 fn is_ceiling(seconds: u64, span: Micros) -> bool {
     let us = u128::from(span.as_micros());
@@ -149,7 +157,14 @@ proptest! {
         prop_assert_eq!(&parameters[0].0, "r");
         prop_assert_eq!(parameters[0].1, decision.remaining.min(SF_INTEGER_MAX));
         prop_assert_eq!(&parameters[1].0, "t");
-        prop_assert!(is_ceiling(parameters[1].1, decision.reset_after));
+        let t = parameters[1].1;
+        if decision.is_allowed() {
+            let bound = longest_reset_secs(&policy.policy().limits()[deciding]);
+            prop_assert_eq!(t, ceil(decision.reset_after).min(bound).min(SF_INTEGER_MAX));
+        } else {
+            // A denial's `t` is `Retry-After`: the same instant.
+            prop_assert_eq!(t, retry_after_secs(&decision).min(SF_INTEGER_MAX));
+        }
     }
 
     #[test]
@@ -213,4 +228,91 @@ fn zero_and_the_largest_values_render() {
     let headers = render(&policy, 0, &zero);
     assert_eq!(headers.retry_after, Some(0));
     assert_eq!(headers.rate_limit, "\"p\";r=0;t=0");
+}
+
+/// A limit small enough that random histories exhaust it, with windows and periods that are
+/// not whole seconds, so rounding is exercised.
+fn small_limit() -> impl Strategy<Value = Limit> {
+    let count = 1..=8u64;
+    let span = 200_000..=5_000_000u64;
+    prop_oneof![
+        (count.clone(), span.clone())
+            .prop_map(|(n, w)| Limit::fixed_window(n, Micros::from_micros(w))),
+        (count.clone(), span.clone())
+            .prop_map(|(n, w)| Limit::sliding_log(n, Micros::from_micros(w))),
+        (count.clone(), span.clone())
+            .prop_map(|(n, w)| Limit::sliding_counter(n, Micros::from_micros(w))),
+        (count, 1..=4u64, span).prop_map(|(c, r, p)| Limit::token_bucket(
+            c,
+            r,
+            Micros::from_micros(p)
+        )),
+    ]
+    .prop_filter_map("valid limit", Result::ok)
+}
+
+/// A client's history: before each request, a wait (often none, so bursts deny), then a
+/// cost.
+fn history() -> impl Strategy<Value = Vec<(u64, u64)>> {
+    let wait = prop_oneof![Just(0u64), 0..=100_000u64, 0..=3_000_000u64];
+    prop::collection::vec((wait, 1..=4u64), 1..=60)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+    /// The defect this pins: a sliding log of 7 per 3 s denied with `Retry-After: 1` and
+    /// `t=3` (the newest entry's exit), although waiting 1 s admitted the request.
+    #[test]
+    fn a_client_that_waits_t_on_a_denial_is_admitted_and_waits_less_than_a_second_too_long(
+        limits in prop::collection::vec(small_limit(), 1..=3),
+        steps in history(),
+    ) {
+        let named = NamedPolicy::new("p", Policy::new(limits).expect("1 to 3 limits"))
+            .expect("valid name");
+        let policy = named.policy();
+        let mut state = policy.new_state();
+        let mut now = 0u64;
+        for (wait, cost) in steps {
+            now += wait;
+            let cost = cost.min(policy.capacity());
+            let at = |us: u64| rein_core::Timestamp::from_micros(us);
+            let decision = policy.acquire(at(now), &mut state, cost).expect("cost fits");
+            let deciding = deciding_limit(policy, &decision);
+            let headers = render(&named, deciding, &decision);
+            let t = reset_secs(policy, deciding, &decision);
+            let named_limit = &policy.limits()[deciding];
+            if decision.is_allowed() {
+                prop_assert_eq!(headers.retry_after, None);
+                prop_assert!(t <= longest_reset_secs(named_limit));
+                if policy.limits().len() == 1 {
+                    // The renderer's input itself, unbounded: with time moving forward a
+                    // limit is full again within its longest reset (`t ≤ w`, or `2w` for a
+                    // sliding counter).
+                    prop_assert!(ceil(decision.reset_after) <= longest_reset_secs(named_limit));
+                }
+                continue;
+            }
+            // A denial: `t` and `Retry-After` name the same instant...
+            prop_assert_eq!(headers.retry_after, Some(t));
+            // ... at which the same request is admitted,
+            let mut waited = state.clone();
+            prop_assert!(
+                policy.acquire(at(now + t * 1_000_000), &mut waited, cost).expect("fits")
+                    .is_allowed(),
+                "waited t={} s after {:?}", t, decision
+            );
+            // ... and which is the least wait rounded up to a second: a microsecond before
+            // `retry_after` it is still denied.
+            let least = decision.retry_after.as_micros();
+            prop_assert!(t * 1_000_000 - least < 1_000_000);
+            if least > 0 {
+                let mut early = state.clone();
+                prop_assert!(
+                    !policy.acquire(at(now + least - 1), &mut early, cost).expect("fits")
+                        .is_allowed()
+                );
+            }
+        }
+    }
 }

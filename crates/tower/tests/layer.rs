@@ -459,6 +459,57 @@ async fn a_limiter_that_never_answers_gets_the_configured_answer_at_the_deadline
     }
 }
 
+/// The defect this pins: with the layer's deadline (15 ms) below the limiter's, a frozen
+/// store made every request time out in the layer, forever: the limiter's call was dropped,
+/// its breaker saw only abandoned calls, and its local fallback never answered.
+#[tokio::test]
+async fn a_layer_deadline_not_above_the_limiters_is_refused_and_the_default_lets_the_fallback_answer()
+ {
+    let policy = window("api", 1);
+    let limiter = || {
+        let table = rein::PolicyTable::new(policy.clone());
+        let fallback = rein::FailurePolicy::LocalFallback {
+            expected_nodes: std::num::NonZeroU32::MIN,
+        };
+        rein::ResilientLimiter::builder(Hanging(MemoryStore::new()), table, fallback)
+            .build()
+            .expect("limiter")
+    };
+    let limiter_deadline = limiter().deadline().expect("the resilient limiter has one");
+    for layer_deadline in [Duration::from_millis(15), limiter_deadline] {
+        let refused = RateLimitLayer::builder(limiter())
+            .policy(policy.clone())
+            .route(Route::any().policy("api"))
+            .deadline(layer_deadline)
+            .build();
+        assert!(
+            matches!(
+                refused,
+                Err(LayerError::DeadlineNotAboveLimiter { layer, limiter })
+                    if layer == layer_deadline && limiter == limiter_deadline
+            ),
+            "{layer_deadline:?}"
+        );
+    }
+    // The default: the limiter's deadline plus a margin. The frozen store's calls time out in
+    // the limiter, whose local fallback answers: 1 admitted, then 429, never 503.
+    let layer = RateLimitLayer::builder(limiter())
+        .policy(policy.clone())
+        .route(Route::any().policy("api"))
+        .build()
+        .expect("layer");
+    assert!(layer.deadline().expect("a deadline") > limiter_deadline);
+    let app = Router::new()
+        .route("/api/{*rest}", get(|| async { "api" }))
+        .layer(layer);
+    let first = call(&app, Method::GET, "/api/x", PEER).await;
+    let second = call(&app, Method::GET, "/api/x", PEER).await;
+    assert_eq!(
+        (first.status, second.status),
+        (StatusCode::OK, StatusCode::TOO_MANY_REQUESTS)
+    );
+}
+
 #[test]
 fn requests_are_counted_by_route_and_outcome() {
     let recorder = DebuggingRecorder::new();
