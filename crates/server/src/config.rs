@@ -1,0 +1,1000 @@
+//! [`RulesConfig`]: a directory of envoyproxy/ratelimit YAML files, one domain each, read
+//! whole and checked before anything is served, with rein's extensions.
+//!
+//! The format is envoyproxy/ratelimit's, unchanged: a file names a `domain` and a tree of
+//! `descriptors` (`key`, optional `value` with a trailing `*` as a prefix wildcard,
+//! `rate_limit` with `unit` and `requests_per_unit`, `name`, `replaces`, `unlimited`,
+//! `shadow_mode`, `detailed_metric`, `value_to_metric`, `share_threshold`, nested
+//! `descriptors`). rein adds, in the same files: `algorithm` (default `fixed_window`, the
+//! only one envoyproxy/ratelimit has), `window` (any duration, instead of `unit`), `burst`
+//! (a token bucket's capacity), and `rate_limits`, a list of several limits on one
+//! descriptor decided all or nothing. docs/server.md documents every field.
+//!
+//! Every error is a [`ConfigError`]: the file, line, column and field path, and what is
+//! wrong ([`Problem`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rein_core::{Limit, Micros, NamedPolicy, Policy};
+use thiserror::Error;
+
+use crate::yaml::{self, Node, Value};
+
+/// Every domain of a configuration directory, validated.
+#[derive(Clone, Debug, Default)]
+pub struct RulesConfig {
+    domains: BTreeMap<String, Domain>,
+}
+
+/// One file: a domain and its tree of descriptors.
+#[derive(Clone, Debug)]
+pub struct Domain {
+    pub(crate) name: String,
+    pub(crate) file: PathBuf,
+    pub(crate) root: Level,
+}
+
+/// The descriptors at one depth of the tree, indexed for matching: an exact `key`+`value`
+/// first, then the longest wildcard prefix, then the `key` alone (any value).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Level {
+    pub exact: HashMap<(String, String), Entry>,
+    /// `(key, prefix, entry)`, longest prefix first.
+    pub wildcard: Vec<(String, String, Entry)>,
+    pub any: HashMap<String, Entry>,
+}
+
+/// One configured descriptor entry.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    /// What a request matching down to here gets; `None`: no limit (only nested entries).
+    pub rule: Option<Rule>,
+    pub children: Level,
+    /// A wildcard whose matches share one counter (`share_threshold: true`).
+    pub share: bool,
+}
+
+/// What a descriptor that matches down to an entry gets.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    /// The rule's path as envoyproxy/ratelimit's stats name it: `domain.key_value.key`.
+    pub(crate) label: String,
+    /// `rate_limit.name`, which `replaces` refers to.
+    pub(crate) name: Option<String>,
+    /// The names of the rules this one replaces when both match.
+    pub(crate) replaces: Vec<String>,
+    pub(crate) shadow_mode: bool,
+    /// Metrics name the matched value, not only the configured key.
+    pub(crate) detailed_metric: bool,
+    pub(crate) action: Action,
+}
+
+/// What a rule does with a request.
+#[derive(Clone, Debug)]
+pub(crate) enum Action {
+    /// `unlimited: true`: always OK, counted, never sent to the store.
+    Unlimited,
+    /// `requests_per_unit: 0`: always over the limit, never sent to the store.
+    DenyAll { unit: Unit },
+    /// Decided by the store. `policy`'s name is stable across reloads (it is derived from
+    /// the domain and the rule's path), so a reloaded rule keeps its counted state.
+    Limit {
+        policy: NamedPolicy,
+        /// The policy under a readable name, for the `RateLimit*` headers.
+        header_policy: NamedPolicy,
+        /// Each limit's unit and count, in the policy's order, for Envoy's
+        /// `current_limit` (which reports the limit that decided).
+        limits: Vec<(Unit, u64)>,
+    },
+}
+
+/// envoyproxy/ratelimit's units, and rein's any-window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// One of the named units.
+    Named(NamedUnit),
+    /// A `window` that is no named unit (`30s`): reported to Envoy as `UNKNOWN`.
+    Window(Duration),
+}
+
+/// The units envoyproxy/ratelimit accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NamedUnit {
+    /// 1 s.
+    Second,
+    /// 60 s.
+    Minute,
+    /// 3 600 s.
+    Hour,
+    /// 86 400 s.
+    Day,
+    /// 7 days.
+    Week,
+    /// 30 days.
+    Month,
+    /// 365 days.
+    Year,
+}
+
+impl NamedUnit {
+    /// The unit's length. A month is 30 days and a year 365 (windows are fixed lengths, not
+    /// calendar months).
+    pub fn duration(self) -> Duration {
+        const DAY: u64 = 86_400;
+        Duration::from_secs(match self {
+            NamedUnit::Second => 1,
+            NamedUnit::Minute => 60,
+            NamedUnit::Hour => 3_600,
+            NamedUnit::Day => DAY,
+            NamedUnit::Week => 7 * DAY,
+            NamedUnit::Month => 30 * DAY,
+            NamedUnit::Year => 365 * DAY,
+        })
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        Some(match text.to_ascii_lowercase().as_str() {
+            "second" => NamedUnit::Second,
+            "minute" => NamedUnit::Minute,
+            "hour" => NamedUnit::Hour,
+            "day" => NamedUnit::Day,
+            "week" => NamedUnit::Week,
+            "month" => NamedUnit::Month,
+            "year" => NamedUnit::Year,
+            _ => return None,
+        })
+    }
+}
+
+impl Unit {
+    /// The window's length.
+    pub fn duration(self) -> Duration {
+        match self {
+            Unit::Named(unit) => unit.duration(),
+            Unit::Window(window) => window,
+        }
+    }
+}
+
+/// Why a configuration could not be loaded: where, and what.
+#[derive(Debug, Error)]
+#[error("{}:{line}:{column}: {field}: {problem}", file.display())]
+pub struct ConfigError {
+    /// The file (the directory itself for a directory that cannot be read).
+    pub file: PathBuf,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// The field's path in the file, e.g. `descriptors[0].rate_limit.unit`; `(file)` for
+    /// the file as a whole.
+    pub field: String,
+    /// What is wrong.
+    pub problem: Problem,
+}
+
+/// What is wrong with a configuration, one variant per case a caller may tell apart.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum Problem {
+    /// The directory or file cannot be read. Check the path and its permissions.
+    #[error("cannot read: {0}")]
+    Read(std::io::Error),
+    /// The file is not valid YAML (or has a duplicate mapping key).
+    #[error("invalid YAML: {0}")]
+    Syntax(String),
+    /// A field this format does not have (a typo, or a field of another version).
+    #[error("unknown field; expected one of {expected}")]
+    UnknownField {
+        /// The fields allowed here.
+        expected: &'static str,
+    },
+    /// A required field is absent.
+    #[error("missing: {0}")]
+    Missing(&'static str),
+    /// A value of the wrong YAML type.
+    #[error("expected {expected}, found {found}")]
+    WrongType {
+        /// What the field takes.
+        expected: &'static str,
+        /// What the file has.
+        found: &'static str,
+    },
+    /// A value of the right type that is not allowed.
+    #[error("{0}")]
+    BadValue(String),
+    /// Two files name the same domain.
+    #[error("domain {domain:?} is also defined in {}", other.display())]
+    DuplicateDomain {
+        /// The domain.
+        domain: String,
+        /// The other file.
+        other: PathBuf,
+    },
+    /// Two descriptors at one level have the same key and value.
+    #[error("duplicate descriptor {0:?} at this level")]
+    DuplicateKey(String),
+    /// `unlimited: true` beside a limit's numbers.
+    #[error("an unlimited rate_limit takes no {0}")]
+    UnlimitedWithLimit(&'static str),
+    /// rein-core refuses the limit's numbers (too large to stay exact).
+    #[error("{0}")]
+    Limit(#[from] rein_core::ConfigError),
+}
+
+impl RulesConfig {
+    /// Reads every `*.yaml` and `*.yml` file of `dir` (not recursing, skipping dot files),
+    /// or the single file `dir` names, and validates them all. The first error stops it.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let dir = dir.as_ref();
+        let files = config_files(dir)?;
+        let mut config = RulesConfig::default();
+        for file in files {
+            let text = std::fs::read_to_string(&file).map_err(|e| ConfigError {
+                file: file.clone(),
+                line: 1,
+                column: 1,
+                field: "(file)".into(),
+                problem: Problem::Read(e),
+            })?;
+            config.add(&file, &text)?;
+        }
+        Ok(config)
+    }
+
+    /// Adds one file's domain, read from `text`; `file` names it in errors.
+    pub fn add(&mut self, file: &Path, text: &str) -> Result<(), ConfigError> {
+        let domain = Loader { file }.file(text)?;
+        if let Some(other) = self.domains.get(&domain.name) {
+            return Err(ConfigError {
+                file: file.to_owned(),
+                line: 1,
+                column: 1,
+                field: "domain".into(),
+                problem: Problem::DuplicateDomain {
+                    domain: domain.name,
+                    other: other.file.clone(),
+                },
+            });
+        }
+        self.domains.insert(domain.name.clone(), domain);
+        Ok(())
+    }
+
+    /// The domain named `name`.
+    pub fn domain(&self, name: &str) -> Option<&Domain> {
+        self.domains.get(name)
+    }
+
+    /// The domains' names, sorted.
+    pub fn domain_names(&self) -> impl Iterator<Item = &str> {
+        self.domains.keys().map(String::as_str)
+    }
+
+    /// Every policy the rules decide with, each once (by name), for the limiter's table.
+    pub fn policies(&self) -> Vec<NamedPolicy> {
+        let mut out: BTreeMap<String, NamedPolicy> = BTreeMap::new();
+        for domain in self.domains.values() {
+            domain.root.visit(&mut |rule| {
+                if let Action::Limit { policy, .. } = &rule.action {
+                    out.entry(policy.name().to_owned())
+                        .or_insert_with(|| policy.clone());
+                }
+            });
+        }
+        out.into_values().collect()
+    }
+
+    /// How many rules all domains hold.
+    pub fn rule_count(&self) -> usize {
+        let mut count = 0;
+        for domain in self.domains.values() {
+            domain.root.visit(&mut |_| count += 1);
+        }
+        count
+    }
+}
+
+impl Level {
+    fn visit(&self, f: &mut impl FnMut(&Rule)) {
+        let entries = self
+            .exact
+            .values()
+            .chain(self.wildcard.iter().map(|(_, _, e)| e))
+            .chain(self.any.values());
+        for entry in entries {
+            if let Some(rule) = &entry.rule {
+                f(rule);
+            }
+            entry.children.visit(f);
+        }
+    }
+}
+
+/// The configuration files of `dir`, sorted by name (so errors and duplicate-domain
+/// reports are the same on every run).
+fn config_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let unreadable = |e| ConfigError {
+        file: dir.to_owned(),
+        line: 1,
+        column: 1,
+        field: "(directory)".into(),
+        problem: Problem::Read(e),
+    };
+    if dir.is_file() {
+        return Ok(vec![dir.to_owned()]);
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
+        let path = entry.map_err(unreadable)?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let yaml = path.extension().is_some_and(|e| e == "yaml" || e == "yml");
+        if yaml && !name.starts_with('.') && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Turns one file's tree into a [`Domain`].
+struct Loader<'a> {
+    file: &'a Path,
+}
+
+/// A descriptor's path so far: the stats label (`domain.key_value.key`) and the stable
+/// identity the policy name hashes.
+struct Trail {
+    label: String,
+}
+
+impl Loader<'_> {
+    fn file(&self, text: &str) -> Result<Domain, ConfigError> {
+        let root = yaml::parse(text).map_err(|(message, line, column)| ConfigError {
+            file: self.file.to_owned(),
+            line,
+            column,
+            field: "(file)".into(),
+            problem: Problem::Syntax(message),
+        })?;
+        let fields = self.map(&root, "(file)", "domain, descriptors")?;
+        let mut domain = None;
+        let mut descriptors = None;
+        for (key, value) in fields {
+            match key {
+                "domain" => domain = Some(self.string(value, "domain")?),
+                "descriptors" => descriptors = Some(value),
+                _ => return Err(self.unknown(value, key, "domain, descriptors")),
+            }
+        }
+        let domain = domain.ok_or_else(|| {
+            self.error(
+                &root,
+                "domain",
+                Problem::Missing("the domain these limits are for"),
+            )
+        })?;
+        if domain.is_empty() {
+            return Err(self.error(&root, "domain", Problem::BadValue("empty domain".into())));
+        }
+        let trail = Trail {
+            label: domain.clone(),
+        };
+        let root_level = match descriptors {
+            None => Level::default(),
+            Some(list) => self.level(list, "descriptors", &domain, &trail)?,
+        };
+        Ok(Domain {
+            name: domain,
+            file: self.file.to_owned(),
+            root: root_level,
+        })
+    }
+
+    fn level(
+        &self,
+        list: &Node,
+        path: &str,
+        domain: &str,
+        trail: &Trail,
+    ) -> Result<Level, ConfigError> {
+        let Value::Seq(items) = &list.value else {
+            return Err(self.wrong(list, path, "a list of descriptors"));
+        };
+        let mut level = Level::default();
+        for (index, item) in items.iter().enumerate() {
+            let path = format!("{path}[{index}]");
+            let (key, value, entry) = self.descriptor(item, &path, domain, trail)?;
+            let duplicate = match &value {
+                None => level.any.insert(key.clone(), entry).is_some(),
+                Some(value) => match value.strip_suffix('*') {
+                    Some(prefix) => {
+                        let taken = level
+                            .wildcard
+                            .iter()
+                            .any(|(k, p, _)| *k == key && p == prefix);
+                        if !taken {
+                            level.wildcard.push((key.clone(), prefix.to_owned(), entry));
+                        }
+                        taken
+                    }
+                    None => level
+                        .exact
+                        .insert((key.clone(), value.clone()), entry)
+                        .is_some(),
+                },
+            };
+            if duplicate {
+                let shown = match &value {
+                    Some(value) => format!("{key}_{value}"),
+                    None => key,
+                };
+                return Err(self.error(item, &path, Problem::DuplicateKey(shown)));
+            }
+        }
+        // Longest prefix first: the most specific wildcard wins.
+        level
+            .wildcard
+            .sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.1.cmp(&b.1)));
+        Ok(level)
+    }
+
+    fn descriptor(
+        &self,
+        node: &Node,
+        path: &str,
+        domain: &str,
+        trail: &Trail,
+    ) -> Result<(String, Option<String>, Entry), ConfigError> {
+        const FIELDS: &str = "key, value, rate_limit, rate_limits, descriptors, shadow_mode, \
+                              detailed_metric, value_to_metric, share_threshold";
+        let fields = self.map(node, path, FIELDS)?;
+        let (mut key, mut value, mut rate_limit, mut rate_limits, mut children) =
+            (None, None, None, None, None);
+        let (mut shadow, mut detailed, mut share) = (false, false, false);
+        for (name, field) in fields {
+            let at = format!("{path}.{name}");
+            match name {
+                "key" => key = Some(self.string(field, &at)?),
+                "value" => value = Some(self.scalar_text(field, &at)?),
+                "rate_limit" => rate_limit = Some(field),
+                "rate_limits" => rate_limits = Some(field),
+                "descriptors" => children = Some(field),
+                "shadow_mode" => shadow = self.boolean(field, &at)?,
+                "detailed_metric" => detailed = self.boolean(field, &at)?,
+                // Metrics name the value: rein reads it as detailed_metric.
+                "value_to_metric" => detailed |= self.boolean(field, &at)?,
+                "share_threshold" => share = self.boolean(field, &at)?,
+                _ => return Err(self.unknown(field, &at, FIELDS)),
+            }
+        }
+        let key = key.ok_or_else(|| {
+            self.error(
+                node,
+                &format!("{path}.key"),
+                Problem::Missing("the entry's key"),
+            )
+        })?;
+        if key.is_empty() {
+            return Err(self.error(
+                node,
+                &format!("{path}.key"),
+                Problem::BadValue("empty key".into()),
+            ));
+        }
+        if share && !value.as_deref().is_some_and(|v| v.ends_with('*')) {
+            return Err(self.error(
+                node,
+                &format!("{path}.share_threshold"),
+                Problem::BadValue("only a wildcard value (ending in `*`) can share".into()),
+            ));
+        }
+        let label = match &value {
+            Some(value) => format!("{}.{key}_{value}", trail.label),
+            None => format!("{}.{key}", trail.label),
+        };
+        let rule = match (rate_limit, rate_limits) {
+            (Some(_), Some(list)) => {
+                return Err(self.error(
+                    list,
+                    &format!("{path}.rate_limits"),
+                    Problem::BadValue("set `rate_limit` or `rate_limits`, not both".into()),
+                ));
+            }
+            (Some(one), None) => Some(self.rule(
+                std::slice::from_ref(one),
+                &format!("{path}.rate_limit"),
+                false,
+                domain,
+                &label,
+                shadow,
+                detailed,
+            )?),
+            (None, Some(list)) => {
+                let Value::Seq(items) = &list.value else {
+                    return Err(self.wrong(list, &format!("{path}.rate_limits"), "a list"));
+                };
+                if items.is_empty() {
+                    return Err(self.error(
+                        list,
+                        &format!("{path}.rate_limits"),
+                        Problem::BadValue("list at least one limit".into()),
+                    ));
+                }
+                Some(self.rule(
+                    items,
+                    &format!("{path}.rate_limits"),
+                    true,
+                    domain,
+                    &label,
+                    shadow,
+                    detailed,
+                )?)
+            }
+            (None, None) => None,
+        };
+        let children = match children {
+            None => Level::default(),
+            Some(list) => self.level(
+                list,
+                &format!("{path}.descriptors"),
+                domain,
+                &Trail {
+                    label: label.clone(),
+                },
+            )?,
+        };
+        Ok((
+            key,
+            value,
+            Entry {
+                rule,
+                children,
+                share,
+            },
+        ))
+    }
+
+    /// A rule from one `rate_limit` (`listed` false) or the items of `rate_limits`.
+    #[allow(clippy::too_many_arguments)]
+    fn rule(
+        &self,
+        items: &[Node],
+        path: &str,
+        listed: bool,
+        domain: &str,
+        label: &str,
+        shadow_mode: bool,
+        detailed_metric: bool,
+    ) -> Result<Rule, ConfigError> {
+        let mut limits = Vec::new();
+        let mut name = None;
+        let mut replaces = Vec::new();
+        let mut units: Vec<(Unit, u64)> = Vec::new();
+        let mut unlimited = false;
+        let mut deny_all = None;
+        for (index, item) in items.iter().enumerate() {
+            let path = if listed {
+                format!("{path}[{index}]")
+            } else {
+                path.to_owned()
+            };
+            let parsed = self.limit(item, &path)?;
+            if index == 0 {
+                name = parsed.name;
+                replaces = parsed.replaces;
+            }
+            match parsed.shape {
+                Shape::Unlimited => unlimited = true,
+                Shape::Counted {
+                    unit,
+                    requests_per_unit: 0,
+                    ..
+                } => {
+                    deny_all.get_or_insert(unit);
+                }
+                Shape::Counted {
+                    unit,
+                    requests_per_unit,
+                    algorithm,
+                    burst,
+                } => {
+                    units.push((unit, requests_per_unit));
+                    // Clamped at rein's longest span; rein-core refuses a window past it.
+                    let window = Micros::from(unit.duration());
+                    let limit = match algorithm {
+                        Algorithm::FixedWindow => Limit::fixed_window(requests_per_unit, window),
+                        Algorithm::SlidingLog => Limit::sliding_log(requests_per_unit, window),
+                        Algorithm::SlidingCounter => {
+                            Limit::sliding_counter(requests_per_unit, window)
+                        }
+                        Algorithm::TokenBucket => Limit::token_bucket(
+                            burst.unwrap_or(requests_per_unit),
+                            requests_per_unit,
+                            window,
+                        ),
+                    }
+                    .map_err(|e| self.error(item, &path, Problem::Limit(e)))?;
+                    limits.push(limit);
+                }
+            }
+        }
+        let action = if unlimited {
+            Action::Unlimited
+        } else if let Some(unit) = deny_all {
+            Action::DenyAll { unit }
+        } else {
+            let policy =
+                Policy::new(limits).map_err(|e| self.error(&items[0], path, Problem::Limit(e)))?;
+            Action::Limit {
+                policy: NamedPolicy::new(policy_name(domain, label), policy.clone()).map_err(
+                    |_| {
+                        self.error(
+                            &items[0],
+                            path,
+                            Problem::BadValue("cannot name this rule's policy".into()),
+                        )
+                    },
+                )?,
+                header_policy: NamedPolicy::new(
+                    header_name(name.as_deref().unwrap_or(label)),
+                    policy,
+                )
+                .map_err(|_| {
+                    self.error(
+                        &items[0],
+                        path,
+                        Problem::BadValue("cannot name this rule in headers".into()),
+                    )
+                })?,
+                limits: units,
+            }
+        };
+        Ok(Rule {
+            label: label.to_owned(),
+            name,
+            replaces,
+            shadow_mode,
+            detailed_metric,
+            action,
+        })
+    }
+
+    /// One limit table. In `rate_limits` the rule's `name` and `replaces` are the first
+    /// item's.
+    fn limit(&self, node: &Node, path: &str) -> Result<ParsedLimit, ConfigError> {
+        const FIELDS: &str = "unit, requests_per_unit, name, replaces, unlimited, algorithm, \
+                              window, burst";
+        let fields = self.map(node, path, FIELDS)?;
+        let mut unit = None;
+        let mut window = None;
+        let mut requests = None;
+        let mut name = None;
+        let mut replaces = Vec::new();
+        let mut unlimited = None;
+        let mut algorithm = None;
+        let mut burst = None;
+        for (field_name, field) in fields {
+            let at = format!("{path}.{field_name}");
+            match field_name {
+                "unit" => {
+                    let text = self.string(field, &at)?;
+                    unit = Some((
+                        NamedUnit::parse(&text).ok_or_else(|| {
+                            self.error(
+                                field,
+                                &at,
+                                Problem::BadValue(format!(
+                                    "unknown unit {text:?}: second, minute, hour, day, week, \
+                                     month or year (or `window: 30s` instead)"
+                                )),
+                            )
+                        })?,
+                        field,
+                    ));
+                }
+                "window" => {
+                    let text = self.string(field, &at)?;
+                    let parsed = humantime::parse_duration(&text).map_err(|e| {
+                        self.error(
+                            field,
+                            &at,
+                            Problem::BadValue(format!(
+                                "expected a duration such as \"30s\" or \"5m\", got {text:?}: {e}"
+                            )),
+                        )
+                    })?;
+                    if parsed.is_zero() {
+                        return Err(self.error(
+                            field,
+                            &at,
+                            Problem::BadValue("must be longer than zero".into()),
+                        ));
+                    }
+                    window = Some((parsed, field));
+                }
+                "requests_per_unit" => requests = Some((self.unsigned(field, &at)?, field)),
+                "name" => name = Some(self.string(field, &at)?),
+                "replaces" => replaces = self.replaces(field, &at)?,
+                "unlimited" => unlimited = Some((self.boolean(field, &at)?, field)),
+                "algorithm" => {
+                    let text = self.string(field, &at)?;
+                    algorithm = Some(Algorithm::parse(&text).ok_or_else(|| {
+                        self.error(
+                            field,
+                            &at,
+                            Problem::BadValue(format!(
+                                "unknown algorithm {text:?}: fixed_window, sliding_log, \
+                                 sliding_counter or token_bucket"
+                            )),
+                        )
+                    })?);
+                }
+                "burst" => burst = Some((self.unsigned(field, &at)?, field)),
+                _ => return Err(self.unknown(field, &at, FIELDS)),
+            }
+        }
+        if let Some((true, _)) = unlimited {
+            for (present, what, at) in [
+                (unit.map(|u| u.1), "unit", "unit"),
+                (window.map(|w| w.1), "window", "window"),
+                (
+                    requests.map(|r| r.1),
+                    "requests_per_unit",
+                    "requests_per_unit",
+                ),
+                (burst.map(|b| b.1), "burst", "burst"),
+            ] {
+                if let Some(node) = present {
+                    return Err(self.error(
+                        node,
+                        &format!("{path}.{at}"),
+                        Problem::UnlimitedWithLimit(what),
+                    ));
+                }
+            }
+            return Ok(ParsedLimit {
+                name,
+                replaces,
+                shape: Shape::Unlimited,
+            });
+        }
+        let unit = match (unit, window) {
+            (Some((unit, _)), None) => Unit::Named(unit),
+            (None, Some((window, _))) => Unit::Window(window),
+            (Some(_), Some((_, node))) => {
+                return Err(self.error(
+                    node,
+                    &format!("{path}.window"),
+                    Problem::BadValue("set `unit` or `window`, not both".into()),
+                ));
+            }
+            (None, None) => {
+                return Err(self.error(
+                    node,
+                    &format!("{path}.unit"),
+                    Problem::Missing("second, minute, hour, day, week, month or year"),
+                ));
+            }
+        };
+        let (requests_per_unit, _) = requests.ok_or_else(|| {
+            self.error(
+                node,
+                &format!("{path}.requests_per_unit"),
+                Problem::Missing("how many requests each unit admits"),
+            )
+        })?;
+        let algorithm = algorithm.unwrap_or(Algorithm::FixedWindow);
+        if let Some((_, at)) = burst
+            && algorithm != Algorithm::TokenBucket
+        {
+            return Err(self.error(
+                at,
+                &format!("{path}.burst"),
+                Problem::BadValue("only a token_bucket has a burst".into()),
+            ));
+        }
+        Ok(ParsedLimit {
+            name,
+            replaces,
+            shape: Shape::Counted {
+                unit,
+                requests_per_unit,
+                algorithm,
+                burst: burst.map(|b| b.0),
+            },
+        })
+    }
+
+    fn replaces(&self, node: &Node, path: &str) -> Result<Vec<String>, ConfigError> {
+        let Value::Seq(items) = &node.value else {
+            return Err(self.wrong(node, path, "a list of `- name: ...`"));
+        };
+        let mut names = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            let at = format!("{path}[{index}]");
+            for (key, value) in self.map(item, &at, "name")? {
+                match key {
+                    "name" => names.push(self.string(value, &format!("{at}.name"))?),
+                    _ => return Err(self.unknown(value, &format!("{at}.{key}"), "name")),
+                }
+            }
+        }
+        Ok(names)
+    }
+
+    // Scalars and shapes.
+
+    /// A mapping's entries; `_fields` (the fields allowed) documents the call site.
+    fn map<'n>(
+        &self,
+        node: &'n Node,
+        path: &str,
+        _fields: &'static str,
+    ) -> Result<Vec<(&'n str, &'n Node)>, ConfigError> {
+        match &node.value {
+            Value::Map(entries) => entries
+                .iter()
+                .map(|(k, v)| match &k.value {
+                    Value::Str(key) => Ok((key.as_str(), v)),
+                    _ => Err(self.wrong(k, path, "string keys")),
+                })
+                .collect(),
+            // An empty file, or `rate_limit:` with nothing under it.
+            Value::Null => Ok(Vec::new()),
+            _ => Err(self.error(
+                node,
+                path,
+                Problem::WrongType {
+                    expected: "a mapping",
+                    found: node.value.kind(),
+                },
+            )),
+        }
+    }
+
+    fn string(&self, node: &Node, path: &str) -> Result<String, ConfigError> {
+        match &node.value {
+            Value::Str(s) => Ok(s.clone()),
+            _ => Err(self.wrong(node, path, "a string")),
+        }
+    }
+
+    /// A descriptor value: YAML may read `value: 42` or `value: true` as non-strings;
+    /// envoyproxy/ratelimit reads them as their text. (Quote values with leading zeros.)
+    fn scalar_text(&self, node: &Node, path: &str) -> Result<String, ConfigError> {
+        match &node.value {
+            Value::Str(s) => Ok(s.clone()),
+            Value::Int(i) => Ok(i.to_string()),
+            Value::Bool(b) => Ok(b.to_string()),
+            Value::Float(f) => Ok(f.to_string()),
+            _ => Err(self.wrong(node, path, "a string")),
+        }
+    }
+
+    fn boolean(&self, node: &Node, path: &str) -> Result<bool, ConfigError> {
+        match node.value {
+            Value::Bool(b) => Ok(b),
+            _ => Err(self.wrong(node, path, "true or false")),
+        }
+    }
+
+    fn unsigned(&self, node: &Node, path: &str) -> Result<u64, ConfigError> {
+        match node.value {
+            Value::Int(i) => u64::try_from(i).map_err(|_| {
+                self.error(
+                    node,
+                    path,
+                    Problem::BadValue(format!("{i} is not a count (0 or more)")),
+                )
+            }),
+            _ => Err(self.wrong(node, path, "an integer")),
+        }
+    }
+
+    fn wrong(&self, node: &Node, path: &str, expected: &'static str) -> ConfigError {
+        self.error(
+            node,
+            path,
+            Problem::WrongType {
+                expected,
+                found: node.value.kind(),
+            },
+        )
+    }
+
+    fn unknown(&self, node: &Node, path: &str, expected: &'static str) -> ConfigError {
+        self.error(node, path, Problem::UnknownField { expected })
+    }
+
+    fn error(&self, node: &Node, path: &str, problem: Problem) -> ConfigError {
+        ConfigError {
+            file: self.file.to_owned(),
+            line: node.line.max(1),
+            column: node.column.max(1),
+            field: path.to_owned(),
+            problem,
+        }
+    }
+}
+
+struct ParsedLimit {
+    name: Option<String>,
+    replaces: Vec<String>,
+    shape: Shape,
+}
+
+enum Shape {
+    Unlimited,
+    Counted {
+        unit: Unit,
+        requests_per_unit: u64,
+        algorithm: Algorithm,
+        burst: Option<u64>,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Algorithm {
+    FixedWindow,
+    SlidingLog,
+    SlidingCounter,
+    TokenBucket,
+}
+
+impl Algorithm {
+    fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "fixed_window" => Algorithm::FixedWindow,
+            "sliding_log" => Algorithm::SlidingLog,
+            "sliding_counter" => Algorithm::SlidingCounter,
+            "token_bucket" => Algorithm::TokenBucket,
+            _ => return None,
+        })
+    }
+}
+
+/// The store's name for a rule's policy: readable, at most 64 characters, and stable for
+/// as long as the rule's place in the tree is (so a reload keeps its counted state). Two
+/// rules whose readable parts collide still differ by the hash of domain and path.
+fn policy_name(domain: &str, label: &str) -> String {
+    let digest = sha1_smol::Sha1::from(format!("{domain}\0{label}"))
+        .digest()
+        .to_string();
+    let readable: String = sanitize(label).chars().take(MAX_NAME - 9).collect();
+    format!("{readable}-{}", &digest[..8])
+}
+
+/// A header item name: the rule's `name` or its path, in the characters a policy name may
+/// hold.
+fn header_name(text: &str) -> String {
+    let name: String = sanitize(text).chars().take(MAX_NAME).collect();
+    if name.is_empty() { "rule".into() } else { name }
+}
+
+fn sanitize(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The longest policy name rein-core accepts.
+const MAX_NAME: usize = 64;
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unit::Named(unit) => write!(f, "{unit:?}"),
+            Unit::Window(window) => write!(f, "{}", humantime::format_duration(*window)),
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The HTTP front end: `POST /json` (the same request and answer as gRPC, as JSON, for
+//! clients without gRPC), `GET /healthz` (the process is up), `GET /readyz` (it serves a
+//! configuration), and `GET /metrics` (Prometheus text, from the `metrics` facade).
+//!
+//! The JSON names follow protobuf's JSON mapping (camelCase), as envoyproxy/ratelimit's
+//! `/json` endpoint does: `{"domain": "d", "descriptors": [{"entries": [{"key": "k",
+//! "value": "v"}]}], "hitsAddend": 1}`, answered `{"overallCode": "OVER_LIMIT", "statuses":
+//! [{"code": "OVER_LIMIT", "currentLimit": {"requestsPerUnit": 5, "unit": "MINUTE"},
+//! "limitRemaining": 0, "durationUntilReset": "12.5s"}], "responseHeadersToAdd": [...]}`.
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    RateLimitDescriptor, rate_limit_descriptor,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, rate_limit};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use metrics_exporter_prometheus::PrometheusHandle;
+use rein_core::Limiter;
+use serde::{Deserialize, Serialize};
+
+use crate::service::RateLimitService;
+
+/// The HTTP router over `service`; `/metrics` renders `metrics` (none: 404).
+pub fn router<S: Limiter + Clone + 'static>(
+    service: RateLimitService<S>,
+    metrics: Option<PrometheusHandle>,
+) -> Router {
+    Router::new()
+        .route("/json", post(json::<S>))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .route("/healthz", get(|| async { "OK\n" }))
+        .route("/readyz", get(ready::<S>))
+        .with_state(service)
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    match metrics {
+                        Some(handle) => handle.render().into_response(),
+                        None => StatusCode::NOT_FOUND.into_response(),
+                    }
+                }
+            }),
+        )
+}
+
+async fn ready<S: Limiter + Clone + 'static>(
+    State(service): State<RateLimitService<S>>,
+) -> Response {
+    let domains = service.domains();
+    (StatusCode::OK, format!("OK: {} domain(s)\n", domains.len())).into_response()
+}
+
+/// Any content type is read as JSON (`curl -d` sends a form type); a body that is not the
+/// request is `400` with serde's message, which names the line, column and field.
+async fn json<S: Limiter + Clone + 'static>(
+    State(service): State<RateLimitService<S>>,
+    body: axum::body::Bytes,
+) -> Response {
+    let request: JsonRequest = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(error) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("invalid request: {error}\n"),
+            )
+                .into_response();
+        }
+    };
+    let request = request.into_proto();
+    match service.should_rate_limit(&request).await {
+        Ok(response) => Json(JsonResponse::from_proto(&response)).into_response(),
+        Err(refused) => (StatusCode::BAD_REQUEST, format!("{refused}\n")).into_response(),
+    }
+}
+
+/// `RateLimitRequest` as JSON.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JsonRequest {
+    /// The domain.
+    pub domain: String,
+    /// The descriptors, in order.
+    #[serde(default)]
+    pub descriptors: Vec<JsonDescriptor>,
+    /// Units each descriptor costs (0 or absent: 1).
+    #[serde(default)]
+    pub hits_addend: u32,
+}
+
+/// One descriptor as JSON.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JsonDescriptor {
+    /// `[{"key": .., "value": ..}]`.
+    pub entries: Vec<JsonEntry>,
+    /// This descriptor's cost, overriding the request's.
+    #[serde(default)]
+    pub hits_addend: Option<u64>,
+    /// Give `hits_addend` units back instead of taking them.
+    #[serde(default)]
+    pub is_negative_hits: bool,
+    /// A limit that replaces the configured one: `{"requestsPerUnit": 5, "unit": "MINUTE"}`.
+    #[serde(default)]
+    pub limit: Option<JsonLimit>,
+}
+
+/// One entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonEntry {
+    /// The key.
+    pub key: String,
+    /// The value.
+    #[serde(default)]
+    pub value: String,
+}
+
+/// A limit override.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JsonLimit {
+    /// Requests per unit.
+    pub requests_per_unit: u32,
+    /// `SECOND`, `MINUTE`, `HOUR`, `DAY`, `WEEK`, `MONTH` or `YEAR`.
+    pub unit: String,
+    /// The rule's name, in answers.
+    #[serde(default, skip_serializing_if = "String::is_empty", skip_deserializing)]
+    pub name: String,
+}
+
+impl JsonRequest {
+    fn into_proto(self) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: self.domain,
+            hits_addend: self.hits_addend,
+            descriptors: self
+                .descriptors
+                .into_iter()
+                .map(|d| RateLimitDescriptor {
+                    entries: d
+                        .entries
+                        .into_iter()
+                        .map(|e| rate_limit_descriptor::Entry {
+                            key: e.key,
+                            value: e.value,
+                        })
+                        .collect(),
+                    limit: d.limit.map(|l| rate_limit_descriptor::RateLimitOverride {
+                        requests_per_unit: l.requests_per_unit,
+                        // An unknown name is `UNKNOWN` (0), which the service refuses.
+                        unit: rate_limit::Unit::from_str_name(&l.unit).map_or(0, |u| u as i32),
+                    }),
+                    hits_addend: d.hits_addend.map(|value| UInt64Value { value }),
+                    is_negative_hits: d.is_negative_hits,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `RateLimitResponse` as JSON.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JsonResponse {
+    /// `OK` or `OVER_LIMIT`.
+    pub overall_code: String,
+    /// One per descriptor, in order.
+    pub statuses: Vec<JsonStatus>,
+    /// Headers for the client's response.
+    #[serde(default)]
+    pub response_headers_to_add: Vec<JsonHeader>,
+}
+
+/// One descriptor's answer.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JsonStatus {
+    /// `OK` or `OVER_LIMIT`.
+    pub code: String,
+    /// The limit that applied, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_limit: Option<JsonCurrentLimit>,
+    /// Units left.
+    #[serde(default)]
+    pub limit_remaining: u32,
+    /// Until the limit resets (admitted) or the request would be admitted (over the
+    /// limit), as protobuf JSON writes a duration: `"12.5s"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_until_reset: Option<String>,
+}
+
+/// The limit in an answer.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JsonCurrentLimit {
+    /// The rule's `name`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// Requests per unit.
+    pub requests_per_unit: u32,
+    /// The unit, `UNKNOWN` for a window that is none.
+    pub unit: String,
+}
+
+/// One header.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct JsonHeader {
+    /// Its name.
+    pub key: String,
+    /// Its value.
+    pub value: String,
+}
+
+impl JsonResponse {
+    fn from_proto(response: &RateLimitResponse) -> Self {
+        let code = |c: i32| {
+            Code::try_from(c)
+                .unwrap_or(Code::Unknown)
+                .as_str_name()
+                .to_owned()
+        };
+        JsonResponse {
+            overall_code: code(response.overall_code),
+            statuses: response
+                .statuses
+                .iter()
+                .map(|s| JsonStatus {
+                    code: code(s.code),
+                    current_limit: s.current_limit.as_ref().map(|l| JsonCurrentLimit {
+                        name: l.name.clone(),
+                        requests_per_unit: l.requests_per_unit,
+                        unit: rate_limit::Unit::try_from(l.unit)
+                            .unwrap_or(rate_limit::Unit::Unknown)
+                            .as_str_name()
+                            .to_owned(),
+                    }),
+                    limit_remaining: s.limit_remaining,
+                    duration_until_reset: s.duration_until_reset.as_ref().map(|d| {
+                        if d.nanos == 0 {
+                            format!("{}s", d.seconds)
+                        } else {
+                            let text = format!("{}.{:09}", d.seconds, d.nanos);
+                            format!("{}s", text.trim_end_matches('0'))
+                        }
+                    }),
+                })
+                .collect(),
+            response_headers_to_add: response
+                .response_headers_to_add
+                .iter()
+                .map(|h| JsonHeader {
+                    key: h.key.clone(),
+                    value: h.value.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The largest `/json` body: far above what [`crate::service::MAX_DESCRIPTORS`] descriptors
+/// of [`crate::service::MAX_ENTRIES`] short entries need, and bounded.
+const MAX_BODY: usize = 256 * 1024;

@@ -1,0 +1,44 @@
+//! rein-server: Envoy's rate-limit service, backed by rein.
+//!
+//! Envoy (and Istio, Envoy Gateway, Contour, Emissary, Kuadrant, or any gRPC client) asks
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` whether a request is over
+//! its limits. This crate answers it with rein: the limits are read from envoyproxy/
+//! ratelimit's YAML files unchanged ([`RulesConfig`]), extended with rein's algorithms, any
+//! window, bursts and several limits per descriptor; each decision goes through
+//! `rein::ResilientLimiter` (a deadline, a circuit breaker and a failure policy) over Redis
+//! (standalone or Cluster) or, with no Redis configured, the in-process store
+//! ([`ReloadableMemoryStore`]; one process's limit).
+//!
+//! Start with the binary (`rein-server --config DIR`, `--help` lists every setting) or, in
+//! code, [`RateLimitService`] with [`grpc::server`] and [`http::router`].
+//!
+//! # What it does not do
+//! - It does not serve xDS-delivered configuration: the rules come from files, reloaded
+//!   when they change or on `SIGHUP`.
+//! - It does not terminate TLS itself (yet): put it behind a proxy or a mesh sidecar that
+//!   does, or bind it to loopback beside Envoy.
+//!
+//! # Key design decision: decisions are rein's, the protocol is Envoy's
+//! The service converts Envoy's descriptors into rein policies and keys and nothing more:
+//! the algorithms are rein-core's, the failure handling `rein`'s, the headers rein-tower's
+//! renderer, so everything measured and proven for those holds behind Envoy unchanged.
+//! Several descriptors in one request are decided all or nothing (see [`service`]).
+//!
+//! # Layout
+//! - `config.rs`: [`RulesConfig`], the YAML rules; `yaml.rs`, the spanned YAML tree.
+//! - `matcher.rs`: matching a descriptor to a rule.
+//! - `service.rs`: [`RateLimitService`], where a request is decided.
+//! - `grpc.rs`, `http.rs`: the two front ends. `memory.rs`: the in-process store.
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod grpc;
+pub mod http;
+pub mod matcher;
+mod memory;
+pub mod service;
+mod yaml;
+
+pub use config::{ConfigError, Problem, RulesConfig};
+pub use memory::ReloadableMemoryStore;
+pub use service::{RateLimitService, RequestError, ServiceSettings};

@@ -1,0 +1,450 @@
+//! `rein-server`: Envoy's rate-limit service backed by rein. `rein-server --help` teaches
+//! every setting; docs/server.md is the full guide.
+
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use metrics_exporter_prometheus::PrometheusBuilder;
+use rein::FailurePolicy;
+use rein_core::Limiter;
+use rein_redis::RedisStoreBuilder;
+use rein_server::{RateLimitService, ReloadableMemoryStore, RulesConfig, ServiceSettings};
+use rein_tower::ConfiguredStore;
+use tokio::sync::watch;
+
+/// Envoy's rate-limit service (RLS v3), backed by rein.
+///
+/// Reads envoyproxy/ratelimit's YAML rules (one domain per file) from --config, answers
+/// Envoy's `ShouldRateLimit` over gRPC and the same as JSON on `POST /json`, and shares
+/// every limit through Redis (--redis-url or --redis-cluster) or, without either, decides
+/// in this process alone.
+///
+/// Start it on the shipped example rules, in memory:
+///
+///     cargo run -p rein-server -- --config crates/server/examples/config
+///
+/// then ask it:
+///
+///     curl -s localhost:8080/json -d '{"domain":"example","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}'
+#[derive(Debug, Parser)]
+#[command(name = "rein-server", version, verbatim_doc_comment)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: Serve,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate a directory (or file) of rules and exit: 0 when valid, 1 with
+    /// `file:line:column: field: problem` when not.
+    ///
+    /// Example: rein-server check-config /etc/ratelimit/config
+    CheckConfig {
+        /// The directory of `*.yaml` files (or one file).
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+struct Serve {
+    /// The rules: a directory of envoyproxy/ratelimit YAML files (`*.yaml`, `*.yml`), one
+    /// domain each, or a single file. Reloaded when a file changes and on SIGHUP.
+    #[arg(long, env = "REIN_CONFIG", value_name = "DIR")]
+    config: Option<PathBuf>,
+
+    /// Where Envoy's gRPC `ShouldRateLimit` (and `grpc.health.v1`) is served.
+    #[arg(long, env = "REIN_GRPC_ADDR", default_value = "127.0.0.1:8081")]
+    grpc_addr: SocketAddr,
+
+    /// Where `POST /json`, `/healthz`, `/readyz` and `/metrics` are served.
+    #[arg(long, env = "REIN_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    http_addr: SocketAddr,
+
+    /// One Redis server to share the limits through: `redis://host:6379/` (`rediss://`
+    /// for TLS; credentials in the URL). Without this or --redis-cluster, limits are this
+    /// process's alone.
+    #[arg(long, env = "REIN_REDIS_URL", conflicts_with = "redis_cluster")]
+    redis_url: Option<String>,
+
+    /// A Redis Cluster, by the URLs of one or more nodes, comma-separated.
+    #[arg(long, env = "REIN_REDIS_CLUSTER", value_delimiter = ',')]
+    redis_cluster: Option<Vec<String>>,
+
+    /// The longest one Redis decision may take before the failure policy answers.
+    #[arg(long, env = "REIN_REDIS_DEADLINE", default_value = "50ms", value_parser = duration)]
+    redis_deadline: Duration,
+
+    /// The first part of every Redis key this server writes.
+    #[arg(long, env = "REIN_KEY_PREFIX", default_value = "rein-server")]
+    key_prefix: String,
+
+    /// What to answer while Redis gives no decision: admit (fail-open), refuse
+    /// (fail-closed), or decide in this process at 1/N of every limit (local-fallback,
+    /// with --expected-nodes N).
+    #[arg(long, env = "REIN_FAILURE", value_enum, default_value = "fail-open")]
+    failure: Failure,
+
+    /// With --failure local-fallback: how many servers share the limits.
+    #[arg(
+        long,
+        env = "REIN_EXPECTED_NODES",
+        required_if_eq("failure", "local-fallback")
+    )]
+    expected_nodes: Option<NonZeroU32>,
+
+    /// Decide and count every request but answer OK to all (try new rules safely).
+    #[arg(long, env = "REIN_SHADOW_MODE")]
+    shadow_mode: bool,
+
+    /// Also send the legacy X-RateLimit-Limit / -Remaining / -Reset headers.
+    #[arg(long, env = "REIN_LEGACY_HEADERS")]
+    legacy_headers: bool,
+
+    /// How often to look for changed rule files; 0s turns watching off (SIGHUP still
+    /// reloads).
+    #[arg(long, env = "REIN_WATCH_INTERVAL", default_value = "1s", value_parser = duration)]
+    watch_interval: Duration,
+
+    /// Log lines as `text` or `json`; the level comes from RUST_LOG (default `info`).
+    #[arg(long, env = "REIN_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Failure {
+    FailOpen,
+    FailClosed,
+    LocalFallback,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (e.g. \"50ms\", \"1s\")"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(Command::CheckConfig { dir }) = &cli.command {
+        return check_config(dir);
+    }
+    init_logging(cli.serve.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("rein-server: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(cli.serve)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            tracing::error!("{message}");
+            eprintln!("rein-server: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check_config(dir: &Path) -> ExitCode {
+    match RulesConfig::load(dir) {
+        Ok(rules) => {
+            let domains: Vec<&str> = rules.domain_names().collect();
+            println!(
+                "{}: valid: {} domain(s) ({}), {} rule(s)",
+                dir.display(),
+                domains.len(),
+                domains.join(", "),
+                rules.rule_count()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn serve(args: Serve) -> Result<(), String> {
+    let Some(config) = args.config.clone() else {
+        return Err(
+            "no rules: pass --config DIR (a directory of envoyproxy/ratelimit YAML \
+                    files), or set REIN_CONFIG; `rein-server --help` shows every setting"
+                .into(),
+        );
+    };
+    let rules = RulesConfig::load(&config).map_err(|e| format!("cannot load the rules: {e}"))?;
+    let failure = match args.failure {
+        Failure::FailOpen => FailurePolicy::FailOpen,
+        Failure::FailClosed => FailurePolicy::FailClosed,
+        Failure::LocalFallback => FailurePolicy::LocalFallback {
+            expected_nodes: args.expected_nodes.unwrap_or(NonZeroU32::MIN),
+        },
+    };
+    let settings = ServiceSettings {
+        failure,
+        shadow_mode: args.shadow_mode,
+        legacy_headers: args.legacy_headers,
+    };
+    let metrics = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
+    let builder = || {
+        RedisStoreBuilder::new()
+            .prefix(args.key_prefix.clone())
+            .deadline(args.redis_deadline)
+    };
+    match (&args.redis_url, &args.redis_cluster) {
+        (Some(url), _) => {
+            let store = builder()
+                .connect(url)
+                .await
+                .map_err(|e| format!("cannot connect to Redis at {url}: {e}"))?;
+            tracing::info!(%url, "sharing limits through Redis");
+            run(
+                ConfiguredStore::Standalone(store),
+                rules,
+                settings,
+                &args,
+                config,
+                metrics,
+                None,
+            )
+            .await
+        }
+        (None, Some(nodes)) => {
+            let store = builder()
+                .connect_cluster(nodes)
+                .await
+                .map_err(|e| format!("cannot connect to the Redis Cluster: {e}"))?;
+            tracing::info!(nodes = nodes.len(), "sharing limits through Redis Cluster");
+            run(
+                ConfiguredStore::Cluster(store),
+                rules,
+                settings,
+                &args,
+                config,
+                metrics,
+                None,
+            )
+            .await
+        }
+        (None, None) => {
+            tracing::warn!(
+                "no Redis configured: every limit is this process's alone (pass --redis-url \
+                 to share them between servers)"
+            );
+            let store = ReloadableMemoryStore::new();
+            run(
+                store.clone(),
+                rules,
+                settings,
+                &args,
+                config,
+                metrics,
+                Some(store),
+            )
+            .await
+        }
+    }
+}
+
+async fn run<S: Limiter + Clone + 'static>(
+    store: S,
+    rules: RulesConfig,
+    settings: ServiceSettings,
+    args: &Serve,
+    config: PathBuf,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+    memory: Option<ReloadableMemoryStore>,
+) -> Result<(), String> {
+    let domains = rules.domain_names().map(str::to_owned).collect::<Vec<_>>();
+    let service = RateLimitService::new(store, rules, settings)
+        .map_err(|e| format!("cannot build the limiter: {e}"))?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+
+    let grpc = tokio::net::TcpListener::bind(args.grpc_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {} (gRPC): {e}", args.grpc_addr))?;
+    let http = tokio::net::TcpListener::bind(args.http_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {} (HTTP): {e}", args.http_addr))?;
+    let grpc_addr = grpc.local_addr().map_err(|e| e.to_string())?;
+    let http_addr = http.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(
+        grpc = %grpc_addr,
+        http = %http_addr,
+        domains = ?domains,
+        "rein-server serving"
+    );
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<rein_server::grpc::Grpc<S>>>()
+        .await;
+    let mut grpc_shutdown = shutdown_rx.clone();
+    let grpc_server = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(rein_server::grpc::server(service.clone()))
+        .serve_with_incoming_shutdown(rein_server::grpc::incoming(grpc), async move {
+            let _ = grpc_shutdown.wait_for(|stop| *stop).await;
+        });
+    let mut http_shutdown = shutdown_rx.clone();
+    let http_server = axum::serve(
+        http,
+        rein_server::http::router(service.clone(), Some(metrics)),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = http_shutdown.wait_for(|stop| *stop).await;
+    });
+    let reloader = tokio::spawn(watch_rules(
+        service,
+        config,
+        args.watch_interval,
+        memory,
+        shutdown_rx.clone(),
+    ));
+    let signals = tokio::spawn(async move {
+        wait_for_stop().await;
+        tracing::info!("stopping: answering the requests in flight, then exiting");
+        let _ = shutdown_tx.send(true);
+    });
+    let (grpc_result, http_result) = tokio::join!(grpc_server, async { http_server.await });
+    signals.abort();
+    reloader.abort();
+    grpc_result.map_err(|e| format!("gRPC server: {e}"))?;
+    http_result.map_err(|e| format!("HTTP server: {e}"))?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn wait_for_stop() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    biased;
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Reloads the rules when a file of `config` changes (checked every `interval`) or on
+/// SIGHUP. A new set is validated whole and swapped in at once; a bad one is refused with
+/// its file, line and field, and the rules in force keep serving.
+async fn watch_rules<S: Limiter + Clone + 'static>(
+    service: RateLimitService<S>,
+    config: PathBuf,
+    interval: Duration,
+    memory: Option<ReloadableMemoryStore>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut seen = fingerprint(&config);
+    #[cfg(unix)]
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let period = if interval.is_zero() {
+        Duration::from_secs(3_600)
+    } else {
+        interval
+    };
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        #[cfg(unix)]
+        let hup = async {
+            match hangup.as_mut() {
+                Some(signal) => signal.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hup = std::future::pending::<Option<()>>();
+        let forced = tokio::select! {
+            biased;
+            _ = stop.wait_for(|stop| *stop) => return,
+            _ = hup => true,
+            _ = ticks.tick() => false,
+        };
+        let now = fingerprint(&config);
+        if !forced && (interval.is_zero() || now == seen) {
+            continue;
+        }
+        seen = now;
+        match RulesConfig::load(&config) {
+            Ok(rules) => {
+                let policies = rules.policies();
+                let count = rules.rule_count();
+                match service.reload(rules) {
+                    Ok(()) => {
+                        if let Some(memory) = &memory {
+                            memory.retain(&policies);
+                        }
+                        metrics::counter!("rein_server_config_reloads_total").increment(1);
+                        tracing::info!(rules = count, forced, "rules reloaded");
+                    }
+                    Err(error) => {
+                        metrics::counter!("rein_server_config_reload_failures_total").increment(1);
+                        tracing::error!(%error, "reload refused; the rules in force keep serving");
+                    }
+                }
+            }
+            Err(error) => {
+                metrics::counter!("rein_server_config_reload_failures_total").increment(1);
+                tracing::error!(%error, "reload refused; the rules in force keep serving");
+            }
+        }
+    }
+}
+
+/// What changes when a rule file does: each file's name, length and modification time.
+fn fingerprint(config: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+    let mut files = Vec::new();
+    let entries: Vec<PathBuf> = if config.is_file() {
+        vec![config.to_owned()]
+    } else {
+        std::fs::read_dir(config)
+            .map(|dir| dir.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    };
+    for path in entries {
+        if let Ok(meta) = std::fs::metadata(&path) {
+            files.push((path, meta.len(), meta.modified().ok()));
+        }
+    }
+    files.sort();
+    files
+}

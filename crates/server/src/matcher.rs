@@ -1,0 +1,164 @@
+//! Matching one request descriptor against a domain's tree, as envoyproxy/ratelimit does:
+//! entry by entry, one level of the tree per entry, at each level the most specific match
+//! (the exact `key`+`value`, then the longest wildcard prefix, then the `key` alone); the
+//! descriptor gets the rule of the entry its last entry matched, if it has one. A
+//! descriptor with more entries than the tree has levels, or an entry that matches
+//! nothing, gets no rule.
+//!
+//! Pure: no I/O, no allocation beyond the key it returns; bounded by the descriptor's
+//! length, which the service checks first.
+
+use crate::config::{Domain, Entry, Rule};
+
+/// A descriptor's rule and the key its counter lives under.
+#[derive(Debug)]
+pub struct Matched<'a> {
+    /// The rule.
+    pub rule: &'a Rule,
+    /// The counter's key: the entries as `key=value`, separated by `\x1f`. A wildcard that
+    /// shares (`share_threshold`) puts its pattern in place of the value, so all its
+    /// matches count together.
+    pub key: Vec<u8>,
+    /// The metrics label: the rule's, or with `detailed_metric` the matched values.
+    pub label: String,
+}
+
+/// The rule of `entries` (`(key, value)` pairs, in order) in `domain`, if any.
+pub fn match_descriptor<'a, 'e>(
+    domain: &'a Domain,
+    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+) -> Option<Matched<'a>> {
+    let mut level = &domain.root;
+    let mut key = Vec::new();
+    let mut detailed = domain.name.clone();
+    let mut last: Option<&'a Entry> = None;
+    for (k, v) in entries {
+        if let Some(entry) = last {
+            level = &entry.children;
+        }
+        let (entry, counted) = if let Some(entry) = level.exact.get(&(k.to_owned(), v.to_owned())) {
+            (entry, None)
+        } else if let Some((_, prefix, entry)) = level
+            .wildcard
+            .iter()
+            .find(|(key, prefix, _)| key == k && v.starts_with(prefix.as_str()))
+        {
+            (entry, entry.share.then(|| format!("{prefix}*")))
+        } else {
+            (level.any.get(k)?, None)
+        };
+        if !key.is_empty() {
+            key.push(SEPARATOR);
+        }
+        key.extend_from_slice(k.as_bytes());
+        key.push(b'=');
+        key.extend_from_slice(counted.as_deref().unwrap_or(v).as_bytes());
+        detailed.push('.');
+        detailed.push_str(k);
+        detailed.push('_');
+        detailed.push_str(v);
+        last = Some(entry);
+    }
+    let rule = last?.rule.as_ref()?;
+    let label = if rule.detailed_metric {
+        detailed
+    } else {
+        rule.label.clone()
+    };
+    Some(Matched { rule, key, label })
+}
+
+/// Between the entries of a key: a byte no sane key or value holds (and the Redis store
+/// hashes the whole key, so any byte would be safe).
+const SEPARATOR: u8 = 0x1f;
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::RulesConfig;
+
+    fn config(text: &str) -> RulesConfig {
+        let mut config = RulesConfig::default();
+        config.add(Path::new("test.yaml"), text).expect("valid");
+        config
+    }
+
+    fn label(config: &RulesConfig, entries: &[(&str, &str)]) -> Option<String> {
+        let domain = config.domain("d").expect("domain d");
+        match_descriptor(domain, entries.iter().copied()).map(|m| m.rule.label.clone())
+    }
+
+    const TREE: &str = "
+domain: d
+descriptors:
+  - key: remote_address
+    rate_limit: { unit: second, requests_per_unit: 10 }
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit: { unit: second, requests_per_unit: 0 }
+  - key: path
+    value: /api/*
+    rate_limit: { unit: minute, requests_per_unit: 5 }
+  - key: path
+    value: /api/v2/*
+    share_threshold: true
+    rate_limit: { unit: minute, requests_per_unit: 7 }
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: { unit: day, requests_per_unit: 5 }
+";
+
+    #[test]
+    #[rustfmt::skip]
+    fn the_most_specific_entry_matches_at_each_level() {
+        let config = config(TREE);
+        type Row<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>);
+        let rows: [Row; 9] = [
+            // Key alone: any value.
+            (&[("remote_address", "50.0.0.1")], Some("d.remote_address")),
+            // Key and value before key alone.
+            (&[("remote_address", "50.0.0.5")], Some("d.remote_address_50.0.0.5")),
+            // The longest wildcard prefix first.
+            (&[("path", "/api/v1/users")], Some("d.path_/api/*")),
+            (&[("path", "/api/v2/users")], Some("d.path_/api/v2/*")),
+            (&[("path", "/web")], None),
+            // Nested: both levels must match, and the rule is the last level's.
+            (&[("message_type", "marketing"), ("to_number", "2061111111")], Some("d.message_type_marketing.to_number")),
+            // A placeholder entry with no rule limits nothing.
+            (&[("message_type", "marketing")], None),
+            // More entries than levels: no rule (envoyproxy/ratelimit's example 4).
+            (&[("remote_address", "1.2.3.4"), ("path", "/x")], None),
+            (&[("unknown", "x")], None),
+        ];
+        for (entries, expected) in rows {
+            assert_eq!(label(&config, entries).as_deref(), expected, "{entries:?}");
+        }
+    }
+
+    #[test]
+    fn each_value_counts_alone_unless_a_wildcard_shares() {
+        let config = config(TREE);
+        let domain = config.domain("d").expect("domain");
+        let key = |entries: &[(&str, &str)]| {
+            match_descriptor(domain, entries.iter().copied())
+                .map(|m| String::from_utf8(m.key).expect("utf-8"))
+        };
+        assert_eq!(
+            key(&[("path", "/api/v1/a")]).as_deref(),
+            Some("path=/api/v1/a")
+        );
+        assert_eq!(
+            key(&[("path", "/api/v2/a")]),
+            key(&[("path", "/api/v2/b")]),
+            "share_threshold: one counter"
+        );
+        assert_eq!(
+            key(&[("message_type", "marketing"), ("to_number", "1")]).as_deref(),
+            Some("message_type=marketing\u{1f}to_number=1")
+        );
+    }
+}

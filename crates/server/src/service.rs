@@ -1,0 +1,800 @@
+//! [`RateLimitService`]: where the server decides a `ShouldRateLimit` request. The gRPC and
+//! JSON front ends only convert to and from Envoy's types; everything else is here.
+//!
+//! # A request
+//! 1. Bounds first: at most [`MAX_DESCRIPTORS`] descriptors of at most [`MAX_ENTRIES`]
+//!    entries, keys and values of at most [`MAX_TEXT`] bytes, a non-empty domain. Anything
+//!    else is `INVALID_ARGUMENT` after bounded work.
+//! 2. Each descriptor is matched ([`crate::matcher`]) in the snapshot of the configuration
+//!    taken when the request arrived (a reload never splits a request between two
+//!    configurations). A per-descriptor `limit` override replaces the matched rule's numbers.
+//!    A rule that another matched rule `replaces` is dropped.
+//! 3. **All or nothing.** The descriptors' limits are charged in order through the
+//!    resilient limiter. When one denies, every unit already charged for this request is
+//!    refunded and the later descriptors are only peeked (to report them), so a request
+//!    that is over any limit is charged nowhere. Between a charge and its refund another
+//!    request may see those units taken: a refund can make a concurrent request see less,
+//!    never more, than the limit allows (no over-admission; a brief under-admission under
+//!    contention). A `shadow_mode` rule is decided and counted like any other but never
+//!    makes the answer `OVER_LIMIT`.
+//! 4. The answer: `OVER_LIMIT` if any descriptor is, one status per descriptor in order,
+//!    and the `RateLimit-Policy` / `RateLimit` headers (and `Retry-After` on a denial) of the
+//!    descriptor that decided, rendered by rein-tower's renderer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit, rate_limit::Unit as EnvoyUnit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use rein::{FailurePolicy, PolicyTable, ResilienceConfigError, ResilientLimiter, TablePolicy};
+use rein_core::{DecideError, Decision, Limit, Limiter, Micros, NamedPolicy, Policy};
+use rein_tower::headers;
+use thiserror::Error;
+
+use crate::config::{Action, NamedUnit, Rule, RulesConfig, Unit};
+use crate::matcher::match_descriptor;
+
+/// The most descriptors one request may carry.
+pub const MAX_DESCRIPTORS: usize = 64;
+/// The most entries one descriptor may carry.
+pub const MAX_ENTRIES: usize = 32;
+/// The longest domain, key or value, in bytes.
+pub const MAX_TEXT: usize = 1_024;
+/// The most distinct per-descriptor `limit` overrides (unit and count) the server keeps a
+/// limiter for; a request with another one is refused (`INVALID_ARGUMENT`) rather than grow
+/// the server without bound.
+pub const MAX_OVERRIDES: usize = 256;
+
+/// Server-wide settings of how decisions are made and answered.
+#[derive(Clone, Debug)]
+pub struct ServiceSettings {
+    /// What the limiter answers while the store gives no decision.
+    pub failure: FailurePolicy,
+    /// Decide and count everything, but answer OK (envoyproxy/ratelimit's global shadow
+    /// mode).
+    pub shadow_mode: bool,
+    /// Also add the legacy `X-RateLimit-Limit`, `-Remaining` and `-Reset` headers.
+    pub legacy_headers: bool,
+}
+
+/// A request the server refuses to decide: Envoy sees `INVALID_ARGUMENT`.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum RequestError {
+    /// `domain` is empty or longer than [`MAX_TEXT`].
+    #[error("the domain must be 1 to {MAX_TEXT} bytes")]
+    Domain,
+    /// No descriptors, or more than [`MAX_DESCRIPTORS`].
+    #[error("a request carries 1 to {MAX_DESCRIPTORS} descriptors")]
+    DescriptorCount,
+    /// A descriptor with no entries or more than [`MAX_ENTRIES`].
+    #[error("descriptor {0} must carry 1 to {MAX_ENTRIES} entries")]
+    EntryCount(usize),
+    /// An entry's key is empty, or its key or value is longer than [`MAX_TEXT`].
+    #[error(
+        "descriptor {0}: an entry's key must be 1 to {MAX_TEXT} bytes and its value at most {MAX_TEXT}"
+    )]
+    EntryText(usize),
+    /// A `limit` override with a unit this server does not know, or zero requests.
+    #[error("descriptor {0}: the limit override needs a known unit")]
+    Override(usize),
+    /// More distinct `limit` overrides than [`MAX_OVERRIDES`].
+    #[error("more than {MAX_OVERRIDES} distinct limit overrides")]
+    TooManyOverrides,
+}
+
+/// Why the service could not start or reload.
+#[derive(Debug, Error)]
+pub enum ServiceError {
+    /// The limiter refused the rules' policies.
+    #[error(transparent)]
+    Limiter(#[from] ResilienceConfigError),
+}
+
+/// Envoy's rate-limit service over any rein store `S`, with a configuration that can be
+/// swapped while it serves ([`RateLimitService::reload`]). Cheap to clone (one `Arc`).
+pub struct RateLimitService<S: Limiter + Clone + 'static> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S: Limiter + Clone + 'static> Clone for RateLimitService<S> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+struct Shared<S: Limiter + Clone + 'static> {
+    store: S,
+    settings: ServiceSettings,
+    current: RwLock<Arc<Snapshot<S>>>,
+    /// Limiters for per-descriptor `limit` overrides, by (unit, requests per unit).
+    overrides: Mutex<Overrides<S>>,
+}
+
+/// The override limiters, by unit and requests per unit.
+type Overrides<S> = HashMap<(NamedUnit, u64), Arc<OverrideLimiter<S>>>;
+
+/// One configuration with the limiter built for its policies.
+struct Snapshot<S: Limiter + Clone + 'static> {
+    rules: RulesConfig,
+    limiter: ResilientLimiter<S>,
+    prepared: HashMap<String, TablePolicy>,
+}
+
+struct OverrideLimiter<S: Limiter + Clone + 'static> {
+    limiter: ResilientLimiter<S>,
+    prepared: TablePolicy,
+    policy: NamedPolicy,
+    unit: NamedUnit,
+    requests_per_unit: u64,
+}
+
+impl<S: Limiter + Clone + 'static> RateLimitService<S> {
+    /// The service over `store`, deciding by `rules`.
+    pub fn new(
+        store: S,
+        rules: RulesConfig,
+        settings: ServiceSettings,
+    ) -> Result<Self, ServiceError> {
+        let snapshot = Snapshot::build(store.clone(), rules, settings.failure)?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                store,
+                settings,
+                current: RwLock::new(Arc::new(snapshot)),
+                overrides: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Swaps in `rules` (already validated whole): requests that arrived before keep
+    /// deciding on the old rules, later ones on the new, none on a mix. A rule whose place
+    /// in the tree is unchanged keeps its counted state in the store (its policy keeps its
+    /// name). The limiter's breaker and caches start afresh.
+    pub fn reload(&self, rules: RulesConfig) -> Result<(), ServiceError> {
+        let snapshot = Snapshot::build(
+            self.shared.store.clone(),
+            rules,
+            self.shared.settings.failure,
+        )?;
+        *self
+            .shared
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(snapshot);
+        Ok(())
+    }
+
+    /// The domains now served.
+    pub fn domains(&self) -> Vec<String> {
+        self.snapshot()
+            .rules
+            .domain_names()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn snapshot(&self) -> Arc<Snapshot<S>> {
+        Arc::clone(
+            &self
+                .shared
+                .current
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// Decides `request` as Envoy's `ShouldRateLimit`.
+    pub async fn should_rate_limit(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, RequestError> {
+        check_bounds(request)?;
+        let snapshot = self.snapshot();
+        let settings = &self.shared.settings;
+        let request_hits = u64::from(request.hits_addend.max(1));
+        let Some(domain) = snapshot.rules.domain(&request.domain) else {
+            tracing::debug!(domain = %request.domain, "unknown domain: every descriptor OK");
+            metrics::counter!("rein_server_unmatched_total", "domain" => "(unknown)")
+                .increment(request.descriptors.len() as u64);
+            return Ok(all_ok(request.descriptors.len()));
+        };
+        // Plan every descriptor before charging any.
+        let mut plans = Vec::with_capacity(request.descriptors.len());
+        for (index, descriptor) in request.descriptors.iter().enumerate() {
+            let entries = descriptor
+                .entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str()));
+            let matched = match_descriptor(domain, entries);
+            let cost = descriptor
+                .hits_addend
+                .as_ref()
+                .map_or(request_hits, |h| h.value);
+            let plan = match (&descriptor.limit, matched) {
+                // Zero requests per unit: everything is over the limit, as in a rule.
+                (Some(over), _) if over.requests_per_unit == 0 => Plan::Zero,
+                (Some(over), matched) => {
+                    let limiter =
+                        self.override_limiter(index, over.unit, over.requests_per_unit)?;
+                    let mut key = request.domain.as_bytes().to_vec();
+                    for e in &descriptor.entries {
+                        key.push(0x1f);
+                        key.extend_from_slice(e.key.as_bytes());
+                        key.push(b'=');
+                        key.extend_from_slice(e.value.as_bytes());
+                    }
+                    Plan::Override {
+                        limiter,
+                        key,
+                        cost,
+                        negative: descriptor.is_negative_hits,
+                        label: matched
+                            .map_or_else(|| format!("{}.(override)", request.domain), |m| m.label),
+                    }
+                }
+                (None, None) => Plan::Unmatched,
+                (None, Some(m)) => Plan::Rule {
+                    rule: m.rule,
+                    key: m.key,
+                    label: m.label,
+                    cost,
+                    negative: descriptor.is_negative_hits,
+                },
+            };
+            plans.push(plan);
+        }
+        // `replaces`: a rule whose name a matched rule replaces is not evaluated.
+        let replaced: Vec<&str> = plans
+            .iter()
+            .filter_map(|p| match p {
+                Plan::Rule { rule, .. } => Some(rule.replaces.iter().map(String::as_str)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        if !replaced.is_empty() {
+            for plan in &mut plans {
+                if let Plan::Rule { rule, .. } = plan
+                    && rule.name.as_deref().is_some_and(|n| replaced.contains(&n))
+                {
+                    *plan = Plan::Replaced;
+                }
+            }
+        }
+        self.execute(&snapshot, &request.domain, plans, settings)
+            .await
+    }
+
+    async fn execute(
+        &self,
+        snapshot: &Snapshot<S>,
+        domain: &str,
+        plans: Vec<Plan<'_, S>>,
+        settings: &ServiceSettings,
+    ) -> Result<RateLimitResponse, RequestError> {
+        let mut statuses = Vec::with_capacity(plans.len());
+        // Charged so far: (limiter, prepared, key, cost), refunded if a later one denies.
+        let mut charged: Vec<Charge<'_, S>> = Vec::new();
+        let mut denied = false;
+        // The descriptor whose decision the headers show: the first over the limit, else
+        // the one with the fewest remaining.
+        let mut shown: Option<(NamedPolicy, Decision)> = None;
+        for plan in &plans {
+            let status = match plan {
+                Plan::Zero => {
+                    denied |= !settings.shadow_mode;
+                    DescriptorStatus {
+                        code: Code::OverLimit as i32,
+                        ..Default::default()
+                    }
+                }
+                Plan::Unmatched | Plan::Replaced => {
+                    if matches!(plan, Plan::Unmatched) {
+                        tracing::debug!(domain, "a descriptor matched no rule: OK");
+                        metrics::counter!("rein_server_unmatched_total", "domain" => domain.to_owned())
+                            .increment(1);
+                    }
+                    ok_status()
+                }
+                Plan::Rule {
+                    rule,
+                    key,
+                    label,
+                    cost,
+                    negative,
+                } => match &rule.action {
+                    Action::Unlimited => {
+                        count(label, "unlimited");
+                        DescriptorStatus {
+                            code: Code::Ok as i32,
+                            limit_remaining: u32::MAX,
+                            ..Default::default()
+                        }
+                    }
+                    Action::DenyAll { unit } => {
+                        let status = over_limit_status(rule, *unit, 0);
+                        if rule.shadow_mode || settings.shadow_mode {
+                            count(label, "shadow_mode");
+                            DescriptorStatus {
+                                code: Code::Ok as i32,
+                                ..status
+                            }
+                        } else {
+                            count(label, "over_limit");
+                            denied = true;
+                            status
+                        }
+                    }
+                    Action::Limit {
+                        policy,
+                        header_policy,
+                        limits,
+                    } => {
+                        let Some(prepared) = snapshot.prepared.get(policy.name()) else {
+                            // Built from the same rules: every policy is in the table.
+                            statuses.push(ok_status());
+                            continue;
+                        };
+                        let target = Target {
+                            limiter: &snapshot.limiter,
+                            prepared,
+                        };
+                        let decision =
+                            decide(&target, key, *cost, *negative, denied, &mut charged).await;
+                        self.status(
+                            decision,
+                            rule.shadow_mode,
+                            label,
+                            rule.name.as_deref(),
+                            limits,
+                            header_policy,
+                            &mut denied,
+                            &mut shown,
+                        )
+                    }
+                },
+                Plan::Override {
+                    limiter,
+                    key,
+                    cost,
+                    negative,
+                    label,
+                } => {
+                    let target = Target {
+                        limiter: &limiter.limiter,
+                        prepared: &limiter.prepared,
+                    };
+                    let decision =
+                        decide(&target, key, *cost, *negative, denied, &mut charged).await;
+                    self.status(
+                        decision,
+                        false,
+                        label,
+                        None,
+                        &[(Unit::Named(limiter.unit), limiter.requests_per_unit)],
+                        &limiter.policy,
+                        &mut denied,
+                        &mut shown,
+                    )
+                }
+            };
+            statuses.push(status);
+        }
+        if denied {
+            // All or nothing: give back what this request took before it was denied.
+            for charge in charged {
+                // The trait's methods: `ResilientLimiter`'s inherent ones take a policy name.
+                let limiter = charge.target.limiter;
+                if let Err(error) = Limiter::refund(
+                    limiter,
+                    None,
+                    charge.target.prepared,
+                    &charge.key,
+                    charge.cost,
+                )
+                .await
+                {
+                    tracing::warn!(%error, "refunding a denied request's charge failed");
+                }
+            }
+        }
+        let over = denied && !settings.shadow_mode;
+        if settings.shadow_mode {
+            for status in &mut statuses {
+                status.code = Code::Ok as i32;
+            }
+        }
+        let mut response = RateLimitResponse {
+            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            statuses,
+            ..Default::default()
+        };
+        if let Some((policy, decision)) = shown {
+            response.response_headers_to_add = self.headers(&policy, &decision);
+        }
+        Ok(response)
+    }
+
+    /// The status of one decided descriptor, counting it and updating the request's state.
+    #[allow(clippy::too_many_arguments)]
+    fn status(
+        &self,
+        decision: Result<Decision, DecideError>,
+        shadow: bool,
+        label: &str,
+        name: Option<&str>,
+        limits: &[(Unit, u64)],
+        header_policy: &NamedPolicy,
+        denied: &mut bool,
+        shown: &mut Option<(NamedPolicy, Decision)>,
+    ) -> DescriptorStatus {
+        // The limit that decided (the first when there is no decision).
+        let index = decision
+            .as_ref()
+            .map_or(0, |d| usize::from(d.limit_index))
+            .min(limits.len().saturating_sub(1));
+        let current_limit = limits
+            .get(index)
+            .map(|&(unit, requests_per_unit)| RateLimit {
+                name: name.unwrap_or_default().to_owned(),
+                requests_per_unit: u32::try_from(requests_per_unit).unwrap_or(u32::MAX),
+                unit: envoy_unit(unit) as i32,
+            });
+        let decision = match decision {
+            Ok(decision) => decision,
+            // A cost no limit of the rule can ever admit: over the limit, as Envoy expects.
+            Err(DecideError::InsufficientCapacity { .. }) => {
+                count(label, "over_limit");
+                if !shadow && !self.shared.settings.shadow_mode {
+                    *denied = true;
+                }
+                return DescriptorStatus {
+                    code: if shadow { Code::Ok } else { Code::OverLimit } as i32,
+                    current_limit,
+                    ..Default::default()
+                };
+            }
+            Err(error) => {
+                // The resilient limiter answers from its failure policy instead of failing;
+                // what is left (a refund's failure) is answered OK and logged.
+                tracing::warn!(%error, "no decision: OK");
+                return DescriptorStatus {
+                    code: Code::Ok as i32,
+                    current_limit,
+                    ..Default::default()
+                };
+            }
+        };
+        let allowed = decision.is_allowed();
+        let outcome = if !allowed {
+            if shadow || self.shared.settings.shadow_mode {
+                "shadow_mode"
+            } else {
+                "over_limit"
+            }
+        } else if decision.remaining.saturating_mul(5) < decision.limit {
+            // Less than a fifth left: envoyproxy/ratelimit's near-limit ratio of 0.8.
+            "near_limit"
+        } else {
+            "within_limit"
+        };
+        count(label, outcome);
+        let over = !allowed && !shadow;
+        if over {
+            *denied = true;
+        }
+        let better = match shown {
+            None => true,
+            Some((_, current)) => {
+                (current.is_allowed() && !allowed)
+                    || (current.is_allowed() == allowed && decision.remaining < current.remaining)
+            }
+        };
+        if better && (over || allowed) {
+            *shown = Some((header_policy.clone(), decision));
+        }
+        // As the `RateLimit` header's `t`: on a denial the exact wait, on an admission the
+        // deciding limit's reset (bounded by its longest, see rein_tower::headers).
+        let until = if allowed {
+            let deciding = headers::deciding_limit(header_policy.policy(), &decision);
+            Micros::from_secs(headers::reset_secs(
+                header_policy.policy(),
+                deciding,
+                &decision,
+            ))
+            .min(decision.reset_after)
+        } else {
+            decision.retry_after
+        };
+        DescriptorStatus {
+            code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            current_limit,
+            limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
+            duration_until_reset: Some(proto_duration(until)),
+            ..Default::default()
+        }
+    }
+
+    fn headers(&self, policy: &NamedPolicy, decision: &Decision) -> Vec<HeaderValue> {
+        let deciding = headers::deciding_limit(policy.policy(), decision);
+        let rendered = headers::render(policy, deciding, decision);
+        let header = |key: &str, value: String| HeaderValue {
+            key: key.to_owned(),
+            value,
+            ..Default::default()
+        };
+        let mut out = vec![
+            header("RateLimit-Policy", rendered.policy),
+            header("RateLimit", rendered.rate_limit),
+        ];
+        if let Some(seconds) = rendered.retry_after {
+            out.push(header("Retry-After", seconds.to_string()));
+        }
+        if self.shared.settings.legacy_headers {
+            let limits = policy.policy().limits();
+            let limit = limits.get(deciding).map_or(decision.limit, Limit::capacity);
+            out.push(header("X-RateLimit-Limit", limit.to_string()));
+            out.push(header(
+                "X-RateLimit-Remaining",
+                decision.remaining.to_string(),
+            ));
+            out.push(header(
+                "X-RateLimit-Reset",
+                headers::reset_secs(policy.policy(), deciding, decision).to_string(),
+            ));
+        }
+        out
+    }
+
+    fn override_limiter(
+        &self,
+        index: usize,
+        unit: i32,
+        requests_per_unit: u32,
+    ) -> Result<Arc<OverrideLimiter<S>>, RequestError> {
+        let unit = match EnvoyUnit::try_from(unit) {
+            Ok(EnvoyUnit::Second) => NamedUnit::Second,
+            Ok(EnvoyUnit::Minute) => NamedUnit::Minute,
+            Ok(EnvoyUnit::Hour) => NamedUnit::Hour,
+            Ok(EnvoyUnit::Day) => NamedUnit::Day,
+            Ok(EnvoyUnit::Week) => NamedUnit::Week,
+            Ok(EnvoyUnit::Month) => NamedUnit::Month,
+            Ok(EnvoyUnit::Year) => NamedUnit::Year,
+            _ => return Err(RequestError::Override(index)),
+        };
+        let count = u64::from(requests_per_unit);
+        let mut overrides = self
+            .shared
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(found) = overrides.get(&(unit, count)) {
+            return Ok(Arc::clone(found));
+        }
+        if overrides.len() >= MAX_OVERRIDES {
+            return Err(RequestError::TooManyOverrides);
+        }
+        // A zero count never reaches here (`Plan::Zero`).
+        let limit = Limit::fixed_window(count, Micros::from(unit.duration()))
+            .map_err(|_| RequestError::Override(index))?;
+        let name = format!(
+            "override-{}-{count}",
+            format!("{unit:?}").to_ascii_lowercase()
+        );
+        let policy = NamedPolicy::new(name, Policy::single(limit))
+            .map_err(|_| RequestError::Override(index))?;
+        let limiter = ResilientLimiter::builder(
+            self.shared.store.clone(),
+            PolicyTable::new(policy.clone()),
+            self.shared.settings.failure,
+        )
+        .build()
+        .map_err(|_| RequestError::Override(index))?;
+        let prepared =
+            Limiter::prepare(&limiter, &policy).map_err(|_| RequestError::Override(index))?;
+        let built = Arc::new(OverrideLimiter {
+            limiter,
+            prepared,
+            policy,
+            unit,
+            requests_per_unit: count,
+        });
+        overrides.insert((unit, count), Arc::clone(&built));
+        Ok(built)
+    }
+}
+
+impl<S: Limiter + Clone + 'static> Snapshot<S> {
+    fn build(store: S, rules: RulesConfig, failure: FailurePolicy) -> Result<Self, ServiceError> {
+        let mut policies = rules.policies().into_iter();
+        // A table needs a policy; a configuration may have none (every rule unlimited).
+        let first = policies.next().unwrap_or_else(placeholder_policy);
+        let table = policies.try_fold(PolicyTable::new(first), PolicyTable::with_policy)?;
+        let names: Vec<NamedPolicy> = table.policies().to_vec();
+        let limiter = ResilientLimiter::builder(store, table, failure).build()?;
+        let mut prepared = HashMap::with_capacity(names.len());
+        for policy in &names {
+            let table_policy = Limiter::prepare(&limiter, policy)
+                .map_err(|e| ServiceError::Limiter(ResilienceConfigError::from(e)))?;
+            prepared.insert(policy.name().to_owned(), table_policy);
+        }
+        Ok(Self {
+            rules,
+            limiter,
+            prepared,
+        })
+    }
+}
+
+/// What to do with one descriptor.
+enum Plan<'a, S: Limiter + Clone + 'static> {
+    Unmatched,
+    /// A `limit` override of zero requests: over the limit, nothing to decide.
+    Zero,
+    Replaced,
+    Rule {
+        rule: &'a Rule,
+        key: Vec<u8>,
+        label: String,
+        cost: u64,
+        negative: bool,
+    },
+    Override {
+        limiter: Arc<OverrideLimiter<S>>,
+        key: Vec<u8>,
+        cost: u64,
+        negative: bool,
+        label: String,
+    },
+}
+
+/// Where one descriptor is decided.
+struct Target<'a, S: Limiter + Clone + 'static> {
+    limiter: &'a ResilientLimiter<S>,
+    prepared: &'a TablePolicy,
+}
+
+impl<S: Limiter + Clone + 'static> Clone for Target<'_, S> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: self.limiter,
+            prepared: self.prepared,
+        }
+    }
+}
+
+struct Charge<'a, S: Limiter + Clone + 'static> {
+    target: Target<'a, S>,
+    key: Vec<u8>,
+    cost: u64,
+}
+
+/// Decides one descriptor: gives `cost` back (`is_negative_hits`), peeks (the request is
+/// already denied, or the cost is zero), or charges it and remembers the charge.
+async fn decide<'a, S: Limiter + Clone + 'static>(
+    target: &Target<'a, S>,
+    key: &[u8],
+    cost: u64,
+    negative: bool,
+    denied: bool,
+    charged: &mut Vec<Charge<'a, S>>,
+) -> Result<Decision, DecideError> {
+    let limiter = target.limiter;
+    if negative {
+        Limiter::refund(limiter, None, target.prepared, key, cost).await?;
+        return Limiter::peek(limiter, None, target.prepared, key, 0).await;
+    }
+    if denied || cost == 0 {
+        return Limiter::peek(limiter, None, target.prepared, key, cost).await;
+    }
+    let decision = Limiter::acquire(limiter, None, target.prepared, key, cost).await?;
+    if decision.is_allowed() {
+        charged.push(Charge {
+            target: target.clone(),
+            key: key.to_vec(),
+            cost,
+        });
+    }
+    Ok(decision)
+}
+
+fn check_bounds(request: &RateLimitRequest) -> Result<(), RequestError> {
+    if request.domain.is_empty() || request.domain.len() > MAX_TEXT {
+        return Err(RequestError::Domain);
+    }
+    if request.descriptors.is_empty() || request.descriptors.len() > MAX_DESCRIPTORS {
+        return Err(RequestError::DescriptorCount);
+    }
+    for (index, descriptor) in request.descriptors.iter().enumerate() {
+        check_descriptor(index, descriptor)?;
+    }
+    Ok(())
+}
+
+fn check_descriptor(index: usize, descriptor: &RateLimitDescriptor) -> Result<(), RequestError> {
+    if descriptor.entries.is_empty() || descriptor.entries.len() > MAX_ENTRIES {
+        return Err(RequestError::EntryCount(index));
+    }
+    let bad = |e: &envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry| {
+        e.key.is_empty() || e.key.len() > MAX_TEXT || e.value.len() > MAX_TEXT
+    };
+    if descriptor.entries.iter().any(bad) {
+        return Err(RequestError::EntryText(index));
+    }
+    Ok(())
+}
+
+fn all_ok(count: usize) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: Code::Ok as i32,
+        statuses: (0..count).map(|_| ok_status()).collect(),
+        ..Default::default()
+    }
+}
+
+fn ok_status() -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        ..Default::default()
+    }
+}
+
+fn over_limit_status(rule: &Rule, unit: Unit, requests_per_unit: u64) -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::OverLimit as i32,
+        current_limit: Some(RateLimit {
+            name: rule.name.clone().unwrap_or_default(),
+            requests_per_unit: u32::try_from(requests_per_unit).unwrap_or(u32::MAX),
+            unit: envoy_unit(unit) as i32,
+        }),
+        ..Default::default()
+    }
+}
+
+fn envoy_unit(unit: Unit) -> EnvoyUnit {
+    match unit {
+        Unit::Named(NamedUnit::Second) => EnvoyUnit::Second,
+        Unit::Named(NamedUnit::Minute) => EnvoyUnit::Minute,
+        Unit::Named(NamedUnit::Hour) => EnvoyUnit::Hour,
+        Unit::Named(NamedUnit::Day) => EnvoyUnit::Day,
+        Unit::Named(NamedUnit::Week) => EnvoyUnit::Week,
+        Unit::Named(NamedUnit::Month) => EnvoyUnit::Month,
+        Unit::Named(NamedUnit::Year) => EnvoyUnit::Year,
+        Unit::Window(_) => EnvoyUnit::Unknown,
+    }
+}
+
+fn proto_duration(span: Micros) -> ProtoDuration {
+    let us = span.as_micros();
+    ProtoDuration {
+        seconds: i64::try_from(us / 1_000_000).unwrap_or(i64::MAX),
+        // Below 10^9: fits.
+        nanos: ((us % 1_000_000) * 1_000) as i32,
+    }
+}
+
+fn count(label: &str, outcome: &'static str) {
+    metrics::counter!(
+        "rein_server_decisions_total",
+        "rule" => label.to_owned(),
+        "outcome" => outcome
+    )
+    .increment(1);
+}
+
+/// The table's policy when the rules have none: never decided with.
+fn placeholder_policy() -> NamedPolicy {
+    // Valid by construction: a literal name and limit.
+    let limit = Limit::fixed_window(1, Micros::from_secs(1));
+    match limit.map(|l| NamedPolicy::new("rein-server-none", Policy::single(l))) {
+        Ok(Ok(policy)) => policy,
+        _ => unreachable!("a literal policy is valid"),
+    }
+}

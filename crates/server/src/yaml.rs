@@ -1,0 +1,177 @@
+//! A YAML document as a tree of nodes that each know their line and column, so that every
+//! error the loader reports (an unknown field, a wrong type, a bad value) names the file,
+//! the line and the field path, whatever stage finds it.
+//!
+//! Why a tree rather than `#[derive(Deserialize)]` structs: serde's own errors name the
+//! position but not the field path, and its `deny_unknown_fields`, `flatten` and untagged
+//! enums either lose the span or the path. Walking a spanned tree by hand
+//! (`crate::config`) reports both for every error, with rein's own messages.
+
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::Spanned;
+
+/// One YAML value with its position.
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub value: Value,
+    /// 1-based line (0 when the parser knows none).
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+}
+
+/// A YAML value. Scalars keep the type YAML gave them; the loader converts.
+#[derive(Debug)]
+pub(crate) enum Value {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(String),
+    Seq(Vec<Node>),
+    /// Entries in document order; keys are strings (the parser refuses duplicate keys).
+    Map(Vec<(Node, Node)>),
+}
+
+impl Value {
+    /// What the value is, for "expected X, found Y" messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Value::Null => "nothing",
+            Value::Bool(_) => "a boolean",
+            Value::Int(_) => "an integer",
+            Value::Float(_) => "a number",
+            Value::Str(_) => "a string",
+            Value::Seq(_) => "a list",
+            Value::Map(_) => "a mapping",
+        }
+    }
+}
+
+/// Parses `text` into a tree. `Err` carries the parser's message and position.
+pub(crate) fn parse(text: &str) -> Result<Node, (String, usize, usize)> {
+    match serde_saphyr::from_str::<Spanned<Raw>>(text) {
+        Ok(root) => Ok(Node::from(root)),
+        Err(error) => {
+            let (line, column) = error
+                .location()
+                .map_or((1, 1), |l| (l.line() as usize, l.column() as usize));
+            // The message without the source snippet; it ends with its own position, which
+            // the loader's error repeats in its own format.
+            let message = error.without_snippet().to_string();
+            let message = message
+                .rsplit_once(" at line ")
+                .map_or(message.as_str(), |(head, _)| head)
+                .to_owned();
+            Err((message, line.max(1), column.max(1)))
+        }
+    }
+}
+
+/// The tree as serde-saphyr builds it: spans on every node.
+enum Raw {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(String),
+    Seq(Vec<Spanned<Raw>>),
+    Map(Vec<(Spanned<Raw>, Spanned<Raw>)>),
+}
+
+impl From<Spanned<Raw>> for Node {
+    fn from(spanned: Spanned<Raw>) -> Self {
+        let line = spanned.referenced.line() as usize;
+        let column = spanned.referenced.column() as usize;
+        let value = match spanned.value {
+            Raw::Null => Value::Null,
+            Raw::Bool(b) => Value::Bool(b),
+            Raw::Int(i) => Value::Int(i),
+            Raw::Float(f) => Value::Float(f),
+            Raw::Str(s) => Value::Str(s),
+            Raw::Seq(items) => Value::Seq(items.into_iter().map(Node::from).collect()),
+            Raw::Map(entries) => Value::Map(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (Node::from(k), Node::from(v)))
+                    .collect(),
+            ),
+        };
+        Node {
+            value,
+            line,
+            column,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Raw {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(RawVisitor)
+    }
+}
+
+struct RawVisitor;
+
+impl<'de> Visitor<'de> for RawVisitor {
+    type Value = Raw;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a YAML value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Raw, E> {
+        Ok(Raw::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Raw, E> {
+        Ok(Raw::Null)
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Raw, E> {
+        Ok(Raw::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Raw, E> {
+        Ok(Raw::Int(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Raw, E> {
+        Ok(Raw::Int(v.into()))
+    }
+
+    fn visit_i128<E>(self, v: i128) -> Result<Raw, E> {
+        Ok(Raw::Int(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Raw, E> {
+        Ok(Raw::Float(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Raw, E> {
+        Ok(Raw::Str(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Raw, E> {
+        Ok(Raw::Str(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Raw, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Raw::Seq(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Raw, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key()? {
+            let value = map.next_value()?;
+            entries.push((key, value));
+        }
+        Ok(Raw::Map(entries))
+    }
+}

@@ -1,0 +1,345 @@
+//! The service over real gRPC on loopback (tonic's client, Envoy's generated types), on the
+//! in-process store: what Envoy sends and what it gets back, rule by rule. The same through
+//! a real Envoy and Redis is `tests/envoy.rs`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    RateLimitDescriptor, rate_limit_descriptor,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, rate_limit};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use rein::FailurePolicy;
+use rein_server::{RateLimitService, ReloadableMemoryStore, RulesConfig, ServiceSettings};
+use tonic::transport::Channel;
+
+const RULES: &str = "
+domain: shop
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 3 }
+  - key: cart
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: vip
+    rate_limit: { unlimited: true }
+  - key: banned
+    rate_limit: { unit: second, requests_per_unit: 0 }
+  - key: trial
+    shadow_mode: true
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: tier
+    value: gold
+    descriptors:
+      - key: user
+        rate_limit:
+          name: gold_user
+          unit: hour
+          requests_per_unit: 5
+  - key: promo
+    descriptors:
+      - key: user
+        rate_limit:
+          replaces: [{ name: gold_user }]
+          unit: hour
+          requests_per_unit: 2
+  - key: burst
+    rate_limit: { unit: minute, requests_per_unit: 60, algorithm: token_bucket, burst: 2 }
+";
+
+fn rules(text: &str) -> RulesConfig {
+    let mut config = RulesConfig::default();
+    config
+        .add(Path::new("shop.yaml"), text)
+        .expect("valid rules");
+    config
+}
+
+struct Running {
+    service: RateLimitService<ReloadableMemoryStore>,
+    client: RateLimitServiceClient<Channel>,
+}
+
+async fn start(text: &str, shadow_mode: bool) -> Running {
+    let settings = ServiceSettings {
+        failure: FailurePolicy::FailClosed,
+        shadow_mode,
+        legacy_headers: true,
+    };
+    let service = RateLimitService::new(ReloadableMemoryStore::new(), rules(text), settings)
+        .expect("service");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr: SocketAddr = listener.local_addr().expect("addr");
+    let server = tonic::transport::Server::builder()
+        .add_service(rein_server::grpc::server(service.clone()))
+        .serve_with_incoming(rein_server::grpc::incoming(listener));
+    tokio::spawn(server);
+    let client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    Running { service, client }
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| rate_limit_descriptor::Entry {
+                key: (*k).to_owned(),
+                value: (*v).to_owned(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "shop".into(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+async fn ask(running: &mut Running, request: RateLimitRequest) -> RateLimitResponse {
+    running
+        .client
+        .should_rate_limit(request)
+        .await
+        .expect("an answer")
+        .into_inner()
+}
+
+fn codes(response: &RateLimitResponse) -> (Code, Vec<Code>) {
+    let code = |c: i32| Code::try_from(c).expect("a known code");
+    (
+        code(response.overall_code),
+        response.statuses.iter().map(|s| code(s.code)).collect(),
+    )
+}
+
+fn header<'a>(response: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
+    response
+        .response_headers_to_add
+        .iter()
+        .find(|h| h.key.eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+#[tokio::test]
+async fn exactly_the_limit_is_admitted_then_over_limit_with_the_headers() {
+    let mut running = start(RULES, false).await;
+    for remaining in [2, 1, 0] {
+        let answer = ask(&mut running, request(vec![descriptor(&[("user", "ann")])])).await;
+        assert_eq!(codes(&answer), (Code::Ok, vec![Code::Ok]));
+        assert_eq!(answer.statuses[0].limit_remaining, remaining);
+        let limit = answer.statuses[0].current_limit.as_ref().expect("a limit");
+        assert_eq!(
+            (limit.requests_per_unit, limit.unit),
+            (3, rate_limit::Unit::Hour as i32)
+        );
+    }
+    let denied = ask(&mut running, request(vec![descriptor(&[("user", "ann")])])).await;
+    assert_eq!(codes(&denied), (Code::OverLimit, vec![Code::OverLimit]));
+    let retry = header(&denied, "Retry-After").expect("Retry-After");
+    assert_eq!(
+        header(&denied, "RateLimit"),
+        Some(format!("\"shop.user\";r=0;t={retry}").as_str())
+    );
+    assert_eq!(
+        header(&denied, "RateLimit-Policy"),
+        Some("\"shop.user\";q=3;w=3600")
+    );
+    assert_eq!(header(&denied, "X-RateLimit-Limit"), Some("3"));
+    let until = denied.statuses[0].duration_until_reset.expect("a wait");
+    assert!(until.seconds > 0 && until.seconds <= 3_600, "{until:?}");
+    // Another value of the key counts alone.
+    let other = ask(&mut running, request(vec![descriptor(&[("user", "bob")])])).await;
+    assert_eq!(codes(&other).0, Code::Ok);
+}
+
+#[tokio::test]
+async fn the_descriptors_of_one_request_are_decided_all_or_nothing() {
+    let mut running = start(RULES, false).await;
+    // The cart's single unit is spent.
+    let spent = ask(&mut running, request(vec![descriptor(&[("cart", "c1")])])).await;
+    assert_eq!(codes(&spent).0, Code::Ok);
+    // The user's limit is charged first, then the cart denies: the user's unit comes back.
+    for _ in 0..5 {
+        let both = request(vec![
+            descriptor(&[("user", "cy")]),
+            descriptor(&[("cart", "c1")]),
+        ]);
+        let answer = ask(&mut running, both).await;
+        assert_eq!(
+            codes(&answer),
+            (Code::OverLimit, vec![Code::Ok, Code::OverLimit])
+        );
+    }
+    let alone = ask(&mut running, request(vec![descriptor(&[("user", "cy")])])).await;
+    assert_eq!(
+        alone.statuses[0].limit_remaining, 2,
+        "five denied requests charged the user nothing"
+    );
+}
+
+#[tokio::test]
+async fn unlimited_blocked_shadow_and_unmatched_rules_answer_as_configured() {
+    let mut running = start(RULES, false).await;
+    let answer = ask(
+        &mut running,
+        request(vec![
+            descriptor(&[("vip", "v")]),
+            descriptor(&[("nothing", "here")]),
+            descriptor(&[("trial", "t")]),
+            descriptor(&[("trial", "t")]),
+        ]),
+    )
+    .await;
+    // The second trial descriptor is over its limit of 1, but the rule is in shadow mode.
+    assert_eq!(codes(&answer), (Code::Ok, vec![Code::Ok; 4]));
+    assert_eq!(answer.statuses[0].limit_remaining, u32::MAX, "unlimited");
+    assert!(answer.statuses[1].current_limit.is_none(), "unmatched");
+    let banned = ask(&mut running, request(vec![descriptor(&[("banned", "x")])])).await;
+    assert_eq!(codes(&banned), (Code::OverLimit, vec![Code::OverLimit]));
+    // An unknown domain limits nothing.
+    let mut unknown = request(vec![descriptor(&[("user", "ann")])]);
+    unknown.domain = "elsewhere".into();
+    assert_eq!(
+        codes(&ask(&mut running, unknown).await),
+        (Code::Ok, vec![Code::Ok])
+    );
+}
+
+#[tokio::test]
+async fn a_rule_that_replaces_another_is_decided_instead_of_it() {
+    let mut running = start(RULES, false).await;
+    let both = || {
+        request(vec![
+            descriptor(&[("tier", "gold"), ("user", "dee")]),
+            descriptor(&[("promo", "p"), ("user", "dee")]),
+        ])
+    };
+    // The gold rule (5 an hour) is replaced by the promo rule (2 an hour) and untouched.
+    for _ in 0..2 {
+        assert_eq!(codes(&ask(&mut running, both()).await).0, Code::Ok);
+    }
+    assert_eq!(codes(&ask(&mut running, both()).await).0, Code::OverLimit);
+    let gold = ask(
+        &mut running,
+        request(vec![descriptor(&[("tier", "gold"), ("user", "dee")])]),
+    )
+    .await;
+    assert_eq!(
+        gold.statuses[0].limit_remaining, 4,
+        "the replaced rule was not charged"
+    );
+}
+
+#[tokio::test]
+async fn hits_addend_negative_hits_and_overrides_are_honoured() {
+    let mut running = start(RULES, false).await;
+    // A request-level addend of 2, then a descriptor's own addend of 1.
+    let mut two = request(vec![descriptor(&[("user", "eve")])]);
+    two.hits_addend = 2;
+    assert_eq!(ask(&mut running, two).await.statuses[0].limit_remaining, 1);
+    let mut own = request(vec![descriptor(&[("user", "eve")])]);
+    own.hits_addend = 2;
+    own.descriptors[0].hits_addend = Some(UInt64Value { value: 1 });
+    assert_eq!(ask(&mut running, own).await.statuses[0].limit_remaining, 0);
+    // Negative hits give units back.
+    let mut back = request(vec![descriptor(&[("user", "eve")])]);
+    back.descriptors[0].hits_addend = Some(UInt64Value { value: 2 });
+    back.descriptors[0].is_negative_hits = true;
+    let answer = ask(&mut running, back).await;
+    assert_eq!(
+        (codes(&answer).0, answer.statuses[0].limit_remaining),
+        (Code::Ok, 2)
+    );
+    // A cost above every capacity is over the limit, as Envoy expects.
+    let mut huge = request(vec![descriptor(&[("user", "eve")])]);
+    huge.hits_addend = 4;
+    assert_eq!(codes(&ask(&mut running, huge).await).0, Code::OverLimit);
+    // The override replaces the configured numbers: 1 a minute.
+    let mut overridden = request(vec![descriptor(&[("user", "fay")])]);
+    overridden.descriptors[0].limit = Some(rate_limit_descriptor::RateLimitOverride {
+        requests_per_unit: 1,
+        unit: rate_limit::Unit::Minute as i32,
+    });
+    assert_eq!(
+        codes(&ask(&mut running, overridden.clone()).await).0,
+        Code::Ok
+    );
+    assert_eq!(
+        codes(&ask(&mut running, overridden).await).0,
+        Code::OverLimit
+    );
+}
+
+#[tokio::test]
+async fn malformed_requests_are_invalid_arguments_after_bounded_work() {
+    let mut running = start(RULES, false).await;
+    let long = "x".repeat(rein_server::service::MAX_TEXT + 1);
+    let cases = [
+        request(vec![]),
+        request(vec![descriptor(&[]); 1]),
+        request(vec![
+            descriptor(&[("user", "a")]);
+            rein_server::service::MAX_DESCRIPTORS + 1
+        ]),
+        request(vec![descriptor(&[("", "a")])]),
+        request(vec![descriptor(&[("user", long.as_str())])]),
+        RateLimitRequest {
+            domain: String::new(),
+            ..request(vec![descriptor(&[("user", "a")])])
+        },
+    ];
+    for case in cases {
+        let status = running
+            .client
+            .should_rate_limit(case)
+            .await
+            .expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    }
+}
+
+#[tokio::test]
+async fn global_shadow_mode_decides_and_counts_but_answers_ok() {
+    let mut running = start(RULES, true).await;
+    for _ in 0..2 {
+        let answer = ask(&mut running, request(vec![descriptor(&[("cart", "c")])])).await;
+        assert_eq!(codes(&answer), (Code::Ok, vec![Code::Ok]));
+    }
+}
+
+#[tokio::test]
+async fn a_reload_changes_the_limit_and_keeps_what_unchanged_rules_counted() {
+    let mut running = start(RULES, false).await;
+    for _ in 0..2 {
+        ask(&mut running, request(vec![descriptor(&[("user", "gus")])])).await;
+    }
+    // The user rule unchanged, the cart raised to 3.
+    running
+        .service
+        .reload(rules(&RULES.replace(
+            "key: cart\n    rate_limit: { unit: hour, requests_per_unit: 1 }",
+            "key: cart\n    rate_limit: { unit: hour, requests_per_unit: 3 }",
+        )))
+        .expect("reload");
+    let user = ask(&mut running, request(vec![descriptor(&[("user", "gus")])])).await;
+    assert_eq!(
+        user.statuses[0].limit_remaining, 0,
+        "the user's count survived the reload"
+    );
+    for _ in 0..3 {
+        let cart = ask(&mut running, request(vec![descriptor(&[("cart", "k")])])).await;
+        assert_eq!(codes(&cart).0, Code::Ok);
+    }
+    let cart = ask(&mut running, request(vec![descriptor(&[("cart", "k")])])).await;
+    assert_eq!(codes(&cart).0, Code::OverLimit);
+}
