@@ -15,9 +15,10 @@ use crate::config::{Domain, Entry, Rule};
 pub struct Matched<'a> {
     /// The rule.
     pub rule: &'a Rule,
-    /// The counter's key: the entries as `key=value`, separated by `\x1f`. A wildcard that
-    /// shares (`share_threshold`) puts its pattern in place of the value, so all its
-    /// matches count together.
+    /// The counter's key: each entry's key and value, each preceded by its length (4 bytes,
+    /// little-endian), so that no two different descriptors make the same key whatever
+    /// bytes they hold. A wildcard that shares (`share_threshold`) puts its pattern in
+    /// place of the value, so all its matches count together.
     pub key: Vec<u8>,
     /// The metrics label: the rule's, or with `detailed_metric` the matched values.
     pub label: String,
@@ -47,12 +48,8 @@ pub fn match_descriptor<'a, 'e>(
         } else {
             (level.any.get(k)?, None)
         };
-        if !key.is_empty() {
-            key.push(SEPARATOR);
-        }
-        key.extend_from_slice(k.as_bytes());
-        key.push(b'=');
-        key.extend_from_slice(counted.as_deref().unwrap_or(v).as_bytes());
+        push_counted(&mut key, k.as_bytes());
+        push_counted(&mut key, counted.as_deref().unwrap_or(v).as_bytes());
         detailed.push('.');
         detailed.push_str(k);
         detailed.push('_');
@@ -68,9 +65,12 @@ pub fn match_descriptor<'a, 'e>(
     Some(Matched { rule, key, label })
 }
 
-/// Between the entries of a key: a byte no sane key or value holds (and the Redis store
-/// hashes the whole key, so any byte would be safe).
-const SEPARATOR: u8 = 0x1f;
+/// Appends `bytes` after its length. Lengths are bounded by the service's checks (and a
+/// `u32` holds any a request can carry).
+pub(crate) fn push_counted(key: &mut Vec<u8>, bytes: &[u8]) {
+    key.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_le_bytes());
+    key.extend_from_slice(bytes);
+}
 
 #[cfg(test)]
 mod tests {
@@ -144,21 +144,21 @@ descriptors:
         let config = config(TREE);
         let domain = config.domain("d").expect("domain");
         let key = |entries: &[(&str, &str)]| {
-            match_descriptor(domain, entries.iter().copied())
-                .map(|m| String::from_utf8(m.key).expect("utf-8"))
+            match_descriptor(domain, entries.iter().copied()).map(|m| m.key)
         };
         assert_eq!(
-            key(&[("path", "/api/v1/a")]).as_deref(),
-            Some("path=/api/v1/a")
+            key(&[("path", "/api/v1/a")]),
+            Some(b"\x04\0\0\0path\x09\0\0\0/api/v1/a".to_vec())
         );
         assert_eq!(
             key(&[("path", "/api/v2/a")]),
             key(&[("path", "/api/v2/b")]),
             "share_threshold: one counter"
         );
-        assert_eq!(
-            key(&[("message_type", "marketing"), ("to_number", "1")]).as_deref(),
-            Some("message_type=marketing\u{1f}to_number=1")
+        // Lengths, not separators: no value can make two descriptors one counter.
+        assert_ne!(
+            key(&[("message_type", "marketing"), ("to_number", "1")]),
+            key(&[("message_type", "marketing"), ("to_number", "\0\0\0\x01")]),
         );
     }
 }

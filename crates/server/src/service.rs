@@ -223,12 +223,11 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
                 (Some(over), matched) => {
                     let limiter =
                         self.override_limiter(index, over.unit, over.requests_per_unit)?;
-                    let mut key = request.domain.as_bytes().to_vec();
+                    let mut key = Vec::new();
+                    crate::matcher::push_counted(&mut key, request.domain.as_bytes());
                     for e in &descriptor.entries {
-                        key.push(0x1f);
-                        key.extend_from_slice(e.key.as_bytes());
-                        key.push(b'=');
-                        key.extend_from_slice(e.value.as_bytes());
+                        crate::matcher::push_counted(&mut key, e.key.as_bytes());
+                        crate::matcher::push_counted(&mut key, e.value.as_bytes());
                     }
                     Plan::Override {
                         limiter,
