@@ -179,7 +179,10 @@ fn check_config(dir: &Path) -> ExitCode {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Logs go to stderr: stdout stays free for what a command prints.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -283,6 +286,12 @@ async fn run<S: Limiter + Clone + 'static>(
     let service = RateLimitService::new(store, rules, settings)
         .map_err(|e| format!("cannot build the limiter: {e}"))?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    // Before listening: a SIGHUP that arrives once clients can connect must find its
+    // handler (the default action would end the process).
+    let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| format!("cannot handle SIGHUP: {e}"))?;
+    let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
 
     let grpc = tokio::net::TcpListener::bind(args.grpc_addr)
         .await
@@ -323,10 +332,11 @@ async fn run<S: Limiter + Clone + 'static>(
         config,
         args.watch_interval,
         memory,
+        hangup,
         shutdown_rx.clone(),
     ));
     let signals = tokio::spawn(async move {
-        wait_for_stop().await;
+        wait_for_stop(terminate).await;
         tracing::info!("stopping: answering the requests in flight, then exiting");
         let _ = shutdown_tx.send(true);
     });
@@ -339,27 +349,12 @@ async fn run<S: Limiter + Clone + 'static>(
     Ok(())
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-async fn wait_for_stop() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    biased;
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+/// Resolves on SIGTERM (its handler made before listening) or Ctrl-C.
+async fn wait_for_stop(mut terminate: tokio::signal::unix::Signal) {
+    tokio::select! {
+        biased;
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
     }
 }
 
@@ -371,11 +366,10 @@ async fn watch_rules<S: Limiter + Clone + 'static>(
     config: PathBuf,
     interval: Duration,
     memory: Option<ReloadableMemoryStore>,
+    mut hangup: tokio::signal::unix::Signal,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut seen = fingerprint(&config);
-    #[cfg(unix)]
-    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     let period = if interval.is_zero() {
         Duration::from_secs(3_600)
     } else {
@@ -384,15 +378,7 @@ async fn watch_rules<S: Limiter + Clone + 'static>(
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        #[cfg(unix)]
-        let hup = async {
-            match hangup.as_mut() {
-                Some(signal) => signal.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let hup = std::future::pending::<Option<()>>();
+        let hup = hangup.recv();
         let forced = tokio::select! {
             biased;
             _ = stop.wait_for(|stop| *stop) => return,
