@@ -288,6 +288,19 @@ impl RulesConfig {
         out.into_values().collect()
     }
 
+    /// Every rule's metrics label (`domain.key_value.key`), each once.
+    pub fn rule_labels(&self) -> Vec<String> {
+        let mut labels = Vec::new();
+        for domain in self.domains.values() {
+            domain
+                .root
+                .visit(&mut |rule| labels.push(rule.label.clone()));
+        }
+        labels.sort_unstable();
+        labels.dedup();
+        labels
+    }
+
     /// How many rules all domains hold.
     pub fn rule_count(&self) -> usize {
         let mut count = 0;

@@ -8,6 +8,8 @@
 //! Pure: no I/O, no allocation beyond the key it returns; bounded by the descriptor's
 //! length, which the service checks first.
 
+use std::borrow::Cow;
+
 use crate::config::{Domain, Entry, Rule};
 
 /// A descriptor's rule and the key its counter lives under.
@@ -21,7 +23,7 @@ pub struct Matched<'a> {
     /// place of the value, so all its matches count together.
     pub key: Vec<u8>,
     /// The metrics label: the rule's, or with `detailed_metric` the matched values.
-    pub label: String,
+    pub label: Cow<'a, str>,
 }
 
 /// The rule of `entries` (`(key, value)` pairs, in order) in `domain`, if any.
@@ -31,7 +33,7 @@ pub fn match_descriptor<'a, 'e>(
 ) -> Option<Matched<'a>> {
     let mut level = &domain.root;
     let mut key = Vec::new();
-    let mut detailed = domain.name.clone();
+    let mut matched: Vec<(&'e str, &'e str)> = Vec::new();
     let mut last: Option<&'a Entry> = None;
     for (k, v) in entries {
         if let Some(entry) = last {
@@ -50,17 +52,21 @@ pub fn match_descriptor<'a, 'e>(
         };
         push_counted(&mut key, k.as_bytes());
         push_counted(&mut key, counted.as_deref().unwrap_or(v).as_bytes());
-        detailed.push('.');
-        detailed.push_str(k);
-        detailed.push('_');
-        detailed.push_str(v);
+        matched.push((k, v));
         last = Some(entry);
     }
     let rule = last?.rule.as_ref()?;
     let label = if rule.detailed_metric {
-        detailed
+        let mut detailed = domain.name.clone();
+        for (k, v) in matched {
+            detailed.push('.');
+            detailed.push_str(k);
+            detailed.push('_');
+            detailed.push_str(v);
+        }
+        Cow::Owned(detailed)
     } else {
-        rule.label.clone()
+        Cow::Borrowed(rule.label.as_str())
     };
     Some(Matched { rule, key, label })
 }

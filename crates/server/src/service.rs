@@ -21,6 +21,7 @@
 //!    and the `RateLimit-Policy` / `RateLimit` headers (and `Retry-After` on a denial) of the
 //!    descriptor that decided, rendered by rein-tower's renderer.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
@@ -122,6 +123,7 @@ type Overrides<S> = HashMap<(NamedUnit, u64), Arc<OverrideLimiter<S>>>;
 
 /// One configuration with the limiter built for its policies.
 struct Snapshot<S: Limiter + Clone + 'static> {
+    metrics: RuleMetrics,
     rules: RulesConfig,
     limiter: ResilientLimiter<S>,
     prepared: HashMap<String, TablePolicy>,
@@ -234,8 +236,10 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
                         key,
                         cost,
                         negative: descriptor.is_negative_hits,
-                        label: matched
-                            .map_or_else(|| format!("{}.(override)", request.domain), |m| m.label),
+                        label: matched.map_or_else(
+                            || format!("{}.(override)", request.domain).into(),
+                            |m| m.label,
+                        ),
                     }
                 }
                 (None, None) => Plan::Unmatched,
@@ -310,7 +314,7 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
                     negative,
                 } => match &rule.action {
                     Action::Unlimited => {
-                        count(label, "unlimited");
+                        snapshot.metrics.count(label, Outcome::Unlimited);
                         DescriptorStatus {
                             code: Code::Ok as i32,
                             limit_remaining: u32::MAX,
@@ -320,13 +324,13 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
                     Action::DenyAll { unit } => {
                         let status = over_limit_status(rule, *unit, 0);
                         if rule.shadow_mode || settings.shadow_mode {
-                            count(label, "shadow_mode");
+                            snapshot.metrics.count(label, Outcome::Shadow);
                             DescriptorStatus {
                                 code: Code::Ok as i32,
                                 ..status
                             }
                         } else {
-                            count(label, "over_limit");
+                            snapshot.metrics.count(label, Outcome::Over);
                             denied = true;
                             status
                         }
@@ -348,6 +352,7 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
                         let decision =
                             decide(&target, key, *cost, *negative, denied, &mut charged).await;
                         self.status(
+                            &snapshot.metrics,
                             decision,
                             rule.shadow_mode,
                             label,
@@ -373,6 +378,7 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
                     let decision =
                         decide(&target, key, *cost, *negative, denied, &mut charged).await;
                     self.status(
+                        &snapshot.metrics,
                         decision,
                         false,
                         label,
@@ -425,6 +431,7 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
     #[allow(clippy::too_many_arguments)]
     fn status(
         &self,
+        metrics: &RuleMetrics,
         decision: Result<Decision, DecideError>,
         shadow: bool,
         label: &str,
@@ -450,7 +457,7 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
             Ok(decision) => decision,
             // A cost no limit of the rule can ever admit: over the limit, as Envoy expects.
             Err(DecideError::InsufficientCapacity { .. }) => {
-                count(label, "over_limit");
+                metrics.count(label, Outcome::Over);
                 if !shadow && !self.shared.settings.shadow_mode {
                     *denied = true;
                 }
@@ -474,17 +481,17 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
         let allowed = decision.is_allowed();
         let outcome = if !allowed {
             if shadow || self.shared.settings.shadow_mode {
-                "shadow_mode"
+                Outcome::Shadow
             } else {
-                "over_limit"
+                Outcome::Over
             }
         } else if decision.remaining.saturating_mul(5) < decision.limit {
             // Less than a fifth left: envoyproxy/ratelimit's near-limit ratio of 0.8.
-            "near_limit"
+            Outcome::Near
         } else {
-            "within_limit"
+            Outcome::Within
         };
-        count(label, outcome);
+        metrics.count(label, outcome);
         let over = !allowed && !shadow;
         if over {
             *denied = true;
@@ -625,6 +632,7 @@ impl<S: Limiter + Clone + 'static> Snapshot<S> {
             prepared.insert(policy.name().to_owned(), table_policy);
         }
         Ok(Self {
+            metrics: RuleMetrics::new(&rules),
             rules,
             limiter,
             prepared,
@@ -641,7 +649,7 @@ enum Plan<'a, S: Limiter + Clone + 'static> {
     Rule {
         rule: &'a Rule,
         key: Vec<u8>,
-        label: String,
+        label: Cow<'a, str>,
         cost: u64,
         negative: bool,
     },
@@ -650,7 +658,7 @@ enum Plan<'a, S: Limiter + Clone + 'static> {
         key: Vec<u8>,
         cost: u64,
         negative: bool,
-        label: String,
+        label: Cow<'a, str>,
     },
 }
 
@@ -779,13 +787,73 @@ fn proto_duration(span: Micros) -> ProtoDuration {
     }
 }
 
-fn count(label: &str, outcome: &'static str) {
-    metrics::counter!(
-        "rein_server_decisions_total",
-        "rule" => label.to_owned(),
-        "outcome" => outcome
-    )
-    .increment(1);
+/// How a rule's descriptor was answered, as `rein_server_decisions_total`'s `outcome`.
+#[derive(Clone, Copy)]
+enum Outcome {
+    Within,
+    Near,
+    Over,
+    Shadow,
+    Unlimited,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 5] = [
+        Outcome::Within,
+        Outcome::Near,
+        Outcome::Over,
+        Outcome::Shadow,
+        Outcome::Unlimited,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Within => "within_limit",
+            Outcome::Near => "near_limit",
+            Outcome::Over => "over_limit",
+            Outcome::Shadow => "shadow_mode",
+            Outcome::Unlimited => "unlimited",
+        }
+    }
+}
+
+/// `rein_server_decisions_total`'s counters of every rule, registered once per
+/// configuration: a counter looked up by its labels on every decision cost more than the
+/// decision in process (hashing the labels, a registry lookup).
+#[derive(Default)]
+struct RuleMetrics {
+    by_label: HashMap<String, [metrics::Counter; 5]>,
+}
+
+impl RuleMetrics {
+    fn new(rules: &RulesConfig) -> Self {
+        let mut by_label = HashMap::new();
+        for label in rules.rule_labels() {
+            let counters = Outcome::ALL.map(|outcome| {
+                metrics::counter!(
+                    "rein_server_decisions_total",
+                    "rule" => label.clone(),
+                    "outcome" => outcome.as_str()
+                )
+            });
+            by_label.insert(label, counters);
+        }
+        Self { by_label }
+    }
+
+    /// Counts one descriptor of `label` (a rule's, or with `detailed_metric` one naming
+    /// the matched values, registered on first use).
+    fn count(&self, label: &str, outcome: Outcome) {
+        match self.by_label.get(label) {
+            Some(counters) => counters[outcome as usize].increment(1),
+            None => metrics::counter!(
+                "rein_server_decisions_total",
+                "rule" => label.to_owned(),
+                "outcome" => outcome.as_str()
+            )
+            .increment(1),
+        }
+    }
 }
 
 /// The table's policy when the rules have none: never decided with.

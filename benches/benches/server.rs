@@ -1,0 +1,437 @@
+//! rein-server's throughput, in two parts (a plain `main`, not criterion: each figure is a
+//! sustained rate under concurrent load, measured for a few seconds).
+//!
+//! 1. **ShouldRateLimit over loopback gRPC**: the service and `CLIENTS` concurrent clients
+//!    (tonic, Envoy's generated types) in this process, on the in-process store and on a
+//!    private `redis-server`. Decisions per second, latency p50/p99, this process's CPU per
+//!    decision (client and server together) and, over Redis, the server's.
+//! 2. **Through Envoy**: `wrk` against one Envoy (`--concurrency 1`) with two listeners to
+//!    the same trivial upstream, one with the `ratelimit` filter calling the service and one
+//!    without, in alternating rounds (A B A B ...); the median ratio of requests per second
+//!    and its spread. Every request is admitted (the limit is far above the load), so the
+//!    figure is what asking the service costs.
+//!
+//! Everything shares the machine's cores: the figures are for that setting. Needs Envoy
+//! (`bash scripts/test-deps`) and `wrk` (`apt-get install -y wrk`).
+//!
+//! `cargo bench -p rein-benches --bench server` (REIN_BENCH_SECS sets each run's length,
+//! default 3).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    RateLimitDescriptor, rate_limit_descriptor,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use rein::FailurePolicy;
+use rein_core::Limiter;
+use rein_redis::RedisStoreBuilder;
+use rein_redis_harness::RedisServer;
+use rein_server::{RateLimitService, ReloadableMemoryStore, RulesConfig, ServiceSettings};
+
+/// Concurrent gRPC clients.
+const CLIENTS: usize = 64;
+/// gRPC connections they share (HTTP/2 multiplexes the rest).
+const CHANNELS: usize = 4;
+/// Distinct keys the clients spread over.
+const KEYS: u64 = 10_000;
+
+const RULES: &str = "
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: { unit: second, requests_per_unit: 1000000000 }
+  - key: remote_address
+    rate_limit: { unit: second, requests_per_unit: 1000000000 }
+";
+
+fn main() {
+    let secs: u64 = std::env::var("REIN_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let run = Duration::from_secs(secs);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    println!("# rein-server, {secs} s per run, {CLIENTS} clients on {CHANNELS} connections");
+    println!();
+    println!("## ShouldRateLimit over loopback gRPC");
+    println!();
+    println!(
+        "| store | decisions/s | p50 µs | p99 µs | CPU µs/decision (this process) | redis-server CPU µs/decision |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    runtime.block_on(async {
+        let memory = service(ReloadableMemoryStore::new());
+        let (rate, p50, p99, cpu) = grpc_load(memory, run).await;
+        println!("| in process | {rate:.0} | {p50} | {p99} | {cpu:.1} | — |");
+
+        let redis = RedisServer::start().expect("start redis-server");
+        let store = RedisStoreBuilder::new()
+            .prefix("rein-bench-server")
+            .connect(&redis.url())
+            .await
+            .expect("connect to redis");
+        let redis_cpu_before = redis_cpu(&redis);
+        let (rate, p50, p99, cpu) = grpc_load(service(store), run).await;
+        let redis_cpu = redis_cpu(&redis) - redis_cpu_before;
+        let total = rate * run.as_secs_f64();
+        println!(
+            "| Redis | {rate:.0} | {p50} | {p99} | {cpu:.1} | {:.1} |",
+            redis_cpu * 1e6 / total
+        );
+        println!();
+        println!("RSS after both: {} MiB", rss_mib());
+    });
+    println!();
+    println!("## Through Envoy: requests/s with the ratelimit filter ÷ without");
+    println!();
+    envoy_rounds(&runtime, run);
+}
+
+fn service<S: Limiter + Clone + 'static>(store: S) -> RateLimitService<S> {
+    let mut rules = RulesConfig::default();
+    rules
+        .add(Path::new("bench.yaml"), RULES)
+        .expect("valid rules");
+    let settings = ServiceSettings {
+        failure: FailurePolicy::FailOpen,
+        shadow_mode: false,
+        legacy_headers: false,
+    };
+    RateLimitService::new(store, rules, settings).expect("service")
+}
+
+/// Serves `service` on loopback and drives it from `CLIENTS` tasks for `run`.
+async fn grpc_load<S: Limiter + Clone + 'static>(
+    service: RateLimitService<S>,
+    run: Duration,
+) -> (f64, u64, u64, f64) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(rein_server::grpc::server(service))
+            .serve_with_incoming(rein_server::grpc::incoming(listener)),
+    );
+    let mut channels = Vec::new();
+    for _ in 0..CHANNELS {
+        channels.push(
+            RateLimitServiceClient::connect(format!("http://{addr}"))
+                .await
+                .expect("connect"),
+        );
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let cpu_before = process_cpu();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for client in 0..CLIENTS {
+        let mut channel = channels[client % CHANNELS].clone();
+        let stop = Arc::clone(&stop);
+        let done = Arc::clone(&done);
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut key = client as u64;
+            while !stop.load(Ordering::Relaxed) {
+                key = (key * 6364136223846793005 + 1442695040888963407) % KEYS;
+                let request = RateLimitRequest {
+                    domain: "bench".into(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![rate_limit_descriptor::Entry {
+                            key: "user".into(),
+                            value: key.to_string(),
+                        }],
+                        ..Default::default()
+                    }],
+                    hits_addend: 0,
+                };
+                let sent = Instant::now();
+                channel.should_rate_limit(request).await.expect("an answer");
+                latencies.push(sent.elapsed().as_micros() as u64);
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            latencies
+        }));
+    }
+    tokio::time::sleep(run).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.expect("client"));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = process_cpu() - cpu_before;
+    server.abort();
+    latencies.sort_unstable();
+    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    let count = done.load(Ordering::Relaxed) as f64;
+    (count / elapsed, at(0.5), at(0.99), cpu * 1e6 / count)
+}
+
+/// This process's user + system CPU seconds.
+fn process_cpu() -> f64 {
+    // SAFETY: getrusage writes into the struct we pass and reads nothing else.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// redis-server's CPU seconds so far (`INFO cpu`).
+fn redis_cpu(redis: &RedisServer) -> f64 {
+    let info = redis.command(&["INFO", "cpu"]).expect("INFO cpu");
+    ["used_cpu_sys:", "used_cpu_user:"]
+        .iter()
+        .filter_map(|field| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .sum()
+}
+
+fn rss_mib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb / 1024)
+}
+
+/// Envoy with and without the filter, in alternating rounds.
+fn envoy_rounds(runtime: &tokio::runtime::Runtime, run: Duration) {
+    let envoy_bin = std::env::var_os("REIN_ENVOY").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/envoy-venv/bin/envoy"),
+        PathBuf::from,
+    );
+    assert!(
+        envoy_bin.is_file(),
+        "Envoy not found at {}: run `bash scripts/test-deps`",
+        envoy_bin.display()
+    );
+    assert!(
+        Command::new("wrk").arg("--version").output().is_ok(),
+        "wrk not found: apt-get install -y wrk"
+    );
+    // The service and the upstream, in this process's runtime.
+    let (grpc, upstream) = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let grpc = listener.local_addr().expect("addr");
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(rein_server::grpc::server(service(
+                    ReloadableMemoryStore::new(),
+                )))
+                .serve_with_incoming(rein_server::grpc::incoming(listener)),
+        );
+        (grpc, start_upstream().await)
+    });
+    let dir = std::env::temp_dir().join(format!("rein-bench-envoy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (with, without) = (free_port(), free_port());
+    let config = ENVOY
+        .replace("WITH_PORT", &with.to_string())
+        .replace("WITHOUT_PORT", &without.to_string())
+        .replace("UPSTREAM_PORT", &upstream.port().to_string())
+        .replace("RLS_PORT", &grpc.port().to_string());
+    std::fs::write(dir.join("envoy.yaml"), config).expect("write");
+    let mut envoy = EnvoyProcess(
+        Command::new(&envoy_bin)
+            .args(["-c", &dir.join("envoy.yaml").display().to_string()])
+            .args(["--concurrency", "1", "--log-level", "error"])
+            .args(["--base-id", &with.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start envoy"),
+    );
+    for port in [with, without] {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "envoy did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // Warm up both.
+    wrk(with, Duration::from_secs(1));
+    wrk(without, Duration::from_secs(1));
+    println!("| round | without the filter, req/s | with it, req/s | ratio |");
+    println!("|---|---:|---:|---:|");
+    let mut ratios = Vec::new();
+    for round in 1..=3 {
+        let base = wrk(without, run);
+        let limited = wrk(with, run);
+        let ratio = limited / base;
+        ratios.push(ratio);
+        println!("| {round} | {base:.0} | {limited:.0} | {ratio:.2} |");
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!();
+    println!(
+        "median ratio {:.2} (spread {:.2}–{:.2}); goal ≥ 0.5",
+        ratios[1], ratios[0], ratios[2]
+    );
+    let _ = envoy.0.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+struct EnvoyProcess(Child);
+
+impl Drop for EnvoyProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `wrk` for `run` against `port`: requests per second.
+fn wrk(port: u16, run: Duration) -> f64 {
+    let output = Command::new("wrk")
+        .args(["-t1", "-c32", &format!("-d{}s", run.as_secs().max(1))])
+        .args(["-H", "x-user: bench"])
+        .arg(format!("http://127.0.0.1:{port}/"))
+        .output()
+        .expect("run wrk");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let non_2xx = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Non-2xx or 3xx responses:"))
+        .map(str::trim);
+    assert!(
+        non_2xx.is_none(),
+        "refused or failed requests: {non_2xx:?}\n{text}"
+    );
+    text.lines()
+        .find_map(|l| l.strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no rate in wrk's output:\n{text}"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A trivial upstream: `200 ok` to everything, HTTP/1.1 keep-alive.
+async fn start_upstream() -> SocketAddr {
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let service = service_fn(|_request| async {
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                        http_body_util::Full::new(bytes::Bytes::from_static(b"ok")),
+                    ))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Two listeners to one upstream; only the first has the ratelimit filter.
+const ENVOY: &str = r#"
+static_resources:
+  listeners:
+  - name: with_filter
+    address: { socket_address: { address: 127.0.0.1, port_value: WITH_PORT } }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: with
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: { prefix: "/" }
+                route:
+                  cluster: upstream
+                  rate_limits:
+                  - actions:
+                    - request_headers: { header_name: x-user, descriptor_key: user }
+          http_filters:
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: bench
+              timeout: 1s
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service: { envoy_grpc: { cluster_name: ratelimit } }
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  - name: without_filter
+    address: { socket_address: { address: 127.0.0.1, port_value: WITHOUT_PORT } }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: without
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: { prefix: "/" }
+                route: { cluster: upstream }
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: UPSTREAM_PORT } } }
+  - name: ratelimit
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: { http2_protocol_options: {} }
+    load_assignment:
+      cluster_name: ratelimit
+      endpoints:
+      - lb_endpoints:
+        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: RLS_PORT } } }
+"#;
