@@ -65,7 +65,8 @@ async fn keys_expire_when_their_limits_are_full_again() {
             }
             let decision = store.acquire(&multi, user, 1).await.expect("decision");
             longest = longest.max(decision.reset_after.into());
-            // Every key of the policy expires, none later than the policy's reset.
+            // The policy's one key expires, no later than the policy's reset (the longest
+            // of its limits').
             for key in store.keys(&multi, user).expect("valid key") {
                 let ttl: i64 = redis::cmd("PTTL")
                     .arg(&key)
