@@ -265,7 +265,9 @@ impl OptimisticStore {
         }
     }
 
-    /// The Redis keys holding `policy`'s state for `key`, in the policy's order.
+    /// The Redis keys holding `policy`'s state for `key`: one since key format `v4`, which
+    /// keeps every limit of a policy in one key (docs/redis.md, "Key layout"). A list, so
+    /// that callers (cleanup, inspection) need not change if that ever changes again.
     pub fn keys(
         &self,
         policy: &RedisPolicy,

@@ -69,11 +69,6 @@ pub(crate) fn decode(policy: &RedisPolicy, replies: Vec<Value>) -> Result<Policy
     PolicyState::from_states(states).ok_or_else(|| "a policy of no limits".to_owned())
 }
 
-/// Joins the limits' states in a policy's one value (key format `v4`). No limit's state
-/// uses it (they hold digits, `:`, `|` and `,`), so splitting on it is unambiguous without
-/// escaping, in Lua (one plain `string.find` per limit) as here.
-pub(crate) const PART_SEPARATOR: char = ';';
-
 fn decode_limit(
     limit: &Limit,
     integer_window: Option<IntegerWindow>,
@@ -168,6 +163,11 @@ fn integers<const N: usize>(stored: Option<&str>) -> Result<[u64; N], String> {
     }
     Ok(values)
 }
+
+/// Joins the limits' states in a policy's one value (key format `v4`). No limit's state
+/// uses it (they hold digits, `:`, `|` and `,`), so splitting on it is unambiguous without
+/// escaping, in Lua (one plain `string.find` per limit) as here.
+pub(crate) const PART_SEPARATOR: char = ';';
 
 #[cfg(test)]
 mod tests {
