@@ -129,9 +129,21 @@ async fn a_refund_to_full_deletes_the_key() {
     let server = RedisServer::start().expect("start redis-server");
     let store = common::store(&server).await;
     let mut raw = common::raw(&server).await;
+    // A policy of several limits shares one key (format v4): deleted once every limit is
+    // back to its empty state.
+    let both = RedisPolicy::new(
+        "both",
+        Policy::new([
+            Limit::token_bucket(5, 1, Micros::from_secs(60)).expect("valid"),
+            Limit::sliding_log(5, Micros::from_secs(60)).expect("valid"),
+        ])
+        .expect("valid"),
+    )
+    .expect("valid name");
     for policy in [
         single("tb", Limit::token_bucket(5, 1, Micros::from_secs(60))),
         single("sl", Limit::sliding_log(5, Micros::from_secs(60))),
+        both,
     ] {
         assert!(
             store
