@@ -4,7 +4,8 @@
 -- `decide`/`refund` with the same names, like the single-limit scripts (single_*.lua),
 -- which it repeats for the token bucket, fixed window and sliding log; the differential
 -- test pins both to rein-core. Straight-line code in one loop (no closures, no tables
--- but a sliding log's entries), so a policy of three limits costs Redis less than three
+-- but the limits' parts and values and a sliding log's entries), one GET and at most one
+-- SET of the policy's one key, so a policy of three limits costs Redis less than three
 -- single-limit calls.
 --
 -- KEYS[1]  the policy's one state key (key format v4 for several limits, v3 for one).
@@ -40,8 +41,9 @@
 -- if longer), so it expires once every limit is full again; a written limit whose own TTL
 -- would be 0, or an empty log, becomes an empty part (as its own key was deleted when each
 -- limit had one), and a key whose parts are all empty, or whose TTL would be 0, is deleted.
--- A denial or a peek writes nothing and leaves the TTL as it was. Every state is read and checked before anything is written: Redis does not roll
--- back a script's writes when it fails half-way.
+-- A denial or a peek writes nothing and leaves the TTL as it was. Every state is read and
+-- checked before anything is written: Redis does not roll back a script's writes when it
+-- fails half-way.
 
 -- rein_core::MAX_MICROS: 2^52 - 1. Every quantity stays at or below it, so a sum of two is
 -- an exact double. Remainders use `%` where dividend + divisor < 2^53 (exact there, see

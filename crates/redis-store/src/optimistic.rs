@@ -82,8 +82,9 @@ use pool::{Connector, Lease, Pool};
 ///
 /// # Deployment
 ///
-/// Standalone Redis (or a Cluster node that owns the key's slot: a call has one key). Each connection is a `MultiplexedConnection` used by one call at a
-/// time; at most [`max_connections`](OptimisticStoreBuilder::max_connections) are open.
+/// Standalone Redis (or a Cluster node that owns the key's slot: a call has one key). Each
+/// connection is a `MultiplexedConnection` used by one call at a time; at most
+/// [`max_connections`](OptimisticStoreBuilder::max_connections) are open.
 ///
 /// It reads and writes the [`RedisStore`](crate::RedisStore)'s keys and values, under the
 /// same default prefix, so the two serve one limit together and stay exact (on a hot key
