@@ -109,8 +109,9 @@ fn main() {
     };
     let tb_key = "rein:v3:{__rand_int__}:b:0:tb";
     let fw_key = "rein:v3:{__rand_int__}:b:0:fw60000000";
-    let policy_fw_key = "rein:v3:{__rand_int__}:b:0:fw";
     let sl_key = "rein:v3:{__rand_int__}:b:0:sl";
+    // A policy of several limits keeps them in one key (key format v4).
+    let policy_key = "rein:v4:{__rand_int__}:b:tb+fw+sl";
     let rein_tb = args(tb_key, &[&capacity, &upt, &upm, &tol_us, &tol_units]);
     let rein_fw = args(fw_key, &[window_limit, window_us]);
     // The same with the caller's clock (µs), as the naive "client now" rows take it.
@@ -143,7 +144,7 @@ fn main() {
     let rein_sl = args(sl_key, &[log_limit, log_us]);
     let rein_sl_client = with_client_now(&rein_sl);
     let rein_policy = generic(
-        &[tb_key, policy_fw_key, sl_key],
+        &[policy_key],
         &[
             "tb",
             &capacity,
@@ -263,7 +264,7 @@ fn main() {
             "3-limit policy (tb + fw + sl)",
             rein["policy"].as_str(),
             &rein_policy,
-            "rein:v3:{1}:b:0:tb rein:v3:{1}:b:0:fw rein:v3:{1}:b:0:sl",
+            "rein:v4:{1}:b:tb+fw+sl",
         ),
     ];
 

@@ -4,10 +4,11 @@
 -- `decide`/`refund` with the same names, like the single-limit scripts (single_*.lua),
 -- which it repeats for the token bucket, fixed window and sliding log; the differential
 -- test pins both to rein-core. Straight-line code in one loop (no closures, no tables
--- but a sliding log's entries), so a policy of three limits costs Redis less than three
+-- but the limits' parts and values and a sliding log's entries), one GET and at most one
+-- SET of the policy's one key, so a policy of three limits costs Redis less than three
 -- single-limit calls.
 --
--- KEYS[i]  the state key of limit i, in the policy's order (all in one hash slot).
+-- KEYS[1]  the policy's one state key (key format v4 for several limits, v3 for one).
 -- ARGV[1]  operation: 'acquire', 'peek', 'refund', or for leases 'hold' (an acquire whose
 --           units a sliding log stamps at now + hold) and 'settle' (a refund a sliding log
 --           takes from one stamp only, and a fixed window or sliding counter only into the
@@ -16,27 +17,33 @@
 -- ARGV[2]  now in µs since the Unix epoch, or '' to read the server's TIME.
 -- ARGV[3]  cost (acquire, peek) or amount (refund).
 -- ARGV[4]  min_ttl in ms: the shortest TTL a written key gets (normally 0).
--- ARGV[5..] per limit, in KEYS order, an algorithm tag and the parameters NamedPolicy
+-- ARGV[5..] per limit, in the policy's order, an algorithm tag and the parameters NamedPolicy
 --           computed once: 'tb' capacity units_per_token units_per_micro tol_us tol_units,
 --           'fw' limit window, 'sl' limit window, 'sc' limit window (windows in µs).
 -- ARGV[#ARGV]  for 'hold' and 'settle' only: the hold (µs) or the stamp.
 --
--- State: one string per limit, its integers joined by ':': 'tat:tat_units' (or 'tat' when
--- tat_units is 0),
--- 'window_start:count', 'window_start:current:previous', and for a sliding log a header
--- 'total:newest_at:newest_cost|' then its entries oldest first, 'at:cost' joined by ','
--- (key format v3). Read with GET, written with `SET ... PX`.
+-- State: one string per policy (issue 22: a slot migration then moves a decision's whole
+-- state at once, never splitting it between two nodes). Each limit's part has its integers
+-- joined by ':': 'tat:tat_units' (or 'tat' when tat_units is 0), 'window_start:count',
+-- 'window_start:current:previous', and for a sliding log a header
+-- 'total:newest_at:newest_cost|' then its entries oldest first, 'at:cost' joined by ','.
+-- The parts are joined by ';' in the policy's order (key format v4), an empty part for a
+-- limit at its empty state; with one limit, its part alone (v3). ';' because no part uses
+-- it (digits, ':', '|', ','): one plain string.find per limit splits the value, no escaping.
+-- Read with one GET, written with one `SET ... PX`.
 --
 -- Reply: { allowed (1 or 0), limit, remaining, retry_after_us, reset_after_us, now_us,
 -- limit_index } where limit_index (0-based) is the limit whose limit and remaining are
 -- reported (Decision::limit_index). The single-limit scripts omit it: it is 0.
 -- For 'refund' the figures are those of a zero-cost peek after the refund.
 --
--- Each written key's TTL is its own limit's reset_after rounded up to whole ms (or min_ttl
--- if longer), so it expires once that limit is full again; a key whose TTL would be 0, or
--- an empty log, is deleted. A denial or a peek writes nothing and leaves every TTL as it
--- was. Every state is read and checked before anything is written: Redis does not roll
--- back a script's writes when it fails half-way.
+-- The key's TTL is the longest of the limits' reset_after rounded up to whole ms (or min_ttl
+-- if longer), so it expires once every limit is full again; a written limit whose own TTL
+-- would be 0, or an empty log, becomes an empty part (as its own key was deleted when each
+-- limit had one), and a key whose parts are all empty, or whose TTL would be 0, is deleted.
+-- A denial or a peek writes nothing and leaves the TTL as it was. Every state is read and
+-- checked before anything is written: Redis does not roll back a script's writes when it
+-- fails half-way.
 
 -- rein_core::MAX_MICROS: 2^52 - 1. Every quantity stays at or below it, so a sum of two is
 -- an exact double. Remainders use `%` where dividend + divisor < 2^53 (exact there, see
@@ -96,9 +103,8 @@ if refund then
 end
 local acquire = (op == 'acquire' or op == 'hold') and cost > 0
 
-local n = #KEYS
-if n == 0 or n > 8 then
-  error({ err = 'REIN a policy has 1 to 8 limits' })
+if #KEYS ~= 1 then
+  error({ err = 'REIN a policy has one key' })
 end
 
 -- Policy::combine, folded as the limits are decided: denied if any denies, the fewest
@@ -107,13 +113,49 @@ end
 local all_allowed, c_limit, c_remaining, c_retry, c_reset, c_index = true, 0, -1, 0, 0, 0
 local c_denied = false
 -- Per limit: the state to write if the call writes (a string, or a token bucket's `tat` as
--- a number, which Redis writes exactly; false: nothing to write; '': delete), and the
+-- a number; false: keep its stored part; '': its empty state), its stored part, and the
 -- reset_after that sets its TTL.
-local values, resets = {}, {}
+local values, parts, resets = {}, {}, {}
+local whole = redis.call('GET', KEYS[1])
+-- Where the next limit's part starts in `whole`; past its end once the last part is read.
+local p, len = 1, 0
+if whole then
+  len = #whole
+end
+-- The limits, one per tag and its parameters, counted as they are read.
+local n = 0
 local i = 5
-for k = 1, n do
+while i <= argc do
+  n = n + 1
+  local k = n
   local tag = ARGV[i]
-  local stored = redis.call('GET', KEYS[k])
+  -- Limit k's part: up to the next ';', the last one to the end. A value with fewer parts
+  -- than the policy has limits is refused here, one with more after the loop, both before
+  -- anything is written.
+  local stored = false
+  if whole then
+    if p > len + 1 then
+      error({ err = 'REIN corrupt policy state' })
+    end
+    local q = string.find(whole, ';', p, true)
+    if q ~= nil then
+      stored = string.sub(whole, p, q - 1)
+      p = q + 1
+    else
+      if p == 1 then
+        stored = whole
+      else
+        stored = string.sub(whole, p)
+      end
+      p = len + 2
+    end
+    -- An empty part of a value of several parts is the limit's empty state; a value of
+    -- one part that is empty is no state at all, and is refused by the limit's reader.
+    if stored == '' and (q ~= nil or k > 1) then
+      stored = false
+    end
+  end
+  parts[k] = stored or ''
   local limit, remaining, retry_after, reset_after, value = 0, 0, 0, 0, false
   local allowed = false
 
@@ -535,24 +577,47 @@ for k = 1, n do
   end
   values[k], resets[k] = value, reset_after
 end
-if i <= argc then
-  error({ err = 'REIN too many arguments' })
+if n == 0 or n > 8 then
+  error({ err = 'REIN a policy has 1 to 8 limits' })
+end
+if whole and p <= len + 1 then
+  error({ err = 'REIN corrupt policy state' })
 end
 
 if refund or (acquire and all_allowed) then
+  -- One SET of every part (the unwritten ones as stored), with the longest TTL; nothing if
+  -- no limit has a value to write.
+  local written, ttl, empty = false, 0, true
   for k = 1, n do
     local value = values[k]
+    local limit_ttl = resets[k] + 999
+    limit_ttl = (limit_ttl - limit_ttl % 1000) / 1000
+    if limit_ttl < min_ttl then
+      limit_ttl = min_ttl
+    end
+    if limit_ttl > ttl then
+      ttl = limit_ttl
+    end
     if value then
-      local ttl = resets[k] + 999
-      ttl = (ttl - ttl % 1000) / 1000
-      if ttl < min_ttl then
-        ttl = min_ttl
-      end
-      if ttl > 0 and value ~= '' then
-        redis.call('SET', KEYS[k], value, 'PX', ttl)
+      written = true
+      if limit_ttl == 0 or value == '' then
+        parts[k] = ''
+      elseif type(value) == 'number' then
+        -- A token bucket's `tat`, written exactly (tostring keeps 14 digits).
+        parts[k] = string.format('%d', value)
       else
-        redis.call('DEL', KEYS[k])
+        parts[k] = value
       end
+    end
+    if parts[k] ~= '' then
+      empty = false
+    end
+  end
+  if written then
+    if ttl > 0 and not empty then
+      redis.call('SET', KEYS[1], table.concat(parts, ';'), 'PX', ttl)
+    else
+      redis.call('DEL', KEYS[1])
     end
   end
 end

@@ -1,25 +1,38 @@
-//! Key layout: `<prefix>:v3:{<sha1 of the user key>}:<policy>:<index>:<tag>`.
+//! Key layout: one key per policy and user key,
+//! `<prefix>:v3:{<sha1 of the user key>}:<policy>:0:<tag>` for a policy of one limit and
+//! `<prefix>:v4:{<sha1 of the user key>}:<policy>:<tag>+<tag>...` for a policy of several.
 //!
-//! `v3` is the version of the state format: one string per limit (`GET`, `SET ... PX`), a
-//! sliding log's with a header of its total and newest entry. Version 2 had no such header;
-//! version 1 (no version in the key) kept hashes and sorted sets. A script never reads a
-//! key of another version, so old and new clients can run side by side during an upgrade,
-//! each counting in its own keys (docs/redis.md, "Upgrading"). A lone fixed window kept as
-//! one integer has the tag `fw<window µs>` (integer_window.rs), so an integer and a string
-//! never share a key either.
+//! The version names the format of the key's value. `v3`: one limit's state as one string
+//! (`GET`, `SET ... PX`), a sliding log's with a header of its total and newest entry.
+//! `v4` (issue 22): the states of all a policy's limits in one string, joined by `;` in the
+//! policy's order, an empty part for a limit at its empty state (state.rs). Version 3 kept a
+//! policy of several limits as one `v3` key per limit (`:<policy>:<index>:<tag>`); a slot
+//! migration moves keys one by one, and while they sat on two nodes no node could run the
+//! policy's script. One key cannot be split: a migration moves a decision's whole state at
+//! once, and a call meets `ASK` or `MOVED`, never `TRYAGAIN`. A single-limit value did not
+//! change, so its keys keep their `v3` names and survive the upgrade. Version 2 had no
+//! sliding-log header; version 1 (no version in the key) kept hashes and sorted sets.
+//!
+//! A script never reads a key of another version: a `v3` key is read only as one limit's
+//! state, a `v4` key only as a policy's joined states, and an older client's per-limit
+//! keys of a multi-limit policy (`v3`, with an index) are names no new client forms. Old
+//! and new clients can therefore run side by side during an upgrade, each counting a
+//! multi-limit policy in its own keys (docs/redis.md, "Upgrading"). A lone fixed window
+//! kept as one integer has the tag `fw<window µs>` (integer_window.rs), so an integer and
+//! a string never share a key either.
 //!
 //! The user key is hashed, never embedded: any byte string works (binary, braces, a
 //! megabyte), every key has the same bounded length, and user input cannot reach the
-//! Cluster hash tag. The tag is the hex SHA-1 of the user key alone, so all keys of one
-//! user key (every limit of every policy) share a hash slot, and the one script call that
-//! decides a policy is a single-slot call on Redis Cluster. SHA-1 is used as a spreading
-//! hash, not for security: a collision would only make two users share a limit.
+//! Cluster hash tag. The tag is the hex SHA-1 of the user key alone, so every key of one
+//! user key (each of its policies) shares a hash slot. SHA-1 is used as a spreading hash,
+//! not for security: a collision would only make two users share a limit.
 
 use rein_core::KeyError;
 
 use crate::{ConfigError, RedisPolicy};
 
-/// The Redis keys of `policy`'s limits for `user_key`, in the policy's order.
+/// The Redis key holding `policy`'s state for `user_key`: always exactly one (a `Vec`
+/// because the scripts' callers take a list of keys).
 pub(crate) fn state_keys(
     prefix: &str,
     policy: &RedisPolicy,
@@ -29,22 +42,16 @@ pub(crate) fn state_keys(
         return Err(KeyError::Empty);
     }
     let digest = sha1_smol::Sha1::from(user_key).digest().bytes();
-    Ok(policy
-        .key_suffixes()
-        .iter()
-        .map(|suffix| {
-            let mut key = String::with_capacity(
-                prefix.len() + KEY_VERSION.len() + 2 * digest.len() + suffix.len() + 4,
-            );
-            key.push_str(prefix);
-            key.push_str(KEY_VERSION);
-            key.push_str(":{");
-            push_hex(&mut key, &digest);
-            key.push('}');
-            key.push_str(suffix);
-            key
-        })
-        .collect())
+    let (version, suffix) = (policy.key_version(), policy.key_suffix());
+    let mut key =
+        String::with_capacity(prefix.len() + version.len() + 2 * digest.len() + suffix.len() + 3);
+    key.push_str(prefix);
+    key.push_str(version);
+    key.push_str(":{");
+    push_hex(&mut key, &digest);
+    key.push('}');
+    key.push_str(suffix);
+    Ok(vec![key])
 }
 
 /// Appends lower-case hex, as `Digest`'s `Display` writes it, without the formatting
@@ -70,10 +77,6 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// The state format's version, between the prefix and the hash tag. Bump it whenever any
-/// script stores a state another version would misread.
-const KEY_VERSION: &str = ":v3";
-
 /// The longest key prefix: it is repeated in every key.
 const MAX_PREFIX_LEN: usize = 64;
 
@@ -92,16 +95,21 @@ mod tests {
     }
 
     #[test]
-    fn keys_name_prefix_version_hash_tag_policy_index_and_algorithm() {
+    fn a_policy_of_several_limits_is_one_v4_key_naming_its_algorithms_in_order() {
         let keys = state_keys("rein", &policy(), b"abc").unwrap();
         // SHA-1("abc") is the FIPS 180 test vector.
         let tag = "a9993e364706816aba3e25717850c26c9cd0d89d";
+        assert_eq!(keys, [format!("rein:v4:{{{tag}}}:api:tb+sl")]);
+    }
+
+    #[test]
+    fn a_policy_of_one_limit_keeps_its_v3_key() {
+        let one = Limit::sliding_counter(5, Micros::from_secs(1)).unwrap();
+        let single = RedisPolicy::new("api", Policy::single(one)).unwrap();
+        let tag = "a9993e364706816aba3e25717850c26c9cd0d89d";
         assert_eq!(
-            keys,
-            [
-                format!("rein:v3:{{{tag}}}:api:0:tb"),
-                format!("rein:v3:{{{tag}}}:api:1:sl")
-            ]
+            state_keys("rein", &single, b"abc").unwrap(),
+            [format!("rein:v3:{{{tag}}}:api:0:sc")]
         );
     }
 

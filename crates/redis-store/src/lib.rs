@@ -48,13 +48,16 @@
 //! The scripts are written for Redis's CPU, which every application server shares: a policy
 //! of one token bucket, fixed window or sliding log runs a small straight-line script of its
 //! own, any other policy one loop over its limits (`policy.lua`), each with its parameters
-//! precomputed once per [`NamedPolicy`](rein_core::NamedPolicy), one `GET` per limit and one
-//! `SET ... PX` per written limit ([`SCRIPTS`]; docs/redis.md, docs/performance.md).
+//! precomputed once per [`NamedPolicy`](rein_core::NamedPolicy), one `GET` and at most one
+//! `SET ... PX` per decision ([`SCRIPTS`]; docs/redis.md, docs/performance.md).
 //!
 //! Other choices, each explained in docs/redis.md: `now` comes from Redis's `TIME` by
-//! default (one clock for all servers); keys are `prefix:v3:{sha1(user key)}:policy:i:algo`,
-//! so one policy's keys share a Cluster slot; every written key expires when its limit is
-//! full again; a call that timed out is never replayed, because it may have run.
+//! default (one clock for all servers); a policy's whole state is one key,
+//! `prefix:v3:{sha1(user key)}:policy:0:algo` for one limit and
+//! `prefix:v4:{sha1(user key)}:policy:algo+algo...` for several, so a Cluster slot
+//! migration can never split a decision's state between two nodes (issue 22); every
+//! written key expires when its limits are full again; a call that timed out is never
+//! replayed, because it may have run.
 //!
 //! # What this crate does not do
 //!

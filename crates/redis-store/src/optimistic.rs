@@ -6,13 +6,14 @@
 //!
 //! 1. Borrow a connection that nobody else uses until the call ends (`optimistic/pool.rs`
 //!    says why a shared multiplexed connection would break `WATCH`).
-//! 2. One round trip: `WATCH` the policy's keys, `GET` each, and `TIME`. Redis runs a
-//!    connection's pipelined commands in order, so the keys are watched before they are
-//!    read, and `now` is the server's clock, as in the Lua store.
+//! 2. One round trip: `WATCH` the policy's key, `GET` it, and `TIME`. Redis runs a
+//!    connection's pipelined commands in order, so the key is watched before it is read,
+//!    and `now` is the server's clock, as in the Lua store.
 //! 3. Decide client-side with rein-core ([`Policy::acquire`](rein_core::Policy::acquire)):
 //!    all limits or none.
 //! 4. A denial (or a peek) writes nothing and ends there. An admission sends a second round
-//!    trip: `MULTI`, `SET key value PX ttl` per limit, `EXEC`. If any watched key changed
+//!    trip: `MULTI`, `SET key value PX ttl` of the policy's key, `EXEC`. If the watched key
+//!    changed
 //!    after the `WATCH`, Redis discards the whole transaction and `EXEC` answers nil:
 //!    nothing was written, so the call waits a jittered backoff and starts again at 2.
 //! 5. After `max_attempts` aborted transactions the call fails with
@@ -24,8 +25,8 @@
 //!
 //! # Stored state
 //!
-//! The Lua store's own keys and values (key format `v3`: one string per limit, `GET` and
-//! `SET … PX`), read with the same decoder and written in the same format
+//! The Lua store's own keys and values (key formats `v3` and `v4`: one string per policy,
+//! `GET` and `SET … PX`), read with the same decoder and written in the same format
 //! (`optimistic/codec.rs`). Both stores can therefore decide on the same keys at once: a
 //! script's write touches a watched key like any other, so a transaction that raced a
 //! script aborts and retries, and the exact counts hold across the mix (tested).
@@ -81,9 +82,9 @@ use pool::{Connector, Lease, Pool};
 ///
 /// # Deployment
 ///
-/// Standalone Redis (or a Cluster node that owns the keys' slot: all keys of one call
-/// share a hash tag). Each connection is a `MultiplexedConnection` used by one call at a
-/// time; at most [`max_connections`](OptimisticStoreBuilder::max_connections) are open.
+/// Standalone Redis (or a Cluster node that owns the key's slot: a call has one key). Each
+/// connection is a `MultiplexedConnection` used by one call at a time; at most
+/// [`max_connections`](OptimisticStoreBuilder::max_connections) are open.
 ///
 /// It reads and writes the [`RedisStore`](crate::RedisStore)'s keys and values, under the
 /// same default prefix, so the two serve one limit together and stay exact (on a hot key
@@ -265,7 +266,9 @@ impl OptimisticStore {
         }
     }
 
-    /// The Redis keys holding `policy`'s state for `key`, in the policy's order.
+    /// The Redis keys holding `policy`'s state for `key`: one since key format `v4`, which
+    /// keeps every limit of a policy in one key (docs/redis.md, "Key layout"). A list, so
+    /// that callers (cleanup, inspection) need not change if that ever changes again.
     pub fn keys(
         &self,
         policy: &RedisPolicy,
@@ -710,24 +713,30 @@ async fn read_and_decide<'k>(
             decide(policy.policy().peek(now, &state, 0))?
         }
     };
-    // Write the limits whose state changed (all of them for an admission), each with a TTL
-    // that ends when the limit is full again.
-    let mut writes = Vec::with_capacity(limits.len());
-    for (((limit, new), old), key) in limits.iter().zip(state.iter()).zip(before.iter()).zip(keys) {
-        if new == old {
-            continue;
-        }
-        let reset_after = decide(limit.peek(now, new, 0))?.reset_after;
-        let ttl = codec::ttl_millis(reset_after, inner.min_ttl_ms);
-        writes.push((
-            key.as_str(),
-            codec::encode_value(new, policy.integer_window()),
-            ttl,
-        ));
-    }
-    if writes.is_empty() {
+    // Nothing changed (a refund of nothing, say): nothing to write, as the scripts.
+    if state.iter().zip(before.iter()).all(|(new, old)| new == old) {
         return Ok((decision, state, now, None));
     }
+    // The policy's one key (key.rs), written whole: its TTL ends when the last of its limits
+    // is full again. A changed limit whose own TTL is zero is stored as its empty part, as
+    // the scripts do: its key would have been deleted when each limit had its own.
+    let mut ttl = 0;
+    let mut parts = Vec::with_capacity(limits.len());
+    for ((limit, new), old) in limits.iter().zip(state.iter()).zip(before.iter()) {
+        let reset_after = decide(limit.peek(now, new, 0))?.reset_after;
+        let limit_ttl = codec::ttl_millis(reset_after, inner.min_ttl_ms);
+        ttl = ttl.max(limit_ttl);
+        parts.push(if new != old && limit_ttl == 0 {
+            None
+        } else {
+            codec::encode_value(new, policy.integer_window())
+        });
+    }
+    let Some(key) = keys.first() else {
+        let what = "a policy without a key".to_owned();
+        return Err(Read::Store(StoreError::UnexpectedReply(what)));
+    };
+    let writes = vec![(key.as_str(), codec::join_parts(parts), ttl)];
     Ok((decision, state, now, Some(writes)))
 }
 
@@ -738,7 +747,7 @@ enum Read {
     Store(StoreError),
 }
 
-/// Each changed limit's key, new value (`None`: an empty log) and TTL in ms.
+/// The policy's key, its new value (`None`: every limit empty) and TTL in ms.
 type Writes<'k> = Vec<(&'k str, Option<String>, u64)>;
 
 /// rein-core's errors cannot happen here: `call` checks the cost against the capacity

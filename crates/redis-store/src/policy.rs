@@ -9,10 +9,10 @@ use crate::script::ScriptKind;
 /// script's arguments, computed once. What [`RedisStore`](crate::RedisStore) decides with,
 /// and its [`Limiter::Prepared`](rein_core::Limiter::Prepared) type.
 ///
-/// The name becomes part of every key of the policy, next to each limit's index and
-/// algorithm (see docs/redis.md, "Key layout"), so two policies never share state and a
-/// policy whose shape changes (a limit added, removed, or of another algorithm) starts
-/// from fresh state instead of reading a state of another shape. Changing only a limit's
+/// The name becomes part of the policy's key, next to its limits' algorithms (see
+/// docs/redis.md, "Key layout"), so two policies never share state and a policy whose shape
+/// changes (a limit added, removed, reordered or of another algorithm) starts from fresh
+/// state instead of reading a state of another shape. Changing only a limit's
 /// numbers (a higher capacity, a longer window) keeps the stored state, which rein-core
 /// reads safely under the new parameters; except a lone fixed window kept as one integer
 /// (see docs/redis.md, "Stored state"), whose key names its window, so a new window length
@@ -40,8 +40,13 @@ use crate::script::ScriptKind;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisPolicy {
     named: NamedPolicy,
-    /// Per limit, in order: `:<name>:<index>:<tag>`, the end of its key.
-    key_suffixes: Vec<String>,
+    /// The key format's version (key.rs): `v3` for a policy of one limit, `v4` for a
+    /// policy of several, whose limits share one key.
+    key_version: &'static str,
+    /// The end of the policy's one key: `:<name>:0:<tag>` for one limit (the `v3` name,
+    /// kept), `:<name>:<tag>+<tag>...` for several, in the policy's order, so a policy whose
+    /// shape changes reads a fresh key.
+    key_suffix: String,
     /// A lone fixed window whose state the lean script keeps as one integer
     /// (integer_window.rs); its key's tag then names the window.
     integer_window: Option<IntegerWindow>,
@@ -67,19 +72,19 @@ impl RedisPolicy {
             [Limit::FixedWindow(w)] => IntegerWindow::new(w),
             _ => None,
         };
-        let key_suffixes = policy
-            .limits()
-            .iter()
-            .enumerate()
-            .map(|(index, limit)| match integer_window {
-                Some(layout) => format!(":{name}:{index}:{}", layout.tag()),
-                None => format!(":{name}:{index}:{}", limit.tag()),
-            })
-            .collect();
+        let (key_version, key_suffix) = match (policy.limits(), integer_window) {
+            (_, Some(layout)) => (KEY_V3, format!(":{name}:0:{}", layout.tag())),
+            ([limit], None) => (KEY_V3, format!(":{name}:0:{}", limit.tag())),
+            (limits, None) => {
+                let tags: Vec<&str> = limits.iter().map(Limit::tag).collect();
+                (KEY_V4, format!(":{name}:{}", tags.join("+")))
+            }
+        };
         let (script, script_args) = script_for(policy);
         Self {
             named: named.clone(),
-            key_suffixes,
+            key_version,
+            key_suffix,
             integer_window,
             script,
             script_args: script_args.into(),
@@ -101,8 +106,14 @@ impl RedisPolicy {
         &self.named
     }
 
-    pub(crate) fn key_suffixes(&self) -> &[String] {
-        &self.key_suffixes
+    /// The key format's version, `:v3` or `:v4` (key.rs).
+    pub(crate) fn key_version(&self) -> &'static str {
+        self.key_version
+    }
+
+    /// What follows the hash tag in the policy's key.
+    pub(crate) fn key_suffix(&self) -> &str {
+        &self.key_suffix
     }
 
     /// The integer layout of a lone fixed window's state, if it has one.
@@ -126,6 +137,14 @@ impl RedisPolicy {
         &self.script_args
     }
 }
+
+/// The key format of a policy of one limit (key.rs): its value is that limit's state alone.
+/// Unchanged since version 3, so single-limit policies keep their keys across the upgrade.
+const KEY_V3: &str = ":v3";
+
+/// The key format of a policy of several limits (key.rs): one key, the limits' states
+/// joined by `;` (issue 22).
+const KEY_V4: &str = ":v4";
 
 /// The script a policy runs and its precomputed arguments. Everything a lean script would
 /// otherwise derive on every call (the tolerance split into whole µs and a remainder) is
@@ -227,17 +246,23 @@ mod tests {
         let minute = Micros::from_secs(60);
         let window = |limit| Limit::fixed_window(limit, minute).unwrap();
         let lone = named([window(100)]);
-        assert_eq!(lone.key_suffixes(), [":p:0:fw60000000"]);
+        assert_eq!(
+            (lone.key_version(), lone.key_suffix()),
+            (":v3", ":p:0:fw60000000")
+        );
         assert!(lone.integer_window().is_some());
         // 2^25 is half the modulus for a minute (2^26): the string form, the plain tag.
         let large = named([window(1 << 25)]);
-        assert_eq!(large.key_suffixes(), [":p:0:fw"]);
+        assert_eq!(
+            (large.key_version(), large.key_suffix()),
+            (":v3", ":p:0:fw")
+        );
         assert_eq!(large.integer_window(), None);
         assert!(named([window((1 << 25) - 1)]).integer_window().is_some());
         // In a policy of several limits the generic script keeps the string.
         let bucket = Limit::token_bucket(5, 1, minute).unwrap();
         let two = named([window(100), bucket]);
-        assert_eq!(two.key_suffixes(), [":p:0:fw", ":p:1:tb"]);
+        assert_eq!((two.key_version(), two.key_suffix()), (":v4", ":p:fw+tb"));
         assert_eq!(two.integer_window(), None);
     }
 

@@ -1,13 +1,15 @@
 //! Reading stored state back into rein-core's types, as `RedisStore::state` does.
 //!
-//! The layout is the one the scripts write (key format `v3`): one string per limit, its
+//! The layout is the one the scripts write (key.rs). A limit's state is one string, its
 //! integers in decimal joined by `:`. A token bucket is `<tat>:<tat_units>` (or `<tat>` when
 //! `tat_units` is 0), a fixed window `<window_start>:<count>` (or, for a lone fixed window
 //! small enough, one integer: integer_window.rs), a sliding counter
 //! `<window_start>:<current>:<previous>`, and a sliding log a header
 //! `<total>:<newest_at>:<newest_cost>|` then its entries oldest first, `<at>:<cost>` joined
-//! by `,`. A missing key reads as each state's default (a full limit, an
-//! empty log).
+//! by `,`. A policy of one limit stores that string alone (key format `v3`); a policy of
+//! several stores its limits' strings in one key, in the policy's order, joined by
+//! [`PART_SEPARATOR`] (`v4`), an empty part for a limit at its empty state. A missing key,
+//! like an empty part, reads as each state's default (a full limit, an empty log).
 
 use redis::{Pipeline, Value};
 use rein_core::{
@@ -18,7 +20,7 @@ use rein_core::{
 use crate::RedisPolicy;
 use crate::integer_window::IntegerWindow;
 
-/// One `GET` per limit.
+/// One `GET` of the policy's key.
 pub(crate) fn read_pipeline(keys: &[String]) -> Pipeline {
     let mut pipe = redis::pipe();
     for key in keys {
@@ -27,29 +29,12 @@ pub(crate) fn read_pipeline(keys: &[String]) -> Pipeline {
     pipe
 }
 
-/// Decodes the replies of [`read_pipeline`].
+/// Decodes the replies of [`read_pipeline`]: the policy's one value, split into its limits'
+/// parts when it has several.
 pub(crate) fn decode(policy: &RedisPolicy, replies: Vec<Value>) -> Result<PolicyState, String> {
     let limits = policy.policy().limits();
-    if replies.len() != limits.len() {
-        return Err(format!(
-            "expected {} replies, got {}",
-            limits.len(),
-            replies.len()
-        ));
-    }
-    let states = limits
-        .iter()
-        .zip(replies)
-        .map(|(limit, reply)| decode_limit(limit, policy.integer_window(), reply))
-        .collect::<Result<Vec<_>, _>>()?;
-    PolicyState::from_states(states).ok_or_else(|| "a policy of no limits".to_owned())
-}
-
-fn decode_limit(
-    limit: &Limit,
-    integer_window: Option<IntegerWindow>,
-    reply: Value,
-) -> Result<LimitState, String> {
+    let [reply] = <[Value; 1]>::try_from(replies)
+        .map_err(|replies| format!("expected 1 reply, got {}", replies.len()))?;
     let stored = match reply {
         Value::Nil => None,
         Value::BulkString(bytes) => {
@@ -57,7 +42,38 @@ fn decode_limit(
         }
         other => return Err(format!("expected a string, got {other:?}")),
     };
-    let stored = stored.as_deref();
+    let states = match (limits, stored.as_deref()) {
+        ([limit], stored) => vec![decode_limit(limit, policy.integer_window(), stored)?],
+        (limits, None) => limits
+            .iter()
+            .map(|limit| decode_limit(limit, None, None))
+            .collect::<Result<Vec<_>, _>>()?,
+        (limits, Some(stored)) => {
+            let parts: Vec<&str> = stored.split(PART_SEPARATOR).collect();
+            if parts.len() != limits.len() {
+                return Err(format!(
+                    "{stored:?}: {} parts for a policy of {} limits",
+                    parts.len(),
+                    limits.len()
+                ));
+            }
+            limits
+                .iter()
+                .zip(parts)
+                .map(|(limit, part)| {
+                    decode_limit(limit, None, Some(part).filter(|p| !p.is_empty()))
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        }
+    };
+    PolicyState::from_states(states).ok_or_else(|| "a policy of no limits".to_owned())
+}
+
+fn decode_limit(
+    limit: &Limit,
+    integer_window: Option<IntegerWindow>,
+    stored: Option<&str>,
+) -> Result<LimitState, String> {
     Ok(match limit {
         Limit::TokenBucket(_) => {
             // `<tat>` alone when `tat_units` is 0.
@@ -147,6 +163,11 @@ fn integers<const N: usize>(stored: Option<&str>) -> Result<[u64; N], String> {
     }
     Ok(values)
 }
+
+/// Joins the limits' states in a policy's one value (key format `v4`). No limit's state
+/// uses it (they hold digits, `:`, `|` and `,`), so splitting on it is unambiguous without
+/// escaping, in Lua (one plain `string.find` per limit) as here.
+pub(crate) const PART_SEPARATOR: char = ';';
 
 #[cfg(test)]
 mod tests {

@@ -59,10 +59,13 @@ use crate::{ConfigError, RedisPolicy, StateError};
 ///
 /// # Keys
 ///
-/// `<prefix>:{<hex SHA-1 of the user key>}:<policy name>:<limit index>:<algorithm>`, one
-/// key per limit, all in one Cluster hash slot. Each written key expires when its limit is
-/// full again (its decision's `reset_after`, rounded up to a millisecond), so memory
-/// returns to baseline once traffic stops. See docs/redis.md.
+/// One key per policy and user key: `<prefix>:v3:{<hex SHA-1 of the user key>}:<policy
+/// name>:0:<algorithm>` for a policy of one limit, `<prefix>:v4:{...}:<policy
+/// name>:<algorithm>+<algorithm>...` for a policy of several, whose limits' states share
+/// the one value. A Cluster slot migration moves it whole, so it never splits a decision's
+/// state between two nodes. A written key expires when all its limits are full again (the
+/// decision's `reset_after`, rounded up to a millisecond), so memory returns to baseline
+/// once traffic stops. See docs/redis.md.
 ///
 /// ```no_run
 /// use rein_core::{Limit, Micros, Policy};
@@ -251,7 +254,9 @@ where
             .map_err(|what| StateError::Unavailable(StoreError::UnexpectedReply(what)))
     }
 
-    /// The Redis keys holding `policy`'s state for `key`, in the policy's order.
+    /// The Redis keys holding `policy`'s state for `key`: one since key format `v4`, which
+    /// keeps every limit of a policy in one key (docs/redis.md, "Key layout"). A list, so
+    /// that callers (cleanup, inspection) need not change if that ever changes again.
     pub fn keys(
         &self,
         policy: &RedisPolicy,

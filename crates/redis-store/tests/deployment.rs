@@ -115,8 +115,8 @@ async fn a_least_privilege_acl_user_can_decide_on_its_prefix_only() {
     store.refund(&window, "u", 1).await.expect("refund");
     assert_eq!(
         server.command(&["DBSIZE"]).expect("DBSIZE"),
-        ":5\r\n",
-        "only `deploy` keys and the window's"
+        ":2\r\n",
+        "only the `deploy` policy's one key and the window's"
     );
 
     // Outside its prefix the same user is refused by the server: a typed server error.

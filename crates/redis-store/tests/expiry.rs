@@ -65,7 +65,8 @@ async fn keys_expire_when_their_limits_are_full_again() {
             }
             let decision = store.acquire(&multi, user, 1).await.expect("decision");
             longest = longest.max(decision.reset_after.into());
-            // Every key of the policy expires, none later than the policy's reset.
+            // The policy's one key expires, no later than the policy's reset (the longest
+            // of its limits').
             for key in store.keys(&multi, user).expect("valid key") {
                 let ttl: i64 = redis::cmd("PTTL")
                     .arg(&key)
@@ -128,9 +129,21 @@ async fn a_refund_to_full_deletes_the_key() {
     let server = RedisServer::start().expect("start redis-server");
     let store = common::store(&server).await;
     let mut raw = common::raw(&server).await;
+    // A policy of several limits shares one key (format v4): deleted once every limit is
+    // back to its empty state.
+    let both = RedisPolicy::new(
+        "both",
+        Policy::new([
+            Limit::token_bucket(5, 1, Micros::from_secs(60)).expect("valid"),
+            Limit::sliding_log(5, Micros::from_secs(60)).expect("valid"),
+        ])
+        .expect("valid"),
+    )
+    .expect("valid name");
     for policy in [
         single("tb", Limit::token_bucket(5, 1, Micros::from_secs(60))),
         single("sl", Limit::sliding_log(5, Micros::from_secs(60))),
+        both,
     ] {
         assert!(
             store

@@ -721,25 +721,28 @@ async fn a_foreign_value_is_an_error_not_a_full_limit() {
     let policy = mixed_policy();
     let mut raw = common::raw(&server).await;
     let keys = occ.keys(&policy, "k").expect("keys");
-    // A foreign string where a token bucket's state belongs (a bare integer would be a
-    // valid `tat`).
-    let () = redis::cmd("SET")
-        .arg(&keys[0])
-        .arg("hello")
-        .query_async(&mut raw)
-        .await
-        .expect("SET");
-    let err = occ
-        .acquire(&policy, "k", 1)
-        .await
-        .expect_err("must not misread");
-    assert!(
-        matches!(
-            err,
-            DecideError::Unavailable(StoreError::UnexpectedReply(_))
-        ),
-        "{err:?}"
-    );
+    // The policy's 4 limits share one key (format v4, parts joined by ';'). A foreign
+    // string where a token bucket's state belongs (a bare integer would be a valid `tat`),
+    // and values of the wrong number of parts, or a part of another algorithm's shape.
+    for foreign in ["hello;;;", "1:0", "1:0;;;;", ";;1:2:3;"] {
+        let () = redis::cmd("SET")
+            .arg(&keys[0])
+            .arg(foreign)
+            .query_async(&mut raw)
+            .await
+            .expect("SET");
+        let err = occ
+            .acquire(&policy, "k", 1)
+            .await
+            .expect_err("must not misread");
+        assert!(
+            matches!(
+                err,
+                DecideError::Unavailable(StoreError::UnexpectedReply(_))
+            ),
+            "{foreign:?}: {err:?}"
+        );
+    }
     // Another type altogether: Redis refuses the GET (WRONGTYPE).
     let () = redis::cmd("DEL")
         .arg(&keys[0])

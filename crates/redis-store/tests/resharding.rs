@@ -1,14 +1,16 @@
-//! Resharding under load: the slot of a hot key migrates by hand from one master of a local
-//! 3-master Cluster to another while many tasks decide on that key. The store follows every
-//! `ASK` and `MOVED` (and the `NOSCRIPT` of a target whose script cache is empty) without
-//! replaying a call whose outcome is unknown, so no decision fails and the tokens taken are
-//! exactly the decisions admitted.
+//! Resharding under load: the slot of a hot key migrates from one master of a local 3-master
+//! Cluster to another while many tasks decide on that key, by hand or with
+//! `redis-cli --cluster reshard`. The store follows every `ASK` and `MOVED` (and the
+//! `NOSCRIPT` of a target whose script cache is empty) without replaying a call whose
+//! outcome is unknown, and a policy's state is one key, which a migration moves whole
+//! (issue 22), so no decision fails and the units taken are exactly the decisions admitted.
+//! Run with `--nocapture` to see each decision's latency while steady and while migrating.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rein_core::{DecideError, Limit, Micros, Policy, StoreError};
+use rein_core::{DecideError, Limit, LimitState, Micros, Policy};
 use rein_redis::{RedisPolicy, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
 
@@ -151,74 +153,391 @@ async fn migrating_a_hot_keys_slot_fails_no_decision_and_counts_each_admission_o
     );
 }
 
+/// Issue 22: a policy of three limits used to be three keys, which a migration moved one by
+/// one; while they sat on two nodes every call got `TRYAGAIN`, and a store that respects its
+/// deadline failed. Its state is one key now. The slot holding a single-limit policy's key
+/// and a 3-limit policy's key (one user key: one hash tag) migrates key by key, with pauses
+/// between the steps far longer than the store's deadline, under concurrent load: no
+/// decision fails, no node ever answers `TRYAGAIN`, and every admission is counted once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_policy_split_by_a_migration_waits_for_its_keys_within_the_bound() {
+async fn a_slow_key_by_key_migration_fails_no_decision_of_a_single_or_multi_limit_policy() {
     let cluster = RedisCluster::start().expect("start redis cluster");
-    let store = RedisStoreBuilder::new()
-        .deadline(Duration::from_secs(5))
+    let load = Load::start(&cluster, "slow-user").await;
+    let [solo_key, trio_key] = load.keys();
+    let migration = Migration::of(cluster.nodes(), &solo_key);
+    assert_eq!(
+        admin(migration.source, &["EXISTS", &trio_key]),
+        ":1\r\n",
+        "both policies' keys are in the slot"
+    );
+
+    load.phase("before").await;
+    load.migrating(true);
+    migration.begin();
+    load.phase("migrating, both keys on the source").await;
+    migration.migrate(&[&solo_key]);
+    // The single-limit key answers `ASK` (served by the target), the 3-limit key is served
+    // by the source: the slot is split, no decision's state is.
+    load.phase("migrating, keys on two nodes").await;
+    migration.migrate(&[&trio_key]);
+    load.phase("migrating, both keys on the target").await;
+    migration.finish();
+    load.phase("moved").await;
+    load.migrating(false);
+    load.phase("after").await;
+
+    assert_eq!(
+        admin(migration.target, &["EXISTS", &solo_key, &trio_key]),
+        ":2\r\n",
+        "both keys are on the target"
+    );
+    assert!(
+        error_count(migration.source, "ASK") > 0,
+        "the source never answered ASK"
+    );
+    let report = load.finish(&cluster).await;
+    println!("slow key-by-key migration, deadline {DEADLINE:?}:\n{report}");
+}
+
+/// The same proof with the tool operators use: `redis-cli --cluster reshard` moves the
+/// slot holding both policies' keys (and its neighbours) to another master under load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cli_reshard_fails_no_decision_of_a_single_or_multi_limit_policy() {
+    let cluster = RedisCluster::start().expect("start redis cluster");
+    // `reshard` moves the source's lowest slots first: pick a user key in one of them.
+    let ranges = slot_ranges(&cluster.nodes()[0]);
+    let (probe, _) = Load::policies();
+    let probe_store = RedisStoreBuilder::new()
         .connect_cluster(cluster.urls())
         .await
         .expect("connect to the cluster");
-    let ten_minutes = Micros::from_secs(600);
-    let limits = [
-        Limit::token_bucket(10, 1, ten_minutes).expect("valid token bucket"),
-        Limit::fixed_window(10, ten_minutes).expect("valid window"),
-    ];
-    let policy =
-        RedisPolicy::new("split", Policy::new(limits).expect("valid policy")).expect("valid name");
-    let user = "split-user";
-    let acquire = || store.acquire(&policy, user, 1);
-    assert!(acquire().await.expect("first decision").is_allowed());
-    let keys = store.keys(&policy, user).expect("valid key");
-    let migration = Migration::of(cluster.nodes(), &keys[0]);
-    migration.begin();
-    // One key moved, one not: the source refuses the policy's call with `TRYAGAIN`.
-    migration.migrate(&[&keys[0]]);
+    let user = (0..100_000)
+        .map(|i| format!("reshard-{i}"))
+        .find(|user| {
+            let key = &probe_store.keys(&probe, user.as_str()).expect("valid key")[0];
+            let slot = integer(&admin(&cluster.nodes()[0], &["CLUSTER", "KEYSLOT", key]));
+            ranges.iter().any(|(_, first, last)| {
+                (*first..=*last).contains(&slot) && slot < first + RESHARD_SLOTS
+            })
+        })
+        .expect("a user key in some master's first slots");
+    let user: &'static str = Box::leak(user.into_boxed_str());
 
-    // Still split when the waits run out: the call gives up after 5 resends, with the
-    // `Connection` error that says it did not run, long before its 5 s deadline.
-    let started = Instant::now();
-    match acquire().await {
-        Err(DecideError::Unavailable(StoreError::Connection(_))) => {}
-        other => panic!("a split policy was decided: {other:?}"),
-    }
-    let waited = started.elapsed();
-    assert!(
-        (Duration::from_millis(62)..Duration::from_secs(1)).contains(&waited),
-        "waits of 2+4+8+16+32 ms, then gave up: {waited:?}"
-    );
-    assert_eq!(
-        error_count(migration.source, "TRYAGAIN"),
-        6,
-        "one call and 5 resends"
-    );
-
-    // A call that meets the split while the last key is on its way: it waits, then
-    // follows the `ASK` once the source holds none of its keys.
-    let pending = tokio::spawn({
-        let (store, policy) = (store.clone(), policy.clone());
-        async move { store.acquire(&policy, user, 1).await }
+    let load = Load::start(&cluster, user).await;
+    let [solo_key, trio_key] = load.keys();
+    let migration = Migration::of(cluster.nodes(), &solo_key);
+    load.phase("before").await;
+    load.migrating(true);
+    let output = tokio::task::spawn_blocking({
+        let (from, to) = (migration.source_id.clone(), migration.target_id.clone());
+        let seed = format!("127.0.0.1:{}", migration.source.port());
+        move || {
+            let started = Instant::now();
+            let output = std::process::Command::new("redis-cli")
+                .args(["--cluster", "reshard", &seed, "--cluster-from", &from])
+                .args(["--cluster-to", &to, "--cluster-slots"])
+                .arg(RESHARD_SLOTS.to_string())
+                .arg("--cluster-yes")
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("run redis-cli --cluster reshard");
+            (output, started.elapsed())
+        }
     });
-    let seen = Instant::now();
-    while error_count(migration.source, "TRYAGAIN") == 6 {
-        assert!(
-            seen.elapsed() < Duration::from_secs(2),
-            "the call never came"
-        );
-        tokio::task::yield_now().await;
+    // Decisions go on while it runs.
+    while !output.is_finished() {
+        load.phase("resharding").await;
     }
-    migration.migrate(&[&keys[1]]);
-    let decision = pending
-        .await
-        .expect("decider task")
-        .expect("decided after the wait");
-    assert!(decision.is_allowed());
-    migration.finish();
+    let (output, resharding) = output.await.expect("reshard task");
+    assert!(
+        output.status.success(),
+        "redis-cli --cluster reshard: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    load.phase("moved").await;
+    load.migrating(false);
+    load.phase("after").await;
 
-    // Two admitted; the call that gave up took nothing.
-    let left = store.peek(&policy, user, 0).await.expect("peek");
-    assert_eq!(left.remaining, 8);
+    assert_eq!(
+        admin(migration.target, &["EXISTS", &solo_key, &trio_key]),
+        ":2\r\n",
+        "both keys are on the target"
+    );
+    let report = load.finish(&cluster).await;
+    println!(
+        "redis-cli --cluster reshard of {RESHARD_SLOTS} slots ({resharding:?}), \
+         deadline {DEADLINE:?}:\n{report}"
+    );
 }
+
+/// The load of the migration tests: [`TASKS`] deciders on a single-limit policy and as many
+/// on a 3-limit policy, on one user key (so both keys share a slot), through a store with a
+/// realistic deadline. Each decision's latency is kept, tagged steady or migrating.
+struct Load {
+    store: Store,
+    solo: Arc<RedisPolicy>,
+    trio: Arc<RedisPolicy>,
+    user: &'static str,
+    stop: Arc<AtomicBool>,
+    migrating: Arc<AtomicBool>,
+    /// Decisions so far, per policy: each phase must see some of both.
+    decided: [Arc<AtomicU64>; 2],
+    tasks: Vec<tokio::task::JoinHandle<Tally>>,
+    phases: std::sync::Mutex<Vec<(&'static str, u64, u64)>>,
+}
+
+type Store = rein_redis::RedisStore<redis::cluster_async::ClusterConnection>;
+
+/// One decider's outcome.
+#[derive(Default)]
+struct Tally {
+    /// 0: the single-limit policy, 1: the 3-limit one.
+    which: usize,
+    admitted: u64,
+    denied: u64,
+    failures: Vec<DecideError>,
+    steady: Vec<Duration>,
+    migrating: Vec<Duration>,
+}
+
+impl Load {
+    /// A single token bucket of [`CAPACITY`], and a token bucket, a fixed window and a
+    /// sliding counter of [`TRIO_CAPACITY`] each, refilled or rolled over too slowly to
+    /// matter within the test (the windows are days, aligned to the epoch: one rolls over
+    /// during a run about once in 20 000 runs), so every decision is admitted and each
+    /// limit's remaining count is exact.
+    fn policies() -> (RedisPolicy, RedisPolicy) {
+        let day = Micros::from_secs(86_400);
+        let bucket = |capacity| {
+            Limit::token_bucket(capacity, 1, Micros::from_secs(600)).expect("valid bucket")
+        };
+        let trio = [
+            bucket(TRIO_CAPACITY),
+            Limit::fixed_window(TRIO_CAPACITY, day).expect("valid window"),
+            Limit::sliding_counter(TRIO_CAPACITY, day).expect("valid counter"),
+        ];
+        (
+            RedisPolicy::new("solo", Policy::single(bucket(CAPACITY))).expect("valid name"),
+            RedisPolicy::new("trio", Policy::new(trio).expect("valid policy")).expect("valid name"),
+        )
+    }
+
+    async fn start(cluster: &RedisCluster, user: &'static str) -> Self {
+        let store = RedisStoreBuilder::new()
+            .deadline(DEADLINE)
+            .connect_cluster(cluster.urls())
+            .await
+            .expect("connect to the cluster");
+        let (solo, trio) = Self::policies();
+        let (solo, trio) = (Arc::new(solo), Arc::new(trio));
+        // One admission each before the load: both keys exist.
+        for policy in [&solo, &trio] {
+            let decision = store
+                .acquire(policy, user, 1)
+                .await
+                .expect("first decision");
+            assert!(decision.is_allowed());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let migrating = Arc::new(AtomicBool::new(false));
+        let decided = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+        let mut tasks = Vec::new();
+        for (which, policy) in [&solo, &trio].into_iter().enumerate() {
+            for _ in 0..TASKS {
+                let (store, policy) = (store.clone(), Arc::clone(policy));
+                let (stop, migrating) = (Arc::clone(&stop), Arc::clone(&migrating));
+                let decided = Arc::clone(&decided[which]);
+                tasks.push(tokio::spawn(async move {
+                    let mut tally = Tally {
+                        which,
+                        ..Tally::default()
+                    };
+                    while !stop.load(Ordering::Relaxed) {
+                        let during = migrating.load(Ordering::Relaxed);
+                        let started = Instant::now();
+                        let result = store.acquire(&policy, user, 1).await;
+                        let took = started.elapsed();
+                        match result {
+                            Ok(d) if d.is_allowed() => tally.admitted += 1,
+                            Ok(_) => tally.denied += 1,
+                            Err(e) => {
+                                tally.failures.push(e);
+                                continue;
+                            }
+                        }
+                        decided.fetch_add(1, Ordering::Relaxed);
+                        if during {
+                            tally.migrating.push(took);
+                        } else {
+                            tally.steady.push(took);
+                        }
+                    }
+                    tally
+                }));
+            }
+        }
+        Self {
+            store,
+            solo,
+            trio,
+            user,
+            stop,
+            migrating,
+            decided,
+            tasks,
+            phases: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The single-limit policy's key and the 3-limit policy's.
+    fn keys(&self) -> [String; 2] {
+        [&self.solo, &self.trio].map(|policy| {
+            let keys = self.store.keys(policy, self.user).expect("valid key");
+            let [key] = <[String; 1]>::try_from(keys).expect("a policy's state is one key");
+            key
+        })
+    }
+
+    fn migrating(&self, on: bool) {
+        self.migrating.store(on, Ordering::Relaxed);
+    }
+
+    /// Lets the load run for [`SLOW_PHASE`], and notes how many decisions each policy got.
+    async fn phase(&self, name: &'static str) {
+        let before = self.decided.each_ref().map(|d| d.load(Ordering::Relaxed));
+        tokio::time::sleep(SLOW_PHASE).await;
+        let after = self.decided.each_ref().map(|d| d.load(Ordering::Relaxed));
+        self.phases.lock().expect("no panic holding it").push((
+            name,
+            after[0] - before[0],
+            after[1] - before[1],
+        ));
+    }
+
+    /// Stops the load and checks it: no failure, decisions in every phase, no `TRYAGAIN`
+    /// anywhere, and exactly one unit taken from every limit per admission. Returns the
+    /// latency report.
+    async fn finish(self, cluster: &RedisCluster) -> String {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut tallies = Vec::new();
+        for task in self.tasks {
+            tallies.push(task.await.expect("decider task"));
+        }
+        let phases = self.phases.into_inner().expect("no panic holding it");
+        let failures: Vec<_> = tallies.iter().flat_map(|t| &t.failures).collect();
+        assert!(
+            failures.is_empty(),
+            "{} failed decisions, first: {:?}; phases {phases:?}",
+            failures.len(),
+            failures.first()
+        );
+        for (name, solo, trio) in &phases {
+            assert!(
+                *solo > 0 && *trio > 0,
+                "a policy had no decision during {name:?}: {phases:?}"
+            );
+        }
+        for node in cluster.nodes() {
+            assert_eq!(
+                error_count(node, "TRYAGAIN"),
+                0,
+                "a decision's state was split"
+            );
+        }
+        let mut report = String::new();
+        for (which, policy) in [&self.solo, &self.trio].into_iter().enumerate() {
+            let mine = || tallies.iter().filter(|t| t.which == which);
+            assert_eq!(mine().map(|t| t.denied).sum::<u64>(), 0);
+            // The first decision of `start`, then every admission of the load.
+            let admitted = 1 + mine().map(|t| t.admitted).sum::<u64>();
+            let left = self
+                .store
+                .peek(policy, self.user, 0)
+                .await
+                .expect("peek after the migration");
+            assert_eq!(
+                left.remaining,
+                policy.policy().capacity() - admitted,
+                "{}: {admitted} admitted; phases {phases:?}",
+                policy.name()
+            );
+            // Each limit on its own: the window and the counter counted every admission.
+            let state = self.store.state(policy, self.user).await.expect("state");
+            for limit in state.iter() {
+                match limit {
+                    LimitState::FixedWindow(w) => assert_eq!(w.count, admitted),
+                    LimitState::SlidingCounter(c) => {
+                        assert_eq!((c.current, c.previous), (admitted, 0))
+                    }
+                    LimitState::TokenBucket(_) | LimitState::SlidingLog(_) => {}
+                }
+            }
+            let steady: Vec<_> = mine().flat_map(|t| t.steady.iter().copied()).collect();
+            let migrating: Vec<_> = mine().flat_map(|t| t.migrating.iter().copied()).collect();
+            report += &format!(
+                "  {}: {admitted} admitted; steady {}; migrating {}\n",
+                policy.name(),
+                percentiles(steady),
+                percentiles(migrating)
+            );
+        }
+        report + &format!("  phases (name, single-limit, 3-limit decisions): {phases:?}")
+    }
+}
+
+/// `n=…, p50 …, p99 …, max …` of some latencies.
+fn percentiles(mut latencies: Vec<Duration>) -> String {
+    latencies.sort_unstable();
+    let at = |q: f64| {
+        let i = ((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len());
+        latencies[i - 1]
+    };
+    if latencies.is_empty() {
+        return "n=0".to_owned();
+    }
+    format!(
+        "n={}, p50 {:.2?}, p99 {:.2?}, max {:.2?}",
+        latencies.len(),
+        at(0.5),
+        at(0.99),
+        at(1.0)
+    )
+}
+
+/// Each master's slot range, from `CLUSTER NODES`: (node id, first slot, last slot).
+fn slot_ranges(node: &RedisServer) -> Vec<(String, u64, u64)> {
+    let nodes = admin(node, &["CLUSTER", "NODES"]);
+    nodes
+        .lines()
+        .filter(|line| line.contains("master"))
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let (first, last) = fields.get(8)?.split_once('-')?;
+            Some((
+                fields[0].to_owned(),
+                first.parse().ok()?,
+                last.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// The migration tests' store deadline: realistic for a LAN (a debug build on a loaded
+/// 2-core machine still decides well within it), and far below the pauses between the
+/// migration's steps, so that what the tests prove is that no step splits a decision's
+/// state, not that the deadline outlasts the split.
+const DEADLINE: Duration = Duration::from_millis(150);
+
+/// How long the migration tests let the load run per phase, the pauses between a slow
+/// migration's steps among them: more than twice [`DEADLINE`].
+const SLOW_PHASE: Duration = Duration::from_millis(400);
+
+/// Each limit of the 3-limit policy: the most a sliding counter over a day holds exactly
+/// (`limit × window` stays below 2^52), far more than the test decides.
+const TRIO_CAPACITY: u64 = 50_000;
+
+/// How many slots `redis-cli --cluster reshard` moves, the keys' among them.
+const RESHARD_SLOTS: u64 = 20;
 
 /// Moving one slot by hand, in the order Redis documents: `IMPORTING` on the target,
 /// `MIGRATING` on the source, `MIGRATE` of its keys, then `NODE` on every node, the

@@ -88,16 +88,38 @@ const CASES: &[Case] = &[
                    "2:1763999999999990:1|1763999999999990:1,1764000000000000:1"],
         invalid: &[(3, "0"), (5, "6")],
     },
+    // A policy of several limits keeps them in one key (format v4), their states joined by
+    // ';': refused are a value of another number of parts, one corrupt part (first or
+    // last), and a part of another algorithm's shape.
     Case {
         name: "policy",
-        keys: &["k:{t}:p0", "k:{t}:p1"],
+        keys: &["k:{t}:tb+sc"],
         argv: &["acquire", NOW, "1", "0", "tb", "5", "200000", "1", "1000000", "0",
                 "sc", "5", "60000000"],
         op: 0,
         now: 1,
         numbers: &[1, 2, 3, 5, 6, 7, 8, 9, 11, 12],
-        corrupt: &["abc", "1:2:3:4", "-1", "1.5", "99999999999999999999"],
+        corrupt: &["abc", "1:2:3:4", "-1", "1.5", "99999999999999999999",
+                   // Too few parts, too many, a trailing ';'.
+                   "1764000000000000", "", "1:2:3", "5;1:2:3;1:2:3", ";;", "5;1:2:3;",
+                   // One part corrupt, the other valid (or empty).
+                   "abc;1:2:3", "5;abc", "1:2:3;1:2:3", "5;1:2", "-1;", ";1.5:2:3",
+                   "99999999999999999999;1:2:3", "5;1:2:3:4", "5:1:1;1:2:3", "5;1:2:3 ",
+                   // Another separator, or the parts' own separators misused.
+                   "5,1:2:3", "5|1:2:3", "5\n1:2:3"],
         invalid: &[(7, "0"), (12, "0"), (2, "6"), (4, "xx"), (10, "tb")],
+    },
+    // A lone sliding counter also runs the policy script, on its v3 key: the value is its
+    // state alone, so a ';' (or nothing) is refused.
+    Case {
+        name: "policy",
+        keys: &["k:{t}:sc"],
+        argv: &["acquire", NOW, "1", "0", "sc", "5", "60000000"],
+        op: 0,
+        now: 1,
+        numbers: &[1, 2, 3, 5, 6],
+        corrupt: &["abc", "", ";", "1:2:3;", ";1:2:3", "1:2", "1:2:3:4", "-1:2:3"],
+        invalid: &[(6, "0"), (2, "6"), (4, "xx")],
     },
 ];
 
@@ -213,6 +235,13 @@ fn every_script_refuses_input_that_would_corrupt_state() {
             // The positive control: the same entries with a true header are read.
             let () = con.set(case.keys[0], "2:2:1|1:1,2:1").expect("SET");
             run(&mut con, case.argv).expect("a valid v3 log");
+        }
+        if case.keys[0].ends_with("tb+sc") {
+            // The positive controls: empty parts are full limits, and valid parts are read.
+            for valid in [";", "5;", ";1:2:3", "5:1;1:2:3"] {
+                let () = con.set(case.keys[0], valid).expect("SET");
+                run(&mut con, case.argv).unwrap_or_else(|e| panic!("{valid:?} refused: {e}"));
+            }
         }
 
         // A version 1 state (a hash) under the key is a Redis type error, not a misreading.

@@ -61,9 +61,11 @@ fn the_shipped_script_answers_like_redis_for_every_algorithm() {
         escape(&real.request(&load))
     );
 
-    // Per policy: its keys and the ARGV tail naming each limit and its parameters. Windows
-    // are hours long so no key written here can expire on the real server's wall clock.
-    let policies: [(&[&str], &[&str]); 5] = [
+    // Per policy: its one key and the ARGV tail naming each limit and its parameters.
+    // Windows are hours long so no key written here can expire on the real server's wall
+    // clock. The policies of several limits keep them in one key (format v4, parts joined
+    // by ';'), which both servers must split and join alike.
+    let policies: [(&[&str], &[&str]); 6] = [
         (
             &["{t}:tb"],
             &["tb", "5", "3600000000", "1", "18000000000", "0"],
@@ -72,7 +74,7 @@ fn the_shipped_script_answers_like_redis_for_every_algorithm() {
         (&["{t}:sl"], &["sl", "5", "3600000000"]),
         (&["{t}:sc"], &["sc", "5", "3600000000"]),
         (
-            &["{t}:tb2", "{t}:fw2"],
+            &["{t}:tb+fw"],
             &[
                 "tb",
                 "4",
@@ -81,6 +83,23 @@ fn the_shipped_script_answers_like_redis_for_every_algorithm() {
                 "14400000000",
                 "0",
                 "fw",
+                "3",
+                "7200000000",
+            ],
+        ),
+        (
+            &["{t}:sl+tb+sc"],
+            &[
+                "sl",
+                "4",
+                "3600000000",
+                "tb",
+                "6",
+                "3600000000",
+                "1",
+                "21600000000",
+                "0",
+                "sc",
                 "3",
                 "7200000000",
             ],
@@ -117,6 +136,21 @@ fn the_shipped_script_answers_like_redis_for_every_algorithm() {
             let expected = real.request(&request);
             let actual = sim.execute(&request).to_resp();
             assert_eq!(escape(&actual), escape(&expected), "{request:?}");
+            // The first admission is decided, not refused (a script error would match too).
+            if offset == 0 {
+                assert!(
+                    expected.starts_with(b"*"),
+                    "{request:?}: {:?}",
+                    escape(&expected)
+                );
+            }
+            // The stored value too, byte for byte.
+            let get = ["GET", keys[0]];
+            assert_eq!(
+                escape(&sim.execute(get).to_resp()),
+                escape(&real.request(&get)),
+                "stored after {request:?}"
+            );
         }
     }
 }

@@ -1,21 +1,23 @@
 //! The optimistic store's Redis commands and stored values: pure encoding and decoding, no
 //! I/O.
 //!
-//! The values are the Lua scripts' own (key format `v3`, `state.rs`): one string per limit,
-//! its integers in decimal joined by `:` (`<tat>:<tat_units>`, `<window_start>:<count>`,
-//! `<window_start>:<current>:<previous>`), or a sliding log's header
-//! `<total>:<newest_at>:<newest_cost>|` and its entries `<at>:<cost>` joined by `,`; a lone
-//! fixed window that fits is one integer (integer_window.rs). Reading goes through
-//! `state.rs`, the decoder the Lua store's `state` uses;
-//! writing is [`encode_value`], the Rust half of each script's `encode`. Sharing the format
-//! lets both stores decide on the same keys: a script's `SET` touches a watched key like any
-//! other write, so a transaction racing a script aborts and retries.
+//! The values are the Lua scripts' own (key formats `v3` and `v4`, `state.rs`): one string
+//! per policy; a limit's integers in decimal joined by `:` (`<tat>:<tat_units>`,
+//! `<window_start>:<count>`, `<window_start>:<current>:<previous>`), or a sliding log's
+//! header `<total>:<newest_at>:<newest_cost>|` and its entries `<at>:<cost>` joined by `,`;
+//! a lone fixed window that fits is one integer (integer_window.rs); the limits of a policy
+//! of several joined by `;`. Reading goes through `state.rs`, the decoder the Lua store's
+//! `state` uses; writing is [`encode_value`] and [`join_parts`], the Rust half of the
+//! scripts' encoding. Sharing the format lets both stores decide on the same keys: a
+//! script's `SET` touches a watched key like any other write, so a transaction racing a
+//! script aborts and retries.
 
 use redis::{Pipeline, Value};
 use rein_core::{LimitState, MAX_MICROS, Micros, PolicyState, Timestamp};
 
 use crate::RedisPolicy;
 use crate::integer_window::IntegerWindow;
+use crate::state::PART_SEPARATOR;
 
 /// The first round trip: forget an earlier `WATCH` left by a denial on this connection
 /// (`unwatch`), `WATCH` the keys (`watch`, for operations that may write), `GET` each key
@@ -91,6 +93,22 @@ pub(crate) fn encode_value(
     })
 }
 
+/// A policy's one value from its limits' values in order (`None`: an empty log): the value
+/// alone for one limit (key format `v3`), else the values joined by `;` with an empty part
+/// for each `None` (`v4`, state.rs). `None` when every limit is empty: the key is deleted.
+pub(crate) fn join_parts(parts: Vec<Option<String>>) -> Option<String> {
+    if parts.iter().all(Option::is_none) {
+        return None;
+    }
+    let mut parts = parts.into_iter().map(Option::unwrap_or_default);
+    let first = parts.next().unwrap_or_default();
+    Some(parts.fold(first, |mut joined, part| {
+        joined.push(PART_SEPARATOR);
+        joined.push_str(&part);
+        joined
+    }))
+}
+
 /// `TIME`: seconds and microseconds as two decimal strings.
 fn decode_time(reply: Value) -> Result<Timestamp, String> {
     let Value::Array(parts) = reply else {
@@ -114,9 +132,9 @@ fn decode_time(reply: Value) -> Result<Timestamp, String> {
     }
 }
 
-/// The second round trip: `MULTI`, one `SET … PX` (or `DEL`) per changed limit, `EXEC`.
-/// Each write is a key, its new value (`None`: an empty log) and its TTL in ms; a zero TTL
-/// or no value deletes the key, as the scripts' `store` does.
+/// The second round trip: `MULTI`, a `SET … PX` (or `DEL`) of the policy's key, `EXEC`.
+/// Each write is a key, its new value (`None`: every limit empty) and its TTL in ms; a zero
+/// TTL or no value deletes the key, as the scripts do.
 pub(crate) fn write_transaction(writes: &[(&str, Option<String>, u64)]) -> Pipeline {
     let mut pipe = redis::pipe();
     pipe.atomic();
@@ -168,7 +186,7 @@ mod tests {
     #[test]
     fn missing_keys_read_as_full_limits_and_time_is_decoded() {
         let time = Value::Array(vec![bulk("1700000000"), bulk("123456")]);
-        let replies = vec![Value::Nil, Value::Nil, Value::Nil, Value::Nil, time];
+        let replies = vec![Value::Nil, time];
         let (state, now) = decode_read(&policy(), replies, true).unwrap();
         assert_eq!(state, policy().policy().new_state());
         assert_eq!(now, Some(Timestamp::from_micros(1_700_000_000_123_456)));
@@ -206,8 +224,9 @@ mod tests {
             values,
             ["42:7", "1000000:3", "2000000:1:4", "3:9:1|5:2,9:1"]
         );
-        let replies = values.iter().map(|v| bulk(v)).collect();
-        let (state, now) = decode_read(&policy(), replies, false).unwrap();
+        let joined = join_parts(values.into_iter().map(Some).collect()).unwrap();
+        assert_eq!(joined, "42:7;1000000:3;2000000:1:4;3:9:1|5:2,9:1");
+        let (state, now) = decode_read(&policy(), vec![bulk(&joined)], false).unwrap();
         assert_eq!(now, None);
         assert_eq!(state, PolicyState::from_states(states).unwrap());
     }
@@ -219,17 +238,57 @@ mod tests {
     }
 
     #[test]
+    fn empty_parts_are_empty_limits_and_no_parts_no_key() {
+        assert_eq!(join_parts(vec![None, None]), None);
+        let joined = join_parts(vec![None, Some("1000000:3".into()), None, None]).unwrap();
+        assert_eq!(joined, ";1000000:3;;");
+        let (state, _) = decode_read(&policy(), vec![bulk(&joined)], false).unwrap();
+        let mut expected = policy().policy().new_state();
+        let fixed = FixedWindowState {
+            window_start: Timestamp::from_micros(1_000_000),
+            count: 3,
+        };
+        let limits: Vec<_> = expected
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match i {
+                1 => LimitState::FixedWindow(fixed),
+                _ => s.clone(),
+            })
+            .collect();
+        expected = PolicyState::from_states(limits).unwrap();
+        assert_eq!(state, expected);
+        // One limit: its value alone, no separator.
+        assert_eq!(join_parts(vec![Some("42".into())]).as_deref(), Some("42"));
+    }
+
+    #[test]
     fn foreign_values_are_errors_not_full_limits() {
-        // ("10" alone is a token bucket's `tat` with no remainder: valid there.)
-        for bad in ["", "1:2:3", "a:b", "-1:0"] {
-            let replies = vec![bulk(bad), Value::Nil, Value::Nil, Value::Nil];
-            assert!(decode_read(&policy(), replies, false).is_err(), "{bad:?}");
+        for bad in [
+            // Another number of parts than the policy's 4 limits.
+            "",
+            "abc",
+            "42:7;1000000:3;2000000:1:4",
+            "42:7;1000000:3;2000000:1:4;3:9:1|5:2,9:1;",
+            ";;;;",
+            // One part foreign: ("10" alone is a token bucket's `tat` with no remainder.)
+            "1:2:3;;;",
+            "a:b;;;",
+            "-1:0;;;",
+            // A plain counter where a fixed window's `window_start:count` belongs.
+            ";10;;",
+            ";;1:2;",
+            ";;;5:2,9:1",
+        ] {
+            assert!(
+                decode_read(&policy(), vec![bulk(bad)], false).is_err(),
+                "{bad:?}"
+            );
         }
-        // A plain counter where a fixed window's `window_start:count` belongs.
-        let replies = vec![Value::Nil, bulk("10"), Value::Nil, Value::Nil];
-        assert!(decode_read(&policy(), replies, false).is_err());
-        let not_a_string = vec![Value::Int(3), Value::Nil, Value::Nil, Value::Nil];
+        let not_a_string = vec![Value::Int(3)];
         assert!(decode_read(&policy(), not_a_string, false).is_err());
+        let two_replies = vec![Value::Nil, Value::Nil];
+        assert!(decode_read(&policy(), two_replies, false).is_err());
     }
 
     #[test]
