@@ -5,11 +5,12 @@
 //!    (tonic, Envoy's generated types) in this process, on the in-process store and on a
 //!    private `redis-server`. Decisions per second, latency p50/p99, this process's CPU per
 //!    decision (client and server together) and, over Redis, the server's.
-//! 2. **Through Envoy**: `wrk` against one Envoy (`--concurrency 1`) with two listeners to
-//!    the same trivial upstream, one with the `ratelimit` filter calling the service and one
-//!    without, in alternating rounds (A B A B ...); the median ratio of requests per second
-//!    and its spread. Every request is admitted (the limit is far above the load), so the
-//!    figure is what asking the service costs.
+//! 2. **Through Envoy**: `wrk` against one Envoy (`--concurrency 1`) with three listeners
+//!    to the same trivial upstream: without the `ratelimit` filter, with it calling
+//!    rein-server, and with it calling a do-nothing service that answers OK at once (the
+//!    ceiling: what the filter and gRPC cost by themselves). Alternating rounds (A B C A B
+//!    C ...); the median ratios of requests per second and their spread. Every request is
+//!    admitted (the limit is far above the load), so the figure is what asking costs.
 //!
 //! Everything shares the machine's cores: the figures are for that setting. Needs Envoy
 //! (`bash scripts/test-deps`) and `wrk` (`apt-get install -y wrk`).
@@ -27,8 +28,12 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService as Rls, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use rein::FailurePolicy;
 use rein_core::Limiter;
 use rein_redis::RedisStoreBuilder;
@@ -229,28 +234,38 @@ fn envoy_rounds(runtime: &tokio::runtime::Runtime, run: Duration) {
         "wrk not found: apt-get install -y wrk"
     );
     // The service and the upstream, in this process's runtime.
-    let (grpc, upstream) = runtime.block_on(async {
+    let (grpc, null, upstream) = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let grpc = listener.local_addr().expect("addr");
+        let rein = rein_server::grpc::server(service(ReloadableMemoryStore::new()));
         tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(rein_server::grpc::server(service(
-                    ReloadableMemoryStore::new(),
-                )))
+                .add_service(rein)
                 .serve_with_incoming(rein_server::grpc::incoming(listener)),
         );
-        (grpc, start_upstream().await)
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let null = listener.local_addr().expect("addr");
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RateLimitServiceServer::new(Null))
+                .serve_with_incoming(rein_server::grpc::incoming(listener)),
+        );
+        (grpc, null, start_upstream().await)
     });
     let dir = std::env::temp_dir().join(format!("rein-bench-envoy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let (with, without) = (free_port(), free_port());
+    let (with, without, ceiling) = (free_port(), free_port(), free_port());
     let config = ENVOY
         .replace("WITH_PORT", &with.to_string())
         .replace("WITHOUT_PORT", &without.to_string())
+        .replace("NULL_PORT", &ceiling.to_string())
         .replace("UPSTREAM_PORT", &upstream.port().to_string())
-        .replace("RLS_PORT", &grpc.port().to_string());
+        .replace("RLS_PORT", &grpc.port().to_string())
+        .replace("NULL_RLS", &null.port().to_string());
     std::fs::write(dir.join("envoy.yaml"), config).expect("write");
     let mut envoy = EnvoyProcess(
         Command::new(&envoy_bin)
@@ -262,32 +277,50 @@ fn envoy_rounds(runtime: &tokio::runtime::Runtime, run: Duration) {
             .spawn()
             .expect("start envoy"),
     );
-    for port in [with, without] {
+    for port in [with, without, ceiling] {
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "envoy did not listen");
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-    // Warm up both.
-    wrk(with, Duration::from_secs(1));
-    wrk(without, Duration::from_secs(1));
-    println!("| round | without the filter, req/s | with it, req/s | ratio |");
-    println!("|---|---:|---:|---:|");
-    let mut ratios = Vec::new();
-    for round in 1..=3 {
+    // Warm up all three.
+    for port in [with, without, ceiling] {
+        wrk(port, Duration::from_secs(1));
+    }
+    println!(
+        "| round | without the filter, req/s | rein-server, req/s | do-nothing service, req/s | rein ÷ without | do-nothing ÷ without | rein ÷ do-nothing |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let (mut rein, mut nothing, mut relative) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=5 {
         let base = wrk(without, run);
         let limited = wrk(with, run);
-        let ratio = limited / base;
-        ratios.push(ratio);
-        println!("| {round} | {base:.0} | {limited:.0} | {ratio:.2} |");
+        let null = wrk(ceiling, run);
+        rein.push(limited / base);
+        nothing.push(null / base);
+        relative.push(limited / null);
+        println!(
+            "| {round} | {base:.0} | {limited:.0} | {null:.0} | {:.2} | {:.2} | {:.2} |",
+            limited / base,
+            null / base,
+            limited / null
+        );
     }
-    ratios.sort_by(f64::total_cmp);
     println!();
-    println!(
-        "median ratio {:.2} (spread {:.2}–{:.2}); goal ≥ 0.5",
-        ratios[1], ratios[0], ratios[2]
-    );
+    for (what, mut ratios) in [
+        ("rein-server ÷ without the filter (goal ≥ 0.5)", rein),
+        ("do-nothing service ÷ without the filter", nothing),
+        ("rein-server ÷ do-nothing service", relative),
+    ] {
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "{what}: median {:.2} (spread {:.2}–{:.2})",
+            ratios[ratios.len() / 2],
+            ratios[0],
+            ratios[ratios.len() - 1]
+        );
+    }
     let _ = envoy.0.kill();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -298,6 +331,27 @@ impl Drop for EnvoyProcess {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// The ceiling: a service that answers OK to every descriptor without looking at it.
+struct Null;
+
+#[tonic::async_trait]
+impl Rls for Null {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        let ok = DescriptorStatus {
+            code: Code::Ok as i32,
+            ..Default::default()
+        };
+        Ok(tonic::Response::new(RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            statuses: vec![ok; request.get_ref().descriptors.len()],
+            ..Default::default()
+        }))
     }
 }
 
@@ -394,6 +448,37 @@ static_resources:
           - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  - name: null_filter
+    address: { socket_address: { address: 127.0.0.1, port_value: NULL_PORT } }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: null
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: { prefix: "/" }
+                route:
+                  cluster: upstream
+                  rate_limits:
+                  - actions:
+                    - request_headers: { header_name: x-user, descriptor_key: user }
+          http_filters:
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: bench
+              timeout: 1s
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service: { envoy_grpc: { cluster_name: null_rls } }
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
   - name: without_filter
     address: { socket_address: { address: 127.0.0.1, port_value: WITHOUT_PORT } }
     filter_chains:
@@ -434,4 +519,16 @@ static_resources:
       endpoints:
       - lb_endpoints:
         - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: RLS_PORT } } }
+  - name: null_rls
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: { http2_protocol_options: {} }
+    load_assignment:
+      cluster_name: null_rls
+      endpoints:
+      - lb_endpoints:
+        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: NULL_RLS } } }
 "#;

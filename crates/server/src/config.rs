@@ -41,7 +41,8 @@ pub struct Domain {
 /// first, then the longest wildcard prefix, then the `key` alone (any value).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Level {
-    pub exact: HashMap<(String, String), Entry>,
+    /// By key, then value: looked up with borrowed text, no allocation per request.
+    pub exact: HashMap<String, HashMap<String, Entry>>,
     /// `(key, prefix, entry)`, longest prefix first.
     pub wildcard: Vec<(String, String, Entry)>,
     pub any: HashMap<String, Entry>,
@@ -85,6 +86,8 @@ pub(crate) enum Action {
         policy: NamedPolicy,
         /// The policy under a readable name, for the `RateLimit*` headers.
         header_policy: NamedPolicy,
+        /// Its `RateLimit-Policy` value, rendered once.
+        policy_header: String,
         /// Each limit's unit and count, in the policy's order, for Envoy's
         /// `current_limit` (which reports the limit that decided).
         limits: Vec<(Unit, u64)>,
@@ -316,6 +319,7 @@ impl Level {
         let entries = self
             .exact
             .values()
+            .flat_map(HashMap::values)
             .chain(self.wildcard.iter().map(|(_, _, e)| e))
             .chain(self.any.values());
         for entry in entries {
@@ -436,7 +440,9 @@ impl Loader<'_> {
                     }
                     None => level
                         .exact
-                        .insert((key.clone(), value.clone()), entry)
+                        .entry(key.clone())
+                        .or_default()
+                        .insert(value.clone(), entry)
                         .is_some(),
                 },
             };
@@ -663,8 +669,23 @@ impl Loader<'_> {
                         Problem::BadValue("cannot name this rule in headers".into()),
                     )
                 })?,
+                policy_header: String::new(),
                 limits: units,
             }
+        };
+        let action = match action {
+            Action::Limit {
+                policy,
+                header_policy,
+                limits,
+                ..
+            } => Action::Limit {
+                policy_header: rein_tower::headers::render_policy(&header_policy),
+                policy,
+                header_policy,
+                limits,
+            },
+            other => other,
         };
         Ok(Rule {
             label: label.to_owned(),

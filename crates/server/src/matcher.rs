@@ -39,7 +39,8 @@ pub fn match_descriptor<'a, 'e>(
         if let Some(entry) = last {
             level = &entry.children;
         }
-        let (entry, counted) = if let Some(entry) = level.exact.get(&(k.to_owned(), v.to_owned())) {
+        let exact = level.exact.get(k).and_then(|values| values.get(v));
+        let (entry, counted) = if let Some(entry) = exact {
             (entry, None)
         } else if let Some((_, prefix, entry)) = level
             .wildcard

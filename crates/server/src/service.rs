@@ -129,10 +129,18 @@ struct Snapshot<S: Limiter + Clone + 'static> {
     prepared: HashMap<String, TablePolicy>,
 }
 
+/// The descriptor whose decision the headers show.
+struct Shown<'p> {
+    policy: &'p NamedPolicy,
+    policy_header: &'p str,
+    decision: Decision,
+}
+
 struct OverrideLimiter<S: Limiter + Clone + 'static> {
     limiter: ResilientLimiter<S>,
     prepared: TablePolicy,
     policy: NamedPolicy,
+    policy_header: String,
     unit: NamedUnit,
     requests_per_unit: u64,
 }
@@ -288,7 +296,7 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
         let mut denied = false;
         // The descriptor whose decision the headers show: the first over the limit, else
         // the one with the fewest remaining.
-        let mut shown: Option<(NamedPolicy, Decision)> = None;
+        let mut shown: Option<Shown<'_>> = None;
         for plan in &plans {
             let status = match plan {
                 Plan::Zero => {
@@ -338,6 +346,7 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
                     Action::Limit {
                         policy,
                         header_policy,
+                        policy_header,
                         limits,
                     } => {
                         let Some(prepared) = snapshot.prepared.get(policy.name()) else {
@@ -358,7 +367,7 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
                             label,
                             rule.name.as_deref(),
                             limits,
-                            header_policy,
+                            (header_policy, policy_header),
                             &mut denied,
                             &mut shown,
                         )
@@ -384,7 +393,7 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
                         label,
                         None,
                         &[(Unit::Named(limiter.unit), limiter.requests_per_unit)],
-                        &limiter.policy,
+                        (&limiter.policy, &limiter.policy_header),
                         &mut denied,
                         &mut shown,
                     )
@@ -421,15 +430,15 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
             statuses,
             ..Default::default()
         };
-        if let Some((policy, decision)) = shown {
-            response.response_headers_to_add = self.headers(&policy, &decision);
+        if let Some(shown) = shown {
+            response.response_headers_to_add = self.headers(&shown);
         }
         Ok(response)
     }
 
     /// The status of one decided descriptor, counting it and updating the request's state.
     #[allow(clippy::too_many_arguments)]
-    fn status(
+    fn status<'p>(
         &self,
         metrics: &RuleMetrics,
         decision: Result<Decision, DecideError>,
@@ -437,9 +446,9 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
         label: &str,
         name: Option<&str>,
         limits: &[(Unit, u64)],
-        header_policy: &NamedPolicy,
+        (header_policy, policy_header): (&'p NamedPolicy, &'p str),
         denied: &mut bool,
-        shown: &mut Option<(NamedPolicy, Decision)>,
+        shown: &mut Option<Shown<'p>>,
     ) -> DescriptorStatus {
         // The limit that decided (the first when there is no decision).
         let index = decision
@@ -498,13 +507,19 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
         }
         let better = match shown {
             None => true,
-            Some((_, current)) => {
+            Some(Shown {
+                decision: current, ..
+            }) => {
                 (current.is_allowed() && !allowed)
                     || (current.is_allowed() == allowed && decision.remaining < current.remaining)
             }
         };
         if better && (over || allowed) {
-            *shown = Some((header_policy.clone(), decision));
+            *shown = Some(Shown {
+                policy: header_policy,
+                policy_header,
+                decision,
+            });
         }
         // As the `RateLimit` header's `t`: on a denial the exact wait, on an admission the
         // deciding limit's reset (bounded by its longest, see rein_tower::headers).
@@ -528,19 +543,23 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
         }
     }
 
-    fn headers(&self, policy: &NamedPolicy, decision: &Decision) -> Vec<HeaderValue> {
+    fn headers(&self, shown: &Shown<'_>) -> Vec<HeaderValue> {
+        let (policy, decision) = (shown.policy, &shown.decision);
         let deciding = headers::deciding_limit(policy.policy(), decision);
-        let rendered = headers::render(policy, deciding, decision);
         let header = |key: &str, value: String| HeaderValue {
             key: key.to_owned(),
             value,
             ..Default::default()
         };
         let mut out = vec![
-            header("RateLimit-Policy", rendered.policy),
-            header("RateLimit", rendered.rate_limit),
+            header("RateLimit-Policy", shown.policy_header.to_owned()),
+            header(
+                "RateLimit",
+                headers::render_rate_limit(policy, deciding, decision),
+            ),
         ];
-        if let Some(seconds) = rendered.retry_after {
+        if !decision.is_allowed() {
+            let seconds = headers::retry_after_secs(decision);
             out.push(header("Retry-After", seconds.to_string()));
         }
         if self.shared.settings.legacy_headers {
@@ -608,6 +627,7 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
         let built = Arc::new(OverrideLimiter {
             limiter,
             prepared,
+            policy_header: headers::render_policy(&policy),
             policy,
             unit,
             requests_per_unit: count,
