@@ -265,6 +265,58 @@ impl JsonResponse {
     }
 }
 
+/// Serves `router` over TLS on `listener` until `shutdown` turns true: HTTP/1.1 per
+/// connection, each handshake bounded by [`HANDSHAKE_TIMEOUT`]. A client that fails the
+/// handshake (no certificate when one is required, a plain-text request) is dropped and
+/// logged at debug; the listener keeps serving.
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    router: Router,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            // Out of file descriptors and the like: pause rather than spin.
+            Err(error) => {
+                tracing::warn!(%error, "accepting an HTTPS connection failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let router = router.clone();
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, "TLS handshake refused");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!("TLS handshake timed out");
+                    return;
+                }
+            };
+            let service = hyper_util::service::TowerToHyperService::new(router);
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "HTTPS connection ended with an error");
+            }
+        });
+    }
+}
+
+/// The longest a client may take to complete the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The largest `/json` body: far above what [`crate::service::MAX_DESCRIPTORS`] descriptors
 /// of [`crate::service::MAX_ENTRIES`] short entries need, and bounded.
 const MAX_BODY: usize = 256 * 1024;

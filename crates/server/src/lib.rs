@@ -15,8 +15,6 @@
 //! # What it does not do
 //! - It does not serve xDS-delivered configuration: the rules come from files, reloaded
 //!   when they change or on `SIGHUP`.
-//! - It does not terminate TLS itself (yet): put it behind a proxy or a mesh sidecar that
-//!   does, or bind it to loopback beside Envoy.
 //!
 //! # Key design decision: decisions are rein's, the protocol is Envoy's
 //! The service converts Envoy's descriptors into rein policies and keys and nothing more:
@@ -28,7 +26,8 @@
 //! - `config.rs`: [`RulesConfig`], the YAML rules; `yaml.rs`, the spanned YAML tree.
 //! - `matcher.rs`: matching a descriptor to a rule.
 //! - `service.rs`: [`RateLimitService`], where a request is decided.
-//! - `grpc.rs`, `http.rs`: the two front ends. `memory.rs`: the in-process store.
+//! - `grpc.rs`, `http.rs`: the two front ends; `tls.rs`, TLS for both. `memory.rs`: the
+//!   in-process store.
 #![deny(missing_docs)]
 
 pub mod config;
@@ -37,6 +36,7 @@ pub mod http;
 pub mod matcher;
 mod memory;
 pub mod service;
+pub mod tls;
 mod yaml;
 
 pub use config::{ConfigError, Problem, RulesConfig};

@@ -111,6 +111,23 @@ struct Serve {
     #[arg(long, env = "REIN_WATCH_INTERVAL", default_value = "1s", value_parser = duration)]
     watch_interval: Duration,
 
+    /// TLS on both listeners: the certificate chain (PEM). With --tls-key.
+    #[arg(long, env = "REIN_TLS_CERT", requires = "tls_key", value_name = "PEM")]
+    tls_cert: Option<PathBuf>,
+
+    /// TLS: the certificate's private key (PEM).
+    #[arg(long, env = "REIN_TLS_KEY", requires = "tls_cert", value_name = "PEM")]
+    tls_key: Option<PathBuf>,
+
+    /// Mutual TLS: accept only clients presenting a certificate signed by this CA (PEM).
+    #[arg(
+        long,
+        env = "REIN_TLS_CLIENT_CA",
+        requires = "tls_cert",
+        value_name = "PEM"
+    )]
+    tls_client_ca: Option<PathBuf>,
+
     /// Log lines as `text` or `json`; the level comes from RUST_LOG (default `info`).
     #[arg(long, env = "REIN_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -127,6 +144,16 @@ enum Failure {
 enum LogFormat {
     Text,
     Json,
+}
+
+impl Serve {
+    fn tls(&self) -> Option<rein_server::tls::TlsFiles> {
+        Some(rein_server::tls::TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+        })
+    }
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -312,21 +339,45 @@ async fn run<S: Limiter + Clone + 'static>(
     health
         .set_serving::<envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<rein_server::grpc::Grpc<S>>>()
         .await;
+    let mut grpc_builder = tonic::transport::Server::builder();
+    let mut https = None;
+    if let Some(files) = &args.tls() {
+        let pem = files.pem().map_err(|e| format!("TLS: {e}"))?;
+        let mut config = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(pem.cert, pem.key));
+        if let Some(ca) = pem.client_ca {
+            config = config.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        grpc_builder = grpc_builder
+            .tls_config(config)
+            .map_err(|e| format!("TLS for gRPC: {e}"))?;
+        https = Some(tokio_rustls::TlsAcceptor::from(
+            files.rustls().map_err(|e| format!("TLS: {e}"))?,
+        ));
+    }
     let mut grpc_shutdown = shutdown_rx.clone();
-    let grpc_server = tonic::transport::Server::builder()
+    let grpc_server = grpc_builder
         .add_service(health_service)
         .add_service(rein_server::grpc::server(service.clone()))
         .serve_with_incoming_shutdown(rein_server::grpc::incoming(grpc), async move {
             let _ = grpc_shutdown.wait_for(|stop| *stop).await;
         });
+    let router = rein_server::http::router(service.clone(), Some(metrics));
     let mut http_shutdown = shutdown_rx.clone();
-    let http_server = axum::serve(
-        http,
-        rein_server::http::router(service.clone(), Some(metrics)),
-    )
-    .with_graceful_shutdown(async move {
-        let _ = http_shutdown.wait_for(|stop| *stop).await;
-    });
+    let http_server = async move {
+        match https {
+            Some(acceptor) => {
+                rein_server::http::serve_tls(http, acceptor, router, http_shutdown).await
+            }
+            None => {
+                axum::serve(http, router)
+                    .with_graceful_shutdown(async move {
+                        let _ = http_shutdown.wait_for(|stop| *stop).await;
+                    })
+                    .await
+            }
+        }
+    };
     let reloader = tokio::spawn(watch_rules(
         service,
         config,
@@ -340,7 +391,7 @@ async fn run<S: Limiter + Clone + 'static>(
         tracing::info!("stopping: answering the requests in flight, then exiting");
         let _ = shutdown_tx.send(true);
     });
-    let (grpc_result, http_result) = tokio::join!(grpc_server, async { http_server.await });
+    let (grpc_result, http_result) = tokio::join!(grpc_server, http_server);
     signals.abort();
     reloader.abort();
     grpc_result.map_err(|e| format!("gRPC server: {e}"))?;
