@@ -38,7 +38,7 @@ impl<S: Limiter + Clone + 'static> Rls for Grpc<S> {
     }
 }
 
-/// The connections `listener` accepts, as the stream tonic's
+/// The connections `listener` accepts, with `TCP_NODELAY` set, as the stream tonic's
 /// `Server::serve_with_incoming_shutdown` takes (no dependency needed for it).
 pub fn incoming(listener: tokio::net::TcpListener) -> Incoming {
     Incoming { listener }
@@ -53,8 +53,14 @@ impl Stream for Incoming {
     type Item = std::io::Result<tokio::net::TcpStream>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.listener
-            .poll_accept(cx)
-            .map(|accepted| Some(accepted.map(|(stream, _)| stream)))
+        self.listener.poll_accept(cx).map(|accepted| {
+            Some(accepted.map(|(stream, _)| {
+                // Answers are small and sent at once: Nagle's algorithm would hold each one
+                // back waiting for the peer's ACK. A socket that refuses the option still
+                // works, only slower.
+                let _ = stream.set_nodelay(true);
+                stream
+            }))
+        })
     }
 }
