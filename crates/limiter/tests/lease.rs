@@ -249,6 +249,44 @@ fn run_workers_at(run: &Run, rates: &[u64]) -> Report {
     report
 }
 
+/// SIGKILLs `child` once it has admitted `at_least` requests from a lease (its `LEASE`
+/// lines): it then holds leases, so a slow start cannot pass a kill test trivially (issue
+/// 26). Fails if that never happens; returns everything the worker printed.
+fn kill_once_leasing(mut child: std::process::Child, at_least: usize) -> String {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (leased, seen) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.starts_with("LEASE ") {
+                let _ = leased.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    for admitted in 0..at_least {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        assert!(
+            seen.recv_timeout(left).is_ok(),
+            "precondition: the worker to kill admitted only {admitted} from a lease"
+        );
+    }
+    child.kill().expect("SIGKILL");
+    let status = child.wait().expect("the killed worker's status");
+    assert!(
+        !status.success(),
+        "the worker ended before its kill: {status:?}"
+    );
+    reader.join().expect("the reader")
+}
+
 fn spawn_worker(exe: &std::path::Path, run: &Run, stream: bool) -> std::process::Child {
     let mut command = Command::new(exe);
     command
@@ -296,7 +334,7 @@ fn wall_us() -> u64 {
 #[ignore = "a worker of the multi-process tests: spawned with its environment"]
 fn lease_worker() {
     let Ok(spec) = std::env::var(ENV) else {
-        return;
+        panic!("a worker of the multi-process tests: run by them, with its environment");
     };
     let f: Vec<&str> = spec.split_whitespace().collect();
     let n = |i: usize| f[i].parse::<u64>().expect("a number");
@@ -414,6 +452,10 @@ async fn worker(run: Run) {
                         admitted.fetch_add(1, Ordering::Relaxed);
                         per_key[key].0.fetch_add(1, Ordering::Relaxed);
                         if decided.source == LeaseSource::Lease {
+                            if stream {
+                                // The kill tests wait for these before they kill.
+                                println!("LEASE {key}");
+                            }
                             from_lease.fetch_add(1, Ordering::Relaxed);
                             per_key[key].1.fetch_add(1, Ordering::Relaxed);
                         }
@@ -934,13 +976,15 @@ fn a_worker_killed_holding_a_lease_strands_at_most_its_share_and_nothing_is_over
     };
     let exe = std::env::current_exe().expect("the test binary");
     let mut children: Vec<_> = (0..3).map(|_| spawn_worker(&exe, &run, true)).collect();
-    std::thread::sleep(Duration::from_millis(150));
-    children[0].kill().expect("SIGKILL");
-    let mut admitted = [0u64; 2];
+    let killed = kill_once_leasing(children.remove(0), 20);
+    let mut outputs = vec![killed];
     for (i, child) in children.into_iter().enumerate() {
         let out = child.wait_with_output().expect("a worker's output");
-        assert_eq!(out.status.success(), i != 0, "worker {i}: {:?}", out.status);
-        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "worker {}: {:?}", i + 1, out.status);
+        outputs.push(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let mut admitted = [0u64; 2];
+    for text in &outputs {
         for (key, count) in admitted.iter_mut().enumerate() {
             let line = format!("ADMIT {key}");
             *count += text.lines().filter(|l| *l == line).count() as u64;
@@ -985,14 +1029,17 @@ fn a_token_bucket_holder_killed_strands_its_share_for_one_validity_and_nothing_i
     };
     let exe = std::env::current_exe().expect("the test binary");
     let mut children: Vec<_> = (0..3).map(|_| spawn_worker(&exe, &run, true)).collect();
-    std::thread::sleep(Duration::from_millis(500));
-    children[0].kill().expect("SIGKILL");
+    // Killed once it spends a rate share: it holds one then.
+    let killed = kill_once_leasing(children.remove(0), 40);
     let killed_at = wall_us();
-    let mut at = Vec::new();
+    let mut outputs = vec![killed];
     for (i, child) in children.into_iter().enumerate() {
         let out = child.wait_with_output().expect("a worker's output");
-        assert_eq!(out.status.success(), i != 0, "worker {i}: {:?}", out.status);
-        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "worker {}: {:?}", i + 1, out.status);
+        outputs.push(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let mut at = Vec::new();
+    for text in &outputs {
         for line in text.lines().filter(|l| l.starts_with("ADMIT_AT ")) {
             let t = line
                 .split_whitespace()

@@ -41,7 +41,7 @@ const CHILD_CONFIG: &str = "REIN_TOWER_TEST_CHILD_CONFIG";
 #[ignore = "a server process of two_server_processes_sharing_redis_admit_exactly_the_limit"]
 fn child_server_process() {
     let Ok(path) = std::env::var(CHILD_CONFIG) else {
-        return;
+        panic!("a server process of two_server_processes_sharing_redis_admit_exactly_the_limit");
     };
     // Exit when the parent closes our stdin (or dies), so no server outlives its test.
     std::thread::spawn(|| {
