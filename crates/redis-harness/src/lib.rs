@@ -18,6 +18,35 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
+/// `command`'s figures in the text of `INFO commandstats` (lower case, e.g. `"evalsha"`):
+/// zeros when the section has no line for it (never run), an error when the text is not that
+/// section or the line does not read as `cmdstat_<command>:calls=N,usec=N,...`, so that a
+/// changed format fails a test instead of reading as zero.
+pub fn parse_commandstat(info: &str, command: &str) -> Result<CommandStat, HarnessError> {
+    if !info.contains("# Commandstats") {
+        return Err(HarnessError::Format(format!(
+            "no `# Commandstats` section in {info:?}"
+        )));
+    }
+    let prefix = format!("cmdstat_{command}:");
+    let Some(line) = info.lines().find_map(|l| l.strip_prefix(prefix.as_str())) else {
+        return Ok(CommandStat { calls: 0, usec: 0 });
+    };
+    let field = |name: &str| -> Result<u64, HarnessError> {
+        line.trim_end()
+            .split(',')
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| {
+                HarnessError::Format(format!("no `{name}=N` in cmdstat_{command}:{line}"))
+            })
+    };
+    Ok(CommandStat {
+        calls: field("calls")?,
+        usec: field("usec")?,
+    })
+}
+
 /// Why a server could not be started or controlled.
 #[derive(Debug)]
 pub enum HarnessError {
@@ -27,6 +56,9 @@ pub enum HarnessError {
     NotReady(String),
     /// Spawning or signalling the process failed.
     Io(std::io::Error),
+    /// A reply the harness reads (`INFO commandstats`) is not in the format it knows: a
+    /// test that counted commands from it would read zeros and pass for nothing.
+    Format(String),
 }
 
 impl std::fmt::Display for HarnessError {
@@ -40,6 +72,7 @@ impl std::fmt::Display for HarnessError {
             ),
             HarnessError::NotReady(why) => write!(f, "redis-server did not become ready: {why}"),
             HarnessError::Io(e) => write!(f, "redis-server process error: {e}"),
+            HarnessError::Format(what) => write!(f, "unexpected reply format: {what}"),
         }
     }
 }
@@ -165,22 +198,7 @@ impl RedisServer {
     /// `command`'s line of `INFO commandstats` (lower case, e.g. `"evalsha"`): its calls and
     /// the µs spent in them; zeros if never run.
     pub fn commandstat(&self, command: &str) -> Result<CommandStat, HarnessError> {
-        let stats = self.command(&["INFO", "commandstats"])?;
-        let prefix = format!("cmdstat_{command}:");
-        let line = stats.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
-        let field = |name: &str| -> u64 {
-            line.and_then(|fields| {
-                fields
-                    .split(',')
-                    .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
-            })
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-        };
-        Ok(CommandStat {
-            calls: field("calls"),
-            usec: field("usec"),
-        })
+        parse_commandstat(&self.command(&["INFO", "commandstats"])?, command)
     }
 
     fn spawn(&mut self) -> Result<(), HarnessError> {
@@ -462,5 +480,31 @@ mod tests {
         let cluster = RedisCluster::start().expect("start redis cluster");
         let info = cluster.nodes()[0].command(&["CLUSTER", "INFO"]).unwrap();
         assert!(info.contains("cluster_slots_assigned:16384"), "{info}");
+    }
+}
+
+#[cfg(test)]
+mod commandstat_tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_format_is_an_error_not_zero_calls() {
+        let info = "# Commandstats\r\ncmdstat_evalsha:calls=42,usec=840,usec_per_call=20.00,rejected_calls=0,failed_calls=0\r\n";
+        assert_eq!(
+            parse_commandstat(info, "evalsha").expect("known format"),
+            CommandStat {
+                calls: 42,
+                usec: 840
+            }
+        );
+        // Never run: no line, zeros.
+        assert_eq!(
+            parse_commandstat(info, "exec").expect("known format"),
+            CommandStat::default()
+        );
+        // Not the section, or a line in another shape: errors.
+        assert!(parse_commandstat("# Server\r\nredis_version:7.0.15\r\n", "exec").is_err());
+        let other = "# Commandstats\r\ncmdstat_exec:count=3;time=9\r\n";
+        assert!(parse_commandstat(other, "exec").is_err());
     }
 }

@@ -135,12 +135,9 @@ async fn script_flushes_during_traffic_fail_no_decision() {
         .query_async(&mut flusher)
         .await
         .expect("INFO");
-    let evals = info
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_eval:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse::<u64>().ok())
-        .unwrap_or(0);
+    let evals = rein_redis_harness::parse_commandstat(&info, "eval")
+        .expect("INFO commandstats in the known format")
+        .calls;
     eprintln!("{FLUSHES} flushes, {evals} EVAL fallbacks");
     assert!(
         evals > 10,

@@ -63,11 +63,9 @@ async fn exec_calls(raw: &mut MultiplexedConnection) -> u64 {
         .query_async(raw)
         .await
         .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_exec:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    rein_redis_harness::parse_commandstat(&info, "exec")
+        .expect("INFO commandstats in the known format")
+        .calls
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
