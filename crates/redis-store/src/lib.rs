@@ -121,3 +121,13 @@ pub use store::{RedisStore, RedisStoreBuilder};
 pub fn check_key_prefix(prefix: &str) -> Result<(), ConfigError> {
     key::validate_prefix(prefix)
 }
+
+/// docs/redis.md, compiled with the doctests so that its examples keep up with the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/redis.md")]
+struct RedisDoc;
+
+/// docs/optimistic.md, compiled with the doctests so that its example keeps up with the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/optimistic.md")]
+struct OptimisticDoc;
