@@ -17,8 +17,10 @@
 //!   first, skipping those whose caller gave up) go out as the next call, by whoever ended
 //!   the call; if none wait, the lane has one call fewer in flight.
 //!
-//! So at most `in_flight` calls per lane are on the wire, a decision waits at most for one
-//! call of its lane to end before it is sent, and nothing is ever sent twice: a decision
+//! So at most `in_flight` calls per lane are on the wire; a decision waits for one call of
+//! its lane to end when fewer than `batch` decisions wait ahead of it, and for one more call
+//! per `batch` waiting ahead (each call carries the `batch` oldest:
+//! `a_call_carries_at_most_batch_decisions_oldest_first`); and nothing is ever sent twice: a decision
 //! leaves the lane once, in one call, and a call that fails or times out is never replayed
 //! (its decisions answer with its error, as a call of one would).
 

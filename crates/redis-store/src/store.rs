@@ -762,7 +762,9 @@ impl RedisStoreBuilder {
     /// How concurrent decisions share script calls (default [`Coalesce::DEFAULT`]: up to
     /// 2 calls of a policy in flight, then up to 64 waiting decisions per call).
     ///
-    /// Only `acquire` and `peek` on Redis's clock, of a policy of one limit, are coalesced;
+    /// Only `acquire` and `peek` on Redis's clock, of a policy of one token bucket, fixed
+    /// window or sliding log, are coalesced (a lone sliding counter runs the policy script,
+    /// which does not batch);
     /// a decision that finds room is sent at once, so an idle store behaves as with
     /// [`Coalesce::OFF`]. Each decision stays atomic and exact; a call that times out
     /// fails every decision it carried, none of them replayed. Under load this is what
