@@ -151,3 +151,68 @@ fn check_config_exits_zero_or_one_with_the_position() {
     );
     let _ = std::fs::remove_file(&bad);
 }
+
+/// `--redis-cluster`: the limits live in a 3-master Redis Cluster (the harness's, on
+/// loopback); two descriptors of one request whose keys hash to different slots are still
+/// decided all or nothing, and a limit is admitted exactly.
+#[test]
+fn over_a_redis_cluster_the_limit_is_exact_and_requests_all_or_nothing() {
+    let cluster = rein_redis_harness::RedisCluster::start().expect("start the cluster");
+    let dir = std::env::temp_dir().join(format!("rein-server-cluster-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(
+        dir.join("ops.yaml"),
+        "domain: ops\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 2 }\n  - key: cart\n    rate_limit: { unit: hour, requests_per_unit: 1 }\n",
+    )
+    .expect("write");
+    let http: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let grpc: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rein-server"))
+        .args(["--config", &dir.display().to_string()])
+        .args([
+            "--http-addr",
+            &http.to_string(),
+            "--grpc-addr",
+            &grpc.to_string(),
+        ])
+        .args(["--redis-cluster", &cluster.urls().join(",")])
+        .args(["--failure", "fail-closed", "--redis-deadline", "500ms"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start rein-server");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(http).is_err() {
+        assert!(Instant::now() < deadline, "never listened");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let post = |body: &str| {
+        let mut stream = TcpStream::connect(http).expect("connect");
+        write!(
+            stream,
+            "POST /json HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("send");
+        let mut text = String::new();
+        stream.read_to_string(&mut text).expect("read");
+        text
+    };
+    let both = r#"{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]},{"entries":[{"key":"cart","value":"c1"}]}]}"#;
+    let user = r#"{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}"#;
+    assert!(post(both).contains(r#""overallCode":"OK""#));
+    // The cart is spent: denied, and the user's unit given back each time.
+    for _ in 0..3 {
+        assert!(post(both).contains(r#""overallCode":"OVER_LIMIT""#));
+    }
+    let answer = post(user);
+    assert!(
+        answer.contains(r#""limitRemaining":0"#),
+        "one left before, none now: {answer}"
+    );
+    assert!(post(user).contains("OVER_LIMIT"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
