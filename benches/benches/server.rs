@@ -259,13 +259,14 @@ fn envoy_rounds(runtime: &tokio::runtime::Runtime, run: Duration) {
     let dir = std::env::temp_dir().join(format!("rein-bench-envoy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let (with, without, ceiling) = (free_port(), free_port(), free_port());
-    let config = ENVOY
-        .replace("WITH_PORT", &with.to_string())
-        .replace("WITHOUT_PORT", &without.to_string())
-        .replace("NULL_PORT", &ceiling.to_string())
-        .replace("UPSTREAM_PORT", &upstream.port().to_string())
-        .replace("RLS_PORT", &grpc.port().to_string())
-        .replace("NULL_RLS", &null.port().to_string());
+    let config = envoy_config(
+        without,
+        with,
+        ceiling,
+        upstream.port(),
+        grpc.port(),
+        null.port(),
+    );
     std::fs::write(dir.join("envoy.yaml"), config).expect("write");
     let mut envoy = EnvoyProcess(
         Command::new(&envoy_bin)
@@ -273,14 +274,18 @@ fn envoy_rounds(runtime: &tokio::runtime::Runtime, run: Duration) {
             .args(["--concurrency", "1", "--log-level", "error"])
             .args(["--base-id", &with.to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("envoy.log")).expect("log"))
             .spawn()
             .expect("start envoy"),
     );
     for port in [with, without, ceiling] {
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "envoy did not listen");
+            assert!(
+                Instant::now() < deadline,
+                "envoy did not listen:\n{}",
+                std::fs::read_to_string(dir.join("envoy.log")).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -413,122 +418,93 @@ async fn start_upstream() -> SocketAddr {
     addr
 }
 
-/// Two listeners to one upstream; only the first has the ratelimit filter.
-const ENVOY: &str = r#"
-static_resources:
-  listeners:
-  - name: with_filter
-    address: { socket_address: { address: 127.0.0.1, port_value: WITH_PORT } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: with
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: { prefix: "/" }
-                route:
-                  cluster: upstream
-                  rate_limits:
-                  - actions:
-                    - request_headers: { header_name: x-user, descriptor_key: user }
-          http_filters:
-          - name: envoy.filters.http.ratelimit
+/// Envoy's configuration: three listeners to one upstream, one without the ratelimit
+/// filter, one whose filter asks rein-server (cluster `rein_rls`), one whose filter asks the
+/// do-nothing service (cluster `nothing_rls`; not `null`, which YAML reads as nothing).
+fn envoy_config(
+    without: u16,
+    with: u16,
+    ceiling: u16,
+    upstream: u16,
+    rein: u16,
+    null: u16,
+) -> String {
+    let mut yaml = String::from("static_resources:\n  listeners:\n");
+    yaml.push_str(&listener("without", without, None));
+    yaml.push_str(&listener("rein", with, Some("rein_rls")));
+    yaml.push_str(&listener("nothing", ceiling, Some("nothing_rls")));
+    yaml.push_str("  clusters:\n");
+    yaml.push_str(&cluster("upstream", upstream, false));
+    yaml.push_str(&cluster("rein_rls", rein, true));
+    yaml.push_str(&cluster("nothing_rls", null, true));
+    yaml
+}
+
+/// A listener routing everything to `upstream`, with the ratelimit filter asking
+/// `rls` (a cluster) if given.
+fn listener(name: &str, port: u16, rls: Option<&str>) -> String {
+    let (rate_limits, filter) = match rls {
+        None => (String::new(), String::new()),
+        Some(cluster) => (
+            "                  rate_limits:\n                  - actions:\n                    - request_headers: { header_name: x-user, descriptor_key: user }\n".to_owned(),
+            format!(
+                r#"          - name: envoy.filters.http.ratelimit
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
               domain: bench
               timeout: 1s
               rate_limit_service:
                 transport_api_version: V3
-                grpc_service: { envoy_grpc: { cluster_name: ratelimit } }
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  - name: null_filter
-    address: { socket_address: { address: 127.0.0.1, port_value: NULL_PORT } }
+                grpc_service: {{ envoy_grpc: {{ cluster_name: {cluster} }} }}
+"#
+            ),
+        ),
+    };
+    format!(
+        r#"  - name: {name}
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
     filter_chains:
     - filters:
       - name: envoy.filters.network.http_connection_manager
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: null
+          stat_prefix: {name}
           route_config:
             virtual_hosts:
             - name: all
               domains: ["*"]
               routes:
-              - match: { prefix: "/" }
+              - match: {{ prefix: "/" }}
                 route:
                   cluster: upstream
-                  rate_limits:
-                  - actions:
-                    - request_headers: { header_name: x-user, descriptor_key: user }
-          http_filters:
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: bench
-              timeout: 1s
-              rate_limit_service:
-                transport_api_version: V3
-                grpc_service: { envoy_grpc: { cluster_name: null_rls } }
-          - name: envoy.filters.http.router
+{rate_limits}          http_filters:
+{filter}          - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  - name: without_filter
-    address: { socket_address: { address: 127.0.0.1, port_value: WITHOUT_PORT } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: without
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: { prefix: "/" }
-                route: { cluster: upstream }
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints:
-      - lb_endpoints:
-        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: UPSTREAM_PORT } } }
-  - name: ratelimit
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
+"#
+    )
+}
+
+/// A static cluster of one endpoint; `grpc` ones speak HTTP/2.
+fn cluster(name: &str, port: u16, grpc: bool) -> String {
+    let http2 = if grpc {
+        r#"    typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
         explicit_http_config: { http2_protocol_options: {} }
-    load_assignment:
-      cluster_name: ratelimit
-      endpoints:
-      - lb_endpoints:
-        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: RLS_PORT } } }
-  - name: null_rls
+"#
+    } else {
+        ""
+    };
+    format!(
+        r#"  - name: {name}
     type: STATIC
     connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: { http2_protocol_options: {} }
-    load_assignment:
-      cluster_name: null_rls
+{http2}    load_assignment:
+      cluster_name: {name}
       endpoints:
       - lb_endpoints:
-        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: NULL_RLS } } }
-"#;
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}
+"#
+    )
+}

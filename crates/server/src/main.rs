@@ -245,23 +245,14 @@ async fn serve(args: Serve) -> Result<(), String> {
             .prefix(args.key_prefix.clone())
             .deadline(args.redis_deadline)
     };
-    match (&args.redis_url, &args.redis_cluster) {
+    let redis = match (&args.redis_url, &args.redis_cluster) {
         (Some(url), _) => {
             let store = builder()
                 .connect(url)
                 .await
                 .map_err(|e| format!("cannot connect to Redis at {url}: {e}"))?;
             tracing::info!(%url, "sharing limits through Redis");
-            run(
-                ConfiguredStore::Standalone(store),
-                rules,
-                settings,
-                &args,
-                config,
-                metrics,
-                None,
-            )
-            .await
+            Some(ConfiguredStore::Standalone(store))
         }
         (None, Some(nodes)) => {
             let store = builder()
@@ -269,46 +260,51 @@ async fn serve(args: Serve) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("cannot connect to the Redis Cluster: {e}"))?;
             tracing::info!(nodes = nodes.len(), "sharing limits through Redis Cluster");
-            run(
-                ConfiguredStore::Cluster(store),
-                rules,
-                settings,
-                &args,
-                config,
-                metrics,
-                None,
-            )
-            .await
+            Some(ConfiguredStore::Cluster(store))
         }
-        (None, None) => {
+        (None, None) => None,
+    };
+    let start = Start {
+        rules,
+        settings,
+        config,
+        metrics,
+    };
+    match redis {
+        Some(store) => run(store, start, &args, None).await,
+        None => {
             tracing::warn!(
                 "no Redis configured: every limit is this process's alone (pass --redis-url \
                  to share them between servers)"
             );
             let store = ReloadableMemoryStore::new();
-            run(
-                store.clone(),
-                rules,
-                settings,
-                &args,
-                config,
-                metrics,
-                Some(store),
-            )
-            .await
+            run(store.clone(), start, &args, Some(store)).await
         }
     }
 }
 
-async fn run<S: Limiter + Clone + 'static>(
-    store: S,
+/// What serving starts from, whatever the store.
+struct Start {
     rules: RulesConfig,
     settings: ServiceSettings,
-    args: &Serve,
     config: PathBuf,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
+}
+
+/// Serves until SIGTERM over `store`; `memory` is the same store when it is the in-process
+/// one (a reload then forgets the tables of rules that are gone).
+async fn run<S: Limiter + Clone + 'static>(
+    store: S,
+    start: Start,
+    args: &Serve,
     memory: Option<ReloadableMemoryStore>,
 ) -> Result<(), String> {
+    let Start {
+        rules,
+        settings,
+        config,
+        metrics,
+    } = start;
     let domains = rules.domain_names().map(str::to_owned).collect::<Vec<_>>();
     let service = RateLimitService::new(store, rules, settings)
         .map_err(|e| format!("cannot build the limiter: {e}"))?;

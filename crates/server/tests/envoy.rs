@@ -8,6 +8,8 @@
 //! `scripts/test-deps` installs); missing, the test fails with the command that installs
 //! it. Every process listens on loopback ports of its own and is killed at the end.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -16,6 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rein_redis_harness::RedisServer;
+use support::{free_port, temp_dir, wait_for_port};
 
 const RULES: &str = "
 domain: envoytest
@@ -172,38 +175,10 @@ fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rein-server-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-/// A port nobody listens on now (the OS's choice; taken back at once).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 fn sleep_until(instant: Instant) {
     let now = Instant::now();
     if instant > now {
         thread::sleep(instant - now);
-    }
-}
-
-/// Waits until `addr` accepts connections, or fails naming `what` and its log.
-fn wait_for_port(addr: SocketAddr, what: &str, log: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not listen on {addr}:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -233,7 +208,7 @@ impl ReinServer {
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("start rein-server");
-        wait_for_port(grpc, "rein-server", &log);
+        wait_for_port(grpc, "rein-server", Some(&log));
         ReinServer { child, grpc }
     }
 }
@@ -336,7 +311,7 @@ impl Envoy {
             .spawn()
             .expect("start envoy");
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        wait_for_port(addr, "envoy", &log);
+        wait_for_port(addr, "envoy", Some(&log));
         Envoy { child, addr }
     }
 

@@ -3,35 +3,24 @@
 //! file, line and field), takes a good one, and exits cleanly on SIGTERM. `check-config`
 //! exits 0 or 1 with the error's position.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+mod support;
+
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use support::{free_addr, post_json, temp_dir, wait_for_port};
+
 const RULES: &str = "domain: ops\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 2 }\n";
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// `POST /json` for user `ann`; the answer's body.
+/// `POST /json` for user `ann`; the answer's text.
 fn ask(http: SocketAddr) -> String {
-    let body = r#"{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}"#;
-    let mut stream = TcpStream::connect(http).expect("connect");
-    write!(
-        stream,
-        "POST /json HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
+    post_json(
+        http,
+        r#"{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}"#,
     )
-    .expect("send");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("read");
-    text
 }
 
 fn signal(pid: u32, name: &str) {
@@ -44,13 +33,10 @@ fn signal(pid: u32, name: &str) {
 
 #[test]
 fn a_bad_reload_is_refused_a_good_one_taken_and_sigterm_exits_cleanly() {
-    let dir = std::env::temp_dir().join(format!("rein-server-ops-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = temp_dir("ops");
     let file = dir.join("ops.yaml");
     std::fs::write(&file, RULES).expect("write");
-    let http: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let grpc: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let (http, grpc) = (free_addr(), free_addr());
     let log = dir.join("server.log");
     let mut child = Command::new(env!("CARGO_BIN_EXE_rein-server"))
         .args(["--config", &dir.display().to_string()])
@@ -67,11 +53,7 @@ fn a_bad_reload_is_refused_a_good_one_taken_and_sigterm_exits_cleanly() {
         .stderr(std::fs::File::create(&log).expect("log"))
         .spawn()
         .expect("start rein-server");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(http).is_err() {
-        assert!(Instant::now() < deadline, "never listened");
-        thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_port(http, "rein-server", None);
     assert!(ask(http).contains(r#""overallCode":"OK""#));
 
     // A bad file: refused, logged with its position, and the old rules still serve.
@@ -158,16 +140,13 @@ fn check_config_exits_zero_or_one_with_the_position() {
 #[test]
 fn over_a_redis_cluster_the_limit_is_exact_and_requests_all_or_nothing() {
     let cluster = rein_redis_harness::RedisCluster::start().expect("start the cluster");
-    let dir = std::env::temp_dir().join(format!("rein-server-cluster-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = temp_dir("cluster");
     std::fs::write(
         dir.join("ops.yaml"),
         "domain: ops\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 2 }\n  - key: cart\n    rate_limit: { unit: hour, requests_per_unit: 1 }\n",
     )
     .expect("write");
-    let http: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let grpc: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let (http, grpc) = (free_addr(), free_addr());
     let mut child = Command::new(env!("CARGO_BIN_EXE_rein-server"))
         .args(["--config", &dir.display().to_string()])
         .args([
@@ -182,23 +161,8 @@ fn over_a_redis_cluster_the_limit_is_exact_and_requests_all_or_nothing() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start rein-server");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(http).is_err() {
-        assert!(Instant::now() < deadline, "never listened");
-        thread::sleep(Duration::from_millis(50));
-    }
-    let post = |body: &str| {
-        let mut stream = TcpStream::connect(http).expect("connect");
-        write!(
-            stream,
-            "POST /json HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .expect("send");
-        let mut text = String::new();
-        stream.read_to_string(&mut text).expect("read");
-        text
-    };
+    wait_for_port(http, "rein-server", None);
+    let post = |body: &str| post_json(http, body);
     let both = r#"{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]},{"entries":[{"key":"cart","value":"c1"}]}]}"#;
     let user = r#"{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}"#;
     assert!(post(both).contains(r#""overallCode":"OK""#));

@@ -4,11 +4,13 @@
 //! certificate). A client with a certificate from the CA is served over gRPC and HTTPS; one
 //! without, or speaking plain text, is not, and the server keeps serving.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+mod support;
+
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor,
@@ -18,6 +20,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use support::{free_addr, wait_for_port};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
@@ -25,13 +28,6 @@ fn tls_file(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/tls")
         .join(name)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 struct Server {
@@ -48,8 +44,7 @@ impl Drop for Server {
 }
 
 fn start() -> Server {
-    let grpc: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let http: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let (grpc, http) = (free_addr(), free_addr());
     let rules = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/config");
     let child = Command::new(env!("CARGO_BIN_EXE_rein-server"))
         .args(["--config", &rules.display().to_string()])
@@ -66,11 +61,8 @@ fn start() -> Server {
         .stderr(Stdio::null())
         .spawn()
         .expect("start rein-server");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(http).is_err() || TcpStream::connect(grpc).is_err() {
-        assert!(Instant::now() < deadline, "never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_port(http, "rein-server (HTTPS)", None);
+    wait_for_port(grpc, "rein-server (gRPC)", None);
     Server { child, grpc, http }
 }
 

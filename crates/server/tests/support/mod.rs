@@ -1,0 +1,58 @@
+//! What the tests that run `rein-server` as a process share: ports, waiting for a listener,
+//! a scratch directory, and `POST /json` over plain HTTP.
+
+#![allow(dead_code)] // Each test binary uses its own part.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A port nobody listens on now (the OS's choice; taken back at once).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A loopback address on a free port.
+pub fn free_addr() -> SocketAddr {
+    ([127, 0, 0, 1], free_port()).into()
+}
+
+/// Waits until `addr` accepts connections, or fails naming `what` and its log (if any).
+pub fn wait_for_port(addr: SocketAddr, what: &str, log: Option<&Path>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not listen on {addr}:\n{}",
+            log.and_then(|l| std::fs::read_to_string(l).ok())
+                .unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A fresh directory under the system's temporary one, named for `name` and this process.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rein-server-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// `POST /json` with `body` on a new plain-HTTP connection; the whole answer as text.
+pub fn post_json(http: SocketAddr, body: &str) -> String {
+    let mut stream = TcpStream::connect(http).expect("connect");
+    write!(
+        stream,
+        "POST /json HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read");
+    text
+}
