@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rein_core::{
-    DecideError, Decision, Held, Limiter, Micros, NamedPolicy, PrepareError, Timestamp,
+    DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, PrepareError, Timestamp,
 };
 use rein_memory::MemoryStore;
 
@@ -82,6 +82,12 @@ impl Limiter for ReloadableMemoryStore {
         self.store.refund(now, policy, key, amount)
     }
 
+    fn deadline(&self) -> Option<std::time::Duration> {
+        self.store.deadline()
+    }
+}
+
+impl Leasable for ReloadableMemoryStore {
     fn acquire_held(
         &self,
         now: Option<Timestamp>,

@@ -10,7 +10,7 @@
 //!   `acquire`/`refund` (fixed windows and sliding counters) and how long a grant lives.
 //! - `book.rs`: [`LeaseBook`]: the per-key lease state machine, sans-IO.
 //! - `rate.rs`: [`RateBook`]: the per-key rate leases of token buckets (sub-buckets),
-//!   sans-IO, over the store's [`share_rate`](rein_core::Limiter::share_rate).
+//!   sans-IO, over the store's [`share_rate`](rein_core::Leasable::share_rate).
 //! - `driver.rs`: [`LeasedLimiter`]: the thin async driver over any
 //!   [`Limiter`](rein_core::Limiter).
 //!
