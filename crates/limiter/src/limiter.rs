@@ -46,7 +46,8 @@ use crate::{RequestError, ResilienceConfigError};
 ///
 /// Any [`Limiter`] can be the store: `rein_redis::RedisStore` for a limit shared between
 /// processes, `rein_memory::MemoryStore` in tests. The limiter is itself a [`Limiter`], so
-/// code written against the trait (an HTTP layer, a simulator) takes it unchanged.
+/// code written against the trait (an HTTP layer, a simulator) takes it unchanged, and a
+/// [`Leasable`] one over a leasable store, so a `LeasedLimiter` can wrap it.
 ///
 /// # Deadline
 /// No call waits for anything but the store, and that wait is the store's deadline

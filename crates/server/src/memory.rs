@@ -120,3 +120,47 @@ impl Leasable for ReloadableMemoryStore {
         self.store.share_rate(now, policy, key, op)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rein_core::{Limit, Policy, RateAnswer, RateOp};
+
+    use super::*;
+
+    /// Leasing over the store reaches the memory store, on the table a reload keeps.
+    #[tokio::test]
+    async fn every_lease_operation_reaches_the_table_a_reload_keeps() {
+        let store = ReloadableMemoryStore::new();
+        let t = Timestamp::from_micros(1_000_000);
+        let bucket = Limit::token_bucket(2, 1, Micros::from_secs(3600)).unwrap();
+        let bucket = NamedPolicy::new("bucket", Policy::single(bucket)).unwrap();
+        for remaining in [1, 0] {
+            // Prepared again each time, as a reload does: the same table, the same shares.
+            let prepared = store.prepare(&bucket).unwrap();
+            let answer = store
+                .share_rate(Some(t), &prepared, b"k", RateOp::Direct(1))
+                .await;
+            assert!(
+                matches!(answer, Ok(RateAnswer::Decided(d))
+                    if d.is_allowed() && d.remaining == remaining),
+                "{answer:?}"
+            );
+        }
+
+        let log = Limit::sliding_log(2, Micros::from_secs(1)).unwrap();
+        let log = store
+            .prepare(&NamedPolicy::new("log", Policy::single(log)).unwrap())
+            .unwrap();
+        let hold = Micros::from_secs(1);
+        let held = store.acquire_held(Some(t), &log, b"k", 2, hold).await;
+        let held = held.unwrap();
+        assert!(held.decision.is_allowed());
+        assert_eq!(held.stamp, t.saturating_add(hold));
+        store
+            .refund_held(Some(t), &log, b"k", 2, held.stamp)
+            .await
+            .unwrap();
+        let again = store.acquire(Some(t), &log, b"k", 2).await.unwrap();
+        assert!(again.is_allowed(), "{again:?}");
+    }
+}
