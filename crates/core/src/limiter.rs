@@ -1,4 +1,5 @@
-//! The one interface every way of deciding implements: [`Limiter`].
+//! The one interface every way of deciding implements, [`Limiter`], and the one a store
+//! implements besides to be leased over, [`Leasable`].
 //!
 //! rein decides in several places: in process (`rein-memory`), in Redis (`rein-redis`),
 //! through the resilient layer above any store (`rein`), and in the HTTP layer and the
@@ -75,7 +76,79 @@ pub trait Limiter: Send + Sync {
         amount: u64,
     ) -> impl Future<Output = Result<(), DecideError>> + Send;
 
-    /// [`acquire`](Self::acquire) for a lease: units the caller may spend at any instant up
+    /// The longest one call waits before it gives up with [`StoreError::Timeout`], if the
+    /// limiter bounds its own calls (a remote store does), or `None` for one that never
+    /// waits (a local store). No default: every limiter states its own, since the layers
+    /// above size their deadlines from it.
+    fn deadline(&self) -> Option<Duration>;
+}
+
+/// A [`Limiter`] whose units can be leased: the operations a `rein::LeasedLimiter` runs on
+/// the store besides [`Limiter`]'s, to reserve blocks of units, give back what a block did
+/// not spend, and share a token bucket's rate between nodes (docs/leases.md).
+///
+/// A second trait rather than more methods of [`Limiter`], and with no default bodies: a
+/// store or wrapper that does not implement leasing cannot be leased over, and one that
+/// forgets an operation does not compile. rein-memory's `MemoryStore`, rein-redis's
+/// `RedisStore` (standalone and Cluster), rein's `ResilientLimiter` over a leasable store
+/// and the stores of rein-tower and rein-server implement it; rein-redis's
+/// `OptimisticStore` does not (it has no rate shares), and neither does
+/// `rein::LeasedLimiter` itself (a lease of a lease is not offered).
+///
+/// # Contract
+/// Every operation is atomic in the store, as [`Limiter::acquire`] is, with the same `now`,
+/// key and error rules (see [`Limiter`]).
+/// - [`acquire_held`](Self::acquire_held) and [`refund_held`](Self::refund_held) are
+///   [`Policy::acquire_held`] and [`Policy::refund_held`] in the store, the stamp in the
+///   store's clock.
+/// - [`share_rate`](Self::share_rate) is [`RateShares::apply`] on the key's rate-share
+///   state. A store that cannot run it atomically says so in code, answering
+///   [`DecideError::Unsupported`]; a `LeasedLimiter` then decides such a token bucket with
+///   plain [`acquire`](Limiter::acquire), without leases.
+///
+/// # A store that only decides cannot be leased over
+/// `rein::LeasedLimiter<S>` requires `S: Leasable`, as `lease_over` does here (rein-core
+/// cannot name rein; the same example with `LeasedLimiter` itself is in its docs):
+/// ```compile_fail,E0277
+/// use std::future::{Future, ready};
+/// use std::time::Duration;
+/// use rein_core::{DecideError, Decision, Leasable, Limiter, NamedPolicy, PrepareError, Timestamp};
+///
+/// /// A [`Limiter`], and not [`Leasable`].
+/// struct DecidesOnly;
+///
+/// impl Limiter for DecidesOnly {
+///     type Prepared = ();
+///     fn prepare(&self, _: &NamedPolicy) -> Result<(), PrepareError> {
+///         Ok(())
+///     }
+///     fn acquire(&self, _: Option<Timestamp>, _: &(), _: &[u8], _: u64)
+///         -> impl Future<Output = Result<Decision, DecideError>> + Send {
+///         ready(Err(DecideError::Unsupported { operation: "acquire" }))
+///     }
+///     fn peek(&self, _: Option<Timestamp>, _: &(), _: &[u8], _: u64)
+///         -> impl Future<Output = Result<Decision, DecideError>> + Send {
+///         ready(Err(DecideError::Unsupported { operation: "peek" }))
+///     }
+///     fn refund(&self, _: Option<Timestamp>, _: &(), _: &[u8], _: u64)
+///         -> impl Future<Output = Result<(), DecideError>> + Send {
+///         ready(Ok(()))
+///     }
+///     fn deadline(&self) -> Option<Duration> {
+///         None
+///     }
+/// }
+///
+/// /// `LeasedLimiter::builder`'s bound.
+/// fn lease_over<S: Leasable + 'static>(store: S) -> S {
+///     store
+/// }
+///
+/// // error[E0277]: the trait bound `DecidesOnly: Leasable` is not satisfied
+/// lease_over(DecidesOnly);
+/// ```
+pub trait Leasable: Limiter {
+    /// [`acquire`](Limiter::acquire) for a lease: units the caller may spend at any instant up
     /// to `hold` after the store's decision. A sliding log records them `hold` after its
     /// decision, so they count for as long as they may be used; the other algorithms count
     /// them at the decision ([`Policy::acquire_held`]). The reply carries that stamp, in
@@ -91,7 +164,7 @@ pub trait Limiter: Send + Sync {
 
     /// Gives back up to `amount` unused units of an [`acquire_held`](Self::acquire_held)
     /// whose reply named `stamp`: a sliding log removes them from that stamp only, which is
-    /// exact whenever it runs; the other algorithms as [`refund`](Self::refund)
+    /// exact whenever it runs; the other algorithms as [`refund`](Limiter::refund)
     /// ([`Policy::refund_held`]).
     fn refund_held(
         &self,
@@ -107,36 +180,22 @@ pub trait Limiter: Send + Sync {
     /// share of the rate, or a request decided against what the shares leave (leases of a
     /// token bucket, docs/leases.md). A key decided this way must be decided only this way:
     /// its state is not the plain bucket's.
-    ///
-    /// The default answers [`DecideError::Unsupported`]: a store that cannot run it
-    /// atomically. rein-memory and rein-redis implement it.
     fn share_rate(
         &self,
         now: Option<Timestamp>,
         policy: &Self::Prepared,
         key: &[u8],
         op: RateOp,
-    ) -> impl Future<Output = Result<RateAnswer, DecideError>> + Send {
-        let _ = (now, policy, key, op);
-        std::future::ready(Err(DecideError::Unsupported {
-            operation: "share_rate",
-        }))
-    }
-
-    /// The longest one call waits before it gives up with [`StoreError::Timeout`], if the
-    /// limiter bounds its own calls (a remote store does; a local one never waits).
-    fn deadline(&self) -> Option<Duration> {
-        None
-    }
+    ) -> impl Future<Output = Result<RateAnswer, DecideError>> + Send;
 }
 
-/// The answer to [`Limiter::acquire_held`].
+/// The answer to [`Leasable::acquire_held`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Held {
     /// The decision, as [`Limiter::acquire`] would give it.
     pub decision: Decision,
     /// Where a sliding log recorded the units: the store's decision instant plus the hold,
-    /// in the store's clock. Name it in [`Limiter::refund_held`].
+    /// in the store's clock. Name it in [`Leasable::refund_held`].
     pub stamp: Timestamp,
 }
 
@@ -215,9 +274,10 @@ pub enum DecideError {
     /// A rate-share operation the policy or the request does not allow; see [`ShareError`].
     #[error(transparent)]
     InvalidShare(#[from] ShareError),
-    /// The limiter does not implement this operation (for example
-    /// [`Limiter::share_rate`] on a store that cannot run it atomically). Fix: decide the
-    /// policy with `acquire`, or use a store that implements it.
+    /// The limiter does not run this operation (for example
+    /// [`Leasable::share_rate`] on a store that cannot run it atomically, or a refund of a
+    /// token bucket leased as rate). Fix: decide the policy with `acquire`, or use a store
+    /// that runs it.
     #[error("this limiter does not implement {operation}")]
     Unsupported {
         /// The operation.

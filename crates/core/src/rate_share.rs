@@ -123,7 +123,7 @@ pub struct TakeRequest {
 }
 
 /// One operation on a key's rate shares: what a store's
-/// [`Limiter::share_rate`](crate::Limiter::share_rate) runs atomically.
+/// [`Leasable::share_rate`](crate::Leasable::share_rate) runs atomically.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RateOp {
     /// [`RateShares::take`].

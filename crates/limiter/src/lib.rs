@@ -2,8 +2,8 @@
 //!
 //! This is the crate an application uses on its request path. It sits above the stores
 //! (`rein-redis` for limits shared through Redis, `rein-memory` in process), which only
-//! store: each implements rein-core's one [`Limiter`](rein_core::Limiter) trait and nothing
-//! more. [`ResilientLimiter`] wraps any of them and gives every request an answer within
+//! store: each implements rein-core's [`Limiter`](rein_core::Limiter) trait, and
+//! [`Leasable`](rein_core::Leasable) to be leased over, and nothing more. [`ResilientLimiter`] wraps any of them and gives every request an answer within
 //! the store's deadline, by a failure policy the operator chose ([`FailurePolicy`]), says
 //! where each answer came from ([`Source`]), stops calling a store that keeps failing
 //! ([`Breaker`]) and goes back by itself when a probe succeeds. docs/failure.md states the
@@ -49,7 +49,7 @@
 //! - `stats.rs`: [`StatsSnapshot`]; `export.rs`: the `metrics` facade export.
 //! - `clock.rs`: [`TokioClock`].
 //! - `lease/`: leases, opt-in (docs/leases.md): [`LeasedLimiter`] decides hot keys locally
-//!   from blocks reserved in the store, with zero over-admission; [`LeaseBook`] is its
+//!   from blocks reserved in a [`Leasable`](rein_core::Leasable) store, with zero over-admission; [`LeaseBook`] is its
 //!   sans-IO state machine, [`LeaseTerms`] says which policies lease exactly.
 //! - `region.rs`: one limit across regions: [`split`] (static) and [`Rebalancer`] /
 //!   [`RegionQuota`] (quota rebalanced from a home region every window); docs/multi-region.md.

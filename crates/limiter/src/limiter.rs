@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::{
-    DecideError, Decision, Held, Limiter, Micros, NamedPolicy, PrepareError, RateAnswer, RateOp,
-    StoreError, Timestamp,
+    DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, PrepareError, RateAnswer,
+    RateOp, StoreError, Timestamp,
 };
 use rein_memory::{Clock, MemoryLimiter};
 use tracing::Instrument;
@@ -46,7 +46,8 @@ use crate::{RequestError, ResilienceConfigError};
 ///
 /// Any [`Limiter`] can be the store: `rein_redis::RedisStore` for a limit shared between
 /// processes, `rein_memory::MemoryStore` in tests. The limiter is itself a [`Limiter`], so
-/// code written against the trait (an HTTP layer, a simulator) takes it unchanged.
+/// code written against the trait (an HTTP layer, a simulator) takes it unchanged, and a
+/// [`Leasable`] one over a leasable store, so a `LeasedLimiter` can wrap it.
 ///
 /// # Deadline
 /// No call waits for anything but the store, and that wait is the store's deadline
@@ -186,7 +187,7 @@ impl<S: Limiter> ResilientLimiter<S> {
     pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decided, RequestError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);
-        self.decide(None, index, key, cost, StoreOp::Acquire)
+        self.decide_plain(None, index, key, cost, false)
             .await
             .map(|(decided, _)| decided)
     }
@@ -198,7 +199,7 @@ impl<S: Limiter> ResilientLimiter<S> {
     pub async fn peek(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decided, RequestError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);
-        self.decide(None, index, key, cost, StoreOp::Peek)
+        self.decide_plain(None, index, key, cost, true)
             .await
             .map(|(decided, _)| decided)
     }
@@ -215,7 +216,7 @@ impl<S: Limiter> ResilientLimiter<S> {
             self.inner.gate.invalid_request();
             return Err(RequestError::UnknownPolicy(policy.to_owned()));
         };
-        self.decide(None, index, key.as_ref(), cost, StoreOp::Acquire)
+        self.decide_plain(None, index, key.as_ref(), cost, false)
             .await
             .map(|(decided, _)| decided)
     }
@@ -266,16 +267,49 @@ impl<S: Limiter> ResilientLimiter<S> {
         &self.inner.store
     }
 
-    /// A decision by the store's operation `op`, with the store's stamp when the store
-    /// answered a held acquire.
-    async fn decide(
+    /// A decision by the store's `acquire`, or its `peek`.
+    async fn decide_plain(
         &self,
         now: Option<Timestamp>,
         index: usize,
         key: &[u8],
         cost: u64,
-        op: StoreOp,
+        peek: bool,
     ) -> Result<(Decided, Option<Timestamp>), RequestError> {
+        self.decide(
+            now,
+            index,
+            key,
+            cost,
+            peek,
+            move |store, policy, store_now| async move {
+                let decision = if peek {
+                    store.peek(store_now, policy, key, cost).await
+                } else {
+                    store.acquire(store_now, policy, key, cost).await
+                };
+                decision.map(|decision| (decision, None))
+            },
+        )
+        .await
+    }
+
+    /// A decision by the store's operation `call` (given the store, the prepared policy and
+    /// the `now` to pass), with the store's stamp when the store answered a held acquire.
+    /// `peek`: the call takes nothing, and its answer is never cached.
+    async fn decide<'a, F, Fut>(
+        &'a self,
+        now: Option<Timestamp>,
+        index: usize,
+        key: &[u8],
+        cost: u64,
+        peek: bool,
+        call: F,
+    ) -> Result<(Decided, Option<Timestamp>), RequestError>
+    where
+        F: FnOnce(&'a S, &'a S::Prepared, Option<Timestamp>) -> Fut,
+        Fut: Future<Output = Result<(Decision, Option<Timestamp>), DecideError>>,
+    {
         let inner = &*self.inner;
         let named = &inner.table.policies()[index];
         let capacity = named.policy().capacity();
@@ -300,9 +334,9 @@ impl<S: Limiter> ResilientLimiter<S> {
                 capacity,
                 key,
                 cost,
-                peek: matches!(op, StoreOp::Peek),
+                peek,
             };
-            let (decided, stamp) = inner.decide(now, index, request, op).await?;
+            let (decided, stamp) = inner.decide(now, index, request, call).await?;
             tracing::debug!(
                 source = decided.source.as_str(),
                 unavailable = decided.source.unavailable().map(|why| why.as_str()),
@@ -319,15 +353,19 @@ impl<S: Limiter> ResilientLimiter<S> {
 }
 
 impl<S: Limiter> Shared<S> {
-    /// The request path for a valid request: ask the gate, call the store if it says so,
-    /// and give the gate the outcome.
-    async fn decide(
-        &self,
+    /// The request path for a valid request: ask the gate, call the store (`call`) if it
+    /// says so, and give the gate the outcome.
+    async fn decide<'a, F, Fut>(
+        &'a self,
         now: Option<Timestamp>,
         index: usize,
         request: Request<'_>,
-        op: StoreOp,
-    ) -> Result<(Decided, Option<Timestamp>), RequestError> {
+        call: F,
+    ) -> Result<(Decided, Option<Timestamp>), RequestError>
+    where
+        F: FnOnce(&'a S, &'a S::Prepared, Option<Timestamp>) -> Fut,
+        Fut: Future<Output = Result<(Decision, Option<Timestamp>), DecideError>>,
+    {
         // A decision may complete without ever waiting (a cache hit, an open breaker, a store
         // whose futures are ready): count it against the task's cooperative budget, so a task
         // that loops on denied requests still lets the runtime's other tasks (the limiter's
@@ -340,46 +378,16 @@ impl<S: Limiter> Shared<S> {
             Step::Answer(decided) => return Ok((decided, None)),
             Step::Call(ticket) => ticket,
         };
-        let mut call = InFlight {
+        let mut in_flight = InFlight {
             shared: self,
             ticket: Some(ticket),
         };
         let store_now = self.store_now(now, sent_at);
-        let policy = &self.prepared[index];
-        let (key, cost) = (request.key, request.cost);
-        let store_call = async {
-            match op {
-                StoreOp::Held(hold) => self
-                    .store
-                    .acquire_held(store_now, policy, key, cost, hold)
-                    .await
-                    .map(|held| (held.decision, Some(held.stamp))),
-                StoreOp::Acquire => self
-                    .store
-                    .acquire(store_now, policy, key, cost)
-                    .await
-                    .map(|decision| (decision, None)),
-                StoreOp::Peek => self
-                    .store
-                    .peek(store_now, policy, key, cost)
-                    .await
-                    .map(|decision| (decision, None)),
-                StoreOp::RateDirect => match self
-                    .store
-                    .share_rate(store_now, policy, key, RateOp::Direct(cost))
-                    .await?
-                {
-                    RateAnswer::Decided(decision) => Ok((decision, None)),
-                    other => Err(DecideError::Unavailable(StoreError::UnexpectedReply(
-                        format!("a direct rate-share decision answered {other:?}"),
-                    ))),
-                },
-            }
-        };
+        let store_call = call(&self.store, &self.prepared[index], store_now);
         let reply = tokio::time::timeout(self.guard_deadline, store_call).await;
         let mut stamp = None;
         let ended = now.unwrap_or_else(|| self.clock.now());
-        let ticket = call.finish();
+        let ticket = in_flight.finish();
         let reply = match reply {
             Ok(Ok((decision, held_at))) => {
                 stamp = held_at;
@@ -410,43 +418,6 @@ impl<S: Limiter> Shared<S> {
         // Only the store's own answer carries its stamp.
         let stamp = stamp.filter(|_| decided.source == crate::Source::Store);
         Ok((decided, stamp))
-    }
-
-    async fn refund_held(
-        &self,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        amount: u64,
-        stamp: Timestamp,
-    ) -> Result<(), DecideError> {
-        let local = now.unwrap_or_else(|| self.clock.now());
-        self.gate.forget(local, index as u32, key);
-        let store_now = self.store_now(now, local);
-        let policy = &self.prepared[index];
-        self.within_deadline(
-            self.store
-                .refund_held(store_now, policy, key, amount, stamp),
-        )
-        .await
-    }
-
-    /// A rate-share operation other than a direct decision (a node taking, renewing or
-    /// returning its share), sent to the store within the deadline. No failure policy
-    /// answers for it: without the store's reply a node has no new share, and spends only
-    /// what it was granted before (docs/leases.md).
-    async fn share_rate(
-        &self,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        op: RateOp,
-    ) -> Result<RateAnswer, DecideError> {
-        let local = now.unwrap_or_else(|| self.clock.now());
-        let store_now = self.store_now(now, local);
-        let policy = &self.prepared[index];
-        self.within_deadline(self.store.share_rate(store_now, policy, key, op))
-            .await
     }
 
     async fn refund(
@@ -485,6 +456,46 @@ impl<S: Limiter> Shared<S> {
             (None, TimeSource::LocalClock) => Some(local),
             (None, TimeSource::Store) => None,
         }
+    }
+}
+
+impl<S: Leasable> Shared<S> {
+    /// A return of held units, as [`refund`](Self::refund).
+    async fn refund_held(
+        &self,
+        now: Option<Timestamp>,
+        index: usize,
+        key: &[u8],
+        amount: u64,
+        stamp: Timestamp,
+    ) -> Result<(), DecideError> {
+        let local = now.unwrap_or_else(|| self.clock.now());
+        self.gate.forget(local, index as u32, key);
+        let store_now = self.store_now(now, local);
+        let policy = &self.prepared[index];
+        self.within_deadline(
+            self.store
+                .refund_held(store_now, policy, key, amount, stamp),
+        )
+        .await
+    }
+
+    /// A rate-share operation other than a direct decision (a node taking, renewing or
+    /// returning its share), sent to the store within the deadline. No failure policy
+    /// answers for it: without the store's reply a node has no new share, and spends only
+    /// what it was granted before (docs/leases.md).
+    async fn share_rate(
+        &self,
+        now: Option<Timestamp>,
+        index: usize,
+        key: &[u8],
+        op: RateOp,
+    ) -> Result<RateAnswer, DecideError> {
+        let local = now.unwrap_or_else(|| self.clock.now());
+        let store_now = self.store_now(now, local);
+        let policy = &self.prepared[index];
+        self.within_deadline(self.store.share_rate(store_now, policy, key, op))
+            .await
     }
 }
 
@@ -545,12 +556,46 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        self.decide(now, policy.0, key, cost, StoreOp::Acquire)
+        self.decide_plain(now, policy.0, key, cost, false)
             .await
             .map(|(decided, _)| decided.decision)
             .map_err(decide_error)
     }
 
+    /// The store's peek through the gate: deadline, breaker and failure policy as for
+    /// [`acquire`](Limiter::acquire), no cache (a peek takes nothing), and the local fallback
+    /// is peeked, not charged.
+    async fn peek(
+        &self,
+        now: Option<Timestamp>,
+        policy: &TablePolicy,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, DecideError> {
+        self.decide_plain(now, policy.0, key, cost, true)
+            .await
+            .map(|(decided, _)| decided.decision)
+            .map_err(decide_error)
+    }
+
+    fn refund(
+        &self,
+        now: Option<Timestamp>,
+        policy: &TablePolicy,
+        key: &[u8],
+        amount: u64,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send {
+        self.inner.refund(now, policy.0, key, amount)
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        Some(self.inner.guard_deadline)
+    }
+}
+
+/// Leasing through the resilient limiter, for a store that leases: a held acquire and a
+/// direct rate decision go through the gate as [`acquire`](Limiter::acquire) does.
+impl<S: Leasable> Leasable for ResilientLimiter<S> {
     /// The store's held acquire through the gate; an answer that is not the store's (a
     /// failure policy's, a cache's) carries no stamp of the store's, and is given the
     /// local instant plus `hold`: its `reset_after` is not one a held grant carries, so a
@@ -565,7 +610,17 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
     ) -> Result<Held, DecideError> {
         let local = now.unwrap_or_else(|| self.inner.clock.now());
         let (decided, stamp) = self
-            .decide(now, policy.0, key, cost, StoreOp::Held(hold))
+            .decide(
+                now,
+                policy.0,
+                key,
+                cost,
+                false,
+                move |store, policy, now| async move {
+                    let held = store.acquire_held(now, policy, key, cost, hold).await?;
+                    Ok((held.decision, Some(held.stamp)))
+                },
+            )
             .await
             .map_err(decide_error)?;
         Ok(Held {
@@ -585,32 +640,6 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
         self.inner.refund_held(now, policy.0, key, amount, stamp)
     }
 
-    /// The store's peek through the gate: deadline, breaker and failure policy as for
-    /// [`acquire`](Limiter::acquire), no cache (a peek takes nothing), and the local fallback
-    /// is peeked, not charged.
-    async fn peek(
-        &self,
-        now: Option<Timestamp>,
-        policy: &TablePolicy,
-        key: &[u8],
-        cost: u64,
-    ) -> Result<Decision, DecideError> {
-        self.decide(now, policy.0, key, cost, StoreOp::Peek)
-            .await
-            .map(|(decided, _)| decided.decision)
-            .map_err(decide_error)
-    }
-
-    fn refund(
-        &self,
-        now: Option<Timestamp>,
-        policy: &TablePolicy,
-        key: &[u8],
-        amount: u64,
-    ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        self.inner.refund(now, policy.0, key, amount)
-    }
-
     /// Rate shares of a token bucket (leases as rate): a direct decision goes through the
     /// gate like [`acquire`](Limiter::acquire) (deadline, breaker, failure policy, caches);
     /// a node's take or return goes to the store within the deadline, and fails as the
@@ -624,30 +653,30 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
     ) -> Result<RateAnswer, DecideError> {
         match op {
             RateOp::Direct(cost) => self
-                .decide(now, policy.0, key, cost, StoreOp::RateDirect)
+                .decide(
+                    now,
+                    policy.0,
+                    key,
+                    cost,
+                    false,
+                    move |store, policy, now| async move {
+                        match store
+                            .share_rate(now, policy, key, RateOp::Direct(cost))
+                            .await?
+                        {
+                            RateAnswer::Decided(decision) => Ok((decision, None)),
+                            other => Err(DecideError::Unavailable(StoreError::UnexpectedReply(
+                                format!("a direct rate-share decision answered {other:?}"),
+                            ))),
+                        }
+                    },
+                )
                 .await
                 .map(|(decided, _)| RateAnswer::Decided(decided.decision))
                 .map_err(decide_error),
             op => self.inner.share_rate(now, policy.0, key, op).await,
         }
     }
-
-    fn deadline(&self) -> Option<Duration> {
-        Some(self.inner.guard_deadline)
-    }
-}
-
-/// The store operation a decision calls.
-#[derive(Clone, Copy, Debug)]
-enum StoreOp {
-    /// [`Limiter::acquire`].
-    Acquire,
-    /// [`Limiter::peek`]: nothing taken, nothing cached.
-    Peek,
-    /// [`Limiter::acquire_held`] with this hold.
-    Held(Micros),
-    /// [`Limiter::share_rate`] with [`RateOp::Direct`]: a token bucket leased as rate.
-    RateDirect,
 }
 
 /// A policy of a [`ResilientLimiter`]'s table, prepared with [`Limiter::prepare`].

@@ -890,6 +890,14 @@ impl<S: Limiter> Limiter for Slow<S> {
         self.inner.refund(now, policy, key, amount).await
     }
 
+    fn deadline(&self) -> Option<Duration> {
+        self.inner.deadline()
+    }
+}
+
+/// Held units as the inner store; no rate shares, said explicitly: a token bucket over it is
+/// decided by plain `acquire`.
+impl<S: rein_core::Leasable> rein_core::Leasable for Slow<S> {
     async fn acquire_held(
         &self,
         now: Option<rein_core::Timestamp>,
@@ -913,6 +921,18 @@ impl<S: Limiter> Limiter for Slow<S> {
         self.inner
             .refund_held(now, policy, key, amount, stamp)
             .await
+    }
+
+    async fn share_rate(
+        &self,
+        _: Option<rein_core::Timestamp>,
+        _: &S::Prepared,
+        _: &[u8],
+        _: rein_core::RateOp,
+    ) -> Result<rein_core::RateAnswer, rein_core::DecideError> {
+        Err(rein_core::DecideError::Unsupported {
+            operation: "share_rate",
+        })
     }
 }
 

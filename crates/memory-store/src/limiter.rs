@@ -320,7 +320,7 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
     }
 
     /// Runs one rate-share operation on `key` at `now` (leases of a token bucket's rate,
-    /// [`Limiter::share_rate`](rein_core::Limiter::share_rate)). Errors with
+    /// [`Leasable::share_rate`](rein_core::Leasable::share_rate)). Errors with
     /// [`ShareError::NotShareable`](rein_core::ShareError::NotShareable) unless the policy
     /// is one token bucket whose share units are exact. The share state is apart from the
     /// plain bucket's: decide such a key only this way.

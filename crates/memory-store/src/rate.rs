@@ -1,5 +1,6 @@
-//! Rate shares in process: the state of [`Limiter::share_rate`](rein_core::Limiter::share_rate)
-//! for a policy of one token bucket, one [`RateState`] per key under one lock.
+//! Rate shares in process: the state of
+//! [`Leasable::share_rate`](rein_core::Leasable::share_rate) for a policy of one token
+//! bucket, one [`RateState`] per key under one lock.
 //!
 //! A leased token bucket's keys are few (the hot ones) and each call is a renewal or a
 //! direct decision, so one mutex over one map is enough; it is separate from the shard

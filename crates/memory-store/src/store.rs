@@ -10,7 +10,7 @@ use std::future::{Future, Ready, ready};
 use std::num::NonZeroUsize;
 
 use rein_core::{
-    AcquireError, DecideError, Decision, Held, KeyError, Limiter, Micros, NamedPolicy,
+    AcquireError, DecideError, Decision, Held, KeyError, Leasable, Limiter, Micros, NamedPolicy,
     PrepareError, RateAnswer, RateOp, StoreError, Timestamp,
 };
 
@@ -139,6 +139,16 @@ where
         ready(policy.refund_at(now, key, amount).map_err(from_core))
     }
 
+    /// A local store never waits.
+    fn deadline(&self) -> Option<std::time::Duration> {
+        None
+    }
+}
+
+impl<C> Leasable for MemoryStore<C>
+where
+    C: Clock + Clone + Send + Sync + 'static,
+{
     fn acquire_held(
         &self,
         now: Option<Timestamp>,

@@ -43,8 +43,8 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Value};
 use rein_core::{
-    DecideError, Decision, Held, KeyError, Limiter, MAX_MICROS, Micros, NamedPolicy, PolicyState,
-    PrepareError, SourceError, StoreError, Timestamp,
+    DecideError, Decision, KeyError, Limiter, MAX_MICROS, NamedPolicy, PolicyState, PrepareError,
+    SourceError, StoreError, Timestamp,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -90,6 +90,15 @@ use pool::{Connector, Lease, Pool};
 /// same default prefix, so the two serve one limit together and stay exact (on a hot key
 /// the script clients win nearly every race). It implements rein-core's [`Limiter`] with
 /// [`RedisPolicy`] as the prepared policy, like the Lua store.
+///
+/// # Not leasable
+///
+/// It does not implement [`Leasable`](rein_core::Leasable), so a `rein::LeasedLimiter`
+/// over it does not compile. Leasing needs rate shares for token buckets, whose state is
+/// stored apart from the plain bucket's (the Lua store's `share` script), and this store
+/// has no client-side rendering of that state; a store that leased windows but not
+/// buckets would silently decide every bucket without leases. Lease over
+/// [`RedisStore`](crate::RedisStore) (docs/optimistic.md).
 ///
 /// ```no_run
 /// use rein_core::{Limit, Micros, Policy};
@@ -308,7 +317,7 @@ impl OptimisticStore {
         cost: u64,
     ) -> Result<(Decision, PolicyState, Timestamp), DecideError> {
         let capacity = policy.policy().capacity();
-        if !matches!(op, Op::Refund | Op::Settle(_)) && cost > capacity {
+        if op != Op::Refund && cost > capacity {
             return Err(DecideError::InsufficientCapacity { cost, capacity });
         }
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
@@ -450,34 +459,6 @@ impl Limiter for OptimisticStore {
         amount: u64,
     ) -> Result<(), DecideError> {
         self.call(Op::Refund, now, policy, key, amount).await?;
-        Ok(())
-    }
-
-    async fn acquire_held(
-        &self,
-        now: Option<Timestamp>,
-        policy: &RedisPolicy,
-        key: &[u8],
-        cost: u64,
-        hold: Micros,
-    ) -> Result<Held, DecideError> {
-        let (decision, _, now) = self.call(Op::Hold(hold), now, policy, key, cost).await?;
-        Ok(Held {
-            decision,
-            stamp: now.saturating_add(hold),
-        })
-    }
-
-    async fn refund_held(
-        &self,
-        now: Option<Timestamp>,
-        policy: &RedisPolicy,
-        key: &[u8],
-        amount: u64,
-        stamp: Timestamp,
-    ) -> Result<(), DecideError> {
-        self.call(Op::Settle(stamp), now, policy, key, amount)
-            .await?;
         Ok(())
     }
 
@@ -689,25 +670,16 @@ async fn read_and_decide<'k>(
                 None,
             ));
         }
-        Op::Acquire | Op::Hold(_) => {
-            let decision = match op {
-                Op::Hold(hold) => policy.policy().acquire_held(now, &mut state, cost, hold),
-                _ => policy.policy().acquire(now, &mut state, cost),
-            };
-            let decision = decide(decision)?;
+        Op::Acquire => {
+            let decision = decide(policy.policy().acquire(now, &mut state, cost))?;
             if !decision.is_allowed() {
                 // No write for a denial; the `WATCH` is dropped by the next borrower.
                 return Ok((decision, state, now, None));
             }
             decision
         }
-        Op::Refund | Op::Settle(_) => {
-            match op {
-                Op::Settle(stamp) => {
-                    decide(policy.policy().refund_held(now, &mut state, cost, stamp))?
-                }
-                _ => decide(policy.policy().refund(now, &mut state, cost))?,
-            }
+        Op::Refund => {
+            decide(policy.policy().refund(now, &mut state, cost))?;
             // What an acquire of nothing would answer now: refunds report no decision, but
             // the caller's type wants one.
             decide(policy.policy().peek(now, &state, 0))?
@@ -780,10 +752,6 @@ enum Op {
     Acquire,
     Peek,
     Refund,
-    /// `Policy::acquire_held` with this hold.
-    Hold(Micros),
-    /// `Policy::refund_held` from this stamp.
-    Settle(Timestamp),
 }
 
 impl Op {
@@ -792,8 +760,6 @@ impl Op {
             Op::Acquire => "acquire",
             Op::Peek => "peek",
             Op::Refund => "refund",
-            Op::Hold(_) => "hold",
-            Op::Settle(_) => "settle",
         }
     }
 }

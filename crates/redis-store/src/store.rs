@@ -7,9 +7,9 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, RedisResult, Value};
 use rein_core::{
-    DecideError, Decision, Held, KeyError, Limit, Limiter, MAX_MICROS, Micros, NamedPolicy,
-    PolicyState, PrepareError, RateAnswer, RateOp, RateShares, RateState, ShareError, SourceError,
-    StoreError, Timestamp,
+    DecideError, Decision, Held, KeyError, Leasable, Limit, Limiter, MAX_MICROS, Micros,
+    NamedPolicy, PolicyState, PrepareError, RateAnswer, RateOp, RateShares, RateState, ShareError,
+    SourceError, StoreError, Timestamp,
 };
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -673,6 +673,15 @@ where
         self.refund_inner(Op::Refund, now, policy, key, amount)
     }
 
+    fn deadline(&self) -> Option<Duration> {
+        Some(self.inner.deadline)
+    }
+}
+
+impl<C> Leasable for RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
     async fn acquire_held(
         &self,
         now: Option<Timestamp>,
@@ -709,10 +718,6 @@ where
         op: RateOp,
     ) -> impl Future<Output = Result<RateAnswer, DecideError>> + Send {
         self.share_rate_inner(now, policy, key, op)
-    }
-
-    fn deadline(&self) -> Option<Duration> {
-        Some(self.inner.deadline)
     }
 }
 

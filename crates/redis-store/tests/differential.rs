@@ -9,7 +9,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use redis::aio::ConnectionManager;
-use rein_core::{Algorithm, Limit, Limiter, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp};
+use rein_core::{Algorithm, Leasable, Limit, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp};
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 
@@ -180,7 +180,7 @@ async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<
             Op::Hold(cost, hold) => {
                 let hold = Micros::from_micros(hold);
                 let core = policy.acquire_held(t, &mut state, cost, hold);
-                let redis = Limiter::acquire_held(store, Some(t), &named, key, cost, hold).await;
+                let redis = Leasable::acquire_held(store, Some(t), &named, key, cost, hold).await;
                 if let Ok(held) = &redis {
                     prop_assert_eq!(held.stamp, t.saturating_add(hold), "step {} stamp", i);
                     stamps.push(held.stamp);
@@ -193,7 +193,7 @@ async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<
                 policy
                     .refund_held(t, &mut state, amount, stamp)
                     .expect("shape matches");
-                Limiter::refund_held(store, Some(t), &named, key, amount, stamp)
+                Leasable::refund_held(store, Some(t), &named, key, amount, stamp)
                     .await
                     .map_err(|e| TestCaseError::fail(format!("step {i} {step:?}: {e}")))?;
             }

@@ -11,7 +11,7 @@ use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestR
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use rein_core::{
-    DecideError, Limit, Limiter, MAX_MICROS, Micros, Policy, RateAnswer, RateOp, RateShares,
+    DecideError, Leasable, Limit, MAX_MICROS, Micros, Policy, RateAnswer, RateOp, RateShares,
     RateState, ReturnRequest, Share, ShareError, TakeRequest, Taken, Timestamp,
 };
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};

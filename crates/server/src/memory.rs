@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rein_core::{
-    DecideError, Decision, Held, Limiter, Micros, NamedPolicy, PrepareError, Timestamp,
+    DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, PrepareError, Timestamp,
 };
 use rein_memory::MemoryStore;
 
@@ -82,6 +82,12 @@ impl Limiter for ReloadableMemoryStore {
         self.store.refund(now, policy, key, amount)
     }
 
+    fn deadline(&self) -> Option<std::time::Duration> {
+        self.store.deadline()
+    }
+}
+
+impl Leasable for ReloadableMemoryStore {
     fn acquire_held(
         &self,
         now: Option<Timestamp>,
@@ -112,5 +118,49 @@ impl Limiter for ReloadableMemoryStore {
         op: rein_core::RateOp,
     ) -> impl Future<Output = Result<rein_core::RateAnswer, DecideError>> + Send {
         self.store.share_rate(now, policy, key, op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rein_core::{Limit, Policy, RateAnswer, RateOp};
+
+    use super::*;
+
+    /// Leasing over the store reaches the memory store, on the table a reload keeps.
+    #[tokio::test]
+    async fn every_lease_operation_reaches_the_table_a_reload_keeps() {
+        let store = ReloadableMemoryStore::new();
+        let t = Timestamp::from_micros(1_000_000);
+        let bucket = Limit::token_bucket(2, 1, Micros::from_secs(3600)).unwrap();
+        let bucket = NamedPolicy::new("bucket", Policy::single(bucket)).unwrap();
+        for remaining in [1, 0] {
+            // Prepared again each time, as a reload does: the same table, the same shares.
+            let prepared = store.prepare(&bucket).unwrap();
+            let answer = store
+                .share_rate(Some(t), &prepared, b"k", RateOp::Direct(1))
+                .await;
+            assert!(
+                matches!(answer, Ok(RateAnswer::Decided(d))
+                    if d.is_allowed() && d.remaining == remaining),
+                "{answer:?}"
+            );
+        }
+
+        let log = Limit::sliding_log(2, Micros::from_secs(1)).unwrap();
+        let log = store
+            .prepare(&NamedPolicy::new("log", Policy::single(log)).unwrap())
+            .unwrap();
+        let hold = Micros::from_secs(1);
+        let held = store.acquire_held(Some(t), &log, b"k", 2, hold).await;
+        let held = held.unwrap();
+        assert!(held.decision.is_allowed());
+        assert_eq!(held.stamp, t.saturating_add(hold));
+        store
+            .refund_held(Some(t), &log, b"k", 2, held.stamp)
+            .await
+            .unwrap();
+        let again = store.acquire(Some(t), &log, b"k", 2).await.unwrap();
+        assert!(again.is_allowed(), "{again:?}");
     }
 }

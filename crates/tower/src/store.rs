@@ -6,12 +6,13 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use rein_core::{
-    DecideError, Decision, Held, Limiter, Micros, NamedPolicy, PrepareError, Timestamp,
+    DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, PrepareError, RateAnswer,
+    RateOp, Timestamp,
 };
 use rein_redis::{RedisPolicy, RedisStore};
 
 /// A `rein_redis::RedisStore` over a standalone server or a Cluster. Implements
-/// [`Limiter`] by forwarding to the store it holds.
+/// [`Limiter`] and [`Leasable`] by forwarding every operation to the store it holds.
 #[derive(Clone, Debug)]
 pub enum ConfiguredStore {
     /// `redis.url`: one server through a self-healing `ConnectionManager`.
@@ -69,6 +70,15 @@ impl Limiter for ConfiguredStore {
         }
     }
 
+    fn deadline(&self) -> Option<Duration> {
+        match self {
+            Self::Standalone(store) => Limiter::deadline(store),
+            Self::Cluster(store) => Limiter::deadline(store),
+        }
+    }
+}
+
+impl Leasable for ConfiguredStore {
     async fn acquire_held(
         &self,
         now: Option<Timestamp>,
@@ -78,8 +88,8 @@ impl Limiter for ConfiguredStore {
         hold: Micros,
     ) -> Result<Held, DecideError> {
         match self {
-            Self::Standalone(s) => Limiter::acquire_held(s, now, policy, key, cost, hold).await,
-            Self::Cluster(s) => Limiter::acquire_held(s, now, policy, key, cost, hold).await,
+            Self::Standalone(s) => Leasable::acquire_held(s, now, policy, key, cost, hold).await,
+            Self::Cluster(s) => Leasable::acquire_held(s, now, policy, key, cost, hold).await,
         }
     }
 
@@ -92,15 +102,21 @@ impl Limiter for ConfiguredStore {
         stamp: Timestamp,
     ) -> Result<(), DecideError> {
         match self {
-            Self::Standalone(s) => Limiter::refund_held(s, now, policy, key, amount, stamp).await,
-            Self::Cluster(s) => Limiter::refund_held(s, now, policy, key, amount, stamp).await,
+            Self::Standalone(s) => Leasable::refund_held(s, now, policy, key, amount, stamp).await,
+            Self::Cluster(s) => Leasable::refund_held(s, now, policy, key, amount, stamp).await,
         }
     }
 
-    fn deadline(&self) -> Option<Duration> {
+    async fn share_rate(
+        &self,
+        now: Option<Timestamp>,
+        policy: &RedisPolicy,
+        key: &[u8],
+        op: RateOp,
+    ) -> Result<RateAnswer, DecideError> {
         match self {
-            Self::Standalone(store) => Limiter::deadline(store),
-            Self::Cluster(store) => Limiter::deadline(store),
+            Self::Standalone(s) => Leasable::share_rate(s, now, policy, key, op).await,
+            Self::Cluster(s) => Leasable::share_rate(s, now, policy, key, op).await,
         }
     }
 }

@@ -403,26 +403,8 @@ impl Limiter for Hanging {
         std::future::pending()
     }
 
-    fn acquire_held(
-        &self,
-        _: Option<Timestamp>,
-        _: &Self::Prepared,
-        _: &[u8],
-        _: u64,
-        _: rein_core::Micros,
-    ) -> impl Future<Output = Result<rein_core::Held, DecideError>> + Send {
-        std::future::pending()
-    }
-
-    fn refund_held(
-        &self,
-        _: Option<Timestamp>,
-        _: &Self::Prepared,
-        _: &[u8],
-        _: u64,
-        _: Timestamp,
-    ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        std::future::pending()
+    fn deadline(&self) -> Option<Duration> {
+        None
     }
 }
 

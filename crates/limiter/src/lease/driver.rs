@@ -1,9 +1,10 @@
-//! [`LeasedLimiter`]: the thin async driver of a [`LeaseBook`] over any
-//! [`Limiter`](rein_core::Limiter).
+//! [`LeasedLimiter`]: the thin async driver of a [`LeaseBook`] over any store that
+//! implements [`Leasable`] (besides [`Limiter`]).
 //!
 //! It reads the clock, asks the book, and carries out the book's actions with the store's
-//! existing `acquire(cost k)` (a reservation) and `refund(k)` (a return), each in a task of
-//! its own so that no request waits for a return or a renewal. Requests that find their
+//! [`Leasable`] operations (`acquire_held` reserves, `refund_held` returns, `share_rate`
+//! runs a token bucket's rate shares), each in a task of its own so that no request waits
+//! for a return or a renewal. Requests that find their
 //! key's reservation in flight wait for it on a [`Notify`] (single flight); everything
 //! else is answered under one short lock with no await.
 //!
@@ -26,8 +27,8 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use rein_core::{
-    DecideError, Decision, Held, KeyError, Limiter, Micros, NamedPolicy, PrepareError, RateAnswer,
-    RateOp, RateShares, StoreError, Timestamp,
+    DecideError, Decision, KeyError, Leasable, Limiter, Micros, NamedPolicy, PrepareError,
+    RateAnswer, RateOp, RateShares, StoreError, Timestamp,
 };
 use rein_memory::Clock;
 use tokio::sync::Notify;
@@ -66,7 +67,43 @@ use crate::{TimeSource, TokioClock};
 /// leased.shutdown().await;
 /// # Ok(()) }
 /// ```
-pub struct LeasedLimiter<S: Limiter> {
+///
+/// The store must implement [`Leasable`]: one that only decides ([`Limiter`] alone) cannot
+/// be leased over, by compile error, rather than be leased in part.
+/// ```compile_fail,E0277
+/// use std::future::{Future, ready};
+/// use std::time::Duration;
+/// use rein_core::{DecideError, Decision, Limiter, NamedPolicy, PrepareError, Timestamp};
+///
+/// /// A [`Limiter`], and not [`Leasable`](rein_core::Leasable).
+/// struct DecidesOnly;
+///
+/// impl Limiter for DecidesOnly {
+///     type Prepared = ();
+///     fn prepare(&self, _: &NamedPolicy) -> Result<(), PrepareError> {
+///         Ok(())
+///     }
+///     fn acquire(&self, _: Option<Timestamp>, _: &(), _: &[u8], _: u64)
+///         -> impl Future<Output = Result<Decision, DecideError>> + Send {
+///         ready(Err(DecideError::Unsupported { operation: "acquire" }))
+///     }
+///     fn peek(&self, _: Option<Timestamp>, _: &(), _: &[u8], _: u64)
+///         -> impl Future<Output = Result<Decision, DecideError>> + Send {
+///         ready(Err(DecideError::Unsupported { operation: "peek" }))
+///     }
+///     fn refund(&self, _: Option<Timestamp>, _: &(), _: &[u8], _: u64)
+///         -> impl Future<Output = Result<(), DecideError>> + Send {
+///         ready(Ok(()))
+///     }
+///     fn deadline(&self) -> Option<Duration> {
+///         None
+///     }
+/// }
+///
+/// // error[E0277]: the trait bound `DecidesOnly: Leasable` is not satisfied
+/// let leased = rein::LeasedLimiter::builder(DecidesOnly).build();
+/// ```
+pub struct LeasedLimiter<S: Leasable> {
     shared: Arc<Shared<S>>,
 }
 
@@ -104,7 +141,7 @@ pub struct LeaseDecided {
     pub source: LeaseSource,
 }
 
-struct Shared<S: Limiter> {
+struct Shared<S: Leasable> {
     store: S,
     clock: Box<dyn Clock + Send + Sync>,
     time_source: TimeSource,
@@ -124,7 +161,7 @@ struct Shared<S: Limiter> {
     returns_failed: AtomicU64,
 }
 
-impl<S: Limiter + 'static> LeasedLimiter<S> {
+impl<S: Leasable + 'static> LeasedLimiter<S> {
     /// A builder over `store`, with [`LeaseConfig::default`], a [`TokioClock`] and the
     /// store deciding on its own clock ([`TimeSource::Store`]).
     pub fn builder(store: S) -> LeasedLimiterBuilder<S> {
@@ -339,7 +376,7 @@ impl<S: Limiter + 'static> LeasedLimiter<S> {
     }
 }
 
-impl<S: Limiter + 'static> Shared<S> {
+impl<S: Leasable + 'static> Shared<S> {
     /// The store's own decision, as a [`LeaseDecided`].
     async fn direct(
         &self,
@@ -578,7 +615,7 @@ impl<S: Limiter + 'static> Shared<S> {
     }
 }
 
-impl<S: Limiter + 'static> Limiter for LeasedLimiter<S> {
+impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
     type Prepared = LeasedPolicy<S::Prepared>;
 
     fn prepare(&self, policy: &NamedPolicy) -> Result<Self::Prepared, PrepareError> {
@@ -652,38 +689,6 @@ impl<S: Limiter + 'static> Limiter for LeasedLimiter<S> {
             .await
     }
 
-    /// Straight to the store: a lease of a lease is not offered.
-    async fn acquire_held(
-        &self,
-        now: Option<Timestamp>,
-        policy: &Self::Prepared,
-        key: &[u8],
-        cost: u64,
-        hold: Micros,
-    ) -> Result<Held, DecideError> {
-        let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
-        self.shared
-            .store
-            .acquire_held(now, &policy.inner, key, cost, hold)
-            .await
-    }
-
-    /// Straight to the store, as [`refund`](Self::refund).
-    async fn refund_held(
-        &self,
-        now: Option<Timestamp>,
-        policy: &Self::Prepared,
-        key: &[u8],
-        amount: u64,
-        stamp: Timestamp,
-    ) -> Result<(), DecideError> {
-        let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
-        self.shared
-            .store
-            .refund_held(now, &policy.inner, key, amount, stamp)
-            .await
-    }
-
     /// Twice the store's: a request may wait for a reservation, then call directly.
     fn deadline(&self) -> Option<Duration> {
         self.shared.store.deadline().map(|d| d * 2)
@@ -692,7 +697,7 @@ impl<S: Limiter + 'static> Limiter for LeasedLimiter<S> {
 
 impl<S> LeasedLimiterBuilder<S>
 where
-    S: Limiter + 'static,
+    S: Leasable + 'static,
 {
     /// The lease settings.
     pub fn config(mut self, config: LeaseConfig) -> Self {
@@ -757,7 +762,7 @@ impl<P> LeasedPolicy<P> {
     }
 }
 
-impl<S: Limiter> Clone for LeasedLimiter<S> {
+impl<S: Leasable> Clone for LeasedLimiter<S> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
@@ -765,7 +770,7 @@ impl<S: Limiter> Clone for LeasedLimiter<S> {
     }
 }
 
-impl<S: Limiter> fmt::Debug for LeasedLimiter<S> {
+impl<S: Leasable> fmt::Debug for LeasedLimiter<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeasedLimiter").finish_non_exhaustive()
     }
@@ -795,12 +800,12 @@ impl<P> fmt::Debug for LeasedPolicy<P> {
 /// time, so two processes (or two limiters in one) practically never share one.
 /// Rate-book actions sent when dropped: after the request that made them was decided, or
 /// when its future is dropped first.
-struct Deferred<'a, S: Limiter + 'static> {
+struct Deferred<'a, S: Leasable + 'static> {
     shared: &'a Arc<Shared<S>>,
     actions: Option<Vec<RateAction>>,
 }
 
-impl<S: Limiter + 'static> Drop for Deferred<'_, S> {
+impl<S: Leasable + 'static> Drop for Deferred<'_, S> {
     fn drop(&mut self) {
         if let Some(actions) = self.actions.take() {
             self.shared.dispatch_rates(actions);

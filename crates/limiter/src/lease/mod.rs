@@ -10,9 +10,9 @@
 //!   `acquire`/`refund` (fixed windows and sliding counters) and how long a grant lives.
 //! - `book.rs`: [`LeaseBook`]: the per-key lease state machine, sans-IO.
 //! - `rate.rs`: [`RateBook`]: the per-key rate leases of token buckets (sub-buckets),
-//!   sans-IO, over the store's [`share_rate`](rein_core::Limiter::share_rate).
+//!   sans-IO, over the store's [`share_rate`](rein_core::Leasable::share_rate).
 //! - `driver.rs`: [`LeasedLimiter`]: the thin async driver over any
-//!   [`Limiter`](rein_core::Limiter).
+//!   [`Leasable`](rein_core::Leasable) store.
 //!
 //! Policies of sliding logs only are leased with held grants, and a policy of one token
 //! bucket as rate (`terms.rs`); other shapes are decided directly (docs/leases.md).

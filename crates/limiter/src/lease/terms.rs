@@ -23,8 +23,8 @@
 //! from either, and the policy is decided directly ([`Unleasable::AmbiguousReset`]).
 //!
 //! A policy of sliding logs only is leased with the store's held operations
-//! ([`Limiter::acquire_held`](rein_core::Limiter::acquire_held)): a grant's units are stamped
-//! at the store's instant plus the hold `V`, the latest a unit may be spent, so a block
+//! ([`Leasable::acquire_held`](rein_core::Leasable::acquire_held)): a grant's units are
+//! stamped at the store's instant plus the hold `V`, the latest a unit may be spent, so a block
 //! lives `V` from before it was asked for, whatever the windows. `V` is the smallest window
 //! over [`LOG_HOLD_DIVISOR`]: a spent unit counts up to `V` longer than its use, which
 //! costs about `V / (2W)` of the capacity leases serve (docs/leases.md, "Sliding log").
@@ -129,8 +129,8 @@ impl LeaseTerms {
     }
 
     /// For a policy of sliding logs, the hold of every grant: ask with
-    /// [`Limiter::acquire_held`](rein_core::Limiter::acquire_held) and give back with
-    /// [`Limiter::refund_held`](rein_core::Limiter::refund_held). `None` for windows.
+    /// [`Leasable::acquire_held`](rein_core::Leasable::acquire_held) and give back with
+    /// [`Leasable::refund_held`](rein_core::Leasable::refund_held). `None` for windows.
     pub fn hold(&self) -> Option<Micros> {
         (self.hold > 0).then(|| Micros::from_micros(self.hold))
     }
