@@ -57,8 +57,13 @@ async fn keys_expire_when_their_limits_are_full_again() {
                     .expect("PTTL");
                 // -2: already expired, which a stalled test thread may see; 0: under a
                 // millisecond left (PTTL truncates). -1, no TTL at all, is the failure.
+                // Redis keeps an expiry as a whole millisecond of its own clock: a TTL set
+                // (rounded up) at an earlier decision can end up to 1 ms past the
+                // microsecond the limit is full again, as read at a later one (a lone
+                // fixed window sets its TTL once, when its window opens). Seen: 135 ms
+                // against 134 about once in ten runs.
                 assert!(
-                    ttl == -2 || (0 <= ttl && ttl <= reset_ms),
+                    ttl == -2 || (0 <= ttl && ttl <= reset_ms + 1),
                     "{key}: TTL {ttl} ms, reset after {reset_ms} ms"
                 );
                 longest = longest.max(decision.reset_after.into());
@@ -74,8 +79,9 @@ async fn keys_expire_when_their_limits_are_full_again() {
                     .await
                     .expect("PTTL");
                 let bound = decision.reset_after.as_micros().div_ceil(1000) as i64;
+                // The same millisecond of slack as above.
                 assert!(
-                    ttl == -2 || (0 <= ttl && ttl <= bound),
+                    ttl == -2 || (0 <= ttl && ttl <= bound + 1),
                     "{key}: TTL {ttl} > {bound}"
                 );
             }
