@@ -106,8 +106,9 @@ async fn keys_expire_when_their_limits_are_full_again() {
             .query_async(&mut raw)
             .await
             .expect("PTTL");
-        // -2: expired between KEYS and PTTL; -1 would be a key without a TTL.
-        assert!(ttl > 0 || ttl == -2, "{key} has no TTL ({ttl})");
+        // -2: expired between KEYS and PTTL; 0: under a millisecond left (PTTL truncates;
+        // seen once in thirty runs); -1 would be a key without a TTL.
+        assert!(ttl >= 0 || ttl == -2, "{key} has no TTL ({ttl})");
     }
 
     // Traffic stops. After the longest reset, Redis's expiry (lazy, and an active cycle
