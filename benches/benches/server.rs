@@ -35,7 +35,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use rein::FailurePolicy;
-use rein_core::Limiter;
+use rein_core::Leasable;
 use rein_redis::RedisStoreBuilder;
 use rein_redis_harness::RedisServer;
 use rein_server::{RateLimitService, ReloadableMemoryStore, RulesConfig, ServiceSettings};
@@ -102,7 +102,7 @@ fn main() {
     envoy_rounds(&runtime, run);
 }
 
-fn service<S: Limiter + Clone + 'static>(store: S) -> RateLimitService<S> {
+fn service<S: Leasable + Clone + 'static>(store: S) -> RateLimitService<S> {
     let mut rules = RulesConfig::default();
     rules
         .add(Path::new("bench.yaml"), RULES)
@@ -111,12 +111,13 @@ fn service<S: Limiter + Clone + 'static>(store: S) -> RateLimitService<S> {
         failure: FailurePolicy::FailOpen,
         shadow_mode: false,
         legacy_headers: false,
+        leases: None,
     };
     RateLimitService::new(store, rules, settings).expect("service")
 }
 
 /// Serves `service` on loopback and drives it from `CLIENTS` tasks for `run`.
-async fn grpc_load<S: Limiter + Clone + 'static>(
+async fn grpc_load<S: Leasable + Clone + 'static>(
     service: RateLimitService<S>,
     run: Duration,
 ) -> (f64, u64, u64, f64) {

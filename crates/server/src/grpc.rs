@@ -9,24 +9,24 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService as Rls, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use rein_core::Limiter;
+use rein_core::Leasable;
 use tonic::codegen::tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::service::RateLimitService;
 
 /// The tonic service of `service`, to add to a `tonic::transport::Server`.
-pub fn server<S: Limiter + Clone + 'static>(
+pub fn server<S: Leasable + Clone + 'static>(
     service: RateLimitService<S>,
 ) -> RateLimitServiceServer<Grpc<S>> {
     RateLimitServiceServer::new(Grpc(service))
 }
 
 /// [`RateLimitService`] as tonic's generated trait.
-pub struct Grpc<S: Limiter + Clone + 'static>(RateLimitService<S>);
+pub struct Grpc<S: Leasable + Clone + 'static>(RateLimitService<S>);
 
 #[tonic::async_trait]
-impl<S: Limiter + Clone + 'static> Rls for Grpc<S> {
+impl<S: Leasable + Clone + 'static> Rls for Grpc<S> {
     async fn should_rate_limit(
         &self,
         request: Request<RateLimitRequest>,

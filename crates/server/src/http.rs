@@ -21,13 +21,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use metrics_exporter_prometheus::PrometheusHandle;
-use rein_core::Limiter;
+use rein_core::Leasable;
 use serde::{Deserialize, Serialize};
 
 use crate::service::RateLimitService;
 
 /// The HTTP router over `service`; `/metrics` renders `metrics` (none: 404).
-pub fn router<S: Limiter + Clone + 'static>(
+pub fn router<S: Leasable + Clone + 'static>(
     service: RateLimitService<S>,
     metrics: Option<PrometheusHandle>,
 ) -> Router {
@@ -51,7 +51,7 @@ pub fn router<S: Limiter + Clone + 'static>(
         )
 }
 
-async fn ready<S: Limiter + Clone + 'static>(
+async fn ready<S: Leasable + Clone + 'static>(
     State(service): State<RateLimitService<S>>,
 ) -> Response {
     let domains = service.domains();
@@ -60,7 +60,7 @@ async fn ready<S: Limiter + Clone + 'static>(
 
 /// Any content type is read as JSON (`curl -d` sends a form type); a body that is not the
 /// request is `400` with serde's message, which names the line, column and field.
-async fn json<S: Limiter + Clone + 'static>(
+async fn json<S: Leasable + Clone + 'static>(
     State(service): State<RateLimitService<S>>,
     body: axum::body::Bytes,
 ) -> Response {

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use rein::FailurePolicy;
-use rein_core::Limiter;
+use rein_core::Leasable;
 use rein_redis::RedisStoreBuilder;
 use rein_server::{RateLimitService, ReloadableMemoryStore, RulesConfig, ServiceSettings};
 use rein_tower::ConfiguredStore;
@@ -101,6 +101,23 @@ struct Serve {
     /// Decide and count every request but answer OK to all (try new rules safely).
     #[arg(long, env = "REIN_SHADOW_MODE")]
     shadow_mode: bool,
+
+    /// Decide hot keys from leases: blocks of units reserved in Redis and spent in this
+    /// process, still exact (no over-admission while Redis answers; docs/leases.md), far
+    /// fewer Redis calls for busy keys. Units a lease holds are given back on reload and
+    /// on shutdown.
+    #[arg(long, env = "REIN_LEASES")]
+    leases: bool,
+
+    /// With --leases: how many servers share the limits (each lease asks for about its
+    /// share of a limit).
+    #[arg(
+        long,
+        env = "REIN_LEASE_NODES",
+        default_value = "4",
+        requires = "leases"
+    )]
+    lease_nodes: NonZeroU32,
 
     /// Also send the legacy X-RateLimit-Limit / -Remaining / -Reset headers.
     #[arg(long, env = "REIN_LEGACY_HEADERS")]
@@ -236,6 +253,10 @@ async fn serve(args: Serve) -> Result<(), String> {
         failure,
         shadow_mode: args.shadow_mode,
         legacy_headers: args.legacy_headers,
+        leases: args.leases.then(|| rein::LeaseConfig {
+            expected_nodes: args.lease_nodes,
+            ..rein::LeaseConfig::default()
+        }),
     };
     let metrics = PrometheusBuilder::new()
         .install_recorder()
@@ -293,7 +314,7 @@ struct Start {
 
 /// Serves until SIGTERM over `store`; `memory` is the same store when it is the in-process
 /// one (a reload then forgets the tables of rules that are gone).
-async fn run<S: Limiter + Clone + 'static>(
+async fn run<S: Leasable + Clone + 'static>(
     store: S,
     start: Start,
     args: &Serve,
@@ -375,7 +396,7 @@ async fn run<S: Limiter + Clone + 'static>(
         }
     };
     let reloader = tokio::spawn(watch_rules(
-        service,
+        service.clone(),
         config,
         args.watch_interval,
         memory,
@@ -390,6 +411,8 @@ async fn run<S: Limiter + Clone + 'static>(
     let (grpc_result, http_result) = tokio::join!(grpc_server, http_server);
     signals.abort();
     reloader.abort();
+    // Leases give back what they hold before the process goes.
+    service.shutdown().await;
     grpc_result.map_err(|e| format!("gRPC server: {e}"))?;
     http_result.map_err(|e| format!("HTTP server: {e}"))?;
     tracing::info!("stopped");
@@ -408,7 +431,7 @@ async fn wait_for_stop(mut terminate: tokio::signal::unix::Signal) {
 /// Reloads the rules when a file of `config` changes (checked every `interval`) or on
 /// SIGHUP. A new set is validated whole and swapped in at once; a bad one is refused with
 /// its file, line and field, and the rules in force keep serving.
-async fn watch_rules<S: Limiter + Clone + 'static>(
+async fn watch_rules<S: Leasable + Clone + 'static>(
     service: RateLimitService<S>,
     config: PathBuf,
     interval: Duration,

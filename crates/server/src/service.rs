@@ -33,7 +33,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use rein::{FailurePolicy, PolicyTable, ResilienceConfigError, ResilientLimiter, TablePolicy};
-use rein_core::{DecideError, Decision, Limit, Limiter, Micros, NamedPolicy, Policy};
+use rein::{LeaseConfig, LeaseStats, LeasedLimiter, LeasedPolicy};
+use rein_core::{DecideError, Decision, Leasable, Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_tower::headers;
 use thiserror::Error;
 
@@ -61,6 +62,10 @@ pub struct ServiceSettings {
     pub shadow_mode: bool,
     /// Also add the legacy `X-RateLimit-Limit`, `-Remaining` and `-Reset` headers.
     pub legacy_headers: bool,
+    /// Decide hot keys from leases (`rein::LeasedLimiter` over the resilient limiter):
+    /// blocks of units reserved in the store and spent in process, exactly
+    /// (docs/leases.md); `None`: every decision asks the store.
+    pub leases: Option<LeaseConfig>,
 }
 
 /// A request the server refuses to decide: Envoy sees `INVALID_ARGUMENT`.
@@ -94,15 +99,18 @@ pub enum ServiceError {
     /// The limiter refused the rules' policies.
     #[error(transparent)]
     Limiter(#[from] ResilienceConfigError),
+    /// Leases were asked for outside a tokio runtime: their timers run as tasks.
+    #[error("leases need a running tokio runtime")]
+    NoRuntime,
 }
 
 /// Envoy's rate-limit service over any rein store `S`, with a configuration that can be
 /// swapped while it serves ([`RateLimitService::reload`]). Cheap to clone (one `Arc`).
-pub struct RateLimitService<S: Limiter + Clone + 'static> {
+pub struct RateLimitService<S: Leasable + Clone + 'static> {
     shared: Arc<Shared<S>>,
 }
 
-impl<S: Limiter + Clone + 'static> Clone for RateLimitService<S> {
+impl<S: Leasable + Clone + 'static> Clone for RateLimitService<S> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
@@ -110,7 +118,7 @@ impl<S: Limiter + Clone + 'static> Clone for RateLimitService<S> {
     }
 }
 
-struct Shared<S: Limiter + Clone + 'static> {
+struct Shared<S: Leasable + Clone + 'static> {
     store: S,
     settings: ServiceSettings,
     current: RwLock<Arc<Snapshot<S>>>,
@@ -122,11 +130,24 @@ struct Shared<S: Limiter + Clone + 'static> {
 type Overrides<S> = HashMap<(NamedUnit, u64), Arc<OverrideLimiter<S>>>;
 
 /// One configuration with the limiter built for its policies.
-struct Snapshot<S: Limiter + Clone + 'static> {
+struct Snapshot<S: Leasable + Clone + 'static> {
     metrics: RuleMetrics,
     rules: RulesConfig,
-    limiter: ResilientLimiter<S>,
-    prepared: HashMap<String, TablePolicy>,
+    decider: Decider<S>,
+}
+
+/// What decides the rules' policies: the resilient limiter, or leases over it.
+enum Decider<S: Leasable + Clone + 'static> {
+    Direct {
+        limiter: ResilientLimiter<S>,
+        prepared: HashMap<String, TablePolicy>,
+    },
+    Leased {
+        limiter: LeasedLimiter<ResilientLimiter<S>>,
+        prepared: HashMap<String, LeasedPolicy<TablePolicy>>,
+        /// The lease timers (renewals, returns, idle releases), stopped with the snapshot.
+        timers: tokio::task::JoinHandle<()>,
+    },
 }
 
 /// The descriptor whose decision the headers show.
@@ -136,7 +157,7 @@ struct Shown<'p> {
     decision: Decision,
 }
 
-struct OverrideLimiter<S: Limiter + Clone + 'static> {
+struct OverrideLimiter<S: Leasable + Clone + 'static> {
     limiter: ResilientLimiter<S>,
     prepared: TablePolicy,
     policy: NamedPolicy,
@@ -145,14 +166,14 @@ struct OverrideLimiter<S: Limiter + Clone + 'static> {
     requests_per_unit: u64,
 }
 
-impl<S: Limiter + Clone + 'static> RateLimitService<S> {
+impl<S: Leasable + Clone + 'static> RateLimitService<S> {
     /// The service over `store`, deciding by `rules`.
     pub fn new(
         store: S,
         rules: RulesConfig,
         settings: ServiceSettings,
     ) -> Result<Self, ServiceError> {
-        let snapshot = Snapshot::build(store.clone(), rules, settings.failure)?;
+        let snapshot = Snapshot::build(store.clone(), rules, settings.failure, settings.leases)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 store,
@@ -172,13 +193,37 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
             self.shared.store.clone(),
             rules,
             self.shared.settings.failure,
+            self.shared.settings.leases,
         )?;
-        *self
-            .shared
-            .current
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(snapshot);
+        let old = std::mem::replace(
+            &mut *self
+                .shared
+                .current
+                .write()
+                .unwrap_or_else(PoisonError::into_inner),
+            Arc::new(snapshot),
+        );
+        // The old rules' leases give back what they hold, off the caller's path. A request
+        // still deciding on them may reserve again: those units strand until their validity
+        // ends (under-admission only), as a crashed holder's would.
+        if matches!(old.decider, Decider::Leased { .. }) {
+            tokio::spawn(async move { old.release().await });
+        }
         Ok(())
+    }
+
+    /// Gives back every unit the leases hold (with leases on); call before exiting.
+    pub async fn shutdown(&self) {
+        self.snapshot().release().await;
+    }
+
+    /// The leases' counters (with leases on): how many decisions they answered, what they
+    /// reserved, returned and stranded.
+    pub fn lease_stats(&self) -> Option<LeaseStats> {
+        match &self.snapshot().decider {
+            Decider::Leased { limiter, .. } => Some(limiter.stats()),
+            Decider::Direct { .. } => None,
+        }
     }
 
     /// The domains now served.
@@ -349,14 +394,10 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
                         policy_header,
                         limits,
                     } => {
-                        let Some(prepared) = snapshot.prepared.get(policy.name()) else {
+                        let Some(target) = snapshot.target(policy.name()) else {
                             // Built from the same rules: every policy is in the table.
                             statuses.push(ok_status());
                             continue;
-                        };
-                        let target = Target {
-                            limiter: &snapshot.limiter,
-                            prepared,
                         };
                         let decision =
                             decide(&target, key, *cost, *negative, denied, &mut charged).await;
@@ -380,10 +421,7 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
                     negative,
                     label,
                 } => {
-                    let target = Target {
-                        limiter: &limiter.limiter,
-                        prepared: &limiter.prepared,
-                    };
+                    let target = Target::Direct(&limiter.limiter, &limiter.prepared);
                     let decision =
                         decide(&target, key, *cost, *negative, denied, &mut charged).await;
                     self.status(
@@ -404,17 +442,7 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
         if denied {
             // All or nothing: give back what this request took before it was denied.
             for charge in charged {
-                // The trait's methods: `ResilientLimiter`'s inherent ones take a policy name.
-                let limiter = charge.target.limiter;
-                if let Err(error) = Limiter::refund(
-                    limiter,
-                    None,
-                    charge.target.prepared,
-                    &charge.key,
-                    charge.cost,
-                )
-                .await
-                {
+                if let Err(error) = charge.target.refund(&charge.key, charge.cost).await {
                     tracing::warn!(%error, "refunding a denied request's charge failed");
                 }
             }
@@ -637,31 +665,89 @@ impl<S: Limiter + Clone + 'static> RateLimitService<S> {
     }
 }
 
-impl<S: Limiter + Clone + 'static> Snapshot<S> {
-    fn build(store: S, rules: RulesConfig, failure: FailurePolicy) -> Result<Self, ServiceError> {
+impl<S: Leasable + Clone + 'static> Snapshot<S> {
+    fn build(
+        store: S,
+        rules: RulesConfig,
+        failure: FailurePolicy,
+        leases: Option<LeaseConfig>,
+    ) -> Result<Self, ServiceError> {
         let mut policies = rules.policies().into_iter();
         // A table needs a policy; a configuration may have none (every rule unlimited).
         let first = policies.next().unwrap_or_else(placeholder_policy);
         let table = policies.try_fold(PolicyTable::new(first), PolicyTable::with_policy)?;
         let names: Vec<NamedPolicy> = table.policies().to_vec();
         let limiter = ResilientLimiter::builder(store, table, failure).build()?;
-        let mut prepared = HashMap::with_capacity(names.len());
-        for policy in &names {
-            let table_policy = Limiter::prepare(&limiter, policy)
-                .map_err(|e| ServiceError::Limiter(ResilienceConfigError::from(e)))?;
-            prepared.insert(policy.name().to_owned(), table_policy);
-        }
+        let decider = match leases {
+            None => Decider::Direct {
+                prepared: prepare_all(&limiter, &names)?,
+                limiter,
+            },
+            Some(config) => {
+                // Leases renew and return from spawned tasks: a runtime must be running.
+                let runtime =
+                    tokio::runtime::Handle::try_current().map_err(|_| ServiceError::NoRuntime)?;
+                let limiter = LeasedLimiter::builder(limiter).config(config).build();
+                let timers = runtime.spawn({
+                    let limiter = limiter.clone();
+                    async move { limiter.run_timers().await }
+                });
+                Decider::Leased {
+                    prepared: prepare_all(&limiter, &names)?,
+                    limiter,
+                    timers,
+                }
+            }
+        };
         Ok(Self {
             metrics: RuleMetrics::new(&rules),
             rules,
-            limiter,
-            prepared,
+            decider,
         })
+    }
+
+    /// Where the policy named `name` is decided.
+    fn target(&self, name: &str) -> Option<Target<'_, S>> {
+        match &self.decider {
+            Decider::Direct { limiter, prepared } => {
+                Some(Target::Direct(limiter, prepared.get(name)?))
+            }
+            Decider::Leased {
+                limiter, prepared, ..
+            } => Some(Target::Leased(limiter, prepared.get(name)?)),
+        }
+    }
+
+    /// Gives back every unit this snapshot's leases hold and stops their timers (after a
+    /// reload swapped it out, or at shutdown).
+    async fn release(&self) {
+        if let Decider::Leased {
+            limiter, timers, ..
+        } = &self.decider
+        {
+            timers.abort();
+            limiter.shutdown().await;
+        }
     }
 }
 
+/// Each policy prepared by `limiter`, by name.
+fn prepare_all<L: Limiter>(
+    limiter: &L,
+    policies: &[NamedPolicy],
+) -> Result<HashMap<String, L::Prepared>, ServiceError> {
+    policies
+        .iter()
+        .map(|policy| {
+            Limiter::prepare(limiter, policy)
+                .map(|prepared| (policy.name().to_owned(), prepared))
+                .map_err(|e| ServiceError::Limiter(ResilienceConfigError::from(e)))
+        })
+        .collect()
+}
+
 /// What to do with one descriptor.
-enum Plan<'a, S: Limiter + Clone + 'static> {
+enum Plan<'a, S: Leasable + Clone + 'static> {
     Unmatched,
     /// A `limit` override of zero requests: over the limit, nothing to decide.
     Zero,
@@ -682,22 +768,51 @@ enum Plan<'a, S: Limiter + Clone + 'static> {
     },
 }
 
-/// Where one descriptor is decided.
-struct Target<'a, S: Limiter + Clone + 'static> {
-    limiter: &'a ResilientLimiter<S>,
-    prepared: &'a TablePolicy,
+/// Where one descriptor is decided. (The trait's methods are called by path:
+/// `ResilientLimiter`'s inherent ones of the same names take a policy name.)
+enum Target<'a, S: Leasable + Clone + 'static> {
+    Direct(&'a ResilientLimiter<S>, &'a TablePolicy),
+    Leased(
+        &'a LeasedLimiter<ResilientLimiter<S>>,
+        &'a LeasedPolicy<TablePolicy>,
+    ),
 }
 
-impl<S: Limiter + Clone + 'static> Clone for Target<'_, S> {
+impl<S: Leasable + Clone + 'static> Clone for Target<'_, S> {
     fn clone(&self) -> Self {
-        Self {
-            limiter: self.limiter,
-            prepared: self.prepared,
+        match self {
+            Target::Direct(l, p) => Target::Direct(l, p),
+            Target::Leased(l, p) => Target::Leased(l, p),
         }
     }
 }
 
-struct Charge<'a, S: Limiter + Clone + 'static> {
+impl<S: Leasable + Clone + 'static> Target<'_, S> {
+    async fn acquire(&self, key: &[u8], cost: u64) -> Result<Decision, DecideError> {
+        match self {
+            Target::Direct(l, p) => Limiter::acquire(*l, None, p, key, cost).await,
+            Target::Leased(l, p) => Limiter::acquire(*l, None, p, key, cost).await,
+        }
+    }
+
+    async fn peek(&self, key: &[u8], cost: u64) -> Result<Decision, DecideError> {
+        match self {
+            Target::Direct(l, p) => Limiter::peek(*l, None, p, key, cost).await,
+            Target::Leased(l, p) => Limiter::peek(*l, None, p, key, cost).await,
+        }
+    }
+
+    /// A refund goes to the store either way (a leased admission's too: docs/leases.md).
+    /// A token bucket leased as rate has none: refusing it only under-admits.
+    async fn refund(&self, key: &[u8], amount: u64) -> Result<(), DecideError> {
+        match self {
+            Target::Direct(l, p) => Limiter::refund(*l, None, p, key, amount).await,
+            Target::Leased(l, p) => Limiter::refund(*l, None, p, key, amount).await,
+        }
+    }
+}
+
+struct Charge<'a, S: Leasable + Clone + 'static> {
     target: Target<'a, S>,
     key: Vec<u8>,
     cost: u64,
@@ -705,7 +820,7 @@ struct Charge<'a, S: Limiter + Clone + 'static> {
 
 /// Decides one descriptor: gives `cost` back (`is_negative_hits`), peeks (the request is
 /// already denied, or the cost is zero), or charges it and remembers the charge.
-async fn decide<'a, S: Limiter + Clone + 'static>(
+async fn decide<'a, S: Leasable + Clone + 'static>(
     target: &Target<'a, S>,
     key: &[u8],
     cost: u64,
@@ -713,15 +828,14 @@ async fn decide<'a, S: Limiter + Clone + 'static>(
     denied: bool,
     charged: &mut Vec<Charge<'a, S>>,
 ) -> Result<Decision, DecideError> {
-    let limiter = target.limiter;
     if negative {
-        Limiter::refund(limiter, None, target.prepared, key, cost).await?;
-        return Limiter::peek(limiter, None, target.prepared, key, 0).await;
+        target.refund(key, cost).await?;
+        return target.peek(key, 0).await;
     }
     if denied || cost == 0 {
-        return Limiter::peek(limiter, None, target.prepared, key, cost).await;
+        return target.peek(key, cost).await;
     }
-    let decision = Limiter::acquire(limiter, None, target.prepared, key, cost).await?;
+    let decision = target.acquire(key, cost).await?;
     if decision.is_allowed() {
         charged.push(Charge {
             target: target.clone(),

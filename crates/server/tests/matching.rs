@@ -15,6 +15,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use rein::FailurePolicy;
 use rein_server::matcher::match_descriptor;
 use rein_server::{RateLimitService, ReloadableMemoryStore, RulesConfig, ServiceSettings};
@@ -54,6 +55,9 @@ fn oracle_counter(entries: &[(String, String)]) -> Option<(String, u64)> {
         _ => None,
     }
 }
+
+/// One descriptor of a request: its entries and its cost.
+type Descriptor = (Vec<(String, String)>, u64);
 
 fn value() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -107,7 +111,34 @@ proptest! {
             1..=25,
         ),
     ) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        check_against_counters(requests, None)?;
+    }
+
+    /// With leases on, hot keys are decided from blocks held in process: never more than
+    /// the counters allow, all or nothing, but a request may be refused that the counters
+    /// would admit (its units split between a block and the store: leases trade a little
+    /// utilisation for speed, docs/leases.md).
+    #[test]
+    fn with_leases_no_request_is_admitted_past_what_plain_counters_allow(
+        requests in prop::collection::vec(
+            prop::collection::vec((entries(), 1..=4u64), 1..=3),
+            1..=25,
+        ),
+    ) {
+        check_against_counters(requests, Some(rein::LeaseConfig::default()))?;
+    }
+}
+
+/// Runs `requests` through the service and through plain counters. Without leases every
+/// answer must agree; with them, every admission must fit the counters (which then follow
+/// the service's admissions).
+fn check_against_counters(
+    requests: Vec<Vec<Descriptor>>,
+    leases: Option<rein::LeaseConfig>,
+) -> Result<(), TestCaseError> {
+    {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
             .enable_all()
             .build()
             .expect("runtime");
@@ -115,14 +146,19 @@ proptest! {
             failure: FailurePolicy::FailClosed,
             shadow_mode: false,
             legacy_headers: false,
+            leases,
         };
+        let _entered = runtime.enter();
         let service = RateLimitService::new(ReloadableMemoryStore::new(), rules(), settings)
             .expect("service");
         let mut counts: HashMap<String, u64> = HashMap::new();
         for request in requests {
             let proto = RateLimitRequest {
                 domain: "p".into(),
-                descriptors: request.iter().map(|(e, cost)| descriptor(e, *cost)).collect(),
+                descriptors: request
+                    .iter()
+                    .map(|(e, cost)| descriptor(e, *cost))
+                    .collect(),
                 hits_addend: 0,
             };
             let answer = runtime
@@ -150,6 +186,19 @@ proptest! {
                 };
                 expected.push(code as i32);
             }
+            if leases.is_some() {
+                // Under-admission is allowed; over-admission and a partial charge are not.
+                if answer.overall_code == Code::Ok as i32 {
+                    for (entries, cost) in &request {
+                        if let Some((counter, limit)) = oracle_counter(entries) {
+                            let used = counts.entry(counter).or_insert(0);
+                            *used += cost;
+                            prop_assert!(*used <= limit, "over the limit: {:?}", request);
+                        }
+                    }
+                }
+                continue;
+            }
             if !denied {
                 counts = trial;
             }
@@ -159,4 +208,5 @@ proptest! {
             prop_assert_eq!(answer.overall_code, overall as i32);
         }
     }
+    Ok(())
 }

@@ -67,6 +67,7 @@ async fn start(text: &str, shadow_mode: bool) -> Running {
         failure: FailurePolicy::FailClosed,
         shadow_mode,
         legacy_headers: true,
+        leases: None,
     };
     let service = RateLimitService::new(ReloadableMemoryStore::new(), rules(text), settings)
         .expect("service");
@@ -342,4 +343,60 @@ async fn a_reload_changes_the_limit_and_keeps_what_unchanged_rules_counted() {
     }
     let cart = ask(&mut running, request(vec![descriptor(&[("cart", "k")])])).await;
     assert_eq!(codes(&cart).0, Code::OverLimit);
+}
+
+/// `--leases`: a hot key is decided from leases (blocks reserved in the store and spent in
+/// process), the limit is still admitted exactly, and shutting down gives back every unit
+/// the leases hold: the store then holds exactly what was admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_leases_a_hot_key_is_exact_and_shutdown_gives_back_what_leases_hold() {
+    let text = "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 200 }\n";
+    let store = ReloadableMemoryStore::new();
+    let settings = ServiceSettings {
+        failure: FailurePolicy::FailClosed,
+        shadow_mode: false,
+        legacy_headers: false,
+        leases: Some(rein::LeaseConfig::default()),
+    };
+    let service = RateLimitService::new(store.clone(), rules(text), settings).expect("service");
+    let mut admitted = 0;
+    for _ in 0..300 {
+        let answer = service
+            .should_rate_limit(&request(vec![descriptor(&[("user", "hot")])]))
+            .await
+            .expect("an answer");
+        admitted += u64::from(answer.overall_code == Code::Ok as i32);
+    }
+    assert_eq!(admitted, 200, "exactly the limit");
+    let stats = service.lease_stats().expect("leases are on");
+    assert!(stats.leased > 0, "no decision came from a lease: {stats:?}");
+
+    service.shutdown().await;
+    // The store's own count: what was admitted, nothing more held.
+    let policy = rules(text).policies().remove(0);
+    let table = rein_core::Limiter::prepare(&store, &policy).expect("prepare");
+    let config = rules(text);
+    let domain = config.domain("shop").expect("domain");
+    let key = rein_server::matcher::match_descriptor(domain, [("user", "hot")])
+        .expect("a rule")
+        .key;
+    let peek = rein_core::Limiter::peek(&store, None, &table, &key, 0)
+        .await
+        .expect("peek");
+    assert_eq!(peek.remaining, 0, "after 200 admitted of 200");
+    // And a key that leased but spent little gets its units back.
+    for _ in 0..30 {
+        service
+            .should_rate_limit(&request(vec![descriptor(&[("user", "warm")])]))
+            .await
+            .expect("an answer");
+    }
+    service.shutdown().await;
+    let key = rein_server::matcher::match_descriptor(domain, [("user", "warm")])
+        .expect("a rule")
+        .key;
+    let peek = rein_core::Limiter::peek(&store, None, &table, &key, 0)
+        .await
+        .expect("peek");
+    assert_eq!(peek.remaining, 170, "30 admitted; every held unit returned");
 }
