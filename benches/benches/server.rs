@@ -3,8 +3,9 @@
 //!
 //! 1. **ShouldRateLimit over loopback gRPC**: the service and `CLIENTS` concurrent clients
 //!    (tonic, Envoy's generated types) in this process, on the in-process store and on a
-//!    private `redis-server`. Decisions per second, latency p50/p99, this process's CPU per
-//!    decision (client and server together) and, over Redis, the server's.
+//!    private `redis-server`, each without and with leases. Decisions per second, latency
+//!    p50/p99, this process's CPU per decision (client and server together) and, over
+//!    Redis, the server's CPU and script calls per decision.
 //! 2. **Through Envoy**: `wrk` against one Envoy (`--concurrency 1`) with three listeners
 //!    to the same trivial upstream: without the `ratelimit` filter, with it calling
 //!    rein-server, and with it calling a do-nothing service that answers OK at once (the
@@ -71,30 +72,44 @@ fn main() {
     println!("## ShouldRateLimit over loopback gRPC");
     println!();
     println!(
-        "| store | decisions/s | p50 µs | p99 µs | CPU µs/decision (this process) | redis-server CPU µs/decision |"
+        "| store | decisions/s | p50 µs | p99 µs | CPU µs/decision (this process) | redis-server CPU µs/decision | Redis calls/decision |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     runtime.block_on(async {
-        let memory = service(ReloadableMemoryStore::new());
-        let (rate, p50, p99, cpu) = grpc_load(memory, run).await;
-        println!("| in process | {rate:.0} | {p50} | {p99} | {cpu:.1} | — |");
-
+        for leases in [false, true] {
+            let memory = service(ReloadableMemoryStore::new(), leases);
+            let (rate, p50, p99, cpu) = grpc_load(memory, run).await;
+            let name = if leases {
+                "in process, leases"
+            } else {
+                "in process"
+            };
+            println!("| {name} | {rate:.0} | {p50} | {p99} | {cpu:.1} | — | — |");
+        }
         let redis = RedisServer::start().expect("start redis-server");
-        let store = RedisStoreBuilder::new()
-            .prefix("rein-bench-server")
-            .connect(&redis.url())
-            .await
-            .expect("connect to redis");
-        let redis_cpu_before = redis_cpu(&redis);
-        let (rate, p50, p99, cpu) = grpc_load(service(store), run).await;
-        let redis_cpu = redis_cpu(&redis) - redis_cpu_before;
-        let total = rate * run.as_secs_f64();
-        println!(
-            "| Redis | {rate:.0} | {p50} | {p99} | {cpu:.1} | {:.1} |",
-            redis_cpu * 1e6 / total
-        );
+        for leases in [false, true] {
+            let store = RedisStoreBuilder::new()
+                .prefix(if leases {
+                    "rein-bench-leased"
+                } else {
+                    "rein-bench-server"
+                })
+                .connect(&redis.url())
+                .await
+                .expect("connect to redis");
+            let before = (redis_cpu(&redis), redis_calls(&redis));
+            let (rate, p50, p99, cpu) = grpc_load(service(store, leases), run).await;
+            let (cpu_after, calls_after) = (redis_cpu(&redis), redis_calls(&redis));
+            let total = rate * run.as_secs_f64();
+            let name = if leases { "Redis, leases" } else { "Redis" };
+            println!(
+                "| {name} | {rate:.0} | {p50} | {p99} | {cpu:.1} | {:.1} | {:.3} |",
+                (cpu_after - before.0) * 1e6 / total,
+                (calls_after - before.1) as f64 / total
+            );
+        }
         println!();
-        println!("RSS after both: {} MiB", rss_mib());
+        println!("RSS after all: {} MiB", rss_mib());
     });
     println!();
     println!("## Through Envoy: requests/s with the ratelimit filter ÷ without");
@@ -102,7 +117,9 @@ fn main() {
     envoy_rounds(&runtime, run);
 }
 
-fn service<S: Leasable + Clone + 'static>(store: S) -> RateLimitService<S> {
+/// The service over `store` on the bench's rules, with leases if `leases`. Its lease timers
+/// (if any) run on the caller's runtime.
+fn service<S: Leasable + Clone + 'static>(store: S, leases: bool) -> RateLimitService<S> {
     let mut rules = RulesConfig::default();
     rules
         .add(Path::new("bench.yaml"), RULES)
@@ -111,7 +128,7 @@ fn service<S: Leasable + Clone + 'static>(store: S) -> RateLimitService<S> {
         failure: FailurePolicy::FailOpen,
         shadow_mode: false,
         legacy_headers: false,
-        leases: None,
+        leases: leases.then(rein::LeaseConfig::default),
     };
     RateLimitService::new(store, rules, settings).expect("service")
 }
@@ -195,6 +212,13 @@ fn process_cpu() -> f64 {
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
+/// The script calls redis-server has run so far (`EVALSHA`, from `INFO commandstats`).
+fn redis_calls(redis: &RedisServer) -> u64 {
+    redis
+        .commandstat_calls("evalsha")
+        .expect("INFO commandstats")
+}
+
 /// redis-server's CPU seconds so far (`INFO cpu`).
 fn redis_cpu(redis: &RedisServer) -> f64 {
     let info = redis.command(&["INFO", "cpu"]).expect("INFO cpu");
@@ -240,7 +264,7 @@ fn envoy_rounds(runtime: &tokio::runtime::Runtime, run: Duration) {
             .await
             .expect("bind");
         let grpc = listener.local_addr().expect("addr");
-        let rein = rein_server::grpc::server(service(ReloadableMemoryStore::new()));
+        let rein = rein_server::grpc::server(service(ReloadableMemoryStore::new(), false));
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(rein)
