@@ -71,8 +71,8 @@ pub use error::{AcquireError, ConfigError, DecodeError};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use limit::{Limit, LimitState};
 pub use limiter::{
-    DecideError, Held, KeyError, Leasable, Limiter, NamedPolicy, PrepareError, SourceError,
-    StoreError,
+    DEFAULT_DEADLINE, DecideError, Held, KeyError, Leasable, Limiter, NamedPolicy, PrepareError,
+    SourceError, StoreError,
 };
 pub use policy::{MAX_LIMITS, Policy, PolicyState};
 pub use rate_share::{

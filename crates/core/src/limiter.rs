@@ -387,6 +387,14 @@ impl StdError for SourceError {
 /// The longest policy name: it is repeated in every Redis key of the policy.
 const MAX_NAME_LEN: usize = 64;
 
+/// The longest one decision waits for a store unless told otherwise: rein's Redis stores'
+/// default deadline, and the resilient limiter's for a store that states none. A
+/// rate-limit check sits on the request path: 50 ms is long against a healthy Redis round
+/// trip (well under 1 ms on a LAN) and short enough that a stalled Redis costs each request
+/// little before the caller's failure policy takes over. Defined here once; everything that
+/// defaults to it refers to it.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -852,9 +852,8 @@ impl<S> fmt::Debug for ResilientLimiterBuilder<S> {
 
 const DEFAULT_NAME: &str = "rein";
 
-/// The deadline of a store that states none ([`Limiter::deadline`]): the Redis store's
-/// default, long against a healthy round trip and short on the request path.
-const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
+/// The deadline of a store that states none ([`Limiter::deadline`]).
+const DEFAULT_DEADLINE: Duration = rein_core::DEFAULT_DEADLINE;
 
 /// 65 536 entries: more keys than one node sees denied within a typical `retry_after`, and
 /// a few MiB at most.

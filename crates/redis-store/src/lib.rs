@@ -108,7 +108,7 @@ pub use optimistic::{OptimisticStats, OptimisticStore, OptimisticStoreBuilder};
 pub use policy::RedisPolicy;
 pub use rein_core::{DecideError, KeyError, StoreError};
 pub use script::{SCRIPT_SOURCE, SCRIPTS};
-pub use store::{RedisStore, RedisStoreBuilder};
+pub use store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, RedisStore, RedisStoreBuilder};
 
 /// Checks a key prefix as [`RedisStoreBuilder::prefix`] will when the store connects: 1 to
 /// 64 printable ASCII bytes, no spaces or braces ([`ConfigError::InvalidPrefix`]). For

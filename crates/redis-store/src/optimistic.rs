@@ -50,6 +50,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::store_error;
+use crate::store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
 use crate::{ConfigError, ConnectError, RedisPolicy, StateError};
 use backoff::Backoff;
 use pool::{Connector, Lease, Pool};
@@ -764,14 +765,12 @@ impl Op {
     }
 }
 
-/// The Lua store's: the two stores share keys and values, so they can serve one limit
-/// together (one migrating to the other, or clients where scripting is refused).
-const DEFAULT_PREFIX: &str = "rein";
+// The prefix and connect timeout are the Lua store's (`crate::store`): the two stores share
+// keys and values, so they can serve one limit together (one migrating to the other, or
+// clients where scripting is refused).
 
-/// As the Lua store's: long against a healthy round trip, short on the request path.
-const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
-
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// rein-core's [`DEFAULT_DEADLINE`](rein_core::DEFAULT_DEADLINE), as the Lua store's.
+const DEFAULT_DEADLINE: Duration = rein_core::DEFAULT_DEADLINE;
 
 /// Enough for the concurrency of a typical server process's rate-limit calls; each open
 /// connection costs Redis a client (about 20 KB) and this process a socket. (The `unwrap`s

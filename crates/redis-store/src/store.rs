@@ -904,13 +904,16 @@ fn ttl_millis(d: Duration) -> u64 {
     u64::try_from(ms).unwrap_or(u64::MAX).min(MAX_MICROS)
 }
 
-const DEFAULT_PREFIX: &str = "rein";
+/// The first part of every key a Redis store writes unless given another
+/// ([`RedisStoreBuilder::prefix`]); the optimistic store and rein-tower's config use it too.
+pub const DEFAULT_PREFIX: &str = "rein";
 
-/// A rate-limit check sits on the request path: 50 ms is long against a healthy Redis
-/// round trip (well under 1 ms on a LAN) and short enough that a stalled Redis costs each
-/// request little before the caller's failure policy takes over.
-const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
+/// rein-core's [`DEFAULT_DEADLINE`](rein_core::DEFAULT_DEADLINE) (50 ms), the one deadline
+/// every rein component defaults to.
+const DEFAULT_DEADLINE: Duration = rein_core::DEFAULT_DEADLINE;
 
-/// Covers a TCP and TLS handshake to a Redis in another zone, and fails fast enough that a
-/// background reconnect loop notices a recovered server within about a second.
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a store's first connect may take unless told otherwise
+/// ([`RedisStoreBuilder::connect_timeout`]): covers a TCP and TLS handshake to a Redis in
+/// another zone, and fails fast enough that a background reconnect loop notices a recovered
+/// server within about a second. The optimistic store and rein-tower's config use it too.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);

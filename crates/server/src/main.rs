@@ -76,9 +76,10 @@ struct Serve {
     #[arg(long, env = "REIN_REDIS_CLUSTER", value_delimiter = ',')]
     redis_cluster: Option<Vec<String>>,
 
-    /// The longest one Redis decision may take before the failure policy answers.
-    #[arg(long, env = "REIN_REDIS_DEADLINE", default_value = "50ms", value_parser = duration)]
-    redis_deadline: Duration,
+    /// The longest one Redis decision may take before the failure policy answers (default:
+    /// rein's, 50ms).
+    #[arg(long, env = "REIN_REDIS_DEADLINE", value_parser = duration, value_name = "DURATION")]
+    redis_deadline: Option<Duration>,
 
     /// The first part of every Redis key this server writes.
     #[arg(long, env = "REIN_KEY_PREFIX", default_value = "rein-server")]
@@ -262,9 +263,11 @@ async fn serve(args: Serve) -> Result<(), String> {
         .install_recorder()
         .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
     let builder = || {
-        RedisStoreBuilder::new()
-            .prefix(args.key_prefix.clone())
-            .deadline(args.redis_deadline)
+        let builder = RedisStoreBuilder::new().prefix(args.key_prefix.clone());
+        match args.redis_deadline {
+            Some(deadline) => builder.deadline(deadline),
+            None => builder,
+        }
     };
     let redis = match (&args.redis_url, &args.redis_cluster) {
         (Some(url), _) => {

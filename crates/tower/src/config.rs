@@ -20,7 +20,7 @@ use std::time::Duration;
 use http::{HeaderName, Method, StatusCode};
 use rein::{FailurePolicy, PolicyTable, ResilienceConfigError, ResilientLimiter};
 use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
-use rein_redis::{ConnectError, RedisStoreBuilder};
+use rein_redis::{ConnectError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, RedisStoreBuilder};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use thiserror::Error;
@@ -986,10 +986,9 @@ impl<'de> Deserialize<'de> for Answer {
 /// private protocol), which are not the file's.
 const SPANNED_PREFIX: &str = "$__serde_spanned_private";
 
-/// The Redis store's defaults, repeated here so `Config` shows the values in force.
-const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-const DEFAULT_PREFIX: &str = "rein";
+/// The Redis store's deadline, named here so that `Config` shows the value in force (defined
+/// once, in rein-core; the prefix and connect timeout come from rein-redis).
+const DEFAULT_DEADLINE: Duration = rein_core::DEFAULT_DEADLINE;
 
 #[cfg(test)]
 mod tests {
