@@ -95,6 +95,12 @@ pub use table::PolicyTable;
 #[doc = include_str!("../../../docs/failure.md")]
 struct FailureDoc;
 
+/// docs/architecture.md, compiled with the doctests: its listing of the traits must at least
+/// name types that exist with these signatures.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/architecture.md")]
+struct ArchitectureDoc;
+
 /// Why [`ResilientLimiter::acquire`] returned no decision: the request itself can never be
 /// admitted. Store failures are never an `Err` here; the failure policy answers them.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
