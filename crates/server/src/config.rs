@@ -14,7 +14,6 @@
 //! wrong ([`Problem`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -362,12 +361,6 @@ struct Loader<'a> {
     file: &'a Path,
 }
 
-/// A descriptor's path so far: the stats label (`domain.key_value.key`) and the stable
-/// identity the policy name hashes.
-struct Trail {
-    label: String,
-}
-
 impl Loader<'_> {
     fn file(&self, text: &str) -> Result<Domain, ConfigError> {
         let root = yaml::parse(text).map_err(|(message, line, column)| ConfigError {
@@ -377,7 +370,7 @@ impl Loader<'_> {
             field: "(file)".into(),
             problem: Problem::Syntax(message),
         })?;
-        let fields = self.map(&root, "(file)", "domain, descriptors")?;
+        let fields = self.map(&root, "(file)")?;
         let mut domain = None;
         let mut descriptors = None;
         for (key, value) in fields {
@@ -397,12 +390,9 @@ impl Loader<'_> {
         if domain.is_empty() {
             return Err(self.error(&root, "domain", Problem::BadValue("empty domain".into())));
         }
-        let trail = Trail {
-            label: domain.clone(),
-        };
         let root_level = match descriptors {
             None => Level::default(),
-            Some(list) => self.level(list, "descriptors", &domain, &trail)?,
+            Some(list) => self.level(list, "descriptors", &domain, &domain)?,
         };
         Ok(Domain {
             name: domain,
@@ -411,12 +401,14 @@ impl Loader<'_> {
         })
     }
 
+    /// One level of descriptors; `trail` is the path above it (`domain.key_value.key`):
+    /// the stats label of the rules below, and what their policy names hash.
     fn level(
         &self,
         list: &Node,
         path: &str,
         domain: &str,
-        trail: &Trail,
+        trail: &str,
     ) -> Result<Level, ConfigError> {
         let Value::Seq(items) = &list.value else {
             return Err(self.wrong(list, path, "a list of descriptors"));
@@ -466,11 +458,11 @@ impl Loader<'_> {
         node: &Node,
         path: &str,
         domain: &str,
-        trail: &Trail,
+        trail: &str,
     ) -> Result<(String, Option<String>, Entry), ConfigError> {
         const FIELDS: &str = "key, value, rate_limit, rate_limits, descriptors, shadow_mode, \
                               detailed_metric, value_to_metric, share_threshold";
-        let fields = self.map(node, path, FIELDS)?;
+        let fields = self.map(node, path)?;
         let (mut key, mut value, mut rate_limit, mut rate_limits, mut children) =
             (None, None, None, None, None);
         let (mut shadow, mut detailed, mut share) = (false, false, false);
@@ -512,8 +504,8 @@ impl Loader<'_> {
             ));
         }
         let label = match &value {
-            Some(value) => format!("{}.{key}_{value}", trail.label),
-            None => format!("{}.{key}", trail.label),
+            Some(value) => format!("{trail}.{key}_{value}"),
+            None => format!("{trail}.{key}"),
         };
         let rule = match (rate_limit, rate_limits) {
             (Some(_), Some(list)) => {
@@ -557,14 +549,7 @@ impl Loader<'_> {
         };
         let children = match children {
             None => Level::default(),
-            Some(list) => self.level(
-                list,
-                &format!("{path}.descriptors"),
-                domain,
-                &Trail {
-                    label: label.clone(),
-                },
-            )?,
+            Some(list) => self.level(list, &format!("{path}.descriptors"), domain, &label)?,
         };
         Ok((
             key,
@@ -648,44 +633,23 @@ impl Loader<'_> {
         } else {
             let policy =
                 Policy::new(limits).map_err(|e| self.error(&items[0], path, Problem::Limit(e)))?;
-            Action::Limit {
-                policy: NamedPolicy::new(policy_name(domain, label), policy.clone()).map_err(
-                    |_| {
-                        self.error(
-                            &items[0],
-                            path,
-                            Problem::BadValue("cannot name this rule's policy".into()),
-                        )
-                    },
-                )?,
-                header_policy: NamedPolicy::new(
-                    header_name(name.as_deref().unwrap_or(label)),
-                    policy,
-                )
-                .map_err(|_| {
+            let named = |name: String, what: &str| {
+                NamedPolicy::new(name, policy.clone()).map_err(|_| {
                     self.error(
                         &items[0],
                         path,
-                        Problem::BadValue("cannot name this rule in headers".into()),
+                        Problem::BadValue(format!("cannot name this rule's {what}")),
                     )
-                })?,
-                policy_header: String::new(),
+                })
+            };
+            let header_policy =
+                named(header_name(name.as_deref().unwrap_or(label)), "header item")?;
+            Action::Limit {
+                policy: named(policy_name(domain, label), "policy")?,
+                policy_header: rein_tower::headers::render_policy(&header_policy),
+                header_policy,
                 limits: units,
             }
-        };
-        let action = match action {
-            Action::Limit {
-                policy,
-                header_policy,
-                limits,
-                ..
-            } => Action::Limit {
-                policy_header: rein_tower::headers::render_policy(&header_policy),
-                policy,
-                header_policy,
-                limits,
-            },
-            other => other,
         };
         Ok(Rule {
             label: label.to_owned(),
@@ -702,7 +666,7 @@ impl Loader<'_> {
     fn limit(&self, node: &Node, path: &str) -> Result<ParsedLimit, ConfigError> {
         const FIELDS: &str = "unit, requests_per_unit, name, replaces, unlimited, algorithm, \
                               window, burst";
-        let fields = self.map(node, path, FIELDS)?;
+        let fields = self.map(node, path)?;
         let mut unit = None;
         let mut window = None;
         let mut requests = None;
@@ -850,7 +814,7 @@ impl Loader<'_> {
         let mut names = Vec::new();
         for (index, item) in items.iter().enumerate() {
             let at = format!("{path}[{index}]");
-            for (key, value) in self.map(item, &at, "name")? {
+            for (key, value) in self.map(item, &at)? {
                 match key {
                     "name" => names.push(self.string(value, &format!("{at}.name"))?),
                     _ => return Err(self.unknown(value, &format!("{at}.{key}"), "name")),
@@ -862,13 +826,8 @@ impl Loader<'_> {
 
     // Scalars and shapes.
 
-    /// A mapping's entries; `_fields` (the fields allowed) documents the call site.
-    fn map<'n>(
-        &self,
-        node: &'n Node,
-        path: &str,
-        _fields: &'static str,
-    ) -> Result<Vec<(&'n str, &'n Node)>, ConfigError> {
+    /// A mapping's entries (an empty value reads as no entries).
+    fn map<'n>(&self, node: &'n Node, path: &str) -> Result<Vec<(&'n str, &'n Node)>, ConfigError> {
         match &node.value {
             Value::Map(entries) => entries
                 .iter()
@@ -1023,12 +982,3 @@ fn sanitize(text: &str) -> String {
 
 /// The longest policy name rein-core accepts.
 const MAX_NAME: usize = 64;
-
-impl fmt::Display for Unit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Unit::Named(unit) => write!(f, "{unit:?}"),
-            Unit::Window(window) => write!(f, "{}", humantime::format_duration(*window)),
-        }
-    }
-}
