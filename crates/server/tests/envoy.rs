@@ -13,12 +13,12 @@ mod support;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rein_redis_harness::RedisServer;
-use support::{free_port, temp_dir, wait_for_port};
+use support::{Running, free_port, temp_dir, wait_for_port};
 
 const RULES: &str = "
 domain: envoytest
@@ -188,7 +188,7 @@ fn sleep_until(instant: Instant) {
 
 /// A `rein-server` process.
 struct ReinServer {
-    child: Child,
+    _child: Running,
     grpc: SocketAddr,
 }
 
@@ -213,14 +213,10 @@ impl ReinServer {
             .spawn()
             .expect("start rein-server");
         wait_for_port(grpc, "rein-server", Some(&log));
-        ReinServer { child, grpc }
-    }
-}
-
-impl Drop for ReinServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        ReinServer {
+            _child: Running(child),
+            grpc,
+        }
     }
 }
 
@@ -269,7 +265,7 @@ fn serve_ok(stream: TcpStream) {
 
 /// An Envoy process.
 struct Envoy {
-    child: Child,
+    _child: Running,
     addr: SocketAddr,
 }
 
@@ -316,7 +312,10 @@ impl Envoy {
             .expect("start envoy");
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         wait_for_port(addr, "envoy", Some(&log));
-        Envoy { child, addr }
+        Envoy {
+            _child: Running(child),
+            addr,
+        }
     }
 
     /// `GET path` with `x-user: user`, on a new connection.
@@ -344,13 +343,6 @@ impl Envoy {
             .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
             .collect();
         Answer { status, headers }
-    }
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{free_addr, post_json, temp_dir, wait_for_port};
+use support::{Running, free_addr, post_json, temp_dir, wait_for_port};
 
 const RULES: &str = "domain: ops\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 2 }\n";
 
@@ -38,21 +38,23 @@ fn a_bad_reload_is_refused_a_good_one_taken_and_sigterm_exits_cleanly() {
     std::fs::write(&file, RULES).expect("write");
     let (http, grpc) = (free_addr(), free_addr());
     let log = dir.join("server.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rein-server"))
-        .args(["--config", &dir.display().to_string()])
-        .args([
-            "--http-addr",
-            &http.to_string(),
-            "--grpc-addr",
-            &grpc.to_string(),
-        ])
-        // Reloads only on SIGHUP, so the test decides when.
-        .args(["--watch-interval", "0s"])
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("start rein-server");
+    let mut child = Running(
+        Command::new(env!("CARGO_BIN_EXE_rein-server"))
+            .args(["--config", &dir.display().to_string()])
+            .args([
+                "--http-addr",
+                &http.to_string(),
+                "--grpc-addr",
+                &grpc.to_string(),
+            ])
+            // Reloads only on SIGHUP, so the test decides when.
+            .args(["--watch-interval", "0s"])
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("start rein-server"),
+    );
     wait_for_port(http, "rein-server", None);
     assert!(ask(http).contains(r#""overallCode":"OK""#));
 
@@ -147,20 +149,22 @@ fn over_a_redis_cluster_the_limit_is_exact_and_requests_all_or_nothing() {
     )
     .expect("write");
     let (http, grpc) = (free_addr(), free_addr());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rein-server"))
-        .args(["--config", &dir.display().to_string()])
-        .args([
-            "--http-addr",
-            &http.to_string(),
-            "--grpc-addr",
-            &grpc.to_string(),
-        ])
-        .args(["--redis-cluster", &cluster.urls().join(",")])
-        .args(["--failure", "fail-closed", "--redis-deadline", "500ms"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start rein-server");
+    let _server = Running(
+        Command::new(env!("CARGO_BIN_EXE_rein-server"))
+            .args(["--config", &dir.display().to_string()])
+            .args([
+                "--http-addr",
+                &http.to_string(),
+                "--grpc-addr",
+                &grpc.to_string(),
+            ])
+            .args(["--redis-cluster", &cluster.urls().join(",")])
+            .args(["--failure", "fail-closed", "--redis-deadline", "500ms"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start rein-server"),
+    );
     wait_for_port(http, "rein-server", None);
     let post = |body: &str| post_json(http, body);
     let both = r#"{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]},{"entries":[{"key":"cart","value":"c1"}]}]}"#;
@@ -176,7 +180,5 @@ fn over_a_redis_cluster_the_limit_is_exact_and_requests_all_or_nothing() {
         "one left before, none now: {answer}"
     );
     assert!(post(user).contains("OVER_LIMIT"));
-    let _ = child.kill();
-    let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }

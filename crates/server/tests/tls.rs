@@ -8,7 +8,7 @@ mod support;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use support::{free_addr, wait_for_port};
+use support::{Running, free_addr, wait_for_port};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
@@ -31,16 +31,9 @@ fn tls_file(name: &str) -> PathBuf {
 }
 
 struct Server {
-    child: Child,
+    _child: Running,
     grpc: SocketAddr,
     http: SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn start() -> Server {
@@ -63,7 +56,11 @@ fn start() -> Server {
         .expect("start rein-server");
     wait_for_port(http, "rein-server (HTTPS)", None);
     wait_for_port(grpc, "rein-server (gRPC)", None);
-    Server { child, grpc, http }
+    Server {
+        _child: Running(child),
+        grpc,
+        http,
+    }
 }
 
 fn request() -> RateLimitRequest {

@@ -56,3 +56,28 @@ pub fn post_json(http: SocketAddr, body: &str) -> String {
     stream.read_to_string(&mut text).expect("read");
     text
 }
+
+/// A child process that is killed (and reaped) when dropped, a failing test's included, so
+/// no server outlives its test.
+pub struct Running(pub std::process::Child);
+
+impl std::ops::Deref for Running {
+    type Target = std::process::Child;
+
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
