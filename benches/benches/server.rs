@@ -41,6 +41,10 @@ use rein_redis::RedisStoreBuilder;
 use rein_redis_harness::RedisServer;
 use rein_server::{RateLimitService, ReloadableMemoryStore, RulesConfig, ServiceSettings};
 
+/// The allocator `rein-server`'s binary ships with (its `main.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Concurrent gRPC clients.
 const CLIENTS: usize = 64;
 /// gRPC connections they share (HTTP/2 multiplexes the rest).

@@ -16,6 +16,11 @@ use rein_server::{RateLimitService, ReloadableMemoryStore, RulesConfig, ServiceS
 use rein_tower::ConfiguredStore;
 use tokio::sync::watch;
 
+/// mimalloc rather than glibc's malloc: tonic and h2 allocate small buffers for every call,
+/// and glibc's malloc was about a tenth of the CPU per decision (docs/performance.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Envoy's rate-limit service (RLS v3), backed by rein.
 ///
 /// Reads envoyproxy/ratelimit's YAML rules (one domain per file) from --config, answers

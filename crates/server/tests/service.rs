@@ -63,14 +63,18 @@ struct Running {
 }
 
 async fn start(text: &str, shadow_mode: bool) -> Running {
+    start_with(rules(text), shadow_mode).await
+}
+
+async fn start_with(rules: RulesConfig, shadow_mode: bool) -> Running {
     let settings = ServiceSettings {
         failure: FailurePolicy::FailClosed,
         shadow_mode,
         legacy_headers: true,
         leases: None,
     };
-    let service = RateLimitService::new(ReloadableMemoryStore::new(), rules(text), settings)
-        .expect("service");
+    let service =
+        RateLimitService::new(ReloadableMemoryStore::new(), rules, settings).expect("service");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -279,6 +283,38 @@ async fn hits_addend_negative_hits_and_overrides_are_honoured() {
         codes(&ask(&mut running, overridden).await).0,
         Code::OverLimit
     );
+}
+
+#[tokio::test]
+async fn an_override_needs_its_domain_in_the_rules_as_in_envoyproxy_ratelimit() {
+    let mut config = rules(RULES);
+    // A domain with no descriptors: known, so an override in it is decided.
+    config
+        .add(Path::new("bare.yaml"), "domain: bare\n")
+        .expect("a domain without descriptors is valid");
+    let mut running = start_with(config, false).await;
+    let overridden = |domain: &str| {
+        let mut asked = request(vec![descriptor(&[("anything", "x")])]);
+        asked.domain = domain.to_owned();
+        asked.descriptors[0].limit = Some(rate_limit_descriptor::RateLimitOverride {
+            requests_per_unit: 1,
+            unit: rate_limit::Unit::Minute as i32,
+        });
+        asked
+    };
+    for expected in [Code::Ok, Code::OverLimit] {
+        assert_eq!(
+            codes(&ask(&mut running, overridden("bare")).await).0,
+            expected
+        );
+    }
+    // An unknown domain answers OK, its override unread.
+    for _ in 0..3 {
+        assert_eq!(
+            codes(&ask(&mut running, overridden("nowhere")).await),
+            (Code::Ok, vec![Code::Ok])
+        );
+    }
 }
 
 #[tokio::test]
