@@ -54,4 +54,6 @@ pub use clock::{Clock, ManualClock};
 pub use node::{Node, Persistence, Shared};
 pub use reply::Reply;
 pub use request::{ProtocolError, parse as parse_request};
-pub use server::{Observer, host, host_observed, serve, serve_connection};
+pub use server::{
+    Observer, host, host_observed, serve, serve_connection, serve_connection_observed,
+};

@@ -102,8 +102,21 @@ pub async fn serve_connection<S>(stream: S, node: Shared) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    serve_connection_observed(stream, node, ()).await
+}
+
+/// [`serve_connection`], with every command shown to `observer` as it runs.
+pub async fn serve_connection_observed<S, O>(
+    stream: S,
+    node: Shared,
+    observer: O,
+) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    O: Observer,
+{
     let nobody = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
-    serve_observed_connection(stream, nobody, node, ()).await
+    serve_observed_connection(stream, nobody, node, observer).await
 }
 
 async fn serve_observed_connection<S, O>(
