@@ -18,8 +18,8 @@
 --          direct  { allowed, limit, remaining, retry_after, reset_after, now }, as the
 --                  decision scripts answer. A denial, or a cost of 0, writes nothing.
 
--- rein_core::MAX_MICROS, RATE_PARTS, MAX_SHARES, MAX_DEMAND, MAX_VALIDITY (µs).
-local MAX = 4503599627370495
+-- rein_core::RATE_PARTS, MAX_SHARES, MAX_DEMAND, MAX_VALIDITY (µs); MAX_MICROS is the
+-- preamble's `MAX`.
 local PARTS = 1000
 local MAX_SHARES = 64
 local MAX_DEMAND = 4294967295
@@ -42,13 +42,10 @@ for i = 3, nargs do
   end
   args[i] = x
 end
+-- `MAX` and `clock`: preamble.lua, which script.rs puts before this file.
 local now = tonumber(ARGV[2])
 if ARGV[2] == '' then
-  if redis.REDIS_VERSION_NUM == nil then
-    redis.replicate_commands()
-  end
-  local t = redis.call('TIME')
-  now = math.min(tonumber(t[1]) * 1000000 + tonumber(t[2]), MAX)
+  now = clock('')
 elseif now == nil or now % 1 ~= 0 or now < 0 or now > MAX then
   error({ err = 'REIN arguments must be integers from 0 to 2^52 - 1' })
 end

@@ -45,11 +45,6 @@
 -- checked before anything is written: Redis does not roll back a script's writes when it
 -- fails half-way.
 
--- rein_core::MAX_MICROS: 2^52 - 1. Every quantity stays at or below it, so a sum of two is
--- an exact double. Remainders use `%` where dividend + divisor < 2^53 (exact there, see
--- single_token_bucket.lua) and `math.fmod` elsewhere; never a rounded `/` alone.
-local MAX = 4503599627370495
-
 -- Integers from 0 to MAX, or a script error: the script is callable by anyone with the
 -- ACL, and must never store what rein-core would not. `x % 1` is 0 only for an integer
 -- (NaN and infinities give NaN), so a sum of them is 0 only if each term is. Checked in
@@ -74,21 +69,8 @@ if op == 'hold' or settle then
     fail_arguments()
   end
 end
-local now
-if ARGV[2] == '' then
-  -- Redis 5 and 6 need this before a write that follows TIME; Redis 7 (which has
-  -- REDIS_VERSION_NUM) replicates effects only.
-  if redis.REDIS_VERSION_NUM == nil then
-    redis.replicate_commands()
-  end
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-  if now > MAX then
-    now = MAX
-  end
-else
-  now = ARGV[2] + 0
-end
+-- `MAX` and `clock`: preamble.lua, which script.rs puts before this file.
+local now = clock(ARGV[2])
 -- Numbers are read with `+ 0`, not `tonumber` (see single_token_bucket.lua): a string that
 -- is no number stops the script with Lua's arithmetic error, before any write.
 local amount, min_ttl = ARGV[3] + 0, ARGV[4] + 0

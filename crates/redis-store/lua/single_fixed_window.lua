@@ -17,24 +17,8 @@
 -- Reply    { now_us, then per decision: allowed (1 or 0), remaining, retry_after_us,
 --          reset_after_us }, with per-decision errors as in single_token_bucket.lua.
 
--- rein_core::MAX_MICROS (see single_token_bucket.lua).
-local MAX = 4503599627370495
-
-local now
-if ARGV[1] == '' then
-  -- Redis 5 and 6 replicate scripts verbatim unless told otherwise, and then refuse writes
-  -- after TIME; Redis 7 (which has REDIS_VERSION_NUM) replicates effects only.
-  if redis.REDIS_VERSION_NUM == nil then
-    redis.replicate_commands()
-  end
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-  if now > MAX then
-    now = MAX
-  end
-else
-  now = ARGV[1] + 0
-end
+-- `MAX` and `clock`: preamble.lua, which script.rs puts before this file.
+local now = clock(ARGV[1])
 -- `+ 0` rather than `tonumber` (see single_token_bucket.lua): a string that is not a number
 -- stops the script here with Lua's arithmetic error, before any write.
 local min_ttl, limit, window = ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0

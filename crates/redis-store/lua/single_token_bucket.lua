@@ -22,31 +22,8 @@
 --          zeros, and leaves its key as it was; the others are decided as usual. Bad
 --          arguments fail the whole call before any write.
 
--- rein_core::MAX_MICROS: 2^52 - 1. Every quantity stays at or below it, so a sum of two is
--- an exact double. Remainders use `%`, which Lua 5.1 computes as `a - floor(a / b) * b`:
--- for integers a, b >= 1 with a + b < 2^53 the rounded quotient never crosses an integer,
--- so `floor` gives the true quotient and the remainder is exact (each use below is within
--- that bound; the one that may not be uses `math.fmod`); a quotient is then taken
--- as `(a - a % b) / b`, an exact division. No `math.*` call on the common path: in Redis a
--- call to a C function costs more than the arithmetic around it (measured in
--- docs/performance.md).
-local MAX = 4503599627370495
-
-local now
-if ARGV[1] == '' then
-  -- Redis 5 and 6 replicate scripts verbatim unless told otherwise, and then refuse writes
-  -- after TIME; Redis 7 (which has REDIS_VERSION_NUM) replicates effects only.
-  if redis.REDIS_VERSION_NUM == nil then
-    redis.replicate_commands()
-  end
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-  if now > MAX then
-    now = MAX
-  end
-else
-  now = ARGV[1] + 0
-end
+-- `MAX` and `clock`: preamble.lua, which script.rs puts before this file.
+local now = clock(ARGV[1])
 -- `+ 0` converts a numeric string without a function call (`tonumber` costs more than the
 -- arithmetic of a whole decision); anything not numeric stops the script right here with
 -- Lua's own arithmetic error, before any write.

@@ -17,33 +17,39 @@ use rein_core::{
 
 use crate::RedisPolicy;
 
+/// A script as it is sent: the preamble every script shares (`MAX`, `clock`), then its own
+/// text. Still one script per algorithm, one `EVALSHA` per call.
+macro_rules! script {
+    ($file:literal) => {
+        concat!(
+            include_str!("../lua/preamble.lua"),
+            include_str!(concat!("../lua/", $file))
+        )
+    };
+}
+
 /// The Lua source of the generic policy script, which decides policies of several limits
 /// (and of one sliding counter), for tools that run it outside Redis. [`SCRIPTS`] lists it
 /// with the lean single-limit scripts; a tool that runs the store needs all of them.
 ///
-/// It is `lua/policy.lua`; its calling convention is documented at its top and in
-/// docs/redis.md. The Redis commands it uses: `TIME`, `GET`, `SET` (with `PX`) and `DEL`.
-pub const SCRIPT_SOURCE: &str = include_str!("../lua/policy.lua");
+/// It is `lua/preamble.lua` followed by `lua/policy.lua`; its calling convention is
+/// documented at the top of `policy.lua` and in docs/redis.md. The Redis commands it uses:
+/// `TIME`, `GET`, `SET` (with `PX`) and `DEL`.
+pub const SCRIPT_SOURCE: &str = script!("policy.lua");
 
 /// Every script the store may send, as `(name, Lua source)`: the generic policy script
 /// ([`SCRIPT_SOURCE`]), the lean scripts for a policy of one token bucket, one fixed
-/// window or one sliding log, and the rate-share script of a leased token bucket. A
-/// simulator or a deployment that preloads scripts (`SCRIPT LOAD`, or converting them to
-/// Redis Functions) loads all of them. The decision scripts use only `TIME`, `GET`, `SET`
-/// (with `PX`) and `DEL`; the rate-share script `TIME`, `HGETALL`, `DEL`, `HSET` and
-/// `PEXPIRE`.
+/// window or one sliding log, and the rate-share script of a leased token bucket, each
+/// after the shared preamble (`lua/preamble.lua`). A simulator or a deployment that
+/// preloads scripts (`SCRIPT LOAD`, or converting them to Redis Functions) loads all of
+/// them. The decision scripts use only `TIME`, `GET`, `SET` (with `PX`) and `DEL`; the
+/// rate-share script `TIME`, `HGETALL`, `DEL`, `HSET` and `PEXPIRE`.
 pub const SCRIPTS: [(&str, &str); 5] = [
     ("policy", SCRIPT_SOURCE),
-    (
-        "token_bucket",
-        include_str!("../lua/single_token_bucket.lua"),
-    ),
-    (
-        "fixed_window",
-        include_str!("../lua/single_fixed_window.lua"),
-    ),
-    ("sliding_log", include_str!("../lua/single_sliding_log.lua")),
-    ("lease_rate", include_str!("../lua/lease_rate.lua")),
+    ("token_bucket", script!("single_token_bucket.lua")),
+    ("fixed_window", script!("single_fixed_window.lua")),
+    ("sliding_log", script!("single_sliding_log.lua")),
+    ("lease_rate", script!("lease_rate.lua")),
 ];
 
 /// Which of [`SCRIPTS`] a policy runs, by index.
