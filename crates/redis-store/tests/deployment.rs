@@ -74,7 +74,83 @@ const LEAST_PRIVILEGE: [&str; 17] = [
     "+pexpire",
 ];
 
-/// The ACL docs/redis.md recommends is enough, and no more than enough.
+/// Everything the store sends after connecting (which loads its scripts): decisions of
+/// every algorithm, the first after the server lost its scripts (a restart, a failover:
+/// `EVAL` of the source), a peek, refunds (one back to full, which deletes its key),
+/// a state read, and a lone fixed window kept as one integer (`INCRBY`, `PEXPIRE` on its
+/// first admission, a denial that takes its cost back).
+async fn every_command_the_store_sends(
+    server: &RedisServer,
+    store: &RedisStore<redis::aio::ConnectionManager>,
+) -> Result<(), String> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
+    assert_eq!(
+        server.command(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH"),
+        "+OK\r\n"
+    );
+    let policy = policy();
+    for _ in 0..12 {
+        store
+            .acquire(&policy, "u", 1)
+            .await
+            .map_err(|e| fail("acquire", &e))?;
+    }
+    store
+        .peek(&policy, "u", 1)
+        .await
+        .map_err(|e| fail("peek", &e))?;
+    store
+        .refund(&policy, "u", 1)
+        .await
+        .map_err(|e| fail("refund", &e))?;
+    store
+        .state(&policy, "u")
+        .await
+        .map_err(|e| fail("state", &e))?;
+    let bucket = RedisPolicy::new(
+        "bucket",
+        Policy::single(Limit::token_bucket(5, 1, Micros::from_secs(60)).expect("valid")),
+    )
+    .expect("valid name");
+    store
+        .acquire(&bucket, "u", 1)
+        .await
+        .map_err(|e| fail("a bucket's acquire", &e))?;
+    store
+        .refund(&bucket, "u", 1)
+        .await
+        .map_err(|e| fail("a bucket's refund to full", &e))?;
+    let window = RedisPolicy::new(
+        "window",
+        Policy::single(Limit::fixed_window(2, Micros::from_secs(60)).expect("valid")),
+    )
+    .expect("valid name");
+    for allowed in [true, true, false] {
+        let decision = store
+            .acquire(&window, "u", 1)
+            .await
+            .map_err(|e| fail("a window's acquire", &e))?;
+        assert_eq!(decision.is_allowed(), allowed);
+    }
+    store
+        .refund(&window, "u", 1)
+        .await
+        .map_err(|e| fail("a window's refund", &e))?;
+    // On the caller's clock (the `*_at` methods) an admission in a window already counting
+    // sets the key's TTL: `PEXPIRE`.
+    let now = rein_core::Timestamp::from_micros(1_764_000_000_000_000);
+    for _ in 0..2 {
+        store
+            .acquire_at(now, &window, "v", 1)
+            .await
+            .map_err(|e| fail("a window's acquire on the caller's clock", &e))?;
+    }
+    Ok(())
+}
+
+/// The ACL docs/redis.md recommends is enough, and no more than enough: without any one of
+/// its commands but `INCRBY`, something the store does is refused; without `INCRBY` a lone
+/// fixed window's admission, still exact, takes the slower `GET` and `SET` path.
 #[tokio::test]
 async fn a_least_privilege_acl_user_can_decide_on_its_prefix_only() {
     let server = RedisServer::start().expect("start redis-server");
@@ -86,40 +162,59 @@ async fn a_least_privilege_acl_user_can_decide_on_its_prefix_only() {
     let store = RedisStore::connect(&url)
         .await
         .expect("connect as the ACL user");
-    let policy = policy();
-    for _ in 0..12 {
-        store.acquire(&policy, "u", 1).await.expect("decision");
-    }
-    store.peek(&policy, "u", 1).await.expect("peek");
-    store.refund(&policy, "u", 1).await.expect("refund");
-    store.state(&policy, "u").await.expect("state");
-    // A refund back to full deletes the key (a zero TTL).
-    let bucket = RedisPolicy::new(
-        "bucket",
-        Policy::single(Limit::token_bucket(5, 1, Micros::from_secs(60)).expect("valid")),
-    )
-    .expect("valid name");
-    store.acquire(&bucket, "u", 1).await.expect("decision");
-    store.refund(&bucket, "u", 1).await.expect("refund");
-    // A lone fixed window, kept as one integer: `INCRBY`, `PEXPIRE` on its first admission,
-    // and a denial that takes its cost back.
-    let window = RedisPolicy::new(
-        "window",
-        Policy::single(Limit::fixed_window(2, Micros::from_secs(60)).expect("valid")),
-    )
-    .expect("valid name");
-    for allowed in [true, true, false] {
-        let decision = store.acquire(&window, "u", 1).await.expect("decision");
-        assert_eq!(decision.is_allowed(), allowed);
-    }
-    store.refund(&window, "u", 1).await.expect("refund");
+    assert_eq!(
+        server.command(&["CONFIG", "RESETSTAT"]).expect("reset"),
+        "+OK\r\n"
+    );
+    every_command_the_store_sends(&server, &store)
+        .await
+        .expect("the least-privilege user does everything the store does");
     assert_eq!(
         server.command(&["DBSIZE"]).expect("DBSIZE"),
-        ":2\r\n",
-        "only the `deploy` policy's one key and the window's"
+        ":3\r\n",
+        "only the `deploy` policy's one key and the window's two"
     );
+    let gets_with_everything = server.commandstat_calls("get").expect("INFO");
+    for (i, removed) in LEAST_PRIVILEGE
+        .iter()
+        .filter(|part| part.starts_with('+'))
+        .enumerate()
+    {
+        let user = format!("without{i}");
+        let acl: Vec<&str> = LEAST_PRIVILEGE
+            .iter()
+            .map(|part| if *part == "rein" { user.as_str() } else { part })
+            .filter(|part| part != removed)
+            .collect();
+        assert_eq!(server.command(&acl).expect("ACL SETUSER"), "+OK\r\n");
+        for reset in [&["FLUSHALL"][..], &["CONFIG", "RESETSTAT"]] {
+            assert_eq!(server.command(reset).expect("reset"), "+OK\r\n");
+        }
+        let url = format!("redis://{user}:pw@127.0.0.1:{}/", server.port());
+        // Refused at connect (`SCRIPT LOAD`) or later.
+        let refused = match RedisStore::connect(&url).await {
+            Err(_) => true,
+            Ok(store) => every_command_the_store_sends(&server, &store)
+                .await
+                .is_err(),
+        };
+        if *removed == "+incrby" {
+            assert!(!refused, "without INCRBY a fixed window takes the GET path");
+            let gets = server.commandstat_calls("get").expect("INFO");
+            assert!(
+                gets > gets_with_everything,
+                "the GET path: {gets} GETs, against {gets_with_everything} with INCRBY"
+            );
+        } else {
+            assert!(
+                refused,
+                "{removed} is not needed: everything ran without it"
+            );
+        }
+    }
 
     // Outside its prefix the same user is refused by the server: a typed server error.
+    let policy = policy();
     let elsewhere = RedisStoreBuilder::new()
         .prefix("other")
         .connect(&url)
