@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
@@ -62,7 +63,7 @@ use crate::{KeySource, LayerError, Route};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct RateLimitLayer<L: Limiter> {
-    shared: Arc<Shared<L>>,
+    shared: Arc<ArcSwap<Shared<L>>>,
 }
 
 /// Settings for a [`RateLimitLayer`], from [`RateLimitLayer::builder`].
@@ -80,7 +81,7 @@ pub struct RateLimitLayerBuilder<L> {
 /// The service of a [`RateLimitLayer`] around `S`.
 pub struct RateLimitService<L: Limiter, S> {
     inner: S,
-    shared: Arc<Shared<L>>,
+    shared: Arc<ArcSwap<Shared<L>>>,
 }
 
 /// What the layer does with a request it cannot decide on: answer with a status, or let it
@@ -175,20 +176,44 @@ impl<L: Limiter> RateLimitLayer<L> {
         }
     }
 
-    /// The limiter the layer asks.
-    pub fn limiter(&self) -> &L {
-        &self.shared.limiter
+    /// The limiter the layer asks now (another after a [`replace`](Self::replace)).
+    pub fn limiter(&self) -> impl std::ops::Deref<Target = L> + use<L> {
+        Current(self.shared.load_full())
     }
 
     /// The policies, in the order they were added.
-    pub fn policies(&self) -> impl Iterator<Item = &NamedPolicy> {
-        self.shared.policies.iter().map(|entry| &entry.named)
+    pub fn policies(&self) -> Vec<NamedPolicy> {
+        let shared = self.shared.load();
+        shared.policies.iter().map(|e| e.named.clone()).collect()
     }
 
     /// The longest the layer waits for the limiter before answering
     /// [`on_unavailable`](RateLimitLayerBuilder::on_unavailable), if bounded.
     pub fn deadline(&self) -> Option<Duration> {
-        self.shared.deadline
+        self.shared.load().deadline
+    }
+
+    /// Puts `next`'s limiter, policies, routes and settings in the place of this layer's,
+    /// at once, for this layer, every clone of it and every service made from them (an
+    /// axum `Router` already serving included). A request already being decided finishes
+    /// with what it started with; every request that starts after this returns is decided
+    /// by `next`'s. Nothing is counted twice: the limiter's state lives in its store, under
+    /// the policies' names, so a policy kept by name keeps what it counted (a changed one
+    /// continues from its stored state with the new numbers). `next` itself is left as
+    /// it was. [`crate::Reloader`] does this from a config file.
+    pub fn replace(&self, next: &RateLimitLayer<L>) {
+        self.shared.store(next.shared.load_full());
+    }
+}
+
+/// The limiter of what a layer held at one moment.
+struct Current<L: Limiter>(Arc<Shared<L>>);
+
+impl<L: Limiter> std::ops::Deref for Current<L> {
+    type Target = L;
+
+    fn deref(&self) -> &L {
+        &self.0.limiter
     }
 }
 
@@ -297,7 +322,7 @@ impl<L: Limiter> RateLimitLayerBuilder<L> {
                 .map(|d| d.saturating_add(SAFETY_NET))
         });
         Ok(RateLimitLayer {
-            shared: Arc::new(Shared {
+            shared: Arc::new(ArcSwap::from_pointee(Shared {
                 limiter: self.limiter,
                 policies,
                 routes,
@@ -306,7 +331,7 @@ impl<L: Limiter> RateLimitLayerBuilder<L> {
                 on_unavailable: self.on_unavailable,
                 admitted: self.admitted,
                 deadline,
-            }),
+            })),
         })
     }
 }
@@ -344,7 +369,8 @@ where
         // the next request (tower's usual pattern for services called from a future).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let shared = Arc::clone(&self.shared);
+        // What the layer holds now: a `replace` while this request runs does not change it.
+        let shared = self.shared.load_full();
         ResponseFuture {
             inner: Box::pin(async move {
                 let (parts, body) = request.into_parts();
@@ -571,25 +597,25 @@ impl<L: Limiter, S: Clone> Clone for RateLimitService<L, S> {
 
 impl<L: Limiter> std::fmt::Debug for RateLimitLayer<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shared = self.shared.load();
         f.debug_struct("RateLimitLayer")
             .field(
                 "policies",
-                &self.policies().map(NamedPolicy::name).collect::<Vec<_>>(),
+                &shared
+                    .policies
+                    .iter()
+                    .map(|p| p.named.name())
+                    .collect::<Vec<_>>(),
             )
             .field(
                 "routes",
-                &self
-                    .shared
-                    .routes
-                    .iter()
-                    .map(|r| &r.route)
-                    .collect::<Vec<_>>(),
+                &shared.routes.iter().map(|r| &r.route).collect::<Vec<_>>(),
             )
-            .field("default_key", &self.shared.default_key)
-            .field("on_missing_key", &self.shared.on_missing_key)
-            .field("on_unavailable", &self.shared.on_unavailable)
-            .field("admitted", &self.shared.admitted)
-            .field("deadline", &self.shared.deadline)
+            .field("default_key", &shared.default_key)
+            .field("on_missing_key", &shared.on_missing_key)
+            .field("on_unavailable", &shared.on_unavailable)
+            .field("admitted", &shared.admitted)
+            .field("deadline", &shared.deadline)
             .finish_non_exhaustive()
     }
 }

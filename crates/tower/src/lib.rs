@@ -35,7 +35,8 @@
 //! responses, so what is tested and measured for the limiter holds behind HTTP unchanged,
 //! and a test swaps Redis for memory without touching the layer. Its state is one `Arc`
 //! shared by every clone and connection: nothing is per connection (unlike tower's own
-//! `RateLimit`), and nothing runs in the background (no cleanup thread).
+//! `RateLimit`), and nothing runs in the background (no cleanup thread; a [`Reloader`]'s
+//! file watch only if asked for).
 //!
 //! # What it does not do
 //! - It does not choose a failure policy or retry: give it a `rein::ResilientLimiter` for
@@ -53,6 +54,8 @@
 //! - `headers.rs`: rendering decisions as header values, pure.
 //! - `body.rs`: [`RateLimitBody`]. `config.rs`: [`Config`] from TOML.
 //! - `store.rs`: [`ConfiguredStore`], the Redis store a file names.
+//! - `reload.rs`: [`Reloader`], a layer built from a file and reloaded from it while it
+//!   serves.
 #![deny(missing_docs)]
 
 mod body;
@@ -62,6 +65,7 @@ mod key;
 mod layer;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod reload;
 mod route;
 mod store;
 
@@ -74,6 +78,7 @@ pub use layer::{
     AdmittedHeaders, Answer, RATELIMIT, RATELIMIT_POLICY, RateLimitLayer, RateLimitLayerBuilder,
     RateLimitService, ResponseFuture,
 };
+pub use reload::{ConfiguredLayer, ReloadError, Reloader};
 pub use route::Route;
 pub use store::ConfiguredStore;
 

@@ -35,7 +35,7 @@ fn the_shipped_example_loads_and_builds_a_layer() {
     // Over any limiter: a memory store here, through the resilient limiter as in production.
     let limiter = config.resilient(MemoryStore::new()).expect("limiter");
     let layer = config.layer(limiter).expect("layer");
-    assert_eq!(layer.policies().count(), 2);
+    assert_eq!(layer.policies().len(), 2);
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The layer behind real HTTP servers, over a real private `redis-server`, hit by a real HTTP
 //! client on loopback: two server *processes* sharing one limit, forwarding headers that
-//! must not change the key, and Redis killed mid-run.
+//! must not change the key, Redis killed mid-run, and a config reloaded while it serves.
 //!
 //! The server processes are this test binary run again (`child_server_process`, ignored in
 //! a normal run), each building its limiter and layer from a config file exactly as an
@@ -23,7 +23,7 @@ use hyper_util::rt::TokioExecutor;
 use rein_core::{Decision, Limiter};
 use rein_redis::{RedisPolicy, RedisStore};
 use rein_redis_harness::RedisServer;
-use rein_tower::Config;
+use rein_tower::{Config, ReloadError, Reloader};
 
 /// The Redis store's deadline in the config files here.
 const DEADLINE: Duration = Duration::from_millis(50);
@@ -380,6 +380,128 @@ default_policy = "api"
 }
 
 /// The routes every test server has behind the layer.
+/// A reload while requests keep coming: a raised limit admits the difference at once (the
+/// count is kept), a bad file or a changed `[redis]` is refused and the config in force
+/// keeps serving, a lowered limit denies, and a watched file reloads by itself. Requests run
+/// concurrently with every reload; each answers 200 or 429, never anything else, and the
+/// total admitted is exactly what the limits in force allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_the_limit_while_serving_and_a_bad_file_changes_nothing() {
+    let redis = RedisServer::start().expect("start redis-server");
+    let policy = |capacity: u64, name: &str| {
+        format!(
+            r#"
+[failure]
+policy = "fail_closed"
+
+[policies.{name}]
+limits = [{{ algorithm = "fixed_window", limit = {capacity}, window = "1h" }}]
+
+[[routes]]
+prefix = "/api"
+policy = "{name}"
+"#
+        )
+    };
+    let path = write_config("reload", &redis, &policy(4, "api"));
+    let reloader = Reloader::load(&path).await.expect("load and build");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let layer = reloader.layer();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app()
+                .layer(layer)
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    let client = client();
+    // `count` requests at once, each of which must be answered 200 or 429; the 200s.
+    let burst = |count: usize| {
+        let client = client.clone();
+        async move {
+            let asks = (0..count).map(|_| {
+                let client = client.clone();
+                async move { send(&client, addr, "/api/x", &[]).await }
+            });
+            let answers = futures_join_all(asks).await;
+            for answer in &answers {
+                assert!(
+                    answer.status == StatusCode::OK
+                        || answer.status == StatusCode::TOO_MANY_REQUESTS,
+                    "{:?}",
+                    answer.status
+                );
+            }
+            answers
+                .iter()
+                .filter(|a| a.status == StatusCode::OK)
+                .count()
+        }
+    };
+    assert_eq!(burst(3).await, 3, "3 of 4");
+
+    // Raised to 10 while requests run: the 3 counted stay counted, whatever the order.
+    write_config("reload", &redis, &policy(10, "api"));
+    let (during, reloaded) = tokio::join!(burst(6), async { reloader.reload() });
+    reloaded.expect("a valid file reloads");
+    assert_eq!(during + burst(6).await, 7, "10 in all, 3 already counted");
+
+    // A bad file: refused with its line and field, and the limit in force keeps deciding.
+    std::fs::write(&path, "[redis]\nurl = 7\n").expect("write");
+    match reloader.reload() {
+        Err(ReloadError::Load { source, .. }) => {
+            let message = source.to_string();
+            assert!(message.starts_with("line 2: redis.url:"), "{message}");
+        }
+        other => panic!("a bad file must be refused: {other:?}"),
+    }
+    assert_eq!(burst(2).await, 0, "still the raised limit, spent");
+    // A changed [redis] is refused too: the connection is never replaced.
+    let elsewhere = format!(
+        "[redis]\nurl = \"redis://127.0.0.1:1/\"\n{}",
+        policy(10, "api")
+    );
+    std::fs::write(&path, elsewhere).expect("write");
+    assert!(matches!(
+        reloader.reload(),
+        Err(ReloadError::RedisChanged { .. })
+    ));
+    assert_eq!(reloader.config().policies[0].policy().capacity(), 10);
+
+    // Watched: a renamed policy (new keys, an empty count) takes effect by itself.
+    let _watching = reloader.watch(Duration::from_millis(20));
+    write_config("reload", &redis, &policy(2, "api_v2"));
+    let started = Instant::now();
+    while reloader.config().policies[0].name() != "api_v2" {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the watch never reloaded"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(burst(5).await, 2, "the new policy's 2");
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Every future of `futures`, run at once, their outputs in order.
+async fn futures_join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        out.push(handle.await.expect("a request's task"));
+    }
+    out
+}
+
 fn app() -> Router {
     Router::new()
         .route("/api/{*rest}", get(|| async { "ok" }))
