@@ -58,6 +58,11 @@ pub struct Config {
     pub failure: FailurePolicy,
     /// `[policies.*]`: every named policy, in name order.
     pub policies: Vec<NamedPolicy>,
+    /// The names of the policies with `shadow = true`: decided and counted as usual, but
+    /// what they would deny is let through (see [`RateLimitLayerBuilder::shadow`]).
+    ///
+    /// [`RateLimitLayerBuilder::shadow`]: crate::RateLimitLayerBuilder::shadow
+    pub shadow: Vec<String>,
     /// `[http]`: the layer's settings.
     pub http: HttpSettings,
     /// `[[routes]]`, in file order, then `http.default_policy` as a catch-all if set.
@@ -220,6 +225,9 @@ impl Config {
         for policy in &self.policies {
             builder = builder.policy(policy.clone());
         }
+        for name in &self.shadow {
+            builder = builder.shadow(name.clone());
+        }
         for route in &self.routes {
             builder = builder.route(route.clone());
         }
@@ -308,6 +316,12 @@ impl Validator<'_> {
             .map(|(name, policy)| self.policy(name, policy))
             .collect::<Result<Vec<_>, _>>()?;
         let names: Vec<&str> = policies.iter().map(NamedPolicy::name).collect();
+        let shadow = raw
+            .policies
+            .iter()
+            .filter(|(_, policy)| policy.get_ref().shadow == Some(true))
+            .map(|(name, _)| name.clone())
+            .collect();
         let raw_http = raw.http.unwrap_or_default();
         let mut routes = raw
             .routes
@@ -344,6 +358,7 @@ impl Validator<'_> {
             redis,
             failure,
             policies,
+            shadow,
             http,
             routes,
         })
@@ -843,6 +858,7 @@ enum RawFailurePolicy {
 #[serde(deny_unknown_fields)]
 struct RawPolicy {
     limits: Option<Vec<Spanned<RawLimit>>>,
+    shadow: Option<bool>,
 }
 
 #[derive(Deserialize)]

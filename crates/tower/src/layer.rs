@@ -39,6 +39,7 @@ use crate::{KeySource, LayerError, Route};
 /// | denied | `429 Too Many Requests`, `Retry-After`, `RateLimit-Policy`, `RateLimit` |
 /// | no key | [`on_missing_key`](RateLimitLayerBuilder::on_missing_key) (default 500, logged) |
 /// | no decision in time | [`on_unavailable`](RateLimitLayerBuilder::on_unavailable) (default 503) |
+/// | denied, the policy in [shadow mode](RateLimitLayerBuilder::shadow) | the inner service's, without rate-limit headers |
 /// | cost above capacity | `413 Content Too Large`: waiting never helps |
 ///
 /// ```
@@ -70,6 +71,7 @@ pub struct RateLimitLayer<L: Limiter> {
 pub struct RateLimitLayerBuilder<L> {
     limiter: L,
     policies: Vec<NamedPolicy>,
+    shadow: Vec<String>,
     routes: Vec<Route>,
     default_key: KeySource,
     on_missing_key: Answer,
@@ -130,6 +132,28 @@ struct PolicyEntry<P> {
     named: NamedPolicy,
     prepared: P,
     policy_header: Option<HeaderValue>,
+    /// In shadow mode: what it denies is let through, and counted here.
+    shadow: Option<Shadow>,
+}
+
+/// A policy in shadow mode: its count of what it would have denied.
+struct Shadow {
+    #[cfg(feature = "metrics")]
+    denials: metrics::Counter,
+}
+
+impl Shadow {
+    fn new(policy: &str) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = policy;
+        Self {
+            #[cfg(feature = "metrics")]
+            denials: metrics::counter!(
+                "rein_http_shadow_denials_total",
+                "policy" => policy.to_owned(),
+            ),
+        }
+    }
 }
 
 /// A route with its policy resolved to an index into `Shared::policies`.
@@ -153,9 +177,13 @@ enum Verdict {
 pub(crate) enum HttpOutcome {
     Allowed,
     Denied,
+    /// Only counted (no decision, so no span): unused without the `metrics` feature.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     MissingKey,
     Unavailable,
     TooCostly,
+    /// Denied by a policy in shadow mode, and let through.
+    ShadowDenied,
 }
 
 impl<L: Limiter> RateLimitLayer<L> {
@@ -167,6 +195,7 @@ impl<L: Limiter> RateLimitLayer<L> {
         RateLimitLayerBuilder {
             limiter,
             policies: Vec::new(),
+            shadow: Vec::new(),
             routes: Vec::new(),
             default_key: KeySource::peer_ip(),
             on_missing_key: Answer::Status(StatusCode::INTERNAL_SERVER_ERROR),
@@ -221,6 +250,19 @@ impl<L: Limiter> RateLimitLayerBuilder<L> {
     /// Adds a policy that routes can name. Its name must be unique in the layer.
     pub fn policy(mut self, policy: NamedPolicy) -> Self {
         self.policies.push(policy);
+        self
+    }
+
+    /// Puts the policy named `policy` in shadow mode, to try a limit on live traffic
+    /// before it denies anyone: its requests are decided and counted as usual, but a
+    /// request it would deny is passed to the inner service (without rate-limit headers),
+    /// logged at debug level and counted in `rein_http_shadow_denials_total{policy}` (with
+    /// the `metrics` feature; the route's `rein_http_requests_total` counts it as
+    /// `shadow_denied`). Nothing is counted for a request it would deny, as for any denial.
+    /// A config file sets it with `shadow = true` under `[policies.NAME]`; a reload
+    /// ([`crate::Reloader`]) turns it on or off without a restart.
+    pub fn shadow(mut self, policy: impl Into<String>) -> Self {
+        self.shadow.push(policy.into());
         self
     }
 
@@ -286,11 +328,24 @@ impl<L: Limiter> RateLimitLayerBuilder<L> {
             }
             let prepared = self.limiter.prepare(&named)?;
             let policy_header = HeaderValue::try_from(headers::render_policy(&named)).ok();
+            let shadow = if self.shadow.iter().any(|s| s == named.name()) {
+                Some(Shadow::new(named.name()))
+            } else {
+                None
+            };
             policies.push(PolicyEntry {
                 named,
                 prepared,
                 policy_header,
+                shadow,
             });
+        }
+        if let Some(unknown) = self
+            .shadow
+            .iter()
+            .find(|name| !policies.iter().any(|p| p.named.name() == name.as_str()))
+        {
+            return Err(LayerError::UnknownShadowPolicy(unknown.clone()));
         }
         let routes = self
             .routes
@@ -431,7 +486,22 @@ impl<L: Limiter> Shared<L> {
                 HttpOutcome::Allowed,
                 Verdict::Pass(self.admitted_headers(entry, &decision)),
             ),
-            Ok(decision) => (HttpOutcome::Denied, denied(entry, &decision)),
+            Ok(decision) => match &entry.shadow {
+                None => (HttpOutcome::Denied, denied(entry, &decision)),
+                Some(shadow) => {
+                    tracing::debug!(
+                        route = route.route.name(),
+                        policy = entry.named.name(),
+                        retry_after_us = decision.retry_after.as_micros(),
+                        "shadow mode: would have denied; passing"
+                    );
+                    #[cfg(feature = "metrics")]
+                    shadow.denials.increment(1);
+                    #[cfg(not(feature = "metrics"))]
+                    let _ = shadow;
+                    (HttpOutcome::ShadowDenied, Verdict::Pass(Vec::new()))
+                }
+            },
             Err(DecideError::InsufficientCapacity { cost, capacity }) => (
                 HttpOutcome::TooCostly,
                 Verdict::Respond(
@@ -558,7 +628,7 @@ fn answer(answer: Answer, text: &str) -> Verdict {
 }
 
 impl HttpOutcome {
-    /// `allowed`, `denied`, `missing_key`, `unavailable` or `too_costly`.
+    /// `allowed`, `denied`, `missing_key`, `unavailable`, `too_costly` or `shadow_denied`.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             HttpOutcome::Allowed => "allowed",
@@ -566,6 +636,7 @@ impl HttpOutcome {
             HttpOutcome::MissingKey => "missing_key",
             HttpOutcome::Unavailable => "unavailable",
             HttpOutcome::TooCostly => "too_costly",
+            HttpOutcome::ShadowDenied => "shadow_denied",
         }
     }
 }

@@ -100,6 +100,10 @@ pub enum LayerError {
         /// The policy it names.
         policy: String,
     },
+    /// A policy set to shadow mode ([`RateLimitLayerBuilder::shadow`]) is not one the layer
+    /// holds. Add it with [`RateLimitLayerBuilder::policy`] or fix the name.
+    #[error("shadow mode names policy {0:?}, which the layer does not hold")]
+    UnknownShadowPolicy(String),
     /// The limiter cannot prepare a policy; over a `rein::ResilientLimiter`, the policy is
     /// not in its table (or differs from the table's policy of that name). Build both from
     /// the same policies.

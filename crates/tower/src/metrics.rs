@@ -1,6 +1,7 @@
 //! The layer's counters through the `metrics` facade: `rein_http_requests_total`, labelled
 //! by `route` (the route's name) and `outcome` (`allowed`, `denied`, `missing_key`,
-//! `unavailable`, `too_costly`).
+//! `unavailable`, `too_costly`, `shadow_denied`), and `rein_http_shadow_denials_total` by
+//! `policy` for the policies in shadow mode.
 //!
 //! Handles are registered when the layer is built, so the per-request cost is one atomic
 //! increment and no label is formatted on the request path. Install the recorder before
@@ -31,10 +32,11 @@ impl RouteCounters {
 }
 
 /// Every outcome, in declaration order (the index of `outcome as usize`).
-const OUTCOMES: [HttpOutcome; 5] = [
+const OUTCOMES: [HttpOutcome; 6] = [
     HttpOutcome::Allowed,
     HttpOutcome::Denied,
     HttpOutcome::MissingKey,
     HttpOutcome::Unavailable,
     HttpOutcome::TooCostly,
+    HttpOutcome::ShadowDenied,
 ];

@@ -152,6 +152,7 @@ fn every_bad_value_is_refused_at_load_with_its_field_path_and_line() {
         Bad { what: "local_fallback without nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\n", path: "failure.expected_nodes", line: 3 },
         // [policies.*]
         Bad { what: "no limits", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\n", path: "policies.api.limits", line: 3 },
+        Bad { what: "shadow not a boolean", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nshadow = \"yes\"\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" }]\n", path: "policies.api.shadow", line: 4 },
         Bad { what: "an empty list of limits", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = []\n", path: "policies.api.limits", line: 3 },
         Bad { what: "a bad policy name", file: "[redis]\nurl = \"redis://h/\"\n[policies.\"a b\"]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" }]\n", path: "policies.a b", line: 3 },
         Bad { what: "no algorithm", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [\n  { limit = 1, window = \"1s\" },\n]\n", path: "policies.api.limits[0].algorithm", line: 5 },

@@ -382,7 +382,8 @@ default_policy = "api"
 /// The routes every test server has behind the layer.
 /// A reload while requests keep coming: a raised limit admits the difference at once (the
 /// count is kept), a bad file or a changed `[redis]` is refused and the config in force
-/// keeps serving, a lowered limit denies, and a watched file reloads by itself. Requests run
+/// keeps serving, a watched file reloads by itself (a renamed policy, then shadow mode on
+/// and off). Requests run
 /// concurrently with every reload; each answers 200 or 429, never anything else, and the
 /// total admitted is exactly what the limits in force allowed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -485,6 +486,22 @@ policy = "{name}"
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(burst(5).await, 2, "the new policy's 2");
+
+    // Shadow mode on and off again, without a restart: spent, it lets everything through,
+    // then denies again.
+    let shadowed = policy(2, "api_v2").replace("limits = [", "shadow = true\nlimits = [");
+    for (text, shadow, admitted) in [(shadowed, true, 4), (policy(2, "api_v2"), false, 0)] {
+        write_config("reload", &redis, &text);
+        let started = Instant::now();
+        while reloader.config().shadow.is_empty() == shadow {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the watch never reloaded"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(burst(4).await, admitted, "shadow {shadow}");
+    }
     let _ = std::fs::remove_file(&path);
 }
 

@@ -537,6 +537,87 @@ fn requests_are_counted_by_route_and_outcome() {
     assert_eq!(counted("unavailable"), Some(&DebugValue::Counter(0)));
 }
 
+/// Shadow mode: the policy decides and counts as usual (the limit's count moves exactly as
+/// without it), but what it would deny reaches the service, without rate-limit headers,
+/// and is counted per policy; another policy of the same layer still denies.
+#[test]
+fn a_policy_in_shadow_mode_passes_what_it_would_deny_and_counts_it() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let store = MemoryStore::new();
+    let layer = metrics::with_local_recorder(&recorder, || {
+        RateLimitLayer::builder(store.clone())
+            .policy(window("api", 2))
+            .policy(window("login", 1))
+            .shadow("api")
+            .route(Route::prefix("/api").policy("api").named("api"))
+            .route(Route::exact("/login").policy("login").named("login"))
+            .build()
+            .expect("layer")
+    });
+    let app = app(layer);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        for i in 0..5 {
+            let answered = call(&app, Method::GET, "/api/x", PEER).await;
+            assert_eq!(
+                (answered.status, answered.body.as_str()),
+                (StatusCode::OK, "api")
+            );
+            // The first two are admitted (and say so); the rest pass in shadow, saying nothing.
+            assert_eq!(
+                answered.headers.contains_key("ratelimit"),
+                i < 2,
+                "request {i}"
+            );
+        }
+        let statuses = [
+            call(&app, Method::POST, "/login", PEER).await.status,
+            call(&app, Method::POST, "/login", PEER).await.status,
+        ];
+        assert_eq!(statuses, [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]);
+    });
+    let snapshot = snapshotter.snapshot().into_vec();
+    let counter = |name: &str, wanted: &[(&str, &str)]| {
+        snapshot.iter().find_map(|(key, _, _, value)| {
+            let labels: Vec<(String, String)> = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            let wanted: Vec<(String, String)> = wanted
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            (key.key().name() == name && labels == wanted).then_some(value)
+        })
+    };
+    assert_eq!(
+        counter("rein_http_shadow_denials_total", &[("policy", "api")]),
+        Some(&DebugValue::Counter(3))
+    );
+    assert_eq!(
+        counter(
+            "rein_http_requests_total",
+            &[("route", "api"), ("outcome", "shadow_denied")]
+        ),
+        Some(&DebugValue::Counter(3))
+    );
+    assert_eq!(
+        counter("rein_http_shadow_denials_total", &[("policy", "login")]),
+        None,
+        "only shadowed policies have the counter"
+    );
+    let unknown = builder().policy(window("api", 1)).shadow("apj").build();
+    assert_eq!(
+        unknown.err(),
+        Some(LayerError::UnknownShadowPolicy("apj".into()))
+    );
+}
+
 #[tokio::test]
 async fn route_layer_limits_only_the_axum_routes_it_wraps() {
     let layer = builder()
