@@ -254,6 +254,41 @@ where
             .map_err(|what| StateError::Unavailable(StoreError::UnexpectedReply(what)))
     }
 
+    /// Deletes the stored state of `policy` for `key`, every limit at once (one `DEL` of
+    /// the policy's one key, so no decision sees half of it): the key is then as full as
+    /// one never seen. `true` if there was state to delete. For an operator's reset
+    /// (`rein key reset`), not for refunds: what other servers counted for the key until
+    /// then is forgotten too. A token bucket leased as rate keeps its rate shares (another
+    /// key, which holds rate, not a count). Bounded by the deadline and never replayed: a
+    /// timed-out reset may or may not have run, and running it again is harmless.
+    pub async fn reset(
+        &self,
+        policy: &RedisPolicy,
+        key: impl AsRef<[u8]>,
+    ) -> Result<bool, StateError> {
+        let keys = crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())?;
+        let deleted: u64 = self
+            .run(self.deadline_from_now(), |mut conn| async move {
+                redis::cmd("DEL").arg(&keys).query_async(&mut conn).await
+            })
+            .await?;
+        Ok(deleted > 0)
+    }
+
+    /// Redis's clock (`TIME`), the one the scripts decide at when no `now` is given: for
+    /// tools that show a stored state's figures as Redis would see them now
+    /// (`rein key inspect`). On a Cluster, any node's.
+    pub async fn server_time(&self) -> Result<Timestamp, StoreError> {
+        let (secs, micros): (u64, u64) = self
+            .run(self.deadline_from_now(), |mut conn| async move {
+                redis::cmd("TIME").query_async(&mut conn).await
+            })
+            .await?;
+        Ok(Timestamp::from_micros(
+            secs.saturating_mul(1_000_000).saturating_add(micros),
+        ))
+    }
+
     /// The Redis keys holding `policy`'s state for `key`: one since key format `v4`, which
     /// keeps every limit of a policy in one key (docs/redis.md, "Key layout"). A list, so
     /// that callers (cleanup, inspection) need not change if that ever changes again.

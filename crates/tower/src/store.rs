@@ -6,10 +6,10 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use rein_core::{
-    DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, PrepareError, RateAnswer,
-    RateOp, Timestamp,
+    DecideError, Decision, Held, KeyError, Leasable, Limiter, Micros, NamedPolicy, PolicyState,
+    PrepareError, RateAnswer, RateOp, StoreError, Timestamp,
 };
-use rein_redis::{RedisPolicy, RedisStore};
+use rein_redis::{RedisPolicy, RedisStore, StateError};
 
 /// A `rein_redis::RedisStore` over a standalone server or a Cluster. Implements
 /// [`Limiter`] and [`Leasable`] by forwarding every operation to the store it holds.
@@ -19,6 +19,41 @@ pub enum ConfiguredStore {
     Standalone(RedisStore<ConnectionManager>),
     /// `redis.cluster`: a Redis Cluster.
     Cluster(RedisStore<ClusterConnection>),
+}
+
+/// An operator's reads and resets (`rein key inspect|reset`), forwarded to the store held.
+impl ConfiguredStore {
+    /// [`RedisStore::state`].
+    pub async fn state(&self, policy: &RedisPolicy, key: &[u8]) -> Result<PolicyState, StateError> {
+        match self {
+            Self::Standalone(store) => store.state(policy, key).await,
+            Self::Cluster(store) => store.state(policy, key).await,
+        }
+    }
+
+    /// [`RedisStore::reset`].
+    pub async fn reset(&self, policy: &RedisPolicy, key: &[u8]) -> Result<bool, StateError> {
+        match self {
+            Self::Standalone(store) => store.reset(policy, key).await,
+            Self::Cluster(store) => store.reset(policy, key).await,
+        }
+    }
+
+    /// [`RedisStore::server_time`].
+    pub async fn server_time(&self) -> Result<Timestamp, StoreError> {
+        match self {
+            Self::Standalone(store) => store.server_time().await,
+            Self::Cluster(store) => store.server_time().await,
+        }
+    }
+
+    /// [`RedisStore::keys`].
+    pub fn keys(&self, policy: &RedisPolicy, key: &[u8]) -> Result<Vec<String>, KeyError> {
+        match self {
+            Self::Standalone(store) => store.keys(policy, key),
+            Self::Cluster(store) => store.keys(policy, key),
+        }
+    }
 }
 
 impl Limiter for ConfiguredStore {

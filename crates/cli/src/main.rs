@@ -1,0 +1,447 @@
+//! `rein`: the operator's command line. It checks config files (rein-tower's TOML,
+//! rein-server's rules) and looks at or resets what Redis counts for one key of a policy,
+//! with the policies and the Redis connection a rein-tower config file names. `rein --help`
+//! and each subcommand's `--help` teach it; docs/operations.md is the guide.
+//!
+//! Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key);
+//! 2 a wrong command line (clap's); 3 Redis unavailable.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use rein_core::{Decision, Limit, Micros, NamedPolicy, Policy, PolicyState, Timestamp};
+use rein_redis::RedisPolicy;
+use rein_tower::{Config, ConfiguredStore, RedisEndpoint};
+use serde_json::{Value, json};
+
+/// rein's command line: check config files, and look at or reset what Redis counts for one
+/// key of a policy.
+///
+/// The policies and the Redis they are counted in come from a rein-tower config file
+/// (--config, or REIN_CONFIG), the one the servers load.
+///
+/// Examples:
+///
+///     rein config check rein.toml
+///     rein config check ratelimit-rules/
+///     rein --config rein.toml policy list
+///     rein --config rein.toml key inspect api 203.0.113.7
+///     rein --config rein.toml key reset login user-42
+///
+/// Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key);
+/// 2 a wrong command line; 3 Redis unavailable (cannot connect, or no answer in time).
+#[derive(Debug, Parser)]
+#[command(name = "rein", version, verbatim_doc_comment)]
+struct Cli {
+    /// The rein-tower config file (TOML) that names the policies and their Redis.
+    #[arg(long, short, env = "REIN_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// Ask this Redis instead of the config's [redis] (the same key prefix and deadline),
+    /// e.g. a port-forward: redis://host:port/ or rediss://... .
+    #[arg(long, env = "REIN_REDIS_URL", global = true)]
+    redis_url: Option<String>,
+    /// Print one JSON document instead of text, for scripts (errors too, with "error").
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Config files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// The config's policies.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// One key of a policy, in Redis.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Check config files: every error with its file, line and field. A `.toml` file is
+    /// rein-tower's; a directory, or a `.yaml`/`.yml` file, holds rein-server's rules.
+    #[command(after_help = "Example:\n  rein config check rein.toml ratelimit-rules/")]
+    Check {
+        /// The files or rule directories.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Each policy of the config, with its limits.
+    #[command(after_help = "Example:\n  rein --config rein.toml policy list")]
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+enum KeyCommand {
+    /// What Redis holds for KEY under POLICY: each limit's remaining and reset, at Redis's
+    /// clock. Reads only.
+    #[command(after_help = "Example:\n  rein --config rein.toml key inspect api 203.0.113.7")]
+    Inspect {
+        /// The policy's name, as in the config (`rein policy list`).
+        policy: String,
+        /// The key, as the layer extracts it: a peer IP, a header's value, a user id.
+        key: String,
+    },
+    /// Forget what Redis counted for KEY under POLICY, every limit at once: the key is then
+    /// as full as one never seen. What other servers counted for it until then is
+    /// forgotten too.
+    #[command(after_help = "Example:\n  rein --config rein.toml key reset login user-42")]
+    Reset {
+        /// The policy's name, as in the config (`rein policy list`).
+        policy: String,
+        /// The key, as the layer extracts it.
+        key: String,
+    },
+}
+
+/// Why a command did not do its job, and so its exit code.
+#[derive(Debug)]
+enum Failure {
+    /// Bad input: exit 1.
+    Input(String),
+    /// Redis gave no answer: exit 3.
+    Redis(String),
+}
+
+impl Failure {
+    fn code(&self) -> u8 {
+        match self {
+            Failure::Input(_) => 1,
+            Failure::Redis(_) => 3,
+        }
+    }
+
+    fn message(&self) -> &str {
+        match self {
+            Failure::Input(m) | Failure::Redis(m) => m,
+        }
+    }
+}
+
+/// What a command prints: text for people, a JSON document for scripts.
+struct Output {
+    text: String,
+    json: Value,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let json = cli.json;
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("rein: cannot start: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(output) => {
+            if json {
+                println!("{}", output.json);
+            } else {
+                print!("{}", output.text);
+            }
+            ExitCode::SUCCESS
+        }
+        Err((output, failure)) => {
+            if json {
+                let mut document = output.map_or_else(|| json!({}), |o| o.json);
+                document["error"] = json!(failure.message());
+                println!("{document}");
+            } else {
+                if let Some(output) = output {
+                    print!("{}", output.text);
+                }
+                eprintln!("rein: {}", failure.message());
+            }
+            ExitCode::from(failure.code())
+        }
+    }
+}
+
+/// The command's output, or why it failed (with what it printed before failing).
+async fn run(cli: Cli) -> Result<Output, (Option<Output>, Failure)> {
+    match &cli.command {
+        Command::Config(ConfigCommand::Check { files }) => check(files),
+        Command::Policy(PolicyCommand::List) => {
+            let config = config(&cli).map_err(|f| (None, f))?;
+            Ok(list(&config))
+        }
+        Command::Key(KeyCommand::Inspect { policy, key }) => {
+            inspect(&cli, policy, key).await.map_err(|f| (None, f))
+        }
+        Command::Key(KeyCommand::Reset { policy, key }) => {
+            reset(&cli, policy, key).await.map_err(|f| (None, f))
+        }
+    }
+}
+
+/// `config check`: every file, then a failure if any was bad.
+fn check(files: &[PathBuf]) -> Result<Output, (Option<Output>, Failure)> {
+    let mut text = String::new();
+    let mut results = Vec::new();
+    let mut bad = 0;
+    for file in files {
+        let shown = file.display();
+        match check_one(file) {
+            Ok((kind, summary)) => {
+                text.push_str(&format!("{shown}: ok ({kind}: {summary})\n"));
+                results.push(json!({"file": shown.to_string(), "ok": true, "kind": kind, "summary": summary}));
+            }
+            Err(error) => {
+                bad += 1;
+                text.push_str(&format!("{shown}: {error}\n"));
+                results.push(json!({"file": shown.to_string(), "ok": false, "error": error}));
+            }
+        }
+    }
+    let output = Output {
+        text,
+        json: json!({ "files": results }),
+    };
+    if bad == 0 {
+        Ok(output)
+    } else {
+        let failure = Failure::Input(format!("{bad} of {} config files are invalid", files.len()));
+        Err((Some(output), failure))
+    }
+}
+
+/// One file or rules directory: its kind and a summary, or the error (with line and field).
+fn check_one(path: &Path) -> Result<(&'static str, String), String> {
+    let rules = path.is_dir()
+        || path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
+    if rules {
+        let rules = rein_server::RulesConfig::load(path).map_err(|e| e.to_string())?;
+        let domains = rules.domain_names().count();
+        let summary = format!("{domains} domains, {} rules", rules.rule_count());
+        Ok(("rein-server rules", summary))
+    } else {
+        let config = Config::load(path).map_err(|e| e.to_string())?;
+        let summary = format!(
+            "{} policies, {} routes",
+            config.policies.len(),
+            config.routes.len()
+        );
+        Ok(("rein-tower config", summary))
+    }
+}
+
+/// The config file the command names.
+fn config(cli: &Cli) -> Result<Config, Failure> {
+    let Some(path) = &cli.config else {
+        return Err(Failure::Input(
+            "no config file: pass --config rein.toml (or set REIN_CONFIG)".into(),
+        ));
+    };
+    Config::load(path).map_err(|e| Failure::Input(format!("{}: {e}", path.display())))
+}
+
+/// `policy list`.
+fn list(config: &Config) -> Output {
+    let mut text = String::new();
+    let mut policies = Vec::new();
+    for policy in &config.policies {
+        let shadow = config.shadow.iter().any(|s| s == policy.name());
+        text.push_str(policy.name());
+        if shadow {
+            text.push_str(" (shadow mode)");
+        }
+        text.push('\n');
+        let mut limits = Vec::new();
+        for (index, limit) in policy.policy().limits().iter().enumerate() {
+            text.push_str(&format!("  limit {index}: {}\n", describe(limit)));
+            limits.push(limit_json(limit));
+        }
+        policies.push(json!({"name": policy.name(), "shadow": shadow, "limits": limits}));
+    }
+    Output {
+        text,
+        json: json!({ "policies": policies }),
+    }
+}
+
+/// The policy `name` of the config, prepared for Redis, and the store to ask.
+async fn target(
+    cli: &Cli,
+    name: &str,
+    key: &str,
+) -> Result<(RedisPolicy, ConfiguredStore), Failure> {
+    let mut config = config(cli)?;
+    let Some(named) = config.policies.iter().find(|p| p.name() == name).cloned() else {
+        let known: Vec<&str> = config.policies.iter().map(NamedPolicy::name).collect();
+        return Err(Failure::Input(format!(
+            "no policy named {name:?} in the config; its policies: {}",
+            known.join(", ")
+        )));
+    };
+    if key.is_empty() {
+        return Err(Failure::Input(
+            "the key is empty; no request has an empty key".into(),
+        ));
+    }
+    if let Some(url) = &cli.redis_url {
+        config.redis.endpoint = RedisEndpoint::Url(url.clone());
+    }
+    let store = config.connect_store().await.map_err(|e| {
+        Failure::Redis(format!(
+            "cannot connect to Redis ({}): {e}",
+            endpoint(&config)
+        ))
+    })?;
+    Ok((RedisPolicy::prepare(&named), store))
+}
+
+fn endpoint(config: &Config) -> String {
+    match &config.redis.endpoint {
+        RedisEndpoint::Url(url) => url.clone(),
+        RedisEndpoint::Cluster(urls) => format!("cluster {}", urls.join(", ")),
+    }
+}
+
+/// `key inspect`.
+async fn inspect(cli: &Cli, name: &str, key: &str) -> Result<Output, Failure> {
+    let (policy, store) = target(cli, name, key).await?;
+    let redis_keys = store
+        .keys(&policy, key.as_bytes())
+        .map_err(|e| Failure::Input(format!("the key {key:?}: {e}")))?;
+    let state = store
+        .state(&policy, key.as_bytes())
+        .await
+        .map_err(|e| Failure::Redis(format!("reading the key's state: {e}")))?;
+    let now = store
+        .server_time()
+        .await
+        .map_err(|e| Failure::Redis(format!("reading Redis's clock: {e}")))?;
+    let limits = policy.policy().limits();
+    let mut text = format!(
+        "policy {name}, key {key:?} (Redis key {}), at Redis's clock {}\n",
+        redis_keys.join(", "),
+        humantime::format_rfc3339_micros(
+            std::time::UNIX_EPOCH + Duration::from_micros(now.as_micros())
+        ),
+    );
+    let mut rows = Vec::new();
+    let untouched = policy.policy().is_full(now, &state);
+    for (index, (limit, part)) in limits.iter().zip(state.iter()).enumerate() {
+        let Some(view) = view(now, limit, part) else {
+            continue;
+        };
+        text.push_str(&format!(
+            "  limit {index}: {}: {} of {} left, full again in {}\n",
+            describe(limit),
+            view.remaining,
+            view.limit,
+            span(view.reset_after),
+        ));
+        let mut row = limit_json(limit);
+        row["remaining"] = json!(view.remaining);
+        row["reset_after_us"] = json!(view.reset_after.as_micros());
+        rows.push(row);
+    }
+    if untouched {
+        text.push_str("  (nothing counted: every limit is full)\n");
+    }
+    Ok(Output {
+        text,
+        json: json!({
+            "policy": name,
+            "key": key,
+            "redis_keys": redis_keys,
+            "now_us": now.as_micros(),
+            "full": untouched,
+            "limits": rows,
+        }),
+    })
+}
+
+/// One limit's figures at `now`: a zero-cost peek of it alone.
+fn view(now: Timestamp, limit: &Limit, part: &rein_core::LimitState) -> Option<Decision> {
+    let alone = Policy::single(*limit);
+    let state = PolicyState::from_states([part.clone()])?;
+    alone.peek(now, &state, 0).ok()
+}
+
+/// `key reset`.
+async fn reset(cli: &Cli, name: &str, key: &str) -> Result<Output, Failure> {
+    let (policy, store) = target(cli, name, key).await?;
+    let existed = store
+        .reset(&policy, key.as_bytes())
+        .await
+        .map_err(|e| match e {
+            rein_redis::StateError::InvalidKey(e) => {
+                Failure::Input(format!("the key {key:?}: {e}"))
+            }
+            e => Failure::Redis(format!("resetting the key: {e}")),
+        })?;
+    let text = if existed {
+        format!("policy {name}, key {key:?}: reset; every limit is full again\n")
+    } else {
+        format!("policy {name}, key {key:?}: nothing was counted; nothing to reset\n")
+    };
+    Ok(Output {
+        text,
+        json: json!({"policy": name, "key": key, "reset": existed}),
+    })
+}
+
+/// A limit in words: `token bucket: 100, refilling 10 per 1s`.
+fn describe(limit: &Limit) -> String {
+    match limit {
+        Limit::TokenBucket(bucket) => {
+            let (units_per_token, units_per_micro) = bucket.emission_interval();
+            let per_token = Micros::from_micros(units_per_token / units_per_micro.max(1));
+            format!(
+                "token bucket of {}, one token every {}",
+                limit.capacity(),
+                span(per_token)
+            )
+        }
+        Limit::FixedWindow(w) => format!("fixed window, {} per {}", w.limit(), span(w.window())),
+        Limit::SlidingLog(w) => format!("sliding log, {} per {}", w.limit(), span(w.window())),
+        Limit::SlidingCounter(w) => {
+            format!("sliding counter, {} per {}", w.limit(), span(w.window()))
+        }
+    }
+}
+
+fn limit_json(limit: &Limit) -> Value {
+    let (algorithm, window) = match limit {
+        Limit::TokenBucket(_) => ("token_bucket", None),
+        Limit::FixedWindow(w) => ("fixed_window", Some(w.window())),
+        Limit::SlidingLog(w) => ("sliding_log", Some(w.window())),
+        Limit::SlidingCounter(w) => ("sliding_counter", Some(w.window())),
+    };
+    json!({
+        "algorithm": algorithm,
+        "capacity": limit.capacity(),
+        "window_us": window.map(Micros::as_micros),
+    })
+}
+
+/// A span for people: `1.5s`, `3m 20s`.
+fn span(span: Micros) -> String {
+    let micros = span.as_micros();
+    // Whole milliseconds above a second, so that the text stays short.
+    let shown = if micros >= 1_000_000 {
+        Duration::from_millis(micros / 1_000)
+    } else {
+        Duration::from_micros(micros)
+    };
+    humantime::format_duration(shown).to_string()
+}

@@ -1,0 +1,310 @@
+//! The `rein` binary as an operator runs it: against config files, a private
+//! `redis-server` and a private Cluster, with bad input and with Redis down. Each case
+//! checks the exit code, and the text or the `--json` document.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use rein_core::{Limit, Micros, NamedPolicy, Policy};
+use rein_redis::{RedisPolicy, RedisStoreBuilder};
+use rein_redis_harness::{RedisCluster, RedisServer};
+use serde_json::Value;
+
+const PREFIX: &str = "clitest";
+
+fn rein(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(args)
+        .env_remove("REIN_CONFIG")
+        .env_remove("REIN_REDIS_URL")
+        .output()
+        .expect("run rein")
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("an exit code, not a signal")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: not one JSON document: {}", stdout(output)))
+}
+
+/// A config file in a fresh temporary place: `[redis]` (`redis`, a TOML line or table body)
+/// and two policies.
+fn config(name: &str, redis: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rein-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("rein.toml");
+    let text = format!(
+        r#"
+[redis]
+{redis}
+key_prefix = "{PREFIX}"
+
+[policies.api]
+limits = [
+  {{ algorithm = "token_bucket", capacity = 5, refill = 1, period = "1h" }},
+  {{ algorithm = "fixed_window", limit = 100, window = "1d" }},
+]
+
+[policies.login]
+shadow = true
+limits = [{{ algorithm = "sliding_log", limit = 3, window = "1m" }}]
+"#
+    );
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+fn api() -> RedisPolicy {
+    let limits = [
+        Limit::token_bucket(5, 1, Micros::from_secs(3_600)).expect("valid"),
+        Limit::fixed_window(100, Micros::from_secs(86_400)).expect("valid"),
+    ];
+    let named = NamedPolicy::new("api", Policy::new(limits).expect("valid")).expect("valid");
+    RedisPolicy::prepare(&named)
+}
+
+#[test]
+fn config_check_names_each_files_errors_and_exits_1_if_any() {
+    let good = config("check", "url = \"redis://127.0.0.1:1/\"");
+    let bad = good.with_file_name("bad.toml");
+    std::fs::write(
+        &bad,
+        "[redis]\nurl = \"redis://127.0.0.1:1/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 0, window = \"1s\" }]\n",
+    )
+    .expect("write");
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/../server/examples/config");
+    let ok = rein(&["config", "check", good.to_str().expect("utf-8"), rules]);
+    assert_eq!(code(&ok), 0, "{}{}", stdout(&ok), stderr(&ok));
+    assert!(
+        stdout(&ok).contains("ok (rein-tower config: 2 policies"),
+        "{}",
+        stdout(&ok)
+    );
+    assert!(
+        stdout(&ok).contains("ok (rein-server rules:"),
+        "{}",
+        stdout(&ok)
+    );
+
+    let mixed = rein(&[
+        "config",
+        "check",
+        good.to_str().expect("utf-8"),
+        bad.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code(&mixed), 1);
+    assert!(
+        stdout(&mixed)
+            .contains("bad.toml: line 4: policies.api.limits[0]: limit must be at least 1"),
+        "{}",
+        stdout(&mixed)
+    );
+    assert!(
+        stderr(&mixed).contains("1 of 2 config files are invalid"),
+        "{}",
+        stderr(&mixed)
+    );
+
+    let document = json(&rein(&[
+        "--json",
+        "config",
+        "check",
+        bad.to_str().expect("utf-8"),
+    ]));
+    assert_eq!(document["files"][0]["ok"], false);
+    assert!(
+        document["files"][0]["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("line 4:"))
+    );
+    assert!(document["error"].is_string());
+}
+
+#[test]
+fn bad_input_is_a_clear_message_and_a_non_zero_exit_never_a_panic() {
+    let path = config("input", "url = \"redis://127.0.0.1:1/\"");
+    let path = path.to_str().expect("utf-8");
+    // No config at all: exit 1 with the fix.
+    let none = rein(&["key", "inspect", "api", "k"]);
+    assert_eq!(code(&none), 1);
+    assert!(stderr(&none).contains("pass --config"), "{}", stderr(&none));
+    // An unknown policy names the known ones; an empty key is refused; both before Redis.
+    let unknown = rein(&["--config", path, "key", "reset", "apj", "k"]);
+    assert_eq!(code(&unknown), 1);
+    assert!(
+        stderr(&unknown).contains("its policies: api, login"),
+        "{}",
+        stderr(&unknown)
+    );
+    let empty = rein(&["--config", path, "key", "inspect", "api", ""]);
+    assert_eq!(code(&empty), 1);
+    assert!(
+        stderr(&empty).contains("the key is empty"),
+        "{}",
+        stderr(&empty)
+    );
+    // A wrong command line: clap's usage error, exit 2.
+    assert_eq!(code(&rein(&["key", "inspect", "api"])), 2);
+    assert_eq!(code(&rein(&["nonsense"])), 2);
+    for output in [none, unknown, empty] {
+        assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+    }
+}
+
+#[test]
+fn redis_down_is_exit_3_with_where_it_looked() {
+    // A loopback port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let path = config("down", &format!("url = \"redis://127.0.0.1:{port}/\""));
+    let output = rein(&[
+        "--config",
+        path.to_str().expect("utf-8"),
+        "key",
+        "inspect",
+        "api",
+        "k",
+    ]);
+    assert_eq!(code(&output), 3, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(&format!(
+            "cannot connect to Redis (redis://127.0.0.1:{port}/)"
+        )),
+        "{}",
+        stderr(&output)
+    );
+    let document = json(&rein(&[
+        "--json",
+        "--config",
+        path.to_str().expect("utf-8"),
+        "key",
+        "reset",
+        "api",
+        "k",
+    ]));
+    assert!(
+        document["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cannot connect"))
+    );
+}
+
+#[test]
+fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
+    let server = RedisServer::start().expect("start redis-server");
+    let path = config("standalone", &format!("url = \"{}\"", server.url()));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let store = RedisStoreBuilder::new()
+            .prefix(PREFIX)
+            .connect(&server.url())
+            .await
+            .expect("connect");
+        for _ in 0..3 {
+            assert!(
+                store
+                    .acquire(&api(), "user-42", 1)
+                    .await
+                    .expect("decision")
+                    .is_allowed()
+            );
+        }
+    });
+    inspect_then_reset(&path, &["--config"]);
+}
+
+#[test]
+fn inspect_and_reset_work_on_a_cluster() {
+    let cluster = RedisCluster::start().expect("start a private Redis Cluster");
+    let nodes: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    let path = config("cluster", &format!("cluster = [{}]", nodes.join(", ")));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let store = RedisStoreBuilder::new()
+            .prefix(PREFIX)
+            .connect_cluster(cluster.urls())
+            .await
+            .expect("connect");
+        for _ in 0..3 {
+            assert!(
+                store
+                    .acquire(&api(), "user-42", 1)
+                    .await
+                    .expect("decision")
+                    .is_allowed()
+            );
+        }
+    });
+    inspect_then_reset(&path, &["-c"]);
+}
+
+/// 3 of the bucket's 5 and of the window's 100 were taken for `user-42`: inspect shows it,
+/// reset forgets it, a second reset finds nothing.
+fn inspect_then_reset(path: &std::path::Path, flag: &[&str]) {
+    let path = path.to_str().expect("utf-8");
+    let args = |rest: &[&'static str]| -> Vec<&str> {
+        let mut args = flag.to_vec();
+        args.push(path);
+        args.extend_from_slice(rest);
+        args
+    };
+    let text = rein(&args(&["key", "inspect", "api", "user-42"]));
+    assert_eq!(code(&text), 0, "{}", stderr(&text));
+    let shown = stdout(&text);
+    assert!(
+        shown.contains("limit 0: token bucket of 5, one token every 1h: 2 of 5 left"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("limit 1: fixed window, 100 per 1day: 97 of 100 left"),
+        "{shown}"
+    );
+
+    let document = json(&rein(&args(&[
+        "--json", "key", "inspect", "api", "user-42",
+    ])));
+    assert_eq!(document["limits"][0]["remaining"], 2);
+    assert_eq!(document["limits"][1]["remaining"], 97);
+    assert_eq!(document["full"], false);
+    assert_eq!(document["redis_keys"].as_array().map(Vec::len), Some(1));
+    // The bucket refills one token an hour: 3 tokens are 3 hours away, less what passed.
+    let reset = document["limits"][0]["reset_after_us"]
+        .as_u64()
+        .expect("a number");
+    assert!(
+        (3 * 3_600_000_000 - 60_000_000..=3 * 3_600_000_000).contains(&reset),
+        "{reset}"
+    );
+
+    let reset = json(&rein(&args(&["--json", "key", "reset", "api", "user-42"])));
+    assert_eq!(reset["reset"], true);
+    let after = json(&rein(&args(&[
+        "--json", "key", "inspect", "api", "user-42",
+    ])));
+    assert_eq!(after["full"], true);
+    assert_eq!(after["limits"][0]["remaining"], 5);
+    assert_eq!(after["limits"][1]["remaining"], 100);
+    let again = rein(&args(&["key", "reset", "api", "user-42"]));
+    assert_eq!(code(&again), 0);
+    assert!(
+        stdout(&again).contains("nothing was counted"),
+        "{}",
+        stdout(&again)
+    );
+    // Another key was never touched.
+    let other = json(&rein(&args(&["--json", "key", "inspect", "api", "user-7"])));
+    assert_eq!(other["full"], true);
+}
