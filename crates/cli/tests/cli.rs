@@ -59,10 +59,19 @@ limits = [
 [policies.login]
 shadow = true
 limits = [{{ algorithm = "sliding_log", limit = 3, window = "1m" }}]
+
+[policies.window]
+limits = [{{ algorithm = "fixed_window", limit = 4, window = "1h" }}]
 "#
     );
     std::fs::write(&path, text).expect("write config");
     path
+}
+
+/// A lone fixed window, which Redis keeps as one integer (its own key format).
+fn window() -> RedisPolicy {
+    let limit = Limit::fixed_window(4, Micros::from_secs(3_600)).expect("valid");
+    RedisPolicy::prepare(&NamedPolicy::new("window", Policy::single(limit)).expect("valid"))
 }
 
 fn api() -> RedisPolicy {
@@ -87,7 +96,7 @@ fn config_check_names_each_files_errors_and_exits_1_if_any() {
     let ok = rein(&["config", "check", good.to_str().expect("utf-8"), rules]);
     assert_eq!(code(&ok), 0, "{}{}", stdout(&ok), stderr(&ok));
     assert!(
-        stdout(&ok).contains("ok (rein-tower config: 2 policies"),
+        stdout(&ok).contains("ok (rein-tower config: 3 policies"),
         "{}",
         stdout(&ok)
     );
