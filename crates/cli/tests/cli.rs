@@ -231,8 +231,23 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
                     .is_allowed()
             );
         }
+        let window = store.acquire(&window(), "user-42", 3).await;
+        assert!(window.expect("decision").is_allowed());
     });
     inspect_then_reset(&path, &["--config"]);
+    // The integer form of a lone fixed window reads and resets the same way.
+    let path = path.to_str().expect("utf-8");
+    let inspect = || {
+        json(&rein(&[
+            "--json", "-c", path, "key", "inspect", "window", "user-42",
+        ]))
+    };
+    assert_eq!(inspect()["limits"][0]["remaining"], 1);
+    let reset = json(&rein(&[
+        "--json", "-c", path, "key", "reset", "window", "user-42",
+    ]));
+    assert_eq!(reset["reset"], true);
+    assert_eq!(inspect()["limits"][0]["remaining"], 4);
 }
 
 #[test]
