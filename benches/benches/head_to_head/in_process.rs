@@ -42,6 +42,63 @@ impl MemoryPeer for ReinMemory {
     }
 }
 
+/// [`ReinMemory`] keyed by text: each `u64` key as its [`string_key`].
+pub(crate) struct ReinMemoryString(MemoryLimiter<String, QuantaClock>);
+
+impl ReinMemoryString {
+    pub(crate) fn new(capacity: u64, period: Micros) -> Self {
+        let limit = Limit::token_bucket(capacity, capacity, period).expect("valid bucket");
+        Self(
+            MemoryLimiter::builder(Policy::single(limit))
+                .clock(QuantaClock::new())
+                .build(),
+        )
+    }
+}
+
+impl MemoryPeer for ReinMemoryString {
+    fn admit(&self, key: u64) -> bool {
+        // rein looks a `String` key up by `&str`.
+        self.0
+            .acquire(string_key(key), 1)
+            .expect("cost 1 fits the capacity")
+            .is_allowed()
+    }
+}
+
+/// [`Governor`] keyed by text: each `u64` key as its [`string_key`].
+pub(crate) struct GovernorString(DefaultKeyedRateLimiter<String>);
+
+impl GovernorString {
+    pub(crate) fn new(per_second: u32) -> Self {
+        let rate = NonZeroU32::new(per_second).expect("rate > 0");
+        Self(RateLimiter::keyed(Quota::per_second(rate)))
+    }
+}
+
+impl MemoryPeer for GovernorString {
+    fn admit(&self, key: u64) -> bool {
+        // governor's keyed limiter takes `&K`: the key's `String`, made once.
+        self.0.check_key(&string_keys()[key as usize]).is_ok()
+    }
+}
+
+/// `key` as text, the usual per-client key of an HTTP limiter (an IPv4 address such as
+/// `10.1.134.7`), for the `String`-keyed peers.
+pub(crate) fn string_key(key: u64) -> &'static str {
+    &string_keys()[key as usize]
+}
+
+/// Every key's text, made once, before anything is timed or counted.
+pub(crate) fn string_keys() -> &'static [String] {
+    static KEYS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    KEYS.get_or_init(|| {
+        (0..MEMORY_KEYS)
+            .map(|k| format!("10.{}.{}.{}", (k >> 16) & 255, (k >> 8) & 255, k & 255))
+            .collect()
+    })
+}
+
 pub(crate) struct Governor(DefaultKeyedRateLimiter<u64>);
 
 impl Governor {
@@ -90,14 +147,26 @@ impl MemoryPeer for LimitadorMemory {
 }
 
 /// The in-process peers, built fresh, each with a limit that always admits here (10^6 per
-/// second for the buckets, 10^9 per minute for limitador's window).
-pub(crate) fn memory_peers() -> Vec<(&'static str, Box<dyn MemoryPeer>)> {
-    let peers: Vec<(&'static str, Box<dyn MemoryPeer>)> = vec![
+/// second for the buckets, 10^9 per minute for limitador's window), and the index of the
+/// peer its ratio is taken against: rein with the same kind of key.
+pub(crate) fn memory_peers() -> Vec<(&'static str, Box<dyn MemoryPeer>, usize)> {
+    let peers: Vec<(&'static str, Box<dyn MemoryPeer>, usize)> = vec![
         (
             "rein MemoryLimiter",
             Box::new(ReinMemory::new(1_000_000, Micros::from_secs(1))),
+            0,
         ),
-        ("governor (keyed)", Box::new(Governor::new(1_000_000))),
+        ("governor (keyed)", Box::new(Governor::new(1_000_000)), 0),
+        (
+            "rein MemoryLimiter, String keys",
+            Box::new(ReinMemoryString::new(1_000_000, Micros::from_secs(1))),
+            2,
+        ),
+        (
+            "governor (keyed), String keys",
+            Box::new(GovernorString::new(1_000_000)),
+            2,
+        ),
     ];
     #[cfg(feature = "limitador")]
     let peers = {
@@ -105,6 +174,7 @@ pub(crate) fn memory_peers() -> Vec<(&'static str, Box<dyn MemoryPeer>)> {
         peers.push((
             "limitador (memory)",
             Box::new(LimitadorMemory::new(2 * MEMORY_KEYS)),
+            0,
         ));
         peers
     };
@@ -113,10 +183,12 @@ pub(crate) fn memory_peers() -> Vec<(&'static str, Box<dyn MemoryPeer>)> {
 
 pub(crate) struct MemoryRow {
     pub(crate) name: &'static str,
-    /// Decisions per second against rein's, round by round.
+    /// Decisions per second against rein's with the same kind of key, round by round.
     pub(crate) vs_rein: Ratio,
     pub(crate) decisions_per_sec: f64,
     pub(crate) cpu_ns: f64,
+    /// CPU per decision against rein's with the same kind of key (medians).
+    pub(crate) cpu_vs_rein: f64,
     pub(crate) p50_ns: f64,
     pub(crate) p99_ns: f64,
     pub(crate) bytes_per_key: f64,
@@ -124,28 +196,32 @@ pub(crate) struct MemoryRow {
 
 pub(crate) fn memory_section(run: Duration) -> Vec<MemoryRow> {
     let keys = rein_benches::key_sequence(MEMORY_KEYS as u32, 1 << 16, 2026);
+    // The keys' text is made here, outside every timed run and heap count.
+    string_keys();
     let peers = memory_peers();
     // Every key once, so the timed runs find a populated table.
-    for (_, peer) in &peers {
+    for (_, peer, _) in &peers {
         for key in 0..MEMORY_KEYS {
             peer.admit(key);
         }
     }
     let mut rounds: Vec<Vec<MemoryRound>> = vec![Vec::new(); peers.len()];
     for _ in 0..ROUNDS {
-        for (i, (_, peer)) in peers.iter().enumerate() {
+        for (i, (_, peer, _)) in peers.iter().enumerate() {
             rounds[i].push(memory_throughput(peer.as_ref(), &keys, run));
         }
     }
     let rates = |i: usize| rounds[i].iter().map(|r| r.per_sec).collect::<Vec<_>>();
+    let cpu = |i: usize| median(&rounds[i].iter().map(|r| r.cpu_ns).collect::<Vec<_>>());
     let mut rows = Vec::new();
-    for (i, (name, peer)) in peers.iter().enumerate() {
+    for (i, (name, peer, base)) in peers.iter().enumerate() {
         let (p50_ns, p99_ns) = memory_latency(peer.as_ref(), &keys);
         rows.push(MemoryRow {
             name,
-            vs_rein: Ratio::of(&rates(i), &rates(0)),
+            vs_rein: Ratio::of(&rates(i), &rates(*base)),
             decisions_per_sec: median(&rounds[i].iter().map(|r| r.per_sec).collect::<Vec<_>>()),
-            cpu_ns: median(&rounds[i].iter().map(|r| r.cpu_ns).collect::<Vec<_>>()),
+            cpu_ns: cpu(i),
+            cpu_vs_rein: cpu(i) / cpu(*base).max(f64::MIN_POSITIVE),
             p50_ns,
             p99_ns,
             bytes_per_key: 0.0,

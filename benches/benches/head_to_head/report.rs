@@ -9,7 +9,6 @@ pub(crate) fn print_tables(memory: &[MemoryRow], redis: &[RedisRow], over: &[Ove
     println!();
     println!("In process: 2 threads, {MEMORY_KEYS} keys; latency one thread, per call");
     println!();
-    let base_cpu = memory.first().map_or(1.0, |r| r.cpu_ns);
     println!(
         "| peer | decisions/s | vs rein, per round: median (spread) | CPU ns/decision | vs rein | \
          p50 ns | p99 ns | heap bytes/key |"
@@ -22,7 +21,7 @@ pub(crate) fn print_tables(memory: &[MemoryRow], redis: &[RedisRow], over: &[Ove
             r.decisions_per_sec,
             r.vs_rein,
             r.cpu_ns,
-            r.cpu_ns / base_cpu,
+            r.cpu_vs_rein,
             r.p50_ns,
             r.p99_ns,
             r.bytes_per_key
