@@ -631,7 +631,10 @@ impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
             slot,
             inner,
             capacity: policy.policy().capacity(),
-            terms: LeaseTerms::new(policy.policy()),
+            terms: LeaseTerms::with_log_hold_divisor(
+                policy.policy(),
+                u64::from(self.config().log_hold_divisor.get()),
+            ),
             rate: super::terms::rate_shares(policy.policy()),
             no_rate: AtomicBool::new(false),
         })

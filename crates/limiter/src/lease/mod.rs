@@ -22,7 +22,10 @@ mod driver;
 mod rate;
 mod terms;
 
-pub use book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, Reserved};
+pub use book::{
+    Action, Admit, DEFAULT_LOG_HOLD_DIVISOR, DEFAULT_SHARE_VALIDITY_INTERVALS, LeaseBook,
+    LeaseConfig, LeaseKey, LeaseKeyRef, Reserved,
+};
 pub use driver::{LeaseDecided, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy};
 pub use rate::{RateAction, RateBook, TakeReply};
 pub use terms::{LeaseTerms, Unleasable};

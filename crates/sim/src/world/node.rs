@@ -51,6 +51,11 @@ pub(crate) struct NodeConfig {
     /// True instants `[from, until)` this node's process is paused
     /// ([`Fault::Pause`](super::Fault::Pause)): it serves nothing and runs no timer.
     pub pauses: Vec<(Timestamp, Timestamp)>,
+    /// Whether the node is killed ([`Fault::Kill`](super::Fault::Kill)) once its requests
+    /// (those due before its death) are served: it then gives nothing back.
+    pub killed: Option<Timestamp>,
+    /// A leased node's settings.
+    pub lease_config: rein::LeaseConfig,
 }
 
 /// The software of one turmoil host: its nodes, each its own task with its own store,
@@ -200,6 +205,7 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
     let current: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
     let store = build_store(&config, current.clone()).await?;
     let leased = LeasedLimiter::builder(store)
+        .config(config.lease_config)
         .clock(NodeClock { skew: config.skew })
         // Unique among the world's nodes, and the same in every run (the default is random).
         .node_id(config.index as u64 + 1)
@@ -266,8 +272,19 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
             source,
         });
     }
-    timers.abort();
     config.serving.set(config.serving.get().saturating_sub(1));
+    if let Some(at) = config.killed {
+        // Alive (its timers running) until it dies; dead, it shuts nothing down and
+        // returns nothing.
+        sleep_until(at).await;
+        timers.abort();
+        config
+            .leases
+            .borrow_mut()
+            .insert(config.index, leased.stats());
+        return Ok(());
+    }
+    timers.abort();
     while config.serving.get() > 0 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }

@@ -89,6 +89,9 @@ pub struct Scenario {
     pub faults: Vec<Fault>,
     /// The resilience layer in front of each node's store, or none.
     pub guard: Option<Guard>,
+    /// With [`LimiterKind::Leased`], each node's lease settings (default:
+    /// `LeaseConfig::default()`).
+    pub lease_config: rein::LeaseConfig,
 }
 
 /// What one run of a [`Scenario`] recorded.
@@ -140,6 +143,7 @@ impl Scenario {
             persistence: Persistence::LoseData,
             faults: Vec::new(),
             guard: None,
+            lease_config: rein::LeaseConfig::default(),
         }
     }
 
@@ -224,6 +228,7 @@ impl Scenario {
                 Fault::Partition { nodes, .. }
                 | Fault::Stall { nodes, .. }
                 | Fault::Pause { nodes, .. }
+                | Fault::Kill { nodes, .. }
                 | Fault::RepliesLost { nodes, .. }
                 | Fault::RequestsLost { nodes, .. } => cut.extend(nodes.iter().copied()),
                 Fault::RedisCrash { .. } => cut.extend(0..self.nodes),
@@ -285,6 +290,14 @@ impl Scenario {
         )
         .ok()
         .map(Policy::single)
+    }
+
+    /// When the first [`Fault::Kill`] strikes, from the start of demand.
+    pub fn killed_at(&self) -> Option<Duration> {
+        self.faults.iter().find_map(|f| match f {
+            Fault::Kill { at, .. } => Some(*at),
+            _ => None,
+        })
     }
 
     /// The faults in words, `none` without any.
@@ -356,9 +369,21 @@ impl Scenario {
         // registration order).
         let mut hosts: Vec<(String, Vec<NodeConfig>)> = Vec::new();
         for (index, requests) in demand.iter().enumerate() {
+            let killed = self
+                .faults
+                .iter()
+                .filter_map(|f| f.kill_of(index, per_host))
+                .min();
             let config = NodeConfig {
                 index,
-                requests: requests.clone(),
+                // A killed node serves nothing due from its death on.
+                requests: requests
+                    .iter()
+                    .filter(|r| killed.is_none_or(|at| r.due < at))
+                    .copied()
+                    .collect(),
+                killed: killed.map(|at| clock::start().saturating_add(at.into())),
+                lease_config: self.lease_config,
                 policy: policy.clone(),
                 limiter: self.limiter,
                 time: self.time,
@@ -443,6 +468,42 @@ impl Run {
     /// The measured span: from the start of demand to the last answer.
     pub fn interval(&self) -> Interval {
         Interval::new(clock::start(), self.end)
+    }
+
+    /// The occupancy measure ([`AdmissionLog::occupancy`]) of key 0 from `from` after the
+    /// start of demand to its end, against the policy's binding limit (the highest figure
+    /// among its limits); `None` for a span too short to measure. A token bucket is
+    /// measured from `from`, windows over the spans of one window that start at or after
+    /// it.
+    pub fn occupancy(&self, from: Duration) -> Option<crate::oracle::Fraction> {
+        let start = clock::start();
+        let during = Interval::new(
+            start.saturating_add(from.into()),
+            start.saturating_add(self.scenario.span.into()),
+        );
+        self.scenario
+            .policy
+            .limits()
+            .iter()
+            .filter_map(|limit| self.log.occupancy(limit, 0, during))
+            .max()
+    }
+
+    /// The run's occupancy figure (docs/leases.md, "Utilisation under real traffic"):
+    /// [`occupancy`](Self::occupancy) from the start of demand, or from its first second
+    /// for a policy with a token bucket (whose first burst is no steady state).
+    pub fn steady_occupancy(&self) -> Option<crate::oracle::Fraction> {
+        let bucket = self
+            .scenario
+            .policy
+            .limits()
+            .iter()
+            .any(|l| matches!(l, Limit::TokenBucket(_)));
+        self.occupancy(if bucket {
+            Duration::from_secs(1)
+        } else {
+            Duration::ZERO
+        })
     }
 
     /// The total cost asked for.
