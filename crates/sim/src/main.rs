@@ -246,6 +246,8 @@ fn lease_row(run: &Run) -> LeaseRow {
         // (its timers stopped with the demand), so it is the lower of the two.
         stranded: (!rates).then(|| reserved.saturating_sub(from_leases + returned)),
         in_doubt: sum(|s| s.units_in_doubt),
+        occupancy: run.steady_occupancy(),
+        occupancy_after_kill: run.scenario.killed_at().and_then(|at| run.occupancy(at)),
     }
 }
 

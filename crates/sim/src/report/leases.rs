@@ -35,6 +35,12 @@ pub struct LeaseRow {
     pub stranded: Option<u64>,
     /// Units of reservations that failed or were presumed lost: possibly taken, never spent.
     pub in_doubt: u64,
+    /// The occupancy measure of the run's key 0 (`Run::steady_occupancy`: every span of one
+    /// window, a token bucket from its first second), and after a kill from the kill on;
+    /// `None` where not measured.
+    pub occupancy: Option<Fraction>,
+    /// The occupancy measure from the first kill on, for a scenario with one.
+    pub occupancy_after_kill: Option<Fraction>,
 }
 
 impl LeaseRow {
@@ -64,11 +70,13 @@ fn percent(part: u64, whole: u64) -> f64 {
 /// The rows as an aligned plain-text table. Empty input gives the header.
 pub fn render_lease_table(rows: &[LeaseRow]) -> String {
     let mut out = format!(
-        "{:<30} {:>8} {:>6} {:>7} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8}\n",
+        "{:<32} {:>8} {:>6} {:>7} {:>8} {:>8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8}\n",
         "leases",
         "admitted",
         "exact",
         "util %",
+        "occup %",
+        "killed %",
         "leased %",
         "over %",
         "reserved",
@@ -78,13 +86,18 @@ pub fn render_lease_table(rows: &[LeaseRow]) -> String {
     );
     for row in rows {
         let stranded = row.stranded.map_or("-".to_owned(), |s| s.to_string());
+        let occupancy = |f: Option<Fraction>| {
+            f.map_or("-".to_owned(), |f| format!("{:.1}", f.to_f64() * 100.0))
+        };
         let _ = writeln!(
             out,
-            "{:<30} {:>8} {:>6} {:>7.1} {:>9.1} {:>7} {:>8} {:>8} {:>8} {:>8}",
+            "{:<32} {:>8} {:>6} {:>7.1} {:>8} {:>8} {:>9.1} {:>7} {:>8} {:>8} {:>8} {:>8}",
             row.name,
             row.admitted,
             row.exact,
             row.utilisation_percent(),
+            occupancy(row.occupancy),
+            occupancy(row.occupancy_after_kill),
             row.lease_percent(),
             format_percent(row.over),
             row.reserved,
@@ -191,6 +204,8 @@ mod tests {
             returned: 20,
             stranded,
             in_doubt: 0,
+            occupancy: None,
+            occupancy_after_kill: None,
         }
     }
 

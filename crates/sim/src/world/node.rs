@@ -235,42 +235,53 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
         }
     });
     let policy = leased.prepare(&config.policy)?;
-    for request in &config.requests {
-        wait_until_due(request).await;
-        wait_while_paused(&config.pauses).await;
-        let issued = true_now();
-        let user = user_key(request.key);
-        let result = leased
-            .acquire_leased(None, &policy, user.as_bytes(), request.cost)
-            .await;
-        let answered = true_now();
-        let (outcome, source) = match result {
-            Ok(decided) if !decided.decision.is_allowed() => (Outcome::Denied, None),
-            Ok(decided) => match decided.source {
-                LeaseSource::Direct(_) => (
-                    admitted_in_redis(&current, &config.tap, issued, answered),
-                    Some(Source::Store),
-                ),
-                // From a held block (a local denial never admits).
-                _ => (
-                    Outcome::Admitted {
-                        at: answered,
-                        traced: true,
-                    },
-                    None,
-                ),
-            },
-            Err(e) => (Outcome::Failed(failure(&e)), None),
-        };
-        config.events.borrow_mut().push(Event {
-            node: config.index,
-            key: request.key,
-            cost: request.cost,
-            issued,
-            answered,
-            outcome,
-            source,
-        });
+    let serve = async {
+        for request in &config.requests {
+            wait_until_due(request).await;
+            wait_while_paused(&config.pauses).await;
+            let issued = true_now();
+            let user = user_key(request.key);
+            let result = leased
+                .acquire_leased(None, &policy, user.as_bytes(), request.cost)
+                .await;
+            let answered = true_now();
+            let (outcome, source) = match result {
+                Ok(decided) if !decided.decision.is_allowed() => (Outcome::Denied, None),
+                Ok(decided) => match decided.source {
+                    LeaseSource::Direct(_) => (
+                        admitted_in_redis(&current, &config.tap, issued, answered),
+                        Some(Source::Store),
+                    ),
+                    // From a held block (a local denial never admits).
+                    _ => (
+                        Outcome::Admitted {
+                            at: answered,
+                            traced: true,
+                        },
+                        None,
+                    ),
+                },
+                Err(e) => (Outcome::Failed(failure(&e)), None),
+            };
+            config.events.borrow_mut().push(Event {
+                node: config.index,
+                key: request.key,
+                cost: request.cost,
+                issued,
+                answered,
+                outcome,
+                source,
+            });
+        }
+    };
+    match config.killed {
+        // A request in flight when the process dies is never answered (its link is held
+        // for good): the process stops there, whatever it was doing.
+        Some(at) => {
+            let _ =
+                tokio::time::timeout(Duration::from(at.saturating_since(true_now())), serve).await;
+        }
+        None => serve.await,
     }
     config.serving.set(config.serving.get().saturating_sub(1));
     if let Some(at) = config.killed {
