@@ -205,12 +205,15 @@ impl RateBook {
         lease.asked = lease.asked.saturating_add(cost);
         lease.last_request = now;
         let admit = if lease.bucket.try_take(now, &lease.shares, cost) {
+            // As a direct decision's: the bucket's tokens and its time to full, read off this
+            // share (every sub-bucket is the bucket scaled by its share), not the share's own
+            // few tokens and a reset of zero (issue 23: headers said "full again now").
             Admit::Leased(Decision {
                 outcome: Outcome::Allowed,
                 limit: lease.shares.capacity(),
-                remaining: lease.bucket.tokens(&lease.shares),
+                remaining: lease.bucket.scaled_tokens(&lease.shares),
                 retry_after: Micros::ZERO,
-                reset_after: Micros::ZERO,
+                reset_after: lease.bucket.full_after().unwrap_or(Micros::ZERO),
                 limit_index: 0,
             })
         } else if now < lease.bucket.until()
@@ -222,9 +225,13 @@ impl RateBook {
             Admit::Denied(Decision {
                 outcome: Outcome::Denied,
                 limit: lease.shares.capacity(),
-                remaining: lease.bucket.tokens(&lease.shares),
+                remaining: lease.bucket.scaled_tokens(&lease.shares),
                 retry_after,
-                reset_after: retry_after,
+                reset_after: lease
+                    .bucket
+                    .full_after()
+                    .unwrap_or(Micros::ZERO)
+                    .max(retry_after),
                 limit_index: 0,
             })
         } else if now < lease.bucket.until() {
@@ -654,11 +661,22 @@ mod tests {
         );
         assert_eq!(b.poll_action(), None);
         b.handle_taken(ms(2), &key, 1, grant(77, false, 10, 500, 10));
-        for _ in 0..10 {
-            assert!(matches!(
-                b.handle_request(ms(2), KEY, 1, &s),
-                Admit::Leased(_)
-            ));
+        for i in 0..10 {
+            let Admit::Leased(d) = b.handle_request(ms(2), KEY, 1, &s) else {
+                panic!("not leased");
+            };
+            // As a direct decision reads: the bucket's tokens (this share's 9 − i of 10,
+            // scaled to the bucket's 100) and its time to full (the share's 1 + i missing
+            // tokens at half of 1 per ms, less 1 ‰), never "full again now".
+            assert_eq!(d.remaining, (9 - i) * 10);
+            assert!(
+                d.reset_after >= Micros::from_micros(2_000 * (1 + i)),
+                "{d:?}"
+            );
+            assert!(
+                d.reset_after <= Micros::from_micros(2_003 * (1 + i)),
+                "{d:?}"
+            );
         }
         // Empty: denied locally, the wait is the local rate (half of 1 per ms, less 1 ‰).
         let Admit::Denied(d) = b.handle_request(ms(2), KEY, 1, &s) else {
