@@ -84,7 +84,7 @@ pub use lease::{
     Action, Admit, DEFAULT_LOG_HOLD_DIVISOR, DEFAULT_SHARE_VALIDITY_INTERVALS, DirectReason,
     LeaseBook, LeaseConfig, LeaseDecided, LeaseKey, LeaseKeyRef, LeaseSource, LeaseStats,
     LeaseTerms, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy, RateAction, RateBook, Reserved,
-    TakeReply, Unleasable,
+    ShareView, TakeReply, Unleasable,
 };
 pub use limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy, TimeSource};
 pub use region::{DemandReport, Grant, RebalanceConfig, Rebalancer, RegionQuota, split};

@@ -34,7 +34,7 @@ use rein_memory::Clock;
 use tokio::sync::Notify;
 
 use super::book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKeyRef, Reserved};
-use super::rate::{RateAction, RateBook, TakeReply};
+use super::rate::{RateAction, RateBook, ShareView, TakeReply};
 use super::terms::{LeaseTerms, Unleasable};
 use super::{DirectReason, LeaseSource, LeaseStats};
 use crate::{TimeSource, TokioClock};
@@ -363,6 +363,14 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
         stats.direct += stats.direct_unleasable;
         stats.returns_failed = self.shared.returns_failed.load(Ordering::Relaxed);
         stats
+    }
+
+    /// This node's rate share of every token-bucket key it leases, now: per-node shares
+    /// made visible (each node reports its own; `stranded_if_dead` is what the others would
+    /// lose were this node to die now).
+    pub fn rate_shares(&self) -> Vec<ShareView> {
+        let now = self.shared.clock.now();
+        self.shared.lock_rates().shares(now)
     }
 
     /// The settings.

@@ -90,6 +90,28 @@ pub enum RateAction {
     },
 }
 
+/// One key's rate share as this node holds it ([`RateBook::shares`],
+/// [`LeasedLimiter::rate_shares`](crate::LeasedLimiter::rate_shares)): per-node shares made
+/// visible, the node's own view (the store keeps every node's; each node reports its own).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShareView {
+    /// The key.
+    pub key: LeaseKey,
+    /// The share's rate, in thousandths of the bucket's (0 while no share is held).
+    pub parts: u64,
+    /// The share's burst, tokens.
+    pub burst: u64,
+    /// Tokens held now (refilled to the instant asked).
+    pub tokens: u64,
+    /// The demand the node reported last, cost per second.
+    pub demand: u64,
+    /// The local instant the share ends: spending stops there (as if never held: no share).
+    pub valid_until: Timestamp,
+    /// Tokens' worth of rate the share keeps reserved from the instant asked until it
+    /// ends: what the others lose if this node dies now (its share lapses unrenewed).
+    pub stranded_if_dead: u64,
+}
+
 /// How a take ended, for [`RateBook::handle_taken`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TakeReply {
@@ -120,6 +142,8 @@ struct RateLease {
     remembered: u64,
     /// The rate (parts) of the grant spent now: a smaller one next is a shrink.
     parts: u64,
+    /// The burst of the grant spent now, tokens.
+    burst: u64,
     /// The next take only confirms a shrink ([`RateBook::handle_taken`]): it reports the
     /// demand reported last and keeps measuring.
     confirm: bool,
@@ -191,6 +215,7 @@ impl RateBook {
                 asked_since: now,
                 remembered: 0,
                 parts: 0,
+                burst: 0,
                 confirm: false,
                 last_request: now,
                 timer: None,
@@ -300,6 +325,7 @@ impl RateBook {
                     lease.confirm = true;
                 }
                 lease.parts = grant.parts;
+                lease.burst = grant.burst;
                 lease.held = grant.id;
                 lease.applied = flight.seq;
                 self.stats.reservations_granted += 1;
@@ -361,6 +387,36 @@ impl RateBook {
     /// The counters so far.
     pub fn stats(&self) -> LeaseStats {
         self.stats
+    }
+
+    /// Every key's share as this node holds it at `now` (ascending by key).
+    pub fn shares(&self, now: Timestamp) -> Vec<ShareView> {
+        let now = now.max(self.latest);
+        let mut views: Vec<ShareView> = self
+            .leases
+            .iter()
+            .map(|(key, lease)| {
+                let mut bucket = lease.bucket;
+                bucket.refill(now);
+                let live = lease.held != 0 && now < bucket.until();
+                let parts = if live { lease.parts } else { 0 };
+                ShareView {
+                    key: key.clone(),
+                    parts,
+                    burst: if live { lease.burst } else { 0 },
+                    tokens: bucket.tokens(&lease.shares),
+                    demand: lease.remembered,
+                    valid_until: bucket.until(),
+                    stranded_if_dead: rate_tokens(
+                        &lease.shares,
+                        parts,
+                        bucket.until().saturating_since(now),
+                    ),
+                }
+            })
+            .collect();
+        views.sort_by(|a, b| (a.key.slot, &a.key.key).cmp(&(b.key.slot, &b.key.key)));
+        views
     }
 
     /// Whether [`handle_shutdown`](Self::handle_shutdown) ran.
@@ -565,6 +621,12 @@ impl RateBook {
         } else {
             0
         };
+        let idle_until = now.min(lease.bucket.until());
+        self.stats.rate_idle += rate_tokens(
+            &lease.shares,
+            lease.parts,
+            idle_until.saturating_since(lease.last_request),
+        );
         lease.bucket.clear();
         let id = std::mem::take(&mut lease.held);
         lease.applied = 0;
@@ -581,6 +643,12 @@ impl RateBook {
             at: now,
         });
     }
+}
+
+/// Tokens' worth of rate `parts` refill over `span`.
+fn rate_tokens(shares: &RateShares, parts: u64, span: Micros) -> u64 {
+    let units = u128::from(parts) * u128::from(shares.part_rate()) * u128::from(span.as_micros());
+    u64::try_from(units / u128::from(shares.token_units().max(1))).unwrap_or(u64::MAX)
 }
 
 /// Whether `measured` is within [`DEMAND_BAND_PERCENT`] of `reported` (a positive demand).
@@ -837,14 +905,22 @@ mod tests {
         let (_, take) = take_of(&mut b);
         assert_eq!((take.applied, take.seq, take.demand), (3, 4, 400));
         b.handle_taken(ms(202), &key, 4, grant(77, true, 5, 300, 0));
-        // No request after 199 ms: at the renewal (301 ms) the last request is 102 ms
-        // old, a whole interval: the share goes back, the key stays.
+        // The node's share, visible: 3/10 of the rate (0.3 tokens per ms) until 200 ms
+        // after the take at 201 ms, less the clock margin: 45 tokens' worth left at 250 ms.
+        let view = &b.shares(ms(250))[0];
+        assert_eq!((view.parts, view.burst, view.demand), (300, 5, 400));
+        assert_eq!(view.stranded_if_dead, 45);
+        // No request after 194 ms: at the renewal (301 ms) the last request is 107 ms
+        // old, a whole interval: the share goes back, the key stays, and the 107 ms of
+        // rate it held unused are counted (0.3 × 107 = 32 tokens).
         b.handle_timeout(ms(301));
         match b.poll_action() {
             Some(RateAction::Return { request, .. }) => assert_eq!(request.id, 77),
             other => panic!("expected a return, got {other:?}"),
         }
         assert_eq!(b.len(), 1);
+        assert_eq!(b.stats().rate_idle, 32);
+        assert_eq!(b.shares(ms(302))[0].parts, 0);
         // Back after 400 ms of silence: direct, and a fresh take that reports the demand
         // it had (400/s), not one request over an interval (10/s).
         assert_eq!(

@@ -41,6 +41,10 @@ pub struct LeaseRow {
     pub occupancy: Option<Fraction>,
     /// The occupancy measure from the first kill on, for a scenario with one.
     pub occupancy_after_kill: Option<Fraction>,
+    /// A token bucket's: tokens' worth of rate the nodes' shares held with no request
+    /// (`LeaseStats::rate_idle`), and the killed nodes' shares stranded from their death
+    /// until they lapsed; `None` for blocks.
+    pub rate_idle_stranded: Option<(u64, u64)>,
 }
 
 impl LeaseRow {
@@ -70,7 +74,7 @@ fn percent(part: u64, whole: u64) -> f64 {
 /// The rows as an aligned plain-text table. Empty input gives the header.
 pub fn render_lease_table(rows: &[LeaseRow]) -> String {
     let mut out = format!(
-        "{:<32} {:>8} {:>6} {:>7} {:>8} {:>8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8}\n",
+        "{:<32} {:>8} {:>6} {:>7} {:>8} {:>8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>11}\n",
         "leases",
         "admitted",
         "exact",
@@ -82,7 +86,8 @@ pub fn render_lease_table(rows: &[LeaseRow]) -> String {
         "reserved",
         "returned",
         "stranded",
-        "in doubt"
+        "in doubt",
+        "rate idle/dead"
     );
     for row in rows {
         let stranded = row.stranded.map_or("-".to_owned(), |s| s.to_string());
@@ -91,7 +96,7 @@ pub fn render_lease_table(rows: &[LeaseRow]) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<32} {:>8} {:>6} {:>7.1} {:>8} {:>8} {:>9.1} {:>7} {:>8} {:>8} {:>8} {:>8}",
+            "{:<32} {:>8} {:>6} {:>7.1} {:>8} {:>8} {:>9.1} {:>7} {:>8} {:>8} {:>8} {:>8} {:>11}",
             row.name,
             row.admitted,
             row.exact,
@@ -104,6 +109,8 @@ pub fn render_lease_table(rows: &[LeaseRow]) -> String {
             row.returned,
             stranded,
             row.in_doubt,
+            row.rate_idle_stranded
+                .map_or("-".to_owned(), |(idle, dead)| format!("{idle}/{dead}")),
         );
     }
     out
@@ -206,6 +213,7 @@ mod tests {
             in_doubt: 0,
             occupancy: None,
             occupancy_after_kill: None,
+            rate_idle_stranded: None,
         }
     }
 
@@ -218,8 +226,12 @@ mod tests {
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[1].contains("90.0") && lines[1].contains("50.0"));
-        assert!(lines[1].contains("0.00") && lines[1].ends_with("       8        0"));
-        assert!(lines[2].ends_with("       -        0"), "{}", lines[2]);
+        assert!(lines[1].contains("0.00") && lines[1].ends_with("       8        0           -"));
+        assert!(
+            lines[2].ends_with("       -        0           -"),
+            "{}",
+            lines[2]
+        );
     }
 
     #[test]

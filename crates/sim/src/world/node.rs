@@ -46,6 +46,8 @@ pub(crate) struct NodeConfig {
     pub events: Rc<RefCell<Vec<Event>>>,
     /// A leased node's `LeasedLimiter` counters, by node index, recorded when it stops.
     pub leases: Rc<RefCell<BTreeMap<usize, LeaseStats>>>,
+    /// A killed leased node's rate shares at its death, by node index: what it strands.
+    pub shares_at_death: Rc<RefCell<BTreeMap<usize, Vec<rein::ShareView>>>>,
     /// How many leased nodes still serve demand: each stops its limiter only once none does.
     pub serving: Rc<Cell<usize>>,
     /// True instants `[from, until)` this node's process is paused
@@ -289,6 +291,10 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
         // returns nothing.
         sleep_until(at).await;
         timers.abort();
+        config
+            .shares_at_death
+            .borrow_mut()
+            .insert(config.index, leased.rate_shares());
         config
             .leases
             .borrow_mut()

@@ -117,6 +117,10 @@ pub struct Run {
     /// units reserved, returned, stranded…), read after the node shut its limiter down once
     /// every node had served its demand; empty for the other limiters.
     pub leases: BTreeMap<usize, LeaseStats>,
+    /// With [`LimiterKind::Leased`] and a [`Fault::Kill`], each killed node's rate shares
+    /// (`LeasedLimiter::rate_shares`) read at its death: the rate it strands is their
+    /// `stranded_if_dead`.
+    pub shares_at_death: BTreeMap<usize, Vec<rein::ShareView>>,
 }
 
 impl Scenario {
@@ -363,6 +367,7 @@ impl Scenario {
         );
         let events = Rc::new(RefCell::new(Vec::new()));
         let leases = Rc::new(RefCell::new(BTreeMap::new()));
+        let shares_at_death = Rc::new(RefCell::new(BTreeMap::new()));
         let serving = Rc::new(Cell::new(demand.len()));
         let per_host = self.per_host();
         // Each host's nodes, hosts in node order (turmoil's addresses and link order follow
@@ -394,6 +399,7 @@ impl Scenario {
                 guard: self.guard.clone(),
                 events: events.clone(),
                 leases: leases.clone(),
+                shares_at_death: shares_at_death.clone(),
                 serving: serving.clone(),
                 pauses: self
                     .faults
@@ -460,6 +466,7 @@ impl Scenario {
             runs_by_source: tap.runs_by_source(),
             script_runs: tap.runs(),
             leases: leases.take(),
+            shares_at_death: shares_at_death.take(),
         })
     }
 }
@@ -504,6 +511,16 @@ impl Run {
         } else {
             Duration::ZERO
         })
+    }
+
+    /// Tokens' worth of rate the killed nodes' shares stranded: reserved from their death
+    /// until the shares lapsed, used by no node.
+    pub fn rate_stranded_by_killed(&self) -> u64 {
+        self.shares_at_death
+            .values()
+            .flatten()
+            .map(|v| v.stranded_if_dead)
+            .sum()
     }
 
     /// The total cost asked for.
