@@ -374,13 +374,6 @@ async fn worker(run: Run) {
                 .build()
         })
         .collect();
-    let timers: Vec<_> = limiters
-        .iter()
-        .map(|leased| {
-            let leased = leased.clone();
-            tokio::spawn(async move { leased.run_timers().await })
-        })
-        .collect();
     let policies: Vec<_> = run
         .algorithms()
         .zip(&limiters)
@@ -478,9 +471,8 @@ async fn worker(run: Run) {
         h.await.expect("a task");
     }
     let mut stats = Vec::new();
-    for (leased, timers) in limiters.iter().zip(timers) {
+    for leased in &limiters {
         leased.shutdown().await;
-        let _ = timers.await;
         stats.push(leased.stats());
     }
     for (i, s) in stats.iter().enumerate() {
@@ -1148,4 +1140,91 @@ async fn a_token_bucket_is_leased_as_rate_where_the_store_can_and_decided_direct
     assert_eq!(admitted, 40, "the plain bucket's burst, decided by acquire");
     plain.shutdown().await;
     leased.shutdown().await;
+}
+
+/// Issue 23: the limiter runs its own timers (nothing here spawns `run_timers`), and
+/// shutdown gives back every unit it holds, window blocks, log blocks and rate shares
+/// alike: before it the store shows units held beyond those admitted, after it exactly the
+/// admitted ones. Limits whose windows (or refill) outlast the test, so nothing ends or
+/// refills meanwhile; one key released by its idle timer alone.
+#[tokio::test]
+async fn timers_run_without_being_spawned_and_shutdown_returns_every_held_unit() {
+    let leased = LeasedLimiter::builder(rein_memory::MemoryStore::new())
+        .config(config())
+        .build();
+    let long = rein_core::MAX_SPAN;
+    let limits = [
+        (
+            "fw",
+            Limit::fixed_window(1_000, long).expect("valid"),
+            1_000,
+        ),
+        ("sl", Limit::sliding_log(1_000, long).expect("valid"), 1_000),
+        (
+            "tb",
+            Limit::token_bucket(100, 1, Micros::from_secs(3_600)).expect("valid"),
+            100,
+        ),
+    ];
+    let mut held = Vec::new();
+    for (name, limit, capacity) in limits {
+        let policy = NamedPolicy::new(name, Policy::single(limit)).expect("valid");
+        let prepared = leased.prepare(&policy).expect("prepare");
+        let mut admitted = 0;
+        let mut leased_hits = 0;
+        for _ in 0..20 {
+            let decided = leased
+                .acquire_leased(None, &prepared, b"k", 1)
+                .await
+                .expect("a decision");
+            admitted += u64::from(decided.decision.is_allowed());
+            leased_hits += u64::from(decided.source == LeaseSource::Lease);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let remaining = || async {
+            leased
+                .peek(None, &prepared, b"k", 0)
+                .await
+                .expect("a peek")
+                .remaining
+        };
+        let before = remaining().await;
+        eprintln!("{name}: {admitted} admitted ({leased_hits} leased), store shows {before} left");
+        assert!(leased_hits > 0, "{name}: leased");
+        assert!(
+            before < capacity - admitted,
+            "{name}: units held beyond the admitted"
+        );
+        held.push((name, prepared, capacity - admitted));
+    }
+    // The idle timer alone (300 ms without a request) gives a key back.
+    let fw = &held[0].1;
+    for _ in 0..5 {
+        let _ = leased.acquire_leased(None, fw, b"idle", 1).await;
+    }
+    let mut released = false;
+    for _ in 0..500 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let left = leased.peek(None, fw, b"idle", 0).await.expect("a peek");
+        if left.remaining == 995 {
+            released = true;
+            break;
+        }
+    }
+    assert!(
+        released,
+        "the idle key's block went back without run_timers"
+    );
+    leased.shutdown().await;
+    for (name, prepared, expected) in &held {
+        let left = leased
+            .peek(None, prepared, b"k", 0)
+            .await
+            .expect("a peek")
+            .remaining;
+        assert_eq!(
+            left, *expected,
+            "{name}: every held unit back after shutdown"
+        );
+    }
 }

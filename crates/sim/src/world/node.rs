@@ -207,6 +207,8 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
     let current: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
     let store = build_store(&config, current.clone()).await?;
     let leased = LeasedLimiter::builder(store)
+        // Its timers stop while its process is paused: run by hand below.
+        .manual_timers()
         .config(config.lease_config)
         .clock(NodeClock { skew: config.skew })
         // Unique among the world's nodes, and the same in every run (the default is random).
