@@ -45,6 +45,9 @@ pub struct LeaseRow {
     /// (`LeaseStats::rate_idle`), and the killed nodes' shares stranded from their death
     /// until they lapsed; `None` for blocks.
     pub rate_idle_stranded: Option<(u64, u64)>,
+    /// Script runs Redis made per 1 000 decisions (reservations, returns, takes and direct
+    /// decisions alike).
+    pub calls_per_1000: u64,
 }
 
 impl LeaseRow {
@@ -74,7 +77,7 @@ fn percent(part: u64, whole: u64) -> f64 {
 /// The rows as an aligned plain-text table. Empty input gives the header.
 pub fn render_lease_table(rows: &[LeaseRow]) -> String {
     let mut out = format!(
-        "{:<32} {:>8} {:>6} {:>7} {:>8} {:>8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>11}\n",
+        "{:<32} {:>8} {:>6} {:>7} {:>8} {:>8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>14} {:>8}\n",
         "leases",
         "admitted",
         "exact",
@@ -87,7 +90,8 @@ pub fn render_lease_table(rows: &[LeaseRow]) -> String {
         "returned",
         "stranded",
         "in doubt",
-        "rate idle/dead"
+        "rate idle/dead",
+        "calls/1k"
     );
     for row in rows {
         let stranded = row.stranded.map_or("-".to_owned(), |s| s.to_string());
@@ -96,7 +100,7 @@ pub fn render_lease_table(rows: &[LeaseRow]) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<32} {:>8} {:>6} {:>7.1} {:>8} {:>8} {:>9.1} {:>7} {:>8} {:>8} {:>8} {:>8} {:>11}",
+            "{:<32} {:>8} {:>6} {:>7.1} {:>8} {:>8} {:>9.1} {:>7} {:>8} {:>8} {:>8} {:>8} {:>14} {:>8}",
             row.name,
             row.admitted,
             row.exact,
@@ -111,6 +115,7 @@ pub fn render_lease_table(rows: &[LeaseRow]) -> String {
             row.in_doubt,
             row.rate_idle_stranded
                 .map_or("-".to_owned(), |(idle, dead)| format!("{idle}/{dead}")),
+            row.calls_per_1000,
         );
     }
     out
@@ -214,6 +219,7 @@ mod tests {
             occupancy: None,
             occupancy_after_kill: None,
             rate_idle_stranded: None,
+            calls_per_1000: 0,
         }
     }
 
@@ -226,9 +232,12 @@ mod tests {
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[1].contains("90.0") && lines[1].contains("50.0"));
-        assert!(lines[1].contains("0.00") && lines[1].ends_with("       8        0           -"));
         assert!(
-            lines[2].ends_with("       -        0           -"),
+            lines[1].contains("0.00")
+                && lines[1].ends_with("       8        0              -        0")
+        );
+        assert!(
+            lines[2].ends_with("       -        0              -        0"),
             "{}",
             lines[2]
         );
