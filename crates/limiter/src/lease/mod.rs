@@ -235,6 +235,7 @@ mod tests {
             reservations_granted: 2,
             units_stranded: 3,
             returns: 1,
+            rate_idle: 4,
             ..LeaseStats::default()
         };
         metrics::with_local_recorder(&recorder, || stats.publish("api"));
@@ -254,6 +255,7 @@ mod tests {
             ("rein_lease_reservations_total", Some("granted"), 2),
             ("rein_lease_units_total", Some("stranded"), 3),
             ("rein_lease_returns_total", None, 1),
+            ("rein_lease_rate_idle_tokens_total", None, 4),
         ] {
             let found = seen
                 .iter()
