@@ -183,4 +183,38 @@ mod tests {
         let bursty = Workload::Bursty { burst: 5 }.generate(&Rng::new(1), 1, 100, span);
         assert!((900..=1100).contains(&bursty[0].len()));
     }
+
+    #[test]
+    fn an_on_off_node_is_silent_between_its_phases_and_a_shifting_hot_node_asks_more() {
+        let span = Duration::from_secs(7);
+        let (on, off) = (Duration::from_millis(300), Duration::from_millis(400));
+        let a = Workload::OnOff { on, off }.generate(&Rng::new(3), 3, 100, span);
+        // Node 0 asks only in the first 300 ms of every 700: 3/7 of the others' demand.
+        assert!(a[0].iter().all(|r| r.due.as_micros() % 700_000 < 300_000));
+        assert!((250..=350).contains(&a[0].len()), "{}", a[0].len());
+        assert!((600..=800).contains(&a[1].len()), "{}", a[1].len());
+        let every = Duration::from_secs(1);
+        let b = Workload::Shifting { every, hot: 5 }.generate(&Rng::new(3), 2, 100, span);
+        // Node 0 is hot in even seconds, node 1 in odd ones, at five times the rate.
+        let in_second = |node: &[Request], s: u128| {
+            node.iter()
+                .filter(|r| r.due.as_micros() / 1_000_000 == s)
+                .count()
+        };
+        assert!(
+            (400..=600).contains(&in_second(&b[0], 2)),
+            "{}",
+            in_second(&b[0], 2)
+        );
+        assert!(
+            (80..=120).contains(&in_second(&b[0], 3)),
+            "{}",
+            in_second(&b[0], 3)
+        );
+        assert!(
+            (400..=600).contains(&in_second(&b[1], 3)),
+            "{}",
+            in_second(&b[1], 3)
+        );
+    }
 }
