@@ -328,6 +328,14 @@ fn leases_keep_95_percent_occupancy_under_bursty_shifting_and_killed_demand_with
                     result.over_admission()
                 ));
             }
+            if let (Some(at), Some(Fault::Kill { nodes, .. })) = (s.killed_at(), s.faults.first()) {
+                // Dead is dead: nothing admitted from the kill on, and its shares are read.
+                let from = run.interval().start.saturating_add(Micros::from(at));
+                let after = run.admitted_by(nodes, Interval::new(from, run.end));
+                if after > 0 || run.shares_at_death.is_empty() {
+                    failed.push(format!("{name}: {after} admitted by a killed node"));
+                }
+            }
             let floor = if algorithm == "sliding-counter" {
                 let mut direct = s.clone();
                 direct.limiter = LimiterKind::Rein;
