@@ -546,7 +546,7 @@ impl RateBook {
     fn due(config: LeaseConfig, now: Timestamp, lease: &RateLease) -> Timestamp {
         let idle = lease.last_request.saturating_add(config.idle_after);
         match lease.flight {
-            Some(f) => f.sent_at.saturating_add(config.flight_timeout),
+            Some(f) => f.sent_at.saturating_add(take_timeout(config)),
             None if lease.held != 0 => lease.renew_at.min(idle),
             None => idle,
         }
@@ -560,7 +560,7 @@ impl RateBook {
             return;
         };
         if let Some(f) = lease.flight
-            && now >= f.sent_at.saturating_add(config.flight_timeout)
+            && now >= f.sent_at.saturating_add(take_timeout(config))
         {
             lease.flight = None;
             self.stats.reservations_lost += 1;
@@ -643,6 +643,20 @@ impl RateBook {
             at: now,
         });
     }
+}
+
+/// How long a take waits for its reply before the book gives it up and may take again: the
+/// flight timeout, but no longer than the validity less one renewal interval, so that a
+/// renewal whose reply is lost is retried (and answered) while the grant being spent is
+/// still valid, rather than after it lapsed. Giving up is safe whenever it happens: a
+/// reply to a take given up is never applied.
+fn take_timeout(config: LeaseConfig) -> Micros {
+    let interval = config.renew_interval.as_micros();
+    let spare = interval
+        .saturating_mul(u64::from(config.share_validity_intervals.get()))
+        .saturating_sub(interval)
+        .max(1);
+    config.flight_timeout.min(Micros::from_micros(spare))
 }
 
 /// Tokens' worth of rate `parts` refill over `span`.
@@ -823,7 +837,7 @@ mod tests {
         let mut b = book();
         b.handle_request(ms(0), KEY, 1, &s);
         let (key, first) = take_of(&mut b);
-        // Given up on at 1 s; idle (no request for 1 s) at 1 s too: forgotten, no return.
+        // Given up on at 100 ms; idle (no request for 1 s) at 1 s: forgotten, no return.
         b.handle_timeout(ms(1_000));
         assert_eq!(b.stats().reservations_lost, 1);
         assert!(b.is_empty());
@@ -854,7 +868,11 @@ mod tests {
         let mut b = book();
         b.handle_request(ms(0), KEY, 1, &s);
         let (key, _) = take_of(&mut b);
-        // The flight timeout (1 s) passes: presumed lost.
+        // A take is given up on after the validity less an interval (100 ms), below the
+        // flight timeout (1 s): a lost renewal is retried while its share is still valid.
+        assert_eq!(b.poll_timeout(), Some(ms(100)));
+        b.handle_timeout(ms(99));
+        assert_eq!(b.stats().reservations_lost, 0);
         b.handle_timeout(ms(1_000));
         assert_eq!(b.stats().reservations_lost, 1);
         b.handle_taken(ms(1_001), &key, 1, grant(5, false, 100, 1_000, 100));
