@@ -103,7 +103,9 @@ pub struct LeaseConfig {
     /// The most keys tracked; requests for further keys go to the store directly.
     pub max_keys: NonZeroUsize,
     /// A reservation with no reply after this long is presumed lost: its units count as
-    /// in doubt (possibly taken), and waiting requests go to the store directly.
+    /// in doubt (possibly taken), and waiting requests go to the store directly. A rate
+    /// share's take is given up sooner if its validity less one renewal interval is
+    /// shorter, so that a lost renewal is retried while the share is still valid.
     pub flight_timeout: Micros,
     /// A token bucket's rate share is valid for this many renewal intervals from before its
     /// take was sent (the validity `V`): `k` renewals in a row may fail before it lapses
