@@ -49,9 +49,9 @@ const ENV: &str = "REIN_LEASE_WORKER";
 const STREAM: &str = "REIN_LEASE_STREAM";
 
 /// A worker's demand shape over time, from a wall-clock epoch shared by every worker
-/// (µs): `onoff EPOCH` asks only in the first 300 ms of every 700 ms; `hot I N EPOCH` asks
-/// [`HOT`] times its rate during second `I` of every `N`, its rate otherwise. Unset:
-/// steady.
+/// (µs), before which it asks nothing: `onoff EPOCH` asks only in the first 300 ms of every
+/// 700 ms; `hot I N EPOCH` asks [`HOT`] times its rate during second `I` of every `N`, its
+/// rate otherwise. Unset: steady.
 const SHAPE: &str = "REIN_LEASE_SHAPE";
 
 /// Set (in the test's environment, inherited by its workers) to decide every window and log
@@ -100,13 +100,15 @@ impl Shape {
     }
 
     /// Whether tick number `tick` at wall-clock instant `now` (µs) asks.
+    /// Nothing before the epoch: every run starts its demand at the same instant, against
+    /// the same window phase.
     fn asks(&self, tick: u64, now: u64) -> bool {
         match *self {
             Shape::Steady => true,
-            Shape::OnOff { epoch } => now.saturating_sub(epoch) / 1_000 % 700 < 300,
+            Shape::OnOff { epoch } => now >= epoch && (now - epoch) / 1_000 % 700 < 300,
             Shape::Hot { turn, of, epoch } => {
-                now.saturating_sub(epoch) / 1_000_000 % of.max(1) == turn
-                    || tick.is_multiple_of(HOT)
+                now >= epoch
+                    && ((now - epoch) / 1_000_000 % of.max(1) == turn || tick.is_multiple_of(HOT))
             }
         }
     }
@@ -1343,11 +1345,12 @@ async fn timers_run_without_being_spawned_and_shutdown_returns_every_held_unit()
 /// either, and the token bucket's admissions replayed in order through one plain
 /// `TokenBucket` are all admitted. The occupancy measure (every span of one window, a token
 /// bucket from its first second; docs/leases.md, "Utilisation under real traffic"), over
-/// the run and from the kill on: at least 95 % for every algorithm, but the sliding log's
-/// over the whole run, held to 93 %: after the kill the demand runs below the pace at which
-/// the log's first burst leaves it, and decided directly (`REIN_LEASE_DIRECT=1`, every
-/// window and log key cold) it reads 0.95–0.98 there too (leased: 0.954–0.968 over six runs).
-/// Prints the store calls per 1 000 decisions (the survivors').
+/// the run (demand starts at a window boundary; spans from one window after it, the bucket
+/// from one second after it) and from the kill on: at least 95 %, but the sliding
+/// counter's over the whole run, held to 82 %: its second window is part-empty after the
+/// first, front-loaded one, and decided directly (`REIN_LEASE_DIRECT=1`, every window and
+/// log key cold) it reads 0.865–0.867 here too (leased: 0.851–0.858 over four runs). Prints
+/// the store calls per 1 000 decisions (the survivors').
 #[test]
 fn five_processes_under_bursty_shifting_demand_and_a_killed_holder_never_over_and_use_the_limit() {
     let server = RedisServer::start().expect("redis-server");
@@ -1465,11 +1468,10 @@ fn five_processes_under_bursty_shifting_demand_and_a_killed_holder_never_over_an
         if over > 0 {
             failed.push(format!("{algorithm}: {over} over"));
         }
-        // A log re-admits as its units leave, at the pace the first burst came in: after the
-        // kill, demand is under that pace, and direct decisions themselves read 0.95–0.98.
+        // A counter's standing start: its second window is part-empty whoever decides.
         let floor = |what| {
-            if algorithm == "sl" && what == "steady" {
-                0.93
+            if algorithm == "sc" && what == "steady" {
+                0.82
             } else {
                 0.95
             }
