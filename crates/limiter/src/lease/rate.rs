@@ -4,9 +4,12 @@
 //! A token bucket is leased as rate, not tokens (docs/leases.md, "Token bucket: lease
 //! rate"): for each hot key the node holds a **sub-bucket** (burst `cᵢ`, rate `rᵢ`) granted
 //! by the store ([`rein_core::RateShares`]) and spends it locally ([`ShareBucket`]). The
-//! book renews the share every renewal interval, reporting the key's demand, so shares
-//! follow demand; it gives the share back, with its unspent tokens, when the key goes
-//! idle or the node shuts down. A request the sub-bucket cannot serve yet while the share is
+//! book renews the share every renewal interval on its timer, reporting the key's demand
+//! (the last one reported while the new count is within 25 % of it), so shares follow
+//! demand; it confirms a shrink with a take at once (the store frees the old grant only
+//! then); it gives the share back, with its unspent tokens, after an interval without a
+//! request (keeping the key, whose next take reports the demand it had), when the key goes
+//! idle, or when the node shuts down. A request the sub-bucket cannot serve yet while the share is
 //! valid is denied locally (what is left belongs to other nodes' shares, or to the direct
 //! share the store decides); one it can never serve (above its burst, or a share of no
 //! rate) and any request without a valid share (before the first grant, after a failed
