@@ -469,11 +469,12 @@ impl LeaseBook {
             Reserved::Decided(d) => {
                 stats.reservations_denied += 1;
                 let held = entry.held(now);
-                // Less is left than asked. If the whole ask fits within a renewal interval
-                // (capacity that accrues: a sliding counter's previous window decaying),
-                // wait for it rather than take crumbs one store call each. If not (a fixed
-                // window until its boundary), ask for what is left now: it would otherwise
-                // go unused. Each re-ask asks for less than the one before, so this ends.
+                // Less is left than asked: ask for what is left now, whatever the wait for
+                // the whole ask. Waiting for capacity that accrues (a counter's previous
+                // window decaying, a log's entries leaving) left up to an interval of it to
+                // nobody (issue 23); crumbs cost store calls, not capacity. Each re-ask asks
+                // for less than the one before, so this ends; with nothing left, the
+                // denial holds locally for at most an interval.
                 if d.remaining > 0 && held < config.fair_share(&entry.terms) {
                     let units = d
                         .remaining
