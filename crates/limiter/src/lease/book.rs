@@ -1334,6 +1334,27 @@ mod tests {
     }
 
     /// 100 per 10 s: blocks outlive the idle time.
+    /// Issue 23: a denial that says units are left asks for them at once, even when the
+    /// whole ask would fit within a renewal interval (a counter's previous window decaying):
+    /// waiting left that capacity to nobody for up to an interval.
+    #[test]
+    fn a_denial_with_units_left_asks_for_them_at_once_while_capacity_accrues() {
+        let mut h = harness(Limit::sliding_counter(100, Micros::from_secs(1)).unwrap());
+        // The previous window full: 52 ms into the next, about 5 units have accrued.
+        h.policy.acquire(at(0), &mut h.store, 100).unwrap();
+        let _ = h.request(1_050, 1);
+        assert_eq!(h.request(1_051, 10), Admit::Wait);
+        // 11 asked (the demand over an interval), fewer left, the rest within 60 ms.
+        assert_eq!(h.deliver(1_052), 11);
+        let asked = match h.sent.front() {
+            Some(Action::Reserve { units, .. }) => *units,
+            other => panic!("expected a re-ask at once, got {other:?}"),
+        };
+        assert!((1..11).contains(&asked), "{asked}");
+        assert_eq!(h.deliver(1_053), asked as i64);
+        assert_eq!(h.held(1_053), asked);
+    }
+
     fn long_window() -> Limit {
         Limit::fixed_window(100, Micros::from_secs(10)).unwrap()
     }
