@@ -643,6 +643,34 @@ impl ShareBucket {
         Some(Micros::from_micros(u64::try_from(wait).unwrap_or(u64::MAX)))
     }
 
+    /// How long until this sub-bucket is full at its rate, rounded up (zero when full),
+    /// as refilled last; `None` with no rate. A leased admission's `reset_after`: the time
+    /// the whole bucket takes to fill, were every share as full as this one (sub-buckets
+    /// are the bucket scaled by their share, burst and rate alike).
+    pub fn full_after(&self) -> Option<Micros> {
+        if self.rate == 0 {
+            return None;
+        }
+        let wait = self
+            .cap
+            .saturating_sub(self.milli_units)
+            .div_ceil(self.rate);
+        Some(Micros::from_micros(u64::try_from(wait).unwrap_or(u64::MAX)))
+    }
+
+    /// The whole bucket's tokens were every share as full as this one: `tokens × C / cᵢ`,
+    /// rounded down, at most `C` (0 with no burst). A leased admission's `remaining`, the
+    /// same scale as a direct decision's (the sub-bucket's own tokens are about `1/n` of it).
+    pub fn scaled_tokens(&self, shares: &RateShares) -> u64 {
+        if self.cap == 0 {
+            return 0;
+        }
+        let scaled = self.milli_units * u128::from(shares.capacity) / self.cap;
+        u64::try_from(scaled)
+            .unwrap_or(u64::MAX)
+            .min(shares.capacity)
+    }
+
     /// The local instant spending ends.
     pub fn until(&self) -> Timestamp {
         self.until

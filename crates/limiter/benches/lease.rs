@@ -73,10 +73,6 @@ fn setup() -> Setup {
             .build();
         (connect().await, leased)
     });
-    runtime.spawn({
-        let leased = leased.clone();
-        async move { leased.run_timers().await }
-    });
     Setup {
         runtime,
         _server: server,

@@ -81,9 +81,10 @@ pub use clock::TokioClock;
 pub use decided::{Decided, Source, Unavailable};
 pub use fallback::{FailurePolicy, local_share};
 pub use lease::{
-    Action, Admit, DirectReason, LeaseBook, LeaseConfig, LeaseDecided, LeaseKey, LeaseKeyRef,
-    LeaseSource, LeaseStats, LeaseTerms, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy,
-    RateAction, RateBook, Reserved, TakeReply, Unleasable,
+    Action, Admit, DEFAULT_LOG_HOLD_DIVISOR, DEFAULT_SHARE_VALIDITY_INTERVALS, DirectReason,
+    LeaseBook, LeaseConfig, LeaseDecided, LeaseKey, LeaseKeyRef, LeaseSource, LeaseStats,
+    LeaseTerms, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy, RateAction, RateBook, Reserved,
+    ShareView, TakeReply, Unleasable,
 };
 pub use limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy, TimeSource};
 pub use region::{DemandReport, Grant, RebalanceConfig, Rebalancer, RegionQuota, split};

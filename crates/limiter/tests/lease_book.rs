@@ -282,6 +282,7 @@ fn configs() -> impl Strategy<Value = LeaseConfig> {
             min_demand,
             max_keys: NonZeroUsize::new(16).unwrap(),
             flight_timeout: Micros::from_millis(flight),
+            ..LeaseConfig::default()
         },
     )
 }

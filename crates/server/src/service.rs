@@ -145,8 +145,6 @@ enum Decider<S: Leasable + Clone + 'static> {
     Leased {
         limiter: LeasedLimiter<ResilientLimiter<S>>,
         prepared: HashMap<String, LeasedPolicy<TablePolicy>>,
-        /// The lease timers (renewals, returns, idle releases), stopped with the snapshot.
-        timers: tokio::task::JoinHandle<()>,
     },
 }
 
@@ -684,18 +682,13 @@ impl<S: Leasable + Clone + 'static> Snapshot<S> {
                 limiter,
             },
             Some(config) => {
-                // Leases renew and return from spawned tasks: a runtime must be running.
-                let runtime =
-                    tokio::runtime::Handle::try_current().map_err(|_| ServiceError::NoRuntime)?;
+                // Leases renew and return from spawned tasks, their timers included (the
+                // limiter starts them in `build`): a runtime must be running.
+                tokio::runtime::Handle::try_current().map_err(|_| ServiceError::NoRuntime)?;
                 let limiter = LeasedLimiter::builder(limiter).config(config).build();
-                let timers = runtime.spawn({
-                    let limiter = limiter.clone();
-                    async move { limiter.run_timers().await }
-                });
                 Decider::Leased {
                     prepared: prepare_all(&limiter, &names)?,
                     limiter,
-                    timers,
                 }
             }
         };
@@ -719,13 +712,9 @@ impl<S: Leasable + Clone + 'static> Snapshot<S> {
     }
 
     /// Gives back every unit this snapshot's leases hold and stops their timers (after a
-    /// reload swapped it out, or at shutdown).
+    /// reload swapped it out, or at shutdown): `shutdown` ends the limiter's timer loop.
     async fn release(&self) {
-        if let Decider::Leased {
-            limiter, timers, ..
-        } = &self.decider
-        {
-            timers.abort();
+        if let Decider::Leased { limiter, .. } = &self.decider {
             limiter.shutdown().await;
         }
     }

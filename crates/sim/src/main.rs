@@ -246,6 +246,10 @@ fn lease_row(run: &Run) -> LeaseRow {
         // (its timers stopped with the demand), so it is the lower of the two.
         stranded: (!rates).then(|| reserved.saturating_sub(from_leases + returned)),
         in_doubt: sum(|s| s.units_in_doubt),
+        occupancy: run.steady_occupancy(),
+        occupancy_after_kill: run.scenario.killed_at().and_then(|at| run.occupancy(at)),
+        calls_per_1000: run.script_runs * 1_000 / (run.events.len() as u64).max(1),
+        rate_idle_stranded: rates.then(|| (sum(|s| s.rate_idle), run.rate_stranded_by_killed())),
     }
 }
 

@@ -246,6 +246,66 @@ impl AdmissionLog {
         utilisation_of(self.admitted_during(key, during), allowance)
     }
 
+    /// The **occupancy measure** of `key` under `limit` over `during` (docs/leases.md,
+    /// "Utilisation under real traffic"): how much of what the limit allows was used,
+    /// seen from every instant rather than from aligned windows.
+    ///
+    /// - A window limit (fixed window, sliding counter, sliding log) of `L` per `W`: the mean,
+    ///   over every span `(a − W, a]` with `a` in `[during.start + W, during.end)` (every span
+    ///   of one window inside the interval), of `min(admitted in the span, L) / L`. A limiter
+    ///   that keeps every span full reads 1; admissions drifting later inside their windows,
+    ///   or a span left part-empty by capacity held and not spent, read below 1, which whole
+    ///   aligned windows counted from the first admission cannot see. A span holding more
+    ///   than `L` (a fixed window's two halves) counts as full, never more.
+    /// - A token bucket: the cost admitted in `during` over what its rate refills in that
+    ///   time (measure a run from its first second on: the bucket's initial burst is not
+    ///   part of any steady state).
+    ///
+    /// `None` when the interval is too short to hold one span (empty, for a bucket).
+    pub fn occupancy(&self, limit: &Limit, key: u64, during: Interval) -> Option<Fraction> {
+        let (l, w) = match limit {
+            Limit::TokenBucket(_) => return self.utilisation(limit, key, during),
+            Limit::FixedWindow(x) => (x.limit(), x.window().as_micros()),
+            Limit::SlidingCounter(x) => (x.limit(), x.window().as_micros()),
+            Limit::SlidingLog(x) => (x.limit(), x.window().as_micros()),
+        };
+        let from = during.start.as_micros().saturating_add(w);
+        let until = during.end.as_micros();
+        if until <= from || l == 0 {
+            return None;
+        }
+        // The span ending at `a` holds an admission at `t` iff `t ≤ a < t + W`: a step up at
+        // `t`, down at `t + W`. Sweep the steps, integrating `min(count, L)` over `a`.
+        let mut steps: Vec<(u64, i128)> = Vec::new();
+        let mut count: i128 = 0;
+        for a in self.admissions.iter().filter(|a| a.key == key) {
+            let (t, c) = (a.at.as_micros(), i128::from(a.cost));
+            let leaves = t.saturating_add(w);
+            if leaves <= from || t >= until {
+                continue;
+            }
+            if t <= from {
+                count += c;
+            } else {
+                steps.push((t, c));
+            }
+            if leaves < until {
+                steps.push((leaves, -c));
+            }
+        }
+        steps.sort_unstable();
+        let limit = i128::from(l);
+        let mut area: i128 = 0;
+        let mut at = from;
+        for (t, delta) in steps {
+            area += count.min(limit) * i128::from(t - at);
+            at = t;
+            count += delta;
+        }
+        area += count.min(limit) * i128::from(until - at);
+        Fraction::new(area, limit * i128::from(until - from))
+    }
+
     /// Each key's admissions as `(instant µs, cost)`, sorted by instant, one per instant.
     fn by_key(&self) -> BTreeMap<u64, Vec<(u64, u64)>> {
         let mut by_key: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
@@ -721,6 +781,37 @@ mod tests {
 
     fn secs(s: u64) -> Micros {
         Micros::from_secs(s)
+    }
+
+    #[test]
+    fn occupancy_is_the_mean_over_every_span_of_one_window_capped_at_the_limit() {
+        let log2 = Limit::sliding_log(2, secs(1)).unwrap();
+        let during = Interval::new(at(0), at(3_000_000));
+        // Spans end in [1 s, 3 s): the two at 0 have left by then; two at 1.5 s fill the
+        // spans ending in [1.5 s, 2.5 s), half of them.
+        let events = log_of(&[(0, 2), (1_500_000, 2)]);
+        assert_eq!(events.occupancy(&log2, 1, during), Fraction::new(1, 2));
+        // A span holding more than the limit counts as full, not more.
+        let burst = log_of(&[(1_000_000, 5)]);
+        assert_eq!(burst.occupancy(&log2, 1, during), Fraction::new(1, 2));
+        // Admissions drifting later in their windows: one at the start of each whole
+        // second reads full, each at its end leaves the spans before it part-empty.
+        let early = log_of(&[(1_000_000, 2), (2_000_000, 2)]);
+        assert_eq!(early.occupancy(&log2, 1, during), Some(Fraction::whole(1)));
+        let late = log_of(&[(1_900_000, 2), (2_900_000, 2)]);
+        assert_eq!(late.occupancy(&log2, 1, during), Fraction::new(11, 20));
+        // A token bucket: 300 admitted in [1 s, 3 s) of a 150/s rate.
+        let bucket = Limit::token_bucket(30, 150, secs(1)).unwrap();
+        let steady = log_of(&[(0, 30), (1_000_000, 150), (2_999_999, 150)]);
+        let from_one = Interval::new(at(1_000_000), at(3_000_000));
+        assert_eq!(
+            steady.occupancy(&bucket, 1, from_one),
+            Some(Fraction::whole(1))
+        );
+        assert_eq!(
+            events.occupancy(&log2, 1, Interval::new(at(0), at(1))),
+            None
+        );
     }
 
     fn log_of(events: &[(u64, u64)]) -> AdmissionLog {

@@ -283,3 +283,85 @@ fn the_reports_lease_scenarios_admit_nothing_over_and_account_for_every_reserved
         }
     }
 }
+
+/// Leases under real traffic (issue 23): one key, demand about three times the limit split
+/// unevenly, a node that comes and goes (silences of 400 ms), a hot node that shifts every
+/// second, and the hot node killed half-way through its second (its blocks and shares never
+/// given back). Every algorithm: zero over-admission against the limit itself. By the
+/// occupancy measure (every span of one window; a token bucket from its first second),
+/// over the whole run and, after a kill, from the kill on: at least 95 % for the fixed
+/// window, the sliding log and the token bucket. The sliding counter does not reach 95 %
+/// by this measure on these 4 s runs, and neither do direct decisions on the same demand
+/// (0.93–0.94: a counter's spans are part-empty for a window after its first, front-loaded
+/// one), so for it the test asserts what leasing costs: at most 3 points below the same
+/// scenario decided directly (docs/leases.md, "Utilisation under real traffic").
+#[test]
+fn leases_keep_95_percent_occupancy_under_bursty_shifting_and_killed_demand_with_nothing_over() {
+    let mut failed = Vec::new();
+    for shape in ["bursty", "shifting", "killed"] {
+        for algorithm in [
+            "fixed-window",
+            "sliding-counter",
+            "sliding-log",
+            "token-bucket",
+        ] {
+            let name = format!("leased-{shape}-{algorithm}");
+            let s = suite_scenario(&name, 4, 23).expect("a suite scenario");
+            let run = run(&s);
+            let result = run.result_with_allowance(0);
+            let steady = run.steady_occupancy().expect("a measurable run");
+            let after = s.killed_at().and_then(|at| run.occupancy(at));
+            eprintln!(
+                "{name}: occupancy {:.3}{}, admitted {} ({} from leases), over-admission {}",
+                steady.to_f64(),
+                after.map_or(String::new(), |a| format!(
+                    ", after the kill {:.3}",
+                    a.to_f64()
+                )),
+                run.admitted(),
+                run.admitted_from_leases(),
+                result.over_admission()
+            );
+            if !result.is_within_bound() {
+                failed.push(format!(
+                    "{name}: over-admission {}",
+                    result.over_admission()
+                ));
+            }
+            if let (Some(at), Some(Fault::Kill { nodes, .. })) = (s.killed_at(), s.faults.first()) {
+                // Dead is dead: nothing admitted from the kill on, and its shares are read.
+                let from = run.interval().start.saturating_add(Micros::from(at));
+                let after = run.admitted_by(nodes, Interval::new(from, run.end));
+                if after > 0 || run.shares_at_death.is_empty() {
+                    failed.push(format!("{name}: {after} admitted by a killed node"));
+                }
+            }
+            let floor = if algorithm == "sliding-counter" {
+                let mut direct = s.clone();
+                direct.limiter = LimiterKind::Rein;
+                let direct = run_direct(&direct);
+                eprintln!("{name}: decided directly, occupancy {direct:.3}");
+                direct - 0.03
+            } else {
+                0.95
+            };
+            for (what, figure) in [("steady", Some(steady)), ("after the kill", after)] {
+                if let Some(f) = figure.filter(|f| f.to_f64() < floor) {
+                    failed.push(format!(
+                        "{name}: occupancy {what} {:.3} < {floor:.3}",
+                        f.to_f64()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+/// The steady occupancy of `scenario` decided directly.
+fn run_direct(scenario: &Scenario) -> f64 {
+    run(scenario)
+        .steady_occupancy()
+        .expect("a measurable run")
+        .to_f64()
+}

@@ -23,7 +23,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::Duration;
 
 use rein_core::{
@@ -34,7 +34,7 @@ use rein_memory::Clock;
 use tokio::sync::Notify;
 
 use super::book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKeyRef, Reserved};
-use super::rate::{RateAction, RateBook, TakeReply};
+use super::rate::{RateAction, RateBook, ShareView, TakeReply};
 use super::terms::{LeaseTerms, Unleasable};
 use super::{DirectReason, LeaseSource, LeaseStats};
 use crate::{TimeSource, TokioClock};
@@ -42,11 +42,12 @@ use crate::{TimeSource, TokioClock};
 /// Leases over a store: hot keys decided locally from blocks reserved in the store, exactly
 /// (docs/leases.md), everything else decided by the store.
 ///
-/// Cheap to clone (one `Arc`). Needs a tokio runtime: reservations and returns run in
-/// spawned tasks. Call [`run_timers`](Self::run_timers) in a task of its own so that
-/// unused units are returned before their window ends and idle keys are released (without
-/// it, blocks are still never spent late, but unused units strand instead of returning),
-/// and [`shutdown`](Self::shutdown) before dropping it to give back what it holds.
+/// Cheap to clone (one `Arc`). Needs a tokio runtime: reservations, returns and the timers
+/// run in spawned tasks. The timers (unused units returned before their window ends, rate
+/// shares renewed and given back, idle keys released) run on a task the limiter starts
+/// itself, in `build` inside a runtime or at the first request, and stop at
+/// [`shutdown`](Self::shutdown) or when the last handle is dropped. Call `shutdown` before
+/// dropping it to give back what it holds.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -55,11 +56,8 @@ use crate::{TimeSource, TokioClock};
 /// use rein::{LeaseConfig, LeaseSource, LeasedLimiter};
 ///
 /// let store = MemoryStore::new();
+/// // Its timers start with it: nothing to spawn.
 /// let leased = LeasedLimiter::builder(store).config(LeaseConfig::default()).build();
-/// tokio::spawn({
-///     let leased = leased.clone();
-///     async move { leased.run_timers().await }
-/// });
 /// let per_second = Limit::fixed_window(1_000, Micros::from_secs(1))?;
 /// let policy = leased.prepare(&NamedPolicy::new("api", Policy::single(per_second))?)?;
 /// let decided = leased.acquire_leased(None, &policy, b"user-1", 1).await?;
@@ -114,6 +112,7 @@ pub struct LeasedLimiterBuilder<S> {
     node: Option<u64>,
     clock: Option<Box<dyn Clock + Send + Sync>>,
     time_source: TimeSource,
+    manual_timers: bool,
 }
 
 /// A policy prepared by a [`LeasedLimiter`]: the store's form, and whether it is leased.
@@ -135,7 +134,9 @@ pub struct LeasedPolicy<P> {
 pub struct LeaseDecided {
     /// The decision. From a lease: `limit` is the policy's capacity, `remaining` the units
     /// this node still holds (a lower bound of what the store has left), `reset_after` the
-    /// store's as of the grant.
+    /// store's as of the grant; from a token bucket's rate share, `remaining` and
+    /// `reset_after` are the bucket's tokens and time to full read off this node's share
+    /// (every share is the bucket scaled down), as a direct decision reports them.
     pub decision: Decision,
     /// Who decided.
     pub source: LeaseSource,
@@ -153,8 +154,12 @@ struct Shared<S: Leasable> {
     policies: RwLock<Vec<Arc<S::Prepared>>>,
     /// Waiters for reservations, sharded by key hash.
     wakers: Box<[Notify]>,
-    /// Wakes [`LeasedLimiter::run_timers`] when a deadline earlier than its sleep appears.
-    timers: Notify,
+    /// Wakes the timer loop when a deadline earlier than its sleep appears, or when the
+    /// limiter is dropped (shared with the spawned loop, which holds only a weak reference).
+    timers: Arc<Notify>,
+    /// Whether the timers run on their own task (the default), spawned once.
+    auto_timers: bool,
+    timers_started: AtomicBool,
     /// How long a request waits for a reservation before deciding again.
     wait_limit: Duration,
     direct_unleasable: AtomicU64,
@@ -171,6 +176,7 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
             node: None,
             clock: None,
             time_source: TimeSource::Store,
+            manual_timers: false,
         }
     }
 
@@ -188,6 +194,7 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
         key: &[u8],
         cost: u64,
     ) -> Result<LeaseDecided, DecideError> {
+        self.shared.start_timers();
         if key.is_empty() {
             return Err(KeyError::Empty.into());
         }
@@ -306,21 +313,20 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
     }
 
     /// Runs the book's timers until [`shutdown`](Self::shutdown): returns unused units
-    /// before their window ends, releases idle keys, expires lost reservations. Spawn it.
+    /// before their window ends, renews and gives back rate shares, releases idle keys,
+    /// expires lost reservations. Only with
+    /// [`manual_timers`](LeasedLimiterBuilder::manual_timers): by default the limiter runs
+    /// them on a task of its own (spawned by `build` inside a tokio runtime, else by the
+    /// first request), and this returns at once.
     pub async fn run_timers(&self) {
+        if self.shared.auto_timers {
+            return;
+        }
         let shared = &self.shared;
         loop {
             let mut changed = pin!(shared.timers.notified());
             changed.as_mut().enable();
-            let (next, closed) = {
-                let book = shared.lock();
-                let rates = shared.lock_rates();
-                let next = match (book.poll_timeout(), rates.poll_timeout()) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-                (next, book.is_closed())
-            };
+            let (next, closed) = shared.next_timer();
             if closed {
                 return;
             }
@@ -331,11 +337,7 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
                 }
                 None => changed.await,
             }
-            let now = shared.clock.now();
-            let ((), actions) = shared.with_book(|book| book.handle_timeout(now));
-            shared.dispatch(actions);
-            let ((), actions) = shared.with_rates(|rates| rates.handle_timeout(now));
-            shared.dispatch_rates(actions);
+            shared.fire_timers();
         }
     }
 
@@ -363,6 +365,14 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
         stats.direct += stats.direct_unleasable;
         stats.returns_failed = self.shared.returns_failed.load(Ordering::Relaxed);
         stats
+    }
+
+    /// This node's rate share of every token-bucket key it leases, now: per-node shares
+    /// made visible (each node reports its own; `stranded_if_dead` is what the others would
+    /// lose were this node to die now).
+    pub fn rate_shares(&self) -> Vec<ShareView> {
+        let now = self.shared.clock.now();
+        self.shared.lock_rates().shares(now)
     }
 
     /// The settings.
@@ -428,6 +438,41 @@ impl<S: Leasable + 'static> Shared<S> {
     }
 
     /// [`with_book`](Self::with_book) for the rate book.
+    /// Spawns the timer loop once, if the timers are the limiter's own and a tokio runtime
+    /// is at hand (a relaxed load on every request once started).
+    fn start_timers(self: &Arc<Self>) {
+        if !self.auto_timers || self.timers_started.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.timers_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        runtime.spawn(timer_loop(Arc::downgrade(self), Arc::clone(&self.timers)));
+    }
+
+    /// One pass of the timers at the clock's now: what is due, handled and dispatched.
+    fn fire_timers(self: &Arc<Self>) {
+        let now = self.clock.now();
+        let ((), actions) = self.with_book(|book| book.handle_timeout(now));
+        self.dispatch(actions);
+        let ((), actions) = self.with_rates(|rates| rates.handle_timeout(now));
+        self.dispatch_rates(actions);
+    }
+
+    /// The next deadline of either book, and whether the limiter was shut down.
+    fn next_timer(&self) -> (Option<Timestamp>, bool) {
+        let book = self.lock();
+        let rates = self.lock_rates();
+        let next = match (book.poll_timeout(), rates.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        (next, book.is_closed())
+    }
+
     fn with_rates<R>(&self, f: impl FnOnce(&mut RateBook) -> R) -> (R, Vec<RateAction>) {
         let mut rates = self.lock_rates();
         let before = rates.poll_timeout();
@@ -631,7 +676,10 @@ impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
             slot,
             inner,
             capacity: policy.policy().capacity(),
-            terms: LeaseTerms::new(policy.policy()),
+            terms: LeaseTerms::with_log_hold_divisor(
+                policy.policy(),
+                u64::from(self.config().log_hold_divisor.get()),
+            ),
             rate: super::terms::rate_shares(policy.policy()),
             no_rate: AtomicBool::new(false),
         })
@@ -726,10 +774,20 @@ where
         self
     }
 
-    /// The limiter.
+    /// Run the timers by hand with [`LeasedLimiter::run_timers`] rather than on a task
+    /// the limiter spawns itself: for a driver that must stop them (the simulator pauses a
+    /// node's process). Without it, forgetting to run them cannot happen.
+    pub fn manual_timers(mut self) -> Self {
+        self.manual_timers = true;
+        self
+    }
+
+    /// The limiter. Inside a tokio runtime, its timers start at once on a task of their
+    /// own (otherwise at the first request), which ends when the limiter is shut down or
+    /// its last handle is dropped.
     pub fn build(self) -> LeasedLimiter<S> {
         let wait_limit = Duration::from(self.config.flight_timeout);
-        LeasedLimiter {
+        let leased = LeasedLimiter {
             shared: Arc::new(Shared {
                 store: self.store,
                 clock: self.clock.unwrap_or_else(|| Box::new(TokioClock::new())),
@@ -741,12 +799,54 @@ where
                 )),
                 policies: RwLock::new(Vec::new()),
                 wakers: (0..WAKER_SHARDS).map(|_| Notify::new()).collect(),
-                timers: Notify::new(),
+                timers: Arc::new(Notify::new()),
+                auto_timers: !self.manual_timers,
+                timers_started: AtomicBool::new(false),
                 wait_limit,
                 direct_unleasable: AtomicU64::new(0),
                 returns_failed: AtomicU64::new(0),
             }),
+        };
+        leased.shared.start_timers();
+        leased
+    }
+}
+
+impl<S: Leasable> Drop for Shared<S> {
+    fn drop(&mut self) {
+        // The timer loop may be asleep with no deadline: wake it to find the limiter gone.
+        self.timers.notify_one();
+    }
+}
+
+/// The limiter's own timer loop: `LeasedLimiter::run_timers`' loop over a weak reference,
+/// so that a limiter whose handles are all dropped is dropped (and the loop ends) rather
+/// than kept alive by its own timers.
+async fn timer_loop<S: Leasable + 'static>(shared: Weak<Shared<S>>, wake: Arc<Notify>) {
+    loop {
+        let mut changed = pin!(wake.notified());
+        changed.as_mut().enable();
+        let (next, now) = {
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            let (next, closed) = shared.next_timer();
+            if closed {
+                return;
+            }
+            (next, shared.clock.now())
+        };
+        match next {
+            Some(at) => {
+                let _ =
+                    tokio::time::timeout(Duration::from(at.saturating_since(now)), changed).await;
+            }
+            None => changed.await,
         }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        shared.fire_timers();
     }
 }
 

@@ -22,9 +22,12 @@ mod driver;
 mod rate;
 mod terms;
 
-pub use book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, Reserved};
+pub use book::{
+    Action, Admit, DEFAULT_LOG_HOLD_DIVISOR, DEFAULT_SHARE_VALIDITY_INTERVALS, LeaseBook,
+    LeaseConfig, LeaseKey, LeaseKeyRef, Reserved,
+};
 pub use driver::{LeaseDecided, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy};
-pub use rate::{RateAction, RateBook, TakeReply};
+pub use rate::{RateAction, RateBook, ShareView, TakeReply};
 pub use terms::{LeaseTerms, Unleasable};
 
 /// Where a [`LeasedLimiter`] decision came from.
@@ -107,6 +110,12 @@ pub struct LeaseStats {
     pub units_stranded: u64,
     /// Units of failed or lost reservations: possibly taken, never spent.
     pub units_in_doubt: u64,
+    /// Token buckets leased as rate: tokens' worth of rate this node's shares held with
+    /// no request, from a key's last request until its share went back or ended (what a
+    /// quiet node cost the others: capacity reserved and unused). A dead node counts
+    /// nothing; what it strands shows in its shares' views
+    /// ([`ShareView::stranded_if_dead`]).
+    pub rate_idle: u64,
 }
 
 impl LeaseStats {
@@ -120,6 +129,7 @@ impl LeaseStats {
     /// | `rein_lease_reservations_total` | `result` (`granted`, `denied`, `failed`, `lost`, `unusable`) | reservations by how they ended |
     /// | `rein_lease_units_total` | `kind` (`reserved`, `returned`, `stranded`, `in_doubt`) | units by fate |
     /// | `rein_lease_returns_total` | | returns sent |
+    /// | `rein_lease_rate_idle_tokens_total` | | tokens' worth of rate held by shares with no request |
     #[cfg(feature = "metrics")]
     pub fn publish(&self, limiter: &str) {
         let limiter = limiter.to_owned();
@@ -150,7 +160,10 @@ impl LeaseStats {
             metrics::counter!("rein_lease_units_total", "limiter" => limiter.clone(), "kind" => kind)
                 .absolute(value);
         }
-        metrics::counter!("rein_lease_returns_total", "limiter" => limiter).absolute(self.returns);
+        metrics::counter!("rein_lease_returns_total", "limiter" => limiter.clone())
+            .absolute(self.returns);
+        metrics::counter!("rein_lease_rate_idle_tokens_total", "limiter" => limiter)
+            .absolute(self.rate_idle);
     }
 
     /// Adds `other`'s counters to these.
@@ -174,6 +187,7 @@ impl LeaseStats {
             returns_failed,
             units_stranded,
             units_in_doubt,
+            rate_idle,
         } = *other;
         self.leased += leased;
         self.denied_locally += denied_locally;
@@ -193,6 +207,7 @@ impl LeaseStats {
         self.returns_failed += returns_failed;
         self.units_stranded += units_stranded;
         self.units_in_doubt += units_in_doubt;
+        self.rate_idle += rate_idle;
     }
 
     fn count(&mut self, admit: &Admit) {
@@ -220,6 +235,7 @@ mod tests {
             reservations_granted: 2,
             units_stranded: 3,
             returns: 1,
+            rate_idle: 4,
             ..LeaseStats::default()
         };
         metrics::with_local_recorder(&recorder, || stats.publish("api"));
@@ -239,6 +255,7 @@ mod tests {
             ("rein_lease_reservations_total", Some("granted"), 2),
             ("rein_lease_units_total", Some("stranded"), 3),
             ("rein_lease_returns_total", None, 1),
+            ("rein_lease_rate_idle_tokens_total", None, 4),
         ] {
             let found = seen
                 .iter()

@@ -4,9 +4,12 @@
 //! A token bucket is leased as rate, not tokens (docs/leases.md, "Token bucket: lease
 //! rate"): for each hot key the node holds a **sub-bucket** (burst `cᵢ`, rate `rᵢ`) granted
 //! by the store ([`rein_core::RateShares`]) and spends it locally ([`ShareBucket`]). The
-//! book renews the share every renewal interval, reporting the key's demand, so shares
-//! follow demand; it gives the share back, with its unspent tokens, when the key goes
-//! idle or the node shuts down. A request the sub-bucket cannot serve yet while the share is
+//! book renews the share every renewal interval on its timer, reporting the key's demand
+//! (the last one reported while the new count is within 25 % of it), so shares follow
+//! demand; it confirms a shrink with a take at once (the store frees the old grant only
+//! then); it gives the share back, with its unspent tokens, after an interval without a
+//! request (keeping the key, whose next take reports the demand it had), when the key goes
+//! idle, or when the node shuts down. A request the sub-bucket cannot serve yet while the share is
 //! valid is denied locally (what is left belongs to other nodes' shares, or to the direct
 //! share the store decides); one it can never serve (above its burst, or a share of no
 //! rate) and any request without a valid share (before the first grant, after a failed
@@ -90,6 +93,28 @@ pub enum RateAction {
     },
 }
 
+/// One key's rate share as this node holds it ([`RateBook::shares`],
+/// [`LeasedLimiter::rate_shares`](crate::LeasedLimiter::rate_shares)): per-node shares made
+/// visible, the node's own view (the store keeps every node's; each node reports its own).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShareView {
+    /// The key.
+    pub key: LeaseKey,
+    /// The share's rate, in thousandths of the bucket's (0 while no share is held).
+    pub parts: u64,
+    /// The share's burst, tokens.
+    pub burst: u64,
+    /// Tokens held now (refilled to the instant asked).
+    pub tokens: u64,
+    /// The demand the node reported last, cost per second.
+    pub demand: u64,
+    /// The local instant the share ends: spending stops there (as if never held: no share).
+    pub valid_until: Timestamp,
+    /// Tokens' worth of rate the share keeps reserved from the instant asked until it
+    /// ends: what the others lose if this node dies now (its share lapses unrenewed).
+    pub stranded_if_dead: u64,
+}
+
 /// How a take ended, for [`RateBook::handle_taken`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TakeReply {
@@ -114,6 +139,17 @@ struct RateLease {
     /// Demand: cost asked for since `asked_since`.
     asked: u64,
     asked_since: Timestamp,
+    /// The demand (per second) the last take that saw requests reported: what a node back
+    /// from a quiet spell reports at first, rather than its first request's cost over an
+    /// interval (issue 23: a node bursting on and off started each burst near the floor).
+    remembered: u64,
+    /// The rate (parts) of the grant spent now: a smaller one next is a shrink.
+    parts: u64,
+    /// The burst of the grant spent now, tokens.
+    burst: u64,
+    /// The next take only confirms a shrink ([`RateBook::handle_taken`]): it reports the
+    /// demand reported last and keeps measuring.
+    confirm: bool,
     last_request: Timestamp,
     timer: Option<Timestamp>,
 }
@@ -128,7 +164,8 @@ struct Flight {
 
 impl RateBook {
     /// An empty book for node `node` (1 to 2^52 − 1; out-of-range ids are mapped into
-    /// range). The validity of a grant is three renewal intervals.
+    /// range). The validity of a grant is [`LeaseConfig::share_validity_intervals`] renewal
+    /// intervals.
     pub fn new(config: LeaseConfig, node: u64) -> Self {
         Self {
             config,
@@ -179,6 +216,10 @@ impl RateBook {
                 renew_at: now,
                 asked: 0,
                 asked_since: now,
+                remembered: 0,
+                parts: 0,
+                burst: 0,
+                confirm: false,
                 last_request: now,
                 timer: None,
             };
@@ -192,12 +233,15 @@ impl RateBook {
         lease.asked = lease.asked.saturating_add(cost);
         lease.last_request = now;
         let admit = if lease.bucket.try_take(now, &lease.shares, cost) {
+            // As a direct decision's: the bucket's tokens and its time to full, read off this
+            // share (every sub-bucket is the bucket scaled by its share), not the share's own
+            // few tokens and a reset of zero (issue 23: headers said "full again now").
             Admit::Leased(Decision {
                 outcome: Outcome::Allowed,
                 limit: lease.shares.capacity(),
-                remaining: lease.bucket.tokens(&lease.shares),
+                remaining: lease.bucket.scaled_tokens(&lease.shares),
                 retry_after: Micros::ZERO,
-                reset_after: Micros::ZERO,
+                reset_after: lease.bucket.full_after().unwrap_or(Micros::ZERO),
                 limit_index: 0,
             })
         } else if now < lease.bucket.until()
@@ -209,9 +253,13 @@ impl RateBook {
             Admit::Denied(Decision {
                 outcome: Outcome::Denied,
                 limit: lease.shares.capacity(),
-                remaining: lease.bucket.tokens(&lease.shares),
+                remaining: lease.bucket.scaled_tokens(&lease.shares),
                 retry_after,
-                reset_after: retry_after,
+                reset_after: lease
+                    .bucket
+                    .full_after()
+                    .unwrap_or(Micros::ZERO)
+                    .max(retry_after),
                 limit_index: 0,
             })
         } else if now < lease.bucket.until() {
@@ -270,6 +318,17 @@ impl RateBook {
                 lease
                     .bucket
                     .apply(now, &lease.shares, &grant, until, CLOCK_MARGIN_PERMILLE);
+                // A shrink keeps the old grant reserved in the store (the node may still be
+                // spending it) until a take names this one as applied: name it at once
+                // rather than an interval later, so the rate it frees reaches the growing
+                // shares sooner (issue 23: a hot node that cooled down cost 7 of 150 tokens
+                // per shift in the simulator).
+                if grant.continued && grant.parts < lease.parts {
+                    lease.renew_at = now;
+                    lease.confirm = true;
+                }
+                lease.parts = grant.parts;
+                lease.burst = grant.burst;
                 lease.held = grant.id;
                 lease.applied = flight.seq;
                 self.stats.reservations_granted += 1;
@@ -284,6 +343,11 @@ impl RateBook {
                 lease.renew_at = now.saturating_add(config.renew_interval);
             }
         }
+        // The next deadline is now the renewal, not the flight's timeout.
+        if let Some(t) = lease.timer.take() {
+            self.timers.remove(&(t, key.slot, key.key.clone()));
+        }
+        self.arm(now, key);
     }
 
     /// Runs the timers due at `now`: takes presumed lost, idle keys returned.
@@ -328,6 +392,36 @@ impl RateBook {
         self.stats
     }
 
+    /// Every key's share as this node holds it at `now` (ascending by key).
+    pub fn shares(&self, now: Timestamp) -> Vec<ShareView> {
+        let now = now.max(self.latest);
+        let mut views: Vec<ShareView> = self
+            .leases
+            .iter()
+            .map(|(key, lease)| {
+                let mut bucket = lease.bucket;
+                bucket.refill(now);
+                let live = lease.held != 0 && now < bucket.until();
+                let parts = if live { lease.parts } else { 0 };
+                ShareView {
+                    key: key.clone(),
+                    parts,
+                    burst: if live { lease.burst } else { 0 },
+                    tokens: bucket.tokens(&lease.shares),
+                    demand: lease.remembered,
+                    valid_until: bucket.until(),
+                    stranded_if_dead: rate_tokens(
+                        &lease.shares,
+                        parts,
+                        bucket.until().saturating_since(now),
+                    ),
+                }
+            })
+            .collect();
+        views.sort_by(|a, b| (a.key.slot, &a.key.key).cmp(&(b.key.slot, &b.key.key)));
+        views
+    }
+
     /// Whether [`handle_shutdown`](Self::handle_shutdown) ran.
     pub fn is_closed(&self) -> bool {
         self.closed
@@ -366,22 +460,55 @@ impl RateBook {
         now: Timestamp,
         lease: &mut RateLease,
     ) -> TakeRequest {
+        if std::mem::take(&mut lease.confirm) && lease.held != 0 {
+            let demand = lease.remembered;
+            return Self::send(config, node, seq, now, lease, demand);
+        }
         let elapsed = now
             .saturating_since(lease.asked_since)
             .max(config.renew_interval)
             .as_micros()
             .max(1);
         let per_second = u128::from(lease.asked) * 1_000_000 / u128::from(elapsed);
-        let demand = u64::try_from(per_second)
+        let measured = u64::try_from(per_second)
             .unwrap_or(u64::MAX)
             .min(rein_core::rate_share::MAX_DEMAND);
+        // A node back from a quiet spell (no share held) reports at least what it reported
+        // before it: its first request over an interval would claim almost nothing, and the
+        // node would get rate only as the others shrink, one renewal at a time. The next
+        // renewal reports what it measures.
+        let demand = if lease.held == 0 {
+            measured.max(lease.remembered)
+        } else if within_band(measured, lease.remembered) {
+            // Noise, not a change: shares sized from each interval's count would wobble,
+            // and every wobble costs rate (a shrinking share stays reserved until its old
+            // grant ends, while the growing one gets only what is free at its take).
+            lease.remembered
+        } else {
+            measured
+        };
+        if lease.asked > 0 {
+            lease.remembered = demand;
+        }
         lease.asked = 0;
         lease.asked_since = now;
+        Self::send(config, node, seq, now, lease, demand)
+    }
+
+    /// The take `seq` for `lease`, reporting `demand`, now in flight.
+    fn send(
+        config: LeaseConfig,
+        node: u64,
+        seq: u64,
+        now: Timestamp,
+        lease: &mut RateLease,
+        demand: u64,
+    ) -> TakeRequest {
         let validity = Micros::from_micros(
             config
                 .renew_interval
                 .as_micros()
-                .saturating_mul(VALIDITY_INTERVALS)
+                .saturating_mul(u64::from(config.share_validity_intervals.get()))
                 .clamp(1, rein_core::rate_share::MAX_VALIDITY.as_micros()),
         );
         lease.flight = Some(Flight {
@@ -417,11 +544,14 @@ impl RateBook {
         self.timers.insert((due, key.slot, key.key.clone()));
     }
 
-    /// When `lease` next needs its timer: its flight's timeout, or its idle time.
+    /// When `lease` next needs its timer: its flight's timeout, its renewal while it holds a
+    /// share, or its idle time.
     fn due(config: LeaseConfig, now: Timestamp, lease: &RateLease) -> Timestamp {
+        let idle = lease.last_request.saturating_add(config.idle_after);
         match lease.flight {
-            Some(f) => f.sent_at.saturating_add(config.flight_timeout),
-            None => lease.last_request.saturating_add(config.idle_after),
+            Some(f) => f.sent_at.saturating_add(take_timeout(config)),
+            None if lease.held != 0 => lease.renew_at.min(idle),
+            None => idle,
         }
         .max(now)
     }
@@ -433,7 +563,7 @@ impl RateBook {
             return;
         };
         if let Some(f) = lease.flight
-            && now >= f.sent_at.saturating_add(config.flight_timeout)
+            && now >= f.sent_at.saturating_add(take_timeout(config))
         {
             lease.flight = None;
             self.stats.reservations_lost += 1;
@@ -442,17 +572,47 @@ impl RateBook {
             self.release(now, key);
             return;
         }
+        // Renewals run on the timer, not only from requests: a share follows demand even
+        // when requests stop. A share with no request over a whole interval goes back at
+        // once, its rate to the others' next renewals, rather than stay reserved for
+        // nothing until it lapses (issue 23: a node silent for less than `idle_after`
+        // kept its share through every silence).
+        if lease.flight.is_none() && lease.held != 0 && now >= lease.renew_at {
+            if now >= lease.last_request.saturating_add(config.renew_interval) {
+                self.give_back(now, key);
+            } else if self.seq < rein_core::MAX_MICROS {
+                self.seq += 1;
+                let node = self.node;
+                if let Some(lease) = self.leases.get_mut(key) {
+                    let take = Self::take(config, node, self.seq, now, lease);
+                    self.actions.push_back(RateAction::Take {
+                        key: key.clone(),
+                        request: take,
+                        at: now,
+                    });
+                    self.stats.reservations += 1;
+                }
+            }
+        }
         self.arm(now, key);
     }
 
     /// Gives `key`'s share back (its unspent tokens, if still valid) and forgets the key.
     fn release(&mut self, now: Timestamp, key: &LeaseKey) {
-        let Some(mut lease) = self.leases.remove(key) else {
-            return;
-        };
-        if let Some(t) = lease.timer {
+        self.give_back(now, key);
+        if let Some(lease) = self.leases.remove(key)
+            && let Some(t) = lease.timer
+        {
             self.timers.remove(&(t, key.slot, key.key.clone()));
         }
+    }
+
+    /// Gives `key`'s share back (its unspent tokens, if still valid) and keeps the key,
+    /// holding no share: its next request goes to the direct share and takes anew.
+    fn give_back(&mut self, now: Timestamp, key: &LeaseKey) {
+        let Some(lease) = self.leases.get_mut(key) else {
+            return;
+        };
         // Nothing to give back, or no `seq` left for it (the share then lapses in the store).
         if lease.held == 0 || self.seq >= rein_core::MAX_MICROS {
             return;
@@ -464,14 +624,22 @@ impl RateBook {
         } else {
             0
         };
+        let idle_until = now.min(lease.bucket.until());
+        self.stats.rate_idle += rate_tokens(
+            &lease.shares,
+            lease.parts,
+            idle_until.saturating_since(lease.last_request),
+        );
         lease.bucket.clear();
+        let id = std::mem::take(&mut lease.held);
+        lease.applied = 0;
         self.stats.returns += 1;
         self.stats.units_returned += units / lease.shares.token_units();
         self.actions.push_back(RateAction::Return {
             key: key.clone(),
             request: ReturnRequest {
                 node: self.node,
-                id: lease.held,
+                id,
                 seq: self.seq,
                 units,
             },
@@ -480,10 +648,39 @@ impl RateBook {
     }
 }
 
-/// A grant lives this many renewal intervals: a renewal is due every interval, so two may
-/// fail before the share lapses; and a silent node's share is reassigned this long after
-/// its last renewal.
-const VALIDITY_INTERVALS: u64 = 3;
+/// How long a take waits for its reply before the book gives it up and may take again: the
+/// flight timeout, but no longer than the validity less one renewal interval, so that a
+/// renewal whose reply is lost is retried (and answered) while the grant being spent is
+/// still valid, rather than after it lapsed. Giving up is safe whenever it happens: a
+/// reply to a take given up is never applied.
+fn take_timeout(config: LeaseConfig) -> Micros {
+    let interval = config.renew_interval.as_micros();
+    let spare = interval
+        .saturating_mul(u64::from(config.share_validity_intervals.get()))
+        .saturating_sub(interval)
+        .max(1);
+    config.flight_timeout.min(Micros::from_micros(spare))
+}
+
+/// Tokens' worth of rate `parts` refill over `span`.
+fn rate_tokens(shares: &RateShares, parts: u64, span: Micros) -> u64 {
+    let units = u128::from(parts) * u128::from(shares.part_rate()) * u128::from(span.as_micros());
+    u64::try_from(units / u128::from(shares.token_units().max(1))).unwrap_or(u64::MAX)
+}
+
+/// Whether `measured` is within [`DEMAND_BAND_PERCENT`] of `reported` (a positive demand).
+fn within_band(measured: u64, reported: u64) -> bool {
+    let (m, r) = (u128::from(measured), u128::from(reported));
+    r > 0
+        && m * 100 >= r * (100 - DEMAND_BAND_PERCENT)
+        && m * 100 <= r * (100 + DEMAND_BAND_PERCENT)
+}
+
+/// A renewal reports the demand it reported before while what it measured is within this
+/// many percent of it: at 3× demand in the simulator's real-traffic scenarios, shares
+/// resized to every interval's count lost 6–7 % of the rate to the reservations a change
+/// keeps (docs/leases.md, "Utilisation under real traffic").
+const DEMAND_BAND_PERCENT: u128 = 25;
 
 /// The local refill is slowed by this much (‰): a clock up to 1 000 ppm fast still
 /// refills no faster than the share.
@@ -537,7 +734,8 @@ mod tests {
         );
         let (key, take) = take_of(&mut b);
         assert_eq!((take.node, take.held, take.seq), (9, 0, 1));
-        assert_eq!(take.validity, Micros::from_millis(300));
+        // Valid for two renewal intervals (the default).
+        assert_eq!(take.validity, Micros::from_millis(200));
         // One token, measured over one renewal interval (100 ms), not over the 0 µs since
         // the key appeared (which would claim 10⁶ per second).
         assert_eq!(take.demand, 10);
@@ -548,11 +746,22 @@ mod tests {
         );
         assert_eq!(b.poll_action(), None);
         b.handle_taken(ms(2), &key, 1, grant(77, false, 10, 500, 10));
-        for _ in 0..10 {
-            assert!(matches!(
-                b.handle_request(ms(2), KEY, 1, &s),
-                Admit::Leased(_)
-            ));
+        for i in 0..10 {
+            let Admit::Leased(d) = b.handle_request(ms(2), KEY, 1, &s) else {
+                panic!("not leased");
+            };
+            // As a direct decision reads: the bucket's tokens (this share's 9 − i of 10,
+            // scaled to the bucket's 100) and its time to full (the share's 1 + i missing
+            // tokens at half of 1 per ms, less 1 ‰), never "full again now".
+            assert_eq!(d.remaining, (9 - i) * 10);
+            assert!(
+                d.reset_after >= Micros::from_micros(2_000 * (1 + i)),
+                "{d:?}"
+            );
+            assert!(
+                d.reset_after <= Micros::from_micros(2_003 * (1 + i)),
+                "{d:?}"
+            );
         }
         // Empty: denied locally, the wait is the local rate (half of 1 per ms, less 1 ‰).
         let Admit::Denied(d) = b.handle_request(ms(2), KEY, 1, &s) else {
@@ -579,13 +788,13 @@ mod tests {
         b.handle_request(ms(100), KEY, 1, &s);
         let (_, take) = take_of(&mut b);
         assert_eq!((take.held, take.seq, take.demand), (77, 2, 510));
-        // Its reply is lost; the first grant ends locally at 300 ms − 300 µs − 1 µs.
+        // Its reply is lost; the first grant ends locally at 200 ms − 200 µs − 1 µs.
         b.handle_taken(ms(150), &key, 2, TakeReply::Failed);
         assert!(matches!(
-            b.handle_request(ms(299), KEY, 1, &s),
+            b.handle_request(ms(199), KEY, 1, &s),
             Admit::Leased(_)
         ));
-        let end = Timestamp::from_micros(ms(300).as_micros() - 301);
+        let end = Timestamp::from_micros(ms(200).as_micros() - 201);
         assert!(matches!(
             b.handle_request(end, KEY, 1, &s),
             Admit::Direct(_)
@@ -605,7 +814,7 @@ mod tests {
         b.handle_request(ms(100), KEY, 1, &s);
         let (_, take) = take_of(&mut b);
         b.handle_taken(ms(150), &key, take.seq, TakeReply::Failed);
-        // Past the first grant's local end (300 ms − 301 µs), holding 9 tokens.
+        // Past the first grant's local end (200 ms − 201 µs), holding 9 tokens.
         b.handle_request(ms(301), KEY, 1, &s);
         let (_, take) = take_of(&mut b);
         assert_eq!((take.held, take.applied), (77, 1));
@@ -631,7 +840,7 @@ mod tests {
         let mut b = book();
         b.handle_request(ms(0), KEY, 1, &s);
         let (key, first) = take_of(&mut b);
-        // Given up on at 1 s; idle (no request for 1 s) at 1 s too: forgotten, no return.
+        // Given up on at 100 ms; idle (no request for 1 s) at 1 s: forgotten, no return.
         b.handle_timeout(ms(1_000));
         assert_eq!(b.stats().reservations_lost, 1);
         assert!(b.is_empty());
@@ -662,7 +871,11 @@ mod tests {
         let mut b = book();
         b.handle_request(ms(0), KEY, 1, &s);
         let (key, _) = take_of(&mut b);
-        // The flight timeout (1 s) passes: presumed lost.
+        // A take is given up on after the validity less an interval (100 ms), below the
+        // flight timeout (1 s): a lost renewal is retried while its share is still valid.
+        assert_eq!(b.poll_timeout(), Some(ms(100)));
+        b.handle_timeout(ms(99));
+        assert_eq!(b.stats().reservations_lost, 0);
         b.handle_timeout(ms(1_000));
         assert_eq!(b.stats().reservations_lost, 1);
         b.handle_taken(ms(1_001), &key, 1, grant(5, false, 100, 1_000, 100));
@@ -671,6 +884,72 @@ mod tests {
             b.handle_request(ms(1_002), KEY, 1, &s),
             Admit::Direct(_)
         ));
+    }
+
+    /// Issue 23: shares follow demand on the timer. A renewal goes out every interval
+    /// whether a request comes at that instant or not; a demand within the band of the
+    /// last one reports the last one (no wobble); a shrink is named as applied by a take
+    /// at once; a share with no request for a whole interval goes back, the key stays
+    /// tracked, and its next take reports the demand it had, not its first request's.
+    #[test]
+    fn shares_renew_on_the_timer_confirm_shrinks_at_once_and_go_back_when_quiet() {
+        let s = shares();
+        let mut b = book();
+        b.handle_request(ms(0), KEY, 1, &s);
+        let (key, _) = take_of(&mut b);
+        b.handle_taken(ms(1), &key, 1, grant(77, false, 10, 500, 10));
+        assert_eq!(b.poll_timeout(), Some(ms(100)));
+        // 40 requests by 99 ms, none at 100 ms: the timer renews, reporting 400/s.
+        for i in 0..40 {
+            b.handle_request(ms(60 + i), KEY, 1, &s);
+        }
+        assert_eq!(b.poll_action(), None);
+        b.handle_timeout(ms(100));
+        let (_, take) = take_of(&mut b);
+        assert_eq!(
+            (take.held, take.applied, take.seq, take.demand),
+            (77, 1, 2, 400)
+        );
+        b.handle_taken(ms(101), &key, 2, grant(77, true, 10, 500, 0));
+        // 45 more by 200 ms: within 25 % of 400, so 400 again.
+        for i in 0..45 {
+            b.handle_request(ms(150 + i), KEY, 1, &s);
+        }
+        b.handle_timeout(ms(200));
+        let (_, take) = take_of(&mut b);
+        assert_eq!((take.seq, take.demand), (3, 400));
+        // The store shrinks the share: a take names it as applied at once, reporting the
+        // same demand, so the old grant stops being reserved now.
+        b.handle_taken(ms(201), &key, 3, grant(77, true, 5, 300, 0));
+        assert_eq!(b.poll_timeout(), Some(ms(201)));
+        b.handle_timeout(ms(201));
+        let (_, take) = take_of(&mut b);
+        assert_eq!((take.applied, take.seq, take.demand), (3, 4, 400));
+        b.handle_taken(ms(202), &key, 4, grant(77, true, 5, 300, 0));
+        // The node's share, visible: 3/10 of the rate (0.3 tokens per ms) until 200 ms
+        // after the take at 201 ms, less the clock margin: 45 tokens' worth left at 250 ms.
+        let view = &b.shares(ms(250))[0];
+        assert_eq!((view.parts, view.burst, view.demand), (300, 5, 400));
+        assert_eq!(view.stranded_if_dead, 45);
+        // No request after 194 ms: at the renewal (301 ms) the last request is 107 ms
+        // old, a whole interval: the share goes back, the key stays, and the 107 ms of
+        // rate it held unused are counted (0.3 × 107 = 32 tokens).
+        b.handle_timeout(ms(301));
+        match b.poll_action() {
+            Some(RateAction::Return { request, .. }) => assert_eq!(request.id, 77),
+            other => panic!("expected a return, got {other:?}"),
+        }
+        assert_eq!(b.len(), 1);
+        assert_eq!(b.stats().rate_idle, 32);
+        assert_eq!(b.shares(ms(302))[0].parts, 0);
+        // Back after 400 ms of silence: direct, and a fresh take that reports the demand
+        // it had (400/s), not one request over an interval (10/s).
+        assert_eq!(
+            b.handle_request(ms(700), KEY, 1, &s),
+            Admit::Direct(DirectReason::NoShare)
+        );
+        let (_, take) = take_of(&mut b);
+        assert_eq!((take.held, take.demand), (0, 400));
     }
 
     #[test]
@@ -684,7 +963,7 @@ mod tests {
             b.handle_request(ms(2), KEY, 3, &s),
             Admit::Leased(_)
         ));
-        // Idle for 1 s, but the share ended locally at 300 ms: nothing to give back.
+        // Idle for 1 s, but the share ended locally at 200 ms: nothing to give back.
         b.handle_timeout(ms(1_002));
         match b.poll_action() {
             Some(RateAction::Return { request, .. }) => {

@@ -26,8 +26,9 @@
 //! ([`Leasable::acquire_held`](rein_core::Leasable::acquire_held)): a grant's units are
 //! stamped at the store's instant plus the hold `V`, the latest a unit may be spent, so a block
 //! lives `V` from before it was asked for, whatever the windows. `V` is the smallest window
-//! over [`LOG_HOLD_DIVISOR`]: a spent unit counts up to `V` longer than its use, which
-//! costs about `V / (2W)` of the capacity leases serve (docs/leases.md, "Sliding log").
+//! over [`LeaseConfig::log_hold_divisor`](super::LeaseConfig::log_hold_divisor): a spent
+//! unit counts up to `V` longer than its use, which costs up to `V / (W + V)` of the
+//! capacity leases serve (docs/leases.md, "Sliding log").
 //! A policy of one token bucket is leased as rate ([`rate_shares`], `rate.rs`); any other
 //! policy with a token bucket, and sliding logs beside other algorithms, are decided
 //! directly.
@@ -78,8 +79,20 @@ pub enum Unleasable {
 }
 
 impl LeaseTerms {
-    /// The terms of `policy`, or why it must be decided directly.
+    /// The terms of `policy` with the default log hold
+    /// ([`DEFAULT_LOG_HOLD_DIVISOR`](super::book::DEFAULT_LOG_HOLD_DIVISOR)), or why it
+    /// must be decided directly.
     pub fn new(policy: &Policy) -> Result<Self, Unleasable> {
+        Self::with_log_hold_divisor(policy, u64::from(super::book::DEFAULT_LOG_HOLD_DIVISOR))
+    }
+
+    /// The terms of `policy`, a sliding log's hold being its smallest window over
+    /// `log_hold_divisor` ([`LeaseConfig::log_hold_divisor`](super::LeaseConfig)), or why
+    /// it must be decided directly.
+    pub fn with_log_hold_divisor(
+        policy: &Policy,
+        log_hold_divisor: u64,
+    ) -> Result<Self, Unleasable> {
         let logs: Vec<u64> = policy
             .limits()
             .iter()
@@ -97,7 +110,7 @@ impl LeaseTerms {
                 smallest,
                 largest,
                 largest_is_counter: false,
-                hold: (smallest / LOG_HOLD_DIVISOR).max(1),
+                hold: (smallest / log_hold_divisor.max(1)).max(1),
             });
         }
         let mut windows = Vec::with_capacity(policy.limits().len());
@@ -179,10 +192,6 @@ impl LeaseTerms {
     }
 }
 
-/// A sliding-log lease lives the smallest window over this: each spent unit counts at most
-/// `1/20` of a window longer than the plain log would count it (on average half that).
-pub const LOG_HOLD_DIVISOR: u64 = 20;
-
 /// For a policy of one token bucket whose share units are exact: its rate shares. Such a
 /// policy is leased as rate (sub-buckets, `rate.rs`) rather than in blocks.
 pub fn rate_shares(policy: &Policy) -> Option<RateShares> {
@@ -211,12 +220,15 @@ mod tests {
     }
 
     #[test]
-    fn a_policy_of_sliding_logs_is_leased_for_a_twentieth_of_its_smallest_window() {
+    fn a_policy_of_sliding_logs_is_leased_for_a_fiftieth_of_its_smallest_window_by_default() {
         let log = |limit, ms| Limit::sliding_log(limit, Micros::from_millis(ms)).unwrap();
         let policy = policy(&[log(10, 1_000), log(100, 60_000)]);
         let terms = LeaseTerms::new(&policy).unwrap();
-        let hold = Micros::from_millis(50);
+        let hold = Micros::from_millis(20);
         assert_eq!(terms.hold(), Some(hold));
+        // The divisor is a setting.
+        let twentieth = LeaseTerms::with_log_hold_divisor(&policy, 20).unwrap();
+        assert_eq!(twentieth.hold(), Some(Micros::from_millis(50)));
         let mut state = policy.new_state();
         let now = Timestamp::from_micros(7_000_000);
         // Whatever the log already holds, a held grant carries its own stamp's end.

@@ -91,6 +91,17 @@ pub enum Fault {
         /// When the processes resume.
         until: Duration,
     },
+    /// The listed nodes' processes are killed at `at` (`SIGKILL`, a crashed machine) and
+    /// never come back: no request due from then on is served, no timer fires, nothing
+    /// held is given back (a leased node's blocks and shares stay with the store until
+    /// they end), and their links are held for good, so what they had in flight never
+    /// arrives. Kills every node of a listed node's host.
+    Kill {
+        /// The nodes killed.
+        nodes: Vec<usize>,
+        /// When they die.
+        at: Duration,
+    },
     /// Redis crashes at `at` and restarts `down` later, with or without its data per the
     /// host's persistence; its script cache is always lost.
     RedisCrash {
@@ -169,6 +180,7 @@ impl Fault {
                 (*from, Action::Hold(nodes.clone())),
                 (*until, Action::Release(nodes.clone())),
             ],
+            Fault::Kill { nodes, at } => vec![(*at, Action::Hold(nodes.clone()))],
             Fault::RedisCrash { at, down } => {
                 vec![(*at, Action::Crash), (*at + *down, Action::Restart)]
             }
@@ -200,6 +212,15 @@ impl Fault {
             }
             Fault::Pause { nodes, from, until } => {
                 (from, until, format!("paused: {}", nodes_label(nodes)))
+            }
+            Fault::Kill { nodes, at } => {
+                return FaultSpan {
+                    during: Interval::new(
+                        start.saturating_add((*at).into()),
+                        start.saturating_add((*at + KILLED_FOR).into()),
+                    ),
+                    label: format!("killed: {}", nodes_label(nodes)),
+                };
             }
             Fault::RepliesLost { nodes, from, until } => {
                 (from, until, format!("replies lost: {}", nodes_label(nodes)))
@@ -267,6 +288,9 @@ impl Fault {
                 s(from),
                 s(until)
             ),
+            Fault::Kill { nodes, at } => {
+                format!("process of {} killed at {}", nodes_label(nodes), s(at))
+            }
             Fault::RedisCrash { at, down } => {
                 format!("Redis crash at {}, down {} ms", s(at), down.as_millis())
             }
@@ -290,15 +314,30 @@ impl Fault {
     /// The true instants `[from, until)` during which node `node` (on hosts of `per_host`
     /// nodes) is paused by this fault, if it is.
     pub(crate) fn pause_of(&self, node: usize, per_host: usize) -> Option<(Timestamp, Timestamp)> {
-        let Fault::Pause { nodes, from, until } = self else {
-            return None;
+        let (nodes, from, until) = match self {
+            Fault::Pause { nodes, from, until } => (nodes, *from, *until),
+            Fault::Kill { nodes, at } => (nodes, *at, *at + KILLED_FOR),
+            _ => return None,
         };
         let per_host = per_host.max(1);
         let at = |d: &Duration| super::clock::start().saturating_add(rein_core::Micros::from(*d));
         nodes
             .iter()
             .any(|n| n / per_host == node / per_host)
-            .then(|| (at(from), at(until)))
+            .then(|| (at(&from), at(&until)))
+    }
+
+    /// When node `node` (on hosts of `per_host` nodes) is killed by this fault, if it is:
+    /// from the start of the demand.
+    pub(crate) fn kill_of(&self, node: usize, per_host: usize) -> Option<Duration> {
+        let Fault::Kill { nodes, at } = self else {
+            return None;
+        };
+        let per_host = per_host.max(1);
+        nodes
+            .iter()
+            .any(|n| n / per_host == node / per_host)
+            .then_some(*at)
     }
 }
 
@@ -380,6 +419,10 @@ fn nodes_label(nodes: &[usize]) -> String {
     }
     format!("nodes {}", parts.join(", "))
 }
+
+/// A killed process is paused for this long: longer than any simulation runs
+/// (`Scenario::run` bounds a world at its span plus 60 s).
+const KILLED_FOR: Duration = Duration::from_secs(3_600);
 
 #[cfg(test)]
 mod tests {

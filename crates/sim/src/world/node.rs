@@ -46,11 +46,18 @@ pub(crate) struct NodeConfig {
     pub events: Rc<RefCell<Vec<Event>>>,
     /// A leased node's `LeasedLimiter` counters, by node index, recorded when it stops.
     pub leases: Rc<RefCell<BTreeMap<usize, LeaseStats>>>,
+    /// A killed leased node's rate shares at its death, by node index: what it strands.
+    pub shares_at_death: Rc<RefCell<BTreeMap<usize, Vec<rein::ShareView>>>>,
     /// How many leased nodes still serve demand: each stops its limiter only once none does.
     pub serving: Rc<Cell<usize>>,
     /// True instants `[from, until)` this node's process is paused
     /// ([`Fault::Pause`](super::Fault::Pause)): it serves nothing and runs no timer.
     pub pauses: Vec<(Timestamp, Timestamp)>,
+    /// Whether the node is killed ([`Fault::Kill`](super::Fault::Kill)) once its requests
+    /// (those due before its death) are served: it then gives nothing back.
+    pub killed: Option<Timestamp>,
+    /// A leased node's settings.
+    pub lease_config: rein::LeaseConfig,
 }
 
 /// The software of one turmoil host: its nodes, each its own task with its own store,
@@ -200,6 +207,9 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
     let current: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
     let store = build_store(&config, current.clone()).await?;
     let leased = LeasedLimiter::builder(store)
+        // Its timers stop while its process is paused: run by hand below.
+        .manual_timers()
+        .config(config.lease_config)
         .clock(NodeClock { skew: config.skew })
         // Unique among the world's nodes, and the same in every run (the default is random).
         .node_id(config.index as u64 + 1)
@@ -229,45 +239,71 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
         }
     });
     let policy = leased.prepare(&config.policy)?;
-    for request in &config.requests {
-        wait_until_due(request).await;
-        wait_while_paused(&config.pauses).await;
-        let issued = true_now();
-        let user = user_key(request.key);
-        let result = leased
-            .acquire_leased(None, &policy, user.as_bytes(), request.cost)
-            .await;
-        let answered = true_now();
-        let (outcome, source) = match result {
-            Ok(decided) if !decided.decision.is_allowed() => (Outcome::Denied, None),
-            Ok(decided) => match decided.source {
-                LeaseSource::Direct(_) => (
-                    admitted_in_redis(&current, &config.tap, issued, answered),
-                    Some(Source::Store),
-                ),
-                // From a held block (a local denial never admits).
-                _ => (
-                    Outcome::Admitted {
-                        at: answered,
-                        traced: true,
-                    },
-                    None,
-                ),
-            },
-            Err(e) => (Outcome::Failed(failure(&e)), None),
-        };
-        config.events.borrow_mut().push(Event {
-            node: config.index,
-            key: request.key,
-            cost: request.cost,
-            issued,
-            answered,
-            outcome,
-            source,
-        });
+    let serve = async {
+        for request in &config.requests {
+            wait_until_due(request).await;
+            wait_while_paused(&config.pauses).await;
+            let issued = true_now();
+            let user = user_key(request.key);
+            let result = leased
+                .acquire_leased(None, &policy, user.as_bytes(), request.cost)
+                .await;
+            let answered = true_now();
+            let (outcome, source) = match result {
+                Ok(decided) if !decided.decision.is_allowed() => (Outcome::Denied, None),
+                Ok(decided) => match decided.source {
+                    LeaseSource::Direct(_) => (
+                        admitted_in_redis(&current, &config.tap, issued, answered),
+                        Some(Source::Store),
+                    ),
+                    // From a held block (a local denial never admits).
+                    _ => (
+                        Outcome::Admitted {
+                            at: answered,
+                            traced: true,
+                        },
+                        None,
+                    ),
+                },
+                Err(e) => (Outcome::Failed(failure(&e)), None),
+            };
+            config.events.borrow_mut().push(Event {
+                node: config.index,
+                key: request.key,
+                cost: request.cost,
+                issued,
+                answered,
+                outcome,
+                source,
+            });
+        }
+    };
+    match config.killed {
+        // A request in flight when the process dies is never answered (its link is held
+        // for good): the process stops there, whatever it was doing.
+        Some(at) => {
+            let _ =
+                tokio::time::timeout(Duration::from(at.saturating_since(true_now())), serve).await;
+        }
+        None => serve.await,
+    }
+    config.serving.set(config.serving.get().saturating_sub(1));
+    if let Some(at) = config.killed {
+        // Alive (its timers running) until it dies; dead, it shuts nothing down and
+        // returns nothing.
+        sleep_until(at).await;
+        timers.abort();
+        config
+            .shares_at_death
+            .borrow_mut()
+            .insert(config.index, leased.rate_shares());
+        config
+            .leases
+            .borrow_mut()
+            .insert(config.index, leased.stats());
+        return Ok(());
     }
     timers.abort();
-    config.serving.set(config.serving.get().saturating_sub(1));
     while config.serving.get() > 0 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }

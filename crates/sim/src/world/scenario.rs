@@ -89,6 +89,9 @@ pub struct Scenario {
     pub faults: Vec<Fault>,
     /// The resilience layer in front of each node's store, or none.
     pub guard: Option<Guard>,
+    /// With [`LimiterKind::Leased`], each node's lease settings (default:
+    /// `LeaseConfig::default()`).
+    pub lease_config: rein::LeaseConfig,
 }
 
 /// What one run of a [`Scenario`] recorded.
@@ -114,6 +117,10 @@ pub struct Run {
     /// units reserved, returned, stranded…), read after the node shut its limiter down once
     /// every node had served its demand; empty for the other limiters.
     pub leases: BTreeMap<usize, LeaseStats>,
+    /// With [`LimiterKind::Leased`] and a [`Fault::Kill`], each killed node's rate shares
+    /// (`LeasedLimiter::rate_shares`) read at its death: the rate it strands is their
+    /// `stranded_if_dead`.
+    pub shares_at_death: BTreeMap<usize, Vec<rein::ShareView>>,
 }
 
 impl Scenario {
@@ -140,6 +147,7 @@ impl Scenario {
             persistence: Persistence::LoseData,
             faults: Vec::new(),
             guard: None,
+            lease_config: rein::LeaseConfig::default(),
         }
     }
 
@@ -224,6 +232,7 @@ impl Scenario {
                 Fault::Partition { nodes, .. }
                 | Fault::Stall { nodes, .. }
                 | Fault::Pause { nodes, .. }
+                | Fault::Kill { nodes, .. }
                 | Fault::RepliesLost { nodes, .. }
                 | Fault::RequestsLost { nodes, .. } => cut.extend(nodes.iter().copied()),
                 Fault::RedisCrash { .. } => cut.extend(0..self.nodes),
@@ -285,6 +294,14 @@ impl Scenario {
         )
         .ok()
         .map(Policy::single)
+    }
+
+    /// When the first [`Fault::Kill`] strikes, from the start of demand.
+    pub fn killed_at(&self) -> Option<Duration> {
+        self.faults.iter().find_map(|f| match f {
+            Fault::Kill { at, .. } => Some(*at),
+            _ => None,
+        })
     }
 
     /// The faults in words, `none` without any.
@@ -350,15 +367,28 @@ impl Scenario {
         );
         let events = Rc::new(RefCell::new(Vec::new()));
         let leases = Rc::new(RefCell::new(BTreeMap::new()));
+        let shares_at_death = Rc::new(RefCell::new(BTreeMap::new()));
         let serving = Rc::new(Cell::new(demand.len()));
         let per_host = self.per_host();
         // Each host's nodes, hosts in node order (turmoil's addresses and link order follow
         // registration order).
         let mut hosts: Vec<(String, Vec<NodeConfig>)> = Vec::new();
         for (index, requests) in demand.iter().enumerate() {
+            let killed = self
+                .faults
+                .iter()
+                .filter_map(|f| f.kill_of(index, per_host))
+                .min();
             let config = NodeConfig {
                 index,
-                requests: requests.clone(),
+                // A killed node serves nothing due from its death on.
+                requests: requests
+                    .iter()
+                    .filter(|r| killed.is_none_or(|at| r.due < at))
+                    .copied()
+                    .collect(),
+                killed: killed.map(|at| clock::start().saturating_add(at.into())),
+                lease_config: self.lease_config,
                 policy: policy.clone(),
                 limiter: self.limiter,
                 time: self.time,
@@ -369,6 +399,7 @@ impl Scenario {
                 guard: self.guard.clone(),
                 events: events.clone(),
                 leases: leases.clone(),
+                shares_at_death: shares_at_death.clone(),
                 serving: serving.clone(),
                 pauses: self
                     .faults
@@ -435,6 +466,7 @@ impl Scenario {
             runs_by_source: tap.runs_by_source(),
             script_runs: tap.runs(),
             leases: leases.take(),
+            shares_at_death: shares_at_death.take(),
         })
     }
 }
@@ -443,6 +475,52 @@ impl Run {
     /// The measured span: from the start of demand to the last answer.
     pub fn interval(&self) -> Interval {
         Interval::new(clock::start(), self.end)
+    }
+
+    /// The occupancy measure ([`AdmissionLog::occupancy`]) of key 0 from `from` after the
+    /// start of demand to its end, against the policy's binding limit (the highest figure
+    /// among its limits); `None` for a span too short to measure. A token bucket is
+    /// measured from `from`, windows over the spans of one window that start at or after
+    /// it.
+    pub fn occupancy(&self, from: Duration) -> Option<crate::oracle::Fraction> {
+        let start = clock::start();
+        let during = Interval::new(
+            start.saturating_add(from.into()),
+            start.saturating_add(self.scenario.span.into()),
+        );
+        self.scenario
+            .policy
+            .limits()
+            .iter()
+            .filter_map(|limit| self.log.occupancy(limit, 0, during))
+            .max()
+    }
+
+    /// The run's occupancy figure (docs/leases.md, "Utilisation under real traffic"):
+    /// [`occupancy`](Self::occupancy) from the start of demand, or from its first second
+    /// for a policy with a token bucket (whose first burst is no steady state).
+    pub fn steady_occupancy(&self) -> Option<crate::oracle::Fraction> {
+        let bucket = self
+            .scenario
+            .policy
+            .limits()
+            .iter()
+            .any(|l| matches!(l, Limit::TokenBucket(_)));
+        self.occupancy(if bucket {
+            Duration::from_secs(1)
+        } else {
+            Duration::ZERO
+        })
+    }
+
+    /// Tokens' worth of rate the killed nodes' shares stranded: reserved from their death
+    /// until the shares lapsed, used by no node.
+    pub fn rate_stranded_by_killed(&self) -> u64 {
+        self.shares_at_death
+            .values()
+            .flatten()
+            .map(|v| v.stranded_if_dead)
+            .sum()
     }
 
     /// The total cost asked for.

@@ -37,6 +37,18 @@ pub const SUITE: &[&str] = &[
     "leased-partition-fixed-window",
     "leased-partition-token-bucket",
     "leased-pause-sliding-log",
+    "leased-bursty-fixed-window",
+    "leased-bursty-sliding-counter",
+    "leased-bursty-sliding-log",
+    "leased-bursty-token-bucket",
+    "leased-shifting-fixed-window",
+    "leased-shifting-sliding-counter",
+    "leased-shifting-sliding-log",
+    "leased-shifting-token-bucket",
+    "leased-killed-fixed-window",
+    "leased-killed-sliding-counter",
+    "leased-killed-sliding-log",
+    "leased-killed-token-bucket",
 ];
 
 /// The scenario `name` of the default suite with `nodes` nodes and `seed`; `None` for an
@@ -183,6 +195,12 @@ pub fn suite_scenario(name: &str, nodes: usize, seed: u64) -> Option<Scenario> {
         | "leased-partition-fixed-window"
         | "leased-partition-token-bucket"
         | "leased-pause-sliding-log" => leased(name, seed, nodes),
+        _ if name.starts_with("leased-bursty-")
+            || name.starts_with("leased-shifting-")
+            || name.starts_with("leased-killed-") =>
+        {
+            leased_traffic(name, seed, nodes)?
+        }
         _ => return None,
     };
     if nodes == 0 {
@@ -226,6 +244,57 @@ fn leased(name: &str, seed: u64, nodes: usize) -> Scenario {
         }];
     }
     s
+}
+
+/// A lease scenario under real traffic (issue 23; docs/leases.md, "Utilisation under real
+/// traffic"): one key, a limit of 150 per second (a token bucket: a burst of 30, 150 per
+/// second), demand about three times the limit split unevenly, for 4 s, node clocks up to
+/// 250 ms apart:
+/// - `bursty`: node 0 asks only in on-phases of 300 ms, each followed by 400 ms of silence
+///   (shorter than a second), the others steadily; 130 per second per node when asking;
+/// - `shifting`: the hot node changes every second and asks five times as often as the
+///   others (56 per second, 280 hot);
+/// - `killed`: as `shifting`, and node 1 is killed at 1.5 s, half-way through its hot
+///   second: its blocks and shares are never given back.
+///
+/// `None` for an unknown algorithm suffix.
+fn leased_traffic(name: &str, seed: u64, nodes: usize) -> Option<Scenario> {
+    let window = Micros::from_secs(1);
+    let limit = if name.ends_with("-fixed-window") {
+        Limit::fixed_window(150, window)
+    } else if name.ends_with("-sliding-counter") {
+        Limit::sliding_counter(150, window)
+    } else if name.ends_with("-sliding-log") {
+        Limit::sliding_log(150, window)
+    } else if name.ends_with("-token-bucket") {
+        Limit::token_bucket(30, 150, window)
+    } else {
+        return None;
+    };
+    let mut s = Scenario::new(name, seed, nodes, policy(limit));
+    s.limiter = LimiterKind::Leased;
+    s.max_skew = Duration::from_millis(250);
+    s.span = Duration::from_secs(4);
+    if name.starts_with("leased-bursty-") {
+        s.workload = Workload::OnOff {
+            on: Duration::from_millis(300),
+            off: Duration::from_millis(400),
+        };
+        s.per_node_rate = 130;
+    } else {
+        s.workload = Workload::Shifting {
+            every: Duration::from_secs(1),
+            hot: 5,
+        };
+        s.per_node_rate = 56;
+    }
+    if name.starts_with("leased-killed-") {
+        s.faults = vec![Fault::Kill {
+            nodes: vec![1.min(nodes.saturating_sub(1))],
+            at: Duration::from_millis(1_500),
+        }];
+    }
+    Some(s)
 }
 
 fn policy(limit: Result<Limit, rein_core::ConfigError>) -> Policy {
