@@ -49,7 +49,8 @@ use rein_core::{Micros, Timestamp};
 /// use std::num::NonZeroU32;
 /// use std::time::Duration;
 /// use rein_core::Timestamp;
-/// use rein::{Breaker, BreakerConfig, BreakerState};
+/// use rein::BreakerConfig;
+/// use rein::breaker::{Breaker, BreakerState};
 ///
 /// let config = BreakerConfig::new()
 ///     .failure_threshold(NonZeroU32::new(2).unwrap())

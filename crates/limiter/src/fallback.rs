@@ -47,7 +47,7 @@ pub enum FailurePolicy {
 /// ```
 /// use std::num::NonZeroU32;
 /// use rein_core::{Limit, Micros, Policy};
-/// use rein::local_share;
+/// use rein::fallback::local_share;
 ///
 /// let policy = Policy::new([
 ///     Limit::token_bucket(100, 10, Micros::from_secs(1))?, // 100, then 10/s

@@ -3,12 +3,24 @@
 //! This is the crate an application uses on its request path. It sits above the stores
 //! (`rein-redis` for limits shared through Redis, `rein-memory` in process), which only
 //! store: each implements rein-core's [`Limiter`](rein_core::Limiter) trait, and
-//! [`Leasable`](rein_core::Leasable) to be leased over, and nothing more. [`ResilientLimiter`] wraps any of them and gives every request an answer within
-//! the store's deadline, by a failure policy the operator chose ([`FailurePolicy`]), says
-//! where each answer came from ([`Source`]), stops calling a store that keeps failing
-//! ([`Breaker`]) and goes back by itself when a probe succeeds. docs/failure.md states the
-//! exact bounds each policy gives during and after an outage; docs/architecture.md draws
-//! the crates and the decision path.
+//! [`Leasable`](rein_core::Leasable) to be leased over, and nothing more.
+//!
+//! # Where to start
+//! - [`ResilientLimiter`] over a store: every request gets an answer within the store's
+//!   deadline, by the [`FailurePolicy`] the operator chose; each answer says where it came
+//!   from ([`Decided`], [`Source`]). Build it with a [`PolicyTable`] (which policy a key
+//!   gets) and, if needed, [`BreakerConfig`], [`AllowCacheConfig`], a clock
+//!   ([`TokioClock`] by default, [`TimeSource`]). Its counters: [`StatsSnapshot`].
+//! - [`LeasedLimiter`] over a [`Leasable`](rein_core::Leasable) store (a
+//!   `ResilientLimiter` over Redis): hot keys decided from blocks reserved in the store, at
+//!   memory speed and with zero over-admission ([`LeaseConfig`], [`LeaseDecided`],
+//!   [`LeaseSource`]; docs/leases.md).
+//! - The machinery, for those who need it: [`breaker`] (the sans-IO circuit breaker),
+//!   [`lease`] (lease settings, terms and statistics), [`region`] (one limit across
+//!   regions), [`fallback`] (a node's share of a policy), [`stats`] (counters and latency).
+//!
+//! docs/failure.md states the exact bounds each failure policy gives during and after an
+//! outage; docs/architecture.md draws the crates and the decision path.
 //!
 //! A rate limiter sits in every request's path, so an outage of Redis must not become an
 //! outage of the service, nor a pile-up of waiting requests, nor a replay storm when Redis
@@ -17,10 +29,11 @@
 //! # Design
 //! - **Decisions are sans-IO.** The request path's logic (deny and allow caches, breaker,
 //!   failure policy, counters) is one pure state machine, the gate (`gate.rs`), with
-//!   explicit time, tested on a number line; the breaker inside it ([`Breaker`]) is one too,
-//!   in quinn's shape (`poll_admit`, `handle_success`/`handle_failure`, `poll_timeout`,
-//!   `poll_event`). [`ResilientLimiter`] is the thin driver: read the clock, ask the gate,
-//!   await the store under the deadline, hand the outcome back.
+//!   explicit time, tested on a number line; the breaker inside it
+//!   ([`Breaker`](breaker::Breaker)) is one too, in quinn's shape (`poll_admit`,
+//!   `handle_success`/`handle_failure`, `poll_timeout`, `poll_event`). [`ResilientLimiter`]
+//!   is the thin driver: read the clock, ask the gate, await the store under the deadline,
+//!   hand the outcome back.
 //! - **Local time is injected.** Everything local (cache expiry, breaker timers, the
 //!   fallback limiter, latency) reads a [`rein_memory::Clock`] (default [`TokioClock`]), and
 //!   the only wait is the store's call under `tokio::time`. The same code runs under
@@ -43,52 +56,51 @@
 //! # Layout
 //! - `limiter.rs`: [`ResilientLimiter`], its builder, the async driver.
 //! - `gate.rs`: the request path's decisions, sans-IO.
-//! - `breaker.rs`: [`Breaker`]. `fallback.rs`: [`FailurePolicy`] and [`local_share`].
+//! - `breaker.rs`: [`breaker::Breaker`]. `fallback.rs`: [`FailurePolicy`] and
+//!   [`fallback::local_share`].
 //! - `deny_cache.rs`, `allow_cache.rs`, over `bounded.rs` (the bounded map both use).
 //! - `table.rs`: [`PolicyTable`]. `decided.rs`: [`Decided`], [`Source`], [`Unavailable`].
 //! - `stats.rs`: [`StatsSnapshot`]; `export.rs`: the `metrics` facade export.
 //! - `clock.rs`: [`TokioClock`].
 //! - `lease/`: leases, opt-in (docs/leases.md): [`LeasedLimiter`] decides hot keys locally
-//!   from blocks reserved in a [`Leasable`](rein_core::Leasable) store, with zero over-admission; [`LeaseBook`] is its
-//!   sans-IO state machine, [`LeaseTerms`] says which policies lease exactly.
-//! - `region.rs`: one limit across regions: [`split`] (static) and [`Rebalancer`] /
-//!   [`RegionQuota`] (quota rebalanced from a home region every window); docs/multi-region.md.
+//!   from blocks reserved in a [`Leasable`](rein_core::Leasable) store, with zero
+//!   over-admission; its sans-IO state machines (`book.rs`, `rate.rs`) are tested inside the
+//!   crate, and [`lease::LeaseTerms`] says which policies lease exactly.
+//! - `region.rs`: one limit across regions: [`region::split`] (static) and
+//!   [`region::Rebalancer`] / [`region::RegionQuota`] (quota rebalanced from a home region
+//!   every window); docs/multi-region.md.
 #![deny(missing_docs)]
 
 mod allow_cache;
 mod bounded;
-mod breaker;
+pub mod breaker;
 mod clock;
 mod decided;
 mod deny_cache;
 #[cfg(feature = "metrics")]
 mod export;
-mod fallback;
+pub mod fallback;
 mod gate;
-mod lease;
+pub mod lease;
 mod limiter;
-mod region;
-mod stats;
+pub mod region;
+pub mod stats;
 mod table;
 
 use thiserror::Error;
 
 use rein_core::{KeyError, PrepareError};
 
+// The front door: what an application uses first. The machinery of the breaker, leases,
+// regions and the counters is in the modules of those names.
 pub use allow_cache::AllowCacheConfig;
-pub use breaker::{Breaker, BreakerConfig, BreakerEvent, BreakerState, Ticket};
+pub use breaker::BreakerConfig;
 pub use clock::TokioClock;
 pub use decided::{Decided, Source, Unavailable};
-pub use fallback::{FailurePolicy, local_share};
-pub use lease::{
-    Action, Admit, DEFAULT_LOG_HOLD_DIVISOR, DEFAULT_SHARE_VALIDITY_INTERVALS, DirectReason,
-    LeaseBook, LeaseConfig, LeaseDecided, LeaseKey, LeaseKeyRef, LeaseSource, LeaseStats,
-    LeaseTerms, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy, RateAction, RateBook, Reserved,
-    ShareView, TakeReply, Unleasable,
-};
+pub use fallback::FailurePolicy;
+pub use lease::{LeaseConfig, LeaseDecided, LeaseSource, LeasedLimiter};
 pub use limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy, TimeSource};
-pub use region::{DemandReport, Grant, RebalanceConfig, Rebalancer, RegionQuota, split};
-pub use stats::{LATENCY_BOUNDS_US, LATENCY_BUCKETS, LatencySnapshot, SourceCounts, StatsSnapshot};
+pub use stats::StatsSnapshot;
 pub use table::PolicyTable;
 
 /// docs/failure.md, compiled with the doctests so that its example keeps up with the API.

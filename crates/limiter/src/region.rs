@@ -31,7 +31,7 @@ use rein_core::{Algorithm, ConfigError, Limit, Micros, Policy, Timestamp};
 ///
 /// The regions' policies together never admit more than `policy`: capacities sum to at most
 /// the whole, rates to exactly the whole, so the union of the regions' buckets (or windows)
-/// is within the whole's. Unlike [`local_share`](crate::local_share), a share is never
+/// is within the whole's. Unlike [`local_share`](crate::fallback::local_share), a share is never
 /// rounded up to 1: a weight too small for a limit is an error, because the sum must hold.
 ///
 /// Errors: no weights, or all zero ([`ConfigError::Zero`]); a region whose share of some
@@ -40,7 +40,7 @@ use rein_core::{Algorithm, ConfigError, Limit, Micros, Policy, Timestamp};
 ///
 /// ```
 /// use rein_core::{Limit, Micros, Policy};
-/// use rein::split;
+/// use rein::region::split;
 ///
 /// let policy = Policy::single(Limit::fixed_window(300, Micros::from_secs(1))?);
 /// let regions = split(&policy, &[2, 1, 1])?;

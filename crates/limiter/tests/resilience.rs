@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use rein::{
-    AllowCacheConfig, BreakerConfig, BreakerState, Decided, FailurePolicy, PolicyTable,
-    RequestError, ResilientLimiter, Source, TimeSource, Unavailable,
+    AllowCacheConfig, BreakerConfig, Decided, FailurePolicy, PolicyTable, RequestError,
+    ResilientLimiter, Source, TimeSource, Unavailable, breaker::BreakerState,
 };
 use rein_core::{Limit, LimitState, Limiter, Micros, NamedPolicy, Outcome, Policy, Timestamp};
 use rein_memory::FakeClock;
@@ -499,7 +499,7 @@ async fn the_deny_cache_denies_locally_until_retry_after_and_never_longer() {
     assert_eq!(stats.store_calls, 6);
     assert_eq!(
         stats.store,
-        rein::SourceCounts {
+        rein::stats::SourceCounts {
             allowed: 3,
             denied: 3
         }

@@ -33,7 +33,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use rein::{FailurePolicy, PolicyTable, ResilienceConfigError, ResilientLimiter, TablePolicy};
-use rein::{LeaseConfig, LeaseStats, LeasedLimiter, LeasedPolicy};
+use rein::{
+    LeaseConfig, LeasedLimiter,
+    lease::{LeaseStats, LeasedPolicy},
+};
 use rein_core::{DecideError, Decision, Leasable, Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_tower::headers;
 use thiserror::Error;

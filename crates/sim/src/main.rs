@@ -224,7 +224,7 @@ fn region_row(run: &RegionRun) -> RegionRow {
 /// allowance for leases; the main table's verdict is the same), and the nodes' lease
 /// counters summed.
 fn lease_row(run: &Run) -> LeaseRow {
-    let sum = |field: fn(&rein::LeaseStats) -> u64| run.leases.values().map(field).sum();
+    let sum = |field: fn(&rein::lease::LeaseStats) -> u64| run.leases.values().map(field).sum();
     let rates = run
         .scenario
         .policy

@@ -73,7 +73,8 @@ pub struct LeaseKeyRef<'a> {
     pub key: &'a [u8],
 }
 
-/// Settings of a [`LeaseBook`] (and of the [`LeasedLimiter`](crate::LeasedLimiter)).
+/// Settings of leases: of a [`LeasedLimiter`](crate::LeasedLimiter) and the lease book it
+/// runs.
 ///
 /// Defaults: 4 expected nodes, a 100 ms renewal interval, renewal below half a block, a
 /// 100 ms return guard, keys released after 1 s idle, leases from the second unit of
@@ -558,17 +559,14 @@ impl LeaseBook {
         self.stats
     }
 
-    /// How many keys are tracked.
-    pub fn len(&self) -> usize {
-        self.index.len()
-    }
-
     /// `true` when no key is tracked.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
     }
 
     /// Units held unused for `key` at `now` (zero if untracked).
+    #[cfg(test)]
     pub fn held(&self, now: Timestamp, key: LeaseKeyRef<'_>) -> u64 {
         self.index
             .get(&key)

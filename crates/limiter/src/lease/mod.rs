@@ -8,8 +8,9 @@
 //! # Layout
 //! - `terms.rs`: [`LeaseTerms`]: which policies can be leased with the store's existing
 //!   `acquire`/`refund` (fixed windows and sliding counters) and how long a grant lives.
-//! - `book.rs`: [`LeaseBook`]: the per-key lease state machine, sans-IO.
-//! - `rate.rs`: [`RateBook`]: the per-key rate leases of token buckets (sub-buckets),
+//! - `book.rs`: `LeaseBook`: the per-key lease state machine, sans-IO (tested inside the
+//!   crate, `proptests/book.rs`).
+//! - `rate.rs`: `RateBook`: the per-key rate leases of token buckets (sub-buckets),
 //!   sans-IO, over the store's [`share_rate`](rein_core::Leasable::share_rate).
 //! - `driver.rs`: [`LeasedLimiter`]: the thin async driver over any
 //!   [`Leasable`](rein_core::Leasable) store.
@@ -22,13 +23,20 @@ mod driver;
 mod rate;
 mod terms;
 
-pub use book::{
-    Action, Admit, DEFAULT_LOG_HOLD_DIVISOR, DEFAULT_SHARE_VALIDITY_INTERVALS, LeaseBook,
-    LeaseConfig, LeaseKey, LeaseKeyRef, Reserved,
-};
+pub use book::{DEFAULT_LOG_HOLD_DIVISOR, DEFAULT_SHARE_VALIDITY_INTERVALS, LeaseConfig};
 pub use driver::{LeaseDecided, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy};
-pub use rate::{RateAction, RateBook, ShareView, TakeReply};
+pub use rate::ShareView;
 pub use terms::{LeaseTerms, Unleasable};
+
+// The sans-IO state machines the driver runs, tested inside the crate (`proptests/`).
+pub(crate) use book::Admit;
+#[cfg(test)]
+pub(crate) use book::{Action, LeaseBook, LeaseKey, LeaseKeyRef, Reserved};
+#[cfg(test)]
+pub(crate) use rate::{RateAction, RateBook, TakeReply};
+
+#[cfg(test)]
+mod proptests;
 
 /// Where a [`LeasedLimiter`] decision came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -93,8 +93,8 @@ pub enum RateAction {
     },
 }
 
-/// One key's rate share as this node holds it ([`RateBook::shares`],
-/// [`LeasedLimiter::rate_shares`](crate::LeasedLimiter::rate_shares)): per-node shares made
+/// One key's rate share as this node holds it
+/// ([`LeasedLimiter::rate_shares`](crate::LeasedLimiter::rate_shares)): per-node shares made
 /// visible, the node's own view (the store keeps every node's; each node reports its own).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShareView {
@@ -178,11 +178,6 @@ impl RateBook {
             closed: false,
             stats: LeaseStats::default(),
         }
-    }
-
-    /// This node's id in the store's shares.
-    pub fn node(&self) -> u64 {
-        self.node
     }
 
     /// A request for `cost` tokens (`0 < cost ≤ capacity`, checked by the caller) of `key`,
@@ -422,17 +417,14 @@ impl RateBook {
         views
     }
 
-    /// Whether [`handle_shutdown`](Self::handle_shutdown) ran.
-    pub fn is_closed(&self) -> bool {
-        self.closed
-    }
-
     /// The number of keys held.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.leases.len()
     }
 
     /// `true` when no key is held.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.leases.is_empty()
     }

@@ -60,7 +60,7 @@ pub struct LeaseTerms {
 pub enum Unleasable {
     /// A token bucket: a block of tokens spent later over-admits by the refill meanwhile.
     /// A policy of one token bucket is leased as rate instead
-    /// ([`RateBook`](super::RateBook)); a token bucket beside other limits, or one whose
+    /// (`lease/rate.rs`); a token bucket beside other limits, or one whose
     /// share units are not exact, is decided directly.
     #[error("a token bucket cannot be leased in blocks (one alone is leased as rate)")]
     TokenBucket,

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
-use rein::{LeaseSource, LeaseStats, LeasedLimiter, PolicyTable, ResilientLimiter, Source};
+use rein::{LeaseSource, LeasedLimiter, PolicyTable, ResilientLimiter, Source, lease::LeaseStats};
 use rein_core::{DecideError, Limiter, NamedPolicy, StoreError, Timestamp};
 use rein_redis::{OptimisticStoreBuilder, RedisPolicy, RedisStore, RedisStoreBuilder};
 
@@ -47,7 +47,7 @@ pub(crate) struct NodeConfig {
     /// A leased node's `LeasedLimiter` counters, by node index, recorded when it stops.
     pub leases: Rc<RefCell<BTreeMap<usize, LeaseStats>>>,
     /// A killed leased node's rate shares at its death, by node index: what it strands.
-    pub shares_at_death: Rc<RefCell<BTreeMap<usize, Vec<rein::ShareView>>>>,
+    pub shares_at_death: Rc<RefCell<BTreeMap<usize, Vec<rein::lease::ShareView>>>>,
     /// How many leased nodes still serve demand: each stops its limiter only once none does.
     pub serving: Rc<Cell<usize>>,
     /// True instants `[from, until)` this node's process is paused

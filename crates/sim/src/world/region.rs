@@ -11,8 +11,8 @@
 //! and grants (the rebalanced quota) or count snapshots (asynchronous counters). The runner
 //! carries it between simulation steps, delivering each message `max(one_way_a,
 //! one_way_b)` after it was sent and dropping it if either end is cut off when it is sent or
-//! due. The control plane is rein's own state machines ([`rein::Rebalancer`],
-//! [`rein::RegionQuota`]) or the naive counters here ([`AsyncCounts`]); the data plane is
+//! due. The control plane is rein's own state machines ([`rein::region::Rebalancer`],
+//! [`rein::region::RegionQuota`]) or the naive counters here ([`AsyncCounts`]); the data plane is
 //! the real store and the real Lua.
 //!
 //! Every strategy enforces a fixed window `L` per `W` (aligned to multiples of `W`, as the
@@ -31,7 +31,10 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rein::{Grant, RebalanceConfig, Rebalancer, RegionQuota, Source, split};
+use rein::{
+    Source,
+    region::{Grant, RebalanceConfig, Rebalancer, RegionQuota, split},
+};
 use rein_core::{
     DecideError, Limit, Micros, NamedPolicy, Policy, PolicyState, StoreError, Timestamp,
 };
@@ -52,10 +55,10 @@ use crate::report::{FaultSpan, ScenarioInputs, ScenarioResult};
 pub enum Strategy {
     /// One Redis in region 0; every region's nodes call it across the WAN.
     Global,
-    /// Each region its own Redis with a fixed weighted share of `L` ([`rein::split`]).
+    /// Each region its own Redis with a fixed weighted share of `L` ([`rein::region::split`]).
     StaticSplit,
     /// Each region its own Redis with a quota granted per window from region 0
-    /// ([`rein::Rebalancer`], [`rein::RegionQuota`]).
+    /// ([`rein::region::Rebalancer`], [`rein::region::RegionQuota`]).
     Rebalanced,
     /// Each region its own Redis counting locally, with the others' counts of the current
     /// window learnt from snapshots sent every `sync_every`: a region admits while its own
@@ -680,7 +683,7 @@ struct Control<'a> {
 
 #[derive(Clone, Debug)]
 enum Message {
-    Report(rein::DemandReport),
+    Report(rein::region::DemandReport),
     Grant(Grant),
     Count { window: u64, count: u64 },
 }

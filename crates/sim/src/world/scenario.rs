@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::rc::Rc;
 use std::time::Duration;
 
-use rein::{FailurePolicy, LeaseStats, Source};
+use rein::{FailurePolicy, Source, lease::LeaseStats};
 use rein_core::{Algorithm, Limit, Micros, Policy, PolicyState, Timestamp};
 
 use super::bound::fallback_policy;
@@ -120,7 +120,7 @@ pub struct Run {
     /// With [`LimiterKind::Leased`] and a [`Fault::Kill`], each killed node's rate shares
     /// (`LeasedLimiter::rate_shares`) read at its death: the rate it strands is their
     /// `stranded_if_dead`.
-    pub shares_at_death: BTreeMap<usize, Vec<rein::ShareView>>,
+    pub shares_at_death: BTreeMap<usize, Vec<rein::lease::ShareView>>,
 }
 
 impl Scenario {

@@ -9,9 +9,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::lease::{Admit, LeaseConfig, LeaseKey, LeaseKeyRef, RateAction, RateBook, TakeReply};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
-use rein::{Admit, LeaseConfig, LeaseKey, LeaseKeyRef, RateAction, RateBook, TakeReply};
 use rein_core::{
     Algorithm, Micros, RateAnswer, RateOp, RateShares, RateState, Timestamp, TokenBucket,
     TokenBucketState,
@@ -562,7 +562,7 @@ fn cases_or(default: u32) -> u32 {
 fn leased_and_direct_admissions_together_never_exceed_the_bucket() {
     let config_ = Config {
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "tests/lease_rate.proptest-regressions",
+            "src/lease/proptests/rate.proptest-regressions",
         ))),
         ..Config::with_cases(cases_or(300))
     };
@@ -590,7 +590,7 @@ fn leased_and_direct_admissions_together_never_exceed_the_bucket() {
 fn under_lossy_renewals_and_shifting_demand_admissions_never_exceed_the_bucket() {
     let config_ = Config {
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "tests/lease_rate_lossy.proptest-regressions",
+            "src/lease/proptests/rate_lossy.proptest-regressions",
         ))),
         ..Config::with_cases(cases_or(300))
     };

@@ -16,8 +16,10 @@
 use std::collections::VecDeque;
 use std::num::{NonZeroU32, NonZeroUsize};
 
+use crate::lease::{
+    Action, Admit, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, LeaseTerms, Reserved,
+};
 use proptest::prelude::*;
-use rein::{Action, Admit, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, LeaseTerms, Reserved};
 use rein_core::{Decision, Limit, Micros, Policy, PolicyState, Timestamp};
 
 /// One step of the world.
