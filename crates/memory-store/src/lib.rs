@@ -58,5 +58,5 @@ mod shard;
 mod store;
 
 pub use clock::{Clock, FakeClock, QuantaClock, SystemClock};
-pub use limiter::{Builder, MemoryLimiter};
+pub use limiter::{MemoryLimiter, MemoryLimiterBuilder};
 pub use store::MemoryStore;

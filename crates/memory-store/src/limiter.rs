@@ -69,7 +69,7 @@ macro_rules! dispatch {
 ///
 /// # Memory and eviction
 /// At most [`max_keys`](Self::max_keys) keys are stored (by default 2^20, see
-/// [`Builder::max_keys`]). Each stored key costs one table slot of `size_of::<K>()` plus
+/// [`MemoryLimiterBuilder::max_keys`]). Each stored key costs one table slot of `size_of::<K>()` plus
 /// the state, plus one control byte. A policy of one limit stores that algorithm's own
 /// state: 8 bytes for a token bucket whose emission interval is a whole number of µs
 /// (50 per second is; 3 per second is not, and takes 16), 16 for a fixed window, 24 for a
@@ -144,7 +144,7 @@ pub struct MemoryLimiter<K, C = SystemClock> {
 /// assert!(limiter.acquire(&7, 1)?.is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct Builder<K, C = SystemClock> {
+pub struct MemoryLimiterBuilder<K, C = SystemClock> {
     policy: Policy,
     max_keys: NonZeroUsize,
     shards: Option<NonZeroUsize>,
@@ -153,15 +153,15 @@ pub struct Builder<K, C = SystemClock> {
 }
 
 impl<K: Hash + Eq> MemoryLimiter<K, SystemClock> {
-    /// A limiter applying `policy` to each key, with the defaults of [`Builder`]: at most
+    /// A limiter applying `policy` to each key, with the defaults of [`MemoryLimiterBuilder`]: at most
     /// 2^20 keys, the [`SystemClock`], and shards for this machine's parallelism.
     pub fn new(policy: Policy) -> Self {
         Self::builder(policy).build()
     }
 
     /// Settings for a limiter applying `policy` to each key.
-    pub fn builder(policy: Policy) -> Builder<K, SystemClock> {
-        Builder {
+    pub fn builder(policy: Policy) -> MemoryLimiterBuilder<K, SystemClock> {
+        MemoryLimiterBuilder {
             policy,
             max_keys: DEFAULT_MAX_KEYS,
             shards: None,
@@ -456,7 +456,7 @@ impl<K, C: fmt::Debug> fmt::Debug for MemoryLimiter<K, C> {
     }
 }
 
-impl<K: Hash + Eq, C> Builder<K, C> {
+impl<K: Hash + Eq, C> MemoryLimiterBuilder<K, C> {
     /// The most keys to store (default 2^20). The limiter may hold fewer: the maximum is
     /// split evenly over the shards and rounded down, and the shard count is lowered to fit
     /// when `max_keys` is smaller than it.
@@ -474,8 +474,8 @@ impl<K: Hash + Eq, C> Builder<K, C> {
     }
 
     /// The clock the conveniences read (default [`SystemClock`]).
-    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<K, C2> {
-        Builder {
+    pub fn clock<C2: Clock>(self, clock: C2) -> MemoryLimiterBuilder<K, C2> {
+        MemoryLimiterBuilder {
             policy: self.policy,
             max_keys: self.max_keys,
             shards: self.shards,
@@ -503,9 +503,9 @@ impl<K: Hash + Eq, C> Builder<K, C> {
     }
 }
 
-impl<K, C: fmt::Debug> fmt::Debug for Builder<K, C> {
+impl<K, C: fmt::Debug> fmt::Debug for MemoryLimiterBuilder<K, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Builder")
+        f.debug_struct("MemoryLimiterBuilder")
             .field("policy", &self.policy)
             .field("max_keys", &self.max_keys)
             .field("shards", &self.shards)
