@@ -16,7 +16,7 @@ use rein_core::StoreError;
 
 use crate::error::store_error;
 use crate::link::Link;
-use crate::{ConfigError, ConnectError, RedisStore, RedisStoreBuilder};
+use crate::{ConnectError, RedisStore, RedisStoreBuilder, SettingsError};
 
 impl RedisStore<ConnectionManager> {
     /// Connects to a standalone Redis with default settings; see
@@ -129,7 +129,7 @@ impl RedisStoreBuilder {
     pub fn build_cluster(
         self,
         conn: ClusterConnection,
-    ) -> Result<RedisStore<ClusterConnection>, ConfigError> {
+    ) -> Result<RedisStore<ClusterConnection>, SettingsError> {
         self.validate()?;
         let builder = self.coalesce(crate::Coalesce::OFF);
         let router = crate::route::cluster_router();

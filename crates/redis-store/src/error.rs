@@ -38,9 +38,9 @@ pub enum StateError {
 #[derive(Clone, Debug, Error)]
 #[non_exhaustive]
 pub enum ConnectError {
-    /// A setting is invalid; see [`ConfigError`].
+    /// A setting is invalid; see [`SettingsError`].
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Config(#[from] SettingsError),
     /// The URL does not parse, names an unknown scheme, or asks for TLS (`rediss://`) in a
     /// build without the `tls` feature. Fix the URL or enable the feature.
     #[error("invalid Redis URL: {0}")]
@@ -62,7 +62,7 @@ pub enum ConnectError {
 /// A setting the store or a policy cannot use. Raised when it is built, never per call.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum SettingsError {
     /// The key prefix is empty, longer than 64 bytes, or holds a byte that is not printable
     /// ASCII or is `{` or `}` (which would change the Cluster hash tag). Use e.g. `rein` or
     /// `myapp:rl`.

@@ -29,7 +29,7 @@
 
 use rein_core::KeyError;
 
-use crate::{ConfigError, RedisPolicy};
+use crate::{RedisPolicy, SettingsError};
 
 /// The Redis key holding `policy`'s state for `user_key`: always exactly one (a `Vec`
 /// because the scripts' callers take a list of keys).
@@ -65,7 +65,7 @@ fn push_hex(out: &mut String, bytes: &[u8; 20]) {
 }
 
 /// Checks a key prefix: 1 to 64 printable ASCII bytes, no spaces or braces.
-pub(crate) fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
+pub(crate) fn validate_prefix(prefix: &str) -> Result<(), SettingsError> {
     let valid = (1..=MAX_PREFIX_LEN).contains(&prefix.len())
         && prefix
             .bytes()
@@ -73,7 +73,7 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
     if valid {
         Ok(())
     } else {
-        Err(ConfigError::InvalidPrefix(prefix.to_owned()))
+        Err(SettingsError::InvalidPrefix(prefix.to_owned()))
     }
 }
 

@@ -103,7 +103,7 @@ mod state;
 mod store;
 
 pub use coalesce::Coalesce;
-pub use error::{ConfigError, ConnectError, StateError};
+pub use error::{ConnectError, SettingsError, StateError};
 pub use optimistic::{OptimisticStats, OptimisticStore, OptimisticStoreBuilder};
 pub use policy::RedisPolicy;
 pub use rein_core::{DecideError, KeyError, StoreError};
@@ -111,14 +111,14 @@ pub use script::{SCRIPT_SOURCE, SCRIPTS};
 pub use store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, RedisStore, RedisStoreBuilder};
 
 /// Checks a key prefix as [`RedisStoreBuilder::prefix`] will when the store connects: 1 to
-/// 64 printable ASCII bytes, no spaces or braces ([`ConfigError::InvalidPrefix`]). For
+/// 64 printable ASCII bytes, no spaces or braces ([`SettingsError::InvalidPrefix`]). For
 /// configuration loaders that report every error before anything connects.
 ///
 /// ```
 /// assert!(rein_redis::check_key_prefix("myapp:rl").is_ok());
 /// assert!(rein_redis::check_key_prefix("my{app}").is_err());
 /// ```
-pub fn check_key_prefix(prefix: &str) -> Result<(), ConfigError> {
+pub fn check_key_prefix(prefix: &str) -> Result<(), SettingsError> {
     key::validate_prefix(prefix)
 }
 

@@ -51,7 +51,7 @@ use tracing::Instrument;
 
 use crate::error::store_error;
 use crate::store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
-use crate::{ConfigError, ConnectError, RedisPolicy, StateError};
+use crate::{ConnectError, RedisPolicy, SettingsError, StateError};
 use backoff::Backoff;
 use pool::{Connector, Lease, Pool};
 
@@ -589,7 +589,7 @@ impl OptimisticStoreBuilder {
             ("connect timeout", self.connect_timeout),
         ] {
             if value.is_zero() {
-                return Err(ConfigError::ZeroDuration(what).into());
+                return Err(SettingsError::ZeroDuration(what).into());
             }
         }
         let connector: Connector = Arc::new(move || Box::pin(connector()));

@@ -21,7 +21,7 @@ use crate::link::{Connector, Link};
 use crate::redirect::{Redirects, Step, Target};
 use crate::route::{self, Router};
 use crate::script::{self, Ask, Invocation, Op, ScriptKind};
-use crate::{ConfigError, RedisPolicy, StateError};
+use crate::{RedisPolicy, SettingsError, StateError};
 
 /// Exact rate limits shared by every process that uses the same Redis.
 ///
@@ -818,7 +818,7 @@ impl RedisStoreBuilder {
 
     /// A store over `conn`, which is never replaced: it should heal itself, as
     /// `ConnectionManager` and `ClusterConnection` do.
-    pub fn build<C>(self, conn: C) -> Result<RedisStore<C>, ConfigError>
+    pub fn build<C>(self, conn: C) -> Result<RedisStore<C>, SettingsError>
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
     {
@@ -863,13 +863,13 @@ impl RedisStoreBuilder {
         Ok(RedisStore::with_link(self, link))
     }
 
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), SettingsError> {
         crate::key::validate_prefix(&self.prefix)?;
         if self.deadline.is_zero() {
-            return Err(ConfigError::ZeroDuration("deadline"));
+            return Err(SettingsError::ZeroDuration("deadline"));
         }
         if self.connect_timeout.is_zero() {
-            return Err(ConfigError::ZeroDuration("connect timeout"));
+            return Err(SettingsError::ZeroDuration("connect timeout"));
         }
         Ok(())
     }

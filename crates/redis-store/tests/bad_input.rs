@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::FakeServer;
 use rein_core::{Limit, Micros, Policy};
 use rein_redis::{
-    ConfigError, ConnectError, DecideError, KeyError, RedisPolicy, RedisStore, RedisStoreBuilder,
+    ConnectError, DecideError, KeyError, RedisPolicy, RedisStore, RedisStoreBuilder, SettingsError,
     StateError, StoreError,
 };
 use rein_redis_harness::RedisServer;
@@ -112,19 +112,19 @@ fn invalid_settings_are_typed_config_errors() {
         for (builder, expected) in [
             (
                 RedisStoreBuilder::new().prefix("a{b}"),
-                ConfigError::InvalidPrefix("a{b}".into()),
+                SettingsError::InvalidPrefix("a{b}".into()),
             ),
             (
                 RedisStoreBuilder::new().prefix(""),
-                ConfigError::InvalidPrefix(String::new()),
+                SettingsError::InvalidPrefix(String::new()),
             ),
             (
                 RedisStoreBuilder::new().deadline(Duration::ZERO),
-                ConfigError::ZeroDuration("deadline"),
+                SettingsError::ZeroDuration("deadline"),
             ),
             (
                 RedisStoreBuilder::new().connect_timeout(Duration::ZERO),
-                ConfigError::ZeroDuration("connect timeout"),
+                SettingsError::ZeroDuration("connect timeout"),
             ),
         ] {
             // Port 1 is never a Redis: a config check that let this through would fail
