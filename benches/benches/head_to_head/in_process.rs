@@ -20,9 +20,10 @@ pub(crate) trait MemoryPeer: Sync {
     fn admit(&self, key: u64) -> bool;
 }
 
-pub(crate) struct ReinMemory(MemoryLimiter<u64, QuantaClock>);
+/// rein's `MemoryLimiter`, keyed by `K`: `u64`, or `String` ([`string_key`]).
+pub(crate) struct ReinMemory<K>(MemoryLimiter<K, QuantaClock>);
 
-impl ReinMemory {
+impl<K: std::hash::Hash + Eq> ReinMemory<K> {
     pub(crate) fn new(capacity: u64, period: Micros) -> Self {
         let limit = Limit::token_bucket(capacity, capacity, period).expect("valid bucket");
         Self(
@@ -33,7 +34,7 @@ impl ReinMemory {
     }
 }
 
-impl MemoryPeer for ReinMemory {
+impl MemoryPeer for ReinMemory<u64> {
     fn admit(&self, key: u64) -> bool {
         self.0
             .acquire(&key, 1)
@@ -42,21 +43,7 @@ impl MemoryPeer for ReinMemory {
     }
 }
 
-/// [`ReinMemory`] keyed by text: each `u64` key as its [`string_key`].
-pub(crate) struct ReinMemoryString(MemoryLimiter<String, QuantaClock>);
-
-impl ReinMemoryString {
-    pub(crate) fn new(capacity: u64, period: Micros) -> Self {
-        let limit = Limit::token_bucket(capacity, capacity, period).expect("valid bucket");
-        Self(
-            MemoryLimiter::builder(Policy::single(limit))
-                .clock(QuantaClock::new())
-                .build(),
-        )
-    }
-}
-
-impl MemoryPeer for ReinMemoryString {
+impl MemoryPeer for ReinMemory<String> {
     fn admit(&self, key: u64) -> bool {
         // rein looks a `String` key up by `&str`.
         self.0
@@ -66,17 +53,23 @@ impl MemoryPeer for ReinMemoryString {
     }
 }
 
-/// [`Governor`] keyed by text: each `u64` key as its [`string_key`].
-pub(crate) struct GovernorString(DefaultKeyedRateLimiter<String>);
+/// governor's keyed limiter (DashMap of atomics, quanta clock), keyed by `K`.
+pub(crate) struct Governor<K: std::hash::Hash + Eq + Clone>(DefaultKeyedRateLimiter<K>);
 
-impl GovernorString {
+impl<K: std::hash::Hash + Eq + Clone> Governor<K> {
     pub(crate) fn new(per_second: u32) -> Self {
         let rate = NonZeroU32::new(per_second).expect("rate > 0");
         Self(RateLimiter::keyed(Quota::per_second(rate)))
     }
 }
 
-impl MemoryPeer for GovernorString {
+impl MemoryPeer for Governor<u64> {
+    fn admit(&self, key: u64) -> bool {
+        self.0.check_key(&key).is_ok()
+    }
+}
+
+impl MemoryPeer for Governor<String> {
     fn admit(&self, key: u64) -> bool {
         // governor's keyed limiter takes `&K`: the key's `String`, made once.
         self.0.check_key(&string_keys()[key as usize]).is_ok()
@@ -97,21 +90,6 @@ pub(crate) fn string_keys() -> &'static [String] {
             .map(|k| format!("10.{}.{}.{}", (k >> 16) & 255, (k >> 8) & 255, k & 255))
             .collect()
     })
-}
-
-pub(crate) struct Governor(DefaultKeyedRateLimiter<u64>);
-
-impl Governor {
-    pub(crate) fn new(per_second: u32) -> Self {
-        let rate = NonZeroU32::new(per_second).expect("rate > 0");
-        Self(RateLimiter::keyed(Quota::per_second(rate)))
-    }
-}
-
-impl MemoryPeer for Governor {
-    fn admit(&self, key: u64) -> bool {
-        self.0.check_key(&key).is_ok()
-    }
 }
 
 #[cfg(feature = "limitador")]
@@ -153,18 +131,22 @@ pub(crate) fn memory_peers() -> Vec<(&'static str, Box<dyn MemoryPeer>, usize)> 
     let peers: Vec<(&'static str, Box<dyn MemoryPeer>, usize)> = vec![
         (
             "rein MemoryLimiter",
-            Box::new(ReinMemory::new(1_000_000, Micros::from_secs(1))),
+            Box::new(ReinMemory::<u64>::new(1_000_000, Micros::from_secs(1))),
             0,
         ),
-        ("governor (keyed)", Box::new(Governor::new(1_000_000)), 0),
+        (
+            "governor (keyed)",
+            Box::new(Governor::<u64>::new(1_000_000)),
+            0,
+        ),
         (
             "rein MemoryLimiter, String keys",
-            Box::new(ReinMemoryString::new(1_000_000, Micros::from_secs(1))),
+            Box::new(ReinMemory::<String>::new(1_000_000, Micros::from_secs(1))),
             2,
         ),
         (
             "governor (keyed), String keys",
-            Box::new(GovernorString::new(1_000_000)),
+            Box::new(Governor::<String>::new(1_000_000)),
             2,
         ),
     ];

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use rein_core::{Limit, Micros, NamedPolicy, Policy};
-use rein_redis::{RedisPolicy, RedisStoreBuilder};
+use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
 use serde_json::Value;
 
@@ -222,15 +222,7 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
             .connect(&server.url())
             .await
             .expect("connect");
-        for _ in 0..3 {
-            assert!(
-                store
-                    .acquire(&api(), "user-42", 1)
-                    .await
-                    .expect("decision")
-                    .is_allowed()
-            );
-        }
+        take_three(&store).await;
         let window = store.acquire(&window(), "user-42", 3).await;
         assert!(window.expect("decision").is_allowed());
     });
@@ -262,17 +254,20 @@ fn inspect_and_reset_work_on_a_cluster() {
             .connect_cluster(cluster.urls())
             .await
             .expect("connect");
-        for _ in 0..3 {
-            assert!(
-                store
-                    .acquire(&api(), "user-42", 1)
-                    .await
-                    .expect("decision")
-                    .is_allowed()
-            );
-        }
+        take_three(&store).await;
     });
     inspect_then_reset(&path, &["-c"]);
+}
+
+/// Takes 3 of `api`'s bucket and window for `user-42`, as a server deciding requests would.
+async fn take_three<C>(store: &RedisStore<C>)
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    for _ in 0..3 {
+        let decision = store.acquire(&api(), "user-42", 1).await;
+        assert!(decision.expect("decision").is_allowed());
+    }
 }
 
 /// 3 of the bucket's 5 and of the window's 100 were taken for `user-42`: inspect shows it,
