@@ -251,6 +251,31 @@ impl Report {
     }
 }
 
+/// Drains each of `children`'s output from now on, each in a thread of its own (a worker
+/// that streams its admissions must never wait on a full pipe while the test does something
+/// else); the returned function waits for them all and gives their outputs, in order, each
+/// from a worker that succeeded.
+fn drained(children: Vec<std::process::Child>) -> impl FnOnce() -> Vec<String> {
+    let readers: Vec<_> = children
+        .into_iter()
+        .map(|child| std::thread::spawn(move || child.wait_with_output()))
+        .collect();
+    move || {
+        readers
+            .into_iter()
+            .enumerate()
+            .map(|(i, reader)| {
+                let out = reader
+                    .join()
+                    .expect("a worker's reader")
+                    .expect("a worker's output");
+                assert!(out.status.success(), "worker {}: {:?}", i + 1, out.status);
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            })
+            .collect()
+    }
+}
+
 /// Spawns `processes` workers and sums their reports.
 fn run_workers(run: &Run, processes: usize) -> Report {
     run_workers_at(run, &vec![run.rate; processes])
@@ -274,10 +299,7 @@ fn run_workers_at(run: &Run, rates: &[u64]) -> Report {
         })
         .collect();
     let mut report = Report::default();
-    for child in children {
-        let out = child.wait_with_output().expect("a worker's output");
-        assert!(out.status.success(), "a worker failed: {:?}", out.status);
-        let text = String::from_utf8_lossy(&out.stdout);
+    for text in drained(children)() {
         let mut reported = false;
         for line in text.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
@@ -1095,13 +1117,11 @@ fn a_worker_killed_holding_a_lease_strands_at_most_its_share_and_nothing_is_over
     };
     let exe = std::env::current_exe().expect("the test binary");
     let mut children: Vec<_> = (0..3).map(|_| spawn_worker(&exe, &run, true)).collect();
-    let killed = kill_once_leasing(children.remove(0), 20);
+    let victim = children.remove(0);
+    let others = drained(children);
+    let killed = kill_once_leasing(victim, 20);
     let mut outputs = vec![killed];
-    for (i, child) in children.into_iter().enumerate() {
-        let out = child.wait_with_output().expect("a worker's output");
-        assert!(out.status.success(), "worker {}: {:?}", i + 1, out.status);
-        outputs.push(String::from_utf8_lossy(&out.stdout).into_owned());
-    }
+    outputs.extend(others());
     let mut admitted = [0u64; 2];
     for text in &outputs {
         for (key, count) in admitted.iter_mut().enumerate() {
@@ -1148,15 +1168,13 @@ fn a_token_bucket_holder_killed_strands_its_share_for_one_validity_and_nothing_i
     };
     let exe = std::env::current_exe().expect("the test binary");
     let mut children: Vec<_> = (0..3).map(|_| spawn_worker(&exe, &run, true)).collect();
+    let victim = children.remove(0);
+    let others = drained(children);
     // Killed once it spends a rate share: it holds one then.
-    let killed = kill_once_leasing(children.remove(0), 40);
+    let killed = kill_once_leasing(victim, 40);
     let killed_at = wall_us();
     let mut outputs = vec![killed];
-    for (i, child) in children.into_iter().enumerate() {
-        let out = child.wait_with_output().expect("a worker's output");
-        assert!(out.status.success(), "worker {}: {:?}", i + 1, out.status);
-        outputs.push(String::from_utf8_lossy(&out.stdout).into_owned());
-    }
+    outputs.extend(others());
     let mut at = Vec::new();
     for text in &outputs {
         for line in text.lines().filter(|l| l.starts_with("ADMIT_AT ")) {
