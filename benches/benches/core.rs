@@ -24,8 +24,11 @@ use criterion::measurement::Measurement;
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use rein_benches::ThreadCpuTime;
 use rein_core::{
-    AcquireError, Algorithm, FixedWindow, FixedWindowState, Limit, Micros, Policy, SlidingCounter,
-    SlidingCounterState, SlidingLog, SlidingLogState, Timestamp, TokenBucket, TokenBucketState,
+    AcquireError, Algorithm, Limit, Micros, Policy, Timestamp,
+    fixed_window::{FixedWindow, FixedWindowState},
+    sliding_counter::{SlidingCounter, SlidingCounterState},
+    sliding_log::{SlidingLog, SlidingLogState},
+    token_bucket::{TokenBucket, TokenBucketState},
 };
 
 fn allow_heavy<M: Measurement>(c: &mut Criterion<M>, group: &str) {

@@ -76,7 +76,7 @@ pub enum AcquireError {
 }
 
 /// State read back from a store that no sequence of decisions could have produced (see
-/// [`SlidingLogState::from_entries`](crate::SlidingLogState::from_entries)).
+/// [`SlidingLogState::from_entries`](crate::sliding_log::SlidingLogState::from_entries)).
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum DecodeError {

@@ -4,7 +4,7 @@
 //! The cheapest exact counter, with a known weakness: windows do not overlap, so a client
 //! can spend a whole window's limit just before a boundary and another just after it,
 //! admitting up to `2 × limit` within any span of one `window` length. Use
-//! [`SlidingLog`](crate::SlidingLog) when that matters.
+//! [`SlidingLog`](crate::sliding_log::SlidingLog) when that matters.
 
 use std::num::NonZeroU32;
 
@@ -15,7 +15,8 @@ use crate::{AcquireError, Algorithm, ConfigError, Decision, Micros, Outcome, Tim
 /// A validated fixed-window limit: `limit` cost units per aligned `window`.
 ///
 /// ```
-/// use rein_core::{Algorithm, FixedWindow, FixedWindowState, Micros, Timestamp};
+/// use rein_core::fixed_window::{FixedWindow, FixedWindowState};
+/// use rein_core::{Algorithm, Micros, Timestamp};
 ///
 /// let per_minute = FixedWindow::new(100, Micros::from_secs(60))?;
 /// let mut state = FixedWindowState::default();
@@ -136,7 +137,8 @@ impl FixedWindow {
     /// in the next one, so a late return under-admits at worst, never over-admits.
     ///
     /// ```
-    /// use rein_core::{Algorithm, FixedWindow, FixedWindowState, Micros, Timestamp};
+    /// use rein_core::fixed_window::{FixedWindow, FixedWindowState};
+    /// use rein_core::{Algorithm, Micros, Timestamp};
     ///
     /// let limit = FixedWindow::new(10, Micros::from_secs(1))?;
     /// let mut state = FixedWindowState::default();

@@ -8,6 +8,14 @@
 //! ([`rein-redis`], whose scripts render these same functions and are pinned to them by a
 //! differential test), and in the simulator, where time is virtual.
 //!
+//! # Where to start
+//! [`Limit`] (one of the four algorithms, built with its numbers: [`Limit::token_bucket`],
+//! [`Limit::fixed_window`], ...), [`Policy`] (up to [`MAX_LIMITS`] limits, all or nothing)
+//! and its [`PolicyState`], [`NamedPolicy`] (a policy with the name stores key it by),
+//! [`Decision`], and the time types [`Micros`] and [`Timestamp`]. Stores implement
+//! [`Limiter`] (and [`Leasable`] to be leased over). Each algorithm's own type and state are
+//! in its module, and the rate shares that lease a token bucket in [`rate_share`].
+//!
 //! # Algorithms
 //! | module | state | admits | memory per key |
 //! |---|---|---|---|
@@ -68,21 +76,13 @@ pub mod token_bucket;
 pub use algorithm::Algorithm;
 pub use decision::{Decision, Outcome};
 pub use error::{AcquireError, ConfigError, DecodeError};
-pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use limit::{Limit, LimitState};
 pub use limiter::{
     DEFAULT_DEADLINE, DecideError, Held, KeyError, Leasable, Limiter, NamedPolicy, PrepareError,
     SourceError, StoreError,
 };
 pub use policy::{MAX_LIMITS, Policy, PolicyState};
-pub use rate_share::{
-    Grant, RateAnswer, RateOp, RateShares, RateState, ReturnRequest, Share, ShareBucket,
-    ShareError, TakeRequest, Taken,
-};
-pub use sliding_counter::{SlidingCounter, SlidingCounterState};
-pub use sliding_log::{LogEntry, SlidingLog, SlidingLogState};
 pub use time::{MAX_MICROS, MAX_SPAN, Micros, Timestamp};
-pub use token_bucket::{TokenBucket, TokenBucketState};
 
 fn ensure_nonzero(what: &'static str, value: u64) -> Result<(), ConfigError> {
     if value == 0 {

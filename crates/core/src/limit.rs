@@ -3,9 +3,11 @@
 use std::num::NonZeroU32;
 
 use crate::{
-    AcquireError, Algorithm, ConfigError, Decision, FixedWindow, FixedWindowState, Outcome,
-    SlidingCounter, SlidingCounterState, SlidingLog, SlidingLogState, Timestamp, TokenBucket,
-    TokenBucketState,
+    AcquireError, Algorithm, ConfigError, Decision, Outcome, Timestamp,
+    fixed_window::{FixedWindow, FixedWindowState},
+    sliding_counter::{SlidingCounter, SlidingCounterState},
+    sliding_log::{SlidingLog, SlidingLogState},
+    token_bucket::{TokenBucket, TokenBucketState},
 };
 
 /// A limit of one of the four algorithms.

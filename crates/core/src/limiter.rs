@@ -25,8 +25,11 @@ use std::time::Duration;
 use thiserror::Error;
 
 #[cfg(doc)]
-use crate::RateShares;
-use crate::{ConfigError, Decision, Micros, Policy, RateAnswer, RateOp, ShareError, Timestamp};
+use crate::rate_share::RateShares;
+use crate::{
+    ConfigError, Decision, Micros, Policy, Timestamp,
+    rate_share::{RateAnswer, RateOp, ShareError},
+};
 
 /// A way of deciding: apply a prepared policy to a key, atomically.
 ///

@@ -41,7 +41,8 @@
 use thiserror::Error;
 
 use crate::{
-    Algorithm, ConfigError, Decision, MAX_MICROS, MAX_SPAN, Micros, Timestamp, TokenBucket,
+    Algorithm, ConfigError, Decision, MAX_MICROS, MAX_SPAN, Micros, Timestamp,
+    token_bucket::TokenBucket,
 };
 
 /// A token bucket prepared for rate shares: its capacity and rate in share units.
@@ -911,7 +912,7 @@ mod tests {
         while a.try_take(ms(15), &s, 1) {
             admitted.push((ms(15), 1));
         }
-        let mut oracle = crate::TokenBucketState::default();
+        let mut oracle = crate::token_bucket::TokenBucketState::default();
         for (t, cost) in admitted {
             assert!(bucket.acquire(t, &mut oracle, cost).unwrap().is_allowed());
         }

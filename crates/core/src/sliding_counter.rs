@@ -12,7 +12,7 @@
 //! multiplied through by `window`, so it is exact in integers (`limit × window` is
 //! validated to stay below 2^52).
 //!
-//! State is O(1) (24 bytes) whatever the limit, unlike [`SlidingLog`](crate::SlidingLog).
+//! State is O(1) (24 bytes) whatever the limit, unlike [`SlidingLog`](crate::sliding_log::SlidingLog).
 //! The price is accuracy: when the previous window's requests were bunched at its end, the
 //! estimate undercounts them, and in the worst case a span of one `window` admits up to
 //! `limit + previous × elapsed / window`, which is below `2 × limit`. When they were bunched
@@ -28,7 +28,8 @@ use crate::{AcquireError, Algorithm, ConfigError, Decision, Micros, Timestamp};
 /// A validated sliding-window-counter limit: about `limit` cost units per `window`.
 ///
 /// ```
-/// use rein_core::{Algorithm, Micros, SlidingCounter, SlidingCounterState, Timestamp};
+/// use rein_core::sliding_counter::{SlidingCounter, SlidingCounterState};
+/// use rein_core::{Algorithm, Micros, Timestamp};
 ///
 /// let limit = SlidingCounter::new(10, Micros::from_secs(1))?;
 /// let mut state = SlidingCounterState::default();

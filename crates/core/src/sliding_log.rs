@@ -5,8 +5,8 @@
 //! `(now − window, ∞)` plus its own cost is at most `limit`. The log keeps one entry per
 //! distinct instant (requests at the same microsecond merge), so its memory grows with the
 //! traffic: at most `limit` entries of 16 bytes each, plus the container. This is the
-//! algorithm to choose when the boundary burst of [`FixedWindow`](crate::FixedWindow) or the
-//! approximation of [`SlidingCounter`](crate::SlidingCounter) is not acceptable and the
+//! algorithm to choose when the boundary burst of [`FixedWindow`](crate::fixed_window::FixedWindow) or the
+//! approximation of [`SlidingCounter`](crate::sliding_counter::SlidingCounter) is not acceptable and the
 //! limit is modest.
 //!
 //! # Future stamps (leases)
@@ -35,7 +35,8 @@ use crate::{AcquireError, Algorithm, ConfigError, Decision, DecodeError, Micros,
 /// A validated sliding-log limit: `limit` cost units in any span of `window`.
 ///
 /// ```
-/// use rein_core::{Algorithm, Micros, SlidingLog, SlidingLogState, Timestamp};
+/// use rein_core::sliding_log::{SlidingLog, SlidingLogState};
+/// use rein_core::{Algorithm, Micros, Timestamp};
 ///
 /// let limit = SlidingLog::new(2, Micros::from_secs(10))?;
 /// let mut log = SlidingLogState::default();
@@ -107,7 +108,8 @@ impl SlidingLog {
     /// Pass the stamp, `now + hold`, to [`refund_held`](Self::refund_held).
     ///
     /// ```
-    /// use rein_core::{Micros, SlidingLog, SlidingLogState, Timestamp};
+    /// use rein_core::sliding_log::{SlidingLog, SlidingLogState};
+    /// use rein_core::{Micros, Timestamp};
     ///
     /// let limit = SlidingLog::new(2, Micros::from_secs(10))?;
     /// let mut log = SlidingLogState::default();

@@ -25,7 +25,8 @@ use crate::{
 /// A validated token-bucket limit: `capacity` tokens, `refill` more every `period`.
 ///
 /// ```
-/// use rein_core::{Algorithm, Micros, Timestamp, TokenBucket, TokenBucketState};
+/// use rein_core::token_bucket::{TokenBucket, TokenBucketState};
+/// use rein_core::{Algorithm, Micros, Timestamp};
 ///
 /// // 10 tokens, refilled at 1 per second.
 /// let bucket = TokenBucket::new(10, 1, Micros::from_secs(1))?;

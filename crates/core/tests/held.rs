@@ -13,7 +13,10 @@ use std::collections::BTreeMap;
 
 use proptest::collection::vec;
 use proptest::prelude::*;
-use rein_core::{Algorithm, Micros, SlidingLog, SlidingLogState, Timestamp};
+use rein_core::{
+    Algorithm, Micros, Timestamp,
+    sliding_log::{SlidingLog, SlidingLogState},
+};
 
 #[derive(Clone, Copy, Debug)]
 enum Op {

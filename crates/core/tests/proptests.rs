@@ -22,9 +22,12 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{RngSeed, TestCaseError};
 use rein_core::{
-    AcquireError, ConfigError, Decision, FixedWindowState, Limit, LimitState, LogEntry, MAX_MICROS,
-    MAX_SPAN, Micros, Policy, PolicyState, SlidingCounterState, SlidingLogState, Timestamp,
-    TokenBucketState,
+    AcquireError, ConfigError, Decision, Limit, LimitState, MAX_MICROS, MAX_SPAN, Micros, Policy,
+    PolicyState, Timestamp,
+    fixed_window::FixedWindowState,
+    sliding_counter::SlidingCounterState,
+    sliding_log::{LogEntry, SlidingLogState},
+    token_bucket::TokenBucketState,
 };
 
 const CASES: u32 = 256;

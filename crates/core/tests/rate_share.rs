@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use rein_core::{
-    Algorithm, Micros, RateShares, RateState, ReturnRequest, ShareBucket, TakeRequest, Taken,
-    Timestamp, TokenBucket, TokenBucketState,
+    Algorithm, Micros, Timestamp,
+    rate_share::{RateShares, RateState, ReturnRequest, ShareBucket, TakeRequest, Taken},
+    token_bucket::{TokenBucket, TokenBucketState},
 };
 
 #[derive(Clone, Debug)]

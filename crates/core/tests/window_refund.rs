@@ -12,8 +12,9 @@
 use proptest::collection::vec;
 use proptest::prelude::*;
 use rein_core::{
-    Algorithm, FixedWindow, FixedWindowState, Micros, SlidingCounter, SlidingCounterState,
-    Timestamp,
+    Algorithm, Micros, Timestamp,
+    fixed_window::{FixedWindow, FixedWindowState},
+    sliding_counter::{SlidingCounter, SlidingCounterState},
 };
 
 /// One step of a world: time passes, a direct request, or a block is taken.

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::{
-    DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, PrepareError, RateAnswer,
-    RateOp, StoreError, Timestamp,
+    DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, PrepareError, StoreError,
+    Timestamp,
+    rate_share::{RateAnswer, RateOp},
 };
 use rein_memory::{Clock, MemoryLimiter};
 use tracing::Instrument;

@@ -1037,8 +1037,8 @@ impl<S: rein_core::Leasable> rein_core::Leasable for Slow<S> {
         _: Option<rein_core::Timestamp>,
         _: &S::Prepared,
         _: &[u8],
-        _: rein_core::RateOp,
-    ) -> Result<rein_core::RateAnswer, rein_core::DecideError> {
+        _: rein_core::rate_share::RateOp,
+    ) -> Result<rein_core::rate_share::RateAnswer, rein_core::DecideError> {
         Err(rein_core::DecideError::Unsupported {
             operation: "share_rate",
         })

@@ -7,8 +7,12 @@ use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 
 use rein_core::{
-    AcquireError, DecideError, Decision, FixedWindow, Limit, Micros, Outcome, Policy, RateAnswer,
-    RateOp, SlidingCounter, SlidingLog, Timestamp, TokenBucket,
+    AcquireError, DecideError, Decision, Limit, Micros, Outcome, Policy, Timestamp,
+    fixed_window::FixedWindow,
+    rate_share::{RateAnswer, RateOp},
+    sliding_counter::SlidingCounter,
+    sliding_log::SlidingLog,
+    token_bucket::TokenBucket,
 };
 
 use crate::rate::{RateTable, not_shareable};
@@ -78,7 +82,7 @@ macro_rules! dispatch {
 /// 16-byte slot; the tables grow by doubling and stay at most 7/8 full, so a slot costs
 /// 1.15× to 2.3× its size. Heap data comes on top: the bytes of a `String` key, 40 bytes
 /// per limit after the first in a multi-limit policy, and 16 bytes per logged admission of
-/// a [sliding log](rein_core::SlidingLog), whose log is allocated for 4 entries at its first
+/// a [sliding log](rein_core::sliding_log::SlidingLog), whose log is allocated for 4 entries at its first
 /// admission (64 bytes). Tables never shrink, so memory follows the peak key count, which
 /// `max_keys` bounds.
 ///
@@ -321,7 +325,7 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
 
     /// Runs one rate-share operation on `key` at `now` (leases of a token bucket's rate,
     /// [`Leasable::share_rate`](rein_core::Leasable::share_rate)). Errors with
-    /// [`ShareError::NotShareable`](rein_core::ShareError::NotShareable) unless the policy
+    /// [`ShareError::NotShareable`](rein_core::rate_share::ShareError::NotShareable) unless the policy
     /// is one token bucket whose share units are exact. The share state is apart from the
     /// plain bucket's: decide such a key only this way.
     pub fn share_rate_at(
@@ -673,7 +677,8 @@ mod tests {
     #[test]
     fn slot_sizes_are_as_documented() {
         use rein_core::{
-            FixedWindowState, PolicyState, SlidingCounterState, SlidingLogState, TokenBucketState,
+            PolicyState, fixed_window::FixedWindowState, sliding_counter::SlidingCounterState,
+            sliding_log::SlidingLogState, token_bucket::TokenBucketState,
         };
         assert_eq!(size_of::<(u64, Timestamp)>(), 16);
         assert_eq!(size_of::<(u64, TokenBucketState)>(), 24);

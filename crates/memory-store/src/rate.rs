@@ -14,8 +14,8 @@ use std::hash::Hash;
 use std::sync::{Mutex, PoisonError};
 
 use rein_core::{
-    DecideError, Policy, RateAnswer, RateOp, RateShares, RateState, ShareError, StoreError,
-    Timestamp,
+    DecideError, Policy, StoreError, Timestamp,
+    rate_share::{RateAnswer, RateOp, RateShares, RateState, ShareError},
 };
 
 /// The rate-share states of one policy's keys.

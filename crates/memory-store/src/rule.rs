@@ -15,8 +15,11 @@
 //! property test in `tests/model.rs` compares every shape against `Policy` on a map.
 
 use rein_core::{
-    AcquireError, Algorithm, Decision, FixedWindow, Micros, Outcome, Policy, PolicyState,
-    SlidingCounter, SlidingLog, Timestamp, TokenBucket, TokenBucketState,
+    AcquireError, Algorithm, Decision, Micros, Outcome, Policy, PolicyState, Timestamp,
+    fixed_window::FixedWindow,
+    sliding_counter::SlidingCounter,
+    sliding_log::SlidingLog,
+    token_bucket::{TokenBucket, TokenBucketState},
 };
 
 /// rein-core's decision functions for one state type.

@@ -11,7 +11,8 @@ use std::num::NonZeroUsize;
 
 use rein_core::{
     AcquireError, DecideError, Decision, Held, KeyError, Leasable, Limiter, Micros, NamedPolicy,
-    PrepareError, RateAnswer, RateOp, StoreError, Timestamp,
+    PrepareError, StoreError, Timestamp,
+    rate_share::{RateAnswer, RateOp},
 };
 
 use crate::{Clock, MemoryLimiter, SystemClock};
@@ -292,7 +293,9 @@ mod tests {
     /// error for a policy that is not one token bucket.
     #[test]
     fn rate_shares_run_the_core_transitions_per_key() {
-        use rein_core::{RateAnswer, RateOp, RateShares, RateState, TakeRequest, Taken};
+        use rein_core::rate_share::{
+            RateAnswer, RateOp, RateShares, RateState, TakeRequest, Taken,
+        };
         let store = MemoryStore::new();
         let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).unwrap();
         let p = store
@@ -341,7 +344,7 @@ mod tests {
         assert!(matches!(
             block_on(store.share_rate(Some(t), &w, b"k", take)),
             Err(DecideError::InvalidShare(
-                rein_core::ShareError::NotShareable
+                rein_core::rate_share::ShareError::NotShareable
             ))
         ));
     }

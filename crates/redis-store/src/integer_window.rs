@@ -17,7 +17,10 @@
 //! This module is the Rust half (key tag, decoding for `RedisStore::state`, encoding for
 //! the optimistic store); the script computes the same modulus from the same rule.
 
-use rein_core::{FixedWindow, FixedWindowState, MAX_MICROS, Timestamp};
+use rein_core::{
+    MAX_MICROS, Timestamp,
+    fixed_window::{FixedWindow, FixedWindowState},
+};
 
 /// Every integer up to this is exact in a Lua number (a double): the script's arithmetic.
 const EXACT: u64 = 1 << 53;

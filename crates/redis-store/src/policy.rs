@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use rein_core::{Algorithm, ConfigError, Limit, NamedPolicy, Policy, TokenBucket};
+use rein_core::{Algorithm, ConfigError, Limit, NamedPolicy, Policy, token_bucket::TokenBucket};
 
 use crate::integer_window::IntegerWindow;
 use crate::script::ScriptKind;

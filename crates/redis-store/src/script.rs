@@ -11,8 +11,8 @@ use std::sync::LazyLock;
 
 use redis::{Cmd, Value};
 use rein_core::{
-    Decision, Grant, MAX_MICROS, Micros, Outcome, RateAnswer, RateOp, RateShares, SourceError,
-    StoreError, Taken, Timestamp,
+    Decision, MAX_MICROS, Micros, Outcome, SourceError, StoreError, Timestamp,
+    rate_share::{Grant, RateAnswer, RateOp, RateShares, Taken},
 };
 
 use crate::RedisPolicy;

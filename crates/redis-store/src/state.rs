@@ -13,8 +13,11 @@
 
 use redis::{Pipeline, Value};
 use rein_core::{
-    FixedWindowState, Limit, LimitState, LogEntry, MAX_MICROS, PolicyState, SlidingCounterState,
-    SlidingLogState, Timestamp, TokenBucketState,
+    Limit, LimitState, MAX_MICROS, PolicyState, Timestamp,
+    fixed_window::FixedWindowState,
+    sliding_counter::SlidingCounterState,
+    sliding_log::{LogEntry, SlidingLogState},
+    token_bucket::TokenBucketState,
 };
 
 use crate::RedisPolicy;

@@ -8,8 +8,8 @@ use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, RedisResult, Value};
 use rein_core::{
     DecideError, Decision, Held, KeyError, Leasable, Limit, Limiter, MAX_MICROS, Micros,
-    NamedPolicy, PolicyState, PrepareError, RateAnswer, RateOp, RateShares, RateState, ShareError,
-    SourceError, StoreError, Timestamp,
+    NamedPolicy, PolicyState, PrepareError, SourceError, StoreError, Timestamp,
+    rate_share::{RateAnswer, RateOp, RateShares, RateState, ShareError},
 };
 use tokio::sync::oneshot;
 use tokio::time::Instant;

@@ -11,8 +11,11 @@ use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestR
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use rein_core::{
-    DecideError, Leasable, Limit, MAX_MICROS, Micros, Policy, RateAnswer, RateOp, RateShares,
-    RateState, ReturnRequest, Share, ShareError, TakeRequest, Taken, Timestamp,
+    DecideError, Leasable, Limit, MAX_MICROS, Micros, Policy, Timestamp,
+    rate_share::{
+        RateAnswer, RateOp, RateShares, RateState, ReturnRequest, Share, ShareError, TakeRequest,
+        Taken,
+    },
 };
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;

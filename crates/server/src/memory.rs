@@ -115,15 +115,18 @@ impl Leasable for ReloadableMemoryStore {
         now: Option<Timestamp>,
         policy: &Self::Prepared,
         key: &[u8],
-        op: rein_core::RateOp,
-    ) -> impl Future<Output = Result<rein_core::RateAnswer, DecideError>> + Send {
+        op: rein_core::rate_share::RateOp,
+    ) -> impl Future<Output = Result<rein_core::rate_share::RateAnswer, DecideError>> + Send {
         self.store.share_rate(now, policy, key, op)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use rein_core::{Limit, Policy, RateAnswer, RateOp};
+    use rein_core::{
+        Limit, Policy,
+        rate_share::{RateAnswer, RateOp},
+    };
 
     use super::*;
 

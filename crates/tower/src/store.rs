@@ -7,7 +7,8 @@ use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use rein_core::{
     DecideError, Decision, Held, KeyError, Leasable, Limiter, Micros, NamedPolicy, PolicyState,
-    PrepareError, RateAnswer, RateOp, StoreError, Timestamp,
+    PrepareError, StoreError, Timestamp,
+    rate_share::{RateAnswer, RateOp},
 };
 use rein_redis::{RedisPolicy, RedisStore, StateError};
 

@@ -3,7 +3,10 @@
 //! a `rein::LeasedLimiter` leases it by) among them, also through the resilient limiter a
 //! config file builds over it.
 
-use rein_core::{Leasable, Limiter, RateAnswer, RateOp};
+use rein_core::{
+    Leasable, Limiter,
+    rate_share::{RateAnswer, RateOp},
+};
 use rein_redis_harness::RedisServer;
 use rein_tower::Config;
 

@@ -28,7 +28,8 @@ use std::time::Duration;
 
 use rein_core::{
     DecideError, Decision, KeyError, Leasable, Limiter, Micros, NamedPolicy, PrepareError,
-    RateAnswer, RateOp, RateShares, StoreError, Timestamp,
+    StoreError, Timestamp,
+    rate_share::{RateAnswer, RateOp, RateShares},
 };
 use rein_memory::Clock;
 use tokio::sync::Notify;

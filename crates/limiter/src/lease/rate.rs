@@ -3,7 +3,7 @@
 //!
 //! A token bucket is leased as rate, not tokens (docs/leases.md, "Token bucket: lease
 //! rate"): for each hot key the node holds a **sub-bucket** (burst `cᵢ`, rate `rᵢ`) granted
-//! by the store ([`rein_core::RateShares`]) and spends it locally ([`ShareBucket`]). The
+//! by the store ([`rein_core::rate_share::RateShares`]) and spends it locally ([`ShareBucket`]). The
 //! book renews the share every renewal interval on its timer, reporting the key's demand
 //! (the last one reported while the new count is within 25 % of it), so shares follow
 //! demand; it confirms a shrink with a take at once (the store frees the old grant only
@@ -43,8 +43,8 @@ use std::collections::{BTreeSet, VecDeque};
 
 use hashbrown::HashMap;
 use rein_core::{
-    Decision, Micros, Outcome, RateShares, ReturnRequest, ShareBucket, TakeRequest, Taken,
-    Timestamp,
+    Decision, Micros, Outcome, Timestamp,
+    rate_share::{RateShares, ReturnRequest, ShareBucket, TakeRequest, Taken},
 };
 
 use super::book::{Admit, LeaseConfig, LeaseKey, LeaseKeyRef};
@@ -680,7 +680,7 @@ const CLOCK_MARGIN_PERMILLE: u64 = 1;
 
 #[cfg(test)]
 mod tests {
-    use rein_core::{Grant, TokenBucket};
+    use rein_core::{rate_share::Grant, token_bucket::TokenBucket};
 
     use super::*;
 

@@ -33,7 +33,7 @@
 //! policy with a token bucket, and sliding logs beside other algorithms, are decided
 //! directly.
 
-use rein_core::{Decision, Limit, Micros, Policy, RateShares};
+use rein_core::{Decision, Limit, Micros, Policy, rate_share::RateShares};
 use thiserror::Error;
 
 /// How a leasable policy's grants are read. Small and `Copy`: the lease book keeps one per

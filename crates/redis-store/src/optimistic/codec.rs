@@ -162,8 +162,11 @@ pub(crate) fn ttl_millis(reset_after: Micros, min_ttl_ms: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use rein_core::{
-        FixedWindowState, Limit, LogEntry, Policy, SlidingCounterState, SlidingLogState,
-        TokenBucketState,
+        Limit, Policy,
+        fixed_window::FixedWindowState,
+        sliding_counter::SlidingCounterState,
+        sliding_log::{LogEntry, SlidingLogState},
+        token_bucket::TokenBucketState,
     };
 
     use super::*;

@@ -13,8 +13,9 @@ use crate::lease::{Admit, LeaseConfig, LeaseKey, LeaseKeyRef, RateAction, RateBo
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use rein_core::{
-    Algorithm, Micros, RateAnswer, RateOp, RateShares, RateState, Timestamp, TokenBucket,
-    TokenBucketState,
+    Algorithm, Micros, Timestamp,
+    rate_share::{RateAnswer, RateOp, RateShares, RateState},
+    token_bucket::{TokenBucket, TokenBucketState},
 };
 
 const KEY: LeaseKeyRef<'static> = LeaseKeyRef { slot: 0, key: b"k" };
