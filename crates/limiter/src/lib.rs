@@ -6,6 +6,9 @@
 //! [`Leasable`](rein_core::Leasable) to be leased over, and nothing more.
 //!
 //! # Where to start
+//! One dependency, `rein`, for the common paths: the limits ([`Limit`], [`Policy`],
+//! [`NamedPolicy`], [`Micros`]), the stores ([`redis::RedisStore`] with the default `redis`
+//! feature, [`memory::MemoryStore`]), and the limiters:
 //! - [`ResilientLimiter`] over a store: every request gets an answer within the store's
 //!   deadline, by the [`FailurePolicy`] the operator chose; each answer says where it came
 //!   from ([`Decided`], [`Source`]). Build it with a [`PolicyTable`] (which policy a key
@@ -102,6 +105,17 @@ pub use lease::{LeaseConfig, LeaseDecided, LeaseSource, LeasedLimiter};
 pub use limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy, TimeSource};
 pub use stats::StatsSnapshot;
 pub use table::PolicyTable;
+
+// The limits themselves, and the stores: what a program needs beside the limiter, from
+// this one crate.
+pub use rein_core::{Limit, Micros, NamedPolicy, Policy};
+/// rein-memory: limits in one process (`rein::memory::MemoryStore`), also the local
+/// fallback the failure policy uses.
+pub use rein_memory as memory;
+/// rein-redis: limits shared between servers through Redis
+/// (`rein::redis::RedisStore`). With the `redis` feature, on by default.
+#[cfg(feature = "redis")]
+pub use rein_redis as redis;
 
 /// docs/failure.md, compiled with the doctests so that its example keeps up with the API.
 #[cfg(doctest)]
