@@ -298,11 +298,6 @@ impl OptimisticStore {
         }
     }
 
-    /// The longest a call may take ([`OptimisticStoreBuilder::deadline`]).
-    pub fn deadline(&self) -> Duration {
-        self.inner.deadline
-    }
-
     /// How many connections are open and idle right now (for tests and metrics).
     pub fn idle_connections(&self) -> usize {
         self.inner.pool.idle()

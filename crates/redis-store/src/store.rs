@@ -300,12 +300,6 @@ where
         crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())
     }
 
-    /// The longest a call may take ([`RedisStoreBuilder::deadline`]): what a caller waits
-    /// at most, and what the resilient limiter's breaker gives a probe.
-    pub fn deadline(&self) -> Duration {
-        self.inner.deadline
-    }
-
     async fn decide(
         &self,
         op: Op,
@@ -708,6 +702,8 @@ where
         self.refund_inner(Op::Refund, now, policy, key, amount)
     }
 
+    /// The longest a call may take ([`RedisStoreBuilder::deadline`]): what a caller waits
+    /// at most, and what the resilient limiter's breaker gives a probe.
     fn deadline(&self) -> Option<Duration> {
         Some(self.inner.deadline)
     }
