@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
+use rein_core::Limiter;
 use rein_core::{Limit, Micros, Policy};
 use rein_redis::{
     OptimisticStore, OptimisticStoreBuilder, RedisPolicy, RedisStore, RedisStoreBuilder,
@@ -166,8 +167,14 @@ async fn measure(
                 };
                 let t = Instant::now();
                 let ok = match &store {
-                    Store::Lua(s) => s.acquire(&policy, key.to_le_bytes(), 1).await.is_ok(),
-                    Store::Occ(s) => s.acquire(&policy, key.to_le_bytes(), 1).await.is_ok(),
+                    Store::Lua(s) => s
+                        .acquire(None, &policy, key.to_le_bytes().as_ref(), 1)
+                        .await
+                        .is_ok(),
+                    Store::Occ(s) => s
+                        .acquire(None, &policy, key.to_le_bytes().as_ref(), 1)
+                        .await
+                        .is_ok(),
                 };
                 latencies.push(t.elapsed());
                 failed += u64::from(!ok);

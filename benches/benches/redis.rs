@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rein_benches::naive::{NAIVE_FIXED_WINDOW, NAIVE_SLIDING_LOG, NAIVE_TOKEN_BUCKET};
-use rein_core::{Algorithm, Limit, Micros, Policy};
+use rein_core::{Algorithm, Limit, Limiter, Micros, Policy};
 use rein_redis::{Coalesce, RedisPolicy, RedisStore, RedisStoreBuilder, SCRIPTS};
 use rein_redis_harness::RedisServer;
 
@@ -494,7 +494,9 @@ async fn rein_throughput(
             let mut key = task.wrapping_mul(0x9e37_79b9_7f4a_7c15) % KEYS;
             while !stop.load(Ordering::Relaxed) {
                 key = (key + 7_919) % KEYS;
-                let decision = store.acquire(&policy, key.to_le_bytes(), 1).await;
+                let decision = store
+                    .acquire(None, &policy, key.to_le_bytes().as_ref(), 1)
+                    .await;
                 assert!(decision.expect("a decision").is_allowed());
                 done.fetch_add(1, Ordering::Relaxed);
             }
@@ -593,7 +595,7 @@ async fn rein_latency(
     for i in 0..n {
         let key = (i * 7_919) % KEYS;
         let started = Instant::now();
-        let decision = store.acquire(policy, key.to_le_bytes(), 1).await;
+        let decision = store.acquire(None, policy, &key.to_le_bytes(), 1).await;
         samples.push(started.elapsed());
         assert!(decision.expect("a decision").is_allowed());
     }

@@ -14,6 +14,7 @@ use rein_redis::{
 use rein_redis_harness::RedisServer;
 
 use super::*;
+use rein_core::Limiter;
 
 /// The Redis-backed peers, in table order.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -221,14 +222,18 @@ impl RedisPeer {
     /// Decides one request of cost 1 for `key`.
     pub(crate) async fn decide(&self, key: &str) -> Outcome {
         match self {
-            Self::Rein { store, policy } => outcome(store.acquire(policy, key, 1).await),
+            Self::Rein { store, policy } => {
+                outcome(store.acquire(None, policy, key.as_bytes(), 1).await)
+            }
             Self::Resilient(limiter) => match limiter.acquire(key, 1).await {
                 Ok(d) if !d.source.is_exact() => Outcome::NoDecision,
                 Ok(d) if d.is_allowed() => Outcome::Admitted,
                 Ok(_) => Outcome::Denied,
                 Err(_) => Outcome::NoDecision,
             },
-            Self::Optimistic { store, policy } => outcome(store.acquire(policy, key, 1).await),
+            Self::Optimistic { store, policy } => {
+                outcome(store.acquire(None, policy, key.as_bytes(), 1).await)
+            }
             Self::NaiveRmw { conn, bucket } => naive_rmw(conn.clone(), *bucket, key).await,
             Self::LuaBucket {
                 conn,

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use rein_core::Limiter;
 use rein_core::{Limit, Micros, NamedPolicy, Policy};
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
@@ -223,7 +224,7 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
             .await
             .expect("connect");
         take_three(&store).await;
-        let window = store.acquire(&window(), "user-42", 3).await;
+        let window = store.acquire(None, &window(), b"user-42", 3).await;
         assert!(window.expect("decision").is_allowed());
     });
     inspect_then_reset(&path, &["--config"]);
@@ -265,7 +266,7 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
     for _ in 0..3 {
-        let decision = store.acquire(&api(), "user-42", 1).await;
+        let decision = store.acquire(None, &api(), b"user-42", 1).await;
         assert!(decision.expect("decision").is_allowed());
     }
 }

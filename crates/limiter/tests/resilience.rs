@@ -470,7 +470,7 @@ async fn the_deny_cache_denies_locally_until_retry_after_and_never_longer() {
         assert_eq!(cached.decision.retry_after, Micros::from_micros(1));
     }
     let redis_then = store
-        .peek_at(last, &RedisPolicy::prepare(&policy), "k", 1)
+        .peek(Some(last), &RedisPolicy::prepare(&policy), b"k", 1)
         .await
         .expect("peek");
     assert!(!redis_then.is_allowed());
@@ -593,10 +593,10 @@ async fn the_allow_cache_over_admits_no_more_than_its_bound() {
     let windows = 2 + 1; // ⌈T / ttl⌉ + 1 for T = 2 ttl
     assert!(reused <= NODES * MAX_REUSES * windows);
     let state = store
-        .peek_at(
-            t0.saturating_add(Micros::from_secs(2)),
+        .peek(
+            Some(t0.saturating_add(Micros::from_secs(2))),
             &RedisPolicy::prepare(&policy),
-            "k",
+            b"k",
             0,
         )
         .await;

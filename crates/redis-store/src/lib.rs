@@ -12,7 +12,7 @@
 //! rein replaces (docs/performance.md).
 //!
 //! ```no_run
-//! use rein_core::{Limit, Micros, Policy};
+//! use rein_core::{Limit, Limiter, Micros, Policy};
 //! use rein_redis::{RedisPolicy, RedisStore};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,7 +24,7 @@
 //!         Limit::fixed_window(10_000, Micros::from_secs(86_400))?, // and 10 000 a day
 //!     ])?,
 //! )?;
-//! match store.acquire(&per_user, "user-42", 1).await {
+//! match store.acquire(None, &per_user, b"user-42", 1).await {
 //!     Ok(d) if d.is_allowed() => { /* serve */ }
 //!     Ok(d) => { /* 429, Retry-After: d.retry_after */ }
 //!     Err(e) => { /* Redis failed (DecideError::Unavailable): fail open or closed */ }

@@ -67,10 +67,10 @@ use pool::{Connector, Lease, Pool};
 ///
 /// # Clock
 ///
-/// [`acquire`](Self::acquire), [`peek`](Self::peek) and [`refund`](Self::refund) read `now`
-/// from the server's `TIME`, in the same round trip as the state: one clock for every
-/// client. The `*_at` twins take the caller's `now` (tests, replays); don't mix both on
-/// the same keys, and set [`min_ttl`](OptimisticStoreBuilder::min_ttl) when the caller's
+/// [`Limiter::acquire`], [`peek`](Limiter::peek) and [`refund`](Limiter::refund) with a
+/// `now` of `None` read it from the server's `TIME`, in the same round trip as the state:
+/// one clock for every client. `Some(now)` is the caller's clock (tests, replays); don't mix
+/// both on the same keys, and set [`min_ttl`](OptimisticStoreBuilder::min_ttl) when the caller's
 /// clock does not follow Redis's.
 ///
 /// # Deadlines, retries and replays
@@ -102,7 +102,7 @@ use pool::{Connector, Lease, Pool};
 /// [`RedisStore`](crate::RedisStore) (docs/optimistic.md).
 ///
 /// ```no_run
-/// use rein_core::{Limit, Micros, Policy};
+/// use rein_core::{Limit, Limiter, Micros, Policy};
 /// use rein_redis::{OptimisticStore, RedisPolicy};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -111,7 +111,7 @@ use pool::{Connector, Lease, Pool};
 ///     "api",
 ///     Policy::single(Limit::token_bucket(100, 10, Micros::from_secs(1))?),
 /// )?;
-/// let decision = store.acquire(&api, "user-42", 1).await?;
+/// let decision = store.acquire(None, &api, b"user-42", 1).await?;
 /// println!("allowed: {}", decision.is_allowed());
 /// # Ok(())
 /// # }
@@ -179,86 +179,6 @@ impl OptimisticStore {
     /// [`OptimisticStoreBuilder::connect`].
     pub async fn connect(url: &str) -> Result<Self, ConnectError> {
         OptimisticStoreBuilder::new().connect(url).await
-    }
-
-    /// Takes `cost` from every limit of `policy` for `key` if all of them have it, with
-    /// `now` from the server's `TIME`. A denial writes nothing. A cost of zero is a
-    /// [`peek`](Self::peek).
-    pub async fn acquire(
-        &self,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        cost: u64,
-    ) -> Result<Decision, DecideError> {
-        self.call(Op::Acquire, None, policy, key.as_ref(), cost)
-            .await
-            .map(|(d, _, _)| d)
-    }
-
-    /// [`acquire`](Self::acquire) at the caller's `now` (see "Clock" on
-    /// [`OptimisticStore`]).
-    pub async fn acquire_at(
-        &self,
-        now: Timestamp,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        cost: u64,
-    ) -> Result<Decision, DecideError> {
-        self.call(Op::Acquire, Some(now), policy, key.as_ref(), cost)
-            .await
-            .map(|(d, _, _)| d)
-    }
-
-    /// What [`acquire`](Self::acquire) would answer, without writing anything: one round
-    /// trip, no `WATCH`, no transaction.
-    pub async fn peek(
-        &self,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        cost: u64,
-    ) -> Result<Decision, DecideError> {
-        self.call(Op::Peek, None, policy, key.as_ref(), cost)
-            .await
-            .map(|(d, _, _)| d)
-    }
-
-    /// [`peek`](Self::peek) at the caller's `now`.
-    pub async fn peek_at(
-        &self,
-        now: Timestamp,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        cost: u64,
-    ) -> Result<Decision, DecideError> {
-        self.call(Op::Peek, Some(now), policy, key.as_ref(), cost)
-            .await
-            .map(|(d, _, _)| d)
-    }
-
-    /// Gives up to `amount` back to every limit of `policy` for `key`, never beyond full.
-    /// Retried on conflicts like an admission.
-    pub async fn refund(
-        &self,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        amount: u64,
-    ) -> Result<(), DecideError> {
-        self.call(Op::Refund, None, policy, key.as_ref(), amount)
-            .await
-            .map(|_| ())
-    }
-
-    /// [`refund`](Self::refund) at the caller's `now`.
-    pub async fn refund_at(
-        &self,
-        now: Timestamp,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        amount: u64,
-    ) -> Result<(), DecideError> {
-        self.call(Op::Refund, Some(now), policy, key.as_ref(), amount)
-            .await
-            .map(|_| ())
     }
 
     /// Reads the stored state of `policy` for `key` (a missing key is a full limit): for

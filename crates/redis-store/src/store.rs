@@ -33,13 +33,13 @@ use crate::{RedisPolicy, SettingsError, StateError};
 ///
 /// # Clock
 ///
-/// [`acquire`](Self::acquire), [`peek`](Self::peek) and [`refund`](Self::refund) take `now`
-/// from the Redis server's `TIME`, inside the script. This is the default and the one to
+/// [`Limiter::acquire`], [`peek`](Limiter::peek) and [`refund`](Limiter::refund) with a `now`
+/// of `None` take it from the Redis server's `TIME`, inside the script. This is the one to
 /// use in production: every application server then decides on one clock, so a skewed or
 /// jumping application clock cannot admit extra requests or lock clients out.
 ///
-/// The `*_at` twins ([`acquire_at`](Self::acquire_at), ...) take `now` from the caller
-/// instead, for tests, replays and simulators, where time is virtual. Don't mix the two on
+/// `Some(now)` is the caller's clock instead, for tests, replays and simulators, where time
+/// is virtual. Don't mix the two on
 /// the same keys: the state would be judged against two clocks. When the caller's clock does
 /// not advance with Redis's, set [`min_ttl`](RedisStoreBuilder::min_ttl), because key TTLs
 /// always run on Redis's clock.
@@ -68,14 +68,14 @@ use crate::{RedisPolicy, SettingsError, StateError};
 /// once traffic stops. See docs/redis.md.
 ///
 /// ```no_run
-/// use rein_core::{Limit, Micros, Policy};
+/// use rein_core::{Limit, Limiter, Micros, Policy};
 /// use rein_redis::{RedisPolicy, RedisStore};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = RedisStore::connect("redis://127.0.0.1:6379/").await?;
 /// let bucket = Limit::token_bucket(100, 10, Micros::from_secs(1))?;
 /// let api = RedisPolicy::new("api", Policy::single(bucket))?;
-/// let decision = store.acquire(&api, "user-42", 1).await?;
+/// let decision = store.acquire(None, &api, b"user-42", 1).await?;
 /// if !decision.is_allowed() {
 ///     println!("retry in {:?}", std::time::Duration::from(decision.retry_after));
 /// }
@@ -156,81 +156,6 @@ where
     /// `ClusterConnection` do; see [`RedisStoreBuilder::connect_with`] otherwise.
     pub fn new(conn: C) -> Self {
         Self::with_link(RedisStoreBuilder::new(), Link::fixed(conn))
-    }
-
-    /// Takes `cost` from every limit of `policy` for `key` if all of them have it, with
-    /// `now` from the Redis server's clock. A denial changes nothing.
-    ///
-    /// Errors before calling Redis if `cost` exceeds the policy's capacity or `key` is
-    /// empty. A cost of zero is a [`peek`](Self::peek).
-    pub async fn acquire(
-        &self,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        cost: u64,
-    ) -> Result<Decision, DecideError> {
-        self.decide(Op::Acquire, None, policy, key.as_ref(), cost)
-            .await
-    }
-
-    /// [`acquire`](Self::acquire) at the caller's `now` (see "Clock" on [`RedisStore`]).
-    pub async fn acquire_at(
-        &self,
-        now: Timestamp,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        cost: u64,
-    ) -> Result<Decision, DecideError> {
-        self.decide(Op::Acquire, Some(now), policy, key.as_ref(), cost)
-            .await
-    }
-
-    /// What [`acquire`](Self::acquire) would answer, without taking anything or touching
-    /// any key's TTL.
-    pub async fn peek(
-        &self,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        cost: u64,
-    ) -> Result<Decision, DecideError> {
-        self.decide(Op::Peek, None, policy, key.as_ref(), cost)
-            .await
-    }
-
-    /// [`peek`](Self::peek) at the caller's `now`.
-    pub async fn peek_at(
-        &self,
-        now: Timestamp,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        cost: u64,
-    ) -> Result<Decision, DecideError> {
-        self.decide(Op::Peek, Some(now), policy, key.as_ref(), cost)
-            .await
-    }
-
-    /// Gives up to `amount` back to every limit of `policy` for `key`, never beyond full
-    /// (for example, for a request that was admitted but then not served).
-    pub async fn refund(
-        &self,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        amount: u64,
-    ) -> Result<(), DecideError> {
-        self.refund_inner(Op::Refund, None, policy, key.as_ref(), amount)
-            .await
-    }
-
-    /// [`refund`](Self::refund) at the caller's `now`.
-    pub async fn refund_at(
-        &self,
-        now: Timestamp,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        amount: u64,
-    ) -> Result<(), DecideError> {
-        self.refund_inner(Op::Refund, Some(now), policy, key.as_ref(), amount)
-            .await
     }
 
     /// Reads the stored state of `policy` for `key`, decoded into rein-core's types: for
@@ -787,8 +712,8 @@ impl RedisStoreBuilder {
     }
 
     /// The shortest TTL a written key gets (default zero: a key expires as soon as its limit
-    /// is full again). Key TTLs run on Redis's clock; raise this when `now` passed to the
-    /// `*_at` methods does not advance with it (tests, replays, simulators), or a key could
+    /// is full again). Key TTLs run on Redis's clock; raise this when a caller's `now`
+    /// (`Some(now)` to [`Limiter::acquire`] and the rest) does not advance with it (tests, replays, simulators), or a key could
     /// expire while the caller's timeline still needs it. Rounded up to milliseconds.
     pub fn min_ttl(mut self, min_ttl: Duration) -> Self {
         self.min_ttl = min_ttl;

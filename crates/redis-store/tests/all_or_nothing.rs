@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use rein_core::Limiter;
 use rein_core::{Limit, LimitState, Micros, Policy, PolicyState};
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
@@ -33,20 +34,23 @@ where
     let key = "user-7";
     assert!(
         store
-            .acquire(&policy, key, 2)
+            .acquire(None, &policy, key.as_ref(), 2)
             .await
             .expect("decision")
             .is_allowed()
     );
     assert!(
         store
-            .acquire(&policy, key, 1)
+            .acquire(None, &policy, key.as_ref(), 1)
             .await
             .expect("decision")
             .is_allowed()
     );
     let before = store.state(&policy, key).await.expect("state");
-    let denied = store.acquire(&policy, key, 1).await.expect("decision");
+    let denied = store
+        .acquire(None, &policy, key.as_ref(), 1)
+        .await
+        .expect("decision");
     assert!(!denied.is_allowed());
     assert_eq!(
         (denied.limit, denied.remaining),
@@ -128,7 +132,7 @@ async fn cluster_multi_limit_policy_is_all_or_nothing_in_one_slot() {
     for user in ["a", "b", "c", "d"] {
         assert!(
             store
-                .acquire(&policy(), user, 1)
+                .acquire(None, &policy(), user.as_ref(), 1)
                 .await
                 .expect("decision")
                 .is_allowed()

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::FakeServer;
+use rein_core::Limiter;
 use rein_core::{Limit, Micros, Policy};
 use rein_redis::{
     ConnectError, DecideError, KeyError, RedisPolicy, RedisStore, RedisStoreBuilder, SettingsError,
@@ -48,27 +49,30 @@ async fn odd_user_keys_are_hashed_and_the_empty_key_is_refused() {
         "ключ 🔑".as_bytes(),
     ];
     for key in odd {
-        let decision = store.acquire(&policy, key, 1).await.expect("a decision");
+        let decision = store
+            .acquire(None, &policy, key.as_ref(), 1)
+            .await
+            .expect("a decision");
         assert!(decision.is_allowed());
         assert_eq!(decision.remaining, 9, "each odd key is its own limit");
     }
     // A megabyte key and its one-byte-shorter sibling do not share a limit.
     let decision = store
-        .acquire(&policy, &huge[1..], 1)
+        .acquire(None, &policy, &huge[1..], 1)
         .await
         .expect("a decision");
     assert_eq!(decision.remaining, 9);
 
     assert!(matches!(
-        store.acquire(&policy, "", 1).await,
+        store.acquire(None, &policy, b"", 1).await,
         Err(DecideError::InvalidKey(KeyError::Empty))
     ));
     assert!(matches!(
-        store.peek(&policy, b"", 0).await,
+        store.peek(None, &policy, b"".as_ref(), 0).await,
         Err(DecideError::InvalidKey(KeyError::Empty))
     ));
     assert!(matches!(
-        store.refund(&policy, "", 1).await,
+        store.refund(None, &policy, b"", 1).await,
         Err(DecideError::InvalidKey(KeyError::Empty))
     ));
     assert!(matches!(
@@ -144,10 +148,10 @@ async fn cost_above_capacity_is_refused_without_calling_redis() {
     let store = RedisStore::new(common::quiet_connection(silent.port).await);
     let policy = policy();
     for result in [
-        store.acquire(&policy, "k", 11).await,
-        store.peek(&policy, "k", u64::MAX).await,
+        store.acquire(None, &policy, b"k", 11).await,
+        store.peek(None, &policy, b"k", u64::MAX).await,
         store
-            .acquire_at(rein_core::Timestamp::EPOCH, &policy, "k", 12)
+            .acquire(Some(rein_core::Timestamp::EPOCH), &policy, b"k", 12)
             .await,
     ] {
         assert!(
@@ -180,7 +184,7 @@ async fn replies_of_the_wrong_shape_are_unexpected_replies() {
         let fake = FakeServer::start(reply).await;
         let store = patient(common::quiet_connection(fake.port).await);
         let shown = String::from_utf8_lossy(reply);
-        let result = store.acquire(&policy, "k", 1).await;
+        let result = store.acquire(None, &policy, b"k", 1).await;
         assert!(
             matches!(
                 result,
@@ -188,7 +192,7 @@ async fn replies_of_the_wrong_shape_are_unexpected_replies() {
             ),
             "{shown}: {result:?}"
         );
-        let result = store.refund(&policy, "k", 1).await;
+        let result = store.refund(None, &policy, b"k", 1).await;
         assert!(
             matches!(
                 result,
@@ -222,7 +226,7 @@ async fn replies_of_the_wrong_shape_are_unexpected_replies() {
     // Bytes that are not RESP at all break the connection's parser.
     let garbage = FakeServer::start(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
     let store = patient(common::quiet_connection(garbage.port).await);
-    let result = store.acquire(&policy, "k", 1).await;
+    let result = store.acquire(None, &policy, b"k", 1).await;
     assert!(
         matches!(
             result,
@@ -234,7 +238,7 @@ async fn replies_of_the_wrong_shape_are_unexpected_replies() {
     // An error reply is the server's.
     let erring = FakeServer::start(b"-ERR unknown command 'EVALSHA'\r\n").await;
     let store = patient(common::quiet_connection(erring.port).await);
-    let result = store.acquire(&policy, "k", 1).await;
+    let result = store.acquire(None, &policy, b"k", 1).await;
     assert!(
         matches!(result, Err(DecideError::Unavailable(StoreError::Server(_)))),
         "{result:?}"
@@ -252,7 +256,7 @@ async fn a_server_that_never_answers_is_a_timeout_within_the_deadline() {
     let policy = policy();
     for _ in 0..3 {
         let started = Instant::now();
-        let result = store.acquire(&policy, "k", 1).await;
+        let result = store.acquire(None, &policy, b"k", 1).await;
         let took = started.elapsed();
         assert!(
             matches!(result, Err(DecideError::Unavailable(StoreError::Timeout(d))) if d == deadline),

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
+use rein_core::Limiter;
 use rein_core::{Limit, LimitState, Micros, Policy};
 use rein_redis::{Coalesce, RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
@@ -58,7 +59,7 @@ async fn two_instances_of_32_tasks_admit_exactly_the_limit() {
                     loop {
                         let now_in_flight = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(now_in_flight, Ordering::SeqCst);
-                        let decision = store.acquire(&policy, "shared-key", 1).await;
+                        let decision = store.acquire(None, &policy, b"shared-key", 1).await;
                         in_flight.fetch_sub(1, Ordering::SeqCst);
                         if decision.expect("a decision").is_allowed() {
                             admitted.fetch_add(1, Ordering::SeqCst);
@@ -111,7 +112,7 @@ async fn script_flushes_during_traffic_fail_no_decision() {
         tasks.push(tokio::spawn(async move {
             let key = format!("user-{}", task % 4);
             while !stop.load(Ordering::SeqCst) {
-                if let Err(e) = store.acquire(&policy, &key, 1).await {
+                if let Err(e) = store.acquire(None, &policy, key.as_ref(), 1).await {
                     panic!("a failed decision while the script cache was flushed: {e}");
                 }
                 decisions.fetch_add(1, Ordering::SeqCst);
@@ -187,7 +188,10 @@ async fn coalesced_decisions_are_exact_each_atomic_and_share_calls() {
                     let key = format!("user-{}", task % KEYS);
                     let (mut remaining, mut decisions) = (Vec::new(), 0u64);
                     loop {
-                        let decision = store.acquire(&policy, &key, 1).await.expect("a decision");
+                        let decision = store
+                            .acquire(None, &policy, key.as_ref(), 1)
+                            .await
+                            .expect("a decision");
                         decisions += 1;
                         if !decision.is_allowed() {
                             assert_eq!(decision.remaining, 0);
@@ -258,7 +262,7 @@ async fn a_coalesced_call_without_a_reply_fails_its_decisions_and_replays_none()
     for _ in 0..64 {
         let (store, policy) = (store.clone(), Arc::clone(&policy));
         tasks.push(tokio::spawn(async move {
-            store.acquire(&policy, "frozen", 1).await
+            store.acquire(None, &policy, b"frozen", 1).await
         }));
     }
     for task in tasks {
@@ -288,7 +292,7 @@ async fn a_coalesced_call_without_a_reply_fails_its_decisions_and_replays_none()
     for _ in 0..16 {
         let (store, policy) = (store.clone(), Arc::clone(&policy));
         tasks.push(tokio::spawn(async move {
-            store.acquire(&policy, "frozen", 1).await
+            store.acquire(None, &policy, b"frozen", 1).await
         }));
     }
     let mut remaining = Vec::new();

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::FakeServer;
 use redis::aio::MultiplexedConnection;
+use rein_core::Limiter;
 use rein_core::{Limit, Micros, Policy};
 use rein_redis::{
     ConnectError, DecideError, RedisPolicy, RedisStore, RedisStoreBuilder, StoreError,
@@ -40,7 +41,7 @@ async fn auth_from_the_url_and_a_wrong_password_is_an_auth_error() {
         .expect("connect with the password");
     assert!(
         store
-            .acquire(&policy(), "u", 1)
+            .acquire(None, &policy(), b"u", 1)
             .await
             .expect("decision")
             .is_allowed()
@@ -91,16 +92,16 @@ async fn every_command_the_store_sends(
     let policy = policy();
     for _ in 0..12 {
         store
-            .acquire(&policy, "u", 1)
+            .acquire(None, &policy, b"u", 1)
             .await
             .map_err(|e| fail("acquire", &e))?;
     }
     store
-        .peek(&policy, "u", 1)
+        .peek(None, &policy, b"u", 1)
         .await
         .map_err(|e| fail("peek", &e))?;
     store
-        .refund(&policy, "u", 1)
+        .refund(None, &policy, b"u", 1)
         .await
         .map_err(|e| fail("refund", &e))?;
     store
@@ -113,11 +114,11 @@ async fn every_command_the_store_sends(
     )
     .expect("valid name");
     store
-        .acquire(&bucket, "u", 1)
+        .acquire(None, &bucket, b"u", 1)
         .await
         .map_err(|e| fail("a bucket's acquire", &e))?;
     store
-        .refund(&bucket, "u", 1)
+        .refund(None, &bucket, b"u", 1)
         .await
         .map_err(|e| fail("a bucket's refund to full", &e))?;
     let window = RedisPolicy::new(
@@ -127,13 +128,13 @@ async fn every_command_the_store_sends(
     .expect("valid name");
     for allowed in [true, true, false] {
         let decision = store
-            .acquire(&window, "u", 1)
+            .acquire(None, &window, b"u", 1)
             .await
             .map_err(|e| fail("a window's acquire", &e))?;
         assert_eq!(decision.is_allowed(), allowed);
     }
     store
-        .refund(&window, "u", 1)
+        .refund(None, &window, b"u", 1)
         .await
         .map_err(|e| fail("a window's refund", &e))?;
     // On the caller's clock (the `*_at` methods) an admission in a window already counting
@@ -141,7 +142,7 @@ async fn every_command_the_store_sends(
     let now = rein_core::Timestamp::from_micros(1_764_000_000_000_000);
     for _ in 0..2 {
         store
-            .acquire_at(now, &window, "v", 1)
+            .acquire(Some(now), &window, b"v", 1)
             .await
             .map_err(|e| fail("a window's acquire on the caller's clock", &e))?;
     }
@@ -220,7 +221,7 @@ async fn a_least_privilege_acl_user_can_decide_on_its_prefix_only() {
         .connect(&url)
         .await
         .expect("connect as the ACL user");
-    let refused = elsewhere.acquire(&policy, "u", 1).await;
+    let refused = elsewhere.acquire(None, &policy, b"u", 1).await;
     assert!(
         matches!(
             refused,
@@ -258,17 +259,17 @@ async fn a_refused_ttl_takes_the_fixed_windows_count_back() {
     };
     let early = rein_core::Timestamp::from_micros(1_000);
     for _ in 0..2 {
-        refused(store.acquire_at(early, &window, "u", 1).await);
+        refused(store.acquire(Some(early), &window, b"u", 1).await);
     }
     assert_eq!(server.command(&["DBSIZE"]).expect("DBSIZE"), ":0\r\n");
     let now = rein_core::Timestamp::from_micros(1_764_000_000_000_000);
     let first = store
-        .acquire_at(now, &window, "u", 1)
+        .acquire(Some(now), &window, b"u", 1)
         .await
         .expect("a new window: SET");
     assert_eq!(first.remaining, 4);
     for _ in 0..2 {
-        refused(store.acquire_at(now, &window, "u", 1).await);
+        refused(store.acquire(Some(now), &window, b"u", 1).await);
     }
     let state = store.state(&window, "u").await.expect("state");
     assert!(
@@ -278,7 +279,10 @@ async fn a_refused_ttl_takes_the_fixed_windows_count_back() {
     // On the server's clock a new window is one `SET ... PX`, which the ACL allows; then
     // an admission in it keeps that TTL and needs no `PEXPIRE`.
     for remaining in [4, 3] {
-        let decision = store.acquire(&window, "u", 1).await.expect("decision");
+        let decision = store
+            .acquire(None, &window, b"u", 1)
+            .await
+            .expect("decision");
         assert_eq!(decision.remaining, remaining);
     }
 }
@@ -334,7 +338,7 @@ async fn tls_with_a_private_ca_and_rediss_urls() {
         .expect("valid settings");
     assert!(
         store
-            .acquire(&policy(), "u", 1)
+            .acquire(None, &policy(), b"u", 1)
             .await
             .expect("decision")
             .is_allowed()
@@ -371,7 +375,7 @@ async fn a_connection_that_went_silent_is_replaced_after_a_timeout() {
         .await
         .expect("first connection");
     let policy = policy();
-    let timed_out = store.acquire(&policy, "u", 1).await;
+    let timed_out = store.acquire(None, &policy, b"u", 1).await;
     assert!(
         matches!(
             timed_out,
@@ -383,7 +387,7 @@ async fn a_connection_that_went_silent_is_replaced_after_a_timeout() {
     // need another try).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let decision = loop {
-        match store.acquire(&policy, "u", 1).await {
+        match store.acquire(None, &policy, b"u", 1).await {
             Ok(decision) => break decision,
             Err(DecideError::Unavailable(StoreError::Timeout(_)))
                 if tokio::time::Instant::now() < deadline => {}
@@ -411,7 +415,7 @@ async fn a_connection_lost_with_its_server_is_replaced_once_the_server_is_back()
     let policy = policy();
     assert!(
         store
-            .acquire(&policy, "u", 1)
+            .acquire(None, &policy, b"u", 1)
             .await
             .expect("decision")
             .is_allowed()
@@ -419,7 +423,7 @@ async fn a_connection_lost_with_its_server_is_replaced_once_the_server_is_back()
 
     server.kill().expect("kill redis-server");
     for _ in 0..5 {
-        let result = store.acquire(&policy, "u", 1).await;
+        let result = store.acquire(None, &policy, b"u", 1).await;
         assert!(
             matches!(
                 result,
@@ -433,7 +437,7 @@ async fn a_connection_lost_with_its_server_is_replaced_once_the_server_is_back()
     // Connects are paced after a failure; soon after the restart the store is back.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        match store.acquire(&policy, "u", 1).await {
+        match store.acquire(None, &policy, b"u", 1).await {
             Ok(decision) => {
                 // The restarted server is empty: a fresh limit, and the script is resent.
                 assert_eq!(decision.remaining, 9);

@@ -9,6 +9,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use redis::aio::ConnectionManager;
+use rein_core::Limiter;
 use rein_core::{Algorithm, Leasable, Limit, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp};
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
@@ -124,7 +125,10 @@ fn the_key_and_the_script_agree_on_a_fixed_windows_form_at_its_edge() {
                 let policy = RedisPolicy::new(format!("edge{window}"), Policy::single(fixed))
                     .expect("valid name");
                 let what = format!("window {window} µs, limit {limit}");
-                let decision = store.acquire(&policy, "u", 1).await.expect("decision");
+                let decision = store
+                    .acquire(None, &policy, b"u", 1)
+                    .await
+                    .expect("decision");
                 assert!(decision.is_allowed(), "{what}");
                 let key = store.keys(&policy, "u").expect("keys").remove(0);
                 let value: String = redis::cmd("GET")
@@ -162,18 +166,18 @@ async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<
         match step.op {
             Op::Acquire(cost) => {
                 let core = policy.acquire(t, &mut state, cost);
-                let redis = store.acquire_at(t, &named, key, cost).await;
+                let redis = store.acquire(Some(t), &named, key.as_ref(), cost).await;
                 same_outcome(i, step, core, redis).map_err(|e| context(e, &before))?;
             }
             Op::Peek(cost) => {
                 let core = policy.peek(t, &state, cost);
-                let redis = store.peek_at(t, &named, key, cost).await;
+                let redis = store.peek(Some(t), &named, key.as_ref(), cost).await;
                 same_outcome(i, step, core, redis).map_err(|e| context(e, &before))?;
             }
             Op::Refund(amount) => {
                 policy.refund(t, &mut state, amount).expect("shape matches");
                 store
-                    .refund_at(t, &named, key, amount)
+                    .refund(Some(t), &named, key.as_ref(), amount)
                     .await
                     .map_err(|e| TestCaseError::fail(format!("step {i} {step:?}: {e}")))?;
             }

@@ -5,6 +5,7 @@ mod common;
 
 use std::time::Duration;
 
+use rein_core::Limiter;
 use rein_core::{Limit, Micros, Policy};
 use rein_redis::RedisPolicy;
 use rein_redis_harness::RedisServer;
@@ -43,7 +44,10 @@ async fn keys_expire_when_their_limits_are_full_again() {
     for round in 0..6 {
         for user in ["u1", "u2", "u3"] {
             for policy in &singles {
-                let decision = store.acquire(policy, user, 1).await.expect("decision");
+                let decision = store
+                    .acquire(None, policy, user.as_ref(), 1)
+                    .await
+                    .expect("decision");
                 // A denial writes nothing, so only an admission bounds the TTL from above.
                 if !decision.is_allowed() {
                     continue;
@@ -68,7 +72,10 @@ async fn keys_expire_when_their_limits_are_full_again() {
                 );
                 longest = longest.max(decision.reset_after.into());
             }
-            let decision = store.acquire(&multi, user, 1).await.expect("decision");
+            let decision = store
+                .acquire(None, &multi, user.as_ref(), 1)
+                .await
+                .expect("decision");
             longest = longest.max(decision.reset_after.into());
             // The policy's one key expires, no later than the policy's reset (the longest
             // of its limits').
@@ -88,7 +95,7 @@ async fn keys_expire_when_their_limits_are_full_again() {
         }
         // Peeks and denials leave TTLs alone: no key without one, ever.
         for policy in &singles {
-            store.peek(policy, "u1", 1).await.expect("peek");
+            store.peek(None, policy, b"u1", 1).await.expect("peek");
         }
         if round == 3 {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -154,12 +161,12 @@ async fn a_refund_to_full_deletes_the_key() {
     ] {
         assert!(
             store
-                .acquire(&policy, "u", 2)
+                .acquire(None, &policy, b"u", 2)
                 .await
                 .expect("decision")
                 .is_allowed()
         );
-        store.refund(&policy, "u", 2).await.expect("refund");
+        store.refund(None, &policy, b"u", 2).await.expect("refund");
         let key = &store.keys(&policy, "u").expect("valid key")[0];
         let exists: u64 = redis::cmd("EXISTS")
             .arg(key)
@@ -186,7 +193,7 @@ async fn denials_and_peeks_neither_write_nor_touch_ttls() {
     .expect("valid name");
     assert!(
         store
-            .acquire(&policy, "u", 1)
+            .acquire(None, &policy, b"u", 1)
             .await
             .expect("decision")
             .is_allowed()
@@ -211,14 +218,14 @@ async fn denials_and_peeks_neither_write_nor_touch_ttls() {
     for _ in 0..3 {
         assert!(
             !store
-                .acquire(&policy, "u", 1)
+                .acquire(None, &policy, b"u", 1)
                 .await
                 .expect("decision")
                 .is_allowed()
         );
-        store.peek(&policy, "u", 1).await.expect("peek");
+        store.peek(None, &policy, b"u", 1).await.expect("peek");
         store
-            .acquire(&policy, "u", 0)
+            .acquire(None, &policy, b"u", 0)
             .await
             .expect("a zero cost is a peek");
     }

@@ -10,6 +10,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
+use rein_core::Limiter;
 use rein_core::{
     DecideError, Leasable, Limit, MAX_MICROS, Micros, Policy, Timestamp,
     rate_share::{
@@ -242,7 +243,12 @@ fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
         let _: () = conn.del(&key).await.unwrap();
         assert!(
             store
-                .acquire_at(Timestamp::from_micros(1_000_000), &policy, b"k", 1)
+                .acquire(
+                    Some(Timestamp::from_micros(1_000_000)),
+                    &policy,
+                    b"k".as_ref(),
+                    1
+                )
                 .await
                 .unwrap()
                 .is_allowed()

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
+use rein_core::Limiter;
 use rein_core::{Limit, Micros, Policy, Timestamp};
 use rein_redis::{DecideError, OptimisticStoreBuilder, RedisPolicy, RedisStoreBuilder, StoreError};
 use rein_redis_harness::RedisServer;
@@ -98,7 +99,7 @@ async fn two_stores_of_32_tasks_on_4_connections_each_admit_exactly_the_limit() 
                     // Until this task sees a denial: with no refill, every later call is
                     // denied too.
                     loop {
-                        match store.acquire(&policy, "shared-key", 1).await {
+                        match store.acquire(None, &policy, b"shared-key", 1).await {
                             Ok(d) if d.is_allowed() => admitted.fetch_add(1, Ordering::SeqCst),
                             Ok(_) => break,
                             Err(e) => panic!("no decision: {e}"),
@@ -237,7 +238,7 @@ async fn cross_process_worker() {
         let (store, policy, admitted) = (store.clone(), policy.clone(), admitted.clone());
         tasks.push(tokio::spawn(async move {
             loop {
-                match store.acquire(&policy, "shared-key", 1).await {
+                match store.acquire(None, &policy, b"shared-key", 1).await {
                     Ok(d) if d.is_allowed() => admitted.fetch_add(1, Ordering::SeqCst),
                     Ok(_) => break,
                     Err(e) => panic!("no decision: {e}"),
@@ -280,7 +281,7 @@ async fn running_out_of_attempts_is_a_contended_error_that_wrote_nothing() {
         let (admitted, contended) = (admitted.clone(), contended.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..40 {
-                match store.acquire(&policy, "hot-key", 1).await {
+                match store.acquire(None, &policy, b"hot-key", 1).await {
                     Ok(d) => {
                         assert!(d.is_allowed(), "the bucket never runs dry here");
                         admitted.fetch_add(1, Ordering::SeqCst);
@@ -312,7 +313,7 @@ async fn running_out_of_attempts_is_a_contended_error_that_wrote_nothing() {
     // Exactly the admitted calls took a token: the contended ones wrote nothing.
     // A peek of 0 reports what is left now (a peek of 1 reports what would be left after it).
     let remaining = store
-        .peek(&policy, "hot-key", 0)
+        .peek(None, &policy, b"hot-key", 0)
         .await
         .expect("peek")
         .remaining;
@@ -328,14 +329,14 @@ async fn a_multi_limit_policy_is_all_or_nothing_and_a_denial_writes_nothing() {
     let key = "user-7";
     assert!(
         store
-            .acquire(&policy, key, 2)
+            .acquire(None, &policy, key.as_ref(), 2)
             .await
             .expect("decision")
             .is_allowed()
     );
     assert!(
         store
-            .acquire(&policy, key, 1)
+            .acquire(None, &policy, key.as_ref(), 1)
             .await
             .expect("decision")
             .is_allowed()
@@ -362,7 +363,10 @@ async fn a_multi_limit_policy_is_all_or_nothing_and_a_denial_writes_nothing() {
     let execs = exec_calls(&mut raw).await;
     let state = store.state(&policy, key).await.expect("state");
 
-    let denied = store.acquire(&policy, key, 1).await.expect("decision");
+    let denied = store
+        .acquire(None, &policy, key.as_ref(), 1)
+        .await
+        .expect("decision");
     assert!(!denied.is_allowed());
     assert_eq!(
         (denied.limit, denied.remaining),
@@ -395,7 +399,7 @@ async fn a_multi_limit_policy_is_all_or_nothing_and_a_denial_writes_nothing() {
     let other = "user-8";
     assert!(
         store
-            .acquire(&policy, other, 1)
+            .acquire(None, &policy, other.as_ref(), 1)
             .await
             .expect("decision")
             .is_allowed()
@@ -477,32 +481,50 @@ async fn decisions_and_state_match_the_lua_store_step_by_step() {
             );
             let decisions = match next(6) {
                 0 => [
-                    occ.peek_at(t, policy, "k", cost).await.expect("occ"),
-                    lua.peek_at(t, policy, "k", cost).await.expect("lua"),
+                    occ.peek(Some(t), policy, b"k", cost).await.expect("occ"),
+                    lua.peek(Some(t), policy, b"k", cost).await.expect("lua"),
                     if mix_by_occ {
-                        mix_occ.peek_at(t, policy, "k", cost).await.expect("mix")
+                        mix_occ
+                            .peek(Some(t), policy, b"k", cost)
+                            .await
+                            .expect("mix")
                     } else {
-                        mix_lua.peek_at(t, policy, "k", cost).await.expect("mix")
+                        mix_lua
+                            .peek(Some(t), policy, b"k", cost)
+                            .await
+                            .expect("mix")
                     },
                 ]
                 .map(Some),
                 1 => {
-                    occ.refund_at(t, policy, "k", cost).await.expect("occ");
-                    lua.refund_at(t, policy, "k", cost).await.expect("lua");
+                    occ.refund(Some(t), policy, b"k", cost).await.expect("occ");
+                    lua.refund(Some(t), policy, b"k", cost).await.expect("lua");
                     if mix_by_occ {
-                        mix_occ.refund_at(t, policy, "k", cost).await.expect("mix");
+                        mix_occ
+                            .refund(Some(t), policy, b"k", cost)
+                            .await
+                            .expect("mix");
                     } else {
-                        mix_lua.refund_at(t, policy, "k", cost).await.expect("mix");
+                        mix_lua
+                            .refund(Some(t), policy, b"k", cost)
+                            .await
+                            .expect("mix");
                     }
                     [None; 3]
                 }
                 _ => [
-                    occ.acquire_at(t, policy, "k", cost).await.expect("occ"),
-                    lua.acquire_at(t, policy, "k", cost).await.expect("lua"),
+                    occ.acquire(Some(t), policy, b"k", cost).await.expect("occ"),
+                    lua.acquire(Some(t), policy, b"k", cost).await.expect("lua"),
                     if mix_by_occ {
-                        mix_occ.acquire_at(t, policy, "k", cost).await.expect("mix")
+                        mix_occ
+                            .acquire(Some(t), policy, b"k", cost)
+                            .await
+                            .expect("mix")
                     } else {
-                        mix_lua.acquire_at(t, policy, "k", cost).await.expect("mix")
+                        mix_lua
+                            .acquire(Some(t), policy, b"k", cost)
+                            .await
+                            .expect("mix")
                     },
                 ]
                 .map(Some),
@@ -539,7 +561,7 @@ async fn now_is_the_servers_time() {
     let server_now = secs * 1_000_000 + micros;
     assert!(
         store
-            .acquire(&policy, "k", 1)
+            .acquire(None, &policy, b"k", 1)
             .await
             .expect("decision")
             .is_allowed()
@@ -576,7 +598,7 @@ async fn a_timed_out_call_is_not_replayed_and_its_connection_is_closed() {
     assert_eq!(store.idle_connections(), 1);
 
     server.pause().expect("SIGSTOP");
-    let timed_out = store.acquire(&policy, "k", 1).await;
+    let timed_out = store.acquire(None, &policy, b"k", 1).await;
     server.resume().expect("SIGCONT");
     assert!(
         matches!(
@@ -594,14 +616,14 @@ async fn a_timed_out_call_is_not_replayed_and_its_connection_is_closed() {
     // The timed-out call never reached EXEC and was not sent again: the one token is there.
     assert!(
         store
-            .acquire(&policy, "k", 1)
+            .acquire(None, &policy, b"k", 1)
             .await
             .expect("decision")
             .is_allowed()
     );
     assert!(
         !store
-            .acquire(&policy, "k", 1)
+            .acquire(None, &policy, b"k", 1)
             .await
             .expect("decision")
             .is_allowed()
@@ -626,8 +648,8 @@ async fn waiting_for_a_connection_counts_against_the_deadline() {
     // waits for the connection. Both must give up at their deadline, not later.
     let started = tokio::time::Instant::now();
     let (a, b) = tokio::join!(
-        store.acquire(&policy, "k", 1),
-        store.acquire(&policy, "k", 1)
+        store.acquire(None, &policy, b"k", 1),
+        store.acquire(None, &policy, b"k", 1)
     );
     let waited = started.elapsed();
     server.resume().expect("SIGCONT");
@@ -642,7 +664,11 @@ async fn waiting_for_a_connection_counts_against_the_deadline() {
     assert!(waited < deadline * 2, "waited {waited:?}");
     // Nothing was written: both calls died before any EXEC.
     assert_eq!(store.stats().transactions, 0);
-    let left = store.peek(&policy, "k", 0).await.expect("peek").remaining;
+    let left = store
+        .peek(None, &policy, b"k", 0)
+        .await
+        .expect("peek")
+        .remaining;
     assert_eq!(left, 10);
 }
 
@@ -668,7 +694,7 @@ async fn the_lua_store_and_this_one_share_keys_and_stay_exact_together() {
             let (lua, lua_policy, by_lua) = (lua.clone(), policy.clone(), by_lua.clone());
             tasks.push(tokio::spawn(async move {
                 while lua
-                    .acquire(&lua_policy, "shared", 1)
+                    .acquire(None, &lua_policy, b"shared", 1)
                     .await
                     .expect("a decision")
                     .is_allowed()
@@ -679,7 +705,7 @@ async fn the_lua_store_and_this_one_share_keys_and_stay_exact_together() {
             let (occ, policy, by_occ) = (occ.clone(), policy.clone(), by_occ.clone());
             tasks.push(tokio::spawn(async move {
                 while occ
-                    .acquire(&policy, "shared", 1)
+                    .acquire(None, &policy, b"shared", 1)
                     .await
                     .expect("a decision")
                     .is_allowed()
@@ -732,7 +758,7 @@ async fn a_foreign_value_is_an_error_not_a_full_limit() {
             .await
             .expect("SET");
         let err = occ
-            .acquire(&policy, "k", 1)
+            .acquire(None, &policy, b"k", 1)
             .await
             .expect_err("must not misread");
         assert!(
@@ -758,7 +784,7 @@ async fn a_foreign_value_is_an_error_not_a_full_limit() {
         .map(|_: u64| ())
         .expect("HSET");
     let err = occ
-        .acquire(&policy, "k", 1)
+        .acquire(None, &policy, b"k", 1)
         .await
         .expect_err("must not misread");
     assert!(
@@ -773,14 +799,14 @@ async fn bad_input_fails_before_redis() {
     let store = builder().connect(&server.url()).await.expect("connect");
     let policy = mixed_policy();
     assert!(matches!(
-        store.acquire(&policy, "k", 4).await,
+        store.acquire(None, &policy, b"k", 4).await,
         Err(DecideError::InsufficientCapacity {
             cost: 4,
             capacity: 3
         })
     ));
     assert!(matches!(
-        store.acquire(&policy, "", 1).await,
+        store.acquire(None, &policy, b"", 1).await,
         Err(DecideError::InvalidKey(_))
     ));
     assert_eq!(store.stats().transactions, 0);

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use rein_core::Limiter;
 use rein_core::{DecideError, Limit, LimitState, Micros, Policy};
 use rein_redis::{RedisPolicy, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
@@ -42,7 +43,7 @@ async fn migrating_a_hot_keys_slot_fails_no_decision_and_counts_each_admission_o
     let user = "hot-user";
     assert!(
         store
-            .acquire(&policy, user, 1)
+            .acquire(None, &policy, user.as_ref(), 1)
             .await
             .expect("first decision")
             .is_allowed()
@@ -68,7 +69,7 @@ async fn migrating_a_hot_keys_slot_fails_no_decision_and_counts_each_admission_o
             let failures = Arc::clone(&failures);
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
-                    match store.acquire(&policy, user, 1).await {
+                    match store.acquire(None, &policy, user.as_ref(), 1).await {
                         Ok(d) if d.is_allowed() => admitted.fetch_add(1, Ordering::Relaxed),
                         Ok(_) => denied.fetch_add(1, Ordering::Relaxed),
                         Err(e) => {
@@ -143,7 +144,7 @@ async fn migrating_a_hot_keys_slot_fails_no_decision_and_counts_each_admission_o
     assert_eq!(denied.load(Ordering::Relaxed), 0);
     // A peek of cost 0: the tokens left, with nothing taken.
     let left = store
-        .peek(&policy, user, 0)
+        .peek(None, &policy, user.as_ref(), 0)
         .await
         .expect("peek after the migration");
     assert_eq!(
@@ -333,7 +334,7 @@ impl Load {
         // One admission each before the load: both keys exist.
         for policy in [&solo, &trio] {
             let decision = store
-                .acquire(policy, user, 1)
+                .acquire(None, policy, user.as_ref(), 1)
                 .await
                 .expect("first decision");
             assert!(decision.is_allowed());
@@ -355,7 +356,7 @@ impl Load {
                     while !stop.load(Ordering::Relaxed) {
                         let during = migrating.load(Ordering::Relaxed);
                         let started = Instant::now();
-                        let result = store.acquire(&policy, user, 1).await;
+                        let result = store.acquire(None, &policy, user.as_ref(), 1).await;
                         let took = started.elapsed();
                         match result {
                             Ok(d) if d.is_allowed() => tally.admitted += 1,
@@ -452,7 +453,7 @@ impl Load {
             let admitted = 1 + mine().map(|t| t.admitted).sum::<u64>();
             let left = self
                 .store
-                .peek(policy, self.user, 0)
+                .peek(None, policy, self.user.as_ref(), 0)
                 .await
                 .expect("peek after the migration");
             assert_eq!(

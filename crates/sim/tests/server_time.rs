@@ -27,6 +27,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
+use rein_core::Limiter;
 use rein_core::{Algorithm, Decision, Leasable, Limit, Micros, Policy, PolicyState, Timestamp};
 use rein_redis::{Coalesce, DecideError, RedisPolicy, RedisStore, RedisStoreBuilder};
 use sim::redis::{ManualClock, Observer, Reply, Shared, serve_connection_observed};
@@ -186,18 +187,18 @@ async fn run_case(case: &Case) -> Result<usize, TestCaseError> {
                 match *op {
                     Op::Acquire(cost) => {
                         let core = policy.acquire(t, state, cost);
-                        let redis = store.acquire(&named, key, cost).await;
+                        let redis = store.acquire(None, &named, key.as_ref(), cost).await;
                         same(core, redis).map_err(context)?;
                     }
                     Op::Peek(cost) => {
                         let core = policy.peek(t, state, cost);
-                        let redis = store.peek(&named, key, cost).await;
+                        let redis = store.peek(None, &named, key.as_ref(), cost).await;
                         same(core, redis).map_err(context)?;
                     }
                     Op::Refund(amount) => {
                         policy.refund(t, state, amount).expect("shape");
                         store
-                            .refund(&named, key, amount)
+                            .refund(None, &named, key.as_ref(), amount)
                             .await
                             .map_err(|e| context(e.to_string()))?;
                     }
@@ -240,9 +241,9 @@ async fn run_case(case: &Case) -> Result<usize, TestCaseError> {
                         tokio::spawn(async move {
                             let key = USER_KEYS[user];
                             if acquire {
-                                store.acquire(&named, key, cost).await
+                                store.acquire(None, &named, key.as_ref(), cost).await
                             } else {
-                                store.peek(&named, key, cost).await
+                                store.peek(None, &named, key.as_ref(), cost).await
                             }
                         })
                     })

@@ -25,6 +25,7 @@
 //! 5 admitted, 2 denied
 //! ```
 
+use rein_core::Limiter;
 use rein_core::{Limit, Micros, Policy};
 use rein_examples::{DemoResult, MIN_TTL, PREFIX, at_millis, delete_keys, describe, redis_url};
 use rein_redis::{RedisPolicy, RedisStoreBuilder};
@@ -48,7 +49,7 @@ async fn main() -> DemoResult {
     let (mut admitted, mut denied) = (0, 0);
     for i in 1..=7u64 {
         let decision = store
-            .acquire_at(at_millis(i * 100), &policy, client, 1)
+            .acquire(Some(at_millis(i * 100)), &policy, client.as_ref(), 1)
             .await?;
         if decision.is_allowed() {
             admitted += 1;

@@ -43,7 +43,7 @@
 //! max/10 s  7                        9                        5
 //! ```
 
-use rein_core::{Limit, Micros, Policy};
+use rein_core::{Limit, Limiter, Micros, Policy};
 use rein_examples::{DemoResult, MIN_TTL, PREFIX, at, delete_keys, describe, redis_url};
 use rein_redis::{RedisPolicy, RedisStoreBuilder};
 
@@ -87,7 +87,9 @@ async fn main() -> DemoResult {
     for secs in times {
         let mut line = format!("{:<10}", format!("{secs} s"));
         for (i, policy) in methods.iter().enumerate() {
-            let decision = store.acquire_at(at(secs), policy, client, 1).await?;
+            let decision = store
+                .acquire(Some(at(secs)), policy, client.as_bytes(), 1)
+                .await?;
             if decision.is_allowed() {
                 admitted[i].push(secs);
             }

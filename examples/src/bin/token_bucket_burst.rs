@@ -36,7 +36,7 @@
 //! Request 17: allowed (0 left)        allowed (0 left)
 //! ```
 
-use rein_core::{Limit, Micros, Policy, Timestamp};
+use rein_core::{Limit, Limiter, Micros, Policy, Timestamp};
 use rein_examples::{DemoResult, MIN_TTL, PREFIX, at, delete_keys, describe, redis_url};
 use rein_redis::{OptimisticStoreBuilder, RedisPolicy, RedisStoreBuilder};
 
@@ -91,7 +91,9 @@ async fn both(
     policy: &RedisPolicy,
     client: &str,
 ) -> Result<(rein_core::Decision, rein_core::Decision), Box<dyn std::error::Error>> {
-    let a = optimistic.acquire_at(now, policy, client, 1).await?;
-    let b = lua.acquire_at(now, policy, client, 1).await?;
+    let a = optimistic
+        .acquire(Some(now), policy, client.as_bytes(), 1)
+        .await?;
+    let b = lua.acquire(Some(now), policy, client.as_bytes(), 1).await?;
     Ok((a, b))
 }

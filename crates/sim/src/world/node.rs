@@ -103,10 +103,16 @@ async fn run_rein(config: NodeConfig) -> turmoil::Result {
         let issued = true_now();
         let user = user_key(request.key);
         let result = match config.time {
-            TimeSource::Server => store.acquire(&policy, &user, request.cost).await,
+            TimeSource::Server => {
+                store
+                    .acquire(None, &policy, user.as_ref(), request.cost)
+                    .await
+            }
             TimeSource::Client => {
                 let now = config.skew.read(issued);
-                store.acquire_at(now, &policy, &user, request.cost).await
+                store
+                    .acquire(Some(now), &policy, user.as_ref(), request.cost)
+                    .await
             }
         };
         let answered = true_now();
@@ -347,7 +353,7 @@ async fn run_optimistic(config: NodeConfig) -> turmoil::Result {
         wait_while_paused(&config.pauses).await;
         let issued = true_now();
         let result = store
-            .acquire(&policy, user_key(request.key), request.cost)
+            .acquire(None, &policy, user_key(request.key).as_ref(), request.cost)
             .await;
         let answered = true_now();
         let outcome = match result {

@@ -49,6 +49,7 @@ use super::{Event, Failure, Outcome, REDIS_PORT};
 use crate::oracle::{Admission, AdmissionLog, Interval};
 use crate::redis::{Clock, Persistence, Shared};
 use crate::report::{FaultSpan, ScenarioInputs, ScenarioResult};
+use rein_core::Limiter;
 
 /// How regions share the limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -829,7 +830,7 @@ async fn run_node(node: RegionNode) -> turmoil::Result {
                 }
             };
             let result = store
-                .acquire(policy, &user_key(request.key), request.cost)
+                .acquire(None, policy, user_key(request.key).as_ref(), request.cost)
                 .await;
             let answered = true_now();
             let outcome = match result {
