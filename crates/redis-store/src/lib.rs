@@ -99,6 +99,7 @@ mod policy;
 mod redirect;
 mod route;
 mod script;
+mod settings;
 mod state;
 mod store;
 

@@ -43,15 +43,14 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Value};
 use rein_core::{
-    DecideError, Decision, KeyError, Limiter, MAX_MICROS, NamedPolicy, PolicyState, PrepareError,
-    SourceError, StoreError, Timestamp,
+    DecideError, Decision, KeyError, Limiter, NamedPolicy, PolicyState, PrepareError, SourceError,
+    StoreError, Timestamp,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::store_error;
-use crate::store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
-use crate::{ConnectError, RedisPolicy, SettingsError, StateError};
+use crate::{ConnectError, RedisPolicy, StateError};
 use backoff::Backoff;
 use pool::{Connector, Lease, Pool};
 
@@ -138,10 +137,7 @@ pub struct OptimisticStore {
 /// ```
 #[derive(Clone, Debug)]
 pub struct OptimisticStoreBuilder {
-    prefix: String,
-    deadline: Duration,
-    connect_timeout: Duration,
-    min_ttl: Duration,
+    shared: crate::settings::Shared,
     max_connections: NonZeroUsize,
     max_attempts: NonZeroU32,
     backoff_base: Duration,
@@ -389,10 +385,7 @@ impl OptimisticStoreBuilder {
     /// from the process id, no minimum TTL.
     pub fn new() -> Self {
         Self {
-            prefix: DEFAULT_PREFIX.to_owned(),
-            deadline: DEFAULT_DEADLINE,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            min_ttl: Duration::ZERO,
+            shared: crate::settings::Shared::new(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             backoff_base: DEFAULT_BACKOFF_BASE,
@@ -401,35 +394,7 @@ impl OptimisticStoreBuilder {
         }
     }
 
-    /// The first part of every key (default `rein`): 1 to 64 printable ASCII bytes, no
-    /// spaces or braces. The same prefix as a [`RedisStore`](crate::RedisStore)'s shares its
-    /// limits.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The longest a call may take, from waiting for a connection through every attempt
-    /// and backoff (default 50 ms). On expiry the call fails with
-    /// [`StoreError::Timeout`] and is not retried.
-    pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = deadline;
-        self
-    }
-
-    /// The longest the first connect may take (default 1 s). Later connects, made when a
-    /// call finds no idle connection, are bounded by that call's deadline.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The shortest TTL a written key gets (default zero); see
-    /// [`RedisStoreBuilder::min_ttl`](crate::RedisStoreBuilder::min_ttl).
-    pub fn min_ttl(mut self, min_ttl: Duration) -> Self {
-        self.min_ttl = min_ttl;
-        self
-    }
+    crate::settings::shared_setters!();
 
     /// The most connections open at once (default 16): also the most calls in flight,
     /// since each holds one for its whole duration. Further calls wait, within their
@@ -476,7 +441,7 @@ impl OptimisticStoreBuilder {
         let client = Client::open(url).map_err(ConnectError::InvalidUrl)?;
         // No response timeout of redis-rs's own: the call's deadline bounds every request.
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
+            .set_connection_timeout(Some(self.shared.connect_timeout))
             .set_response_timeout(None);
         self.connect_with(move || {
             let (client, config) = (client.clone(), config.clone());
@@ -498,17 +463,10 @@ impl OptimisticStoreBuilder {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = RedisResult<MultiplexedConnection>> + Send + 'static,
     {
-        crate::key::validate_prefix(&self.prefix)?;
-        for (what, value) in [
-            ("deadline", self.deadline),
-            ("connect timeout", self.connect_timeout),
-        ] {
-            if value.is_zero() {
-                return Err(SettingsError::ZeroDuration(what).into());
-            }
-        }
+        self.shared.validate()?;
         let connector: Connector = Arc::new(move || Box::pin(connector()));
-        let first = match tokio::time::timeout(self.connect_timeout, connector()).await {
+        let timeout = self.shared.connect_timeout;
+        let first = match tokio::time::timeout(timeout, connector()).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) if e.kind() == ErrorKind::InvalidClientConfig => {
                 return Err(ConnectError::InvalidUrl(e));
@@ -522,16 +480,14 @@ impl OptimisticStoreBuilder {
             Ok(Err(e)) => {
                 return Err(StoreError::Connection(SourceError::new(e)).into());
             }
-            Err(_) => return Err(StoreError::Timeout(self.connect_timeout).into()),
+            Err(_) => return Err(StoreError::Timeout(timeout).into()),
         };
-        let min_ttl_ms = u64::try_from(self.min_ttl.as_nanos().div_ceil(1_000_000))
-            .unwrap_or(u64::MAX)
-            .min(MAX_MICROS);
+        let min_ttl_ms = self.shared.min_ttl_ms();
         Ok(OptimisticStore {
             inner: Arc::new(Inner {
                 pool: Pool::new(self.max_connections.get(), connector, first),
-                prefix: self.prefix,
-                deadline: self.deadline,
+                prefix: self.shared.prefix,
+                deadline: self.shared.deadline,
                 min_ttl_ms,
                 max_attempts: self.max_attempts,
                 backoff: Backoff::new(self.backoff_base, self.backoff_max, self.rng_seed),
@@ -680,12 +636,9 @@ impl Op {
     }
 }
 
-// The prefix and connect timeout are the Lua store's (`crate::store`): the two stores share
-// keys and values, so they can serve one limit together (one migrating to the other, or
-// clients where scripting is refused).
-
-/// rein-core's [`DEFAULT_DEADLINE`](rein_core::DEFAULT_DEADLINE), as the Lua store's.
-const DEFAULT_DEADLINE: Duration = rein_core::DEFAULT_DEADLINE;
+// The prefix, deadline, connect timeout and minimum TTL are the Lua store's, defined once
+// (`crate::settings`): the two stores share keys and values, so they can serve one limit
+// together (one migrating to the other, or clients where scripting is refused).
 
 /// Enough for the concurrency of a typical server process's rate-limit calls; each open
 /// connection costs Redis a client (about 20 KB) and this process a socket. (The `unwrap`s

@@ -99,10 +99,7 @@ pub struct RedisStore<C> {
 /// ```
 #[derive(Clone, Debug)]
 pub struct RedisStoreBuilder {
-    prefix: String,
-    deadline: Duration,
-    connect_timeout: Duration,
-    min_ttl: Duration,
+    shared: crate::settings::Shared,
     coalesce: Coalesce,
 }
 
@@ -577,9 +574,9 @@ where
             inner: Arc::new(Inner {
                 link: Arc::new(link),
                 router,
-                prefix: builder.prefix,
-                deadline: builder.deadline,
-                min_ttl_ms: ttl_millis(builder.min_ttl),
+                min_ttl_ms: builder.shared.min_ttl_ms(),
+                prefix: builder.shared.prefix,
+                deadline: builder.shared.deadline,
                 coalesce: builder.coalesce,
                 lanes: Mutex::default(),
             }),
@@ -681,44 +678,12 @@ impl RedisStoreBuilder {
     /// Default settings: prefix `rein`, deadline 50 ms, connect timeout 1 s, no minimum TTL.
     pub fn new() -> Self {
         Self {
-            prefix: DEFAULT_PREFIX.to_owned(),
-            deadline: DEFAULT_DEADLINE,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            min_ttl: Duration::ZERO,
+            shared: crate::settings::Shared::new(),
             coalesce: Coalesce::DEFAULT,
         }
     }
 
-    /// The first part of every key (default `rein`): 1 to 64 printable ASCII bytes, no
-    /// spaces or braces. Give each application, or each environment sharing a Redis, its
-    /// own; a least-privilege ACL can then be limited to `~<prefix>:*`.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The longest a call may take, from asking for a connection to decoding the reply
-    /// (default 50 ms). On expiry the call returns a `Timeout` error and is not retried.
-    pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = deadline;
-        self
-    }
-
-    /// The longest a connect may take (default 1 s): the first one, and each background
-    /// reconnect of a store built with [`connect_with`](Self::connect_with).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The shortest TTL a written key gets (default zero: a key expires as soon as its limit
-    /// is full again). Key TTLs run on Redis's clock; raise this when a caller's `now`
-    /// (`Some(now)` to [`Limiter::acquire`] and the rest) does not advance with it (tests, replays, simulators), or a key could
-    /// expire while the caller's timeline still needs it. Rounded up to milliseconds.
-    pub fn min_ttl(mut self, min_ttl: Duration) -> Self {
-        self.min_ttl = min_ttl;
-        self
-    }
+    crate::settings::shared_setters!();
 
     /// How concurrent decisions share script calls (default [`Coalesce::DEFAULT`]: up to
     /// 2 calls of a policy in flight, then up to 64 waiting decisions per call).
@@ -779,24 +744,18 @@ impl RedisStoreBuilder {
     {
         self.validate()?;
         let connector: Connector<C> = Arc::new(move || Box::pin(connector()));
-        let conn = crate::connect::first_connection(self.connect_timeout, connector()).await?;
-        let link = Link::reconnecting(conn, connector, self.connect_timeout);
+        let timeout = self.shared.connect_timeout;
+        let conn = crate::connect::first_connection(timeout, connector()).await?;
+        let link = Link::reconnecting(conn, connector, timeout);
         Ok(RedisStore::with_link(self, link))
     }
 
     pub(crate) fn validate(&self) -> Result<(), SettingsError> {
-        crate::key::validate_prefix(&self.prefix)?;
-        if self.deadline.is_zero() {
-            return Err(SettingsError::ZeroDuration("deadline"));
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(SettingsError::ZeroDuration("connect timeout"));
-        }
-        Ok(())
+        self.shared.validate()
     }
 
     pub(crate) fn connect_timeout_value(&self) -> Duration {
-        self.connect_timeout
+        self.shared.connect_timeout
     }
 }
 
@@ -854,19 +813,9 @@ fn crosses_slots(e: &StoreError) -> bool {
         .is_some_and(|e| e.kind() == ErrorKind::Server(redis::ServerErrorKind::CrossSlot))
 }
 
-/// The script's `min_ttl` argument: milliseconds, rounded up, kept exact in Lua.
-fn ttl_millis(d: Duration) -> u64 {
-    let ms = d.as_nanos().div_ceil(1_000_000);
-    u64::try_from(ms).unwrap_or(u64::MAX).min(MAX_MICROS)
-}
-
 /// The first part of every key a Redis store writes unless given another
 /// ([`RedisStoreBuilder::prefix`]); the optimistic store and rein-tower's config use it too.
 pub const DEFAULT_PREFIX: &str = "rein";
-
-/// rein-core's [`DEFAULT_DEADLINE`](rein_core::DEFAULT_DEADLINE) (50 ms), the one deadline
-/// every rein component defaults to.
-const DEFAULT_DEADLINE: Duration = rein_core::DEFAULT_DEADLINE;
 
 /// How long a store's first connect may take unless told otherwise
 /// ([`RedisStoreBuilder::connect_timeout`]): covers a TCP and TLS handshake to a Redis in
