@@ -236,11 +236,56 @@ struct Block {
     reviewed: bool,
     /// When the store said the limit is full again if nothing else is admitted.
     reset_at: Timestamp,
-    /// A sliding-log grant's stamp in the store: where its units are given back from.
-    stamp: Option<Timestamp>,
-    /// A window grant's instant in the store's clock, when the store said: returns go to
-    /// that window only, so one that executes late never lands in a later window.
-    window: Option<Timestamp>,
+    /// Where its unused units go back to.
+    origin: Origin,
+}
+
+/// Where a block's unused units go back to: the kinds of grant there are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// A sliding log's held grant, at the store's stamp: its units go back from that stamp
+    /// only, which is exact whenever the return runs.
+    Stamp(Timestamp),
+    /// A window's grant, at the store's instant of it: returns go into that window only, so
+    /// one that executes late never lands in a later window.
+    Window(Timestamp),
+    /// A window's grant the store gave no instant for: a plain refund, sent only while the
+    /// return guard holds.
+    Unstamped,
+}
+
+impl Origin {
+    /// A window grant's origin from the store's instant, if it gave one.
+    fn window(at: Option<Timestamp>) -> Self {
+        at.map_or(Origin::Unstamped, Origin::Window)
+    }
+
+    /// The instant a return names (`refund_held`'s stamp), if any.
+    fn at(self) -> Option<Timestamp> {
+        match self {
+            Origin::Stamp(at) | Origin::Window(at) => Some(at),
+            Origin::Unstamped => None,
+        }
+    }
+
+    /// A window grant's instant; `None` for a log's stamp or an unstamped grant.
+    fn window_at(self) -> Option<Timestamp> {
+        match self {
+            Origin::Window(at) => Some(at),
+            Origin::Stamp(_) | Origin::Unstamped => None,
+        }
+    }
+
+    /// Where the units go once the block has ended, if anywhere: a log's from its stamp, a
+    /// sliding counter's into the window that counted them (`returns_after_end`); a fixed
+    /// window's strand.
+    fn after_end(self, returns_after_end: bool) -> Option<Timestamp> {
+        match self {
+            Origin::Stamp(at) => Some(at),
+            Origin::Window(at) if returns_after_end => Some(at),
+            Origin::Window(_) | Origin::Unstamped => None,
+        }
+    }
 }
 
 /// The one reservation in flight for a key.
@@ -419,7 +464,10 @@ impl LeaseBook {
                         // Two stamps never merge: what is left of the older grant goes
                         // back from its own stamp, and the new grant becomes the block.
                         if let Some(old) = entry.block.take().filter(|b| b.units > 0) {
-                            let at = old.stamp.filter(|_| now < old.valid_until);
+                            let at = match old.origin {
+                                Origin::Stamp(at) if now < old.valid_until => Some(at),
+                                _ => None,
+                            };
                             match at {
                                 Some(at) => give_back(
                                     &mut self.actions,
@@ -439,8 +487,7 @@ impl LeaseBook {
                             review_at: valid_until,
                             reviewed: true,
                             reset_at,
-                            stamp: Some(stamp),
-                            window: None,
+                            origin: Origin::Stamp(stamp),
                         });
                     } else {
                         entry.merge(
@@ -741,8 +788,8 @@ impl LeaseBook {
             // A log block's units go back from their stamp, a sliding counter's into the
             // window that counted them (now the previous one: a return lightens it); a
             // fixed window's are stranded.
-            let after_end = b.window.filter(|_| entry.terms.returns_after_end());
-            match b.stamp.or(after_end).filter(|_| b.units > 0) {
+            let back = b.origin.after_end(entry.terms.returns_after_end());
+            match back.filter(|_| b.units > 0) {
                 Some(stamp) => give_back(
                     &mut self.actions,
                     &mut self.stats,
@@ -789,7 +836,7 @@ impl LeaseBook {
                     key: entry.key.clone(),
                     units: excess,
                     at: now,
-                    stamp: b.window,
+                    stamp: b.origin.window_at(),
                 });
             }
         }
@@ -810,18 +857,15 @@ impl LeaseBook {
         // A block past its end that no timer saw yet is settled here as `service` would:
         // a log's units go back from their stamp, a window's strand.
         if let Some(b) = entry.block.filter(|b| b.units > 0) {
-            let counter = b.window.is_some() && entry.terms.returns_after_end();
-            if b.stamp.is_some()
-                || counter
-                || returnable(now, b.valid_until, self.config.return_guard)
-            {
+            let after_end = b.origin.after_end(entry.terms.returns_after_end());
+            if after_end.is_some() || returnable(now, b.valid_until, self.config.return_guard) {
                 give_back(
                     &mut self.actions,
                     &mut self.stats,
                     &entry.key,
                     b.units,
                     now,
-                    b.stamp.or(b.window),
+                    b.origin.at(),
                 );
             } else {
                 self.stats.units_stranded += b.units;
@@ -954,8 +998,7 @@ impl Entry {
                     review_at: review(valid_until),
                     reviewed: b.reviewed && valid_until == b.valid_until,
                     reset_at: b.reset_at.max(reset_at),
-                    stamp: None,
-                    window: window.or(b.window),
+                    origin: Origin::window(window.or(b.origin.window_at())),
                 }
             }
             None => Block {
@@ -965,8 +1008,7 @@ impl Entry {
                 review_at: review(valid_until),
                 reviewed: false,
                 reset_at,
-                stamp: None,
-                window,
+                origin: Origin::window(window),
             },
         });
     }
