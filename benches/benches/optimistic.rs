@@ -24,8 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use rein_core::Limiter;
-use rein_core::{Limit, Micros, Policy};
+use rein_core::{Limit, Limiter, Micros, Policy};
 use rein_redis::{
     OptimisticStore, OptimisticStoreBuilder, RedisPolicy, RedisStore, RedisStoreBuilder,
 };

@@ -7,14 +7,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 use rein::{FailurePolicy, PolicyTable, ResilientLimiter};
-use rein_core::{Limit, Micros, NamedPolicy, Policy};
+use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_redis::{
     OptimisticStore, OptimisticStoreBuilder, RedisPolicy, RedisStore, RedisStoreBuilder,
 };
 use rein_redis_harness::RedisServer;
 
 use super::*;
-use rein_core::Limiter;
 
 /// The Redis-backed peers, in table order.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -5,8 +5,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use rein_core::Limiter;
-use rein_core::{Limit, Micros, NamedPolicy, Policy};
+use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
 use serde_json::Value;

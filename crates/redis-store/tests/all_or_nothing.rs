@@ -6,8 +6,7 @@ mod common;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use rein_core::Limiter;
-use rein_core::{Limit, LimitState, Micros, Policy, PolicyState};
+use rein_core::{Limit, LimitState, Limiter, Micros, Policy, PolicyState};
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
 

@@ -8,8 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use rein_core::Limiter;
-use rein_core::{Limit, LimitState, Micros, Policy};
+use rein_core::{Limit, LimitState, Limiter, Micros, Policy};
 use rein_redis::{Coalesce, RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 

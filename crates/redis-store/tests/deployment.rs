@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use common::FakeServer;
 use redis::aio::MultiplexedConnection;
-use rein_core::Limiter;
-use rein_core::{Limit, Micros, Policy};
+use rein_core::{Limit, Limiter, Micros, Policy};
 use rein_redis::{
     ConnectError, DecideError, RedisPolicy, RedisStore, RedisStoreBuilder, StoreError,
 };

@@ -9,8 +9,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use redis::aio::ConnectionManager;
-use rein_core::Limiter;
-use rein_core::{Algorithm, Leasable, Limit, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp};
+use rein_core::{
+    Algorithm, Leasable, Limit, Limiter, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp,
+};
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 

@@ -5,8 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use rein_core::Limiter;
-use rein_core::{Limit, Micros, Policy};
+use rein_core::{Limit, Limiter, Micros, Policy};
 use rein_redis::RedisPolicy;
 use rein_redis_harness::RedisServer;
 

@@ -10,9 +10,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
-use rein_core::Limiter;
 use rein_core::{
-    DecideError, Leasable, Limit, MAX_MICROS, Micros, Policy, Timestamp,
+    DecideError, Leasable, Limit, Limiter, MAX_MICROS, Micros, Policy, Timestamp,
     rate_share::{
         RateAnswer, RateOp, RateShares, RateState, ReturnRequest, Share, ShareError, TakeRequest,
         Taken,

@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rein_core::Limiter;
-use rein_core::{DecideError, Limit, LimitState, Micros, Policy};
+use rein_core::{DecideError, Limit, LimitState, Limiter, Micros, Policy};
 use rein_redis::{RedisPolicy, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
 

@@ -258,7 +258,7 @@ impl<L: Limiter> RateLimitLayerBuilder<L> {
     /// request it would deny is passed to the inner service (without rate-limit headers),
     /// logged at debug level and counted in `rein_http_shadow_denials_total{policy}` (with
     /// the `metrics` feature; the route's `rein_http_requests_total` counts it as
-    /// `shadow_denied`). Nothing is counted for a request it would deny, as for any denial.
+    /// `shadow_denied`). Such a request takes nothing from the limit, as for any denial.
     /// A config file sets it with `shadow = true` under `[policies.NAME]`; a reload
     /// ([`crate::Reloader`]) turns it on or off without a restart.
     pub fn shadow(mut self, policy: impl Into<String>) -> Self {

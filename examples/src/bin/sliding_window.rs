@@ -25,8 +25,7 @@
 //! 5 admitted, 2 denied
 //! ```
 
-use rein_core::Limiter;
-use rein_core::{Limit, Micros, Policy};
+use rein_core::{Limit, Limiter, Micros, Policy};
 use rein_examples::{DemoResult, MIN_TTL, PREFIX, at_millis, delete_keys, describe, redis_url};
 use rein_redis::{RedisPolicy, RedisStoreBuilder};
 

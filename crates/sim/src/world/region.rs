@@ -36,7 +36,7 @@ use rein::{
     region::{Grant, RebalanceConfig, Rebalancer, RegionQuota, split},
 };
 use rein_core::{
-    DecideError, Limit, Micros, NamedPolicy, Policy, PolicyState, StoreError, Timestamp,
+    DecideError, Limit, Limiter, Micros, NamedPolicy, Policy, PolicyState, StoreError, Timestamp,
 };
 use rein_redis::RedisPolicy;
 
@@ -49,7 +49,6 @@ use super::{Event, Failure, Outcome, REDIS_PORT};
 use crate::oracle::{Admission, AdmissionLog, Interval};
 use crate::redis::{Clock, Persistence, Shared};
 use crate::report::{FaultSpan, ScenarioInputs, ScenarioResult};
-use rein_core::Limiter;
 
 /// How regions share the limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
