@@ -213,10 +213,8 @@ struct Entry {
     demand: Demand,
     /// The last request's instant, for idleness.
     last_request: Timestamp,
-    /// Deny locally until then: the store said nothing is left.
-    denied: Option<LocalDenial>,
-    /// Decide directly until then: a reservation failed or was unusable.
-    direct_until: Option<Timestamp>,
+    /// What the key does instead of leasing, until when.
+    detour: Detour,
     /// The deadline registered in `LeaseBook::timers`.
     timer: Option<Timestamp>,
 }
@@ -230,14 +228,75 @@ struct Block {
     size: u64,
     /// No unit is spent at or after this instant.
     valid_until: Timestamp,
-    /// When to give back what the remaining time will not use: `valid_until − 2 × guard`.
-    review_at: Timestamp,
-    /// Whether the end-of-block review has run.
-    reviewed: bool,
+    /// The end-of-block review, which gives back what the remaining time will not use.
+    review: Review,
     /// When the store said the limit is full again if nothing else is admitted.
     reset_at: Timestamp,
     /// Where its unused units go back to.
     origin: Origin,
+}
+
+/// A block's end-of-block review. A window's block is reviewed once, `2 × return_guard`
+/// before its end, and asks for no block ahead after that; a log's held grant is never
+/// reviewed (its return is exact whenever it runs), and renews ahead until its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Review {
+    /// Due at this instant (`valid_until − 2 × return_guard`).
+    Due(Timestamp),
+    /// Has run.
+    Done,
+    /// A held grant's: none.
+    Never,
+}
+
+impl Review {
+    /// The review of a window's block that ends at `valid_until`.
+    fn before(valid_until: Timestamp, guard: Micros) -> Self {
+        Review::Due(Timestamp::from_micros(
+            valid_until
+                .as_micros()
+                .saturating_sub(guard.as_micros().saturating_mul(2)),
+        ))
+    }
+
+    /// Whether a block may still ask for the next one ahead at `now`: not once its review
+    /// is due, since what the review gives back would be asked for again.
+    fn renews_ahead(self, now: Timestamp) -> bool {
+        match self {
+            Review::Due(at) => now < at,
+            Review::Done => false,
+            Review::Never => true,
+        }
+    }
+}
+
+/// What a key does instead of leasing, until an instant: at most one at a time. A denial
+/// is set when a reservation is denied and a detour to the store when one fails, and no
+/// reservation starts while either lasts, so one cannot follow the other before it ends.
+#[derive(Clone, Copy, Debug)]
+enum Detour {
+    /// Leasing as usual.
+    None,
+    /// Deny locally until then: the store said nothing is left.
+    Deny(LocalDenial),
+    /// Decide directly until then: a reservation failed or was unusable.
+    Direct(Timestamp),
+}
+
+impl Detour {
+    /// When it ends, if there is one.
+    fn until(self) -> Option<Timestamp> {
+        match self {
+            Detour::None => None,
+            Detour::Deny(denial) => Some(denial.until),
+            Detour::Direct(until) => Some(until),
+        }
+    }
+
+    /// Whether it still holds at `now`.
+    fn holds(self, now: Timestamp) -> bool {
+        self.until().is_some_and(|until| now < until)
+    }
 }
 
 /// Where a block's unused units go back to: the kinds of grant there are.
@@ -435,7 +494,7 @@ impl LeaseBook {
             Reserved::Failed => {
                 stats.reservations_failed += 1;
                 stats.units_in_doubt += flight.units;
-                entry.direct_until = Some(now.saturating_add(config.renew_interval));
+                entry.detour = Detour::Direct(now.saturating_add(config.renew_interval));
             }
             Reserved::Decided(d) if d.is_allowed() => match entry.terms.span(&d) {
                 Some(span) => {
@@ -484,8 +543,7 @@ impl LeaseBook {
                             units: flight.units,
                             size: flight.units,
                             valid_until,
-                            review_at: valid_until,
-                            reviewed: true,
+                            review: Review::Never,
                             reset_at,
                             origin: Origin::Stamp(stamp),
                         });
@@ -502,7 +560,7 @@ impl LeaseBook {
                     // Admitted, but not by the store's windows (a failure policy's answer):
                     // never spent as a lease. Requests go direct and meet that policy.
                     stats.reservations_unusable += 1;
-                    entry.direct_until = Some(now.saturating_add(config.renew_interval));
+                    entry.detour = Detour::Direct(now.saturating_add(config.renew_interval));
                 }
             },
             Reserved::Decided(d) if d.retry_after == Micros::ZERO => {
@@ -510,7 +568,7 @@ impl LeaseBook {
                 // its breaker is closed): treat it as a failure, and let requests meet the
                 // failure policy directly.
                 stats.reservations_unusable += 1;
-                entry.direct_until = Some(now.saturating_add(config.renew_interval));
+                entry.detour = Detour::Direct(now.saturating_add(config.renew_interval));
             }
             // Mapped to `Decided` above.
             Reserved::Held(..) => {}
@@ -528,24 +586,17 @@ impl LeaseBook {
                         .remaining
                         .min(config.fair_share(&entry.terms) - held)
                         .min(flight.units.saturating_sub(1).max(1));
-                    let id = self.next_id;
-                    self.next_id += 1;
-                    entry.flight = Some(Flight {
-                        id,
+                    reserve(
+                        &mut self.actions,
+                        stats,
+                        &mut self.next_id,
+                        entry,
                         units,
-                        sent_at: now,
-                    });
-                    stats.reservations += 1;
-                    self.actions.push_back(Action::Reserve {
-                        key: entry.key.clone(),
-                        id,
-                        units,
-                        at: now,
-                        hold: entry.terms.hold(),
-                    });
+                        now,
+                    );
                 } else {
                     let wait = d.retry_after.min(config.renew_interval);
-                    entry.denied = Some(LocalDenial {
+                    entry.detour = Detour::Deny(LocalDenial {
                         until: flight.sent_at.saturating_add(wait),
                         limit: d.limit,
                         limit_index: d.limit_index,
@@ -679,7 +730,9 @@ impl LeaseBook {
                 };
                 break 'decided Admit::Leased(decision);
             }
-            if let Some(denial) = entry.denied.filter(|d| now < d.until) {
+            if let Detour::Deny(denial) = entry.detour
+                && now < denial.until
+            {
                 let retry_after = denial.until.saturating_since(now);
                 break 'decided Admit::Denied(Decision {
                     outcome: Outcome::Denied,
@@ -693,7 +746,9 @@ impl LeaseBook {
             if entry.flight.is_some() {
                 break 'decided Admit::Wait;
             }
-            if entry.direct_until.is_some_and(|until| now < until) {
+            if let Detour::Direct(until) = entry.detour
+                && now < until
+            {
                 break 'decided Admit::Direct(DirectReason::StoreTrouble);
             }
             if cost > config.fair_share(terms) {
@@ -719,11 +774,10 @@ impl LeaseBook {
             Admit::Wait => entry.flight.is_none(),
             Admit::Leased(_) => {
                 entry.flight.is_none()
-                    && entry.denied.is_none_or(|d| now >= d.until)
-                    && entry.direct_until.is_none_or(|until| now >= until)
+                    && !entry.detour.holds(now)
                     && entry.block.is_some_and(|b| {
                         b.units * 1_000 < b.size * u64::from(config.low_watermark_permille)
-                            && now < b.review_at
+                            && b.review.renews_ahead(now)
                     })
             }
             _ => false,
@@ -746,21 +800,14 @@ impl LeaseBook {
                 .saturating_sub(held)
                 .min(share - held.min(share));
             if units > 0 {
-                let id = self.next_id;
-                self.next_id += 1;
-                entry.flight = Some(Flight {
-                    id,
+                reserve(
+                    &mut self.actions,
+                    &mut self.stats,
+                    &mut self.next_id,
+                    entry,
                     units,
-                    sent_at: now,
-                });
-                self.stats.reservations += 1;
-                self.actions.push_back(Action::Reserve {
-                    key: entry.key.clone(),
-                    id,
-                    units,
-                    at: now,
-                    hold: entry.terms.hold(),
-                });
+                    now,
+                );
             }
         }
         self.reschedule(slot);
@@ -780,7 +827,7 @@ impl LeaseBook {
             entry.flight = None;
             self.stats.reservations_lost += 1;
             self.stats.units_in_doubt += f.units;
-            entry.direct_until = Some(now.saturating_add(config.renew_interval));
+            entry.detour = Detour::Direct(now.saturating_add(config.renew_interval));
         }
         if let Some(b) = entry.block
             && now >= b.valid_until
@@ -802,11 +849,8 @@ impl LeaseBook {
             }
             entry.block = None;
         }
-        if entry.denied.is_some_and(|d| now >= d.until) {
-            entry.denied = None;
-        }
-        if entry.direct_until.is_some_and(|until| now >= until) {
-            entry.direct_until = None;
+        if entry.detour.until().is_some_and(|until| now >= until) {
+            entry.detour = Detour::None;
         }
         if !timers {
             self.reschedule(slot);
@@ -822,22 +866,22 @@ impl LeaseBook {
         if let Some(b) = entry
             .block
             .as_mut()
-            .filter(|b| !b.reviewed && now >= b.review_at)
+            .filter(|b| matches!(b.review, Review::Due(at) if now >= at))
         {
-            b.reviewed = true;
+            b.review = Review::Done;
             // Keep what the measured demand will use before the end; give back the rest
             // while a return still lands in this window.
             let excess = b.units.saturating_sub(expected);
             if excess > 0 && returnable(now, b.valid_until, config.return_guard) {
                 b.units -= excess;
-                self.stats.returns += 1;
-                self.stats.units_returned += excess;
-                self.actions.push_back(Action::Return {
-                    key: entry.key.clone(),
-                    units: excess,
-                    at: now,
-                    stamp: b.origin.window_at(),
-                });
+                give_back(
+                    &mut self.actions,
+                    &mut self.stats,
+                    &entry.key,
+                    excess,
+                    now,
+                    b.origin.window_at(),
+                );
             }
         }
         self.reschedule(slot);
@@ -889,8 +933,7 @@ impl LeaseBook {
                 previous: 0,
             },
             last_request: now,
-            denied: None,
-            direct_until: None,
+            detour: Detour::None,
             timer: None,
         };
         let slot = match self.free.pop() {
@@ -917,15 +960,11 @@ impl LeaseBook {
             entry
                 .flight
                 .map(|f| f.sent_at.saturating_add(config.flight_timeout)),
-            entry.block.map(|b| {
-                if b.reviewed {
-                    b.valid_until
-                } else {
-                    b.review_at
-                }
+            entry.block.map(|b| match b.review {
+                Review::Due(at) => at,
+                Review::Done | Review::Never => b.valid_until,
             }),
-            entry.denied.map(|d| d.until),
-            entry.direct_until,
+            entry.detour.until(),
             // Idleness is checked once no reservation is in flight (its timeout is above):
             // a due idle deadline kept while one is would fire again at once, forever.
             entry
@@ -981,13 +1020,6 @@ impl Entry {
         guard: Micros,
         window: Option<Timestamp>,
     ) {
-        let review = |until: Timestamp| {
-            Timestamp::from_micros(
-                until
-                    .as_micros()
-                    .saturating_sub(guard.as_micros().saturating_mul(2)),
-            )
-        };
         self.block = Some(match self.block {
             Some(b) => {
                 let valid_until = b.valid_until.min(valid_until);
@@ -995,8 +1027,11 @@ impl Entry {
                     units: b.units + units,
                     size: units,
                     valid_until,
-                    review_at: review(valid_until),
-                    reviewed: b.reviewed && valid_until == b.valid_until,
+                    // A review that ran stays done while the end it was made for stands.
+                    review: match b.review {
+                        Review::Done if valid_until == b.valid_until => Review::Done,
+                        _ => Review::before(valid_until, guard),
+                    },
                     reset_at: b.reset_at.max(reset_at),
                     origin: Origin::window(window.or(b.origin.window_at())),
                 }
@@ -1005,8 +1040,7 @@ impl Entry {
                 units,
                 size: units,
                 valid_until,
-                review_at: review(valid_until),
-                reviewed: false,
+                review: Review::before(valid_until, guard),
                 reset_at,
                 origin: Origin::window(window),
             },
@@ -1070,6 +1104,32 @@ impl Demand {
             self.start = self.start.saturating_add(Micros::from_micros(length));
         }
     }
+}
+
+/// Starts `entry`'s one reservation, of `units` at `now`, and queues its call.
+fn reserve(
+    actions: &mut VecDeque<Action>,
+    stats: &mut LeaseStats,
+    next_id: &mut u64,
+    entry: &mut Entry,
+    units: u64,
+    now: Timestamp,
+) {
+    let id = *next_id;
+    *next_id += 1;
+    entry.flight = Some(Flight {
+        id,
+        units,
+        sent_at: now,
+    });
+    stats.reservations += 1;
+    actions.push_back(Action::Reserve {
+        key: entry.key.clone(),
+        id,
+        units,
+        at: now,
+        hold: entry.terms.hold(),
+    });
 }
 
 /// Queues a return of `units` of `key` (from `stamp`, for a log grant) and counts it.
