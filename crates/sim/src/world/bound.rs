@@ -16,8 +16,9 @@
 //!   of the same length). A fixed window's guarantee holds per window **aligned to the
 //!   node's clock**, and a window aligned to true time meets two of those unless `s_i` is a
 //!   whole number of windows: one node then admits up to `2 × share(L)` in it. That is what
-//!   the old `L + k × ⌊L/N⌋` missed (measured 195 admitted against 148 with 3 of 6 nodes cut
-//!   off and skewed clocks; the corrected bound is 196).
+//!   the old `L + k × ⌊L/N⌋` missed (`tests/bounds.rs`: one node of 6, 300 ms ahead and cut
+//!   off 250 ms before its window turns over, brings a window to exactly 132 against the
+//!   old 116).
 //!
 //! So, with `k` nodes on fallback whose clocks are offset by `s_1 … s_k` from Redis's:
 //!

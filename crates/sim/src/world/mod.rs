@@ -19,7 +19,8 @@
 //!
 //! # Layout
 //!
-//! - `scenario.rs`: [`Scenario`], the runner, [`Run`]. `bound.rs`: the global bound with
+//! - `scenario.rs`: [`Scenario`], its hosts and faults, [`Run`]. `runner.rs`: what every
+//!   world shares (built, stepped to its end, read back). `bound.rs`: the global bound with
 //!   nodes on local fallback ([`fallback_limit`]).
 //! - `node.rs`: an application node. `naive.rs`: the read-modify-write baseline limiter
 //!   (read a bucket, decide on the client, write it back: racy across nodes).
@@ -36,6 +37,7 @@ mod naive;
 mod node;
 mod region;
 mod rng;
+mod runner;
 mod scenario;
 mod suite;
 mod tap;

@@ -40,13 +40,14 @@ use rein_core::{
 };
 use rein_redis::RedisPolicy;
 
-use super::clock::{self, WARMUP, true_now};
+use super::clock::{self, true_now};
 use super::node::{admitted_in_redis, build_store_on, user_key, wait_until_due};
 use super::rng::Rng;
+use super::runner::{self, Network};
 use super::tap::{ScriptTap, tapped_host};
 use super::workload::{Request, Workload};
 use super::{Event, Failure, Outcome, REDIS_PORT};
-use crate::oracle::{Admission, AdmissionLog, Interval};
+use crate::oracle::{AdmissionLog, Interval};
 use crate::redis::{Clock, Persistence, Shared};
 use crate::report::{FaultSpan, ScenarioInputs, ScenarioResult};
 
@@ -237,15 +238,13 @@ impl RegionScenario {
             Micros::from(self.deadline),
         )?;
         let origin = Timestamp::from_micros(clock::EPOCH_SECS * 1_000_000);
-        let mut world = turmoil::Builder::new()
-            .epoch(clock::epoch())
-            .rng_seed(self.seed)
-            .tick_duration(TICK)
-            .min_message_latency(LOCAL)
-            .max_message_latency(LOCAL + TICK)
-            .tcp_capacity(64)
-            .simulation_duration(WARMUP + self.span + Duration::from_secs(60))
-            .build();
+        let mut world = runner::build(&Network {
+            seed: self.seed,
+            tick: TICK,
+            latency: (LOCAL, LOCAL + TICK),
+            tcp_capacity: 64,
+            span: self.span,
+        });
         let tap = ScriptTap::default();
         let redis_hosts = match self.strategy {
             Strategy::Global => 1,
@@ -321,33 +320,13 @@ impl RegionScenario {
             next_sync: origin,
             cut_applied: false,
         };
-        loop {
+        runner::drive(&mut world, |world| {
             let now = origin.saturating_add(Micros::from(world.elapsed()));
-            control.step(&mut world, now, redis_hosts);
-            if world.step()? {
-                break;
-            }
-        }
+            control.step(world, now, redis_hosts);
+        })?;
         let events = events.take();
-        let log = events
-            .iter()
-            .filter_map(|e| match e.outcome {
-                Outcome::Admitted { at, .. } => Some(Admission {
-                    at,
-                    node: e.node,
-                    key: e.key,
-                    cost: e.cost,
-                }),
-                _ => None,
-            })
-            .collect();
-        let demand_end = clock::start().saturating_add(self.span.into());
-        let end = events
-            .iter()
-            .map(|e| e.answered.saturating_add(Micros::from_micros(1)))
-            .max()
-            .unwrap_or(demand_end)
-            .max(demand_end);
+        let log = runner::admissions(&events);
+        let end = runner::end_of(&events, self.span);
         Ok(RegionRun {
             scenario: self.clone(),
             events,

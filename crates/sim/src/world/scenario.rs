@@ -15,10 +15,11 @@ use super::clock::{self, Skew, WARMUP};
 use super::fault::{Action, Fault};
 use super::node::{self, NodeConfig};
 use super::rng::Rng;
+use super::runner::{self, Network};
 use super::tap::{ScriptTap, tapped_host};
 use super::workload::{Request, Workload};
 use super::{Event, Guard, LimiterKind, Outcome, REDIS_HOST, REDIS_PORT, TimeSource, host_name};
-use crate::oracle::{Admission, AdmissionLog, Interval};
+use crate::oracle::{AdmissionLog, Interval};
 use crate::redis::{Clock, Persistence, Shared};
 use crate::report::{ScenarioInputs, ScenarioResult};
 
@@ -347,18 +348,15 @@ impl Scenario {
             self.span,
         );
         let skews = self.skews();
-        let mut world = turmoil::Builder::new()
-            .epoch(clock::epoch())
-            .rng_seed(self.seed)
-            .tick_duration(self.tick)
-            .min_message_latency(self.min_latency)
-            .max_message_latency(self.max_latency)
-            // turmoil panics when more connections wait on a listener than this (and bounds
-            // each stream's buffer by it too): every node may connect at once, or reconnect
-            // at once after a fault, so leave room for all of them twice over.
-            .tcp_capacity(TCP_CAPACITY.max(2 * self.nodes))
-            .simulation_duration(WARMUP + self.span + Duration::from_secs(60))
-            .build();
+        let mut world = runner::build(&Network {
+            seed: self.seed,
+            tick: self.tick,
+            latency: (self.min_latency, self.max_latency),
+            // Every node may connect at once, or reconnect at once after a fault: room for
+            // all of them twice over.
+            tcp_capacity: TCP_CAPACITY.max(2 * self.nodes),
+            span: self.span,
+        });
         let redis = Shared::new(Clock::turmoil());
         let tap = ScriptTap::default();
         world.host(
@@ -424,38 +422,18 @@ impl Scenario {
         // Stable: actions at one instant apply in the order the faults were listed.
         schedule.sort_by_key(|(at, _)| *at);
         let mut next = 0;
-        loop {
+        runner::drive(&mut world, |world| {
             while let Some((at, action)) = schedule.get(next) {
                 if WARMUP + *at > world.elapsed() {
                     break;
                 }
-                action.apply(&mut world, &redis, per_host);
+                action.apply(world, &redis, per_host);
                 next += 1;
             }
-            if world.step()? {
-                break;
-            }
-        }
+        })?;
         let events = events.take();
-        let log = events
-            .iter()
-            .filter_map(|e| match e.outcome {
-                Outcome::Admitted { at, .. } => Some(Admission {
-                    at,
-                    node: e.node,
-                    key: e.key,
-                    cost: e.cost,
-                }),
-                _ => None,
-            })
-            .collect();
-        let demand_end = clock::start().saturating_add(self.span.into());
-        let end = events
-            .iter()
-            .map(|e| e.answered.saturating_add(Micros::from_micros(1)))
-            .max()
-            .unwrap_or(demand_end)
-            .max(demand_end);
+        let log = runner::admissions(&events);
+        let end = runner::end_of(&events, self.span);
         Ok(Run {
             scenario: self.clone(),
             events,
