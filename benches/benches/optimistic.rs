@@ -4,7 +4,8 @@
 //! decides for a fixed time and the bench reports decisions/s, retries (aborted `EXEC`s)
 //! per decision, the share of calls that got no decision (`Contended` or `Timeout`), and
 //! p50/p99 latency per call. Rounds alternate between the two stores so both see the same
-//! machine load; the table shows the median round.
+//! machine load; the table shows the median round, and the optimistic store's rate as a
+//! ratio to the Lua store's taken round by round (median and spread).
 //!
 //! The policy is one token bucket that always admits (10^6 per second), so every call
 //! writes: the path on which the optimistic store pays its second round trip and its
@@ -24,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
+use rein_benches::Ratio;
 use rein_core::{Limit, Limiter, Micros, Policy};
 use rein_redis::{
     OptimisticStore, OptimisticStoreBuilder, RedisPolicy, RedisStore, RedisStoreBuilder,
@@ -71,9 +73,10 @@ fn main() {
     println!("optimistic store: max_attempts {attempts}");
     println!();
     println!(
-        "| keys | tasks | store | decisions/s | retries/decision | no decision | p50 µs | p99 µs |"
+        "| keys | tasks | store | decisions/s | vs Lua, per round: median (spread) | \
+         retries/decision | no decision | p50 µs | p99 µs |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let spreads: &[bool] = if one_key_only {
         &[false]
     } else {
@@ -108,11 +111,22 @@ fn main() {
                 )));
             }
             let keys = if spread { "10 000" } else { "1" };
-            for (name, rounds) in ["Lua (EVALSHA)", "optimistic"].iter().zip(&mut rounds) {
+            // The two stores alternate: each round's ratio compares runs seconds apart.
+            let rates = |rounds: &[Round]| rounds.iter().map(|r| r.rps).collect::<Vec<_>>();
+            let vs_lua = [
+                Ratio::of(&rates(&rounds[0]), &rates(&rounds[0])),
+                Ratio::of(&rates(&rounds[1]), &rates(&rounds[0])),
+            ];
+            for ((name, rounds), vs_lua) in ["Lua (EVALSHA)", "optimistic"]
+                .iter()
+                .zip(&mut rounds)
+                .zip(vs_lua)
+            {
                 rounds.sort_by(|a, b| a.rps.total_cmp(&b.rps));
                 let r = &rounds[rounds.len() / 2];
                 println!(
-                    "| {keys} | {tasks} | {name} | {:.0} | {:.2} | {:.1} % | {:.0} | {:.0} |",
+                    "| {keys} | {tasks} | {name} | {:.0} | {vs_lua} | {:.2} | {:.1} % | {:.0} | \
+                     {:.0} |",
                     r.rps,
                     r.retries_per_decision,
                     r.failed_share * 100.0,

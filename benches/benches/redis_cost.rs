@@ -2,7 +2,8 @@
 //! replace, driven identically by `redis-benchmark` on one private `redis-server`.
 //!
 //! For each algorithm, rein's script and a naive script in the common style run in
-//! alternating rounds (the median of [`ROUNDS`] is reported), each round on an emptied
+//! alternating rounds (the median of [`ROUNDS`] is reported, and each comparison as the
+//! median of the rounds' own ratios with their spread, [`Ratio`]), each round on an emptied
 //! server, with `redis-benchmark -P 32 -c 50 -r 100000 -n <N> EVALSHA ...` (random keys).
 //! Per round it reads:
 //!
@@ -28,8 +29,8 @@
 //!
 //! Last, the lean scripts as the store sends them under load (coalescing: `n` decisions of
 //! one policy in one call, `n` = 1, 8, 32), per decision, against the naive script's one
-//! decision per call. `--bench redis` measures the same end to end, with rein-redis's own
-//! client choosing the calls.
+//! decision per call, the two alternating round by round. `--bench redis` measures the same
+//! end to end, with rein-redis's own client choosing the calls.
 //!
 //! Run: `cargo bench -p rein-benches --bench redis_cost` (`REIN_BENCH_CALLS` sets calls per
 //! round, default 200 000). It prints a markdown table for docs/performance.md.
@@ -38,6 +39,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use rein_benches::naive::{NAIVE_FIXED_WINDOW, NAIVE_SLIDING_LOG, NAIVE_TOKEN_BUCKET};
+use rein_benches::{Ratio, median};
 use rein_core::{Algorithm, Limit, Micros};
 use rein_redis::SCRIPTS;
 use rein_redis_harness::RedisServer;
@@ -355,13 +357,16 @@ fn main() {
         );
     }
     println!();
-    let ratio = |naive: &str, rein: &str, min: bool| {
-        stat(naive, |m| m.usec_per_call, min) / stat(rein, |m| m.usec_per_call, min)
+    // Each round ran every row once, so a round's ratio compares two runs seconds apart.
+    let per_round =
+        |name: &str, f: fn(&Measure) -> f64| -> Vec<f64> { results[name].iter().map(f).collect() };
+    let ratio = |naive: &str, rein: &str, f: fn(&Measure) -> f64| {
+        Ratio::of(&per_round(naive, f), &per_round(rein, f))
     };
-    let cpu_ratio = |naive: &str, rein: &str| {
-        stat(naive, |m| m.cpu_us, false) / stat(rein, |m| m.cpu_us, false)
-    };
-    println!("naive ÷ rein (> 1: rein is cheaper): script µs/call min, median; server CPU median");
+    println!(
+        "naive ÷ rein (> 1: rein is cheaper), per round: median (spread); script µs/call, \
+         then server CPU per decision"
+    );
     for (label, naive, rein, goal) in [
         (
             "token bucket",
@@ -395,25 +400,38 @@ fn main() {
             "",
         ),
     ] {
+        let goal = if goal.is_empty() {
+            String::new()
+        } else {
+            format!(" (goal {goal})")
+        };
         println!(
-            "- {label}: {:.2}, {:.2}; {:.2} (goal {goal})",
-            ratio(naive, rein, true),
-            ratio(naive, rein, false),
-            cpu_ratio(naive, rein)
+            "- {label}: {}; {}{goal}",
+            ratio(naive, rein, |m| m.usec_per_call),
+            ratio(naive, rein, |m| m.cpu_us),
         );
     }
     let policy_name = "3-limit policy (tb + fw + sl)";
-    let singles = |f: fn(&Measure) -> f64, min: bool| -> f64 {
-        ["token bucket", "fixed window", "sliding log"]
-            .iter()
-            .map(|n| stat(n, f, min))
-            .sum()
+    let singles = |f: fn(&Measure) -> f64| -> Vec<f64> {
+        (0..ROUNDS)
+            .map(|r| {
+                ["token bucket", "fixed window", "sliding log"]
+                    .iter()
+                    .map(|n| f(&results[*n][r]))
+                    .sum()
+            })
+            .collect()
     };
     println!(
-        "- 3-limit policy vs its 3 single decisions: {:.2}, {:.2}; {:.2} (goal > 1.0)",
-        singles(|m| m.usec_per_call, true) / stat(policy_name, |m| m.usec_per_call, true),
-        singles(|m| m.usec_per_call, false) / stat(policy_name, |m| m.usec_per_call, false),
-        singles(|m| m.cpu_us, false) / stat(policy_name, |m| m.cpu_us, false),
+        "- 3-limit policy vs its 3 single decisions: {}; {} (goal > 1.0)",
+        Ratio::of(
+            &singles(|m| m.usec_per_call),
+            &per_round(policy_name, |m| m.usec_per_call)
+        ),
+        Ratio::of(
+            &singles(|m| m.cpu_us),
+            &per_round(policy_name, |m| m.cpu_us)
+        ),
     );
 
     // Coalescing: the store sends concurrent decisions of one policy as one call of the same
@@ -423,31 +441,36 @@ fn main() {
     // measures the store coalescing by itself under 64 concurrent tasks.
     println!();
     println!(
-        "coalesced calls of the shipped lean scripts (n keys per call), per decision; \
-         median of {ROUNDS}; naive ÷ rein > 1: rein is cheaper"
+        "coalesced calls of the shipped lean scripts (n keys per call), per decision, each \
+         round beside a round of the naive script (one decision per call); median of \
+         {ROUNDS}; naive ÷ rein > 1: rein is cheaper"
     );
     println!();
     println!(
         "| script | decisions per call | script µs/decision | server CPU µs/decision | \
-         naive ÷ rein, server CPU |"
+         naive server CPU µs/decision | naive ÷ rein, server CPU, per round: median (spread) |"
     );
-    println!("|---|---|---|---|---|");
-    for (name, script, single, naive_name) in [
+    println!("|---|---|---|---|---|---|");
+    for (name, script, single, (naive_sha, naive_args)) in [
         (
             "token bucket",
             "token_bucket",
             &rein_tb,
-            "naive token bucket",
+            (&naive_bucket, &naive_tb),
         ),
         (
             "fixed window",
             "fixed_window",
             &rein_fw,
-            "naive fixed window",
+            (&naive_window, &naive_fw),
         ),
-        ("sliding log", "sliding_log", &rein_sl, "naive sliding log"),
+        (
+            "sliding log",
+            "sliding_log",
+            &rein_sl,
+            (&naive_log, &naive_sl),
+        ),
     ] {
-        let naive_cpu = stat(naive_name, |m| m.cpu_us, false);
         for n in [1usize, 8, 32] {
             // KEYS: the single call's key n times (redis-benchmark draws each
             // `__rand_int__` afresh); ARGV: its header, then n (operation, cost) pairs.
@@ -462,15 +485,21 @@ fn main() {
             for _ in 0..n {
                 args.extend(ask.iter().cloned());
             }
-            let mut rounds: Vec<Measure> = (0..ROUNDS)
-                .map(|_| measure(&server, &mut con, &rein[script], &args, calls / n as u64))
-                .collect();
-            rounds.sort_by(|a, b| a.cpu_us.total_cmp(&b.cpu_us));
-            let m = &rounds[rounds.len() / 2];
-            let (usec, cpu) = (m.usec_per_call / n as f64, m.cpu_us / n as f64);
+            // Per decision: rein's call carries n of them, the naive script's one.
+            let (mut rein_rounds, mut naive_rounds) = (Vec::new(), Vec::new());
+            for _ in 0..ROUNDS {
+                let m = measure(&server, &mut con, &rein[script], &args, calls / n as u64);
+                rein_rounds.push((m.usec_per_call / n as f64, m.cpu_us / n as f64));
+                let m = measure(&server, &mut con, naive_sha, naive_args, calls / n as u64);
+                naive_rounds.push(m.cpu_us);
+            }
+            let cpu: Vec<f64> = rein_rounds.iter().map(|r| r.1).collect();
             println!(
-                "| {name} | {n} | {usec:.2} | {cpu:.2} | {:.2} |",
-                naive_cpu / cpu
+                "| {name} | {n} | {:.2} | {:.2} | {:.2} | {} |",
+                median(&rein_rounds.iter().map(|r| r.0).collect::<Vec<_>>()),
+                median(&cpu),
+                median(&naive_rounds),
+                Ratio::of(&naive_rounds, &cpu)
             );
         }
     }

@@ -110,6 +110,49 @@ fn thread_cpu_nanos() -> u64 {
     secs * 1_000_000_000 + nanos
 }
 
+/// A ratio measured once per round: its median and its spread over the rounds. Peers are
+/// compared by this, not by the ratio of their medians: the rounds alternate peers (A B A B
+/// ...), so each round's ratio compares two runs a few seconds apart, under the same load,
+/// and the spread says how far one run can be trusted on a shared machine.
+#[derive(Clone, Copy, Debug)]
+pub struct Ratio {
+    /// The median of the rounds' ratios.
+    pub median: f64,
+    /// The smallest.
+    pub min: f64,
+    /// The largest.
+    pub max: f64,
+}
+
+impl Ratio {
+    /// `peer[r] / base[r]` for each round `r`.
+    pub fn of(peer: &[f64], base: &[f64]) -> Self {
+        let ratios: Vec<f64> = peer
+            .iter()
+            .zip(base)
+            .map(|(p, b)| if *b > 0.0 { p / b } else { 0.0 })
+            .collect();
+        Self {
+            median: median(&ratios),
+            min: ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            max: ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+}
+
+impl std::fmt::Display for Ratio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.2} ({:.2}–{:.2})", self.median, self.min, self.max)
+    }
+}
+
+/// The median of `values` (the upper one of an even count); 0 for none.
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// `len` indices below `keys`, uniformly pseudo-random from `seed` (splitmix64).
 ///
 /// The length should be a power of two, so a bench can wrap with a mask.

@@ -44,6 +44,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+pub(crate) use rein_benches::{Ratio, median};
 use rein_redis_harness::RedisServer;
 
 mod in_process;
@@ -119,45 +120,6 @@ pub(crate) fn percentiles(samples: &mut [Duration]) -> (f64, f64) {
             .map_or(0.0, |d| d.as_secs_f64() * 1e6)
     };
     (at(0.50), at(0.99))
-}
-
-/// A ratio measured once per round: its median and its spread over the rounds. Peers are
-/// compared by this, not by the ratio of their medians: the rounds alternate peers (A B A B
-/// ...), so each round's ratio compares two runs a few seconds apart, under the same load,
-/// and the spread says how far one run can be trusted on a shared machine.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Ratio {
-    pub(crate) median: f64,
-    pub(crate) min: f64,
-    pub(crate) max: f64,
-}
-
-impl Ratio {
-    /// `peer[r] / base[r]` for each round `r`.
-    pub(crate) fn of(peer: &[f64], base: &[f64]) -> Self {
-        let ratios: Vec<f64> = peer
-            .iter()
-            .zip(base)
-            .map(|(p, b)| if *b > 0.0 { p / b } else { 0.0 })
-            .collect();
-        Self {
-            median: median(&ratios),
-            min: ratios.iter().copied().fold(f64::INFINITY, f64::min),
-            max: ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        }
-    }
-}
-
-impl std::fmt::Display for Ratio {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:.2} ({:.2}–{:.2})", self.median, self.min, self.max)
-    }
-}
-
-pub(crate) fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
 }
 
 pub(crate) fn load_average() -> String {
