@@ -475,19 +475,7 @@ impl<S: Leasable + 'static> Shared<S> {
     }
 
     fn with_rates<R>(&self, f: impl FnOnce(&mut RateBook) -> R) -> (R, Vec<RateAction>) {
-        let mut rates = self.lock_rates();
-        let before = rates.poll_timeout();
-        let result = f(&mut rates);
-        let after = rates.poll_timeout();
-        let mut actions = Vec::new();
-        while let Some(action) = rates.poll_action() {
-            actions.push(action);
-        }
-        drop(rates);
-        if after.is_some_and(|a| before.is_none_or(|b| a < b)) {
-            self.timers.notify_one();
-        }
-        (result, actions)
+        self.run_on(&self.rates, f)
     }
 
     fn dispatch_rates(self: &Arc<Self>, actions: Vec<RateAction>) {
@@ -545,10 +533,19 @@ impl<S: Leasable + 'static> Shared<S> {
         self.rates.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs `f` on the book and drains its actions; wakes the timer task if `f` added a
-    /// deadline earlier than any before.
     fn with_book<R>(&self, f: impl FnOnce(&mut LeaseBook) -> R) -> (R, Vec<Action>) {
-        let mut book = self.lock();
+        self.run_on(&self.book, f)
+    }
+
+    /// Runs `f` on `book` and drains its actions; wakes the timer task if `f` added a
+    /// deadline earlier than any before.
+    fn run_on<B: Book, R>(
+        &self,
+        book: &Mutex<B>,
+        f: impl FnOnce(&mut B) -> R,
+    ) -> (R, Vec<B::Action>) {
+        // The books' methods do not panic; a poisoned lock still holds a consistent book.
+        let mut book = book.lock().unwrap_or_else(|p| p.into_inner());
         let before = book.poll_timeout();
         let result = f(&mut book);
         let after = book.poll_timeout();
@@ -658,6 +655,34 @@ impl<S: Leasable + 'static> Shared<S> {
     fn lock(&self) -> MutexGuard<'_, LeaseBook> {
         // The book's methods do not panic; a poisoned lock still holds a consistent book.
         self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What the driver needs of either book ([`LeaseBook`] for window leases, [`RateBook`] for
+/// rate shares) to run it: its next deadline and the actions it queued.
+trait Book {
+    type Action;
+    fn poll_timeout(&self) -> Option<Timestamp>;
+    fn poll_action(&mut self) -> Option<Self::Action>;
+}
+
+impl Book for LeaseBook {
+    type Action = Action;
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        LeaseBook::poll_timeout(self)
+    }
+    fn poll_action(&mut self) -> Option<Action> {
+        LeaseBook::poll_action(self)
+    }
+}
+
+impl Book for RateBook {
+    type Action = RateAction;
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        RateBook::poll_timeout(self)
+    }
+    fn poll_action(&mut self) -> Option<RateAction> {
+        RateBook::poll_action(self)
     }
 }
 
