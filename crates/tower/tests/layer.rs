@@ -10,6 +10,8 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::{get, post};
 use http::{HeaderName, Method, Request, StatusCode};
+use metrics::{SharedString, Unit};
+use metrics_util::CompositeKey;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use rein_core::{
     DecideError, Decision, Limit, Limiter, Micros, NamedPolicy, Policy, PrepareError, Timestamp,
@@ -505,10 +507,7 @@ fn requests_are_counted_by_route_and_outcome() {
             .expect("layer")
     });
     let app = app(layer);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = current_thread();
     runtime.block_on(async {
         call(&app, Method::GET, "/api/x", PEER).await;
         call(&app, Method::GET, "/api/x", PEER).await;
@@ -518,23 +517,37 @@ fn requests_are_counted_by_route_and_outcome() {
     // A snapshot drains the debugging recorder's counters: take one.
     let snapshot = snapshotter.snapshot().into_vec();
     let counted = |outcome: &str| {
-        snapshot.iter().find_map(|(key, _, _, value)| {
-            let labels: Vec<(String, String)> = key
-                .key()
-                .labels()
-                .map(|l| (l.key().to_owned(), l.value().to_owned()))
-                .collect();
-            let wanted = [
-                ("route".to_owned(), "api".to_owned()),
-                ("outcome".to_owned(), outcome.to_owned()),
-            ];
-            (key.key().name() == "rein_http_requests_total" && labels == wanted).then_some(value)
-        })
+        counter(
+            &snapshot,
+            "rein_http_requests_total",
+            &[("route", "api"), ("outcome", outcome)],
+        )
     };
     assert_eq!(counted("allowed"), Some(&DebugValue::Counter(1)));
     assert_eq!(counted("denied"), Some(&DebugValue::Counter(2)));
     assert_eq!(counted("missing_key"), Some(&DebugValue::Counter(1)));
     assert_eq!(counted("unavailable"), Some(&DebugValue::Counter(0)));
+}
+
+/// A runtime for the tests that must build the layer outside one (a local metrics recorder
+/// is in place only while the layer is built).
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The value of the metric `name` whose labels are exactly `wanted`, in order.
+fn counter<'a>(
+    snapshot: &'a [(CompositeKey, Option<Unit>, Option<SharedString>, DebugValue)],
+    name: &str,
+    wanted: &[(&str, &str)],
+) -> Option<&'a DebugValue> {
+    snapshot.iter().find_map(|(key, _, _, value)| {
+        let labels = key.key().labels().map(|l| (l.key(), l.value()));
+        (key.key().name() == name && labels.eq(wanted.iter().copied())).then_some(value)
+    })
 }
 
 /// Shadow mode: the policy decides and counts as usual (the limit's count moves exactly as
@@ -556,10 +569,7 @@ fn a_policy_in_shadow_mode_passes_what_it_would_deny_and_counts_it() {
             .expect("layer")
     });
     let app = app(layer);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = current_thread();
     runtime.block_on(async {
         for i in 0..5 {
             let answered = call(&app, Method::GET, "/api/x", PEER).await;
@@ -581,20 +591,7 @@ fn a_policy_in_shadow_mode_passes_what_it_would_deny_and_counts_it() {
         assert_eq!(statuses, [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]);
     });
     let snapshot = snapshotter.snapshot().into_vec();
-    let counter = |name: &str, wanted: &[(&str, &str)]| {
-        snapshot.iter().find_map(|(key, _, _, value)| {
-            let labels: Vec<(String, String)> = key
-                .key()
-                .labels()
-                .map(|l| (l.key().to_owned(), l.value().to_owned()))
-                .collect();
-            let wanted: Vec<(String, String)> = wanted
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
-            (key.key().name() == name && labels == wanted).then_some(value)
-        })
-    };
+    let counter = |name: &str, wanted: &[(&str, &str)]| counter(&snapshot, name, wanted);
     assert_eq!(
         counter("rein_http_shadow_denials_total", &[("policy", "api")]),
         Some(&DebugValue::Counter(3))
@@ -678,10 +675,7 @@ fn each_decision_has_a_span_with_route_policy_and_outcome() {
         .build()
         .expect("layer");
     let app = app(layer);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = current_thread();
     tracing::subscriber::with_default(subscriber, || {
         runtime.block_on(async {
             call(&app, Method::GET, "/api/x", PEER).await;
