@@ -529,8 +529,7 @@ impl<S: Leasable + 'static> Shared<S> {
     }
 
     fn lock_rates(&self) -> MutexGuard<'_, RateBook> {
-        // As `lock`: the rate book's methods do not panic.
-        self.rates.lock().unwrap_or_else(|p| p.into_inner())
+        lock_book(&self.rates)
     }
 
     fn with_book<R>(&self, f: impl FnOnce(&mut LeaseBook) -> R) -> (R, Vec<Action>) {
@@ -544,8 +543,7 @@ impl<S: Leasable + 'static> Shared<S> {
         book: &Mutex<B>,
         f: impl FnOnce(&mut B) -> R,
     ) -> (R, Vec<B::Action>) {
-        // The books' methods do not panic; a poisoned lock still holds a consistent book.
-        let mut book = book.lock().unwrap_or_else(|p| p.into_inner());
+        let mut book = lock_book(book);
         let before = book.poll_timeout();
         let result = f(&mut book);
         let after = book.poll_timeout();
@@ -653,9 +651,13 @@ impl<S: Leasable + 'static> Shared<S> {
     }
 
     fn lock(&self) -> MutexGuard<'_, LeaseBook> {
-        // The book's methods do not panic; a poisoned lock still holds a consistent book.
-        self.book.lock().unwrap_or_else(|p| p.into_inner())
+        lock_book(&self.book)
     }
+}
+
+/// Locks a book. Its methods do not panic, so a poisoned lock still holds a consistent book.
+fn lock_book<B>(book: &Mutex<B>) -> MutexGuard<'_, B> {
+    book.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What the driver needs of either book ([`LeaseBook`] for window leases, [`RateBook`] for
