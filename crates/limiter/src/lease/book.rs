@@ -284,6 +284,12 @@ enum Detour {
 }
 
 impl Detour {
+    /// Decide directly for one renewal interval from `now`: what a failed, lost or unusable
+    /// reservation leaves.
+    fn direct_from(now: Timestamp, config: &LeaseConfig) -> Self {
+        Detour::Direct(now.saturating_add(config.renew_interval))
+    }
+
     /// When it ends, if there is one.
     fn until(self) -> Option<Timestamp> {
         match self {
@@ -494,7 +500,7 @@ impl LeaseBook {
             Reserved::Failed => {
                 stats.reservations_failed += 1;
                 stats.units_in_doubt += flight.units;
-                entry.detour = Detour::Direct(now.saturating_add(config.renew_interval));
+                entry.detour = Detour::direct_from(now, &config);
             }
             Reserved::Decided(d) if d.is_allowed() => match entry.terms.span(&d) {
                 Some(span) => {
@@ -560,7 +566,7 @@ impl LeaseBook {
                     // Admitted, but not by the store's windows (a failure policy's answer):
                     // never spent as a lease. Requests go direct and meet that policy.
                     stats.reservations_unusable += 1;
-                    entry.detour = Detour::Direct(now.saturating_add(config.renew_interval));
+                    entry.detour = Detour::direct_from(now, &config);
                 }
             },
             Reserved::Decided(d) if d.retry_after == Micros::ZERO => {
@@ -568,7 +574,7 @@ impl LeaseBook {
                 // its breaker is closed): treat it as a failure, and let requests meet the
                 // failure policy directly.
                 stats.reservations_unusable += 1;
-                entry.detour = Detour::Direct(now.saturating_add(config.renew_interval));
+                entry.detour = Detour::direct_from(now, &config);
             }
             // Mapped to `Decided` above.
             Reserved::Held(..) => {}
@@ -827,7 +833,7 @@ impl LeaseBook {
             entry.flight = None;
             self.stats.reservations_lost += 1;
             self.stats.units_in_doubt += f.units;
-            entry.detour = Detour::Direct(now.saturating_add(config.renew_interval));
+            entry.detour = Detour::direct_from(now, &config);
         }
         if let Some(b) = entry.block
             && now >= b.valid_until
