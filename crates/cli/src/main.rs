@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use rein_core::{Decision, Limit, Micros, NamedPolicy, Policy, PolicyState, Timestamp};
-use rein_redis::RedisPolicy;
+use rein_core::{Decision, Limit, Limiter, Micros, NamedPolicy, Policy, PolicyState, Timestamp};
+use rein_redis::{AdminError, KeyState, RedisPolicy};
 use rein_tower::{Config, ConfiguredStore, RedisEndpoint};
 use serde_json::{Value, json};
 
@@ -102,6 +102,67 @@ enum KeyCommand {
         /// The key, as the layer extracts it.
         key: String,
     },
+    /// Take AMOUNT from every limit of KEY, whatever they would admit, never past empty (a
+    /// bad login costs 5). Atomic: no decision made meanwhile by any server is lost.
+    /// Running it again after a failure may take it twice.
+    #[command(after_help = "Example:\n  rein --config rein.toml key penalize login user-42 5")]
+    Penalize {
+        /// The policy's name, as in the config (`rein policy list`).
+        policy: String,
+        /// The key, as the layer extracts it.
+        key: String,
+        /// How much to take from each limit.
+        amount: u64,
+    },
+    /// Give AMOUNT back to every limit of KEY, never beyond full (a request charged by
+    /// mistake).
+    #[command(after_help = "Example:\n  rein --config rein.toml key reward api 203.0.113.7 1")]
+    Reward {
+        /// The policy's name, as in the config (`rein policy list`).
+        policy: String,
+        /// The key, as the layer extracts it.
+        key: String,
+        /// How much to give back to each limit.
+        amount: u64,
+    },
+    /// Set what KEY has left: every limit as if reset now and then charged its capacity
+    /// less REMAINING (a limit of capacity at most REMAINING is full). Replaces a block.
+    #[command(after_help = "Example:\n  rein --config rein.toml key set api 203.0.113.7 20")]
+    Set {
+        /// The policy's name, as in the config (`rein policy list`).
+        policy: String,
+        /// The key, as the layer extracts it.
+        key: String,
+        /// What every limit has left afterwards (at most its capacity).
+        remaining: u64,
+    },
+    /// Block KEY: every decision on it, by every server, is denied until the block ends,
+    /// with Retry-After the time left; what it had counted is replaced, and at the end it
+    /// is as a key never seen. A new block replaces an earlier one.
+    #[command(
+        after_help = "Example:\n  rein --config rein.toml key block login user-42 --for 10m --reason \"credential stuffing\""
+    )]
+    Block {
+        /// The policy's name, as in the config (`rein policy list`).
+        policy: String,
+        /// The key, as the layer extracts it.
+        key: String,
+        /// How long, from Redis's clock: 90s, 10m, 1h 30m, 2d.
+        #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Why, kept with the block and shown by `key inspect` (at most 200 bytes of text).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Lift KEY's block: it is then as a key never seen. A key that was not blocked is left
+    /// as it is.
+    #[command(after_help = "Example:\n  rein --config rein.toml key unblock login user-42")]
+    Unblock {
+        /// The policy's name, as in the config (`rein policy list`).
+        policy: String,
+        /// The key, as the layer extracts it.
+        key: String,
+    },
 }
 
 /// Why a command did not do its job, and so its exit code.
@@ -180,12 +241,7 @@ async fn run(cli: Cli) -> Result<Output, (Option<Output>, Failure)> {
             let config = config(&cli).map_err(|f| (None, f))?;
             Ok(list(&config))
         }
-        Command::Key(KeyCommand::Inspect { policy, key }) => {
-            inspect(&cli, policy, key).await.map_err(|f| (None, f))
-        }
-        Command::Key(KeyCommand::Reset { policy, key }) => {
-            reset(&cli, policy, key).await.map_err(|f| (None, f))
-        }
+        Command::Key(command) => key_command(&cli, command).await.map_err(|f| (None, f)),
     }
 }
 
@@ -315,13 +371,17 @@ fn endpoint(config: &Config) -> String {
 }
 
 /// `key inspect`.
-async fn inspect(cli: &Cli, name: &str, key: &str) -> Result<Output, Failure> {
-    let (policy, store) = target(cli, name, key).await?;
+async fn inspect(
+    name: &str,
+    key: &str,
+    policy: &RedisPolicy,
+    store: &ConfiguredStore,
+) -> Result<Output, Failure> {
     let redis_keys = store
-        .keys(&policy, key.as_bytes())
+        .keys(policy, key.as_bytes())
         .map_err(|e| Failure::Input(format!("the key {key:?}: {e}")))?;
-    let state = store
-        .state(&policy, key.as_bytes())
+    let stored = store
+        .inspect(policy, key.as_bytes())
         .await
         .map_err(|e| Failure::Redis(format!("reading the key's state: {e}")))?;
     let now = store
@@ -329,6 +389,36 @@ async fn inspect(cli: &Cli, name: &str, key: &str) -> Result<Output, Failure> {
         .await
         .map_err(|e| Failure::Redis(format!("reading Redis's clock: {e}")))?;
     let limits = policy.policy().limits();
+    let state = match stored {
+        KeyState::Blocked { block, reason } if block.holds_at(now) => {
+            let left = block.ends_at().saturating_since(now);
+            let until = std::time::UNIX_EPOCH + Duration::from_micros(block.ends_at().as_micros());
+            let text = format!(
+                "policy {name}, key {key:?} (Redis key {}): blocked until {} (for {}){}\n  every decision is denied until then; `rein key unblock` lifts it\n",
+                redis_keys.join(", "),
+                humantime::format_rfc3339_micros(until),
+                span(left),
+                if reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {reason}")
+                },
+            );
+            return Ok(Output {
+                text,
+                json: json!({
+                    "policy": name,
+                    "key": key,
+                    "redis_keys": redis_keys,
+                    "now_us": now.as_micros(),
+                    "blocked": {"until_us": block.ends_at().as_micros(), "for_us": left.as_micros(), "reason": reason},
+                }),
+            });
+        }
+        // A block read just after its end: the key is as one never seen.
+        KeyState::Blocked { .. } => policy.policy().new_state(),
+        KeyState::Counting(state) => state,
+    };
     let mut text = format!(
         "policy {name}, key {key:?} (Redis key {}), at Redis's clock {}\n",
         redis_keys.join(", "),
@@ -378,10 +468,14 @@ fn view(now: Timestamp, limit: &Limit, part: &rein_core::LimitState) -> Option<D
 }
 
 /// `key reset`.
-async fn reset(cli: &Cli, name: &str, key: &str) -> Result<Output, Failure> {
-    let (policy, store) = target(cli, name, key).await?;
+async fn reset(
+    name: &str,
+    key: &str,
+    policy: &RedisPolicy,
+    store: &ConfiguredStore,
+) -> Result<Output, Failure> {
     let existed = store
-        .reset(&policy, key.as_bytes())
+        .reset(policy, key.as_bytes())
         .await
         .map_err(|e| match e {
             rein_redis::StateError::InvalidKey(e) => {
@@ -397,6 +491,117 @@ async fn reset(cli: &Cli, name: &str, key: &str) -> Result<Output, Failure> {
     Ok(Output {
         text,
         json: json!({"policy": name, "key": key, "reset": existed}),
+    })
+}
+
+/// `key ...`: the policy and key it names, then the command on them.
+async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure> {
+    let (name, key) = match command {
+        KeyCommand::Inspect { policy, key }
+        | KeyCommand::Reset { policy, key }
+        | KeyCommand::Penalize { policy, key, .. }
+        | KeyCommand::Reward { policy, key, .. }
+        | KeyCommand::Set { policy, key, .. }
+        | KeyCommand::Block { policy, key, .. }
+        | KeyCommand::Unblock { policy, key } => (policy.as_str(), key.as_str()),
+    };
+    let (policy, store) = target(cli, name, key).await?;
+    let k = key.as_bytes();
+    let failed = |e: AdminError| match e {
+        AdminError::InvalidKey(e) => Failure::Input(format!("the key {key:?}: {e}")),
+        AdminError::InvalidReason(e) => Failure::Input(e),
+        e => Failure::Redis(format!("changing the key: {e}")),
+    };
+    let head = format!("policy {name}, key {key:?}");
+    let (text, done, figures) = match command {
+        KeyCommand::Penalize { amount, .. } => {
+            let after = store.penalize(&policy, k, *amount).await.map_err(failed)?;
+            (
+                format!("{head}: penalized by {amount}"),
+                json!({"penalized": amount}),
+                Some(after),
+            )
+        }
+        KeyCommand::Reward { amount, .. } => {
+            store
+                .refund(None, &policy, k, *amount)
+                .await
+                .map_err(|e| Failure::Redis(format!("changing the key: {e}")))?;
+            let after = store
+                .peek(None, &policy, k, 0)
+                .await
+                .map_err(|e| Failure::Redis(format!("reading the key: {e}")))?;
+            (
+                format!("{head}: rewarded {amount}"),
+                json!({"rewarded": amount}),
+                Some(after),
+            )
+        }
+        KeyCommand::Set { remaining, .. } => {
+            let after = store
+                .set_remaining(&policy, k, *remaining)
+                .await
+                .map_err(failed)?;
+            (
+                format!("{head}: set"),
+                json!({"set": remaining}),
+                Some(after),
+            )
+        }
+        KeyCommand::Block {
+            duration, reason, ..
+        } => {
+            let blocked = store
+                .block(&policy, k, *duration, reason)
+                .await
+                .map_err(failed)?;
+            let text = match blocked {
+                true => format!(
+                    "{head}: blocked for {}; every decision is denied until then",
+                    humantime::format_duration(*duration)
+                ),
+                false => format!("{head}: a block of no time blocks nothing"),
+            };
+            let done = json!({"blocked": blocked, "for_us": duration.as_micros() as u64, "reason": reason});
+            (text, done, None)
+        }
+        KeyCommand::Unblock { .. } => {
+            let lifted = store.unblock(&policy, k).await.map_err(failed)?;
+            let text = match lifted {
+                true => format!("{head}: unblocked; the key is as one never seen"),
+                false => format!("{head}: was not blocked; nothing changed"),
+            };
+            (text, json!({"unblocked": lifted}), None)
+        }
+        KeyCommand::Inspect { .. } => return inspect(name, key, &policy, &store).await,
+        KeyCommand::Reset { .. } => return reset(name, key, &policy, &store).await,
+    };
+    let mut document = json!({"policy": name, "key": key});
+    for (field, value) in done.as_object().into_iter().flatten() {
+        document[field] = value.clone();
+    }
+    let text = match figures {
+        Some(after) if after.is_allowed() || after.remaining > 0 => {
+            document["remaining"] = json!(after.remaining);
+            document["reset_after_us"] = json!(after.reset_after.as_micros());
+            format!(
+                "{text}; {} of {} left (limit {}), full again in {}\n",
+                after.remaining,
+                after.limit,
+                after.limit_index,
+                span(after.reset_after)
+            )
+        }
+        Some(after) => {
+            document["remaining"] = json!(0);
+            document["retry_after_us"] = json!(after.retry_after.as_micros());
+            format!("{text}; nothing left, for {}\n", span(after.retry_after))
+        }
+        None => format!("{text}\n"),
+    };
+    Ok(Output {
+        text,
+        json: document,
     })
 }
 

@@ -227,6 +227,7 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
         assert!(window.expect("decision").is_allowed());
     });
     inspect_then_reset(&path, &["--config"]);
+    change_then_inspect(&path, &["--config"]);
     // The integer form of a lone fixed window reads and resets the same way.
     let path = path.to_str().expect("utf-8");
     let inspect = || {
@@ -257,6 +258,7 @@ fn inspect_and_reset_work_on_a_cluster() {
         take_three(&store).await;
     });
     inspect_then_reset(&path, &["-c"]);
+    change_then_inspect(&path, &["-c"]);
 }
 
 /// Takes 3 of `api`'s bucket and window for `user-42`, as a server deciding requests would.
@@ -326,4 +328,98 @@ fn inspect_then_reset(path: &std::path::Path, flag: &[&str]) {
     // Another key was never touched.
     let other = json(&rein(&args(&["--json", "key", "inspect", "api", "user-7"])));
     assert_eq!(other["full"], true);
+}
+
+/// An operator's changes to `user-9` of `api` (a bucket of 5 and a window of 100): each
+/// prints what the key has left, a block shows in `inspect` with its reason, and bad input
+/// is exit 1 (or clap's 2) with nothing changed.
+fn change_then_inspect(path: &std::path::Path, flag: &[&str]) {
+    let path = path.to_str().expect("utf-8");
+    let run = |rest: &[&str]| -> Output {
+        let mut args = flag.to_vec();
+        args.push(path);
+        args.extend_from_slice(rest);
+        rein(&args)
+    };
+    let remaining = |rest: &[&str]| -> Value {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(rest);
+        let output = run(&args);
+        assert_eq!(code(&output), 0, "{rest:?}: {}", stderr(&output));
+        json(&output)
+    };
+    let penalized = run(&["key", "penalize", "api", "user-9", "2"]);
+    assert_eq!(code(&penalized), 0, "{}", stderr(&penalized));
+    assert!(
+        stdout(&penalized).contains("penalized by 2; 3 of 5 left (limit 0)"),
+        "{}",
+        stdout(&penalized)
+    );
+    assert_eq!(
+        remaining(&["key", "reward", "api", "user-9", "1"])["remaining"],
+        4
+    );
+    assert_eq!(
+        remaining(&["key", "set", "api", "user-9", "1"])["remaining"],
+        1
+    );
+    let inspect = remaining(&["key", "inspect", "api", "user-9"]);
+    assert_eq!(inspect["limits"][0]["remaining"], 1);
+    assert_eq!(inspect["limits"][1]["remaining"], 1);
+
+    let blocked = run(&[
+        "key", "block", "api", "user-9", "--for", "10m", "--reason", "ticket 9",
+    ]);
+    assert_eq!(code(&blocked), 0, "{}", stderr(&blocked));
+    let shown = stdout(&run(&["key", "inspect", "api", "user-9"]));
+    assert!(
+        shown.contains("blocked until") && shown.contains(": ticket 9"),
+        "{shown}"
+    );
+    let document = remaining(&["key", "inspect", "api", "user-9"]);
+    assert_eq!(document["blocked"]["reason"], "ticket 9");
+    let left = document["blocked"]["for_us"].as_u64().expect("a number");
+    assert!((590_000_000..=600_000_000).contains(&left), "{left}");
+    // A penalty on a blocked key leaves the block, and says how long it lasts.
+    let penalized = remaining(&["key", "penalize", "api", "user-9", "1"]);
+    assert_eq!(penalized["remaining"], 0);
+    assert!(penalized["retry_after_us"].as_u64() > Some(590_000_000));
+
+    // Bad input: exit 1 for a reason too long, 2 for what clap refuses; nothing changes.
+    let long = "x".repeat(201);
+    let refused = run(&[
+        "key", "block", "api", "user-9", "--for", "1m", "--reason", &long,
+    ]);
+    assert_eq!(code(&refused), 1, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("at most 200"),
+        "{}",
+        stderr(&refused)
+    );
+    for bad in [
+        &["key", "block", "api", "user-9", "--for", "soon"][..],
+        &["key", "block", "api", "user-9"],
+        &["key", "set", "api", "user-9", "-1"],
+        &["key", "penalize", "api", "user-9", "many"],
+    ] {
+        let output = run(bad);
+        assert_eq!(code(&output), 2, "{bad:?}: {}", stderr(&output));
+    }
+    assert_eq!(
+        remaining(&["key", "inspect", "api", "user-9"])["blocked"]["reason"],
+        "ticket 9"
+    );
+
+    let lifted = run(&["key", "unblock", "api", "user-9"]);
+    assert!(stdout(&lifted).contains("unblocked"), "{}", stdout(&lifted));
+    let again = run(&["key", "unblock", "api", "user-9"]);
+    assert!(
+        stdout(&again).contains("was not blocked"),
+        "{}",
+        stdout(&again)
+    );
+    assert_eq!(
+        remaining(&["key", "inspect", "api", "user-9"])["full"],
+        true
+    );
 }

@@ -12,7 +12,9 @@
 //! [`Limit`] (one of the four algorithms, built with its numbers: [`Limit::token_bucket`],
 //! [`Limit::fixed_window`], ...), [`Policy`] (up to [`MAX_LIMITS`] limits, all or nothing)
 //! and its [`PolicyState`], [`NamedPolicy`] (a policy with the name stores key it by),
-//! [`Decision`], and the time types [`Micros`] and [`Timestamp`]. Stores implement
+//! [`Decision`], and the time types [`Micros`] and [`Timestamp`]. An operator's changes to
+//! one key are transitions too: [`Policy::penalize`], [`Policy::with_remaining`] and a
+//! [`Block`]. Stores implement
 //! [`Limiter`] (and [`Leasable`] to be leased over). Each algorithm's own type and state are
 //! in its module, and the rate shares that lease a token bucket in [`rate_share`].
 //!
@@ -60,6 +62,7 @@
 #![deny(missing_docs)]
 
 mod algorithm;
+mod block;
 mod decision;
 mod divisor;
 mod error;
@@ -74,6 +77,7 @@ mod time;
 pub mod token_bucket;
 
 pub use algorithm::Algorithm;
+pub use block::Block;
 pub use decision::{Decision, Outcome};
 pub use error::{AcquireError, ConfigError, DecodeError};
 pub use limit::{Limit, LimitState};

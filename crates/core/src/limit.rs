@@ -196,6 +196,25 @@ impl Limit {
         )
     }
 
+    /// Takes up to `amount` at `now` whatever the limit would admit, never past empty: an
+    /// operator's penalty ([`Policy::penalize`](crate::Policy::penalize)). Returns what it
+    /// took: `amount`, or what was left if that was less.
+    pub fn drain(
+        &self,
+        now: Timestamp,
+        state: &mut LimitState,
+        amount: u64,
+    ) -> Result<u64, AcquireError> {
+        let take = amount.min(self.peek(now, state, 0)?.remaining);
+        if take == 0 {
+            return Ok(0);
+        }
+        // What is left is admitted by definition of `remaining`, except at the end of
+        // representable time, where nothing can be stored: then nothing is taken.
+        let taken = self.acquire(now, state, take)?;
+        Ok(if taken.is_allowed() { take } else { 0 })
+    }
+
     /// Takes `cost` for units spent at any instant up to `now + hold` (a lease): a sliding
     /// log records them at `now + hold` ([`SlidingLog::acquire_held`]); the other
     /// algorithms count them at `now`, as [`acquire`](Self::acquire) does, which covers

@@ -221,6 +221,42 @@ impl Policy {
         Ok(())
     }
 
+    /// An operator's penalty: takes up to `amount` from every limit at `now`, whatever
+    /// they would admit, each never past empty (a bad login costs 5, with 3 left: none
+    /// left). Unlike [`acquire`](Self::acquire), it is never denied and never an error for
+    /// an amount above the capacity. Returns the figures of a zero-cost peek after it.
+    /// [`Block`](crate::Block) is the tool to deny for longer than the limits would.
+    pub fn penalize(
+        &self,
+        now: Timestamp,
+        state: &mut PolicyState,
+        amount: u64,
+    ) -> Result<Decision, AcquireError> {
+        self.check_shape(state)?;
+        for (limit, limit_state) in self.limits.iter().zip(state.iter_mut()) {
+            limit.drain(now, limit_state, amount)?;
+        }
+        self.peek(now, state, 0)
+    }
+
+    /// An operator's "this key has `remaining` left": the state of a key reset at `now`
+    /// and then charged, in every limit, its capacity less `remaining` (all of it when
+    /// `remaining` is 0; nothing in a limit whose capacity is at most `remaining`). What
+    /// was counted before is forgotten, as by a reset. Returns the figures of a zero-cost
+    /// peek of the new state.
+    pub fn with_remaining(
+        &self,
+        now: Timestamp,
+        remaining: u64,
+    ) -> Result<(PolicyState, Decision), AcquireError> {
+        let mut state = self.new_state();
+        for (limit, limit_state) in self.limits.iter().zip(state.iter_mut()) {
+            limit.drain(now, limit_state, limit.capacity().saturating_sub(remaining))?;
+        }
+        let decision = self.peek(now, &state, 0)?;
+        Ok((state, decision))
+    }
+
     /// `true` when every limit is full at `now`, so a store may forget the state.
     pub fn is_full(&self, now: Timestamp, state: &PolicyState) -> bool {
         state.len() == self.limits.len()

@@ -99,6 +99,18 @@ local c_denied = false
 -- reset_after that sets its TTL.
 local values, parts, resets = {}, {}, {}
 local whole = redis.call('GET', KEYS[1])
+-- A block (preamble.lua): the limits are then read as never seen, so that the arguments are
+-- checked as on any call, and while it holds the call answers the block's denial below and
+-- writes nothing; once it has ended, the call decides on a key never seen.
+local blocked_for = 0
+if whole and whole >= 'B' then
+  blocked_for = block_left(whole, now)
+  if blocked_for == nil then
+    error({ err = 'REIN corrupt block' })
+  end
+  whole = false
+end
+local first_limit = 0
 -- Where the next limit's part starts in `whole`; past its end once the last part is read.
 local p, len = 1, 0
 if whole then
@@ -558,12 +570,19 @@ while i <= argc do
     c_reset = reset_after
   end
   values[k], resets[k] = value, reset_after
+  if k == 1 then
+    first_limit = limit
+  end
 end
 if n == 0 or n > 8 then
   error({ err = 'REIN a policy has 1 to 8 limits' })
 end
 if whole and p <= len + 1 then
   error({ err = 'REIN corrupt policy state' })
+end
+
+if blocked_for > 0 then
+  return { 0, first_limit, 0, blocked_for, blocked_for, now, 0 }
 end
 
 if refund or (acquire and all_allowed) then

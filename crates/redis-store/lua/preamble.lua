@@ -31,3 +31,34 @@ local function clock(arg)
   return now
 end
 
+
+-- A key an operator blocked (rein_core::Block): its value is 'B<until>:<reason>', `until` in
+-- µs since the Unix epoch, and its TTL ends with the block. Every stored state starts with a
+-- digit, which sorts before 'B', so a script tests `stored >= 'B'` only where its state did
+-- not parse, and the common path pays nothing. Returns the µs the block still holds at
+-- `now` (0 once it has ended, when the key is as one never seen), or nil for a value that
+-- is no block.
+local function block_left(stored, now)
+  local until_us = string.match(stored, '^B(%d+):')
+  if until_us == nil then
+    return nil
+  end
+  until_us = until_us + 0
+  if until_us > MAX then
+    return nil
+  end
+  if until_us > now then
+    return until_us - now
+  end
+  return 0
+end
+
+-- A lean script's answer for a value `block_left` read: the block's denial (denied, nothing
+-- left, retry and reset when it ends: rein_core::Block::decide), or for a value that is no
+-- block the corrupt-state error, written nothing in either case.
+local function blocked(left)
+  if left == nil then
+    return { err = 'REIN corrupt block' }
+  end
+  return 0, 0, left, left
+end

@@ -185,6 +185,15 @@ local function decide(key, op, cost, stamp)
   if type(stored) == 'table' then
     return stored
   end
+  if stored and stored >= 'B' then
+    -- A block (preamble.lua): denied while it holds, then a window never seen. Only reached
+    -- when the integer form's INCRBY refused the value, or on the string form.
+    local left = block_left(stored, now)
+    if left ~= 0 then
+      return blocked(left)
+    end
+    stored = false
+  end
   if stored and integer then
     local start, n
     if string.match(stored, '^%d+$') then

@@ -122,14 +122,22 @@ local function decide(key, op, cost, extra)
   local total, newest, newest_cost, first, len = 0, nil, 0, 1, 0
   if stored then
     local _, e, t, a, c = string.find(stored, '^(%d+):(%d+):(%d+)|')
-    if e == nil then
+    if e == nil and stored >= 'B' then
+      -- A block (preamble.lua): denied while it holds, then a log never seen.
+      local left = block_left(stored, now)
+      if left ~= 0 then
+        return blocked(left)
+      end
+      stored = false
+    elseif e == nil then
       return CORRUPT
-    end
-    total, newest, newest_cost, first, len = t + 0, a + 0, c + 0, e + 1, #stored
-    -- A stored log has an entry, and no trailing ','.
-    if total > MAX or newest > MAX or newest_cost == 0 or newest_cost > total or first > len
-        or string.byte(stored, len) == 44 then
-      return CORRUPT
+    else
+      total, newest, newest_cost, first, len = t + 0, a + 0, c + 0, e + 1, #stored
+      -- A stored log has an entry, and no trailing ','.
+      if total > MAX or newest > MAX or newest_cost == 0 or newest_cost > total
+          or first > len or string.byte(stored, len) == 44 then
+        return CORRUPT
+      end
     end
   end
 

@@ -73,7 +73,14 @@ local function decide(key, op, cost)
     -- '<tat>' alone when `tat_units` is 0 (always, when the emission interval is a whole
     -- number of µs): read with one `tonumber`, written as a number, no pattern or format.
     tat = tonumber(stored)
-    if tat == nil then
+    if tat == nil and stored >= 'B' then
+      -- A block (preamble.lua): denied while it holds, then a bucket never seen.
+      local left = block_left(stored, now)
+      if left ~= 0 then
+        return blocked(left)
+      end
+      tat = 0
+    elseif tat == nil then
       local a, b = string.match(stored, '^(%d+):(%d+)$')
       if a == nil then
         return { err = 'REIN corrupt token bucket state' }

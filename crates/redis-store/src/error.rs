@@ -32,6 +32,10 @@ pub enum StateError {
     /// another program wrote under rein's prefix. Fix: give rein a prefix of its own.
     #[error(transparent)]
     Unavailable(#[from] StoreError),
+    /// The key is blocked by an operator until this instant (µs since the Unix epoch): it
+    /// holds no limits' states. [`inspect`](crate::RedisStore::inspect) reads both.
+    #[error("the key is blocked until {} µs since the Unix epoch", .0.as_micros())]
+    Blocked(rein_core::Timestamp),
 }
 
 /// Why a store could not be built or connected.

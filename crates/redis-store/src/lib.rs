@@ -88,6 +88,7 @@
 //! - `error.rs`: the errors only this store has (connecting, reading state, settings).
 #![deny(missing_docs)]
 
+mod admin;
 mod coalesce;
 mod connect;
 mod error;
@@ -103,6 +104,7 @@ mod settings;
 mod state;
 mod store;
 
+pub use admin::{AdminError, KeyState, MAX_REASON_LEN};
 pub use coalesce::Coalesce;
 pub use error::{ConnectError, SettingsError, StateError};
 pub use optimistic::{OptimisticStats, OptimisticStore, OptimisticStoreBuilder};

@@ -32,7 +32,7 @@
 //! script aborts and retries, and the exact counts hold across the mix (tested).
 
 mod backoff;
-mod codec;
+pub(crate) mod codec;
 mod pool;
 
 use std::num::{NonZeroU32, NonZeroUsize};
@@ -50,7 +50,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::store_error;
-use crate::{ConnectError, RedisPolicy, StateError};
+use crate::{ConnectError, KeyState, RedisPolicy, StateError};
 use backoff::Backoff;
 use pool::{Connector, Lease, Pool};
 
@@ -185,9 +185,26 @@ impl OptimisticStore {
         key: impl AsRef<[u8]>,
     ) -> Result<PolicyState, StateError> {
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())?;
-        let read = self.attempts(Op::Peek, Some(Timestamp::EPOCH), policy, &keys, 0);
+        let read = async {
+            let started = Instant::now();
+            let classify = |e| store_error(e, started.elapsed());
+            let mut lease = self.inner.pool.lease().await.map_err(classify)?;
+            let conn = lease.conn();
+            let replies: Vec<Value> = codec::read_pipeline(&keys, conn.watching, false, false)
+                .query_async(&mut conn.conn)
+                .await
+                .map_err(classify)?;
+            conn.watching = false;
+            lease.release();
+            let (stored, _) = codec::decode_read(policy, replies, false)
+                .map_err(|what| StateError::Unavailable(StoreError::UnexpectedReply(what)))?;
+            match stored {
+                KeyState::Counting(state) => Ok(state),
+                KeyState::Blocked { block, .. } => Err(StateError::Blocked(block.ends_at())),
+            }
+        };
         match tokio::time::timeout(self.inner.deadline, read).await {
-            Ok(result) => result.map(|(_, state, _)| state).map_err(StateError::from),
+            Ok(result) => result,
             Err(_) => Err(StoreError::Timeout(self.inner.deadline).into()),
         }
     }
@@ -227,7 +244,7 @@ impl OptimisticStore {
         policy: &RedisPolicy,
         key: &[u8],
         cost: u64,
-    ) -> Result<(Decision, PolicyState, Timestamp), DecideError> {
+    ) -> Result<Decision, DecideError> {
         let capacity = policy.policy().capacity();
         if op != Op::Refund && cost > capacity {
             return Err(DecideError::InsufficientCapacity { cost, capacity });
@@ -280,7 +297,7 @@ impl OptimisticStore {
         policy: &RedisPolicy,
         keys: &[String],
         cost: u64,
-    ) -> Result<(Decision, PolicyState, Timestamp), StoreError> {
+    ) -> Result<Decision, StoreError> {
         let inner = &*self.inner;
         let started = Instant::now();
         let classify = |e| store_error(e, started.elapsed());
@@ -288,7 +305,7 @@ impl OptimisticStore {
         let max_attempts = inner.max_attempts.get();
         let mut conflicts = 0;
         loop {
-            let (decision, state, now, writes) =
+            let (decision, writes) =
                 read_and_decide(&mut lease, op, now, policy, keys, cost, inner)
                     .await
                     .map_err(|e| match e {
@@ -297,7 +314,7 @@ impl OptimisticStore {
                     })?;
             let Some(writes) = writes else {
                 lease.release();
-                return Ok((decision, state, now));
+                return Ok(decision);
             };
             inner.counters.transactions.fetch_add(1, Ordering::Relaxed);
             let committed: Option<()> = codec::write_transaction(&writes)
@@ -308,7 +325,7 @@ impl OptimisticStore {
             lease.conn().watching = false;
             if committed.is_some() {
                 lease.release();
-                return Ok((decision, state, now));
+                return Ok(decision);
             }
             conflicts += 1;
             inner.counters.conflicts.fetch_add(1, Ordering::Relaxed);
@@ -350,7 +367,7 @@ impl Limiter for OptimisticStore {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        Ok(self.call(Op::Acquire, now, policy, key, cost).await?.0)
+        self.call(Op::Acquire, now, policy, key, cost).await
     }
 
     async fn peek(
@@ -360,7 +377,7 @@ impl Limiter for OptimisticStore {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        Ok(self.call(Op::Peek, now, policy, key, cost).await?.0)
+        self.call(Op::Peek, now, policy, key, cost).await
     }
 
     async fn refund(
@@ -513,7 +530,7 @@ async fn read_and_decide<'k>(
     keys: &'k [String],
     cost: u64,
     inner: &Inner,
-) -> Result<(Decision, PolicyState, Timestamp, Option<Writes<'k>>), Read> {
+) -> Result<(Decision, Option<Writes<'k>>), Read> {
     let watch = op != Op::Peek;
     let conn = lease.conn();
     let read = codec::read_pipeline(keys, conn.watching, watch, now.is_none());
@@ -522,7 +539,7 @@ async fn read_and_decide<'k>(
         .await
         .map_err(Read::Redis)?;
     conn.watching = watch;
-    let (mut state, server_now) = codec::decode_read(policy, replies, now.is_none())
+    let (stored, server_now) = codec::decode_read(policy, replies, now.is_none())
         .map_err(|what| Read::Store(StoreError::UnexpectedReply(what)))?;
     let now = match (now, server_now) {
         (Some(now), _) | (None, Some(now)) => now,
@@ -531,22 +548,24 @@ async fn read_and_decide<'k>(
             return Err(Read::Store(StoreError::UnexpectedReply(what)));
         }
     };
+    let mut state = match stored {
+        KeyState::Counting(state) => state,
+        // An operator's block (admin.rs): its denial while it holds, then a key never seen.
+        KeyState::Blocked { block, .. } => match block.decide(policy.policy(), now) {
+            Some(denial) => return Ok((denial, None)),
+            None => policy.policy().new_state(),
+        },
+    };
     let before = state.clone();
-    let limits = policy.policy().limits();
     let decision = match op {
         Op::Peek => {
-            return Ok((
-                decide(policy.policy().peek(now, &state, cost))?,
-                state,
-                now,
-                None,
-            ));
+            return Ok((decide(policy.policy().peek(now, &state, cost))?, None));
         }
         Op::Acquire => {
             let decision = decide(policy.policy().acquire(now, &mut state, cost))?;
             if !decision.is_allowed() {
                 // No write for a denial; the `WATCH` is dropped by the next borrower.
-                return Ok((decision, state, now, None));
+                return Ok((decision, None));
             }
             decision
         }
@@ -559,29 +578,22 @@ async fn read_and_decide<'k>(
     };
     // Nothing changed (a refund of nothing, say): nothing to write, as the scripts.
     if state.iter().zip(before.iter()).all(|(new, old)| new == old) {
-        return Ok((decision, state, now, None));
+        return Ok((decision, None));
     }
-    // The policy's one key (key.rs), written whole: its TTL ends when the last of its limits
-    // is full again. A changed limit whose own TTL is zero is stored as its empty part, as
-    // the scripts do: its key would have been deleted when each limit had its own.
-    let mut ttl = 0;
-    let mut parts = Vec::with_capacity(limits.len());
-    for ((limit, new), old) in limits.iter().zip(state.iter()).zip(before.iter()) {
-        let reset_after = decide(limit.peek(now, new, 0))?.reset_after;
-        let limit_ttl = codec::ttl_millis(reset_after, inner.min_ttl_ms);
-        ttl = ttl.max(limit_ttl);
-        parts.push(if new != old && limit_ttl == 0 {
-            None
-        } else {
-            codec::encode_value(new, policy.integer_window())
-        });
-    }
+    // The policy's one key (key.rs), written whole (codec::encode_policy).
+    let (value, ttl) = decide(codec::encode_policy(
+        policy,
+        now,
+        &state,
+        Some(&before),
+        inner.min_ttl_ms,
+    ))?;
     let Some(key) = keys.first() else {
         let what = "a policy without a key".to_owned();
         return Err(Read::Store(StoreError::UnexpectedReply(what)));
     };
-    let writes = vec![(key.as_str(), codec::join_parts(parts), ttl)];
-    Ok((decision, state, now, Some(writes)))
+    let writes = vec![(key.as_str(), value, ttl)];
+    Ok((decision, Some(writes)))
 }
 
 /// The first round trip failed: in Redis (classified by the caller, who knows how long the

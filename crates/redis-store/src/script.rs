@@ -43,13 +43,15 @@ pub const SCRIPT_SOURCE: &str = script!("policy.lua");
 /// after the shared preamble (`lua/preamble.lua`). A simulator or a deployment that
 /// preloads scripts (`SCRIPT LOAD`, or converting them to Redis Functions) loads all of
 /// them. The decision scripts use only `TIME`, `GET`, `SET` (with `PX`) and `DEL`; the
-/// rate-share script `TIME`, `HGETALL`, `DEL`, `HSET` and `PEXPIRE`.
-pub const SCRIPTS: [(&str, &str); 5] = [
+/// rate-share script `TIME`, `HGETALL`, `DEL`, `HSET` and `PEXPIRE`; the operator's script
+/// (`admin`: a compare-and-set of one key) `TIME`, `GET`, `SET` and `DEL`.
+pub const SCRIPTS: [(&str, &str); 6] = [
     ("policy", SCRIPT_SOURCE),
     ("token_bucket", script!("single_token_bucket.lua")),
     ("fixed_window", script!("single_fixed_window.lua")),
     ("sliding_log", script!("single_sliding_log.lua")),
     ("lease_rate", script!("lease_rate.lua")),
+    ("admin", script!("admin.lua")),
 ];
 
 /// Which of [`SCRIPTS`] a policy runs, by index.
@@ -65,6 +67,8 @@ pub(crate) enum ScriptKind {
     SlidingLog = 3,
     /// Rate shares of one token bucket (leases of rate): capacity, token_units, part_rate.
     LeaseRate = 4,
+    /// An operator's compare-and-set of one key: read, then swap.
+    Admin = 5,
 }
 
 impl ScriptKind {
@@ -79,7 +83,7 @@ impl ScriptKind {
 }
 
 /// The SHA-1 of each of [`SCRIPTS`], computed once.
-static SCRIPT_SHA1S: LazyLock<[String; 5]> =
+static SCRIPT_SHA1S: LazyLock<[String; 6]> =
     LazyLock::new(|| SCRIPTS.map(|(_, source)| sha1_smol::Sha1::from(source).digest().to_string()));
 
 /// What the script is asked to do.
@@ -269,6 +273,7 @@ pub(crate) fn load_commands() -> impl Iterator<Item = (Cmd, &'static str)> {
         ScriptKind::FixedWindow,
         ScriptKind::SlidingLog,
         ScriptKind::LeaseRate,
+        ScriptKind::Admin,
     ]
     .into_iter()
     .map(|kind| {

@@ -9,7 +9,8 @@
 //! by `,`. A policy of one limit stores that string alone (key format `v3`); a policy of
 //! several stores its limits' strings in one key, in the policy's order, joined by
 //! [`PART_SEPARATOR`] (`v4`), an empty part for a limit at its empty state. A missing key,
-//! like an empty part, reads as each state's default (a full limit, an empty log).
+//! like an empty part, reads as each state's default (a full limit, an empty log). A key an
+//! operator blocked holds `B<until>:<reason>` instead (admin.rs).
 
 use redis::{Pipeline, Value};
 use rein_core::{
@@ -21,6 +22,7 @@ use rein_core::{
 };
 
 use crate::RedisPolicy;
+use crate::admin::KeyState;
 use crate::integer_window::IntegerWindow;
 
 /// One `GET` of the policy's key.
@@ -32,20 +34,33 @@ pub(crate) fn read_pipeline(keys: &[String]) -> Pipeline {
     pipe
 }
 
-/// Decodes the replies of [`read_pipeline`]: the policy's one value, split into its limits'
-/// parts when it has several.
-pub(crate) fn decode(policy: &RedisPolicy, replies: Vec<Value>) -> Result<PolicyState, String> {
-    let limits = policy.policy().limits();
+/// Decodes the replies of [`read_pipeline`]: the policy's one value, as [`decode_value`].
+pub(crate) fn decode(policy: &RedisPolicy, replies: Vec<Value>) -> Result<KeyState, String> {
     let [reply] = <[Value; 1]>::try_from(replies)
         .map_err(|replies| format!("expected 1 reply, got {}", replies.len()))?;
-    let stored = match reply {
-        Value::Nil => None,
-        Value::BulkString(bytes) => {
-            Some(String::from_utf8(bytes).map_err(|_| "a state that is not UTF-8".to_owned())?)
-        }
-        other => return Err(format!("expected a string, got {other:?}")),
-    };
-    let states = match (limits, stored.as_deref()) {
+    decode_value(policy, stored_string(reply)?.as_deref())
+}
+
+/// A `GET`'s reply: the value as text, `None` for no key.
+pub(crate) fn stored_string(reply: Value) -> Result<Option<String>, String> {
+    match reply {
+        Value::Nil => Ok(None),
+        Value::BulkString(bytes) => String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| "a state that is not UTF-8".to_owned()),
+        other => Err(format!("expected a string, got {other:?}")),
+    }
+}
+
+/// A policy's one value: an operator's block (admin.rs), or its limits' states, split into
+/// the limits' parts when it has several.
+pub(crate) fn decode_value(policy: &RedisPolicy, stored: Option<&str>) -> Result<KeyState, String> {
+    if let Some(blocked) = stored.and_then(crate::admin::parse_block) {
+        let (block, reason) = blocked?;
+        return Ok(KeyState::Blocked { block, reason });
+    }
+    let limits = policy.policy().limits();
+    let states = match (limits, stored) {
         ([limit], stored) => vec![decode_limit(limit, policy.integer_window(), stored)?],
         (limits, None) => limits
             .iter()
@@ -69,7 +84,9 @@ pub(crate) fn decode(policy: &RedisPolicy, replies: Vec<Value>) -> Result<Policy
                 .collect::<Result<Vec<_>, _>>()?
         }
     };
-    PolicyState::from_states(states).ok_or_else(|| "a policy of no limits".to_owned())
+    PolicyState::from_states(states)
+        .map(KeyState::Counting)
+        .ok_or_else(|| "a policy of no limits".to_owned())
 }
 
 fn decode_limit(

@@ -15,13 +15,14 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::admin::{Change, Changed, Until};
 use crate::coalesce::{Coalesce, Lane};
 use crate::error::{store_error, suspects_connection};
 use crate::link::{Connector, Link};
 use crate::redirect::{Redirects, Step, Target};
 use crate::route::{self, Router};
 use crate::script::{self, Ask, Invocation, Op, ScriptKind};
-use crate::{RedisPolicy, SettingsError, StateError};
+use crate::{AdminError, KeyState, RedisPolicy, SettingsError, StateError};
 
 /// Exact rate limits shared by every process that uses the same Redis.
 ///
@@ -144,6 +145,11 @@ impl<C> std::fmt::Debug for RedisStore<C> {
     }
 }
 
+/// A reply the operator's script does not give.
+fn unexpected(what: &str) -> AdminError {
+    AdminError::Unavailable(StoreError::UnexpectedReply(what.to_owned()))
+}
+
 impl<C> RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -155,16 +161,14 @@ where
         Self::with_link(RedisStoreBuilder::new(), Link::fixed(conn))
     }
 
-    /// Reads the stored state of `policy` for `key`, decoded into rein-core's types: for
-    /// debugging, tests and tools. A missing key reads as a full limit.
-    ///
-    /// The limits are read in one pipeline, not one atomic call, so a state read while
-    /// other clients decide may mix limits from before and after a decision.
-    pub async fn state(
+    /// What Redis holds for `policy` and `key`, decoded into rein-core's types: its limits'
+    /// states (a missing key reads as full limits), or an operator's block. For tools
+    /// (`rein key inspect`), debugging and tests. One `GET`, so the read is atomic.
+    pub async fn inspect(
         &self,
         policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
-    ) -> Result<PolicyState, StateError> {
+    ) -> Result<KeyState, StateError> {
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())?;
         let pipeline = crate::state::read_pipeline(&keys);
         let replies: Vec<Value> = self
@@ -174,6 +178,183 @@ where
             .await?;
         crate::state::decode(policy, replies)
             .map_err(|what| StateError::Unavailable(StoreError::UnexpectedReply(what)))
+    }
+
+    /// [`inspect`](Self::inspect)'s limits' states; a blocked key is
+    /// [`StateError::Blocked`].
+    pub async fn state(
+        &self,
+        policy: &RedisPolicy,
+        key: impl AsRef<[u8]>,
+    ) -> Result<PolicyState, StateError> {
+        match self.inspect(policy, key).await? {
+            KeyState::Counting(state) => Ok(state),
+            KeyState::Blocked { block, .. } => Err(StateError::Blocked(block.ends_at())),
+        }
+    }
+
+    /// An operator's penalty: takes up to `amount` from every limit of `policy` for `key`,
+    /// whatever they would admit, each never past empty ([`Policy::penalize`]); a bad
+    /// login costs 5. Returns the figures after it, at Redis's clock. A blocked key stays
+    /// blocked, and answers its block's denial. See [`block`](Self::block) for what the
+    /// operator's changes have in common.
+    ///
+    /// [`Policy::penalize`]: rein_core::Policy::penalize
+    pub async fn penalize(
+        &self,
+        policy: &RedisPolicy,
+        key: impl AsRef<[u8]>,
+        amount: u64,
+    ) -> Result<Decision, AdminError> {
+        self.figures(
+            self.change(policy, key.as_ref(), Change::Penalize(amount))
+                .await?,
+        )
+    }
+
+    /// An operator's "this key has `remaining` left": every limit of `policy` for `key` as
+    /// if reset at Redis's clock and then charged its capacity less `remaining`
+    /// ([`Policy::with_remaining`]); what was counted before, or a block, is replaced.
+    /// Returns the figures after it. See [`block`](Self::block) for what the operator's
+    /// changes have in common.
+    ///
+    /// [`Policy::with_remaining`]: rein_core::Policy::with_remaining
+    pub async fn set_remaining(
+        &self,
+        policy: &RedisPolicy,
+        key: impl AsRef<[u8]>,
+        remaining: u64,
+    ) -> Result<Decision, AdminError> {
+        let change = Change::SetRemaining(remaining);
+        self.figures(self.change(policy, key.as_ref(), change).await?)
+    }
+
+    /// Blocks `key` under `policy` for `duration` from Redis's clock: every decision on it,
+    /// from every server, is denied until then with `retry_after` the time left, whatever
+    /// its limits had left ([`Block`](rein_core::Block)); the block replaces what was
+    /// counted, and at its end the key is as one never seen. `reason` (at most
+    /// [`MAX_REASON_LEN`](crate::MAX_REASON_LEN) bytes of text) is kept with it for
+    /// [`inspect`](Self::inspect). A later block replaces an earlier one; `false` if
+    /// `duration` is zero (nothing blocked).
+    ///
+    /// Like every operator's change ([`penalize`](Self::penalize),
+    /// [`set_remaining`](Self::set_remaining), [`unblock`](Self::unblock)) it is atomic and
+    /// exact: it reads the key and Redis's clock, computes the new value with rein-core, and
+    /// writes it only if no decision changed the key meanwhile, else starts again (at most
+    /// 16 times, [`AdminError::Contended`]), all within the store's deadline. A key leased
+    /// by a [`LeasedLimiter`](https://docs.rs/rein) sees the block when its lease next
+    /// reaches Redis; a token bucket leased as rate shares does not see it (docs/operations.md).
+    pub async fn block(
+        &self,
+        policy: &RedisPolicy,
+        key: impl AsRef<[u8]>,
+        duration: Duration,
+        reason: &str,
+    ) -> Result<bool, AdminError> {
+        let span = Micros::from_micros(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX));
+        let until = Until::For(Micros::from_micros(span.as_micros().min(MAX_MICROS)));
+        self.block_change(policy, key.as_ref(), until, reason).await
+    }
+
+    /// [`block`](Self::block) until the instant `until` (µs since the Unix epoch, on
+    /// Redis's clock); `false` if that is not after Redis's clock (nothing blocked).
+    pub async fn block_until(
+        &self,
+        policy: &RedisPolicy,
+        key: impl AsRef<[u8]>,
+        until: Timestamp,
+        reason: &str,
+    ) -> Result<bool, AdminError> {
+        self.block_change(policy, key.as_ref(), Until::At(until), reason)
+            .await
+    }
+
+    /// Lifts the block on `key` under `policy`: the key is then as one never seen. `false`
+    /// if it held none (what it counts is left alone). See [`block`](Self::block).
+    pub async fn unblock(
+        &self,
+        policy: &RedisPolicy,
+        key: impl AsRef<[u8]>,
+    ) -> Result<bool, AdminError> {
+        match self.change(policy, key.as_ref(), Change::Unblock).await? {
+            Changed::Done(done) => Ok(done),
+            Changed::Figures(_) => Err(unexpected("figures for an unblock")),
+        }
+    }
+
+    async fn block_change(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+        until: Until,
+        reason: &str,
+    ) -> Result<bool, AdminError> {
+        crate::admin::check_reason(reason)?;
+        match self
+            .change(policy, key, Change::Block { until, reason })
+            .await?
+        {
+            Changed::Done(done) => Ok(done),
+            Changed::Figures(_) => Err(unexpected("figures for a block")),
+        }
+    }
+
+    fn figures(&self, changed: Changed) -> Result<Decision, AdminError> {
+        match changed {
+            Changed::Figures(figures) => Ok(figures),
+            Changed::Done(_) => Err(unexpected("no figures for a change of counts")),
+        }
+    }
+
+    /// An operator's change as a compare-and-set (admin.rs, lua/admin.lua): read the key
+    /// and Redis's clock, compute, write if the key is unchanged; again if it changed.
+    async fn change(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+        change: Change<'_>,
+    ) -> Result<Changed, AdminError> {
+        /// Attempts before [`AdminError::Contended`]: each loses only to a decision that
+        /// wrote the key between this change's two calls, well under a millisecond apart.
+        const ATTEMPTS: u32 = 16;
+        let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
+        let deadline = self.deadline_from_now();
+        let span =
+            tracing::info_span!("rein_redis_admin", policy = policy.name(), change = ?change);
+        async {
+            for _ in 0..ATTEMPTS {
+                let read = Invocation::script(&keys, ScriptKind::Admin, vec!["read".to_owned()]);
+                let (now, value) = crate::admin::decode_read(self.send(&read, deadline).await?)
+                    .map_err(StoreError::UnexpectedReply)?;
+                let current = crate::state::decode_value(policy, value.as_deref())
+                    .map_err(StoreError::UnexpectedReply)?;
+                let (changed, write) =
+                    crate::admin::apply(policy, current, now, change, self.inner.min_ttl_ms)
+                        .map_err(|e| StoreError::UnexpectedReply(e.to_string()))?;
+                let Some((new, ttl)) = write else {
+                    return Ok(changed);
+                };
+                let args = vec![
+                    "swap".to_owned(),
+                    if value.is_some() { "1" } else { "0" }.to_owned(),
+                    value.unwrap_or_default(),
+                    new.unwrap_or_default(),
+                    ttl.to_string(),
+                ];
+                let swap = Invocation::script(&keys, ScriptKind::Admin, args);
+                match self.send(&swap, deadline).await? {
+                    Value::Int(1) => {
+                        tracing::info!(?changed, "changed");
+                        return Ok(changed);
+                    }
+                    Value::Int(0) => tracing::debug!("the key changed meanwhile: again"),
+                    other => return Err(unexpected(&format!("a swap answered {other:?}"))),
+                }
+            }
+            Err(AdminError::Contended { attempts: ATTEMPTS })
+        }
+        .instrument(span)
+        .await
     }
 
     /// Deletes the stored state of `policy` for `key`, every limit at once (one `DEL` of

@@ -10,9 +10,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use redis::aio::ConnectionManager;
 use rein_core::{
-    Algorithm, Leasable, Limit, Limiter, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp,
+    Algorithm, Block, Leasable, Limit, Limiter, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp,
 };
-use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis::{KeyState, RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 
 /// One step: move the clock, then do one operation.
@@ -40,6 +40,10 @@ enum Op {
     /// `refund_held` of this amount from the stamp of the `.1`-th held acquire so far
     /// (modulo; none yet: from the current instant).
     Settle(u64, usize),
+    /// An operator's block ending this long after now, written as the store writes it
+    /// (`B<until>:<reason>`, admin.rs): every script must answer `Block::decide` while it
+    /// holds, and decide as on a key never seen once it has ended.
+    Block(u64),
 }
 
 #[derive(Clone, Debug)]
@@ -80,7 +84,7 @@ fn script_matches_core_decisions_and_state_at_every_step() {
             .deadline(Duration::from_secs(5))
             .build(conn.clone())
             .expect("store");
-        rt.block_on(run_case(&store, &case))
+        rt.block_on(run_case(&store, &conn, &case))
     });
     if let Err(e) = result {
         panic!("{e}");
@@ -149,21 +153,34 @@ fn the_key_and_the_script_agree_on_a_fixed_windows_form_at_its_edge() {
     });
 }
 
-async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<(), TestCaseError> {
+async fn run_case(
+    store: &RedisStore<ConnectionManager>,
+    conn: &ConnectionManager,
+    case: &Case,
+) -> Result<(), TestCaseError> {
     let named = RedisPolicy::new("p", case.policy.clone()).expect("valid name");
     let policy = &case.policy;
     let mut state = policy.new_state();
+    // A block the key holds in Redis: until a decision writes the key, even once it has
+    // ended. Meanwhile the clock does not go back (a clock gone back before its end would
+    // find it holding again, which the model here does not follow).
+    let mut stored_block: Option<Block> = None;
     let mut now = case.start;
     let mut stamps = Vec::new();
     for (i, step) in case.steps.iter().enumerate() {
         now = match step.clock {
             ClockMove::Stay => now,
             ClockMove::Forward(d) => (now + d).min(MAX_MICROS),
+            ClockMove::Back(_) if stored_block.is_some() => now,
             ClockMove::Back(d) => now.saturating_sub(d),
         };
         let t = Timestamp::from_micros(now);
         let key = &case.user_key;
         let before = format!("{:?} at {now}", state);
+        if let Some(denial) = stored_block.and_then(|b| b.decide(policy, t)) {
+            blocked_step(store, &named, key, t, i, step, denial).await?;
+            continue;
+        }
         match step.op {
             Op::Acquire(cost) => {
                 let core = policy.acquire(t, &mut state, cost);
@@ -202,11 +219,34 @@ async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<
                     .await
                     .map_err(|e| TestCaseError::fail(format!("step {i} {step:?}: {e}")))?;
             }
+            Op::Block(lasts) => {
+                let until = now.saturating_add(lasts).min(MAX_MICROS);
+                let redis_key = store.keys(&named, key).expect("keys").remove(0);
+                let _: () = redis::cmd("SET")
+                    .arg(&redis_key)
+                    .arg(format!("B{until}:differential"))
+                    .arg("PX")
+                    .arg(3_600_000)
+                    .query_async(&mut conn.clone())
+                    .await
+                    .expect("SET");
+                stored_block = Some(Block::until(Timestamp::from_micros(until)));
+                // The block replaced what was counted; once it ends the key is new.
+                state = policy.new_state();
+                continue;
+            }
         }
-        let stored = store
-            .state(&named, key)
-            .await
-            .map_err(|e| TestCaseError::fail(format!("step {i}: reading state: {e}")))?;
+        // A decision that changed the state wrote the key, replacing an ended block.
+        if state != policy.new_state() {
+            stored_block = None;
+        }
+        let stored = match store.inspect(&named, key).await {
+            Ok(KeyState::Counting(stored)) => stored,
+            Ok(KeyState::Blocked { block, .. }) if !block.holds_at(t) => policy.new_state(),
+            other => {
+                return Err(TestCaseError::fail(format!("step {i}: read {other:?}")));
+            }
+        };
         prop_assert_eq!(
             &stored,
             &state,
@@ -217,6 +257,56 @@ async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<
         );
     }
     Ok(())
+}
+
+/// A step on a key whose block holds at `t`: every decision answers `denial` (or the error
+/// of a cost above capacity), a refund changes nothing, and the block stays.
+async fn blocked_step(
+    store: &RedisStore<ConnectionManager>,
+    named: &RedisPolicy,
+    key: &[u8],
+    t: Timestamp,
+    i: usize,
+    step: &Step,
+    denial: rein_core::Decision,
+) -> Result<(), TestCaseError> {
+    let capacity = named.policy().capacity();
+    let expected = |cost: u64| {
+        if cost > capacity {
+            Err(rein_core::AcquireError::InsufficientCapacity { cost, capacity })
+        } else {
+            Ok(denial)
+        }
+    };
+    match step.op {
+        Op::Acquire(cost) => {
+            let redis = store.acquire(Some(t), named, key, cost).await;
+            same_outcome(i, step, expected(cost), redis)?;
+        }
+        Op::Peek(cost) => {
+            let redis = store.peek(Some(t), named, key, cost).await;
+            same_outcome(i, step, expected(cost), redis)?;
+        }
+        Op::Hold(cost, hold) => {
+            let hold = Micros::from_micros(hold);
+            let redis = Leasable::acquire_held(store, Some(t), named, key, cost, hold).await;
+            same_outcome(i, step, expected(cost), redis.map(|held| held.decision))?;
+        }
+        Op::Refund(amount) => store
+            .refund(Some(t), named, key, amount)
+            .await
+            .map_err(|e| TestCaseError::fail(format!("step {i} {step:?}: {e}")))?,
+        Op::Settle(amount, _) => Leasable::refund_held(store, Some(t), named, key, amount, t)
+            .await
+            .map_err(|e| TestCaseError::fail(format!("step {i} {step:?}: {e}")))?,
+        Op::Block(_) => return Ok(()),
+    }
+    match store.inspect(named, key).await {
+        Ok(KeyState::Blocked { block, .. }) if block.holds_at(t) => Ok(()),
+        other => Err(TestCaseError::fail(format!(
+            "step {i} {step:?}: the block is gone: {other:?}"
+        ))),
+    }
 }
 
 fn context(e: TestCaseError, before: &str) -> TestCaseError {
@@ -401,6 +491,7 @@ fn step(capacity: u64, scale: u64) -> impl Strategy<Value = Step> {
             .prop_map(|(cost, hold)| Op::Hold(cost, hold)),
         2 => (prop_oneof![0..=small_cap + 2, Just(u64::MAX)], 0..8usize)
             .prop_map(|(amount, pick)| Op::Settle(amount, pick)),
+        1 => prop_oneof![Just(0), 0..=scale].prop_map(Op::Block),
     ];
     (clock, op).prop_map(|(clock, op)| Step { clock, op })
 }

@@ -6,11 +6,21 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use rein_core::{
-    DecideError, Decision, Held, KeyError, Leasable, Limiter, Micros, NamedPolicy, PolicyState,
-    PrepareError, StoreError, Timestamp,
+    DecideError, Decision, Held, KeyError, Leasable, Limiter, Micros, NamedPolicy, PrepareError,
+    StoreError, Timestamp,
     rate_share::{RateAnswer, RateOp},
 };
-use rein_redis::{RedisPolicy, RedisStore, StateError};
+use rein_redis::{AdminError, KeyState, RedisPolicy, RedisStore, StateError};
+
+/// Runs `$call` on the store held, whichever it is: one expression for both arms.
+macro_rules! on_store {
+    ($self:ident, $store:ident => $call:expr) => {
+        match $self {
+            Self::Standalone($store) => $call,
+            Self::Cluster($store) => $call,
+        }
+    };
+}
 
 /// A `rein_redis::RedisStore` over a standalone server or a Cluster. Implements
 /// [`Limiter`] and [`Leasable`] by forwarding every operation to the store it holds.
@@ -22,38 +32,63 @@ pub enum ConfiguredStore {
     Cluster(RedisStore<ClusterConnection>),
 }
 
-/// An operator's reads and resets (`rein key inspect|reset`), forwarded to the store held.
+/// An operator's reads and changes of one key (`rein key ...`), forwarded to the store
+/// held.
 impl ConfiguredStore {
-    /// [`RedisStore::state`].
-    pub async fn state(&self, policy: &RedisPolicy, key: &[u8]) -> Result<PolicyState, StateError> {
-        match self {
-            Self::Standalone(store) => store.state(policy, key).await,
-            Self::Cluster(store) => store.state(policy, key).await,
-        }
+    /// [`RedisStore::inspect`].
+    pub async fn inspect(&self, policy: &RedisPolicy, key: &[u8]) -> Result<KeyState, StateError> {
+        on_store!(self, store => store.inspect(policy, key).await)
     }
 
     /// [`RedisStore::reset`].
     pub async fn reset(&self, policy: &RedisPolicy, key: &[u8]) -> Result<bool, StateError> {
-        match self {
-            Self::Standalone(store) => store.reset(policy, key).await,
-            Self::Cluster(store) => store.reset(policy, key).await,
-        }
+        on_store!(self, store => store.reset(policy, key).await)
+    }
+
+    /// [`RedisStore::penalize`].
+    pub async fn penalize(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+        amount: u64,
+    ) -> Result<Decision, AdminError> {
+        on_store!(self, store => store.penalize(policy, key, amount).await)
+    }
+
+    /// [`RedisStore::set_remaining`].
+    pub async fn set_remaining(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+        remaining: u64,
+    ) -> Result<Decision, AdminError> {
+        on_store!(self, store => store.set_remaining(policy, key, remaining).await)
+    }
+
+    /// [`RedisStore::block`].
+    pub async fn block(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+        duration: Duration,
+        reason: &str,
+    ) -> Result<bool, AdminError> {
+        on_store!(self, store => store.block(policy, key, duration, reason).await)
+    }
+
+    /// [`RedisStore::unblock`].
+    pub async fn unblock(&self, policy: &RedisPolicy, key: &[u8]) -> Result<bool, AdminError> {
+        on_store!(self, store => store.unblock(policy, key).await)
     }
 
     /// [`RedisStore::server_time`].
     pub async fn server_time(&self) -> Result<Timestamp, StoreError> {
-        match self {
-            Self::Standalone(store) => store.server_time().await,
-            Self::Cluster(store) => store.server_time().await,
-        }
+        on_store!(self, store => store.server_time().await)
     }
 
     /// [`RedisStore::keys`].
     pub fn keys(&self, policy: &RedisPolicy, key: &[u8]) -> Result<Vec<String>, KeyError> {
-        match self {
-            Self::Standalone(store) => store.keys(policy, key),
-            Self::Cluster(store) => store.keys(policy, key),
-        }
+        on_store!(self, store => store.keys(policy, key))
     }
 }
 
@@ -61,10 +96,7 @@ impl Limiter for ConfiguredStore {
     type Prepared = RedisPolicy;
 
     fn prepare(&self, policy: &NamedPolicy) -> Result<RedisPolicy, PrepareError> {
-        match self {
-            Self::Standalone(store) => store.prepare(policy),
-            Self::Cluster(store) => store.prepare(policy),
-        }
+        on_store!(self, store => store.prepare(policy))
     }
 
     async fn acquire(
@@ -74,10 +106,7 @@ impl Limiter for ConfiguredStore {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        match self {
-            Self::Standalone(store) => Limiter::acquire(store, now, policy, key, cost).await,
-            Self::Cluster(store) => Limiter::acquire(store, now, policy, key, cost).await,
-        }
+        on_store!(self, store => Limiter::acquire(store, now, policy, key, cost).await)
     }
 
     async fn peek(
@@ -87,10 +116,7 @@ impl Limiter for ConfiguredStore {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        match self {
-            Self::Standalone(store) => Limiter::peek(store, now, policy, key, cost).await,
-            Self::Cluster(store) => Limiter::peek(store, now, policy, key, cost).await,
-        }
+        on_store!(self, store => Limiter::peek(store, now, policy, key, cost).await)
     }
 
     async fn refund(
@@ -100,17 +126,11 @@ impl Limiter for ConfiguredStore {
         key: &[u8],
         amount: u64,
     ) -> Result<(), DecideError> {
-        match self {
-            Self::Standalone(store) => Limiter::refund(store, now, policy, key, amount).await,
-            Self::Cluster(store) => Limiter::refund(store, now, policy, key, amount).await,
-        }
+        on_store!(self, store => Limiter::refund(store, now, policy, key, amount).await)
     }
 
     fn deadline(&self) -> Option<Duration> {
-        match self {
-            Self::Standalone(store) => Limiter::deadline(store),
-            Self::Cluster(store) => Limiter::deadline(store),
-        }
+        on_store!(self, store => Limiter::deadline(store))
     }
 }
 
@@ -123,10 +143,7 @@ impl Leasable for ConfiguredStore {
         cost: u64,
         hold: Micros,
     ) -> Result<Held, DecideError> {
-        match self {
-            Self::Standalone(s) => Leasable::acquire_held(s, now, policy, key, cost, hold).await,
-            Self::Cluster(s) => Leasable::acquire_held(s, now, policy, key, cost, hold).await,
-        }
+        on_store!(self, s => Leasable::acquire_held(s, now, policy, key, cost, hold).await)
     }
 
     async fn refund_held(
@@ -137,10 +154,7 @@ impl Leasable for ConfiguredStore {
         amount: u64,
         stamp: Timestamp,
     ) -> Result<(), DecideError> {
-        match self {
-            Self::Standalone(s) => Leasable::refund_held(s, now, policy, key, amount, stamp).await,
-            Self::Cluster(s) => Leasable::refund_held(s, now, policy, key, amount, stamp).await,
-        }
+        on_store!(self, s => Leasable::refund_held(s, now, policy, key, amount, stamp).await)
     }
 
     async fn share_rate(
@@ -150,9 +164,6 @@ impl Leasable for ConfiguredStore {
         key: &[u8],
         op: RateOp,
     ) -> Result<RateAnswer, DecideError> {
-        match self {
-            Self::Standalone(s) => Leasable::share_rate(s, now, policy, key, op).await,
-            Self::Cluster(s) => Leasable::share_rate(s, now, policy, key, op).await,
-        }
+        on_store!(self, s => Leasable::share_rate(s, now, policy, key, op).await)
     }
 }

@@ -13,9 +13,10 @@
 //! script aborts and retries.
 
 use redis::{Pipeline, Value};
-use rein_core::{LimitState, MAX_MICROS, Micros, PolicyState, Timestamp};
+use rein_core::{AcquireError, LimitState, MAX_MICROS, Micros, PolicyState, Timestamp};
 
 use crate::RedisPolicy;
+use crate::admin::KeyState;
 use crate::integer_window::IntegerWindow;
 use crate::state::PART_SEPARATOR;
 
@@ -46,7 +47,7 @@ pub(crate) fn decode_read(
     policy: &RedisPolicy,
     mut replies: Vec<Value>,
     time: bool,
-) -> Result<(PolicyState, Option<Timestamp>), String> {
+) -> Result<(KeyState, Option<Timestamp>), String> {
     let now = if time {
         let reply = replies.pop().ok_or("no TIME reply")?;
         Some(decode_time(reply)?)
@@ -91,6 +92,39 @@ pub(crate) fn encode_value(
             )
         }
     })
+}
+
+/// A policy's state as its one value and TTL in ms, as the scripts write it: the TTL ends
+/// when the last of its limits is full again (or `min_ttl_ms`, if longer); a limit that
+/// changed from `before` (every limit, without it) and whose own TTL is zero is stored as its
+/// empty part, as its key would have been deleted when each limit had one. `None` as the
+/// value: every limit empty, no key.
+pub(crate) fn encode_policy(
+    policy: &RedisPolicy,
+    now: Timestamp,
+    state: &PolicyState,
+    before: Option<&PolicyState>,
+    min_ttl_ms: u64,
+) -> Result<(Option<String>, u64), AcquireError> {
+    let mut ttl = 0;
+    let mut parts = Vec::with_capacity(state.len());
+    for (index, (limit, new)) in policy
+        .policy()
+        .limits()
+        .iter()
+        .zip(state.iter())
+        .enumerate()
+    {
+        let limit_ttl = ttl_millis(limit.peek(now, new, 0)?.reset_after, min_ttl_ms);
+        ttl = ttl.max(limit_ttl);
+        let changed = before.is_none_or(|b| b.iter().nth(index) != Some(new));
+        parts.push(if changed && limit_ttl == 0 {
+            None
+        } else {
+            encode_value(new, policy.integer_window())
+        });
+    }
+    Ok((join_parts(parts), ttl))
 }
 
 /// A policy's one value from its limits' values in order (`None`: an empty log): the value
@@ -191,7 +225,7 @@ mod tests {
         let time = Value::Array(vec![bulk("1700000000"), bulk("123456")]);
         let replies = vec![Value::Nil, time];
         let (state, now) = decode_read(&policy(), replies, true).unwrap();
-        assert_eq!(state, policy().policy().new_state());
+        assert_eq!(state, KeyState::Counting(policy().policy().new_state()));
         assert_eq!(now, Some(Timestamp::from_micros(1_700_000_000_123_456)));
     }
 
@@ -231,7 +265,10 @@ mod tests {
         assert_eq!(joined, "42:7;1000000:3;2000000:1:4;3:9:1|5:2,9:1");
         let (state, now) = decode_read(&policy(), vec![bulk(&joined)], false).unwrap();
         assert_eq!(now, None);
-        assert_eq!(state, PolicyState::from_states(states).unwrap());
+        assert_eq!(
+            state,
+            KeyState::Counting(PolicyState::from_states(states).unwrap())
+        );
     }
 
     #[test]
@@ -260,7 +297,7 @@ mod tests {
             })
             .collect();
         expected = PolicyState::from_states(limits).unwrap();
-        assert_eq!(state, expected);
+        assert_eq!(state, KeyState::Counting(expected));
         // One limit: its value alone, no separator.
         assert_eq!(join_parts(vec![Some("42".into())]).as_deref(), Some("42"));
     }

@@ -1,0 +1,41 @@
+-- rein-redis: an operator's change to one key of a policy (RedisStore::{penalize,
+-- set_remaining, block, unblock}), as a compare-and-set in two calls. 'read' answers the
+-- key's value and the server's clock; the store computes the new value with rein-core
+-- itself (Policy::penalize, Policy::with_remaining, Block), so no algorithm is written
+-- twice; 'swap' writes it only if the key still holds what was read. A decision that ran
+-- in between makes the swap answer 0 and write nothing, and the store reads again. Both
+-- touch one key, so they run on a Cluster like the decision scripts.
+--
+-- KEYS[1]  the policy's one state key.
+-- ARGV     'read'; or 'swap', then whether the key was there ('1' or '0'), the value read
+--          ('' if it was not), the new value ('' to delete the key) and its TTL in ms (at
+--          least 1 for a value).
+-- Reply    'read': { now_us, value } (value nil when there is no key). 'swap': 1 if it
+--          wrote, 0 if the key had changed.
+
+-- `MAX` and `clock`: preamble.lua, which script.rs puts before this file.
+if #KEYS ~= 1 then
+  error({ err = 'REIN a policy has one key' })
+end
+local op = ARGV[1]
+if op == 'read' and #ARGV == 1 then
+  return { clock(''), redis.call('GET', KEYS[1]) }
+end
+if op ~= 'swap' or #ARGV ~= 5 then
+  error({ err = 'REIN expected read, or swap with 4 arguments' })
+end
+local was, expected, value, ttl = ARGV[2], ARGV[3], ARGV[4], ARGV[5] + 0
+if (was ~= '0' and was ~= '1') or ttl % 1 ~= 0 or ttl < 0 or ttl > MAX
+    or (value ~= '' and ttl < 1) then
+  error({ err = 'REIN arguments must be integers from 0 to 2^52 - 1 (a TTL from 1)' })
+end
+local current = redis.call('GET', KEYS[1])
+if (was == '0' and current) or (was == '1' and current ~= expected) then
+  return 0
+end
+if value == '' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], value, 'PX', ttl)
+end
+return 1
