@@ -1,16 +1,15 @@
-//! An operator's block: a key denied until an instant, whatever its limits have left.
-//!
-//! A block replaces the key's counts: while it lasts every decision is denied with
-//! nothing left and `retry_after` the time to its end; once it has ended the key is as one
-//! never seen, full. That is the penalty box of the rate limiters that have one (a block
-//! after abuse outlasts the window it was caught in, so what was counted before it is
-//! moot), and it keeps a block one value a store can write, expire and read back in one
-//! step: the Redis store keeps it in the policy's key, with the key's TTL ending when the
-//! block does.
+//! [`Block`]: an operator's block of one key.
 
 use crate::{Decision, Policy, Timestamp};
 
-/// A key blocked until an instant (exclusive): see the [module docs](self).
+/// A key blocked until an instant (exclusive), whatever its limits have left.
+///
+/// A block replaces the key's counts: while it lasts every decision is denied with nothing
+/// left and `retry_after` the time to its end; once it has ended the key is as one never
+/// seen, full. That is the penalty box of the rate limiters that have one (a block after
+/// abuse outlasts the window it was caught in, so what was counted before it is moot), and
+/// it keeps a block one value a store can write, expire and read back in one step: the
+/// Redis store keeps it in the policy's key, with the key's TTL ending when the block does.
 ///
 /// ```
 /// use rein_core::{Block, Limit, Micros, Policy, Timestamp};
