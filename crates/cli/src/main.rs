@@ -1,6 +1,7 @@
 //! `rein`: the operator's command line. It checks config files (rein-tower's TOML,
-//! rein-server's rules) and looks at or resets what Redis counts for one key of a policy,
-//! with the policies and the Redis connection a rein-tower config file names. `rein --help`
+//! rein-server's rules), looks at and changes what Redis counts for one key of a policy
+//! (inspect, reset, penalize, reward, set, block, unblock), and keeps per-key overrides, with
+//! the policies and the Redis connection a rein-tower config file names. `rein --help`
 //! and each subcommand's `--help` teach it; docs/operations.md is the guide.
 //!
 //! Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key);
@@ -11,13 +12,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use rein_core::overrides::{KeyMatch, Override};
 use rein_core::{Decision, Limit, Limiter, Micros, NamedPolicy, Policy, PolicyState, Timestamp};
 use rein_redis::{AdminError, KeyState, RedisPolicy};
 use rein_tower::{Config, ConfiguredStore, RedisEndpoint};
 use serde_json::{Value, json};
 
-/// rein's command line: check config files, and look at or reset what Redis counts for one
-/// key of a policy.
+/// rein's command line: check config files, look at and change what Redis counts for one
+/// key of a policy, and give keys other limits (overrides) while the servers run.
 ///
 /// The policies and the Redis they are counted in come from a rein-tower config file
 /// (--config, or REIN_CONFIG), the one the servers load.
@@ -29,9 +31,13 @@ use serde_json::{Value, json};
 ///     rein --config rein.toml policy list
 ///     rein --config rein.toml key inspect api 203.0.113.7
 ///     rein --config rein.toml key reset login user-42
+///     rein --config rein.toml key block login user-42 --for 10m --reason "ticket 77"
+///     rein --config rein.toml override set api --key tenant-7 --limit fw:10000/1h
+///     rein --config rein.toml override list
 ///
-/// Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key);
-/// 2 a wrong command line; 3 Redis unavailable (cannot connect, or no answer in time).
+/// Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key, an
+/// override or reason rein refuses); 2 a wrong command line; 3 Redis unavailable (cannot
+/// connect, no answer in time, or a key too busy to change).
 #[derive(Debug, Parser)]
 #[command(name = "rein", version, verbatim_doc_comment)]
 struct Cli {
@@ -60,6 +66,111 @@ enum Command {
     /// One key of a policy, in Redis.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Per-key overrides: another limit (or none) for one key or key prefix of a policy,
+    /// kept in Redis and applied by every server within its `overrides_staleness`.
+    #[command(subcommand)]
+    Override(OverrideCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum OverrideCommand {
+    /// Give the keys of POLICY that --key or --prefix selects other limits (--limit, one or
+    /// more, all applying) or none (--unlimited). Replaces their earlier override. What
+    /// the key has counted is kept: a raised limit goes on from it, a lowered one applies
+    /// to it at once.
+    ///
+    /// A limit is tb:CAPACITY:REFILL/PERIOD (a token bucket: bursts of CAPACITY, REFILL
+    /// tokens every PERIOD), fw:LIMIT/WINDOW (fixed window), sl:LIMIT/WINDOW (sliding log)
+    /// or sc:LIMIT/WINDOW (sliding counter); PERIOD and WINDOW as 1s, 10m, 1h, 1day.
+    #[command(
+        after_help = "Examples:\n  rein --config rein.toml override set api --key tenant-7 --limit fw:10000/1h\n  rein --config rein.toml override set api --prefix internal: --unlimited\n  rein --config rein.toml override set api --key tenant-9 --limit tb:200:100/1s --limit fw:50000/1day"
+    )]
+    Set {
+        /// The policy's name, as in the config (`rein policy list`).
+        policy: String,
+        #[command(flatten)]
+        keys: Keys,
+        /// A limit of the override (repeat for several; all apply).
+        #[arg(long = "limit", value_name = "LIMIT", required_unless_present = "unlimited", value_parser = parse_limit)]
+        limits: Vec<Limit>,
+        /// No limit at all: every request admitted, Redis not asked.
+        #[arg(long, conflicts_with = "limits")]
+        unlimited: bool,
+    },
+    /// Which override applies to KEY under POLICY (its own, or its longest prefix's), or
+    /// none.
+    #[command(after_help = "Example:\n  rein --config rein.toml override get api tenant-7")]
+    Get {
+        /// The policy's name, as in the config (`rein policy list`).
+        policy: String,
+        /// The key, as the layer extracts it.
+        key: String,
+    },
+    /// Every override kept in Redis, or those of one policy.
+    #[command(after_help = "Example:\n  rein --config rein.toml override list api")]
+    List {
+        /// Only this policy's.
+        policy: Option<String>,
+    },
+    /// Remove the override of the keys --key or --prefix selects: they get their policy's
+    /// own limits again.
+    #[command(after_help = "Example:\n  rein --config rein.toml override rm api --key tenant-7")]
+    Rm {
+        /// The policy's name, as in the config (`rein policy list`).
+        policy: String,
+        #[command(flatten)]
+        keys: Keys,
+    },
+}
+
+/// One key or a key prefix.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+struct Keys {
+    /// This key only, as the layer extracts it.
+    #[arg(long)]
+    key: Option<String>,
+    /// Every key starting with this, unless its own override or a longer prefix's applies.
+    #[arg(long)]
+    prefix: Option<String>,
+}
+
+impl Keys {
+    fn to_match(&self) -> (KeyMatch, &str) {
+        match (&self.key, &self.prefix) {
+            (Some(key), _) => (KeyMatch::Key(key.as_bytes().into()), key),
+            (None, Some(prefix)) => (KeyMatch::Prefix(prefix.as_bytes().into()), prefix),
+            // clap's group makes one of them required.
+            (None, None) => (KeyMatch::Key(Box::default()), ""),
+        }
+    }
+}
+
+/// A limit as the command line writes it: `tb:200:100/1s`, `fw:1000/1h`, `sl:`, `sc:`.
+fn parse_limit(text: &str) -> Result<Limit, String> {
+    let usage = "tb:CAPACITY:REFILL/PERIOD, fw:LIMIT/WINDOW, sl:LIMIT/WINDOW or sc:LIMIT/WINDOW";
+    let (tag, rest) = text
+        .split_once(':')
+        .ok_or_else(|| format!("expected {usage}"))?;
+    let (numbers, span) = rest
+        .split_once('/')
+        .ok_or_else(|| format!("expected {usage}"))?;
+    let span = humantime::parse_duration(span).map_err(|e| format!("{span:?}: {e}"))?;
+    let span = Micros::from_micros(u64::try_from(span.as_micros()).unwrap_or(u64::MAX));
+    let number = |n: &str| {
+        n.parse::<u64>()
+            .map_err(|_| format!("{n:?} is not a whole number; expected {usage}"))
+    };
+    let limit = match (tag, numbers.split_once(':')) {
+        ("tb", Some((capacity, refill))) => {
+            Limit::token_bucket(number(capacity)?, number(refill)?, span)
+        }
+        ("fw", None) => Limit::fixed_window(number(numbers)?, span),
+        ("sl", None) => Limit::sliding_log(number(numbers)?, span),
+        ("sc", None) => Limit::sliding_counter(number(numbers)?, span),
+        _ => return Err(format!("expected {usage}")),
+    };
+    limit.map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Subcommand)]
@@ -242,6 +353,7 @@ async fn run(cli: Cli) -> Result<Output, (Option<Output>, Failure)> {
             Ok(list(&config))
         }
         Command::Key(command) => key_command(&cli, command).await.map_err(|f| (None, f)),
+        Command::Override(command) => override_command(&cli, command).await.map_err(|f| (None, f)),
     }
 }
 
@@ -338,7 +450,7 @@ async fn target(
     name: &str,
     key: &str,
 ) -> Result<(RedisPolicy, ConfiguredStore), Failure> {
-    let mut config = config(cli)?;
+    let config = config(cli)?;
     let Some(named) = config.policies.iter().find(|p| p.name() == name).cloned() else {
         let known: Vec<&str> = config.policies.iter().map(NamedPolicy::name).collect();
         return Err(Failure::Input(format!(
@@ -351,16 +463,21 @@ async fn target(
             "the key is empty; no request has an empty key".into(),
         ));
     }
+    let store = connect(cli, config).await?;
+    Ok((RedisPolicy::prepare(&named), store))
+}
+
+/// The config's Redis, or the one `--redis-url` names.
+async fn connect(cli: &Cli, mut config: Config) -> Result<ConfiguredStore, Failure> {
     if let Some(url) = &cli.redis_url {
         config.redis.endpoint = RedisEndpoint::Url(url.clone());
     }
-    let store = config.connect_store().await.map_err(|e| {
+    config.connect_store().await.map_err(|e| {
         Failure::Redis(format!(
             "cannot connect to Redis ({}): {e}",
             endpoint(&config)
         ))
-    })?;
-    Ok((RedisPolicy::prepare(&named), store))
+    })
 }
 
 fn endpoint(config: &Config) -> String {
@@ -602,6 +719,174 @@ async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure>
     Ok(Output {
         text,
         json: document,
+    })
+}
+
+/// `override ...`.
+async fn override_command(cli: &Cli, command: &OverrideCommand) -> Result<Output, Failure> {
+    match command {
+        OverrideCommand::List { policy } => {
+            let store = connect(cli, config(cli)?).await?;
+            list_overrides(&store, policy.as_deref()).await
+        }
+        OverrideCommand::Set {
+            policy,
+            keys,
+            limits,
+            unlimited,
+        } => set_override(cli, policy, keys, limits, *unlimited).await,
+        OverrideCommand::Rm { policy, keys } => remove_override(cli, policy, keys).await,
+        OverrideCommand::Get { policy, key } => get_override(cli, policy, key).await,
+    }
+}
+
+/// An operator's change of overrides that failed: bad input (exit 1) or Redis (exit 3).
+fn override_failed(e: AdminError) -> Failure {
+    match e {
+        AdminError::InvalidKey(_) | AdminError::InvalidOverride(_) => Failure::Input(e.to_string()),
+        e => Failure::Redis(format!("the overrides: {e}")),
+    }
+}
+
+async fn set_override(
+    cli: &Cli,
+    name: &str,
+    keys: &Keys,
+    limits: &[Limit],
+    unlimited: bool,
+) -> Result<Output, Failure> {
+    let (matched, shown) = keys.to_match();
+    let (_, store) = target(cli, name, shown).await?;
+    let value = if unlimited {
+        Override::Unlimited
+    } else {
+        let policy = Policy::new(limits.iter().copied())
+            .map_err(|e| Failure::Input(format!("--limit: {e}")))?;
+        Override::Limits(policy)
+    };
+    let replaced = store
+        .set_override(name, &matched, &value)
+        .await
+        .map_err(override_failed)?;
+    let text = format!(
+        "policy {name}, {}: {} ({})\n",
+        show_match(&matched),
+        show_override(&value),
+        if replaced {
+            "replaced the earlier override"
+        } else {
+            "new"
+        }
+    );
+    let mut json = entry_json(name, &matched, Some(&value));
+    json["replaced"] = json!(replaced);
+    Ok(Output { text, json })
+}
+
+async fn remove_override(cli: &Cli, name: &str, keys: &Keys) -> Result<Output, Failure> {
+    let (matched, shown) = keys.to_match();
+    let (_, store) = target(cli, name, shown).await?;
+    let removed = store
+        .remove_override(name, &matched)
+        .await
+        .map_err(override_failed)?;
+    let text = match removed {
+        true => format!(
+            "policy {name}, {}: override removed\n",
+            show_match(&matched)
+        ),
+        false => format!("policy {name}, {}: had no override\n", show_match(&matched)),
+    };
+    let mut json = entry_json(name, &matched, None);
+    json["removed"] = json!(removed);
+    Ok(Output { text, json })
+}
+
+async fn get_override(cli: &Cli, name: &str, key: &str) -> Result<Output, Failure> {
+    let (_, store) = target(cli, name, key).await?;
+    let all = store.overrides().await.map_err(override_failed)?;
+    let mut of_policy = rein_core::overrides::Overrides::default();
+    for entry in all.into_iter().filter(|e| e.policy == name) {
+        of_policy.insert(entry.keys.clone(), entry);
+    }
+    Ok(match of_policy.get(key.as_bytes()) {
+        Some(entry) => Output {
+            text: format!(
+                "policy {name}, key {key:?}: {} (the override of {})\n",
+                show_override(&entry.value),
+                show_match(&entry.keys)
+            ),
+            json: entry_json(name, &entry.keys, Some(&entry.value)),
+        },
+        None => Output {
+            text: format!("policy {name}, key {key:?}: no override; the policy's own limits\n"),
+            json: json!({"policy": name, "key": key, "value": Value::Null}),
+        },
+    })
+}
+
+async fn list_overrides(store: &ConfiguredStore, policy: Option<&str>) -> Result<Output, Failure> {
+    let mut all = store
+        .overrides()
+        .await
+        .map_err(|e| Failure::Redis(format!("reading the overrides: {e}")))?;
+    all.retain(|e| policy.is_none_or(|p| e.policy == p));
+    all.sort_by(|a, b| (&a.policy, &a.keys).cmp(&(&b.policy, &b.keys)));
+    let mut text = String::new();
+    for entry in &all {
+        text.push_str(&format!(
+            "{} {}: {}\n",
+            entry.policy,
+            show_match(&entry.keys),
+            show_override(&entry.value)
+        ));
+    }
+    if all.is_empty() {
+        text.push_str("no overrides\n");
+    }
+    let rows: Vec<Value> = all
+        .iter()
+        .map(|e| entry_json(&e.policy, &e.keys, Some(&e.value)))
+        .collect();
+    Ok(Output {
+        text,
+        json: json!({ "overrides": rows }),
+    })
+}
+
+fn show_match(keys: &KeyMatch) -> String {
+    match keys {
+        KeyMatch::Key(key) => format!("key {:?}", String::from_utf8_lossy(key)),
+        KeyMatch::Prefix(prefix) => format!("keys starting {:?}", String::from_utf8_lossy(prefix)),
+    }
+}
+
+fn show_override(value: &Override) -> String {
+    match value {
+        Override::Unlimited => "unlimited".to_owned(),
+        Override::Limits(policy) => {
+            let limits: Vec<String> = policy.limits().iter().map(describe).collect();
+            limits.join(" and ")
+        }
+    }
+}
+
+/// An override as JSON: `value` is its stored text (null for none), `limits` its limits.
+fn entry_json(policy: &str, keys: &KeyMatch, value: Option<&Override>) -> Value {
+    let (kind, bytes) = match keys {
+        KeyMatch::Key(key) => ("key", key),
+        KeyMatch::Prefix(prefix) => ("prefix", prefix),
+    };
+    let limits: Option<Vec<Value>> = match value {
+        Some(Override::Limits(p)) => Some(p.limits().iter().map(limit_json).collect()),
+        _ => None,
+    };
+    json!({
+        "policy": policy,
+        kind: String::from_utf8_lossy(bytes),
+        "value": value.map(Override::encode),
+        "unlimited": matches!(value, Some(Override::Unlimited)),
+        "limits": limits,
     })
 }
 

@@ -228,6 +228,7 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
     });
     inspect_then_reset(&path, &["--config"]);
     change_then_inspect(&path, &["--config"]);
+    overrides(&path, &["--config"]);
     // The integer form of a lone fixed window reads and resets the same way.
     let path = path.to_str().expect("utf-8");
     let inspect = || {
@@ -259,6 +260,7 @@ fn inspect_and_reset_work_on_a_cluster() {
     });
     inspect_then_reset(&path, &["-c"]);
     change_then_inspect(&path, &["-c"]);
+    overrides(&path, &["-c"]);
 }
 
 /// Takes 3 of `api`'s bucket and window for `user-42`, as a server deciding requests would.
@@ -421,5 +423,123 @@ fn change_then_inspect(path: &std::path::Path, flag: &[&str]) {
     assert_eq!(
         remaining(&["key", "inspect", "api", "user-9"])["full"],
         true
+    );
+}
+
+/// Overrides set, read, listed and removed; each applies to the decisions `rein key` shows,
+/// and bad input is exit 1 (or clap's 2).
+fn overrides(path: &std::path::Path, flag: &[&str]) {
+    let path = path.to_str().expect("utf-8");
+    let run = |rest: &[&str]| -> Output {
+        let mut args = flag.to_vec();
+        args.push(path);
+        args.extend_from_slice(rest);
+        rein(&args)
+    };
+    let ok = |rest: &[&str]| -> Value {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(rest);
+        let output = run(&args);
+        assert_eq!(code(&output), 0, "{rest:?}: {}", stderr(&output));
+        json(&output)
+    };
+    let set = run(&[
+        "override", "set", "api", "--key", "tenant-7", "--limit", "fw:3/1h",
+    ]);
+    assert_eq!(code(&set), 0, "{}", stderr(&set));
+    assert!(
+        stdout(&set).contains("fixed window, 3 per 1h (new)"),
+        "{}",
+        stdout(&set)
+    );
+    let set = ok(&[
+        "override",
+        "set",
+        "api",
+        "--prefix",
+        "internal:",
+        "--unlimited",
+    ]);
+    assert_eq!(set["replaced"], false);
+    let set = ok(&[
+        "override",
+        "set",
+        "api",
+        "--key",
+        "tenant-7",
+        "--limit",
+        "tb:20:10/1s",
+        "--limit",
+        "fw:300/1h",
+    ]);
+    assert_eq!(set["replaced"], true);
+    // The stored form keeps the rate in lowest terms: one token every 100 ms.
+    assert_eq!(set["value"], "tb:20:1:100000;fw:300:3600000000");
+
+    let got = ok(&["override", "get", "api", "internal:svc"]);
+    assert_eq!(got["unlimited"], true);
+    assert_eq!(got["prefix"], "internal:");
+    let got = ok(&["override", "get", "api", "tenant-7"]);
+    assert_eq!(got["limits"][1]["capacity"], 300);
+    assert_eq!(
+        ok(&["override", "get", "api", "guest"])["value"],
+        Value::Null
+    );
+    let listed = ok(&["override", "list"]);
+    assert_eq!(listed["overrides"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        ok(&["override", "list", "window"])["overrides"],
+        serde_json::json!([])
+    );
+    // The CLI's own store applies the override to what it changes: a set of 250 is 250 of
+    // the override's 300 in its window.
+    let after = ok(&["key", "set", "api", "tenant-7", "250"]);
+    assert_eq!(after["remaining"], 20, "the bucket of 20 names the fewest");
+
+    // Bad input.
+    for (bad, exit) in [
+        (
+            &["override", "set", "api", "--key", "k", "--limit", "fw:0/1h"][..],
+            2,
+        ),
+        (
+            &["override", "set", "api", "--key", "k", "--limit", "fw:3"],
+            2,
+        ),
+        (&["override", "set", "api", "--key", "k"], 2),
+        (&["override", "set", "api", "--limit", "fw:3/1h"], 2),
+        (
+            &[
+                "override",
+                "set",
+                "api",
+                "--key",
+                "k",
+                "--prefix",
+                "p",
+                "--unlimited",
+            ],
+            2,
+        ),
+        (&["override", "set", "nope", "--key", "k", "--unlimited"], 1),
+        (&["override", "set", "api", "--key", "", "--unlimited"], 1),
+    ] {
+        let output = run(bad);
+        assert_eq!(code(&output), exit, "{bad:?}: {}", stderr(&output));
+        assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+    }
+
+    let removed = ok(&["override", "rm", "api", "--key", "tenant-7"]);
+    assert_eq!(removed["removed"], true);
+    let again = run(&["override", "rm", "api", "--key", "tenant-7"]);
+    assert!(
+        stdout(&again).contains("had no override"),
+        "{}",
+        stdout(&again)
+    );
+    ok(&["override", "rm", "api", "--prefix", "internal:"]);
+    assert_eq!(
+        ok(&["override", "list"])["overrides"],
+        serde_json::json!([])
     );
 }

@@ -16,7 +16,8 @@
 //! one key are transitions too: [`Policy::penalize`], [`Policy::with_remaining`] and a
 //! [`Block`]. Stores implement
 //! [`Limiter`] (and [`Leasable`] to be leased over). Each algorithm's own type and state are
-//! in its module, and the rate shares that lease a token bucket in [`rate_share`].
+//! in its module, the rate shares that lease a token bucket in [`rate_share`], and per-key
+//! overrides of a policy in [`overrides`].
 //!
 //! # Algorithms
 //! | module | state | admits | memory per key |
@@ -69,6 +70,7 @@ mod error;
 pub mod fixed_window;
 mod limit;
 mod limiter;
+pub mod overrides;
 mod policy;
 pub mod rate_share;
 pub mod sliding_counter;

@@ -233,17 +233,25 @@ impl NamedPolicy {
     /// than 64 bytes, or holds anything but ASCII letters, digits, `_`, `-` and `.`.
     pub fn new(name: impl Into<String>, policy: Policy) -> Result<Self, ConfigError> {
         let name = name.into();
-        let valid = (1..=MAX_NAME_LEN).contains(&name.len())
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-        if !valid {
-            return Err(ConfigError::InvalidName(name));
-        }
+        Self::check_name(&name)?;
         Ok(Self {
             name: name.into(),
             policy,
         })
+    }
+
+    /// Checks a policy's name as [`new`](Self::new) does, for tools that name a policy
+    /// without building it (an override of a policy by name).
+    pub fn check_name(name: &str) -> Result<(), ConfigError> {
+        let valid = (1..=MAX_NAME_LEN).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if valid {
+            Ok(())
+        } else {
+            Err(ConfigError::InvalidName(name.to_owned()))
+        }
     }
 
     /// The name.

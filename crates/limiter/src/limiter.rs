@@ -123,6 +123,7 @@ pub struct ResilientLimiterBuilder<S> {
     deny_cache: Option<NonZeroUsize>,
     allow_cache: Option<AllowCacheConfig>,
     fallback_max_keys: NonZeroUsize,
+    shadow: Vec<String>,
 }
 
 /// Whose clock the store decides on.
@@ -152,6 +153,16 @@ struct Shared<S: Limiter> {
     /// The store's deadline plus [`SAFETY_NET`].
     guard_deadline: Duration,
     gate: Gate<SharedClock>,
+    /// Per policy, in the table's order: whether it is in shadow mode, and what it denied.
+    shadow: Box<[Shadow]>,
+}
+
+/// A policy's shadow mode: on or off at any time, and its count of what it would have
+/// denied while on.
+#[derive(Default)]
+struct Shadow {
+    on: std::sync::atomic::AtomicBool,
+    denied: std::sync::atomic::AtomicU64,
 }
 
 impl<S: Limiter> ResilientLimiter<S> {
@@ -176,6 +187,7 @@ impl<S: Limiter> ResilientLimiter<S> {
             deny_cache: Some(DEFAULT_CACHE_ENTRIES),
             allow_cache: None,
             fallback_max_keys: DEFAULT_CACHE_ENTRIES,
+            shadow: Vec::new(),
         }
     }
 
@@ -236,6 +248,32 @@ impl<S: Limiter> ResilientLimiter<S> {
         self.inner.refund(None, index, key, amount).await
     }
 
+    /// Turns shadow mode on or off for the policy named `policy`, at once and for every
+    /// clone of this limiter: while on, a request the policy denies is admitted instead
+    /// (its `Decided` says allowed, with the denial's `limit`, `remaining` and
+    /// `reset_after`), logged at debug level and counted ([`shadow_denials`]
+    /// (Self::shadow_denials)); it still takes nothing, as any denial, so turning shadow
+    /// mode off leaves the policy where the live traffic put it. For trying a new limit
+    /// on live traffic. Returns whether it was on; errors if the table has no such policy.
+    pub fn set_shadow(&self, policy: &str, on: bool) -> Result<bool, RequestError> {
+        let shadow = self.shadow_of(policy)?;
+        Ok(shadow.on.swap(on, std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// What the policy named `policy` would have denied while in shadow mode, since the
+    /// limiter was built; errors if the table has no such policy.
+    pub fn shadow_denials(&self, policy: &str) -> Result<u64, RequestError> {
+        let shadow = self.shadow_of(policy)?;
+        Ok(shadow.denied.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn shadow_of(&self, policy: &str) -> Result<&Shadow, RequestError> {
+        let index = self.inner.table.index_of(policy);
+        index
+            .and_then(|i| self.inner.shadow.get(i))
+            .ok_or_else(|| RequestError::UnknownPolicy(policy.to_owned()))
+    }
+
     /// The counters since the limiter was built.
     pub fn stats(&self) -> StatsSnapshot {
         self.inner.gate.stats()
@@ -293,6 +331,7 @@ impl<S: Limiter> ResilientLimiter<S> {
             },
         )
         .await
+        .map(|(decided, stamp)| (self.inner.shadowed(index, decided), stamp))
     }
 
     /// A decision by the store's operation `call` (given the store, the prepared policy and
@@ -354,6 +393,32 @@ impl<S: Limiter> ResilientLimiter<S> {
 }
 
 impl<S: Limiter> Shared<S> {
+    /// A denial of a policy in shadow mode, admitted and counted; any other answer as it is.
+    fn shadowed(&self, index: usize, decided: Decided) -> Decided {
+        use std::sync::atomic::Ordering;
+        let Some(shadow) = self.shadow.get(index) else {
+            return decided;
+        };
+        if decided.is_allowed() || !shadow.on.load(Ordering::Relaxed) {
+            return decided;
+        }
+        shadow.denied.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            policy = self.table.policies()[index].name(),
+            source = decided.source.as_str(),
+            retry_after_us = decided.decision.retry_after.as_micros(),
+            "shadow mode: would have denied; admitting"
+        );
+        Decided {
+            decision: Decision {
+                outcome: rein_core::Outcome::Allowed,
+                retry_after: rein_core::Micros::ZERO,
+                ..decided.decision
+            },
+            source: decided.source,
+        }
+    }
+
     /// The request path for a valid request: ask the gate, call the store (`call`) if it
     /// says so, and give the gate the outcome.
     async fn decide<'a, F, Fut>(
@@ -751,6 +816,14 @@ impl<S: Limiter> ResilientLimiterBuilder<S> {
         self
     }
 
+    /// Starts the policy named `policy` in shadow mode (see
+    /// [`ResilientLimiter::set_shadow`], which turns it on and off later). `build` errors
+    /// if the table has no such policy.
+    pub fn shadow(mut self, policy: impl Into<String>) -> Self {
+        self.shadow.push(policy.into());
+        self
+    }
+
     /// The limiter. Errors if a duration is zero, a policy has no exact share for the
     /// expected node count, or the store cannot prepare a policy.
     pub fn build(self) -> Result<ResilientLimiter<S>, ResilienceConfigError> {
@@ -792,6 +865,21 @@ impl<S: Limiter> ResilientLimiterBuilder<S> {
             .iter()
             .map(|named| self.store.prepare(named))
             .collect::<Result<Vec<_>, _>>()?;
+        let shadow: Box<[Shadow]> = self
+            .table
+            .policies()
+            .iter()
+            .map(|_| Shadow::default())
+            .collect();
+        for name in &self.shadow {
+            let index = self
+                .table
+                .index_of(name)
+                .ok_or_else(|| ResilienceConfigError::UnknownPolicy(name.clone()))?;
+            shadow[index]
+                .on
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let guard_deadline = self
             .store
             .deadline()
@@ -814,6 +902,7 @@ impl<S: Limiter> ResilientLimiterBuilder<S> {
                 time_source: self.time_source,
                 guard_deadline,
                 gate,
+                shadow,
             }),
         })
     }

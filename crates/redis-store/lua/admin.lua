@@ -1,5 +1,6 @@
 -- rein-redis: an operator's change to one key of a policy (RedisStore::{penalize,
--- set_remaining, block, unblock}), as a compare-and-set in two calls. 'read' answers the
+-- set_remaining, block, unblock}), as a compare-and-set in two calls; and below, the
+-- per-key overrides of a deployment. 'read' answers the
 -- key's value and the server's clock; the store computes the new value with rein-core
 -- itself (Policy::penalize, Policy::with_remaining, Block), so no algorithm is written
 -- twice; 'swap' writes it only if the key still holds what was read. A decision that ran
@@ -21,8 +22,38 @@ local op = ARGV[1]
 if op == 'read' and #ARGV == 1 then
   return { clock(''), redis.call('GET', KEYS[1]) }
 end
+-- Per-key overrides (overrides.rs) keep one hash per deployment: KEYS[1] is that hash.
+-- 'ovread', then the version last read ('' for none): { version } while it is unchanged,
+-- else { version, the hash's fields and values } (version nil for no hash). 'ovset', then a
+-- field, its value ('' to remove it) and the most overrides the hash may hold: sets it and
+-- the version in one step, { version, 1 if the field was there else 0 }.
+if op == 'ovread' and #ARGV == 2 then
+  local version = redis.call('HGET', KEYS[1], '#v')
+  if version and version == ARGV[2] then
+    return { version }
+  end
+  return { version, redis.call('HGETALL', KEYS[1]) }
+end
+if op == 'ovset' and #ARGV == 4 then
+  local field, value, most = ARGV[2], ARGV[3], ARGV[4] + 0
+  if field == '#v' or most % 1 ~= 0 or most < 0 then
+    error({ err = 'REIN arguments: a field that is not the version, a whole maximum' })
+  end
+  local had = redis.call('HEXISTS', KEYS[1], field)
+  if value == '' then
+    redis.call('HDEL', KEYS[1], field)
+  else
+    local held = redis.call('HLEN', KEYS[1]) - redis.call('HEXISTS', KEYS[1], '#v')
+    if had == 0 and held >= most then
+      error({ err = 'REIN too many overrides' })
+    end
+    redis.call('HSET', KEYS[1], field, value)
+  end
+  local version = redis.call('HINCRBY', KEYS[1], '#v', 1)
+  return { tostring(version), had }
+end
 if op ~= 'swap' or #ARGV ~= 5 then
-  error({ err = 'REIN expected read, or swap with 4 arguments' })
+  error({ err = 'REIN expected read, ovread, ovset, or swap with 4 arguments' })
 end
 local was, expected, value, ttl = ARGV[2], ARGV[3], ARGV[4], ARGV[5] + 0
 if (was ~= '0' and was ~= '1') or ttl % 1 ~= 0 or ttl < 0 or ttl > MAX

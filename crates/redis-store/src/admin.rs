@@ -52,6 +52,10 @@ pub enum AdminError {
     /// A block's reason: at most [`MAX_REASON_LEN`] bytes, no control characters.
     #[error("invalid block reason: {0}")]
     InvalidReason(String),
+    /// An override that cannot be written: a policy name rein refuses, or one more than
+    /// [`MAX_OVERRIDES`](crate::MAX_OVERRIDES).
+    #[error("invalid override: {0}")]
+    InvalidOverride(String),
     /// The key changed between the read and the write (decisions on it) on every attempt.
     /// Nothing was changed; try again.
     #[error("the key changed under {attempts} attempts to change it; nothing was changed")]

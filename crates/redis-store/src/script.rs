@@ -147,7 +147,10 @@ enum Call<'a> {
         asks: &'a [Ask],
     },
     /// Another script, with its whole ARGV.
-    Script { kind: ScriptKind, args: Vec<String> },
+    Script {
+        kind: ScriptKind,
+        args: Vec<Vec<u8>>,
+    },
 }
 
 impl<'a> Invocation<'a> {
@@ -177,6 +180,12 @@ impl<'a> Invocation<'a> {
 
     /// A call of `kind` with its whole ARGV.
     pub(crate) fn script(keys: &'a [String], kind: ScriptKind, args: Vec<String>) -> Self {
+        let args = args.into_iter().map(String::into_bytes).collect();
+        Self::script_bytes(keys, kind, args)
+    }
+
+    /// [`script`](Self::script) with arguments that need not be text (a user key).
+    pub(crate) fn script_bytes(keys: &'a [String], kind: ScriptKind, args: Vec<Vec<u8>>) -> Self {
         Self {
             keys,
             call: Call::Script { kind, args },

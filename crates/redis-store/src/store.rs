@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, RedisResult, Value};
+use rein_core::overrides::{KeyMatch, Override, OverrideEntry, OverrideSource};
 use rein_core::{
     DecideError, Decision, Held, KeyError, Leasable, Limit, Limiter, MAX_MICROS, Micros,
     NamedPolicy, PolicyState, PrepareError, SourceError, StoreError, Timestamp,
@@ -19,6 +20,7 @@ use crate::admin::{Change, Changed, Until};
 use crate::coalesce::{Coalesce, Lane};
 use crate::error::{store_error, suspects_connection};
 use crate::link::{Connector, Link};
+use crate::overrides::{self, Applied};
 use crate::redirect::{Redirects, Step, Target};
 use crate::route::{self, Router};
 use crate::script::{self, Ask, Invocation, Op, ScriptKind};
@@ -102,6 +104,8 @@ pub struct RedisStore<C> {
 pub struct RedisStoreBuilder {
     shared: crate::settings::Shared,
     coalesce: Coalesce,
+    /// Per-key overrides, where from and at most how stale (overrides.rs); `None`: none.
+    overrides: Option<(overrides::From, Duration)>,
 }
 
 struct Inner<C> {
@@ -116,6 +120,8 @@ struct Inner<C> {
     /// Per policy (`RedisPolicy::lane`), the decisions waiting to share a call: only while
     /// the policy has calls in flight (coalesce.rs).
     lanes: Mutex<HashMap<usize, Lane<Waiter>>>,
+    /// The per-key overrides this process applies, if the builder asked for them.
+    overrides: Option<overrides::Cache>,
 }
 
 /// A decision waiting in its policy's lane for a call to carry it.
@@ -143,6 +149,26 @@ impl<C> std::fmt::Debug for RedisStore<C> {
             .field("min_ttl_ms", &self.inner.min_ttl_ms)
             .finish_non_exhaustive()
     }
+}
+
+/// An unlimited key's answer, with no call: admitted, and as full as its policy.
+fn unlimited(now: Option<Timestamp>, policy: &RedisPolicy) -> (Decision, Timestamp) {
+    let capacity = policy.policy().capacity();
+    let decision = Decision {
+        outcome: rein_core::Outcome::Allowed,
+        limit: capacity,
+        remaining: capacity,
+        retry_after: Micros::ZERO,
+        reset_after: Micros::ZERO,
+        limit_index: 0,
+    };
+    let now = now.unwrap_or_else(|| {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timestamp::from_micros(u64::try_from(since.as_micros()).unwrap_or(MAX_MICROS))
+    });
+    (decision, now)
 }
 
 /// A reply the operator's script does not give.
@@ -317,6 +343,11 @@ where
         /// Attempts before [`AdminError::Contended`]: each loses only to a decision that
         /// wrote the key between this change's two calls, well under a millisecond apart.
         const ATTEMPTS: u32 = 16;
+        let applied = self.applied(policy, key).await;
+        let policy = match applied.as_deref() {
+            Some(Applied::Limits(limits)) => limits,
+            None | Some(Applied::Unlimited) => policy,
+        };
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         let deadline = self.deadline_from_now();
         let span =
@@ -378,6 +409,149 @@ where
         Ok(deleted > 0)
     }
 
+    /// Sets what `keys` of the policy named `policy` get instead of its limits (another
+    /// limit, or none), for every store of the deployment that applies overrides
+    /// ([`RedisStoreBuilder::overrides`]); `true` if it replaced one. One atomic write, at
+    /// most [`MAX_OVERRIDES`](crate::MAX_OVERRIDES) per deployment. The policy's name is
+    /// not checked against any table: an override of a name no server uses does nothing.
+    pub async fn set_override(
+        &self,
+        policy: &str,
+        keys: &KeyMatch,
+        value: &Override,
+    ) -> Result<bool, AdminError> {
+        self.write_override(policy, keys, Some(value)).await
+    }
+
+    /// Removes the override of `keys` of `policy`; `true` if there was one.
+    pub async fn remove_override(&self, policy: &str, keys: &KeyMatch) -> Result<bool, AdminError> {
+        self.write_override(policy, keys, None).await
+    }
+
+    /// Every override of the deployment, read now, in no particular order. An entry that
+    /// does not read (written by hand, or by a later version) is an error.
+    pub async fn overrides(&self) -> Result<Vec<OverrideEntry>, AdminError> {
+        let (_, entries) = self.read_overrides(None).await?;
+        entries
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| e.map_err(|what| AdminError::Unavailable(StoreError::UnexpectedReply(what))))
+            .collect()
+    }
+
+    async fn write_override(
+        &self,
+        policy: &str,
+        keys: &KeyMatch,
+        value: Option<&Override>,
+    ) -> Result<bool, AdminError> {
+        NamedPolicy::check_name(policy).map_err(|e| AdminError::InvalidOverride(e.to_string()))?;
+        if matches!(keys, KeyMatch::Key(k) | KeyMatch::Prefix(k) if k.is_empty()) {
+            return Err(AdminError::InvalidKey(KeyError::Empty));
+        }
+        let hash = [overrides::hash_key(&self.inner.prefix)];
+        let field = overrides::field(policy, keys);
+        let mut args = vec![b"ovset".to_vec(), field];
+        args.push(value.map(Override::encode).unwrap_or_default().into_bytes());
+        args.push(overrides::MAX_OVERRIDES.to_string().into_bytes());
+        let call = Invocation::script_bytes(&hash, ScriptKind::Admin, args);
+        let reply = self
+            .send(&call, self.deadline_from_now())
+            .await
+            .map_err(|e| match e {
+                StoreError::Server(ref s) if s.to_string().contains("too many overrides") => {
+                    AdminError::InvalidOverride(format!(
+                        "the deployment holds {} overrides, the most it may",
+                        overrides::MAX_OVERRIDES
+                    ))
+                }
+                e => AdminError::Unavailable(e),
+            })?;
+        if let Some(cache) = &self.inner.overrides {
+            cache.expire();
+        }
+        tracing::info!(policy, ?keys, value = ?value.map(Override::encode), "override written");
+        match reply {
+            Value::Array(parts) => Ok(matches!(parts.get(1), Some(Value::Int(1)))),
+            other => Err(unexpected(&format!("ovset answered {other:?}"))),
+        }
+    }
+
+    /// `ovread`: the version and, if it is not `known`, every entry.
+    #[allow(clippy::type_complexity)]
+    async fn read_overrides(
+        &self,
+        known: Option<String>,
+    ) -> Result<(Option<String>, Option<Vec<Result<OverrideEntry, String>>>), StoreError> {
+        let hash = [overrides::hash_key(&self.inner.prefix)];
+        let args = vec!["ovread".to_owned(), known.unwrap_or_default()];
+        let call = Invocation::script(&hash, ScriptKind::Admin, args);
+        let reply = self.send(&call, self.deadline_from_now()).await?;
+        overrides::decode_read(reply).map_err(StoreError::UnexpectedReply)
+    }
+
+    /// Re-reads the overrides into the cache if they changed.
+    async fn load_overrides(&self, cache: &overrides::Cache) -> Result<(), StoreError> {
+        let (version, entries) = match cache.from() {
+            overrides::From::Redis => self.read_overrides(cache.version()).await?,
+            overrides::From::Source(source) => {
+                let loaded = tokio::time::timeout(self.inner.deadline, source.load()).await;
+                let entries = match loaded {
+                    Ok(Ok(entries)) => entries,
+                    Ok(Err(e)) => return Err(StoreError::Connection(e)),
+                    Err(_) => return Err(StoreError::Timeout(self.inner.deadline)),
+                };
+                let mut entries: Vec<_> = entries.into_iter().map(Ok).collect();
+                if entries.len() > overrides::MAX_OVERRIDES {
+                    tracing::warn!(
+                        read = entries.len(),
+                        kept = overrides::MAX_OVERRIDES,
+                        "more overrides than a store keeps"
+                    );
+                    entries.truncate(overrides::MAX_OVERRIDES);
+                }
+                (None, Some(entries))
+            }
+        };
+        if let Some(entries) = entries {
+            let mut good = Vec::with_capacity(entries.len());
+            for entry in entries {
+                match entry {
+                    Ok(entry) => good.push(entry),
+                    Err(what) => tracing::warn!(%what, "an override that does not read: left out"),
+                }
+            }
+            tracing::debug!(version = ?version, overrides = good.len(), "overrides read");
+            cache.replace(version, good);
+        }
+        Ok(())
+    }
+
+    /// What the override cache says for `key` under `policy`, reading it first if it is
+    /// unread or `staleness` old (see [`RedisStoreBuilder::overrides`]).
+    async fn applied(&self, policy: &RedisPolicy, key: &[u8]) -> Option<std::sync::Arc<Applied>> {
+        let cache = self.inner.overrides.as_ref()?;
+        if cache.first().initialized() {
+            if cache.claim_read(Instant::now())
+                && let Err(e) = self.load_overrides(cache).await
+            {
+                tracing::warn!(error = %e, "overrides not re-read: keeping the ones read before");
+            }
+        } else {
+            let first = cache
+                .first()
+                .get_or_try_init(|| async {
+                    cache.claim_read(Instant::now());
+                    self.load_overrides(cache).await
+                })
+                .await;
+            if let Err(e) = first {
+                tracing::warn!(error = %e, "overrides not read yet: deciding without them");
+            }
+        }
+        cache.get(policy.name(), key)
+    }
+
     /// Redis's clock (`TIME`), the one the scripts decide at when no `now` is given: for
     /// tools that show a stored state's figures as Redis would see them now
     /// (`rein key inspect`). On a Cluster, any node's.
@@ -425,6 +599,15 @@ where
         key: &[u8],
         cost: u64,
     ) -> Result<(Decision, Timestamp), DecideError> {
+        let applied = match op {
+            Op::Acquire | Op::Peek => self.applied(policy, key).await,
+            _ => None,
+        };
+        let policy = match applied.as_deref() {
+            None => policy,
+            Some(Applied::Limits(limits)) => limits,
+            Some(Applied::Unlimited) => return Ok(unlimited(now, policy)),
+        };
         let capacity = policy.policy().capacity();
         if cost > capacity {
             return Err(DecideError::InsufficientCapacity { cost, capacity });
@@ -474,6 +657,15 @@ where
         key: &[u8],
         amount: u64,
     ) -> Result<(), DecideError> {
+        let applied = match op {
+            Op::Refund => self.applied(policy, key).await,
+            _ => None,
+        };
+        let policy = match applied.as_deref() {
+            None => policy,
+            Some(Applied::Limits(limits)) => limits,
+            Some(Applied::Unlimited) => return Ok(()),
+        };
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         let span = tracing::debug_span!(
             "rein_redis",
@@ -760,6 +952,9 @@ where
                 deadline: builder.shared.deadline,
                 coalesce: builder.coalesce,
                 lanes: Mutex::default(),
+                overrides: builder
+                    .overrides
+                    .map(|(from, staleness)| overrides::Cache::new(from, staleness)),
             }),
         }
     }
@@ -861,7 +1056,32 @@ impl RedisStoreBuilder {
         Self {
             shared: crate::settings::Shared::new(),
             coalesce: Coalesce::DEFAULT,
+            overrides: None,
         }
+    }
+
+    /// Applies the per-key overrides kept in Redis (`RedisStore::set_override`,
+    /// `rein override set`), re-read at most every `staleness`: a change applies in this
+    /// process within `staleness` plus one round trip, for decisions made after that, and
+    /// a process that cannot reach Redis keeps what it read last. The first decision reads
+    /// them; a re-read is one small command while nothing changed. Decisions (`acquire`,
+    /// `peek`), refunds and the operator's changes of an overridden key use its override;
+    /// leases (`acquire_held`, `refund_held`, rate shares) keep the policy's own limits.
+    /// docs/operations.md, "Overrides", says what a change guarantees meanwhile.
+    pub fn overrides(mut self, staleness: Duration) -> Self {
+        self.overrides = Some((overrides::From::Redis, staleness));
+        self
+    }
+
+    /// Applies per-key overrides read from `source` (the application's own database)
+    /// instead of Redis, with the same cache as [`overrides`](Self::overrides): read at the
+    /// first decision, then at most every `staleness` by the decision that finds the copy
+    /// that old, within the store's deadline; a failed read keeps the copy. The whole list
+    /// is read each time, so keep it to what fits in memory
+    /// ([`MAX_OVERRIDES`](crate::MAX_OVERRIDES) are kept, the rest left out with a warning).
+    pub fn override_source(mut self, source: impl OverrideSource, staleness: Duration) -> Self {
+        self.overrides = Some((overrides::From::Source(Arc::new(source)), staleness));
+        self
     }
 
     crate::settings::shared_setters!();
@@ -932,6 +1152,9 @@ impl RedisStoreBuilder {
     }
 
     pub(crate) fn validate(&self) -> Result<(), SettingsError> {
+        if self.overrides.as_ref().is_some_and(|(_, s)| s.is_zero()) {
+            return Err(SettingsError::ZeroDuration("the overrides' staleness"));
+        }
         self.shared.validate()
     }
 

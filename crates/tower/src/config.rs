@@ -81,6 +81,9 @@ pub struct RedisSettings {
     /// `key_prefix`: the first part of every Redis key (default `rein`), checked when the
     /// file is loaded.
     pub key_prefix: String,
+    /// `overrides_staleness`: how stale the per-key overrides kept in Redis (`rein override
+    /// set`) may be in this process (default 1 s; `rein_redis::RedisStoreBuilder::overrides`).
+    pub overrides_staleness: Duration,
 }
 
 /// Where Redis is.
@@ -239,7 +242,8 @@ impl Config {
         let builder = RedisStoreBuilder::new()
             .prefix(self.redis.key_prefix.clone())
             .deadline(self.redis.deadline)
-            .connect_timeout(self.redis.connect_timeout);
+            .connect_timeout(self.redis.connect_timeout)
+            .overrides(self.redis.overrides_staleness);
         Ok(match &self.redis.endpoint {
             RedisEndpoint::Url(url) => ConfiguredStore::Standalone(builder.connect(url).await?),
             RedisEndpoint::Cluster(urls) => {
@@ -424,6 +428,10 @@ impl Validator<'_> {
                 None => DEFAULT_CONNECT_TIMEOUT,
             },
             key_prefix,
+            overrides_staleness: match &raw.overrides_staleness {
+                Some(d) => self.positive("redis.overrides_staleness", d)?,
+                None => rein_redis::DEFAULT_OVERRIDES_STALENESS,
+            },
         })
     }
 
@@ -835,6 +843,7 @@ struct RawRedis {
     deadline: Option<Spanned<Dur>>,
     connect_timeout: Option<Spanned<Dur>>,
     key_prefix: Option<Spanned<String>>,
+    overrides_staleness: Option<Spanned<Dur>>,
     /// `key_prefix`'s old name: refused with the new one.
     prefix: Option<Spanned<String>>,
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
+use rein_core::overrides::{KeyMatch, Override, OverrideEntry};
 use rein_core::{
     DecideError, Decision, Held, KeyError, Leasable, Limiter, Micros, NamedPolicy, PrepareError,
     StoreError, Timestamp,
@@ -74,6 +75,26 @@ impl ConfiguredStore {
         reason: &str,
     ) -> Result<bool, AdminError> {
         on_store!(self, store => store.block(policy, key, duration, reason).await)
+    }
+
+    /// [`RedisStore::set_override`].
+    pub async fn set_override(
+        &self,
+        policy: &str,
+        keys: &KeyMatch,
+        value: &Override,
+    ) -> Result<bool, AdminError> {
+        on_store!(self, store => store.set_override(policy, keys, value).await)
+    }
+
+    /// [`RedisStore::remove_override`].
+    pub async fn remove_override(&self, policy: &str, keys: &KeyMatch) -> Result<bool, AdminError> {
+        on_store!(self, store => store.remove_override(policy, keys).await)
+    }
+
+    /// [`RedisStore::overrides`].
+    pub async fn overrides(&self) -> Result<Vec<OverrideEntry>, AdminError> {
+        on_store!(self, store => store.overrides().await)
     }
 
     /// [`RedisStore::unblock`].

@@ -1,0 +1,363 @@
+//! Per-key overrides kept in Redis, as two processes see them (two stores, each with its
+//! own connection and cache): a change applies in the other within its staleness, a raised
+//! limit keeps what was counted and a lowered one applies to it, a key's own override wins
+//! over a prefix's, and bad input is a typed error.
+
+mod common;
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use rein_core::overrides::{KeyMatch, Override};
+use rein_core::{Limit, Limiter, Micros, Policy};
+use rein_redis::{AdminError, MAX_OVERRIDES, RedisPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis_harness::{RedisCluster, RedisServer};
+
+const STALENESS: Duration = Duration::from_millis(200);
+
+fn api() -> RedisPolicy {
+    let window = Limit::fixed_window(5, Micros::from_secs(3600)).expect("valid");
+    RedisPolicy::new("api", Policy::single(window)).expect("valid name")
+}
+
+fn per_hour(limit: u64) -> Override {
+    Override::Limits(Policy::single(
+        Limit::fixed_window(limit, Micros::from_secs(3600)).expect("valid"),
+    ))
+}
+
+fn key(k: &str) -> KeyMatch {
+    KeyMatch::Key(k.as_bytes().into())
+}
+
+fn prefix(p: &str) -> KeyMatch {
+    KeyMatch::Prefix(p.as_bytes().into())
+}
+
+/// How many of `n` requests of cost 1 `store` admits for `user`.
+async fn admitted<C>(store: &RedisStore<C>, user: &str, n: u64) -> u64
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let mut admitted = 0;
+    for _ in 0..n {
+        let d = store
+            .acquire(None, &api(), user.as_bytes(), 1)
+            .await
+            .expect("decision");
+        admitted += u64::from(d.is_allowed());
+    }
+    admitted
+}
+
+/// `writer` changes overrides; `reader` (another process's store) decides.
+async fn two_processes<C>(writer: &RedisStore<C>, reader: &RedisStore<C>)
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    assert_eq!(
+        admitted(reader, "tenant-7", 6).await,
+        5,
+        "the policy's own limit"
+    );
+
+    // Raised to 10: once the reader's cache is re-read, it admits 5 more, not 10: what was
+    // counted is kept.
+    assert!(
+        !writer
+            .set_override("api", &key("tenant-7"), &per_hour(10))
+            .await
+            .expect("set")
+    );
+    tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
+    assert_eq!(admitted(reader, "tenant-7", 8).await, 5, "raised to 10");
+    // The writer applies its own change at once.
+    assert!(
+        writer
+            .set_override("api", &key("tenant-7"), &per_hour(12))
+            .await
+            .expect("set")
+    );
+    assert_eq!(
+        admitted(writer, "tenant-7", 3).await,
+        2,
+        "raised to 12, seen by the writer"
+    );
+
+    // Lowered to 7: 12 counted, nothing more.
+    writer
+        .set_override("api", &key("tenant-7"), &per_hour(7))
+        .await
+        .expect("set");
+    tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
+    let denied = reader
+        .acquire(None, &api(), b"tenant-7", 1)
+        .await
+        .expect("decision");
+    assert!(!denied.is_allowed());
+    assert_eq!(denied.limit, 7, "the override's limit, in the decision");
+
+    // A prefix without limit; the key's own override still wins over it.
+    writer
+        .set_override("api", &prefix("tenant-"), &Override::Unlimited)
+        .await
+        .expect("set");
+    tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
+    assert_eq!(admitted(reader, "tenant-9", 50).await, 50, "unlimited");
+    let counted = reader.keys(&api(), "tenant-9").expect("keys").remove(0);
+    assert_eq!(admitted(reader, "tenant-7", 1).await, 0, "its own override");
+    assert_eq!(admitted(reader, "guest", 6).await, 5, "no override");
+    // An unlimited key is never counted: nothing was written for it.
+    let state = reader.state(&api(), "tenant-9").await.expect("state");
+    assert!(
+        api()
+            .policy()
+            .is_full(rein_core::Timestamp::from_micros(0), &state),
+        "{counted}"
+    );
+
+    let mut listed = writer.overrides().await.expect("list");
+    listed.sort_by(|a, b| a.keys.cmp(&b.keys));
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0].keys, key("tenant-7"));
+    assert_eq!(listed[0].value, per_hour(7));
+    assert_eq!(listed[1].value, Override::Unlimited);
+
+    // Removed: tenant-7 falls to the prefix's override.
+    assert!(
+        writer
+            .remove_override("api", &key("tenant-7"))
+            .await
+            .expect("rm")
+    );
+    assert!(
+        !writer
+            .remove_override("api", &key("tenant-7"))
+            .await
+            .expect("rm")
+    );
+    tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
+    assert_eq!(admitted(reader, "tenant-7", 3).await, 3);
+}
+
+async fn stores(url: &str) -> [RedisStore<redis::aio::ConnectionManager>; 2] {
+    let store = || async {
+        RedisStoreBuilder::new()
+            .deadline(Duration::from_secs(5))
+            .overrides(STALENESS)
+            .connect(url)
+            .await
+            .expect("connect")
+    };
+    [store().await, store().await]
+}
+
+#[tokio::test]
+async fn standalone_overrides_reach_another_process_within_their_staleness() {
+    let server = RedisServer::start().expect("start redis-server");
+    let [writer, reader] = stores(&server.url()).await;
+    two_processes(&writer, &reader).await;
+    // A store that does not apply overrides decides by the policy alone.
+    let plain = common::store(&server).await;
+    assert_eq!(admitted(&plain, "tenant-9", 6).await, 5);
+}
+
+#[tokio::test]
+async fn cluster_overrides_reach_another_process_within_their_staleness() {
+    let cluster = RedisCluster::start().expect("start redis cluster");
+    let store = || async {
+        RedisStoreBuilder::new()
+            .deadline(Duration::from_secs(5))
+            .overrides(STALENESS)
+            .connect_cluster(cluster.urls())
+            .await
+            .expect("connect")
+    };
+    two_processes(&store().await, &store().await).await;
+}
+
+#[tokio::test]
+async fn bad_overrides_are_typed_errors_and_a_bad_entry_is_left_out() {
+    let server = RedisServer::start().expect("start redis-server");
+    let [writer, reader] = stores(&server.url()).await;
+    for (policy, keys) in [
+        ("no spaces", key("k")),
+        ("api", key("")),
+        ("api", prefix("")),
+    ] {
+        let e = writer
+            .set_override(policy, &keys, &Override::Unlimited)
+            .await;
+        assert!(
+            matches!(
+                e,
+                Err(AdminError::InvalidOverride(_) | AdminError::InvalidKey(_))
+            ),
+            "{policy:?} {keys:?}: {e:?}"
+        );
+    }
+    // An entry written by hand that does not read: the others still apply.
+    let mut raw = common::raw(&server).await;
+    let _: () = redis::cmd("HSET")
+        .arg("rein:overrides")
+        .arg("api:=broken")
+        .arg("fw:0:1")
+        .query_async(&mut raw)
+        .await
+        .expect("HSET");
+    writer
+        .set_override("api", &key("vip"), &per_hour(8))
+        .await
+        .expect("set");
+    assert_eq!(admitted(&reader, "vip", 9).await, 8);
+    assert_eq!(admitted(&reader, "broken", 6).await, 5);
+    assert!(matches!(
+        writer.overrides().await,
+        Err(AdminError::Unavailable(_))
+    ));
+
+    // At most MAX_OVERRIDES: fill the hash, then one more is refused, a replacement is not.
+    let mut fill = redis::cmd("HSET");
+    fill.arg("rein:overrides");
+    for i in 0..MAX_OVERRIDES - 2 {
+        fill.arg(format!("api:=filler-{i}")).arg("unlimited");
+    }
+    let _: () = fill.query_async(&mut raw).await.expect("HSET");
+    let e = writer
+        .set_override("api", &key("one-more"), &Override::Unlimited)
+        .await;
+    assert!(matches!(e, Err(AdminError::InvalidOverride(_))), "{e:?}");
+    assert!(
+        writer
+            .set_override("api", &key("vip"), &per_hour(9))
+            .await
+            .expect("replace")
+    );
+}
+
+/// Two processes under load (eight tasks over two stores, each with its own connection and
+/// copy of the overrides, deciding one key as fast as they can) while the key's override is
+/// raised and lowered, and the key reset, blocked and unblocked. A fixed window of an hour
+/// counts every admission of the test, so after each change has had its staleness the
+/// total admitted is exact: the limit in force, plus what earlier counts already held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_admissions_follow_each_change_within_its_staleness() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let server = RedisServer::start().expect("start redis-server");
+    let [writer, other] = stores(&server.url()).await;
+    let admitted = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut load = tokio::task::JoinSet::new();
+    for task in 0..8 {
+        let store = if task % 2 == 0 {
+            writer.clone()
+        } else {
+            other.clone()
+        };
+        let (admitted, stop) = (admitted.clone(), stop.clone());
+        load.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let d = store
+                    .acquire(None, &api(), b"hot", 1)
+                    .await
+                    .expect("decision");
+                admitted.fetch_add(u64::from(d.is_allowed()), Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        });
+    }
+    let settle = || tokio::time::sleep(STALENESS * 2);
+    let total = || admitted.load(Ordering::Relaxed);
+
+    settle().await;
+    assert_eq!(total(), 5, "the policy's own 5");
+    writer
+        .set_override("api", &key("hot"), &per_hour(40))
+        .await
+        .expect("set");
+    settle().await;
+    assert_eq!(total(), 40, "raised to 40: 35 more");
+    writer
+        .set_override("api", &key("hot"), &per_hour(20))
+        .await
+        .expect("set");
+    settle().await;
+    assert_eq!(total(), 40, "lowered to 20 under 40 counted: none");
+    assert!(writer.reset(&api(), "hot").await.expect("reset"));
+    settle().await;
+    assert_eq!(total(), 60, "reset: 20 more");
+    assert!(
+        writer
+            .block(&api(), "hot", Duration::from_secs(60), "load")
+            .await
+            .expect("block")
+    );
+    settle().await;
+    assert_eq!(total(), 60, "nothing admitted while blocked");
+    assert!(writer.unblock(&api(), "hot").await.expect("unblock"));
+    settle().await;
+    assert_eq!(total(), 80, "unblocked: a key never seen, 20");
+
+    stop.store(true, Ordering::Relaxed);
+    while load.join_next().await.is_some() {}
+}
+
+/// The application's own source (a list it changes at run time) feeds the same cache: a
+/// change applies within the staleness, and a source that fails leaves the copy in force.
+#[tokio::test]
+async fn an_applications_own_source_feeds_the_same_cache() {
+    use std::sync::{Arc, Mutex};
+
+    use rein_core::SourceError;
+    use rein_core::overrides::{BoxFuture, OverrideEntry, OverrideSource};
+
+    type Shared = Arc<Mutex<Result<Vec<OverrideEntry>, String>>>;
+    struct Table(Shared);
+    impl OverrideSource for Table {
+        fn load(&self) -> BoxFuture<'_, Result<Vec<OverrideEntry>, SourceError>> {
+            let now = self.0.lock().expect("not poisoned").clone();
+            Box::pin(async move { now.map_err(|e| SourceError::new(std::io::Error::other(e))) })
+        }
+    }
+    let entry = |k: &str, value: Override| OverrideEntry {
+        policy: "api".into(),
+        keys: key(k),
+        value,
+    };
+
+    let server = RedisServer::start().expect("start redis-server");
+    let table: Shared = Arc::new(Mutex::new(Ok(vec![entry("vip", per_hour(8))])));
+    let store = RedisStoreBuilder::new()
+        .deadline(Duration::from_secs(5))
+        .override_source(Table(table.clone()), STALENESS)
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    assert_eq!(
+        admitted(&store, "vip", 9).await,
+        8,
+        "read at the first decision"
+    );
+    *table.lock().expect("not poisoned") = Ok(vec![entry("vip", per_hour(10))]);
+    tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
+    assert_eq!(admitted(&store, "vip", 3).await, 2, "raised to 10");
+
+    *table.lock().expect("not poisoned") = Err("the database is down".into());
+    tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
+    assert_eq!(admitted(&store, "other", 6).await, 5);
+    assert_eq!(admitted(&store, "vip", 1).await, 0, "the copy, still 10");
+    *table.lock().expect("not poisoned") = Ok(vec![entry("other", Override::Unlimited)]);
+    tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
+    assert_eq!(
+        admitted(&store, "other", 10).await,
+        10,
+        "back, and unlimited"
+    );
+    assert_eq!(
+        admitted(&store, "vip", 1).await,
+        0,
+        "10 counted, the policy's 5"
+    );
+}
