@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use rein_core::overrides::{KeyMatch, Override};
 use rein_core::{Decision, Limit, Limiter, Micros, NamedPolicy, Policy, PolicyState, Timestamp};
-use rein_redis::{AdminError, KeyState, RedisPolicy};
+use rein_redis::{AdminError, KeyAdmin, KeyState, RedisPolicy, Until};
 use rein_tower::{Config, ConfiguredStore, RedisEndpoint};
 use serde_json::{Value, json};
 
@@ -155,8 +155,7 @@ fn parse_limit(text: &str) -> Result<Limit, String> {
     let (numbers, span) = rest
         .split_once('/')
         .ok_or_else(|| format!("expected {usage}"))?;
-    let span = humantime::parse_duration(span).map_err(|e| format!("{span:?}: {e}"))?;
-    let span = Micros::from_micros(u64::try_from(span.as_micros()).unwrap_or(u64::MAX));
+    let span = micros(humantime::parse_duration(span).map_err(|e| format!("{span:?}: {e}"))?);
     let number = |n: &str| {
         n.parse::<u64>()
             .map_err(|_| format!("{n:?} is not a whole number; expected {usage}"))
@@ -500,12 +499,18 @@ async fn inspect(
     let stored = store
         .inspect(policy, key.as_bytes())
         .await
-        .map_err(|e| Failure::Redis(format!("reading the key's state: {e}")))?;
+        .map_err(admin_failed)?;
     let now = store
         .server_time()
         .await
         .map_err(|e| Failure::Redis(format!("reading Redis's clock: {e}")))?;
     let limits = policy.policy().limits();
+    let mut document = json!({
+        "policy": name,
+        "key": key,
+        "redis_keys": redis_keys,
+        "now_us": now.as_micros(),
+    });
     let state = match stored {
         KeyState::Blocked { block, reason } if block.holds_at(now) => {
             let left = block.ends_at().saturating_since(now);
@@ -521,15 +526,14 @@ async fn inspect(
                     format!(": {reason}")
                 },
             );
+            document["blocked"] = json!({
+                "until_us": block.ends_at().as_micros(),
+                "for_us": left.as_micros(),
+                "reason": reason,
+            });
             return Ok(Output {
                 text,
-                json: json!({
-                    "policy": name,
-                    "key": key,
-                    "redis_keys": redis_keys,
-                    "now_us": now.as_micros(),
-                    "blocked": {"until_us": block.ends_at().as_micros(), "for_us": left.as_micros(), "reason": reason},
-                }),
+                json: document,
             });
         }
         // A block read just after its end: the key is as one never seen.
@@ -564,16 +568,11 @@ async fn inspect(
     if untouched {
         text.push_str("  (nothing counted: every limit is full)\n");
     }
+    document["full"] = json!(untouched);
+    document["limits"] = json!(rows);
     Ok(Output {
         text,
-        json: json!({
-            "policy": name,
-            "key": key,
-            "redis_keys": redis_keys,
-            "now_us": now.as_micros(),
-            "full": untouched,
-            "limits": rows,
-        }),
+        json: document,
     })
 }
 
@@ -594,12 +593,7 @@ async fn reset(
     let existed = store
         .reset(policy, key.as_bytes())
         .await
-        .map_err(|e| match e {
-            rein_redis::StateError::InvalidKey(e) => {
-                Failure::Input(format!("the key {key:?}: {e}"))
-            }
-            e => Failure::Redis(format!("resetting the key: {e}")),
-        })?;
+        .map_err(admin_failed)?;
     let text = if existed {
         format!("policy {name}, key {key:?}: reset; every limit is full again\n")
     } else {
@@ -624,15 +618,13 @@ async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure>
     };
     let (policy, store) = target(cli, name, key).await?;
     let k = key.as_bytes();
-    let failed = |e: AdminError| match e {
-        AdminError::InvalidKey(e) => Failure::Input(format!("the key {key:?}: {e}")),
-        AdminError::InvalidReason(e) => Failure::Input(e),
-        e => Failure::Redis(format!("changing the key: {e}")),
-    };
     let head = format!("policy {name}, key {key:?}");
     let (text, done, figures) = match command {
         KeyCommand::Penalize { amount, .. } => {
-            let after = store.penalize(&policy, k, *amount).await.map_err(failed)?;
+            let after = store
+                .penalize(&policy, k, *amount)
+                .await
+                .map_err(admin_failed)?;
             (
                 format!("{head}: penalized by {amount}"),
                 json!({"penalized": amount}),
@@ -658,7 +650,7 @@ async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure>
             let after = store
                 .set_remaining(&policy, k, *remaining)
                 .await
-                .map_err(failed)?;
+                .map_err(admin_failed)?;
             (
                 format!("{head}: set"),
                 json!({"set": remaining}),
@@ -669,9 +661,9 @@ async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure>
             duration, reason, ..
         } => {
             let blocked = store
-                .block(&policy, k, *duration, reason)
+                .block(&policy, k, Until::For(micros(*duration)), reason)
                 .await
-                .map_err(failed)?;
+                .map_err(admin_failed)?;
             let text = match blocked {
                 true => format!(
                     "{head}: blocked for {}; every decision is denied until then",
@@ -683,7 +675,7 @@ async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure>
             (text, done, None)
         }
         KeyCommand::Unblock { .. } => {
-            let lifted = store.unblock(&policy, k).await.map_err(failed)?;
+            let lifted = store.unblock(&policy, k).await.map_err(admin_failed)?;
             let text = match lifted {
                 true => format!("{head}: unblocked; the key is as one never seen"),
                 false => format!("{head}: was not blocked; nothing changed"),
@@ -740,11 +732,13 @@ async fn override_command(cli: &Cli, command: &OverrideCommand) -> Result<Output
     }
 }
 
-/// An operator's change of overrides that failed: bad input (exit 1) or Redis (exit 3).
-fn override_failed(e: AdminError) -> Failure {
+/// An operator's read or change that failed: bad input (exit 1) or Redis (exit 3).
+fn admin_failed(e: AdminError) -> Failure {
     match e {
-        AdminError::InvalidKey(_) | AdminError::InvalidOverride(_) => Failure::Input(e.to_string()),
-        e => Failure::Redis(format!("the overrides: {e}")),
+        AdminError::InvalidKey(_)
+        | AdminError::InvalidReason(_)
+        | AdminError::InvalidOverride(_) => Failure::Input(e.to_string()),
+        e => Failure::Redis(e.to_string()),
     }
 }
 
@@ -767,7 +761,7 @@ async fn set_override(
     let replaced = store
         .set_override(name, &matched, &value)
         .await
-        .map_err(override_failed)?;
+        .map_err(admin_failed)?;
     let text = format!(
         "policy {name}, {}: {} ({})\n",
         show_match(&matched),
@@ -789,7 +783,7 @@ async fn remove_override(cli: &Cli, name: &str, keys: &Keys) -> Result<Output, F
     let removed = store
         .remove_override(name, &matched)
         .await
-        .map_err(override_failed)?;
+        .map_err(admin_failed)?;
     let text = match removed {
         true => format!(
             "policy {name}, {}: override removed\n",
@@ -804,7 +798,7 @@ async fn remove_override(cli: &Cli, name: &str, keys: &Keys) -> Result<Output, F
 
 async fn get_override(cli: &Cli, name: &str, key: &str) -> Result<Output, Failure> {
     let (_, store) = target(cli, name, key).await?;
-    let all = store.overrides().await.map_err(override_failed)?;
+    let all = store.overrides().await.map_err(admin_failed)?;
     let mut of_policy = rein_core::overrides::Overrides::default();
     for entry in all.into_iter().filter(|e| e.policy == name) {
         of_policy.insert(entry.keys.clone(), entry);
@@ -922,6 +916,11 @@ fn limit_json(limit: &Limit) -> Value {
         "capacity": limit.capacity(),
         "window_us": window.map(Micros::as_micros),
     })
+}
+
+/// A duration as rein's µs, saturating (beyond every limit's span).
+fn micros(duration: Duration) -> Micros {
+    Micros::from_micros(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// A span for people: `1.5s`, `3m 20s`.

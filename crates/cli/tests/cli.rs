@@ -336,20 +336,8 @@ fn inspect_then_reset(path: &std::path::Path, flag: &[&str]) {
 /// prints what the key has left, a block shows in `inspect` with its reason, and bad input
 /// is exit 1 (or clap's 2) with nothing changed.
 fn change_then_inspect(path: &std::path::Path, flag: &[&str]) {
-    let path = path.to_str().expect("utf-8");
-    let run = |rest: &[&str]| -> Output {
-        let mut args = flag.to_vec();
-        args.push(path);
-        args.extend_from_slice(rest);
-        rein(&args)
-    };
-    let remaining = |rest: &[&str]| -> Value {
-        let mut args = vec!["--json"];
-        args.extend_from_slice(rest);
-        let output = run(&args);
-        assert_eq!(code(&output), 0, "{rest:?}: {}", stderr(&output));
-        json(&output)
-    };
+    let run = |rest: &[&str]| with_config(path, flag, rest);
+    let remaining = |rest: &[&str]| json_ok(path, flag, rest);
     let penalized = run(&["key", "penalize", "api", "user-9", "2"]);
     assert_eq!(code(&penalized), 0, "{}", stderr(&penalized));
     assert!(
@@ -429,20 +417,8 @@ fn change_then_inspect(path: &std::path::Path, flag: &[&str]) {
 /// Overrides set, read, listed and removed; each applies to the decisions `rein key` shows,
 /// and bad input is exit 1 (or clap's 2).
 fn overrides(path: &std::path::Path, flag: &[&str]) {
-    let path = path.to_str().expect("utf-8");
-    let run = |rest: &[&str]| -> Output {
-        let mut args = flag.to_vec();
-        args.push(path);
-        args.extend_from_slice(rest);
-        rein(&args)
-    };
-    let ok = |rest: &[&str]| -> Value {
-        let mut args = vec!["--json"];
-        args.extend_from_slice(rest);
-        let output = run(&args);
-        assert_eq!(code(&output), 0, "{rest:?}: {}", stderr(&output));
-        json(&output)
-    };
+    let run = |rest: &[&str]| with_config(path, flag, rest);
+    let ok = |rest: &[&str]| json_ok(path, flag, rest);
     let set = run(&[
         "override", "set", "api", "--key", "tenant-7", "--limit", "fw:3/1h",
     ]);
@@ -542,4 +518,21 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
         ok(&["override", "list"])["overrides"],
         serde_json::json!([])
     );
+}
+
+/// `rein FLAG PATH REST...`.
+fn with_config(path: &std::path::Path, flag: &[&str], rest: &[&str]) -> Output {
+    let mut args = flag.to_vec();
+    args.push(path.to_str().expect("utf-8"));
+    args.extend_from_slice(rest);
+    rein(&args)
+}
+
+/// `rein FLAG PATH --json REST...`, which must succeed: its document.
+fn json_ok(path: &std::path::Path, flag: &[&str], rest: &[&str]) -> Value {
+    let mut args = vec!["--json"];
+    args.extend_from_slice(rest);
+    let output = with_config(path, flag, &args);
+    assert_eq!(code(&output), 0, "{rest:?}: {}", stderr(&output));
+    json(&output)
 }

@@ -15,7 +15,8 @@
 //! [`Decision`], and the time types [`Micros`] and [`Timestamp`]. An operator's changes to
 //! one key are transitions too: [`Policy::penalize`], [`Policy::with_remaining`] and a
 //! [`Block`]. Stores implement
-//! [`Limiter`] (and [`Leasable`] to be leased over). Each algorithm's own type and state are
+//! [`Limiter`] (and [`Leasable`] to be leased over, [`admin::KeyAdmin`] for an operator's
+//! changes to one key). Each algorithm's own type and state are
 //! in its module, the rate shares that lease a token bucket in [`rate_share`], and per-key
 //! overrides of a policy in [`overrides`].
 //!
@@ -62,6 +63,7 @@
 //! [`rein-redis`]: https://docs.rs/rein-redis
 #![deny(missing_docs)]
 
+pub mod admin;
 mod algorithm;
 mod block;
 mod decision;

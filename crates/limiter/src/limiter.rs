@@ -7,6 +7,7 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
 use rein_core::{
     DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, PrepareError, StoreError,
     Timestamp,
@@ -251,9 +252,9 @@ impl<S: Limiter> ResilientLimiter<S> {
     /// Turns shadow mode on or off for the policy named `policy`, at once and for every
     /// clone of this limiter: while on, a request the policy denies is admitted instead
     /// (its `Decided` says allowed, with the denial's `limit`, `remaining` and
-    /// `reset_after`), logged at debug level and counted ([`shadow_denials`]
-    /// (Self::shadow_denials)); it still takes nothing, as any denial, so turning shadow
-    /// mode off leaves the policy where the live traffic put it. For trying a new limit
+    /// `reset_after`), logged at debug level and counted
+    /// ([`shadow_denials`](Self::shadow_denials)); it still takes nothing, as any denial,
+    /// so turning shadow mode off leaves the policy where the live traffic put it. For trying a new limit
     /// on live traffic. Returns whether it was on; errors if the table has no such policy.
     pub fn set_shadow(&self, policy: &str, on: bool) -> Result<bool, RequestError> {
         let shadow = self.shadow_of(policy)?;
@@ -661,6 +662,108 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
 
 /// Leasing through the resilient limiter, for a store that leases: a held acquire and a
 /// direct rate decision go through the gate as [`acquire`](Limiter::acquire) does.
+/// An operator's changes to one key through the resilient limiter: each goes to the store
+/// within its deadline, never through the circuit breaker and never to a failure policy
+/// (while the store is away it fails with [`AdminError::Unavailable`], and nothing is
+/// applied to the local fallback, whose counts the store never sees). Each forgets what the
+/// limiter's caches held for the key, before and after the change, so that this process's
+/// next decision asks the store: a reset, a set or an unblock is not hidden by a denial
+/// cached before it. Other processes' caches are not told (docs/operations.md).
+impl<S: KeyAdmin> KeyAdmin for ResilientLimiter<S> {
+    async fn inspect(&self, policy: &TablePolicy, key: &[u8]) -> Result<KeyState, AdminError> {
+        self.inner
+            .admin(policy.0, key, |store, prepared| {
+                store.inspect(prepared, key)
+            })
+            .await
+    }
+
+    async fn reset(&self, policy: &TablePolicy, key: &[u8]) -> Result<bool, AdminError> {
+        self.inner
+            .admin(policy.0, key, |store, prepared| store.reset(prepared, key))
+            .await
+    }
+
+    async fn penalize(
+        &self,
+        policy: &TablePolicy,
+        key: &[u8],
+        amount: u64,
+    ) -> Result<Decision, AdminError> {
+        self.inner
+            .admin(policy.0, key, |store, prepared| {
+                store.penalize(prepared, key, amount)
+            })
+            .await
+    }
+
+    async fn set_remaining(
+        &self,
+        policy: &TablePolicy,
+        key: &[u8],
+        remaining: u64,
+    ) -> Result<Decision, AdminError> {
+        self.inner
+            .admin(policy.0, key, |store, prepared| {
+                store.set_remaining(prepared, key, remaining)
+            })
+            .await
+    }
+
+    async fn block(
+        &self,
+        policy: &TablePolicy,
+        key: &[u8],
+        until: Until,
+        reason: &str,
+    ) -> Result<bool, AdminError> {
+        self.inner
+            .admin(policy.0, key, |store, prepared| {
+                store.block(prepared, key, until, reason)
+            })
+            .await
+    }
+
+    async fn unblock(&self, policy: &TablePolicy, key: &[u8]) -> Result<bool, AdminError> {
+        self.inner
+            .admin(policy.0, key, |store, prepared| {
+                store.unblock(prepared, key)
+            })
+            .await
+    }
+}
+
+impl<S: Limiter> Shared<S> {
+    /// An operator's change `call` on the policy at `index`, bounded by the guard deadline,
+    /// with the key's cached answers forgotten before and after it.
+    async fn admin<'a, T, F, Fut>(
+        &'a self,
+        index: usize,
+        key: &[u8],
+        call: F,
+    ) -> Result<T, AdminError>
+    where
+        F: FnOnce(&'a S, &'a S::Prepared) -> Fut,
+        Fut: Future<Output = Result<T, AdminError>>,
+    {
+        if key.is_empty() {
+            return Err(AdminError::InvalidKey(rein_core::KeyError::Empty));
+        }
+        // The table holds far fewer than 2^32 policies (each built by hand).
+        self.gate.forget(self.clock.now(), index as u32, key);
+        let result = tokio::time::timeout(
+            self.guard_deadline,
+            call(&self.store, &self.prepared[index]),
+        )
+        .await
+        .unwrap_or(Err(AdminError::Unavailable(StoreError::Timeout(
+            self.guard_deadline,
+        ))));
+        self.gate.forget(self.clock.now(), index as u32, key);
+        result
+    }
+}
+
 impl<S: Leasable> Leasable for ResilientLimiter<S> {
     /// The store's held acquire through the gate; an answer that is not the store's (a
     /// failure policy's, a cache's) carries no stamp of the store's, and is given the

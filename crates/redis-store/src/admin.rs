@@ -1,6 +1,6 @@
-//! An operator's changes to one key of a policy: what a key holds ([`KeyState`]), the
-//! changes ([`Change`]) and their new value, pure; the store's methods
-//! (`RedisStore::{inspect, penalize, set_remaining, block, unblock}`) do the I/O.
+//! An operator's changes to one key of a policy (rein-core's `KeyAdmin`, which says what
+//! they mean): the changes ([`Change`]) and their new value, pure; `RedisStore`'s
+//! implementation of `KeyAdmin` (store.rs) does the I/O.
 //!
 //! A change is a compare-and-set (lua/admin.lua): read the key and the server's clock,
 //! compute the new value with rein-core itself ([`Policy::penalize`],
@@ -13,61 +13,10 @@
 //! digit, so a script recognises a block only where its state did not parse, at no cost on
 //! the common path (lua/preamble.lua, `block_left`).
 
-use rein_core::{
-    AcquireError, Block, Decision, KeyError, Policy, PolicyState, StoreError, Timestamp,
-};
-use thiserror::Error;
+use rein_core::admin::{KeyState, Until};
+use rein_core::{AcquireError, Block, Decision, Policy, PolicyState, Timestamp};
 
 use crate::RedisPolicy;
-
-/// What a policy's key holds in Redis.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum KeyState {
-    /// Its limits' states, in the policy's order (a missing key: every limit full).
-    Counting(PolicyState),
-    /// An operator's block, which replaced the limits' states: every decision is denied
-    /// until it ends ([`Block::decide`]), and the key is then as one never seen. Read just
-    /// after its end (Redis expires the key within a millisecond), it no longer holds.
-    Blocked {
-        /// When it ends.
-        block: Block,
-        /// What the operator gave as the reason.
-        reason: String,
-    },
-}
-
-/// The longest reason a block may carry, in bytes.
-pub const MAX_REASON_LEN: usize = 200;
-
-/// Why an operator's change to a key was not made. Like every error that follows a call to
-/// Redis, a [`StoreError`] after the write was sent leaves the change unknown: it may have
-/// been made. It is never sent again by the store; running the command again is safe for a
-/// block, an unblock and a set, and takes a penalty twice if the first one was made.
-#[derive(Clone, Debug, Error)]
-#[non_exhaustive]
-pub enum AdminError {
-    /// See [`KeyError`].
-    #[error(transparent)]
-    InvalidKey(#[from] KeyError),
-    /// A block's reason: at most [`MAX_REASON_LEN`] bytes, no control characters.
-    #[error("invalid block reason: {0}")]
-    InvalidReason(String),
-    /// An override that cannot be written: a policy name rein refuses, or one more than
-    /// [`MAX_OVERRIDES`](crate::MAX_OVERRIDES).
-    #[error("invalid override: {0}")]
-    InvalidOverride(String),
-    /// The key changed between the read and the write (decisions on it) on every attempt.
-    /// Nothing was changed; try again.
-    #[error("the key changed under {attempts} attempts to change it; nothing was changed")]
-    Contended {
-        /// How many read-and-write attempts were made.
-        attempts: u32,
-    },
-    /// Redis gave no usable answer; see [`StoreError`]. Also a stored value that does not
-    /// decode (another program wrote under rein's prefix).
-    #[error(transparent)]
-    Unavailable(#[from] StoreError),
-}
 
 /// What an operator does to one key.
 #[derive(Clone, Copy, Debug)]
@@ -80,15 +29,6 @@ pub(crate) enum Change<'a> {
     Block { until: Until, reason: &'a str },
     /// Lifts a block that holds: the key is then as one never seen.
     Unblock,
-}
-
-/// When a block ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Until {
-    /// At this instant.
-    At(Timestamp),
-    /// This long after the server's clock at the change.
-    For(rein_core::Micros),
 }
 
 /// What a change did: the figures after it, or for a block and an unblock whether it
@@ -181,22 +121,6 @@ pub(crate) fn decode_read(reply: redis::Value) -> Result<(Timestamp, Option<Stri
     Ok((Timestamp::from_micros(now), value))
 }
 
-/// Checks a block's reason: at most [`MAX_REASON_LEN`] bytes, no control characters.
-pub(crate) fn check_reason(reason: &str) -> Result<(), AdminError> {
-    if reason.len() > MAX_REASON_LEN {
-        return Err(AdminError::InvalidReason(format!(
-            "{} bytes, at most {MAX_REASON_LEN}",
-            reason.len()
-        )));
-    }
-    if let Some(c) = reason.chars().find(|c| c.is_control()) {
-        return Err(AdminError::InvalidReason(format!(
-            "a control character ({c:?}) in {reason:?}"
-        )));
-    }
-    Ok(())
-}
-
 /// A block's stored value: `B<until>:<reason>`.
 fn block_value(until: Timestamp, reason: &str) -> String {
     format!("B{}:{reason}", until.as_micros())
@@ -275,12 +199,5 @@ mod tests {
         let (_, write) = apply(&policy(), full, now, block, 0).unwrap();
         // 2.500001 s, rounded up to whole ms: the key outlives the block by under 1 ms.
         assert_eq!(write, Some((Some("B3500001:r".to_owned()), 2_501)));
-    }
-
-    #[test]
-    fn reasons_are_short_printable_text() {
-        assert!(check_reason("credential stuffing, ticket 123").is_ok());
-        assert!(check_reason("a\nb").is_err());
-        assert!(check_reason(&"x".repeat(MAX_REASON_LEN + 1)).is_err());
     }
 }

@@ -105,12 +105,12 @@ mod settings;
 mod state;
 mod store;
 
-pub use admin::{AdminError, KeyState, MAX_REASON_LEN};
 pub use coalesce::Coalesce;
 pub use error::{ConnectError, SettingsError, StateError};
 pub use optimistic::{OptimisticStats, OptimisticStore, OptimisticStoreBuilder};
 pub use overrides::{DEFAULT_OVERRIDES_STALENESS, MAX_OVERRIDES};
 pub use policy::RedisPolicy;
+pub use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
 pub use rein_core::{DecideError, KeyError, StoreError};
 pub use script::{SCRIPT_SOURCE, SCRIPTS};
 pub use store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, RedisStore, RedisStoreBuilder};

@@ -50,9 +50,10 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::store_error;
-use crate::{ConnectError, KeyState, RedisPolicy, StateError};
+use crate::{ConnectError, RedisPolicy, StateError};
 use backoff::Backoff;
 use pool::{Connector, Lease, Pool};
+use rein_core::admin::KeyState;
 
 /// Exact rate limits through Redis optimistic transactions: `WATCH`, a read, rein-core's
 /// decision in this process, then `MULTI … EXEC`, retried when another client wrote first.

@@ -15,7 +15,8 @@
 //! of a decision made after it; a process that cannot reach Redis keeps what it cached.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::Value;
@@ -152,8 +153,12 @@ pub(crate) struct Cache {
     /// Set once the hash was first read: until then every decision waits for that read.
     first: OnceCell<()>,
     loaded: RwLock<Loaded>,
-    /// When the cache may next be re-read; claimed by the one decision that re-reads it.
-    next_read: Mutex<Instant>,
+    /// `true` while no override is cached: a decision then skips the lock.
+    none: AtomicBool,
+    /// When the cache may next be re-read, in ns since `epoch`; claimed by the one decision
+    /// that re-reads it. Atomic, so that deciding takes no lock shared by every thread.
+    next_read: AtomicU64,
+    epoch: Instant,
 }
 
 #[derive(Default)]
@@ -169,8 +174,14 @@ impl Cache {
             staleness,
             first: OnceCell::new(),
             loaded: RwLock::default(),
-            next_read: Mutex::new(Instant::now()),
+            none: AtomicBool::new(true),
+            next_read: AtomicU64::new(0),
+            epoch: Instant::now(),
         }
+    }
+
+    fn since_epoch(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
     pub(crate) fn from(&self) -> &From {
@@ -185,17 +196,21 @@ impl Cache {
     /// cache `staleness` old. It then counts as read until `staleness` from now, whether
     /// the read succeeds or not (a Redis that is away is not asked on every decision).
     pub(crate) fn claim_read(&self, now: Instant) -> bool {
-        let mut next = self.next_read.lock().unwrap_or_else(|e| e.into_inner());
-        if now < *next {
+        let now = self.since_epoch(now);
+        let next = self.next_read.load(Ordering::Relaxed);
+        if now < next {
             return false;
         }
-        *next = now + self.staleness;
-        true
+        let staleness = u64::try_from(self.staleness.as_nanos()).unwrap_or(u64::MAX);
+        let then = now.saturating_add(staleness);
+        self.next_read
+            .compare_exchange(next, then, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Makes the next decision re-read the hash (after this process changed it).
     pub(crate) fn expire(&self) {
-        *self.next_read.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        self.next_read.store(0, Ordering::Relaxed);
     }
 
     /// The version last read, to send with the next read.
@@ -223,12 +238,17 @@ impl Cache {
                 .or_default()
                 .insert(entry.keys, Arc::new(applied));
         }
+        let none = by_policy.is_empty();
         let mut loaded = self.loaded.write().unwrap_or_else(|e| e.into_inner());
         *loaded = Loaded { version, by_policy };
+        self.none.store(none, Ordering::Relaxed);
     }
 
     /// What applies to `key` under the policy named `policy`, if an override does.
     pub(crate) fn get(&self, policy: &str, key: &[u8]) -> Option<Arc<Applied>> {
+        if self.none.load(Ordering::Relaxed) {
+            return None;
+        }
         let loaded = self.read();
         loaded.by_policy.get(policy)?.get(key).cloned()
     }
@@ -269,7 +289,8 @@ mod tests {
         assert!(cache.claim_read(now));
         assert!(!cache.claim_read(now));
         assert!(cache.claim_read(now + Duration::from_secs(1)));
+        assert!(!cache.claim_read(now + Duration::from_millis(1_999)));
         cache.expire();
-        assert!(cache.claim_read(Instant::now()));
+        assert!(cache.claim_read(now + Duration::from_millis(1_999)));
     }
 }

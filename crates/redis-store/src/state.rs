@@ -22,8 +22,8 @@ use rein_core::{
 };
 
 use crate::RedisPolicy;
-use crate::admin::KeyState;
 use crate::integer_window::IntegerWindow;
+use rein_core::admin::KeyState;
 
 /// One `GET` of the policy's key.
 pub(crate) fn read_pipeline(keys: &[String]) -> Pipeline {

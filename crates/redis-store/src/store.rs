@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::admin::{Change, Changed, Until};
+use crate::admin::{Change, Changed};
 use crate::coalesce::{Coalesce, Lane};
 use crate::error::{store_error, suspects_connection};
 use crate::link::{Connector, Link};
@@ -24,7 +24,8 @@ use crate::overrides::{self, Applied};
 use crate::redirect::{Redirects, Step, Target};
 use crate::route::{self, Router};
 use crate::script::{self, Ask, Invocation, Op, ScriptKind};
-use crate::{AdminError, KeyState, RedisPolicy, SettingsError, StateError};
+use crate::{RedisPolicy, SettingsError, StateError};
+use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
 
 /// Exact rate limits shared by every process that uses the same Redis.
 ///
@@ -187,15 +188,10 @@ where
         Self::with_link(RedisStoreBuilder::new(), Link::fixed(conn))
     }
 
-    /// What Redis holds for `policy` and `key`, decoded into rein-core's types: its limits'
-    /// states (a missing key reads as full limits), or an operator's block. For tools
-    /// (`rein key inspect`), debugging and tests. One `GET`, so the read is atomic.
-    pub async fn inspect(
-        &self,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-    ) -> Result<KeyState, StateError> {
-        let keys = crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())?;
+    /// What Redis holds for `policy` and `key`: [`KeyAdmin::inspect`], with a
+    /// [`StateError`] for tools that read state.
+    async fn read_key(&self, policy: &RedisPolicy, key: &[u8]) -> Result<KeyState, StateError> {
+        let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         let pipeline = crate::state::read_pipeline(&keys);
         let replies: Vec<Value> = self
             .run(self.deadline_from_now(), |mut conn| async move {
@@ -206,129 +202,17 @@ where
             .map_err(|what| StateError::Unavailable(StoreError::UnexpectedReply(what)))
     }
 
-    /// [`inspect`](Self::inspect)'s limits' states; a blocked key is
-    /// [`StateError::Blocked`].
+    /// Reads the stored state of `policy` for `key`, decoded into rein-core's types: for
+    /// debugging, tests and tools. A missing key reads as full limits; a blocked key is
+    /// [`StateError::Blocked`] ([`KeyAdmin::inspect`] reads both). One `GET`.
     pub async fn state(
         &self,
         policy: &RedisPolicy,
         key: impl AsRef<[u8]>,
     ) -> Result<PolicyState, StateError> {
-        match self.inspect(policy, key).await? {
+        match self.read_key(policy, key.as_ref()).await? {
             KeyState::Counting(state) => Ok(state),
             KeyState::Blocked { block, .. } => Err(StateError::Blocked(block.ends_at())),
-        }
-    }
-
-    /// An operator's penalty: takes up to `amount` from every limit of `policy` for `key`,
-    /// whatever they would admit, each never past empty ([`Policy::penalize`]); a bad
-    /// login costs 5. Returns the figures after it, at Redis's clock. A blocked key stays
-    /// blocked, and answers its block's denial. See [`block`](Self::block) for what the
-    /// operator's changes have in common.
-    ///
-    /// [`Policy::penalize`]: rein_core::Policy::penalize
-    pub async fn penalize(
-        &self,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        amount: u64,
-    ) -> Result<Decision, AdminError> {
-        self.figures(
-            self.change(policy, key.as_ref(), Change::Penalize(amount))
-                .await?,
-        )
-    }
-
-    /// An operator's "this key has `remaining` left": every limit of `policy` for `key` as
-    /// if reset at Redis's clock and then charged its capacity less `remaining`
-    /// ([`Policy::with_remaining`]); what was counted before, or a block, is replaced.
-    /// Returns the figures after it. See [`block`](Self::block) for what the operator's
-    /// changes have in common.
-    ///
-    /// [`Policy::with_remaining`]: rein_core::Policy::with_remaining
-    pub async fn set_remaining(
-        &self,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        remaining: u64,
-    ) -> Result<Decision, AdminError> {
-        let change = Change::SetRemaining(remaining);
-        self.figures(self.change(policy, key.as_ref(), change).await?)
-    }
-
-    /// Blocks `key` under `policy` for `duration` from Redis's clock: every decision on it,
-    /// from every server, is denied until then with `retry_after` the time left, whatever
-    /// its limits had left ([`Block`](rein_core::Block)); the block replaces what was
-    /// counted, and at its end the key is as one never seen. `reason` (at most
-    /// [`MAX_REASON_LEN`](crate::MAX_REASON_LEN) bytes of text) is kept with it for
-    /// [`inspect`](Self::inspect). A later block replaces an earlier one; `false` if
-    /// `duration` is zero (nothing blocked).
-    ///
-    /// Like every operator's change ([`penalize`](Self::penalize),
-    /// [`set_remaining`](Self::set_remaining), [`unblock`](Self::unblock)) it is atomic and
-    /// exact: it reads the key and Redis's clock, computes the new value with rein-core, and
-    /// writes it only if no decision changed the key meanwhile, else starts again (at most
-    /// 16 times, [`AdminError::Contended`]), all within the store's deadline. A key leased
-    /// by a [`LeasedLimiter`](https://docs.rs/rein) sees the block when its lease next
-    /// reaches Redis; a token bucket leased as rate shares does not see it (docs/operations.md).
-    pub async fn block(
-        &self,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        duration: Duration,
-        reason: &str,
-    ) -> Result<bool, AdminError> {
-        let span = Micros::from_micros(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX));
-        let until = Until::For(Micros::from_micros(span.as_micros().min(MAX_MICROS)));
-        self.block_change(policy, key.as_ref(), until, reason).await
-    }
-
-    /// [`block`](Self::block) until the instant `until` (µs since the Unix epoch, on
-    /// Redis's clock); `false` if that is not after Redis's clock (nothing blocked).
-    pub async fn block_until(
-        &self,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-        until: Timestamp,
-        reason: &str,
-    ) -> Result<bool, AdminError> {
-        self.block_change(policy, key.as_ref(), Until::At(until), reason)
-            .await
-    }
-
-    /// Lifts the block on `key` under `policy`: the key is then as one never seen. `false`
-    /// if it held none (what it counts is left alone). See [`block`](Self::block).
-    pub async fn unblock(
-        &self,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-    ) -> Result<bool, AdminError> {
-        match self.change(policy, key.as_ref(), Change::Unblock).await? {
-            Changed::Done(done) => Ok(done),
-            Changed::Figures(_) => Err(unexpected("figures for an unblock")),
-        }
-    }
-
-    async fn block_change(
-        &self,
-        policy: &RedisPolicy,
-        key: &[u8],
-        until: Until,
-        reason: &str,
-    ) -> Result<bool, AdminError> {
-        crate::admin::check_reason(reason)?;
-        match self
-            .change(policy, key, Change::Block { until, reason })
-            .await?
-        {
-            Changed::Done(done) => Ok(done),
-            Changed::Figures(_) => Err(unexpected("figures for a block")),
-        }
-    }
-
-    fn figures(&self, changed: Changed) -> Result<Decision, AdminError> {
-        match changed {
-            Changed::Figures(figures) => Ok(figures),
-            Changed::Done(_) => Err(unexpected("no figures for a change of counts")),
         }
     }
 
@@ -386,27 +270,6 @@ where
         }
         .instrument(span)
         .await
-    }
-
-    /// Deletes the stored state of `policy` for `key`, every limit at once (one `DEL` of
-    /// the policy's one key, so no decision sees half of it): the key is then as full as
-    /// one never seen. `true` if there was state to delete. For an operator's reset
-    /// (`rein key reset`), not for refunds: what other servers counted for the key until
-    /// then is forgotten too. A token bucket leased as rate keeps its rate shares (another
-    /// key, which holds rate, not a count). Bounded by the deadline and never replayed: a
-    /// timed-out reset may or may not have run, and running it again is harmless.
-    pub async fn reset(
-        &self,
-        policy: &RedisPolicy,
-        key: impl AsRef<[u8]>,
-    ) -> Result<bool, StateError> {
-        let keys = crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())?;
-        let deleted: u64 = self
-            .run(self.deadline_from_now(), |mut conn| async move {
-                redis::cmd("DEL").arg(&keys).query_async(&mut conn).await
-            })
-            .await?;
-        Ok(deleted > 0)
     }
 
     /// Sets what `keys` of the policy named `policy` get instead of its limits (another
@@ -957,6 +820,101 @@ where
                     .map(|(from, staleness)| overrides::Cache::new(from, staleness)),
             }),
         }
+    }
+}
+
+/// An operator's changes to one key (docs/operations.md). Each is atomic and exact: it
+/// reads the key and Redis's clock, computes the new value with rein-core, and writes it
+/// only if no decision changed the key meanwhile (lua/admin.lua), else starts again (at
+/// most 16 times, [`AdminError::Contended`]), all within the store's deadline and never
+/// replayed. The key's override, if the store applies overrides, is the policy changed. A
+/// key leased by a `rein::LeasedLimiter` sees a block when its lease next reaches Redis; a
+/// token bucket leased as rate shares does not see it.
+impl<C> KeyAdmin for RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// One `GET`, so the read is atomic.
+    async fn inspect(&self, policy: &RedisPolicy, key: &[u8]) -> Result<KeyState, AdminError> {
+        self.read_key(policy, key).await.map_err(|e| match e {
+            StateError::InvalidKey(e) => AdminError::InvalidKey(e),
+            StateError::Unavailable(e) => AdminError::Unavailable(e),
+            e => unexpected(&e.to_string()),
+        })
+    }
+
+    /// One `DEL` of the policy's one key, so no decision sees half of it. What other
+    /// servers counted for the key until then is forgotten too: for an operator, not for
+    /// refunds. A token bucket leased as rate keeps its rate shares (another key, which
+    /// holds rate, not a count).
+    async fn reset(&self, policy: &RedisPolicy, key: &[u8]) -> Result<bool, AdminError> {
+        let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
+        let deleted: u64 = self
+            .run(self.deadline_from_now(), |mut conn| async move {
+                redis::cmd("DEL").arg(&keys).query_async(&mut conn).await
+            })
+            .await?;
+        tracing::info!(policy = policy.name(), "key reset");
+        Ok(deleted > 0)
+    }
+
+    async fn penalize(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+        amount: u64,
+    ) -> Result<Decision, AdminError> {
+        figures(self.change(policy, key, Change::Penalize(amount)).await?)
+    }
+
+    async fn set_remaining(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+        remaining: u64,
+    ) -> Result<Decision, AdminError> {
+        figures(
+            self.change(policy, key, Change::SetRemaining(remaining))
+                .await?,
+        )
+    }
+
+    async fn block(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+        until: Until,
+        reason: &str,
+    ) -> Result<bool, AdminError> {
+        rein_core::admin::check_reason(reason)?;
+        let until = match until {
+            Until::For(span) => Until::For(Micros::from_micros(span.as_micros().min(MAX_MICROS))),
+            at => at,
+        };
+        done(
+            self.change(policy, key, Change::Block { until, reason })
+                .await?,
+        )
+    }
+
+    async fn unblock(&self, policy: &RedisPolicy, key: &[u8]) -> Result<bool, AdminError> {
+        done(self.change(policy, key, Change::Unblock).await?)
+    }
+}
+
+/// A change of counts' answer: its figures.
+fn figures(changed: Changed) -> Result<Decision, AdminError> {
+    match changed {
+        Changed::Figures(figures) => Ok(figures),
+        Changed::Done(_) => Err(unexpected("no figures for a change of counts")),
+    }
+}
+
+/// A block's or an unblock's answer: whether it changed anything.
+fn done(changed: Changed) -> Result<bool, AdminError> {
+    match changed {
+        Changed::Done(done) => Ok(done),
+        Changed::Figures(_) => Err(unexpected("figures for a block")),
     }
 }
 

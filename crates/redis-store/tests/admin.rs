@@ -8,10 +8,10 @@ mod common;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use rein_core::admin::MAX_REASON_LEN;
 use rein_core::{Limit, Limiter, Micros, Policy};
 use rein_redis::{
-    AdminError, KeyState, MAX_REASON_LEN, OptimisticStore, RedisPolicy, RedisStore,
-    RedisStoreBuilder, StateError,
+    AdminError, KeyAdmin, KeyState, OptimisticStore, RedisPolicy, RedisStore, StateError, Until,
 };
 use rein_redis_harness::{RedisCluster, RedisServer};
 
@@ -63,10 +63,16 @@ where
             .await
             .expect("acquire");
         // 7 left: a penalty of 5 leaves 2, another leaves none (never past empty).
-        let after = store.penalize(&policy, key, 5).await.expect("penalize");
+        let after = store
+            .penalize(&policy, key.as_bytes(), 5)
+            .await
+            .expect("penalize");
         assert_eq!(after.remaining, 2, "{name}");
         assert_eq!(remaining(store, &policy, key).await, 2, "{name}");
-        let after = store.penalize(&policy, key, 5).await.expect("penalize");
+        let after = store
+            .penalize(&policy, key.as_bytes(), 5)
+            .await
+            .expect("penalize");
         assert_eq!(after.remaining, 0, "{name}");
         assert!(
             !store
@@ -78,9 +84,16 @@ where
         );
 
         // Set to 7: every limit has 7 (the token bucket of 20 too).
-        let set = store.set_remaining(&policy, key, 7).await.expect("set");
+        let set = store
+            .set_remaining(&policy, key.as_bytes(), 7)
+            .await
+            .expect("set");
         assert_eq!(set.remaining, 7, "{name}");
-        let KeyState::Counting(state) = store.inspect(&policy, key).await.expect("inspect") else {
+        let KeyState::Counting(state) = store
+            .inspect(&policy, key.as_bytes())
+            .await
+            .expect("inspect")
+        else {
             panic!("{name}: not counting");
         };
         for (limit, part) in policy.policy().limits().iter().zip(state.iter()) {
@@ -91,7 +104,7 @@ where
         // Set above every capacity: full, and the key is gone.
         assert_eq!(
             store
-                .set_remaining(&policy, key, 1_000)
+                .set_remaining(&policy, key.as_bytes(), 1_000)
                 .await
                 .expect("set")
                 .remaining,
@@ -102,7 +115,12 @@ where
         // A block denies every decision, whatever is left, with the time to its end.
         assert!(
             store
-                .block(&policy, key, Duration::from_secs(60), "ticket 7: abuse")
+                .block(
+                    &policy,
+                    key.as_bytes(),
+                    Until::For(Micros::from_secs(60)),
+                    "ticket 7: abuse"
+                )
                 .await
                 .expect("block")
         );
@@ -120,12 +138,16 @@ where
         // A penalty on a blocked key answers the block and leaves it.
         assert!(
             !store
-                .penalize(&policy, key, 1)
+                .penalize(&policy, key.as_bytes(), 1)
                 .await
                 .expect("penalize")
                 .is_allowed()
         );
-        match store.inspect(&policy, key).await.expect("inspect") {
+        match store
+            .inspect(&policy, key.as_bytes())
+            .await
+            .expect("inspect")
+        {
             KeyState::Blocked { reason, .. } => assert_eq!(reason, "ticket 7: abuse"),
             other => panic!("{name}: {other:?}"),
         }
@@ -134,15 +156,30 @@ where
             Err(StateError::Blocked(_))
         ));
         // Unblocked, the key is new; a second unblock finds nothing.
-        assert!(store.unblock(&policy, key).await.expect("unblock"));
-        assert!(!store.unblock(&policy, key).await.expect("unblock"));
+        assert!(
+            store
+                .unblock(&policy, key.as_bytes())
+                .await
+                .expect("unblock")
+        );
+        assert!(
+            !store
+                .unblock(&policy, key.as_bytes())
+                .await
+                .expect("unblock")
+        );
         assert_eq!(remaining(store, &policy, key).await, 10, "{name}");
 
         // A short block ends by itself: the key then decides as one never seen, and its
         // first admission replaces the block.
         assert!(
             store
-                .block(&policy, key, Duration::from_millis(30), "")
+                .block(
+                    &policy,
+                    key.as_bytes(),
+                    Until::For(Micros::from_millis(30)),
+                    ""
+                )
                 .await
                 .expect("block")
         );
@@ -163,7 +200,7 @@ where
         // A block for no time blocks nothing.
         assert!(
             !store
-                .block(&policy, key, Duration::ZERO, "")
+                .block(&policy, key.as_bytes(), Until::For(Micros::ZERO), "")
                 .await
                 .expect("block")
         );
@@ -187,11 +224,7 @@ async fn standalone_changes_are_exact_and_every_script_sees_a_block() {
 #[tokio::test]
 async fn cluster_changes_are_exact_and_every_script_sees_a_block() {
     let cluster = RedisCluster::start().expect("start redis cluster");
-    let store = RedisStoreBuilder::new()
-        .deadline(Duration::from_secs(5))
-        .connect_cluster(cluster.urls())
-        .await
-        .expect("connect to the cluster");
+    let store = common::cluster_store(&cluster).await;
     every_change_as_decisions_see_it(&store).await;
 }
 
@@ -212,7 +245,7 @@ async fn penalties_racing_admissions_lose_none_of_either() {
         let (store, policy) = (store.clone(), policy.clone());
         tasks.spawn(async move {
             if i % 51 == 0 {
-                store.penalize(&policy, "k", 1).await.map(|_| 0)
+                store.penalize(&policy, b"k", 1).await.map(|_| 0)
             } else {
                 let d = store
                     .acquire(None, &policy, b"k", 1)
@@ -238,12 +271,12 @@ async fn bad_input_is_a_typed_error_and_changes_nothing() {
     let long = "x".repeat(MAX_REASON_LEN + 1);
     for reason in [long.as_str(), "two\nlines"] {
         let e = store
-            .block(policy, "k", Duration::from_secs(1), reason)
+            .block(policy, b"k", Until::For(Micros::from_secs(1)), reason)
             .await;
         assert!(matches!(e, Err(AdminError::InvalidReason(_))), "{e:?}");
     }
     assert!(matches!(
-        store.penalize(policy, "", 1).await,
+        store.penalize(policy, b"", 1).await,
         Err(AdminError::InvalidKey(_))
     ));
     assert_eq!(remaining(&store, policy, "k").await, 10);
@@ -256,7 +289,7 @@ async fn bad_input_is_a_typed_error_and_changes_nothing() {
         .query_async(&mut raw)
         .await
         .expect("SET");
-    let e = store.set_remaining(policy, "k", 1).await;
+    let e = store.set_remaining(policy, b"k", 1).await;
     assert!(matches!(e, Err(AdminError::Unavailable(_))), "{e:?}");
     let kept: String = redis::cmd("GET")
         .arg(&key)
@@ -277,7 +310,7 @@ async fn the_optimistic_store_sees_a_block() {
     for policy in policies() {
         assert!(
             store
-                .block(&policy, "k", Duration::from_secs(60), "r")
+                .block(&policy, b"k", Until::For(Micros::from_secs(60)), "r")
                 .await
                 .expect("block")
         );
@@ -287,7 +320,7 @@ async fn the_optimistic_store_sees_a_block() {
             .expect("acquire");
         assert!(!denied.is_allowed(), "{}", policy.name());
         assert!(denied.retry_after > Micros::from_secs(55));
-        assert!(store.unblock(&policy, "k").await.expect("unblock"));
+        assert!(store.unblock(&policy, b"k").await.expect("unblock"));
         assert!(
             optimistic
                 .acquire(None, &policy, b"k", 1)

@@ -3,11 +3,9 @@
 
 mod common;
 
-use std::time::Duration;
-
 use redis::aio::ConnectionLike;
 use rein_core::{Limit, LimitState, Limiter, Micros, Policy, PolicyState};
-use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis::{RedisPolicy, RedisStore};
 use rein_redis_harness::{RedisCluster, RedisServer};
 
 /// Four limits, one of each algorithm; the fixed window is the tightest (3).
@@ -93,11 +91,7 @@ async fn standalone_multi_limit_policy_is_all_or_nothing() {
 #[tokio::test]
 async fn cluster_multi_limit_policy_is_all_or_nothing_in_one_slot() {
     let cluster = RedisCluster::start().expect("start redis cluster");
-    let store = RedisStoreBuilder::new()
-        .deadline(Duration::from_secs(5))
-        .connect_cluster(cluster.urls())
-        .await
-        .expect("connect to the cluster");
+    let store = common::cluster_store(&cluster).await;
     a_denial_by_one_limit_leaves_the_others_untouched(&store).await;
 
     // The policy's state is one key (issue 22: a migration cannot split it), on the node

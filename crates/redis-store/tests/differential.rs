@@ -12,7 +12,7 @@ use redis::aio::ConnectionManager;
 use rein_core::{
     Algorithm, Block, Leasable, Limit, Limiter, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp,
 };
-use rein_redis::{KeyState, RedisPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis::{KeyAdmin, KeyState, RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 
 /// One step: move the clock, then do one operation.
@@ -240,7 +240,7 @@ async fn run_case(
         if state != policy.new_state() {
             stored_block = None;
         }
-        let stored = match store.inspect(&named, key).await {
+        let stored = match store.inspect(&named, key.as_ref()).await {
             Ok(KeyState::Counting(stored)) => stored,
             Ok(KeyState::Blocked { block, .. }) if !block.holds_at(t) => policy.new_state(),
             other => {

@@ -10,7 +10,9 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use rein_core::overrides::{KeyMatch, Override};
 use rein_core::{Limit, Limiter, Micros, Policy};
-use rein_redis::{AdminError, MAX_OVERRIDES, RedisPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis::{
+    AdminError, KeyAdmin, MAX_OVERRIDES, RedisPolicy, RedisStore, RedisStoreBuilder, Until,
+};
 use rein_redis_harness::{RedisCluster, RedisServer};
 
 const STALENESS: Duration = Duration::from_millis(200);
@@ -285,18 +287,18 @@ async fn under_load_admissions_follow_each_change_within_its_staleness() {
         .expect("set");
     settle().await;
     assert_eq!(total(), 40, "lowered to 20 under 40 counted: none");
-    assert!(writer.reset(&api(), "hot").await.expect("reset"));
+    assert!(writer.reset(&api(), b"hot").await.expect("reset"));
     settle().await;
     assert_eq!(total(), 60, "reset: 20 more");
     assert!(
         writer
-            .block(&api(), "hot", Duration::from_secs(60), "load")
+            .block(&api(), b"hot", Until::For(Micros::from_secs(60)), "load")
             .await
             .expect("block")
     );
     settle().await;
     assert_eq!(total(), 60, "nothing admitted while blocked");
-    assert!(writer.unblock(&api(), "hot").await.expect("unblock"));
+    assert!(writer.unblock(&api(), b"hot").await.expect("unblock"));
     settle().await;
     assert_eq!(total(), 80, "unblocked: a key never seen, 20");
 

@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
+use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
 use rein_core::overrides::{KeyMatch, Override, OverrideEntry};
 use rein_core::{
     DecideError, Decision, Held, KeyError, Leasable, Limiter, Micros, NamedPolicy, PrepareError,
     StoreError, Timestamp,
     rate_share::{RateAnswer, RateOp},
 };
-use rein_redis::{AdminError, KeyState, RedisPolicy, RedisStore, StateError};
+use rein_redis::{RedisPolicy, RedisStore};
 
 /// Runs `$call` on the store held, whichever it is: one expression for both arms.
 macro_rules! on_store {
@@ -24,7 +25,8 @@ macro_rules! on_store {
 }
 
 /// A `rein_redis::RedisStore` over a standalone server or a Cluster. Implements
-/// [`Limiter`] and [`Leasable`] by forwarding every operation to the store it holds.
+/// [`Limiter`], [`Leasable`] and [`KeyAdmin`] by forwarding every operation to the store it
+/// holds.
 #[derive(Clone, Debug)]
 pub enum ConfiguredStore {
     /// `redis.url`: one server through a self-healing `ConnectionManager`.
@@ -33,50 +35,9 @@ pub enum ConfiguredStore {
     Cluster(RedisStore<ClusterConnection>),
 }
 
-/// An operator's reads and changes of one key (`rein key ...`), forwarded to the store
-/// held.
+/// The overrides of the deployment (`rein override ...`) and Redis's clock, forwarded to the
+/// store held.
 impl ConfiguredStore {
-    /// [`RedisStore::inspect`].
-    pub async fn inspect(&self, policy: &RedisPolicy, key: &[u8]) -> Result<KeyState, StateError> {
-        on_store!(self, store => store.inspect(policy, key).await)
-    }
-
-    /// [`RedisStore::reset`].
-    pub async fn reset(&self, policy: &RedisPolicy, key: &[u8]) -> Result<bool, StateError> {
-        on_store!(self, store => store.reset(policy, key).await)
-    }
-
-    /// [`RedisStore::penalize`].
-    pub async fn penalize(
-        &self,
-        policy: &RedisPolicy,
-        key: &[u8],
-        amount: u64,
-    ) -> Result<Decision, AdminError> {
-        on_store!(self, store => store.penalize(policy, key, amount).await)
-    }
-
-    /// [`RedisStore::set_remaining`].
-    pub async fn set_remaining(
-        &self,
-        policy: &RedisPolicy,
-        key: &[u8],
-        remaining: u64,
-    ) -> Result<Decision, AdminError> {
-        on_store!(self, store => store.set_remaining(policy, key, remaining).await)
-    }
-
-    /// [`RedisStore::block`].
-    pub async fn block(
-        &self,
-        policy: &RedisPolicy,
-        key: &[u8],
-        duration: Duration,
-        reason: &str,
-    ) -> Result<bool, AdminError> {
-        on_store!(self, store => store.block(policy, key, duration, reason).await)
-    }
-
     /// [`RedisStore::set_override`].
     pub async fn set_override(
         &self,
@@ -97,11 +58,6 @@ impl ConfiguredStore {
         on_store!(self, store => store.overrides().await)
     }
 
-    /// [`RedisStore::unblock`].
-    pub async fn unblock(&self, policy: &RedisPolicy, key: &[u8]) -> Result<bool, AdminError> {
-        on_store!(self, store => store.unblock(policy, key).await)
-    }
-
     /// [`RedisStore::server_time`].
     pub async fn server_time(&self) -> Result<Timestamp, StoreError> {
         on_store!(self, store => store.server_time().await)
@@ -110,6 +66,48 @@ impl ConfiguredStore {
     /// [`RedisStore::keys`].
     pub fn keys(&self, policy: &RedisPolicy, key: &[u8]) -> Result<Vec<String>, KeyError> {
         on_store!(self, store => store.keys(policy, key))
+    }
+}
+
+impl KeyAdmin for ConfiguredStore {
+    async fn inspect(&self, policy: &RedisPolicy, key: &[u8]) -> Result<KeyState, AdminError> {
+        on_store!(self, store => store.inspect(policy, key).await)
+    }
+
+    async fn reset(&self, policy: &RedisPolicy, key: &[u8]) -> Result<bool, AdminError> {
+        on_store!(self, store => store.reset(policy, key).await)
+    }
+
+    async fn penalize(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+        amount: u64,
+    ) -> Result<Decision, AdminError> {
+        on_store!(self, store => store.penalize(policy, key, amount).await)
+    }
+
+    async fn set_remaining(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+        remaining: u64,
+    ) -> Result<Decision, AdminError> {
+        on_store!(self, store => store.set_remaining(policy, key, remaining).await)
+    }
+
+    async fn block(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+        until: Until,
+        reason: &str,
+    ) -> Result<bool, AdminError> {
+        on_store!(self, store => store.block(policy, key, until, reason).await)
+    }
+
+    async fn unblock(&self, policy: &RedisPolicy, key: &[u8]) -> Result<bool, AdminError> {
+        on_store!(self, store => store.unblock(policy, key).await)
     }
 }
 

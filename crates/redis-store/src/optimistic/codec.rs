@@ -16,9 +16,9 @@ use redis::{Pipeline, Value};
 use rein_core::{AcquireError, LimitState, MAX_MICROS, Micros, PolicyState, Timestamp};
 
 use crate::RedisPolicy;
-use crate::admin::KeyState;
 use crate::integer_window::IntegerWindow;
 use crate::state::PART_SEPARATOR;
+use rein_core::admin::KeyState;
 
 /// The first round trip: forget an earlier `WATCH` left by a denial on this connection
 /// (`unwatch`), `WATCH` the keys (`watch`, for operations that may write), `GET` each key

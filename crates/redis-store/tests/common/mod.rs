@@ -23,6 +23,17 @@ pub async fn store(server: &RedisServer) -> RedisStore<ConnectionManager> {
         .expect("connect the store")
 }
 
+/// A store over a private Cluster, with the same generous deadline as [`store`].
+pub async fn cluster_store(
+    cluster: &rein_redis_harness::RedisCluster,
+) -> RedisStore<redis::cluster_async::ClusterConnection> {
+    RedisStoreBuilder::new()
+        .deadline(Duration::from_secs(5))
+        .connect_cluster(cluster.urls())
+        .await
+        .expect("connect to the cluster")
+}
+
 /// A plain connection for inspecting and disturbing the server.
 pub async fn raw(server: &RedisServer) -> MultiplexedConnection {
     redis::Client::open(server.url())
