@@ -82,8 +82,8 @@ pub fn check_reason(reason: &str) -> Result<(), AdminError> {
 /// decisions other clients make meanwhile, and computed by rein-core
 /// ([`Policy::penalize`](crate::Policy::penalize),
 /// [`Policy::with_remaining`](crate::Policy::with_remaining), [`Block`]) at the store's
-/// clock. A store that keeps what it counts implements it (rein-redis's `RedisStore`);
-/// `rein::ResilientLimiter` offers it over any store that does, by key.
+/// clock. The stores implement it (rein-redis's `RedisStore`, rein-memory's `MemoryStore`),
+/// and `rein::ResilientLimiter` over any store that does.
 pub trait KeyAdmin: Limiter {
     /// What the store holds for `key` under `policy`.
     fn inspect(

@@ -50,6 +50,7 @@
 //! [`rein-redis`]: https://docs.rs/rein-redis
 #![deny(missing_docs)]
 
+mod block;
 mod clock;
 mod limiter;
 mod rate;

@@ -7,7 +7,8 @@ use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 
 use rein_core::{
-    AcquireError, DecideError, Decision, Limit, Micros, Outcome, Policy, Timestamp,
+    AcquireError, Block, DecideError, Decision, Limit, Micros, Outcome, Policy, Timestamp,
+    admin::KeyState,
     fixed_window::FixedWindow,
     rate_share::{RateAnswer, RateOp},
     sliding_counter::SlidingCounter,
@@ -15,6 +16,7 @@ use rein_core::{
     token_bucket::TokenBucket,
 };
 
+use crate::block::Blocks;
 use crate::rate::{RateTable, not_shareable};
 use crate::rule::WholeMicroBucket;
 use crate::shard::Shards;
@@ -126,6 +128,8 @@ pub struct MemoryLimiter<K, C = SystemClock> {
     tables: Tables<K>,
     /// Rate shares, for a policy of one shareable token bucket (leases of rate).
     rates: Option<RateTable<K>>,
+    /// The keys an operator blocked ([`block_at`](Self::block_at)).
+    blocks: Blocks<K>,
     clock: C,
 }
 
@@ -209,6 +213,9 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        if let Some(denial) = self.blocked(now, key) {
+            return denial;
+        }
         dispatch!(&self.tables, |t| t.acquire(now, key, cost))
     }
 
@@ -240,6 +247,9 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        if let Some(denial) = self.blocked(now, key) {
+            return denial.map(|d| d.outcome);
+        }
         dispatch!(&self.tables, |t| t.try_acquire(now, key, cost))
     }
 
@@ -263,6 +273,9 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        if let Some(denial) = self.blocked(now, key) {
+            return denial;
+        }
         dispatch!(&self.tables, |t| t.peek(now, key, cost))
     }
 
@@ -304,6 +317,9 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        if let Some(denial) = self.blocked(now, key) {
+            return denial.map(|d| (d, now.saturating_add(hold)));
+        }
         dispatch!(&self.tables, |t| t.acquire_held(now, key, cost, hold))
     }
 
@@ -341,6 +357,118 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
             Some(rates) => rates.apply(now, key, op),
             None => Err(not_shareable()),
         }
+    }
+
+    /// A blocked key's answer ([`Block::decide`]), checked before the key's state: `None`
+    /// unless a block holds (one relaxed load while no key is blocked). A cost above the
+    /// capacity is still an error.
+    #[inline]
+    fn blocked<Q>(&self, now: Timestamp, key: &Q) -> Option<Result<Decision, AcquireError>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let block = self.blocks.holding(now, key)?;
+        Some(
+            block
+                .decide(&self.policy, now)
+                .ok_or(AcquireError::StateMismatch),
+        )
+    }
+
+    /// What the limiter holds for `key` at `now`: its limits' states (full for a key not
+    /// stored), or a block that holds ([`block_at`](Self::block_at)).
+    pub fn inspect_at<Q>(&self, now: Timestamp, key: &Q) -> KeyState
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        match self.blocks.get(key) {
+            Some((block, reason)) if block.holds_at(now) => KeyState::Blocked { block, reason },
+            _ => KeyState::Counting(dispatch!(&self.tables, |t| t.policy_state(key))),
+        }
+    }
+
+    /// Forgets `key`: its state and its block. `true` if it had either.
+    pub fn reset<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let counted = dispatch!(&self.tables, |t| t.remove(key));
+        let blocked = self.blocks.remove(Timestamp::from_micros(0), key);
+        counted || blocked
+    }
+
+    /// An operator's penalty at `now` ([`Policy::penalize`]): takes up to `amount` from
+    /// every limit of `key`, never past empty, under the key's shard lock. Returns the
+    /// figures after it; a blocked key answers its block's denial and stays blocked.
+    pub fn penalize_at<Q>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        amount: u64,
+    ) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(denial) = self.blocked(now, key) {
+            return denial;
+        }
+        let policy = &self.policy;
+        dispatch!(&self.tables, |t| t
+            .change(now, key, |at, state| policy.penalize(at, state, amount)))
+    }
+
+    /// An operator's "`key` has `remaining` left" at `now` ([`Policy::with_remaining`]),
+    /// replacing what was counted and a block. Returns the figures after it.
+    pub fn set_remaining_at<Q>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        remaining: u64,
+    ) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.blocks.remove(now, key);
+        let policy = &self.policy;
+        dispatch!(&self.tables, |t| t.change(now, key, |at, state| {
+            let (set, figures) = policy.with_remaining(at, remaining)?;
+            *state = set;
+            Ok(figures)
+        }))
+    }
+
+    /// Blocks `key` until `until` ([`Block`]): every decision is denied until then, whatever
+    /// is left, and the key is then as one never seen (its state is forgotten now). Keeps
+    /// `reason` for [`inspect_at`](Self::inspect_at). `false` if `until` is not after `now`
+    /// (nothing blocked). At most `max_keys` keys are blocked at once: beyond, the block
+    /// ending soonest is lifted early.
+    pub fn block_at<Q>(&self, now: Timestamp, key: &Q, until: Timestamp, reason: &str) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let block = Block::until(until);
+        if !block.holds_at(now) {
+            return false;
+        }
+        dispatch!(&self.tables, |t| t.remove(key));
+        self.blocks
+            .insert(now, key.to_owned(), block, reason.to_owned());
+        true
+    }
+
+    /// Lifts the block on `key`: it is then as one never seen. `false` if none held at `now`.
+    pub fn unblock_at<Q>(&self, now: Timestamp, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.blocks.remove(now, key)
     }
 
     /// Drops every key whose state is full at `now` and returns how many. Never needed for
@@ -501,6 +629,7 @@ impl<K: Hash + Eq, C> MemoryLimiterBuilder<K, C> {
         MemoryLimiter {
             tables: Tables::new(&self.policy, shard_count, capacity),
             rates: RateTable::new(&self.policy, max_keys),
+            blocks: Blocks::new(max_keys),
             policy: self.policy,
             clock: self.clock,
         }

@@ -15,7 +15,7 @@
 //! property test in `tests/model.rs` compares every shape against `Policy` on a map.
 
 use rein_core::{
-    AcquireError, Algorithm, Decision, Micros, Outcome, Policy, PolicyState, Timestamp,
+    AcquireError, Algorithm, Decision, LimitState, Micros, Outcome, Policy, PolicyState, Timestamp,
     fixed_window::FixedWindow,
     sliding_counter::SlidingCounter,
     sliding_log::SlidingLog,
@@ -64,6 +64,14 @@ pub(crate) trait Rule {
 
     /// See [`Policy::is_full`].
     fn is_full(&self, now: Timestamp, state: &Self::State) -> bool;
+
+    /// The state as its policy's, for what [`Policy`] computes on it (an operator's change,
+    /// an inspection).
+    fn to_policy(&self, state: &Self::State) -> PolicyState;
+
+    /// Back from [`to_policy`](Self::to_policy)'s shape; `None` for another shape (never, for
+    /// what `Policy` computes from a state of this rule).
+    fn back_from_policy(&self, state: PolicyState) -> Option<Self::State>;
 
     /// See [`Policy::acquire_held`]: an acquire, but for a sliding log.
     fn acquire_held(
@@ -134,6 +142,14 @@ impl Rule for Policy {
         Policy::refund(self, now, state, amount)
     }
 
+    fn to_policy(&self, state: &PolicyState) -> PolicyState {
+        state.clone()
+    }
+
+    fn back_from_policy(&self, state: PolicyState) -> Option<PolicyState> {
+        Some(state)
+    }
+
     fn is_full(&self, now: Timestamp, state: &PolicyState) -> bool {
         Policy::is_full(self, now, state)
     }
@@ -159,10 +175,16 @@ impl Rule for Policy {
     }
 }
 
+/// A one-limit policy's state.
+fn one_limit(state: LimitState) -> PolicyState {
+    // One state is never empty nor too many.
+    PolicyState::from_states([state]).unwrap_or_else(|| unreachable!("one limit state"))
+}
+
 /// Every algorithm is a rule over its own state (its refund cannot fail). A macro rather
 /// than a blanket impl, which coherence would not allow next to the impl for `Policy`.
 macro_rules! algorithm_rules {
-    ($($algorithm:ty $({ $($extra:tt)* })?),*) => {$(
+    ($($algorithm:ident $({ $($extra:tt)* })?),*) => {$(
         impl Rule for $algorithm {
             type State = <$algorithm as Algorithm>::State;
 
@@ -212,6 +234,17 @@ macro_rules! algorithm_rules {
 
             fn is_full(&self, now: Timestamp, state: &Self::State) -> bool {
                 Algorithm::is_full(self, now, state)
+            }
+
+            fn to_policy(&self, state: &Self::State) -> PolicyState {
+                one_limit(LimitState::$algorithm(state.clone()))
+            }
+
+            fn back_from_policy(&self, state: PolicyState) -> Option<Self::State> {
+                match state.iter().collect::<Vec<_>>().as_slice() {
+                    [LimitState::$algorithm(state)] => Some(state.clone()),
+                    _ => None,
+                }
             }
 
             $($($extra)*)?
@@ -313,5 +346,16 @@ impl Rule for WholeMicroBucket {
 
     fn is_full(&self, now: Timestamp, tat: &Timestamp) -> bool {
         Algorithm::is_full(&self.0, now, &Self::state(*tat))
+    }
+
+    fn to_policy(&self, tat: &Timestamp) -> PolicyState {
+        one_limit(LimitState::TokenBucket(Self::state(*tat)))
+    }
+
+    fn back_from_policy(&self, state: PolicyState) -> Option<Timestamp> {
+        match state.iter().collect::<Vec<_>>().as_slice() {
+            [LimitState::TokenBucket(s)] if s.tat_units == 0 => Some(s.tat),
+            _ => None,
+        }
     }
 }

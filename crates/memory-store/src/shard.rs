@@ -6,7 +6,7 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use hashbrown::{DefaultHashBuilder, HashTable};
-use rein_core::{AcquireError, Decision, Micros, Outcome, Timestamp};
+use rein_core::{AcquireError, Decision, Micros, Outcome, PolicyState, Timestamp};
 
 use crate::rule::Rule;
 
@@ -203,6 +203,77 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         self.shards
             .iter()
             .all(|shard| shard.lock().table.is_empty())
+    }
+
+    /// Runs an operator's change `change` on `key`'s state as its policy's (see
+    /// [`Rule::to_policy`]), under the shard's lock, at `now` (for a key the shard does not
+    /// hold, no earlier than its last drop); the state it leaves is stored unless full.
+    pub(crate) fn change<Q, T>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        change: impl FnOnce(Timestamp, &mut PolicyState) -> Result<T, AcquireError>,
+    ) -> Result<T, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock(hash);
+        let (judged, mut state) = match shard.table.find(hash, |(k, _)| k.borrow() == key) {
+            Some((_, state)) => (now, self.rule.to_policy(state)),
+            None => (now.max(shard.dropped_at), self.rule.to_policy(&self.fresh)),
+        };
+        let out = change(judged, &mut state)?;
+        let state = self
+            .rule
+            .back_from_policy(state)
+            .ok_or(AcquireError::StateMismatch)?;
+        match shard.table.find_entry(hash, |(k, _)| k.borrow() == key) {
+            Ok(entry) => entry.into_mut().1 = state,
+            Err(_) if self.rule.is_full(judged, &state) => {}
+            Err(_) => {
+                if shard.table.len() >= self.capacity {
+                    shard.make_room(&self.rule, judged, self.capacity);
+                }
+                let hasher = &self.hasher;
+                shard
+                    .table
+                    .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
+            }
+        }
+        Ok(out)
+    }
+
+    /// `key`'s state as its policy's (a key the shard does not hold: full).
+    pub(crate) fn policy_state<Q>(&self, key: &Q) -> PolicyState
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.lock(hash);
+        match shard.table.find(hash, |(k, _)| k.borrow() == key) {
+            Some((_, state)) => self.rule.to_policy(state),
+            None => self.rule.to_policy(&self.fresh),
+        }
+    }
+
+    /// Forgets `key`'s state; `true` if it had one.
+    pub(crate) fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.lock(hash);
+        match shard.table.find_entry(hash, |(k, _)| k.borrow() == key) {
+            Ok(entry) => {
+                entry.remove();
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// The keys stored in each shard, in shard order.

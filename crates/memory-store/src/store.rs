@@ -12,6 +12,7 @@ use std::num::NonZeroUsize;
 use rein_core::{
     AcquireError, DecideError, Decision, Held, KeyError, Leasable, Limiter, Micros, NamedPolicy,
     PrepareError, StoreError, Timestamp,
+    admin::{AdminError, KeyAdmin, KeyState, Until, check_reason},
     rate_share::{RateAnswer, RateOp},
 };
 
@@ -144,6 +145,102 @@ where
     fn deadline(&self) -> Option<std::time::Duration> {
         None
     }
+}
+
+/// An operator's changes to one key, in this process: each under the key's shard lock, so
+/// atomic against every decision, and computed by rein-core as in Redis. A block is kept
+/// beside the key's state (which it replaces: the key is as one never seen at its end).
+impl<C> KeyAdmin for MemoryStore<C>
+where
+    C: Clock + Clone + Send + Sync + 'static,
+{
+    fn inspect(
+        &self,
+        policy: &Self::Prepared,
+        key: &[u8],
+    ) -> impl Future<Output = Result<KeyState, AdminError>> + Send {
+        ready(self.admin(key, |now| Ok(policy.inspect_at(now, key))))
+    }
+
+    fn reset(
+        &self,
+        policy: &Self::Prepared,
+        key: &[u8],
+    ) -> impl Future<Output = Result<bool, AdminError>> + Send {
+        ready(self.admin(key, |_| Ok(policy.reset(key))))
+    }
+
+    fn penalize(
+        &self,
+        policy: &Self::Prepared,
+        key: &[u8],
+        amount: u64,
+    ) -> impl Future<Output = Result<Decision, AdminError>> + Send {
+        ready(self.admin(key, |now| {
+            policy.penalize_at(now, key, amount).map_err(admin_error)
+        }))
+    }
+
+    fn set_remaining(
+        &self,
+        policy: &Self::Prepared,
+        key: &[u8],
+        remaining: u64,
+    ) -> impl Future<Output = Result<Decision, AdminError>> + Send {
+        ready(self.admin(key, |now| {
+            policy
+                .set_remaining_at(now, key, remaining)
+                .map_err(admin_error)
+        }))
+    }
+
+    fn block(
+        &self,
+        policy: &Self::Prepared,
+        key: &[u8],
+        until: Until,
+        reason: &str,
+    ) -> impl Future<Output = Result<bool, AdminError>> + Send {
+        ready(check_reason(reason).and_then(|()| {
+            self.admin(key, |now| {
+                let until = match until {
+                    Until::At(at) => at,
+                    Until::For(span) => now.saturating_add(span),
+                };
+                Ok(policy.block_at(now, key, until, reason))
+            })
+        }))
+    }
+
+    fn unblock(
+        &self,
+        policy: &Self::Prepared,
+        key: &[u8],
+    ) -> impl Future<Output = Result<bool, AdminError>> + Send {
+        ready(self.admin(key, |now| Ok(policy.unblock_at(now, key))))
+    }
+}
+
+impl<C> MemoryStore<C>
+where
+    C: Clock + Clone + Send + Sync + 'static,
+{
+    /// An operator's change at the clock's `now`; an empty key is refused.
+    fn admin<T>(
+        &self,
+        key: &[u8],
+        change: impl FnOnce(Timestamp) -> Result<T, AdminError>,
+    ) -> Result<T, AdminError> {
+        if key.is_empty() {
+            return Err(KeyError::Empty.into());
+        }
+        change(self.clock.now())
+    }
+}
+
+/// rein-core's errors cannot come from a store-made state; reported, not panicked on.
+fn admin_error(e: AcquireError) -> AdminError {
+    AdminError::Unavailable(StoreError::UnexpectedReply(e.to_string()))
 }
 
 impl<C> Leasable for MemoryStore<C>

@@ -25,8 +25,10 @@ end
 -- Per-key overrides (overrides.rs) keep one hash per deployment: KEYS[1] is that hash.
 -- 'ovread', then the version last read ('' for none): { version } while it is unchanged,
 -- else { version, the hash's fields and values } (version nil for no hash). 'ovset', then a
--- field, its value ('' to remove it) and the most overrides the hash may hold: sets it and
--- the version in one step, { version, 1 if the field was there else 0 }.
+-- field, its value ('' to remove it), the most overrides the hash may hold and a channel:
+-- sets it and the version in one step, publishes the version on the channel (so that the
+-- stores subscribed to it re-read at once), and answers { version, 1 if the field was
+-- there else 0 }.
 if op == 'ovread' and #ARGV == 2 then
   local version = redis.call('HGET', KEYS[1], '#v')
   if version and version == ARGV[2] then
@@ -34,7 +36,7 @@ if op == 'ovread' and #ARGV == 2 then
   end
   return { version, redis.call('HGETALL', KEYS[1]) }
 end
-if op == 'ovset' and #ARGV == 4 then
+if op == 'ovset' and #ARGV == 5 then
   local field, value, most = ARGV[2], ARGV[3], ARGV[4] + 0
   if field == '#v' or most % 1 ~= 0 or most < 0 then
     error({ err = 'REIN arguments: a field that is not the version, a whole maximum' })
@@ -50,10 +52,11 @@ if op == 'ovset' and #ARGV == 4 then
     redis.call('HSET', KEYS[1], field, value)
   end
   local version = redis.call('HINCRBY', KEYS[1], '#v', 1)
+  redis.call('PUBLISH', ARGV[5], version)
   return { tostring(version), had }
 end
 if op ~= 'swap' or #ARGV ~= 5 then
-  error({ err = 'REIN expected read, ovread, ovset, or swap with 4 arguments' })
+  error({ err = 'REIN expected read, ovread, ovset with 4 arguments, or swap with 4' })
 end
 local was, expected, value, ttl = ARGV[2], ARGV[3], ARGV[4], ARGV[5] + 0
 if (was ~= '0' and was ~= '1') or ttl % 1 ~= 0 or ttl < 0 or ttl > MAX

@@ -49,6 +49,7 @@ impl RedisStoreBuilder {
         self.validate()?;
         install_crypto_provider();
         let client = Client::open(url).map_err(ConnectError::InvalidUrl)?;
+        let listener = client.clone();
         let timeout = self.connect_timeout_value();
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
@@ -76,7 +77,9 @@ impl RedisStoreBuilder {
         })
         .await?;
         load_script(conn.clone(), timeout).await?;
-        Ok(self.build(conn)?)
+        let store = self.build(conn)?;
+        store.listen_for_overrides(listener);
+        Ok(store)
     }
 
     /// Connects to a Redis Cluster, given one or more of its nodes.
@@ -101,6 +104,11 @@ impl RedisStoreBuilder {
         self.validate()?;
         install_crypto_provider();
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        // A publication reaches every node of a Cluster: one node's subscription hears it.
+        let listener = match urls.first() {
+            Some(url) => Some(Client::open(url.as_str()).map_err(ConnectError::InvalidUrl)?),
+            None => None,
+        };
         let timeout = self.connect_timeout_value();
         let client = ClusterClientBuilder::new(urls)
             .retries(0)
@@ -113,7 +121,11 @@ impl RedisStoreBuilder {
         let conn =
             first_connection(timeout, async move { client.get_async_connection().await }).await?;
         load_script(conn.clone(), timeout).await?;
-        Ok(self.build_cluster(conn)?)
+        let store = self.build_cluster(conn)?;
+        if let Some(listener) = listener {
+            store.listen_for_overrides(listener);
+        }
+        Ok(store)
     }
 
     /// A store over a Cluster connection the caller built, following `MOVED`, `ASK` and

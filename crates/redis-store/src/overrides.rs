@@ -51,6 +51,66 @@ pub(crate) fn hash_key(prefix: &str) -> String {
     format!("{prefix}:overrides")
 }
 
+/// The channel a write of a deployment's overrides is published on (the same name as the
+/// hash: channels and keys are apart).
+pub(crate) fn channel(prefix: &str) -> String {
+    hash_key(prefix)
+}
+
+/// Subscribes to `channel` with `client` and makes `cache` re-read at the next decision
+/// whenever a write is published, until the store is gone: a change then applies in about
+/// one round trip, not `staleness`. A lost subscription is made again (waiting 0.1 s, then
+/// twice as long up to 5 s), and a new one re-reads too, since a write may have been
+/// missed meanwhile; until then the staleness bound holds as without it.
+pub(crate) fn listen(cache: &Arc<Cache>, client: redis::Client, channel: String) {
+    use futures_util::StreamExt;
+
+    let cache = Arc::downgrade(cache);
+    tokio::spawn(async move {
+        const FIRST_WAIT: Duration = Duration::from_millis(100);
+        let mut wait = FIRST_WAIT;
+        loop {
+            let Some(staleness) = cache.upgrade().map(|c| c.staleness) else {
+                return;
+            };
+            let bound = staleness.max(Duration::from_secs(1));
+            let subscribed = tokio::time::timeout(bound, async {
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(&channel).await?;
+                Ok::<_, redis::RedisError>(pubsub.into_on_message())
+            })
+            .await;
+            match subscribed {
+                Ok(Ok(mut messages)) => {
+                    wait = FIRST_WAIT;
+                    tracing::debug!(%channel, "listening for changes of overrides");
+                    loop {
+                        let next = tokio::time::timeout(staleness, messages.next()).await;
+                        let Some(cache) = cache.upgrade() else {
+                            return;
+                        };
+                        match next {
+                            // A write published, or a new subscription (one may be missed).
+                            Ok(Some(_)) => cache.expire(),
+                            Ok(None) => break,
+                            // Nothing for a while: only to see whether the store is gone.
+                            Err(_) => {}
+                        }
+                    }
+                    tracing::debug!(%channel, "the subscription to overrides was lost");
+                }
+                Ok(Err(e)) => tracing::debug!(error = %e, "cannot subscribe to overrides"),
+                Err(_) => tracing::debug!("cannot subscribe to overrides in time"),
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(5));
+            if let Some(cache) = cache.upgrade() {
+                cache.expire();
+            }
+        }
+    });
+}
+
 /// An override's field: `<policy>:=<key>` or `<policy>:*<prefix>`.
 pub(crate) fn field(policy: &str, keys: &KeyMatch) -> Vec<u8> {
     let (mark, bytes) = match keys {

@@ -122,7 +122,7 @@ struct Inner<C> {
     /// the policy has calls in flight (coalesce.rs).
     lanes: Mutex<HashMap<usize, Lane<Waiter>>>,
     /// The per-key overrides this process applies, if the builder asked for them.
-    overrides: Option<overrides::Cache>,
+    overrides: Option<Arc<overrides::Cache>>,
 }
 
 /// A decision waiting in its policy's lane for a call to carry it.
@@ -317,6 +317,7 @@ where
         let mut args = vec![b"ovset".to_vec(), field];
         args.push(value.map(Override::encode).unwrap_or_default().into_bytes());
         args.push(overrides::MAX_OVERRIDES.to_string().into_bytes());
+        args.push(overrides::channel(&self.inner.prefix).into_bytes());
         let call = Invocation::script_bytes(&hash, ScriptKind::Admin, args);
         let reply = self
             .send(&call, self.deadline_from_now())
@@ -351,6 +352,16 @@ where
         let call = Invocation::script(&hash, ScriptKind::Admin, args);
         let reply = self.send(&call, self.deadline_from_now()).await?;
         overrides::decode_read(reply).map_err(StoreError::UnexpectedReply)
+    }
+
+    /// Has the overrides' cache re-read at the next decision whenever a write is published
+    /// (overrides.rs, `listen`), if this store reads overrides from Redis.
+    pub(crate) fn listen_for_overrides(&self, client: redis::Client) {
+        if let Some(cache) = &self.inner.overrides
+            && matches!(cache.from(), overrides::From::Redis)
+        {
+            overrides::listen(cache, client, overrides::channel(&self.inner.prefix));
+        }
     }
 
     /// Re-reads the overrides into the cache if they changed.
@@ -817,7 +828,7 @@ where
                 lanes: Mutex::default(),
                 overrides: builder
                     .overrides
-                    .map(|(from, staleness)| overrides::Cache::new(from, staleness)),
+                    .map(|(from, staleness)| Arc::new(overrides::Cache::new(from, staleness))),
             }),
         }
     }

@@ -363,3 +363,38 @@ async fn an_applications_own_source_feeds_the_same_cache() {
         "10 counted, the policy's 5"
     );
 }
+
+/// A write is published, and a store that listens re-reads at its next decision: with a
+/// staleness of a minute, the other process applies the change within a round trip or two.
+#[tokio::test]
+async fn a_published_change_applies_at_once_not_after_the_staleness() {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = || async {
+        RedisStoreBuilder::new()
+            .deadline(Duration::from_secs(5))
+            .overrides(Duration::from_secs(60))
+            .connect(&server.url())
+            .await
+            .expect("connect")
+    };
+    let (writer, reader) = (store().await, store().await);
+    assert_eq!(
+        admitted(&reader, "vip", 6).await,
+        5,
+        "read once, no override"
+    );
+    // The subscription is made in the background: give it a moment.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    writer
+        .set_override("api", &key("vip"), &per_hour(8))
+        .await
+        .expect("set");
+    let started = std::time::Instant::now();
+    while admitted(&reader, "vip", 1).await == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the change was not applied within 2 s of a 60 s staleness"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
