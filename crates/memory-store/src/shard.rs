@@ -152,15 +152,7 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         let judged = now.max(shard.dropped_at);
         let mut state = self.fresh.clone();
         let decision = self.rule.acquire_held(judged, &mut state, cost, hold)?;
-        if !self.rule.is_full(judged, &state) {
-            if shard.table.len() >= self.capacity {
-                shard.make_room(&self.rule, judged, self.capacity);
-            }
-            let hasher = &self.hasher;
-            shard
-                .table
-                .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
-        }
+        self.store_new(&mut shard, hash, judged, key, state);
         let decision = counted_from(decision, judged.saturating_since(now));
         Ok((decision, judged.saturating_add(hold)))
     }
@@ -229,18 +221,9 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
             .rule
             .back_from_policy(state)
             .ok_or(AcquireError::StateMismatch)?;
-        match shard.table.find_entry(hash, |(k, _)| k.borrow() == key) {
-            Ok(entry) => entry.into_mut().1 = state,
-            Err(_) if self.rule.is_full(judged, &state) => {}
-            Err(_) => {
-                if shard.table.len() >= self.capacity {
-                    shard.make_room(&self.rule, judged, self.capacity);
-                }
-                let hasher = &self.hasher;
-                shard
-                    .table
-                    .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
-            }
+        match shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
+            Some(stored) => stored.1 = state,
+            None => self.store_new(&mut shard, hash, judged, key, state),
         }
         Ok(out)
     }
@@ -304,16 +287,33 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         let mut state = self.fresh.clone();
         let decision = self.rule.acquire(judged, &mut state, cost)?;
         // A zero cost leaves the state full: nothing to store.
-        if !self.rule.is_full(judged, &state) {
-            if shard.table.len() >= self.capacity {
-                shard.make_room(&self.rule, judged, self.capacity);
-            }
-            let hasher = &self.hasher;
-            shard
-                .table
-                .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
-        }
+        self.store_new(shard, hash, judged, key, state);
         Ok(counted_from(decision, judged.saturating_since(now)))
+    }
+
+    /// Stores `state` for `key`, which the shard does not hold, unless it is full at
+    /// `judged` (the same as absent), making room first if the shard is at its capacity.
+    fn store_new<Q>(
+        &self,
+        shard: &mut ShardState<K, R::State>,
+        hash: u64,
+        judged: Timestamp,
+        key: &Q,
+        state: R::State,
+    ) where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if self.rule.is_full(judged, &state) {
+            return;
+        }
+        if shard.table.len() >= self.capacity {
+            shard.make_room(&self.rule, judged, self.capacity);
+        }
+        let hasher = &self.hasher;
+        shard
+            .table
+            .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
     }
 
     /// Locks the shard that owns `hash`.
