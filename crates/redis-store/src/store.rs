@@ -152,24 +152,30 @@ impl<C> std::fmt::Debug for RedisStore<C> {
     }
 }
 
+/// The policy a key is decided by, given what the override cache said for it: its
+/// override's limits, else the policy's own; `None` for an unlimited key.
+fn overridden<'a>(
+    applied: Option<&'a Applied>,
+    policy: &'a RedisPolicy,
+) -> Option<&'a RedisPolicy> {
+    match applied {
+        None => Some(policy),
+        Some(Applied::Limits(limits)) => Some(limits),
+        Some(Applied::Unlimited) => None,
+    }
+}
+
 /// An unlimited key's answer, with no call: admitted, and as full as its policy.
-fn unlimited(now: Option<Timestamp>, policy: &RedisPolicy) -> (Decision, Timestamp) {
+fn unlimited(policy: &RedisPolicy) -> Decision {
     let capacity = policy.policy().capacity();
-    let decision = Decision {
+    Decision {
         outcome: rein_core::Outcome::Allowed,
         limit: capacity,
         remaining: capacity,
         retry_after: Micros::ZERO,
         reset_after: Micros::ZERO,
         limit_index: 0,
-    };
-    let now = now.unwrap_or_else(|| {
-        let since = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        Timestamp::from_micros(u64::try_from(since.as_micros()).unwrap_or(MAX_MICROS))
-    });
-    (decision, now)
+    }
 }
 
 /// A reply the operator's script does not give.
@@ -228,10 +234,8 @@ where
         /// wrote the key between this change's two calls, well under a millisecond apart.
         const ATTEMPTS: u32 = 16;
         let applied = self.applied(policy, key).await;
-        let policy = match applied.as_deref() {
-            Some(Applied::Limits(limits)) => limits,
-            None | Some(Applied::Unlimited) => policy,
-        };
+        // An unlimited key's counts are the policy's own, which an operator may still set.
+        let policy = overridden(applied.as_deref(), policy).unwrap_or(policy);
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         let deadline = self.deadline_from_now();
         let span =
@@ -459,6 +463,12 @@ where
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
+        // A key's override decides it (only decisions, refunds and an operator's changes
+        // apply them; a lease's held units keep the policy's own limits).
+        let applied = self.applied(policy, key).await;
+        let Some(policy) = overridden(applied.as_deref(), policy) else {
+            return Ok(unlimited(policy));
+        };
         self.decide_at(op, now, policy, key, cost)
             .await
             .map(|(decision, _)| decision)
@@ -473,15 +483,6 @@ where
         key: &[u8],
         cost: u64,
     ) -> Result<(Decision, Timestamp), DecideError> {
-        let applied = match op {
-            Op::Acquire | Op::Peek => self.applied(policy, key).await,
-            _ => None,
-        };
-        let policy = match applied.as_deref() {
-            None => policy,
-            Some(Applied::Limits(limits)) => limits,
-            Some(Applied::Unlimited) => return Ok(unlimited(now, policy)),
-        };
         let capacity = policy.policy().capacity();
         if cost > capacity {
             return Err(DecideError::InsufficientCapacity { cost, capacity });
@@ -535,10 +536,8 @@ where
             Op::Refund => self.applied(policy, key).await,
             _ => None,
         };
-        let policy = match applied.as_deref() {
-            None => policy,
-            Some(Applied::Limits(limits)) => limits,
-            Some(Applied::Unlimited) => return Ok(()),
+        let Some(policy) = overridden(applied.as_deref(), policy) else {
+            return Ok(());
         };
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         let span = tracing::debug_span!(
