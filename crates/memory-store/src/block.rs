@@ -86,8 +86,8 @@ impl<K: Hash + Eq> Blocks<K> {
         self.held.store(map.len(), Ordering::Relaxed);
     }
 
-    /// Lifts the block on `key`; `true` if one held at `now`.
-    pub(crate) fn remove<Q>(&self, now: Timestamp, key: &Q) -> bool
+    /// Lifts the block on `key`, ended or not, and returns it.
+    pub(crate) fn remove<Q>(&self, key: &Q) -> Option<Block>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -95,7 +95,7 @@ impl<K: Hash + Eq> Blocks<K> {
         let mut map = self.lock();
         let removed = map.remove(key);
         self.held.store(map.len(), Ordering::Relaxed);
-        removed.is_some_and(|(b, _)| b.holds_at(now))
+        removed.map(|(block, _)| block)
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<K, (Block, String)>> {
@@ -124,8 +124,8 @@ mod tests {
         assert_eq!(blocks.holding(at(1), "a"), None);
         assert!(blocks.holding(at(1), "b").is_some());
         assert_eq!(blocks.holding(at(20), "c"), None, "ended at 20");
-        assert!(blocks.remove(at(1), "b"));
-        assert!(!blocks.remove(at(1), "b"));
+        assert_eq!(blocks.remove("b"), Some(Block::until(at(30))));
+        assert_eq!(blocks.remove("b"), None);
         assert_eq!(blocks.held.load(Ordering::Relaxed), 0);
     }
 }

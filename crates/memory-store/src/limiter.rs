@@ -213,7 +213,7 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(denial) = self.blocked(now, key) {
+        if let Some(denial) = self.blocked(now, key, cost) {
             return denial;
         }
         dispatch!(&self.tables, |t| t.acquire(now, key, cost))
@@ -247,7 +247,7 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(denial) = self.blocked(now, key) {
+        if let Some(denial) = self.blocked(now, key, cost) {
             return denial.map(|d| d.outcome);
         }
         dispatch!(&self.tables, |t| t.try_acquire(now, key, cost))
@@ -273,7 +273,7 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if let Some(denial) = self.blocked(now, key) {
+        if let Some(denial) = self.blocked(now, key, cost) {
             return denial;
         }
         dispatch!(&self.tables, |t| t.peek(now, key, cost))
@@ -317,7 +317,7 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(denial) = self.blocked(now, key) {
+        if let Some(denial) = self.blocked(now, key, cost) {
             return denial.map(|d| (d, now.saturating_add(hold)));
         }
         dispatch!(&self.tables, |t| t.acquire_held(now, key, cost, hold))
@@ -361,19 +361,27 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
 
     /// A blocked key's answer ([`Block::decide`]), checked before the key's state: `None`
     /// unless a block holds (one relaxed load while no key is blocked). A cost above the
-    /// capacity is still an error.
+    /// capacity is still an error, as for a key that is not blocked.
     #[inline]
-    fn blocked<Q>(&self, now: Timestamp, key: &Q) -> Option<Result<Decision, AcquireError>>
+    fn blocked<Q>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        cost: u64,
+    ) -> Option<Result<Decision, AcquireError>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let block = self.blocks.holding(now, key)?;
-        Some(
+        let capacity = self.policy.capacity();
+        Some(if cost > capacity {
+            Err(AcquireError::InsufficientCapacity { cost, capacity })
+        } else {
             block
                 .decide(&self.policy, now)
-                .ok_or(AcquireError::StateMismatch),
-        )
+                .ok_or(AcquireError::StateMismatch)
+        })
     }
 
     /// What the limiter holds for `key` at `now`: its limits' states (full for a key not
@@ -396,7 +404,7 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         let counted = dispatch!(&self.tables, |t| t.remove(key));
-        let blocked = self.blocks.remove(Timestamp::from_micros(0), key);
+        let blocked = self.blocks.remove(key).is_some();
         counted || blocked
     }
 
@@ -413,7 +421,7 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(denial) = self.blocked(now, key) {
+        if let Some(denial) = self.blocked(now, key, 0) {
             return denial;
         }
         let policy = &self.policy;
@@ -433,7 +441,7 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.blocks.remove(now, key);
+        self.blocks.remove(key);
         let policy = &self.policy;
         dispatch!(&self.tables, |t| t.change(now, key, |at, state| {
             let (set, figures) = policy.with_remaining(at, remaining)?;
@@ -468,7 +476,9 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.blocks.remove(now, key)
+        self.blocks
+            .remove(key)
+            .is_some_and(|block| block.holds_at(now))
     }
 
     /// Drops every key whose state is full at `now` and returns how many. Never needed for

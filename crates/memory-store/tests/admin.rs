@@ -116,6 +116,10 @@ async fn every_shape() {
                 .expect("penalize")
                 .is_allowed()
         );
+        // A cost no request can have is an error, blocked or not, as in Redis.
+        let capacity = named.policy().capacity();
+        let too_costly = store.acquire(None, &p, key, capacity + 1).await;
+        assert!(too_costly.is_err(), "{what}: {too_costly:?}");
         match store.inspect(&p, key).await.expect("inspect") {
             KeyState::Blocked { reason, .. } => assert_eq!(reason, "ticket 7"),
             other => panic!("{what}: {other:?}"),
