@@ -110,7 +110,10 @@ where
                 .remaining,
             10
         );
-        assert!(store.keys(&policy, key).is_ok());
+        // Every limit full again: a full state is written as no key at all (or as empty
+        // parts), which reads back as the policy's new state.
+        let full = store.state(&policy, key).await.expect("state");
+        assert_eq!(full, policy.policy().new_state(), "{name}");
 
         // A block denies every decision, whatever is left, with the time to its end.
         assert!(
