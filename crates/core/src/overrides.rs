@@ -14,7 +14,12 @@ use std::collections::HashMap;
 
 use thiserror::Error;
 
-use crate::{ConfigError, Limit, Micros, Policy};
+use crate::admin::AdminError;
+use crate::{ConfigError, Decision, KeyError, Limit, Micros, NamedPolicy, Outcome, Policy};
+
+/// The most overrides one store holds (a Redis deployment, or one in-process store): one
+/// more is refused, so that each process's copy and each re-read stay small.
+pub const MAX_OVERRIDES: usize = 10_000;
 
 /// What the keys an override selects get instead of their policy's limits.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -80,6 +85,32 @@ pub enum OverrideError {
         /// Why the limit or policy was refused.
         error: ConfigError,
     },
+}
+
+/// Checks what an override is written for: a policy name rein accepts
+/// ([`NamedPolicy::check_name`]) and a key or prefix that is not empty.
+pub fn check_target(policy: &str, keys: &KeyMatch) -> Result<(), AdminError> {
+    NamedPolicy::check_name(policy).map_err(|e| AdminError::InvalidOverride(e.to_string()))?;
+    match keys {
+        KeyMatch::Key(k) | KeyMatch::Prefix(k) if k.is_empty() => {
+            Err(AdminError::InvalidKey(KeyError::Empty))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What an [`Override::Unlimited`] key is answered, with no store asked: admitted, and as
+/// full as `policy` (its capacity as `limit` and `remaining`).
+pub fn unlimited(policy: &Policy) -> Decision {
+    let capacity = policy.capacity();
+    Decision {
+        outcome: Outcome::Allowed,
+        limit: capacity,
+        remaining: capacity,
+        retry_after: Micros::ZERO,
+        reset_after: Micros::ZERO,
+        limit_index: 0,
+    }
 }
 
 impl Override {
@@ -235,6 +266,31 @@ impl<T> Overrides<T> {
         })
     }
 
+    /// Removes the override of `keys` (not of a longer or shorter prefix); what it was.
+    pub fn remove(&mut self, keys: &KeyMatch) -> Option<T> {
+        match keys {
+            KeyMatch::Key(key) => self.exact.remove(key),
+            KeyMatch::Prefix(prefix) => {
+                let at = self.prefixes.iter().position(|(p, _)| p == prefix)?;
+                Some(self.prefixes.remove(at).1)
+            }
+        }
+    }
+
+    /// Every override with what it selects: the keys first, then the prefixes, longest
+    /// first.
+    pub fn iter(&self) -> impl Iterator<Item = (KeyMatch, &T)> {
+        let keys = self
+            .exact
+            .iter()
+            .map(|(k, v)| (KeyMatch::Key(k.clone()), v));
+        let prefixes = self
+            .prefixes
+            .iter()
+            .map(|(p, v)| (KeyMatch::Prefix(p.clone()), v));
+        keys.chain(prefixes)
+    }
+
     /// How many overrides there are.
     pub fn len(&self) -> usize {
         self.exact.len() + self.prefixes.len()
@@ -289,5 +345,15 @@ mod tests {
         assert_eq!(overrides.get(b"ax"), Some(&1));
         assert_eq!(overrides.get(b"b"), None);
         assert_eq!(overrides.len(), 3);
+        assert_eq!(
+            overrides.remove(&KeyMatch::Prefix(b"abc".as_slice().into())),
+            Some(3)
+        );
+        assert_eq!(
+            overrides.remove(&KeyMatch::Key(b"abc".as_slice().into())),
+            None
+        );
+        assert_eq!(overrides.get(b"abcd"), Some(&20));
+        assert_eq!(overrides.len(), 2);
     }
 }

@@ -53,6 +53,7 @@
 mod block;
 mod clock;
 mod limiter;
+mod overrides;
 mod rate;
 mod rule;
 mod shard;
@@ -60,4 +61,4 @@ mod store;
 
 pub use clock::{Clock, FakeClock, QuantaClock, SystemClock};
 pub use limiter::{MemoryLimiter, MemoryLimiterBuilder};
-pub use store::MemoryStore;
+pub use store::{MemoryPolicy, MemoryStore};

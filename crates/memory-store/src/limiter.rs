@@ -36,6 +36,27 @@ macro_rules! dispatch {
     };
 }
 
+/// What decides how a policy's keys are stored, and so which policies can decide on one
+/// key's state: the algorithms in order, and for a lone token bucket whether its refill
+/// interval is a whole number of µs (kept as 8 bytes, with no room for a fraction).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Form {
+    tags: Vec<&'static str>,
+    whole_micro_bucket: bool,
+}
+
+impl Form {
+    pub(crate) fn of(policy: &Policy) -> Self {
+        Self {
+            tags: policy.limits().iter().map(Limit::tag).collect(),
+            whole_micro_bucket: matches!(
+                policy.limits(),
+                [Limit::TokenBucket(bucket)] if WholeMicroBucket::new(*bucket).is_some()
+            ),
+        }
+    }
+}
+
 /// One [`Policy`] applied to many keys, each with its own state, in this process.
 ///
 /// Every method comes in two forms: `acquire_at(now, key, cost)` decides at the
@@ -373,15 +394,85 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.blocked_as(now, key, cost, &self.policy)
+    }
+
+    /// [`blocked`](Self::blocked), answered as `limits` would (a key's override).
+    #[inline]
+    pub(crate) fn blocked_as<Q>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        cost: u64,
+        limits: &Policy,
+    ) -> Option<Result<Decision, AcquireError>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let block = self.blocks.holding(now, key)?;
-        let capacity = self.policy.capacity();
+        let capacity = limits.capacity();
         Some(if cost > capacity {
             Err(AcquireError::InsufficientCapacity { cost, capacity })
         } else {
-            block
-                .decide(&self.policy, now)
-                .ok_or(AcquireError::StateMismatch)
+            block.decide(limits, now).ok_or(AcquireError::StateMismatch)
         })
+    }
+
+    /// `true` when a key's stored state is also a state of `limits` (a key's override):
+    /// they have the policy's [`Form`]. Such limits decide on the key's own state
+    /// ([`change_as`](Self::change_as)), so what was counted carries over when they are
+    /// set and when they are removed, as in Redis, where they share the key.
+    pub(crate) fn shares_state_with(&self, limits: &Policy) -> bool {
+        Form::of(&self.policy) == Form::of(limits)
+    }
+
+    /// Runs `change` on `key`'s state as a [`PolicyState`](rein_core::PolicyState), under
+    /// the key's shard lock, and stores what it leaves: how limits that
+    /// [`shares_state_with`](Self::shares_state_with) this limiter decide and change a key.
+    /// Blocks are the caller's to check.
+    pub(crate) fn change_as<Q, T>(
+        &self,
+        now: Timestamp,
+        key: &Q,
+        change: impl FnOnce(Timestamp, &mut rein_core::PolicyState) -> Result<T, AcquireError>,
+    ) -> Result<T, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        dispatch!(&self.tables, |t| t.change(now, key, change))
+    }
+
+    /// `key`'s state as a [`PolicyState`](rein_core::PolicyState) (full if not stored),
+    /// whatever blocks it: what a peek through limits that
+    /// [`shares_state_with`](Self::shares_state_with) this limiter reads.
+    pub(crate) fn state_of<Q>(&self, key: &Q) -> rein_core::PolicyState
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        dispatch!(&self.tables, |t| t.policy_state(key))
+    }
+
+    /// A block on `key` that holds at `now`, with its reason.
+    pub(crate) fn block_of<Q>(&self, now: Timestamp, key: &Q) -> Option<(Block, String)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.blocks
+            .get(key)
+            .filter(|(block, _)| block.holds_at(now))
+    }
+
+    /// Forgets `key`'s block (a set remaining replaces it).
+    pub(crate) fn forget_block<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.blocks.remove(key);
     }
 
     /// What the limiter holds for `key` at `now`: its limits' states (full for a key not

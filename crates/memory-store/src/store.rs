@@ -8,14 +8,17 @@
 
 use std::future::{Future, Ready, ready};
 use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
 
 use rein_core::{
     AcquireError, DecideError, Decision, Held, KeyError, Leasable, Limiter, Micros, NamedPolicy,
-    PrepareError, StoreError, Timestamp,
+    Policy, PrepareError, StoreError, Timestamp,
     admin::{AdminError, KeyAdmin, KeyState, Until, check_reason},
+    overrides::{KeyMatch, Override, OverrideEntry, unlimited},
     rate_share::{RateAnswer, RateOp},
 };
 
+use crate::overrides::{Apart, Book, Kept};
 use crate::{Clock, MemoryLimiter, SystemClock};
 
 /// Per-key limits in this process, for any number of named policies: the in-process
@@ -41,10 +44,83 @@ use crate::{Clock, MemoryLimiter, SystemClock};
 /// # Ok(())
 /// # }
 /// ```
+///
+/// # Overrides
+/// [`set_override`](Self::set_override) gives the keys of one policy other limits, or none,
+/// while the store serves, as rein-redis does for a deployment: the key's own override
+/// wins, then the longest prefix. Limits of the same algorithms in the same order decide
+/// on the key's own state, so a raised limit keeps what was counted and a lowered one
+/// applies to it; other algorithms count afresh in a table of their own. An unlimited key
+/// is admitted with nothing counted. A change applies to every decision that starts after
+/// it returns, in every clone of the store; a store with no override pays one atomic load
+/// per decision for them. Leases keep the policy's own limits.
+///
+/// ```
+/// use rein_core::overrides::{KeyMatch, Override};
+/// use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy, Timestamp};
+/// use rein_memory::MemoryStore;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let hourly = |n| Limit::fixed_window(n, Micros::from_secs(3_600));
+/// let store = MemoryStore::new();
+/// let api = store.prepare(&NamedPolicy::new("api", Policy::single(hourly(2)?))?)?;
+/// let now = Some(Timestamp::from_micros(0));
+/// assert!(store.acquire(now, &api, b"tenant-7", 2).await?.is_allowed());
+/// assert!(!store.acquire(now, &api, b"tenant-7", 1).await?.is_allowed());
+/// // Tenant 7 gets 5 an hour: the 2 it used still count.
+/// let more = Override::Limits(Policy::single(hourly(5)?));
+/// store.set_override("api", &KeyMatch::Key(b"tenant-7".as_slice().into()), &more)?;
+/// assert_eq!(store.acquire(now, &api, b"tenant-7", 1).await?.remaining, 2);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct MemoryStore<C = SystemClock> {
     clock: C,
     max_keys: NonZeroUsize,
+    overrides: Arc<Book>,
+}
+
+/// A policy prepared by a [`MemoryStore`]: its name (which overrides name) and the
+/// [`MemoryLimiter`] that keeps its keys.
+pub struct MemoryPolicy<C = SystemClock> {
+    name: Box<str>,
+    limiter: MemoryLimiter<Vec<u8>, C>,
+    apart: Mutex<Apart<C>>,
+}
+
+impl<C> MemoryPolicy<C> {
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The limiter that keeps the policy's keys (overrides are the store's: a decision made
+    /// here directly does not see them).
+    pub fn limiter(&self) -> &MemoryLimiter<Vec<u8>, C> {
+        &self.limiter
+    }
+}
+
+impl<C> std::fmt::Debug for MemoryPolicy<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryPolicy")
+            .field("name", &self.name)
+            .field("policy", self.limiter.policy())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a key of a prepared policy is decided, given its override.
+enum Route<C> {
+    /// By the policy: no override.
+    Own,
+    /// Admitted, with nothing counted.
+    Unlimited,
+    /// By other limits, on the key's own state.
+    Shared(Arc<Policy>),
+    /// By other limits, in the table of their form.
+    Apart(Arc<Policy>, Arc<MemoryLimiter<Vec<u8>, C>>),
 }
 
 impl MemoryStore<SystemClock> {
@@ -66,7 +142,32 @@ impl<C> MemoryStore<C> {
         Self {
             clock,
             max_keys: crate::limiter::DEFAULT_MAX_KEYS,
+            overrides: Arc::default(),
         }
+    }
+
+    /// Sets what `keys` of the policy named `policy` get instead of its limits (see
+    /// [Overrides](Self#overrides)); `true` if it replaced one. At most
+    /// [`MAX_OVERRIDES`](rein_core::overrides::MAX_OVERRIDES) per store. The name is not
+    /// checked against the prepared policies: an override of a name never prepared does
+    /// nothing.
+    pub fn set_override(
+        &self,
+        policy: &str,
+        keys: &KeyMatch,
+        value: &Override,
+    ) -> Result<bool, AdminError> {
+        self.overrides.write(policy, keys, Some(value))
+    }
+
+    /// Removes the override of `keys` of `policy`; `true` if there was one.
+    pub fn remove_override(&self, policy: &str, keys: &KeyMatch) -> Result<bool, AdminError> {
+        self.overrides.write(policy, keys, None)
+    }
+
+    /// Every override of the store, in no particular order.
+    pub fn overrides(&self) -> Vec<OverrideEntry> {
+        self.overrides.entries()
     }
 
     /// At most `max_keys` keys per prepared policy (see [`MemoryLimiter`] for eviction).
@@ -80,17 +181,39 @@ impl<C> MemoryStore<C>
 where
     C: Clock + Clone + Send + Sync + 'static,
 {
-    fn decide(
+    fn decide<T>(
         &self,
         now: Option<Timestamp>,
         key: &[u8],
-        call: impl FnOnce(Timestamp) -> Result<Decision, AcquireError>,
-    ) -> Ready<Result<Decision, DecideError>> {
+        call: impl FnOnce(Timestamp) -> Result<T, AcquireError>,
+    ) -> Ready<Result<T, DecideError>> {
         if key.is_empty() {
             return ready(Err(KeyError::Empty.into()));
         }
         let now = now.unwrap_or_else(|| self.clock.now());
         ready(call(now).map_err(from_core))
+    }
+
+    /// How `key` of `policy` is decided: where the store decides what an override does.
+    fn route(&self, policy: &MemoryPolicy<C>, key: &[u8], now: Timestamp) -> Route<C> {
+        match self.overrides.get(&policy.name, key) {
+            None => Route::Own,
+            Some(Kept::Unlimited) => Route::Unlimited,
+            Some(Kept::Limits(limits)) if policy.limiter.shares_state_with(&limits) => {
+                Route::Shared(limits)
+            }
+            Some(Kept::Limits(limits)) => {
+                let table = Apart::table(
+                    &policy.apart,
+                    &self.overrides,
+                    &policy.name,
+                    &limits,
+                    &policy.limiter,
+                    now,
+                );
+                Route::Apart(limits, table)
+            }
+        }
     }
 }
 
@@ -98,13 +221,17 @@ impl<C> Limiter for MemoryStore<C>
 where
     C: Clock + Clone + Send + Sync + 'static,
 {
-    type Prepared = MemoryLimiter<Vec<u8>, C>;
+    type Prepared = MemoryPolicy<C>;
 
     fn prepare(&self, policy: &NamedPolicy) -> Result<Self::Prepared, PrepareError> {
-        Ok(MemoryLimiter::builder(policy.policy().clone())
-            .max_keys(self.max_keys)
-            .clock(self.clock.clone())
-            .build())
+        Ok(MemoryPolicy {
+            name: policy.name().into(),
+            limiter: MemoryLimiter::builder(policy.policy().clone())
+                .max_keys(self.max_keys)
+                .clock(self.clock.clone())
+                .build(),
+            apart: Mutex::default(),
+        })
     }
 
     fn acquire(
@@ -114,7 +241,23 @@ where
         key: &[u8],
         cost: u64,
     ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
-        self.decide(now, key, |now| policy.acquire_at(now, key, cost))
+        self.decide(now, key, |now| {
+            let own = &policy.limiter;
+            match self.route(policy, key, now) {
+                Route::Own => own.acquire_at(now, key, cost),
+                Route::Unlimited => Ok(unlimited(own.policy())),
+                Route::Shared(limits) => {
+                    own.blocked_as(now, key, cost, &limits).unwrap_or_else(|| {
+                        own.change_as(now, key, |at, s| limits.acquire(at, s, cost))
+                    })
+                }
+                Route::Apart(limits, table) => {
+                    own.blocked_as(now, key, cost, &limits).unwrap_or_else(|| {
+                        table.change_as(now, key, |at, s| limits.acquire(at, s, cost))
+                    })
+                }
+            }
+        })
     }
 
     fn peek(
@@ -124,7 +267,19 @@ where
         key: &[u8],
         cost: u64,
     ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
-        self.decide(now, key, |now| policy.peek_at(now, key, cost))
+        self.decide(now, key, |now| {
+            let own = &policy.limiter;
+            match self.route(policy, key, now) {
+                Route::Own => own.peek_at(now, key, cost),
+                Route::Unlimited => Ok(unlimited(own.policy())),
+                Route::Shared(limits) => own
+                    .blocked_as(now, key, cost, &limits)
+                    .unwrap_or_else(|| limits.peek(now, &own.state_of(key), cost)),
+                Route::Apart(limits, table) => own
+                    .blocked_as(now, key, cost, &limits)
+                    .unwrap_or_else(|| limits.peek(now, &table.state_of(key), cost)),
+            }
+        })
     }
 
     fn refund(
@@ -134,11 +289,19 @@ where
         key: &[u8],
         amount: u64,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        if key.is_empty() {
-            return ready(Err(KeyError::Empty.into()));
-        }
-        let now = now.unwrap_or_else(|| self.clock.now());
-        ready(policy.refund_at(now, key, amount).map_err(from_core))
+        self.decide(now, key, |now| {
+            let own = &policy.limiter;
+            match self.route(policy, key, now) {
+                Route::Own => own.refund_at(now, key, amount),
+                Route::Unlimited => Ok(()),
+                Route::Shared(limits) => {
+                    own.change_as(now, key, |at, s| limits.refund(at, s, amount))
+                }
+                Route::Apart(limits, table) => {
+                    table.change_as(now, key, |at, s| limits.refund(at, s, amount))
+                }
+            }
+        })
     }
 
     /// A local store never waits.
@@ -159,7 +322,20 @@ where
         policy: &Self::Prepared,
         key: &[u8],
     ) -> impl Future<Output = Result<KeyState, AdminError>> + Send {
-        ready(self.admin(key, |now| Ok(policy.inspect_at(now, key))))
+        ready(self.admin(key, |now| {
+            let own = &policy.limiter;
+            Ok(match self.route(policy, key, now) {
+                Route::Own | Route::Unlimited => own.inspect_at(now, key),
+                Route::Shared(_) => match own.block_of(now, key) {
+                    Some((block, reason)) => KeyState::Blocked { block, reason },
+                    None => KeyState::Counting(own.state_of(key)),
+                },
+                Route::Apart(_, table) => match own.block_of(now, key) {
+                    Some((block, reason)) => KeyState::Blocked { block, reason },
+                    None => KeyState::Counting(table.state_of(key)),
+                },
+            })
+        }))
     }
 
     fn reset(
@@ -167,7 +343,13 @@ where
         policy: &Self::Prepared,
         key: &[u8],
     ) -> impl Future<Output = Result<bool, AdminError>> + Send {
-        ready(self.admin(key, |_| Ok(policy.reset(key))))
+        ready(self.admin(key, |now| {
+            let apart = match self.route(policy, key, now) {
+                Route::Apart(_, table) => table.reset(key),
+                _ => false,
+            };
+            Ok(policy.limiter.reset(key) | apart)
+        }))
     }
 
     fn penalize(
@@ -177,7 +359,21 @@ where
         amount: u64,
     ) -> impl Future<Output = Result<Decision, AdminError>> + Send {
         ready(self.admin(key, |now| {
-            policy.penalize_at(now, key, amount).map_err(admin_error)
+            let own = &policy.limiter;
+            match self.route(policy, key, now) {
+                Route::Own | Route::Unlimited => own.penalize_at(now, key, amount),
+                Route::Shared(limits) => {
+                    own.blocked_as(now, key, 0, &limits).unwrap_or_else(|| {
+                        own.change_as(now, key, |at, s| limits.penalize(at, s, amount))
+                    })
+                }
+                Route::Apart(limits, table) => {
+                    own.blocked_as(now, key, 0, &limits).unwrap_or_else(|| {
+                        table.change_as(now, key, |at, s| limits.penalize(at, s, amount))
+                    })
+                }
+            }
+            .map_err(admin_error)
         }))
     }
 
@@ -188,9 +384,27 @@ where
         remaining: u64,
     ) -> impl Future<Output = Result<Decision, AdminError>> + Send {
         ready(self.admin(key, |now| {
-            policy
-                .set_remaining_at(now, key, remaining)
-                .map_err(admin_error)
+            let own = &policy.limiter;
+            match self.route(policy, key, now) {
+                Route::Own | Route::Unlimited => own.set_remaining_at(now, key, remaining),
+                Route::Shared(limits) => {
+                    own.forget_block(key);
+                    own.change_as(now, key, |at, s| {
+                        let (set, figures) = limits.with_remaining(at, remaining)?;
+                        *s = set;
+                        Ok(figures)
+                    })
+                }
+                Route::Apart(limits, table) => {
+                    own.forget_block(key);
+                    table.change_as(now, key, |at, s| {
+                        let (set, figures) = limits.with_remaining(at, remaining)?;
+                        *s = set;
+                        Ok(figures)
+                    })
+                }
+            }
+            .map_err(admin_error)
         }))
     }
 
@@ -207,7 +421,7 @@ where
                     Until::At(at) => at,
                     Until::For(span) => now.saturating_add(span),
                 };
-                Ok(policy.block_at(now, key, until, reason))
+                Ok(policy.limiter.block_at(now, key, until, reason))
             })
         }))
     }
@@ -217,7 +431,7 @@ where
         policy: &Self::Prepared,
         key: &[u8],
     ) -> impl Future<Output = Result<bool, AdminError>> + Send {
-        ready(self.admin(key, |now| Ok(policy.unblock_at(now, key))))
+        ready(self.admin(key, |now| Ok(policy.limiter.unblock_at(now, key))))
     }
 }
 
@@ -261,6 +475,7 @@ where
         let now = now.unwrap_or_else(|| self.clock.now());
         ready(
             policy
+                .limiter
                 .acquire_held_at(now, key, cost, hold)
                 .map(|(decision, stamp)| Held { decision, stamp })
                 .map_err(from_core),
@@ -281,6 +496,7 @@ where
         let now = now.unwrap_or_else(|| self.clock.now());
         ready(
             policy
+                .limiter
                 .refund_held_at(now, key, amount, stamp)
                 .map_err(from_core),
         )
@@ -297,7 +513,7 @@ where
             return ready(Err(KeyError::Empty.into()));
         }
         let now = now.unwrap_or_else(|| self.clock.now());
-        ready(policy.share_rate_at(now, &key.to_vec(), op))
+        ready(policy.limiter.share_rate_at(now, &key.to_vec(), op))
     }
 }
 

@@ -31,9 +31,7 @@ use crate::RedisPolicy;
 /// (rein-tower's `overrides_staleness`): one second, one small command a second per process.
 pub const DEFAULT_OVERRIDES_STALENESS: Duration = Duration::from_secs(1);
 
-/// The most overrides one deployment holds: a write beyond it is refused, so that each
-/// process's cache and each re-read stay small.
-pub const MAX_OVERRIDES: usize = 10_000;
+pub(crate) use rein_core::overrides::MAX_OVERRIDES;
 
 /// The field holding the hash's version.
 pub(crate) const VERSION_FIELD: &str = "#v";

@@ -165,19 +165,6 @@ fn overridden<'a>(
     }
 }
 
-/// An unlimited key's answer, with no call: admitted, and as full as its policy.
-fn unlimited(policy: &RedisPolicy) -> Decision {
-    let capacity = policy.policy().capacity();
-    Decision {
-        outcome: rein_core::Outcome::Allowed,
-        limit: capacity,
-        remaining: capacity,
-        retry_after: Micros::ZERO,
-        reset_after: Micros::ZERO,
-        limit_index: 0,
-    }
-}
-
 /// A reply the operator's script does not give.
 fn unexpected(what: &str) -> AdminError {
     AdminError::Unavailable(StoreError::UnexpectedReply(what.to_owned()))
@@ -312,10 +299,7 @@ where
         keys: &KeyMatch,
         value: Option<&Override>,
     ) -> Result<bool, AdminError> {
-        NamedPolicy::check_name(policy).map_err(|e| AdminError::InvalidOverride(e.to_string()))?;
-        if matches!(keys, KeyMatch::Key(k) | KeyMatch::Prefix(k) if k.is_empty()) {
-            return Err(AdminError::InvalidKey(KeyError::Empty));
-        }
+        rein_core::overrides::check_target(policy, keys)?;
         let hash = [overrides::hash_key(&self.inner.prefix)];
         let field = overrides::field(policy, keys);
         let mut args = vec![b"ovset".to_vec(), field];
@@ -467,7 +451,7 @@ where
         // apply them; a lease's held units keep the policy's own limits).
         let applied = self.applied(policy, key).await;
         let Some(policy) = overridden(applied.as_deref(), policy) else {
-            return Ok(unlimited(policy));
+            return Ok(rein_core::overrides::unlimited(policy.policy()));
         };
         self.decide_at(op, now, policy, key, cost)
             .await
