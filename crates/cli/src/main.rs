@@ -70,6 +70,38 @@ enum Command {
     /// kept in Redis and applied by every server within its `overrides_staleness`.
     #[command(subcommand)]
     Override(OverrideCommand),
+    /// What POLICY admits and denies per second, summed over every server that reports
+    /// (rein-tower's `report_counts`, on by default), refreshed in place each second
+    /// until Ctrl-C (or --count refreshes). Each line shows the latest complete second (2 s
+    /// ago by Redis's clock: every server has reported it by then) and the totals of the
+    /// last --window. With --json, one JSON object per line. Reads only.
+    ///
+    /// The counts are the servers' decisions through Redis: answers a failure policy gave
+    /// locally while Redis was away are not in them, and a report that failed is dropped,
+    /// so a second may read low while Redis is slow, never high.
+    #[command(
+        after_help = "Examples:\n  rein --config rein.toml watch api\n  rein --config rein.toml --json watch login --window 1m --count 5"
+    )]
+    Watch {
+        /// The policy's name, as in the config (`rein policy list`).
+        policy: String,
+        /// How many seconds the totals cover (at most 1h).
+        #[arg(long, default_value = "10s", value_parser = parse_window)]
+        window: u64,
+        /// Stop after this many refreshes (default: until Ctrl-C).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+}
+
+/// `--window`: whole seconds, from 1 s to an hour.
+fn parse_window(text: &str) -> Result<u64, String> {
+    let span = humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))?;
+    let max = rein_redis::watch::MAX_SECONDS_READ;
+    match span.as_secs() {
+        secs @ 1.. if secs <= max && span.subsec_nanos() == 0 => Ok(secs),
+        _ => Err(format!("{text:?}: whole seconds, from 1s to {max}s")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -320,7 +352,7 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(output) => {
-            if json {
+            if json && !output.json.is_null() {
                 println!("{}", output.json);
             } else {
                 print!("{}", output.text);
@@ -353,7 +385,81 @@ async fn run(cli: Cli) -> Result<Output, (Option<Output>, Failure)> {
         }
         Command::Key(command) => key_command(&cli, command).await.map_err(|f| (None, f)),
         Command::Override(command) => override_command(&cli, command).await.map_err(|f| (None, f)),
+        Command::Watch {
+            policy,
+            window,
+            count,
+        } => watch(&cli, policy, *window, *count)
+            .await
+            .map_err(|f| (None, f)),
     }
+}
+
+/// `watch`: a line per refresh, printed as it goes (in place on a terminal); the output
+/// returned is empty.
+async fn watch(cli: &Cli, name: &str, window: u64, count: Option<u64>) -> Result<Output, Failure> {
+    use std::io::{IsTerminal, Write};
+
+    let (policy, store) = policy_and_store(cli, name).await?;
+    let in_place = !cli.json && std::io::stdout().is_terminal();
+    let complete = rein_redis::watch::COMPLETE_AFTER.as_secs();
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    let mut shown = 0;
+    while count.is_none_or(|count| shown < count) {
+        every.tick().await;
+        let now = store
+            .server_time()
+            .await
+            .map_err(|e| Failure::Redis(format!("reading Redis's clock: {e}")))?;
+        let last = (now.as_micros() / 1_000_000).saturating_sub(complete);
+        let first = last.saturating_sub(window - 1);
+        let seconds = store
+            .counts(policy.name(), first, last)
+            .await
+            .map_err(admin_failed)?;
+        let latest = seconds.last().copied().unwrap_or_default();
+        let admitted: u64 = seconds.iter().map(|c| c.admitted).sum();
+        let denied: u64 = seconds.iter().map(|c| c.denied).sum();
+        let line = if cli.json {
+            json!({
+                "policy": name,
+                "second": latest.second,
+                "admitted": latest.admitted,
+                "denied": latest.denied,
+                "window_s": window,
+                "window_admitted": admitted,
+                "window_denied": denied,
+            })
+            .to_string()
+        } else {
+            let at = std::time::UNIX_EPOCH + Duration::from_secs(latest.second);
+            format!(
+                "{}  {name}: {} admitted/s, {} denied/s; last {}: {admitted} admitted, {denied} denied",
+                humantime::format_rfc3339_seconds(at),
+                latest.admitted,
+                latest.denied,
+                span(Micros::from_secs(window)),
+            )
+        };
+        let mut out = std::io::stdout().lock();
+        let written = if in_place {
+            write!(out, "\r\x1b[2K{line}").and_then(|()| out.flush())
+        } else {
+            writeln!(out, "{line}")
+        };
+        if written.is_err() {
+            // The reader went away (a closed pipe): nothing more to show.
+            break;
+        }
+        shown += 1;
+    }
+    if in_place {
+        println!();
+    }
+    Ok(Output {
+        text: String::new(),
+        json: Value::Null,
+    })
 }
 
 /// `config check`: every file, then a failure if any was bad.
@@ -443,11 +549,25 @@ fn list(config: &Config) -> Output {
     }
 }
 
-/// The policy `name` of the config, prepared for Redis, and the store to ask.
+/// The policy `name` of the config, prepared for Redis, and the store to ask about `key`
+/// (which must not be empty).
 async fn target(
     cli: &Cli,
     name: &str,
     key: &str,
+) -> Result<(RedisPolicy, ConfiguredStore), Failure> {
+    if key.is_empty() {
+        return Err(Failure::Input(
+            "the key is empty; no request has an empty key".into(),
+        ));
+    }
+    policy_and_store(cli, name).await
+}
+
+/// The policy `name` of the config, prepared for Redis, and the store to ask.
+async fn policy_and_store(
+    cli: &Cli,
+    name: &str,
 ) -> Result<(RedisPolicy, ConfiguredStore), Failure> {
     let config = config(cli)?;
     let Some(named) = config.policies.iter().find(|p| p.name() == name).cloned() else {
@@ -457,11 +577,6 @@ async fn target(
             known.join(", ")
         )));
     };
-    if key.is_empty() {
-        return Err(Failure::Input(
-            "the key is empty; no request has an empty key".into(),
-        ));
-    }
     let store = connect(cli, config).await?;
     Ok((RedisPolicy::prepare(&named), store))
 }
@@ -737,7 +852,8 @@ fn admin_failed(e: AdminError) -> Failure {
     match e {
         AdminError::InvalidKey(_)
         | AdminError::InvalidReason(_)
-        | AdminError::InvalidOverride(_) => Failure::Input(e.to_string()),
+        | AdminError::InvalidOverride(_)
+        | AdminError::InvalidRequest(_) => Failure::Input(e.to_string()),
         e => Failure::Redis(e.to_string()),
     }
 }

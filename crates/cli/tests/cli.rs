@@ -195,6 +195,15 @@ fn redis_down_is_exit_3_with_where_it_looked() {
         "{}",
         stderr(&output)
     );
+    let watch = rein(&[
+        "--config",
+        path.to_str().expect("utf-8"),
+        "watch",
+        "api",
+        "--count",
+        "1",
+    ]);
+    assert_eq!(code(&watch), 3, "{}", stderr(&watch));
     let document = json(&rein(&[
         "--json",
         "--config",
@@ -229,6 +238,7 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
     inspect_then_reset(&path, &["--config"]);
     change_then_inspect(&path, &["--config"]);
     overrides(&path, &["--config"]);
+    watch(&server, &path);
     // The integer form of a lone fixed window reads and resets the same way.
     let path = path.to_str().expect("utf-8");
     let inspect = || {
@@ -518,6 +528,70 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
         ok(&["override", "list"])["overrides"],
         serde_json::json!([])
     );
+}
+
+/// A server reporting its counts decides `window` (4 an hour) 7 times for a new key:
+/// `watch` shows 4 admitted and 3 denied in its window, as JSON lines and as text.
+fn watch(server: &RedisServer, path: &std::path::Path) {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let store = RedisStoreBuilder::new()
+            .prefix(PREFIX)
+            .report_counts(true)
+            .connect(&server.url())
+            .await
+            .expect("connect");
+        for _ in 0..7 {
+            store
+                .acquire(None, &window(), b"watched", 1)
+                .await
+                .expect("decision");
+        }
+        // Reported within a second, complete two seconds after the second began.
+        tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
+    });
+    let output = with_config(
+        path,
+        &["-c"],
+        &[
+            "--json", "watch", "window", "--window", "30s", "--count", "2",
+        ],
+    );
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let lines: Vec<Value> = stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", stdout(&output));
+    let last = &lines[1];
+    assert_eq!(
+        (&last["policy"], &last["window_s"]),
+        (&Value::from("window"), &Value::from(30))
+    );
+    assert_eq!(
+        (&last["window_admitted"], &last["window_denied"]),
+        (&Value::from(4), &Value::from(3)),
+        "{last}"
+    );
+    let text = with_config(path, &["-c"], &["watch", "window", "--count", "1"]);
+    assert_eq!(code(&text), 0, "{}", stderr(&text));
+    assert!(
+        stdout(&text).contains("window: ") && stdout(&text).contains("admitted/s"),
+        "{}",
+        stdout(&text)
+    );
+    // Bad input: an unknown policy (exit 1), a window rein refuses (clap's exit 2).
+    let unknown = with_config(path, &["-c"], &["watch", "apj", "--count", "1"]);
+    assert_eq!(code(&unknown), 1);
+    assert!(
+        stderr(&unknown).contains("its policies"),
+        "{}",
+        stderr(&unknown)
+    );
+    for window in ["0s", "2h", "1.5s", "soon"] {
+        let bad = with_config(path, &["-c"], &["watch", "api", "--window", window]);
+        assert_eq!(code(&bad), 2, "--window {window}: {}", stderr(&bad));
+    }
 }
 
 /// `rein FLAG PATH REST...`.

@@ -48,6 +48,10 @@ pub enum AdminError {
     /// An override the store cannot keep: a policy name rein refuses, or one too many.
     #[error("invalid override: {0}")]
     InvalidOverride(String),
+    /// A request the store refuses before asking anything: a policy name rein refuses, a
+    /// range of seconds out of bounds.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
     /// The key changed between the read and the write (decisions on it) on every attempt.
     /// Nothing was changed; try again.
     #[error("the key changed under {attempts} attempts to change it; nothing was changed")]

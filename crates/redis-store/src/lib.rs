@@ -104,6 +104,7 @@ mod script;
 mod settings;
 mod state;
 mod store;
+pub mod watch;
 
 pub use coalesce::Coalesce;
 pub use error::{ConnectError, SettingsError, StateError};

@@ -56,6 +56,9 @@ pub struct RedisPolicy {
     /// parameters; for the generic script, each limit's tag, then its parameters. Shared
     /// by clones, whose decisions can then share a script call (see [`lane`](Self::lane)).
     script_args: Arc<[String]>,
+    /// What the policy admitted and denied since a reporting store last took it
+    /// (watch.rs); shared by clones.
+    tally: crate::watch::Tally,
 }
 
 impl RedisPolicy {
@@ -88,7 +91,13 @@ impl RedisPolicy {
             integer_window,
             script,
             script_args: script_args.into(),
+            tally: crate::watch::Tally::default(),
         }
+    }
+
+    /// The counters a reporting store adds this policy's decisions to (watch.rs).
+    pub(crate) fn tally(&self) -> &crate::watch::Tally {
+        &self.tally
     }
 
     /// The name.

@@ -107,6 +107,8 @@ pub struct RedisStoreBuilder {
     coalesce: Coalesce,
     /// Per-key overrides, where from and at most how stale (overrides.rs); `None`: none.
     overrides: Option<(overrides::From, Duration)>,
+    /// Whether decisions are counted and reported for `rein watch` (watch.rs).
+    report_counts: bool,
 }
 
 struct Inner<C> {
@@ -123,6 +125,8 @@ struct Inner<C> {
     lanes: Mutex<HashMap<usize, Lane<Waiter>>>,
     /// The per-key overrides this process applies, if the builder asked for them.
     overrides: Option<Arc<overrides::Cache>>,
+    /// The policies whose decisions this process reports (watch.rs), if it does.
+    reporter: Option<crate::watch::Reporter>,
 }
 
 /// A decision waiting in its policy's lane for a call to carry it.
@@ -450,12 +454,115 @@ where
         // A key's override decides it (only decisions, refunds and an operator's changes
         // apply them; a lease's held units keep the policy's own limits).
         let applied = self.applied(policy, key).await;
-        let Some(policy) = overridden(applied.as_deref(), policy) else {
-            return Ok(rein_core::overrides::unlimited(policy.policy()));
+        let decided = match overridden(applied.as_deref(), policy) {
+            None => Ok(rein_core::overrides::unlimited(policy.policy())),
+            Some(limits) => self
+                .decide_at(op, now, limits, key, cost)
+                .await
+                .map(|(decision, _)| decision),
         };
-        self.decide_at(op, now, policy, key, cost)
-            .await
-            .map(|(decision, _)| decision)
+        if let (Op::Acquire, Some(reporter), Ok(decision)) = (op, &self.inner.reporter, &decided)
+            && reporter.record(policy.name(), policy.tally(), decision.is_allowed())
+        {
+            self.start_reporting();
+        }
+        decided
+    }
+
+    /// Spawns the task that reports what the store counted once a second (watch.rs), on
+    /// the runtime of the decision that calls it. It ends with the store: what was counted
+    /// in the store's last second is not reported.
+    fn start_reporting(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("no tokio runtime: decisions are counted but not reported");
+            return;
+        };
+        let inner = Arc::downgrade(&self.inner);
+        runtime.spawn(async move {
+            let mut every = tokio::time::interval(crate::watch::REPORT_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                RedisStore { inner }.report().await;
+            }
+        });
+    }
+
+    /// Adds what each policy counted since the last report to its hash for this second:
+    /// one pipelined call per policy, within the deadline, never resent.
+    async fn report(&self) {
+        let Some(reporter) = &self.inner.reporter else {
+            return;
+        };
+        let second = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        for (policy, admitted, denied) in reporter.take() {
+            let key = crate::watch::key(&self.inner.prefix, &policy, second);
+            let mut pipeline = redis::pipe();
+            pipeline
+                .hincr(&key, "a", admitted)
+                .ignore()
+                .hincr(&key, "d", denied)
+                .ignore()
+                .expire(&key, crate::watch::KEEP.as_secs() as i64)
+                .ignore();
+            let sent: Result<(), StoreError> = self
+                .run(self.deadline_from_now(), |mut conn| async move {
+                    pipeline.query_async(&mut conn).await
+                })
+                .await;
+            if let Err(e) = sent {
+                tracing::debug!(%policy, admitted, denied, error = %e, "counts not reported");
+            }
+        }
+    }
+
+    /// What every process reporting to this deployment
+    /// ([`RedisStoreBuilder::report_counts`]) counted for the policy named `policy`, per
+    /// Unix second from `first` to `last` inclusive (at most
+    /// [`MAX_SECONDS_READ`](crate::watch::MAX_SECONDS_READ) seconds; a second nobody
+    /// reported reads zero). One call. A second is complete
+    /// [`COMPLETE_AFTER`](crate::watch::COMPLETE_AFTER) after it began.
+    pub async fn counts(
+        &self,
+        policy: &str,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<crate::watch::Counted>, AdminError> {
+        NamedPolicy::check_name(policy).map_err(|e| AdminError::InvalidRequest(e.to_string()))?;
+        let span = last.checked_sub(first).map(|n| n + 1);
+        let Some(span @ 1..=crate::watch::MAX_SECONDS_READ) = span else {
+            return Err(AdminError::InvalidRequest(format!(
+                "seconds {first} to {last}: from 1 to {} seconds, the first not after the last",
+                crate::watch::MAX_SECONDS_READ
+            )));
+        };
+        let mut pipeline = redis::pipe();
+        for second in first..=last {
+            let key = crate::watch::key(&self.inner.prefix, policy, second);
+            pipeline.cmd("HMGET").arg(key).arg("a").arg("d");
+        }
+        let replies: Vec<(Option<u64>, Option<u64>)> = self
+            .run(self.deadline_from_now(), |mut conn| async move {
+                pipeline.query_async(&mut conn).await
+            })
+            .await?;
+        if replies.len() as u64 != span {
+            return Err(unexpected("a reply per second"));
+        }
+        Ok((first..=last)
+            .zip(replies)
+            .map(|(second, (admitted, denied))| crate::watch::Counted {
+                second,
+                admitted: admitted.unwrap_or(0),
+                denied: denied.unwrap_or(0),
+            })
+            .collect())
     }
 
     /// [`decide`](Self::decide), with the instant the script decided at.
@@ -812,6 +919,7 @@ where
                 overrides: builder
                     .overrides
                     .map(|(from, staleness)| Arc::new(overrides::Cache::new(from, staleness))),
+                reporter: builder.report_counts.then(crate::watch::Reporter::default),
             }),
         }
     }
@@ -1009,7 +1117,19 @@ impl RedisStoreBuilder {
             shared: crate::settings::Shared::new(),
             coalesce: Coalesce::DEFAULT,
             overrides: None,
+            report_counts: false,
         }
+    }
+
+    /// Counts what each policy admits and denies and reports it to Redis once a second,
+    /// for `rein watch` and [`RedisStore::counts`]: a relaxed atomic addition per decision,
+    /// and one pipelined write a second per policy that decided anything (the
+    /// [`watch`](crate::watch) module says what the counts are and are not). Off by
+    /// default; rein-tower's config turns it on (`[redis] report_counts`). Reporting needs a
+    /// tokio runtime, which the first counted decision finds.
+    pub fn report_counts(mut self, on: bool) -> Self {
+        self.report_counts = on;
+        self
     }
 
     /// Applies the per-key overrides kept in Redis (`RedisStore::set_override`,

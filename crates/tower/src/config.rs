@@ -84,6 +84,10 @@ pub struct RedisSettings {
     /// `overrides_staleness`: how stale the per-key overrides kept in Redis (`rein override
     /// set`) may be in this process (default 1 s; `rein_redis::RedisStoreBuilder::overrides`).
     pub overrides_staleness: Duration,
+    /// `report_counts`: whether this process reports what each policy admits and denies to
+    /// Redis once a second, for `rein watch` (default `true`;
+    /// `rein_redis::RedisStoreBuilder::report_counts`).
+    pub report_counts: bool,
 }
 
 /// Where Redis is.
@@ -243,7 +247,8 @@ impl Config {
             .prefix(self.redis.key_prefix.clone())
             .deadline(self.redis.deadline)
             .connect_timeout(self.redis.connect_timeout)
-            .overrides(self.redis.overrides_staleness);
+            .overrides(self.redis.overrides_staleness)
+            .report_counts(self.redis.report_counts);
         Ok(match &self.redis.endpoint {
             RedisEndpoint::Url(url) => ConfiguredStore::Standalone(builder.connect(url).await?),
             RedisEndpoint::Cluster(urls) => {
@@ -432,6 +437,7 @@ impl Validator<'_> {
                 Some(d) => self.positive("redis.overrides_staleness", d)?,
                 None => rein_redis::DEFAULT_OVERRIDES_STALENESS,
             },
+            report_counts: raw.report_counts.is_none_or(Spanned::into_inner),
         })
     }
 
@@ -844,6 +850,7 @@ struct RawRedis {
     connect_timeout: Option<Spanned<Dur>>,
     key_prefix: Option<Spanned<String>>,
     overrides_staleness: Option<Spanned<Dur>>,
+    report_counts: Option<Spanned<bool>>,
     /// `key_prefix`'s old name: refused with the new one.
     prefix: Option<Spanned<String>>,
 }

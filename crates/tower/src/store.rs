@@ -35,8 +35,8 @@ pub enum ConfiguredStore {
     Cluster(RedisStore<ClusterConnection>),
 }
 
-/// The overrides of the deployment (`rein override ...`) and Redis's clock, forwarded to the
-/// store held.
+/// The overrides of the deployment (`rein override ...`), its reported counts (`rein
+/// watch`) and Redis's clock, forwarded to the store held.
 impl ConfiguredStore {
     /// [`RedisStore::set_override`].
     pub async fn set_override(
@@ -56,6 +56,16 @@ impl ConfiguredStore {
     /// [`RedisStore::overrides`].
     pub async fn overrides(&self) -> Result<Vec<OverrideEntry>, AdminError> {
         on_store!(self, store => store.overrides().await)
+    }
+
+    /// [`RedisStore::counts`].
+    pub async fn counts(
+        &self,
+        policy: &str,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<rein_redis::watch::Counted>, AdminError> {
+        on_store!(self, store => store.counts(policy, first, last).await)
     }
 
     /// [`RedisStore::server_time`].

@@ -31,6 +31,10 @@ fn the_shipped_example_loads_and_builds_a_layer() {
     ));
     let names: Vec<&str> = config.policies.iter().map(|p| p.name()).collect();
     assert_eq!(names, ["api", "login"]);
+    assert!(
+        config.redis.report_counts,
+        "servers report for `rein watch` by default"
+    );
     assert!(config.routes[1].matches(&Method::POST, "/login"));
     // Over any limiter: a memory store here, through the resilient limiter as in production.
     let limiter = config.resilient(MemoryStore::new()).expect("limiter");
@@ -142,6 +146,7 @@ fn every_bad_value_is_refused_at_load_with_its_field_path_and_line() {
         Bad { what: "an empty key prefix", file: "[redis]\nurl = \"redis://h/\"\n\nkey_prefix = \"\"\n", path: "redis.key_prefix", line: 4 },
         Bad { what: "a key prefix with a space", file: "[redis]\nurl = \"redis://h/\"\nkey_prefix = \"my app\"\n", path: "redis.key_prefix", line: 3 },
         Bad { what: "the old name of key_prefix", file: "[redis]\nurl = \"redis://h/\"\nprefix = \"myapp\"\n", path: "redis.prefix", line: 3 },
+        Bad { what: "report_counts not a bool", file: "[redis]\nurl = \"redis://h/\"\nreport_counts = \"yes\"\n", path: "redis.report_counts", line: 3 },
         Bad { what: "an unknown redis field", file: "[redis]\nurl = \"redis://h/\"\ndeadlin = \"5ms\"\n", path: "redis.deadlin", line: 3 },
         // [failure]
         Bad { what: "no failure policy", file: "[redis]\nurl = \"redis://h/\"\n[failure]\nexpected_nodes = 2\n", path: "failure.policy", line: 3 },
