@@ -216,6 +216,62 @@ impl AdmissionLog {
         PolicyVerdict { verdicts }
     }
 
+    /// Every aligned window of `window` that admitted anything for `key`, ascending, each
+    /// held to its own bound: `bound(start of the window)`, in cost units. The fixed
+    /// window's guarantee when the limit in force changes during a run (an operator's
+    /// override), which no single [`Limit`] states.
+    ///
+    /// ```
+    /// use rein_core::{Micros, Timestamp};
+    /// use sim::oracle::{Admission, AdmissionLog};
+    ///
+    /// let log: AdmissionLog = [0, 1, 1_500]
+    ///     .map(|ms| Admission { at: Timestamp::from_micros(ms * 1_000), node: 0, key: 0, cost: 1 })
+    ///     .into_iter()
+    ///     .collect();
+    /// // One a second from the second second on: the first holds two, the second one.
+    /// let bound = |start: Timestamp| if start.as_micros() < 1_000_000 { 2 } else { 1 };
+    /// let windows = log.aligned_windows(0, Micros::from_secs(1), bound);
+    /// assert_eq!(windows.iter().map(|w| w.admitted).collect::<Vec<_>>(), [2, 1]);
+    /// assert!(windows.iter().all(|w| w.is_within_bound()));
+    /// ```
+    pub fn aligned_windows(
+        &self,
+        key: u64,
+        window: Micros,
+        bound: impl Fn(Timestamp) -> u64,
+    ) -> Vec<Window> {
+        let width = window.as_micros().max(1);
+        let mut windows: Vec<Window> = Vec::new();
+        let events = merge_instants(
+            self.admissions
+                .iter()
+                .filter(|a| a.key == key)
+                .map(|a| (a.at.as_micros(), a.cost))
+                .collect(),
+        );
+        for (at, cost) in events {
+            let instant = Timestamp::from_micros(at);
+            match windows.last_mut() {
+                Some(w) if w.span.first.as_micros() / width == at / width => {
+                    w.span.last = instant;
+                    w.admitted = w.admitted.saturating_add(cost);
+                }
+                _ => windows.push(Window {
+                    span: Span {
+                        first: instant,
+                        last: instant,
+                    },
+                    admitted: cost,
+                    bound: Fraction::whole(i128::from(bound(Timestamp::from_micros(
+                        at - at % width,
+                    )))),
+                }),
+            }
+        }
+        windows
+    }
+
     /// How much of what `limit` sustains `key` used during `during`: admitted cost over
     /// [`sustained_allowance`]. `None` for an empty interval.
     ///

@@ -4,13 +4,14 @@
 //! two callers is only what Redis 7.0 says when a command is unknown, has the wrong number
 //! of arguments or may not run inside a script; [`resolve`] produces those errors for each.
 //!
-//! Only what rein's scripts (the rate-lease script's `HSET` and `PEXPIRE` included), its store,
-//! the naive baseline and the simulator's tests send is
-//! here; options those never use (`SET NX`, `EX`, ...) are a syntax error.
+//! Only what rein's scripts (the rate-lease script's `HSET` and `PEXPIRE` included, and the
+//! overrides' `HGET`, `HEXISTS`, `HLEN`, `HDEL`, `HINCRBY` and `PUBLISH` in `admin.lua`), its
+//! store, the naive baseline and the simulator's tests send is here; options those never use (`SET NX`, `EX`, ...) are a syntax error.
 
 use bytes::Bytes;
 use rein_core::Timestamp;
 
+use super::hash::Hash;
 use super::keyspace::{Keyspace, Value, WrongType};
 use super::number::parse_i64;
 use super::reply::Reply;
@@ -324,6 +325,94 @@ fn hgetall(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
     }
 }
 
+/// The hash at `key` for a command that only reads it: `Ok(None)` for no key.
+fn read_hash<'a>(ctx: &'a mut Context<'_>, key: &[u8]) -> Result<Option<&'a Hash>, WrongType> {
+    let now_ms = ctx.now_ms();
+    match ctx.keyspace.value(key, now_ms) {
+        None => Ok(None),
+        Some(Value::Hash(hash)) => Ok(Some(hash)),
+        Some(_) => Err(WrongType),
+    }
+}
+
+/// `HGET key field`: the value, or nil for no such field or key.
+fn hget(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
+    match read_hash(ctx, &args[1]) {
+        Ok(hash) => hash
+            .and_then(|h| h.get(&args[2]))
+            .map_or(Reply::Nil, |v| Reply::Bulk(v.clone())),
+        Err(wrong) => wrong.into(),
+    }
+}
+
+/// `HEXISTS key field`: 1 if the hash has the field, else 0.
+fn hexists(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
+    match read_hash(ctx, &args[1]) {
+        Ok(hash) => Reply::Integer(i64::from(hash.is_some_and(|h| h.get(&args[2]).is_some()))),
+        Err(wrong) => wrong.into(),
+    }
+}
+
+/// `HLEN key`: how many fields, 0 for no key.
+fn hlen(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
+    match read_hash(ctx, &args[1]) {
+        Ok(hash) => Reply::Integer(hash.map_or(0, Hash::len) as i64),
+        Err(wrong) => wrong.into(),
+    }
+}
+
+/// `HDEL key field [field ...]`: how many of the fields were there. A hash left empty is
+/// deleted, as Redis deletes it.
+fn hdel(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
+    let now_ms = ctx.now_ms();
+    let (deleted, empty) = match ctx.keyspace.value(&args[1], now_ms) {
+        None => return Reply::Integer(0),
+        Some(Value::Hash(hash)) => {
+            let deleted = args[2..].iter().filter(|f| hash.remove(f)).count();
+            (deleted, hash.is_empty())
+        }
+        Some(_) => return WrongType.into(),
+    };
+    if empty {
+        ctx.keyspace.remove(&args[1], now_ms);
+    }
+    Reply::Integer(deleted as i64)
+}
+
+/// `HINCRBY key field increment`: the new value. A missing key or field counts from 0 (a
+/// new field goes last); Redis's checks in its order: the increment, the key's type, the
+/// field's value, overflow.
+fn hincrby(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
+    let now_ms = ctx.now_ms();
+    let Some(increment) = parse_i64(&args[3]) else {
+        return Reply::error("ERR value is not an integer or out of range");
+    };
+    let hash = match ctx.keyspace.hash_or_create(&args[1], now_ms) {
+        Ok(hash) => hash,
+        Err(wrong) => return wrong.into(),
+    };
+    // A new hash gets its field below: it is never left empty.
+    let current = match hash.get(&args[2]) {
+        None => 0,
+        Some(value) => match parse_i64(value) {
+            Some(n) => n,
+            None => return Reply::error("ERR hash value is not an integer"),
+        },
+    };
+    let Some(new) = current.checked_add(increment) else {
+        return Reply::error("ERR increment or decrement would overflow");
+    };
+    hash.set(&args[2], &Bytes::from(new.to_string()));
+    Reply::Integer(new)
+}
+
+/// `PUBLISH channel message`: how many clients received it, always 0 here, since the
+/// simulated Redis has no `SUBSCRIBE` (a simulated node never subscribes: it re-reads what
+/// it caches at its staleness instead).
+fn publish(_: &mut Context<'_>, _: &[Bytes]) -> Reply {
+    Reply::Integer(0)
+}
+
 /// Redis 7.0's table for the commands the simulator implements.
 static TABLE: &[Spec] = &[
     data("ping", -1, ping),
@@ -337,6 +426,12 @@ static TABLE: &[Spec] = &[
     data("hmset", -4, hmset),
     data("hset", -4, hset),
     data("hgetall", 2, hgetall),
+    data("hget", 3, hget),
+    data("hexists", 3, hexists),
+    data("hlen", 2, hlen),
+    data("hdel", -3, hdel),
+    data("hincrby", 4, hincrby),
+    data("publish", 3, publish),
     data("pexpire", -3, pexpire),
     scripting("eval", -3, &[]),
     scripting("evalsha", -3, &[]),
@@ -490,5 +585,109 @@ mod tests {
             run(&mut ks, 1_700_000_000_123, &["TIME"]),
             Reply::Array(vec![Reply::bulk("1700000000"), Reply::bulk("123000")])
         );
+    }
+
+    #[test]
+    fn hash_reads_and_deletes_read_like_redis_7() {
+        let mut ks = Keyspace::default();
+        assert_eq!(run(&mut ks, 0, &["HGET", "h", "a"]), Reply::Nil);
+        assert_eq!(run(&mut ks, 0, &["HEXISTS", "h", "a"]), Reply::Integer(0));
+        assert_eq!(run(&mut ks, 0, &["HLEN", "h"]), Reply::Integer(0));
+        assert_eq!(run(&mut ks, 0, &["HDEL", "h", "a"]), Reply::Integer(0));
+        assert_eq!(
+            run(&mut ks, 0, &["HSET", "h", "a", "1", "b", "2", "c", "3"]),
+            Reply::Integer(3)
+        );
+        assert_eq!(run(&mut ks, 0, &["HGET", "h", "b"]), Reply::bulk("2"));
+        assert_eq!(run(&mut ks, 0, &["HGET", "h", "z"]), Reply::Nil);
+        assert_eq!(run(&mut ks, 0, &["HEXISTS", "h", "c"]), Reply::Integer(1));
+        assert_eq!(run(&mut ks, 0, &["HLEN", "h"]), Reply::Integer(3));
+        // A field named twice is deleted once.
+        assert_eq!(
+            run(&mut ks, 0, &["HDEL", "h", "b", "b", "z"]),
+            Reply::Integer(1)
+        );
+        let rest = ["a", "1", "c", "3"].map(Reply::bulk).to_vec();
+        assert_eq!(run(&mut ks, 0, &["HGETALL", "h"]), Reply::Array(rest));
+        // The last field's deletion deletes the key.
+        assert_eq!(run(&mut ks, 0, &["HDEL", "h", "a", "c"]), Reply::Integer(2));
+        assert_eq!(run(&mut ks, 0, &["DBSIZE"]), Reply::Integer(0));
+        assert_eq!(run(&mut ks, 0, &["SET", "s", "v"]), Reply::ok());
+        for command in [
+            &["HGET", "s", "a"][..],
+            &["HEXISTS", "s", "a"],
+            &["HLEN", "s"],
+            &["HDEL", "s", "a"],
+        ] {
+            assert_eq!(
+                run(&mut ks, 0, command).error_code(),
+                Some(&b"WRONGTYPE"[..]),
+                "{command:?}"
+            );
+        }
+        assert_eq!(run(&mut ks, 0, &["HGET", "h"]), arity_error("hget"));
+        assert_eq!(run(&mut ks, 0, &["HEXISTS", "h"]), arity_error("hexists"));
+        assert_eq!(run(&mut ks, 0, &["HLEN", "h", "a"]), arity_error("hlen"));
+        assert_eq!(run(&mut ks, 0, &["HDEL", "h"]), arity_error("hdel"));
+    }
+
+    #[test]
+    fn hincrby_counts_from_zero_and_checks_like_redis_7() {
+        let mut ks = Keyspace::default();
+        assert_eq!(
+            run(&mut ks, 0, &["HINCRBY", "h", "#v", "1"]),
+            Reply::Integer(1)
+        );
+        assert_eq!(
+            run(&mut ks, 0, &["HINCRBY", "h", "#v", "-5"]),
+            Reply::Integer(-4)
+        );
+        assert_eq!(
+            run(&mut ks, 0, &["HSET", "h", "f", "1.5"]),
+            Reply::Integer(1)
+        );
+        assert_eq!(
+            run(&mut ks, 0, &["HINCRBY", "h", "g", "0"]),
+            Reply::Integer(0)
+        );
+        let all = ["#v", "-4", "f", "1.5", "g", "0"].map(Reply::bulk).to_vec();
+        assert_eq!(run(&mut ks, 0, &["HGETALL", "h"]), Reply::Array(all));
+        let not_integer = Reply::error("ERR value is not an integer or out of range");
+        assert_eq!(run(&mut ks, 0, &["HINCRBY", "h", "#v", "1.0"]), not_integer);
+        assert_eq!(run(&mut ks, 0, &["HINCRBY", "h", "#v", "+1"]), not_integer);
+        // The increment is checked before the key: a bad one creates nothing.
+        assert_eq!(run(&mut ks, 0, &["HINCRBY", "n", "f", "x"]), not_integer);
+        assert_eq!(run(&mut ks, 0, &["HLEN", "n"]), Reply::Integer(0));
+        assert_eq!(
+            run(&mut ks, 0, &["HINCRBY", "h", "f", "1"]),
+            Reply::error("ERR hash value is not an integer")
+        );
+        let max = i64::MAX.to_string();
+        assert_eq!(
+            run(&mut ks, 0, &["HINCRBY", "h", "g", max.as_str()]),
+            Reply::Integer(i64::MAX)
+        );
+        assert_eq!(
+            run(&mut ks, 0, &["HINCRBY", "h", "g", "1"]),
+            Reply::error("ERR increment or decrement would overflow")
+        );
+        assert_eq!(
+            run(&mut ks, 0, &["HGET", "h", "g"]),
+            Reply::bulk(max.as_str())
+        );
+        assert_eq!(run(&mut ks, 0, &["SET", "s", "1"]), Reply::ok());
+        assert!(run(&mut ks, 0, &["HINCRBY", "s", "f", "1"]).error_code() == Some(b"WRONGTYPE"));
+        assert_eq!(
+            run(&mut ks, 0, &["HINCRBY", "h", "f"]),
+            arity_error("hincrby")
+        );
+    }
+
+    #[test]
+    fn publish_reaches_no_subscriber() {
+        let mut ks = Keyspace::default();
+        assert_eq!(run(&mut ks, 0, &["PUBLISH", "c", "1"]), Reply::Integer(0));
+        assert_eq!(run(&mut ks, 0, &["PUBLISH", "c"]), arity_error("publish"));
+        assert_eq!(run(&mut ks, 0, &["DBSIZE"]), Reply::Integer(0));
     }
 }

@@ -28,6 +28,36 @@ impl Hash {
         }
     }
 
+    /// The value of `field`, if the hash has it.
+    pub fn get(&self, field: &[u8]) -> Option<&Bytes> {
+        self.fields
+            .iter()
+            .find(|(f, _)| f.as_ref() == field)
+            .map(|(_, v)| v)
+    }
+
+    /// Removes `field`, keeping the others in their order (as a listpack does); whether it
+    /// was there.
+    pub fn remove(&mut self, field: &[u8]) -> bool {
+        match self.fields.iter().position(|(f, _)| f.as_ref() == field) {
+            Some(at) => {
+                self.fields.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How many fields it holds.
+    pub fn len(&self) -> usize {
+        self.fields.len()
+    }
+
+    /// `true` when it holds no field (Redis then deletes its key).
+    pub fn is_empty(&self) -> bool {
+        self.fields.is_empty()
+    }
+
     /// Fields and values in insertion order.
     pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Bytes)> {
         self.fields.iter().map(|(f, v)| (f, v))
@@ -51,5 +81,22 @@ mod tests {
             order,
             [(b("a"), b("2")), (b("b"), b("1")), (b("c"), b("1"))]
         );
+    }
+
+    #[test]
+    fn removing_a_field_keeps_the_others_in_order() {
+        let mut h = Hash::default();
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        for f in ["a", "b", "c"] {
+            h.set(&b(f), &b(f));
+        }
+        assert!(h.remove(b"b") && !h.remove(b"b"));
+        assert_eq!(h.get(b"c"), Some(&b("c")));
+        assert_eq!(h.get(b"b"), None);
+        assert_eq!(h.len(), 2);
+        h.set(&b("b"), &b("2"));
+        let order: Vec<_> = h.iter().map(|(f, _)| f.clone()).collect();
+        assert_eq!(order, [b("a"), b("c"), b("b")]);
+        assert!(h.remove(b"a") && h.remove(b"c") && h.remove(b"b") && h.is_empty());
     }
 }

@@ -25,6 +25,8 @@
 //! - `node.rs`: an application node. `naive.rs`: the read-modify-write baseline limiter
 //!   (read a bucket, decide on the client, write it back: racy across nodes).
 //! - `workload.rs`: demand. `fault.rs`: faults. `tap.rs`: the Redis host with its tap.
+//! - `overrides.rs`: per-key overrides an operator host changes during a run, and the
+//!   per-window bound they are held to ([`OverrideBound`]).
 //! - `clock.rs`: true and skewed time. `rng.rs`: the seeded generator.
 //! - `suite.rs`: the default scenarios of the report.
 //! - `region.rs`: several regions, a WAN, one limit ([`RegionScenario`]): one global Redis,
@@ -35,6 +37,7 @@ mod clock;
 mod fault;
 mod naive;
 mod node;
+mod overrides;
 mod region;
 mod rng;
 mod runner;
@@ -50,6 +53,7 @@ pub use bound::{fallback_limit, fallback_policy};
 pub use clock::{EPOCH_SECS, Skew};
 pub use fault::Fault;
 pub use naive::NaiveBucket;
+pub use overrides::{OverrideBound, OverrideChange, OverrideSchedule, Written};
 pub use region::{
     AsyncCounts, Cut, REGION_SUITE, Region, RegionRun, RegionScenario, Strategy, region_scenario,
 };

@@ -58,6 +58,9 @@ pub(crate) struct NodeConfig {
     pub killed: Option<Timestamp>,
     /// A leased node's settings.
     pub lease_config: rein::LeaseConfig,
+    /// The staleness of the per-key overrides the node's store applies, if it applies any
+    /// (`RedisStoreBuilder::overrides`).
+    pub overrides: Option<Duration>,
 }
 
 /// The software of one turmoil host: its nodes, each its own task with its own store,
@@ -468,20 +471,35 @@ async fn build_store(
     config: &NodeConfig,
     current: Arc<Mutex<Option<SocketAddr>>>,
 ) -> Result<RedisStore<MultiplexedConnection>, Box<dyn std::error::Error>> {
-    build_store_on(REDIS_HOST, config.deadline, config.connect_timeout, current).await
+    build_store_on(
+        REDIS_HOST,
+        config.deadline,
+        config.connect_timeout,
+        config.overrides,
+        current,
+    )
+    .await
 }
 
-/// [`build_store`] against the Redis host `host` (the multi-region world has several).
+/// [`build_store`] against the Redis host `host` (the multi-region world has several),
+/// applying the overrides kept there at most `overrides` stale, if given. Built with
+/// `connect_with`, the store does not subscribe to the overrides' channel: it sees a
+/// change by re-reading alone.
 pub(crate) async fn build_store_on(
     host: &'static str,
     deadline: Duration,
     connect_timeout: Duration,
+    overrides: Option<Duration>,
     current: Arc<Mutex<Option<SocketAddr>>>,
 ) -> Result<RedisStore<MultiplexedConnection>, Box<dyn std::error::Error>> {
     let mut attempts = 0;
     loop {
         let current = current.clone();
-        let built = RedisStoreBuilder::new()
+        let mut builder = RedisStoreBuilder::new();
+        if let Some(staleness) = overrides {
+            builder = builder.overrides(staleness);
+        }
+        let built = builder
             .deadline(deadline)
             .connect_timeout(connect_timeout)
             // Client-time mode: TTLs run on Redis's clock, which a node behind it lags.

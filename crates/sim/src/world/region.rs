@@ -776,7 +776,14 @@ async fn run_region(nodes: Vec<RegionNode>) -> turmoil::Result {
 
 async fn run_node(node: RegionNode) -> turmoil::Result {
     let current: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
-    let store = build_store_on(node.redis, node.deadline, node.deadline, current.clone()).await?;
+    let store = build_store_on(
+        node.redis,
+        node.deadline,
+        node.deadline,
+        None,
+        current.clone(),
+    )
+    .await?;
     // One prepared policy per limit value: the quota changes per window, the Redis key
     // (which names the policy, not its numbers) does not, so the window's count carries over
     // when the quota changes.

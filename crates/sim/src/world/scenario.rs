@@ -14,12 +14,13 @@ use super::bound::fallback_policy;
 use super::clock::{self, Skew, WARMUP};
 use super::fault::{Action, Fault};
 use super::node::{self, NodeConfig};
+use super::overrides::{OPERATOR_HOST, OverrideBound, OverrideSchedule, Written, run_operator};
 use super::rng::Rng;
 use super::runner::{self, Network};
 use super::tap::{ScriptTap, tapped_host};
 use super::workload::{Request, Workload};
 use super::{Event, Guard, LimiterKind, Outcome, REDIS_HOST, REDIS_PORT, TimeSource, host_name};
-use crate::oracle::{AdmissionLog, Interval};
+use crate::oracle::{AdmissionLog, Interval, PolicyVerdict, Verdict, Window};
 use crate::redis::{Clock, Persistence, Shared};
 use crate::report::{ScenarioInputs, ScenarioResult};
 
@@ -93,6 +94,9 @@ pub struct Scenario {
     /// With [`LimiterKind::Leased`], each node's lease settings (default:
     /// `LeaseConfig::default()`).
     pub lease_config: rein::LeaseConfig,
+    /// Per-key overrides: every node's store applies them, and an operator host writes key
+    /// 0's at the scheduled instants (overrides.rs). `None` (the default): none.
+    pub overrides: Option<OverrideSchedule>,
 }
 
 /// What one run of a [`Scenario`] recorded.
@@ -122,6 +126,8 @@ pub struct Run {
     /// (`LeasedLimiter::rate_shares`) read at its death: the rate it strands is their
     /// `stranded_if_dead`.
     pub shares_at_death: BTreeMap<usize, Vec<rein::lease::ShareView>>,
+    /// With [`Scenario::overrides`], when each of the operator's writes was made, in order.
+    pub override_writes: Vec<Written>,
 }
 
 impl Scenario {
@@ -149,6 +155,7 @@ impl Scenario {
             faults: Vec::new(),
             guard: None,
             lease_config: rein::LeaseConfig::default(),
+            overrides: None,
         }
     }
 
@@ -311,6 +318,9 @@ impl Scenario {
         if self.time == TimeSource::Client {
             words.push(format!("client clocks ±{} ms", self.max_skew.as_millis()));
         }
+        if let Some(schedule) = &self.overrides {
+            words.push(schedule.describe());
+        }
         if let Some(guard) = &self.guard {
             let mut g = match guard.on_failure {
                 FailurePolicy::FailOpen => "fail open".to_owned(),
@@ -404,6 +414,7 @@ impl Scenario {
                     .iter()
                     .filter_map(|f| f.pause_of(index, per_host))
                     .collect(),
+                overrides: self.overrides.as_ref().map(|o| o.staleness),
             };
             let name = host_name(index, per_host);
             match hosts.last_mut() {
@@ -413,6 +424,20 @@ impl Scenario {
         }
         for (name, configs) in hosts {
             world.client(name, node::run_host(configs));
+        }
+        // Registered last, so that a world without overrides is the one it always was.
+        let written = Rc::new(RefCell::new(Vec::new()));
+        if let Some(schedule) = &self.overrides {
+            world.client(
+                OPERATOR_HOST,
+                run_operator(
+                    schedule.clone(),
+                    policy.name().to_owned(),
+                    self.deadline,
+                    self.connect_timeout,
+                    written.clone(),
+                ),
+            );
         }
         let mut schedule: Vec<(Duration, Action)> = self
             .faults
@@ -445,6 +470,7 @@ impl Scenario {
             script_runs: tap.runs(),
             leases: leases.take(),
             shares_at_death: shares_at_death.take(),
+            override_writes: written.take(),
         })
     }
 }
@@ -656,9 +682,48 @@ impl Run {
     }
 
     /// The run as a report row and chart, judged against [`Scenario::bound`] plus
-    /// [`Scenario::allowance`].
+    /// [`Scenario::allowance`]; with overrides, each aligned window against its own
+    /// [`override_bound`](Self::override_bound) instead (the chart draws the policy's own
+    /// limit).
     pub fn result(&self) -> ScenarioResult {
+        if let Some(bound) = self.override_bound() {
+            let mut result = self.judged(&self.scenario.policy, 0);
+            let windows = bound.check(&self.log);
+            // The window with the largest excess (the least headroom); the first on a tie.
+            let worst = windows
+                .iter()
+                .copied()
+                .fold(None, |best: Option<Window>, w| match best {
+                    Some(b) if b.excess() >= w.excess() => Some(b),
+                    _ => Some(w),
+                });
+            result.verdict = PolicyVerdict {
+                verdicts: self
+                    .scenario
+                    .policy
+                    .limits()
+                    .first()
+                    .map(|&limit| Verdict {
+                        limit,
+                        key: 0,
+                        admitted: windows.iter().map(|w| w.admitted).sum(),
+                        extra_allowance: 0,
+                        worst,
+                        against_exact_log: None,
+                    })
+                    .into_iter()
+                    .collect(),
+            };
+            return result;
+        }
         self.judged(&self.scenario.bound(), self.scenario.allowance())
+    }
+
+    /// With [`Scenario::overrides`], what each aligned window of key 0 may admit given the
+    /// operator's writes as they were made (overrides.rs derives it); `None` without
+    /// overrides, or for a scenario outside the shapes that bound is stated for.
+    pub fn override_bound(&self) -> Option<OverrideBound> {
+        OverrideBound::new(&self.scenario, &self.override_writes)
     }
 
     /// The run judged against the scenario's own policy plus a given allowance (0: the

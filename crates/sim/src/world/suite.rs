@@ -4,9 +4,12 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use rein::{AllowCacheConfig, BreakerConfig, FailurePolicy};
+use rein_core::overrides::Override;
 use rein_core::{Limit, Micros, Policy};
 
-use super::{Fault, Guard, LimiterKind, Scenario, TimeSource, Workload};
+use super::{
+    Fault, Guard, LimiterKind, OverrideChange, OverrideSchedule, Scenario, TimeSource, Workload,
+};
 use crate::redis::Persistence;
 
 /// The default suite's scenario names, in report order.
@@ -30,6 +33,7 @@ pub const SUITE: &[&str] = &[
     "deny-cache",
     "allow-cache",
     "recovery-after-partition",
+    "overrides-during-partition",
     "leased-fixed-window",
     "leased-sliding-counter",
     "leased-sliding-log",
@@ -188,6 +192,7 @@ pub fn suite_scenario(name: &str, nodes: usize, seed: u64) -> Option<Scenario> {
             }];
             s
         }
+        "overrides-during-partition" => overrides_during_partition(name, seed, nodes),
         "leased-fixed-window"
         | "leased-sliding-counter"
         | "leased-sliding-log"
@@ -239,7 +244,7 @@ fn leased(name: &str, seed: u64, nodes: usize) -> Scenario {
         s.span = Duration::from_secs(3);
         s.faults = vec![Fault::Pause {
             nodes: vec![0],
-            from: Duration::from_millis(850),
+            from: Duration::from_millis(900),
             until: Duration::from_millis(2150),
         }];
     }
@@ -295,6 +300,54 @@ fn leased_traffic(name: &str, seed: u64, nodes: usize) -> Option<Scenario> {
         }];
     }
     Some(s)
+}
+
+/// Key 0's override changed while node 0 cannot reach Redis (issue 25; overrides.rs states
+/// the bound). One key, a fixed window of 100 per second, 150 requests per second per node
+/// (every window saturated), each store re-reading the overrides at most every 200 ms, a
+/// local fallback at a share of the policy's own limit, no deny cache (every decision of a
+/// node that reaches Redis asks it: the harsher case), a breaker probing every 50 ms; for
+/// 4.5 s, with
+/// Redis's windows at 0.8 s, 1.8 s, ... from the start of demand:
+/// - 0.0 s: the operator raises key 0 to 160 per second;
+/// - 0.9 s: node 0 is cut off from Redis, holding its copy of the raised override;
+/// - 1.1 s: the operator lowers key 0 to 30 per second, when its window has counted more
+///   than that: what the other nodes admit until they re-read is over the new limit. 30 is
+///   below the policy's share for three nodes (33): what node 0 admits on its own then
+///   shows which limit its fallback follows;
+/// - 3.0 s: the partition heals; node 0 decides in Redis by its copy of the raised override
+///   until it re-reads, then by the lowered one.
+fn overrides_during_partition(name: &str, seed: u64, nodes: usize) -> Scenario {
+    let window = Micros::from_secs(1);
+    let mut s = Scenario::new(name, seed, nodes, policy(Limit::fixed_window(100, window)));
+    let expected_nodes = NonZeroU32::new(nodes.max(1) as u32).unwrap_or(NonZeroU32::MIN);
+    let mut guard = Guard::new(FailurePolicy::LocalFallback { expected_nodes });
+    guard.deny_cache = false;
+    guard.breaker =
+        BreakerConfig::new().backoff(Duration::from_millis(50), Duration::from_millis(50));
+    s.guard = Some(guard);
+    s.per_node_rate = 150;
+    s.span = Duration::from_millis(4_500);
+    s.faults = vec![Fault::Partition {
+        nodes: vec![0],
+        from: Duration::from_millis(900),
+        until: Duration::from_millis(3_000),
+    }];
+    let to = |limit: u64| Some(Override::Limits(policy(Limit::fixed_window(limit, window))));
+    s.overrides = Some(OverrideSchedule {
+        staleness: Duration::from_millis(200),
+        changes: vec![
+            OverrideChange {
+                at: Duration::ZERO,
+                value: to(160),
+            },
+            OverrideChange {
+                at: Duration::from_millis(1_100),
+                value: to(30),
+            },
+        ],
+    });
+    s
 }
 
 fn policy(limit: Result<Limit, rein_core::ConfigError>) -> Policy {
