@@ -601,8 +601,50 @@ fn endpoint(config: &Config) -> String {
     }
 }
 
-/// `key inspect`.
+/// `key inspect`: by the limits that decide the key, its override's if it has one.
 async fn inspect(
+    name: &str,
+    key: &str,
+    policy: &RedisPolicy,
+    store: &ConfiguredStore,
+) -> Result<Output, Failure> {
+    let applied = applicable_override(store, name, key).await?;
+    let (overridden, note) = match &applied {
+        Some(entry) => {
+            let shown = format!(
+                "  override: {} (the override of {})\n",
+                show_override(&entry.value),
+                show_match(&entry.keys)
+            );
+            let json = entry_json(name, &entry.keys, Some(&entry.value));
+            match &entry.value {
+                Override::Limits(limits) => {
+                    let named = NamedPolicy::new(name, limits.clone())
+                        .map_err(|e| Failure::Input(e.to_string()))?;
+                    (Some(RedisPolicy::prepare(&named)), Some((shown, json)))
+                }
+                Override::Unlimited => {
+                    let shown = format!(
+                        "{shown}  decisions are admitted and not counted; below, what the policy's own limits counted before\n"
+                    );
+                    (None, Some((shown, json)))
+                }
+            }
+        }
+        None => (None, None),
+    };
+    let policy = overridden.as_ref().unwrap_or(policy);
+    let mut output = inspect_limits(name, key, policy, store).await?;
+    if let Some((text, json)) = note {
+        let first_line = output.text.find('\n').map_or(output.text.len(), |i| i + 1);
+        output.text.insert_str(first_line, &text);
+        output.json["override"] = json;
+    }
+    Ok(output)
+}
+
+/// What Redis holds for `key` under `policy`'s limits.
+async fn inspect_limits(
     name: &str,
     key: &str,
     policy: &RedisPolicy,
@@ -912,14 +954,24 @@ async fn remove_override(cli: &Cli, name: &str, keys: &Keys) -> Result<Output, F
     Ok(Output { text, json })
 }
 
-async fn get_override(cli: &Cli, name: &str, key: &str) -> Result<Output, Failure> {
-    let (_, store) = target(cli, name, key).await?;
+/// The override that applies to `key` of the policy `name` now, as the servers look it up
+/// (its own, then its longest prefix's), read from Redis.
+async fn applicable_override(
+    store: &ConfiguredStore,
+    name: &str,
+    key: &str,
+) -> Result<Option<rein_core::overrides::OverrideEntry>, Failure> {
     let all = store.overrides().await.map_err(admin_failed)?;
     let mut of_policy = rein_core::overrides::Overrides::default();
     for entry in all.into_iter().filter(|e| e.policy == name) {
         of_policy.insert(entry.keys.clone(), entry);
     }
-    Ok(match of_policy.get(key.as_bytes()) {
+    Ok(of_policy.get(key.as_bytes()).cloned())
+}
+
+async fn get_override(cli: &Cli, name: &str, key: &str) -> Result<Output, Failure> {
+    let (_, store) = target(cli, name, key).await?;
+    Ok(match applicable_override(&store, name, key).await? {
         Some(entry) => Output {
             text: format!(
                 "policy {name}, key {key:?}: {} (the override of {})\n",

@@ -481,6 +481,38 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
     // the override's 300 in its window.
     let after = ok(&["key", "set", "api", "tenant-7", "250"]);
     assert_eq!(after["remaining"], 20, "the bucket of 20 names the fewest");
+    // Inspect shows the override and reads the key by its limits.
+    let seen = ok(&["key", "inspect", "api", "tenant-7"]);
+    assert_eq!(seen["override"]["key"], "tenant-7", "{seen}");
+    assert_eq!(
+        (
+            &seen["limits"][0]["remaining"],
+            &seen["limits"][1]["remaining"]
+        ),
+        (&Value::from(20), &Value::from(250)),
+        "{seen}"
+    );
+    let text = run(&["key", "inspect", "api", "tenant-7"]);
+    assert!(stdout(&text).contains("override: "), "{}", stdout(&text));
+    // Limits of another algorithm count in another key: a penalty, inspect and reset all
+    // reach it.
+    ok(&[
+        "override", "set", "api", "--key", "tenant-8", "--limit", "sl:5/1m",
+    ]);
+    assert_eq!(
+        ok(&["key", "penalize", "api", "tenant-8", "2"])["remaining"],
+        3
+    );
+    assert_eq!(
+        ok(&["key", "inspect", "api", "tenant-8"])["limits"][0]["remaining"],
+        3
+    );
+    assert_eq!(ok(&["key", "reset", "api", "tenant-8"])["reset"], true);
+    assert_eq!(
+        ok(&["key", "inspect", "api", "tenant-8"])["limits"][0]["remaining"],
+        5
+    );
+    ok(&["override", "rm", "api", "--key", "tenant-8"]);
 
     // Bad input.
     for (bad, exit) in [

@@ -947,10 +947,19 @@ where
 
     /// One `DEL` of the policy's one key, so no decision sees half of it. What other
     /// servers counted for the key until then is forgotten too: for an operator, not for
-    /// refunds. A token bucket leased as rate keeps its rate shares (another key, which
-    /// holds rate, not a count).
+    /// refunds. A key overridden by limits of other algorithms is counted in another key
+    /// (of the same slot): the same `DEL` forgets both. A token bucket leased as rate keeps
+    /// its rate shares (another key, which holds rate, not a count).
     async fn reset(&self, policy: &RedisPolicy, key: &[u8]) -> Result<bool, AdminError> {
-        let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
+        let mut keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
+        let applied = self.applied(policy, key).await;
+        if let Some(limits) = overridden(applied.as_deref(), policy) {
+            for other in crate::key::state_keys(&self.inner.prefix, limits, key)? {
+                if !keys.contains(&other) {
+                    keys.push(other);
+                }
+            }
+        }
         let deleted: u64 = self
             .run(self.deadline_from_now(), |mut conn| async move {
                 redis::cmd("DEL").arg(&keys).query_async(&mut conn).await
