@@ -46,8 +46,17 @@ struct Cli {
     config: Option<PathBuf>,
     /// Ask this Redis instead of the config's [redis] (the same key prefix and deadline),
     /// e.g. a port-forward: redis://host:port/ or rediss://... .
-    #[arg(long, env = "REIN_REDIS_URL", global = true)]
+    #[arg(
+        long,
+        env = "REIN_REDIS_URL",
+        global = true,
+        conflicts_with = "redis_cluster"
+    )]
     redis_url: Option<String>,
+    /// Ask this Redis Cluster instead of the config's [redis]: one or more of its nodes'
+    /// URLs, comma-separated (the same key prefix and deadline).
+    #[arg(long, env = "REIN_REDIS_CLUSTER", global = true, value_delimiter = ',')]
+    redis_cluster: Vec<String>,
     /// Print one JSON document instead of text, for scripts (errors too, with "error").
     #[arg(long, global = true)]
     json: bool,
@@ -581,10 +590,13 @@ async fn policy_and_store(
     Ok((RedisPolicy::prepare(&named), store))
 }
 
-/// The config's Redis, or the one `--redis-url` names.
+/// The config's Redis, or the one `--redis-url` or `--redis-cluster` names.
 async fn connect(cli: &Cli, mut config: Config) -> Result<ConfiguredStore, Failure> {
     if let Some(url) = &cli.redis_url {
         config.redis.endpoint = RedisEndpoint::Url(url.clone());
+    }
+    if !cli.redis_cluster.is_empty() {
+        config.redis.endpoint = RedisEndpoint::Cluster(cli.redis_cluster.clone());
     }
     config.connect_store().await.map_err(|e| {
         Failure::Redis(format!(

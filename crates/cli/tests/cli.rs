@@ -17,6 +17,7 @@ fn rein(args: &[&str]) -> Output {
         .args(args)
         .env_remove("REIN_CONFIG")
         .env_remove("REIN_REDIS_URL")
+        .env_remove("REIN_REDIS_CLUSTER")
         .output()
         .expect("run rein")
 }
@@ -271,6 +272,27 @@ fn inspect_and_reset_work_on_a_cluster() {
     inspect_then_reset(&path, &["-c"]);
     change_then_inspect(&path, &["-c"]);
     overrides(&path, &["-c"]);
+    // The Cluster from the command line, over a config that names a dead server.
+    let dead = config("cluster-flag", "url = \"redis://127.0.0.1:1/\"");
+    let nodes = cluster.urls().join(",");
+    let flagged = json_ok(
+        &dead,
+        &["--redis-cluster", &nodes, "-c"],
+        &["key", "inspect", "api", "user-42"],
+    );
+    assert_eq!(flagged["limits"][0]["remaining"], 5, "{flagged}");
+    let both = with_config(
+        &dead,
+        &[
+            "--redis-cluster",
+            &nodes,
+            "--redis-url",
+            "redis://127.0.0.1:1/",
+            "-c",
+        ],
+        &["key", "inspect", "api", "user-42"],
+    );
+    assert_eq!(code(&both), 2, "one or the other: {}", stderr(&both));
 }
 
 /// Takes 3 of `api`'s bucket and window for `user-42`, as a server deciding requests would.
