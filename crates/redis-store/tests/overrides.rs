@@ -235,73 +235,214 @@ async fn bad_overrides_are_typed_errors_and_a_bad_entry_is_left_out() {
     );
 }
 
-/// Two processes under load (eight tasks over two stores, each with its own connection and
-/// copy of the overrides, deciding one key as fast as they can) while the key's override is
-/// raised and lowered, and the key reset, blocked and unblocked. A fixed window of an hour
-/// counts every admission of the test, so after each change has had its staleness the
-/// total admitted is exact: the limit in force, plus what earlier counts already held.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_load_admissions_follow_each_change_within_its_staleness() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+/// The sliding log the load test decides by: no window boundary to cross mid-test, and
+/// every admission of the test still in it.
+fn hot_log(limit: u64) -> Policy {
+    Policy::single(Limit::sliding_log(limit, Micros::from_secs(3_600)).expect("valid"))
+}
 
+/// What the load test's key admits: rein-core replaying the operator's changes on one
+/// state, each phase saturated (the load asks far more than any limit).
+struct Oracle {
+    state: rein_core::PolicyState,
+    blocked: bool,
+    admitted: u64,
+}
+
+impl Oracle {
+    fn saturate(&mut self, limits: &Policy) -> u64 {
+        let now = rein_core::Timestamp::from_micros(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_micros() as u64,
+        );
+        while !self.blocked
+            && limits
+                .acquire(now, &mut self.state, 1)
+                .expect("the oracle's state fits")
+                .is_allowed()
+        {
+            self.admitted += 1;
+        }
+        self.admitted
+    }
+}
+
+const WORKER_URL: &str = "REIN_OVERRIDES_TEST_WORKER_URL";
+const ADMITTED: &str = "overrides-test:admitted";
+const READY: &str = "overrides-test:ready";
+const STOP: &str = "overrides-test:stop";
+
+/// Two OS processes under load (this test binary started again as `override_load_worker`,
+/// four tasks each on its own store) decide one key while this process, the operator,
+/// raises and lowers its override, resets, blocks and unblocks it. After each change has
+/// had its staleness, the total admitted (counted in Redis by the workers) is exactly what
+/// rein-core admits replaying the same changes on one state.
+#[test]
+fn two_processes_under_load_follow_each_change_within_its_staleness() {
+    const WORKERS: usize = 2;
     let server = RedisServer::start().expect("start redis-server");
-    let [writer, other] = stores(&server.url()).await;
-    let admitted = Arc::new(AtomicU64::new(0));
+    let exe = std::env::current_exe().expect("the test binary");
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "override_load_worker",
+                    "--ignored",
+                    "--nocapture",
+                ])
+                .env(WORKER_URL, server.url())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::inherit())
+                .spawn()
+                .expect("start a worker process")
+        })
+        .collect();
+    let get = |key: &str| -> u64 {
+        let reply = server.command(&["GET", key]).expect("GET");
+        // `$<len>\r\n<value>\r\n`, or `$-1` for no value.
+        reply
+            .lines()
+            .nth(1)
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let started = std::time::Instant::now();
+    while get(READY) < WORKERS as u64 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the workers never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let operator = runtime.block_on(async {
+        RedisStoreBuilder::new()
+            .deadline(Duration::from_secs(5))
+            .connect(&server.url())
+            .await
+            .expect("connect")
+    });
+    let policy = RedisPolicy::new("api", hot_log(5)).expect("valid");
+    let settle = || std::thread::sleep(STALENESS * 2);
+    let mut oracle = Oracle {
+        state: hot_log(5).new_state(),
+        blocked: false,
+        admitted: 0,
+    };
+    let phase = |what: &str, limits: &Policy, oracle: &mut Oracle| {
+        settle();
+        let expected = oracle.saturate(limits);
+        assert_eq!(get(ADMITTED), expected, "{what}");
+        eprintln!("{what}: {expected} admitted in all");
+    };
+    let over = |limit| Override::Limits(hot_log(limit));
+    let hot = key("hot");
+    phase("the policy's own 5", &hot_log(5), &mut oracle);
+    runtime
+        .block_on(operator.set_override("api", &hot, &over(40)))
+        .expect("set");
+    phase("raised to 40", &hot_log(40), &mut oracle);
+    runtime
+        .block_on(operator.set_override("api", &hot, &over(20)))
+        .expect("set");
+    phase("lowered to 20", &hot_log(20), &mut oracle);
+    assert!(
+        runtime
+            .block_on(operator.reset(&policy, b"hot"))
+            .expect("reset")
+    );
+    oracle.state = hot_log(20).new_state();
+    phase("reset", &hot_log(20), &mut oracle);
+    let block = operator.block(&policy, b"hot", Until::For(Micros::from_secs(60)), "load");
+    assert!(runtime.block_on(block).expect("block"));
+    oracle.blocked = true;
+    phase("blocked", &hot_log(20), &mut oracle);
+    assert!(
+        runtime
+            .block_on(operator.unblock(&policy, b"hot"))
+            .expect("unblock")
+    );
+    (oracle.blocked, oracle.state) = (false, hot_log(20).new_state());
+    phase("unblocked", &hot_log(20), &mut oracle);
+    runtime
+        .block_on(operator.remove_override("api", &hot))
+        .expect("rm");
+    phase("back to the policy's 5", &hot_log(5), &mut oracle);
+
+    server.command(&["SET", STOP, "1"]).expect("SET");
+    for worker in workers {
+        let output = worker.wait_with_output().expect("a worker");
+        assert!(output.status.success(), "a worker process failed");
+    }
+}
+
+/// The worker half of `two_processes_under_load_follow_each_change_within_its_staleness`,
+/// run only by it (ignored otherwise, so that a plain run reports it as not run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a worker of two_processes_under_load_follow_each_change_within_its_staleness"]
+async fn override_load_worker() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let Ok(url) = std::env::var(WORKER_URL) else {
+        panic!("run by two_processes_under_load_follow_each_change_within_its_staleness");
+    };
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let mut counter = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
     let stop = Arc::new(AtomicBool::new(false));
     let mut load = tokio::task::JoinSet::new();
-    for task in 0..8 {
-        let store = if task % 2 == 0 {
-            writer.clone()
-        } else {
-            other.clone()
-        };
-        let (admitted, stop) = (admitted.clone(), stop.clone());
+    for _ in 0..4 {
+        let store = RedisStoreBuilder::new()
+            .deadline(Duration::from_secs(5))
+            .overrides(STALENESS)
+            .connect(&url)
+            .await
+            .expect("connect");
+        let (stop, mut counter) = (stop.clone(), counter.clone());
         load.spawn(async move {
+            let policy = RedisPolicy::new("api", hot_log(5)).expect("valid");
             while !stop.load(Ordering::Relaxed) {
                 let d = store
-                    .acquire(None, &api(), b"hot", 1)
+                    .acquire(None, &policy, b"hot", 1)
                     .await
                     .expect("decision");
-                admitted.fetch_add(u64::from(d.is_allowed()), Ordering::Relaxed);
+                if d.is_allowed() {
+                    let _: u64 = redis::cmd("INCR")
+                        .arg(ADMITTED)
+                        .query_async(&mut counter)
+                        .await
+                        .expect("INCR");
+                }
                 tokio::task::yield_now().await;
             }
         });
     }
-    let settle = || tokio::time::sleep(STALENESS * 2);
-    let total = || admitted.load(Ordering::Relaxed);
-
-    settle().await;
-    assert_eq!(total(), 5, "the policy's own 5");
-    writer
-        .set_override("api", &key("hot"), &per_hour(40))
+    let _: u64 = redis::cmd("INCR")
+        .arg(READY)
+        .query_async(&mut counter)
         .await
-        .expect("set");
-    settle().await;
-    assert_eq!(total(), 40, "raised to 40: 35 more");
-    writer
-        .set_override("api", &key("hot"), &per_hour(20))
-        .await
-        .expect("set");
-    settle().await;
-    assert_eq!(total(), 40, "lowered to 20 under 40 counted: none");
-    assert!(writer.reset(&api(), b"hot").await.expect("reset"));
-    settle().await;
-    assert_eq!(total(), 60, "reset: 20 more");
-    assert!(
-        writer
-            .block(&api(), b"hot", Until::For(Micros::from_secs(60)), "load")
+        .expect("INCR");
+    loop {
+        let stopped: Option<String> = redis::cmd("GET")
+            .arg(STOP)
+            .query_async(&mut counter)
             .await
-            .expect("block")
-    );
-    settle().await;
-    assert_eq!(total(), 60, "nothing admitted while blocked");
-    assert!(writer.unblock(&api(), b"hot").await.expect("unblock"));
-    settle().await;
-    assert_eq!(total(), 80, "unblocked: a key never seen, 20");
-
+            .expect("GET");
+        if stopped.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     stop.store(true, Ordering::Relaxed);
-    while load.join_next().await.is_some() {}
+    while let Some(task) = load.join_next().await {
+        task.expect("a load task");
+    }
 }
 
 /// The application's own source (a list it changes at run time) feeds the same cache: a
