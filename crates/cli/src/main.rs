@@ -1,7 +1,8 @@
 //! `rein`: the operator's command line. It checks config files (rein-tower's TOML,
 //! rein-server's rules), looks at and changes what Redis counts for one key of a policy
-//! (inspect, reset, penalize, reward, set, block, unblock), and keeps per-key overrides, with
-//! the policies and the Redis connection a rein-tower config file names. `rein --help`
+//! (inspect, reset, penalize, reward, set, block, unblock), keeps per-key overrides, and
+//! watches what a policy admits and denies per second, with the policies and the Redis
+//! connection a rein-tower config file names. `rein --help`
 //! and each subcommand's `--help` teach it; docs/operations.md is the guide.
 //!
 //! Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key);
@@ -19,7 +20,8 @@ use rein_tower::{Config, ConfiguredStore, RedisEndpoint};
 use serde_json::{Value, json};
 
 /// rein's command line: check config files, look at and change what Redis counts for one
-/// key of a policy, and give keys other limits (overrides) while the servers run.
+/// key of a policy, give keys other limits (overrides) while the servers run, and watch
+/// what a policy admits and denies.
 ///
 /// The policies and the Redis they are counted in come from a rein-tower config file
 /// (--config, or REIN_CONFIG), the one the servers load.
@@ -34,6 +36,7 @@ use serde_json::{Value, json};
 ///     rein --config rein.toml key block login user-42 --for 10m --reason "ticket 77"
 ///     rein --config rein.toml override set api --key tenant-7 --limit fw:10000/1h
 ///     rein --config rein.toml override list
+///     rein --config rein.toml watch api
 ///
 /// Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key, an
 /// override or reason rein refuses); 2 a wrong command line; 3 Redis unavailable (cannot
