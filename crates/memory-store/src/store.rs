@@ -112,15 +112,33 @@ impl<C> std::fmt::Debug for MemoryPolicy<C> {
 }
 
 /// How a key of a prepared policy is decided, given its override.
-enum Route<C> {
+enum Route<'a, C> {
     /// By the policy: no override.
     Own,
     /// Admitted, with nothing counted.
     Unlimited,
-    /// By other limits, on the key's own state.
-    Shared(Arc<Policy>),
-    /// By other limits, in the table of their form.
-    Apart(Arc<Policy>, Arc<MemoryLimiter<Vec<u8>, C>>),
+    /// By an override's limits, on the key's state in this table: the policy's own when
+    /// the limits share its form, else the table of their form. Blocks are the policy's.
+    Other(Arc<Policy>, Table<'a, C>),
+}
+
+/// Where an override's limits count a key.
+enum Table<'a, C> {
+    /// The policy's own table (the limits share its form).
+    Own(&'a MemoryLimiter<Vec<u8>, C>),
+    /// The table of the limits' form.
+    Apart(Arc<MemoryLimiter<Vec<u8>, C>>),
+}
+
+impl<C> std::ops::Deref for Table<'_, C> {
+    type Target = MemoryLimiter<Vec<u8>, C>;
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Table::Own(table) => table,
+            Table::Apart(table) => table,
+        }
+    }
 }
 
 impl MemoryStore<SystemClock> {
@@ -195,12 +213,12 @@ where
     }
 
     /// How `key` of `policy` is decided: where the store decides what an override does.
-    fn route(&self, policy: &MemoryPolicy<C>, key: &[u8], now: Timestamp) -> Route<C> {
+    fn route<'a>(&self, policy: &'a MemoryPolicy<C>, key: &[u8], now: Timestamp) -> Route<'a, C> {
         match self.overrides.get(&policy.name, key) {
             None => Route::Own,
             Some(Kept::Unlimited) => Route::Unlimited,
             Some(Kept::Limits(limits)) if policy.limiter.shares_state_with(&limits) => {
-                Route::Shared(limits)
+                Route::Other(limits, Table::Own(&policy.limiter))
             }
             Some(Kept::Limits(limits)) => {
                 let table = Apart::table(
@@ -211,7 +229,7 @@ where
                     &policy.limiter,
                     now,
                 );
-                Route::Apart(limits, table)
+                Route::Other(limits, Table::Apart(table))
             }
         }
     }
@@ -246,12 +264,7 @@ where
             match self.route(policy, key, now) {
                 Route::Own => own.acquire_at(now, key, cost),
                 Route::Unlimited => Ok(unlimited(own.policy())),
-                Route::Shared(limits) => {
-                    own.blocked_as(now, key, cost, &limits).unwrap_or_else(|| {
-                        own.change_as(now, key, |at, s| limits.acquire(at, s, cost))
-                    })
-                }
-                Route::Apart(limits, table) => {
+                Route::Other(limits, table) => {
                     own.blocked_as(now, key, cost, &limits).unwrap_or_else(|| {
                         table.change_as(now, key, |at, s| limits.acquire(at, s, cost))
                     })
@@ -272,10 +285,7 @@ where
             match self.route(policy, key, now) {
                 Route::Own => own.peek_at(now, key, cost),
                 Route::Unlimited => Ok(unlimited(own.policy())),
-                Route::Shared(limits) => own
-                    .blocked_as(now, key, cost, &limits)
-                    .unwrap_or_else(|| limits.peek(now, &own.state_of(key), cost)),
-                Route::Apart(limits, table) => own
+                Route::Other(limits, table) => own
                     .blocked_as(now, key, cost, &limits)
                     .unwrap_or_else(|| limits.peek(now, &table.state_of(key), cost)),
             }
@@ -294,10 +304,7 @@ where
             match self.route(policy, key, now) {
                 Route::Own => own.refund_at(now, key, amount),
                 Route::Unlimited => Ok(()),
-                Route::Shared(limits) => {
-                    own.change_as(now, key, |at, s| limits.refund(at, s, amount))
-                }
-                Route::Apart(limits, table) => {
+                Route::Other(limits, table) => {
                     table.change_as(now, key, |at, s| limits.refund(at, s, amount))
                 }
             }
@@ -326,11 +333,7 @@ where
             let own = &policy.limiter;
             Ok(match self.route(policy, key, now) {
                 Route::Own | Route::Unlimited => own.inspect_at(now, key),
-                Route::Shared(_) => match own.block_of(now, key) {
-                    Some((block, reason)) => KeyState::Blocked { block, reason },
-                    None => KeyState::Counting(own.state_of(key)),
-                },
-                Route::Apart(_, table) => match own.block_of(now, key) {
+                Route::Other(_, table) => match own.block_of(now, key) {
                     Some((block, reason)) => KeyState::Blocked { block, reason },
                     None => KeyState::Counting(table.state_of(key)),
                 },
@@ -345,7 +348,7 @@ where
     ) -> impl Future<Output = Result<bool, AdminError>> + Send {
         ready(self.admin(key, |now| {
             let apart = match self.route(policy, key, now) {
-                Route::Apart(_, table) => table.reset(key),
+                Route::Other(_, Table::Apart(table)) => table.reset(key),
                 _ => false,
             };
             Ok(policy.limiter.reset(key) | apart)
@@ -362,12 +365,7 @@ where
             let own = &policy.limiter;
             match self.route(policy, key, now) {
                 Route::Own | Route::Unlimited => own.penalize_at(now, key, amount),
-                Route::Shared(limits) => {
-                    own.blocked_as(now, key, 0, &limits).unwrap_or_else(|| {
-                        own.change_as(now, key, |at, s| limits.penalize(at, s, amount))
-                    })
-                }
-                Route::Apart(limits, table) => {
+                Route::Other(limits, table) => {
                     own.blocked_as(now, key, 0, &limits).unwrap_or_else(|| {
                         table.change_as(now, key, |at, s| limits.penalize(at, s, amount))
                     })
@@ -387,15 +385,7 @@ where
             let own = &policy.limiter;
             match self.route(policy, key, now) {
                 Route::Own | Route::Unlimited => own.set_remaining_at(now, key, remaining),
-                Route::Shared(limits) => {
-                    own.forget_block(key);
-                    own.change_as(now, key, |at, s| {
-                        let (set, figures) = limits.with_remaining(at, remaining)?;
-                        *s = set;
-                        Ok(figures)
-                    })
-                }
-                Route::Apart(limits, table) => {
+                Route::Other(limits, table) => {
                     own.forget_block(key);
                     table.change_as(now, key, |at, s| {
                         let (set, figures) = limits.with_remaining(at, remaining)?;

@@ -190,14 +190,18 @@ impl AdmissionLog {
 
     /// Checks `limit` on one key; a key with no admissions gets a verdict with no window.
     pub fn check_key(&self, limit: &Limit, key: u64, extra_allowance: u64) -> Verdict {
-        let events = merge_instants(
+        check_events(limit, key, &self.events_of(key), extra_allowance)
+    }
+
+    /// `key`'s admissions as (instant in µs, cost), one per instant, ascending.
+    fn events_of(&self, key: u64) -> Vec<(u64, u64)> {
+        merge_instants(
             self.admissions
                 .iter()
                 .filter(|a| a.key == key)
                 .map(|a| (a.at.as_micros(), a.cost))
                 .collect(),
-        );
-        check_events(limit, key, &events, extra_allowance)
+        )
     }
 
     /// Checks every limit of `policy` on every key. A policy admits only what all its
@@ -243,14 +247,7 @@ impl AdmissionLog {
     ) -> Vec<Window> {
         let width = window.as_micros().max(1);
         let mut windows: Vec<Window> = Vec::new();
-        let events = merge_instants(
-            self.admissions
-                .iter()
-                .filter(|a| a.key == key)
-                .map(|a| (a.at.as_micros(), a.cost))
-                .collect(),
-        );
-        for (at, cost) in events {
+        for (at, cost) in self.events_of(key) {
             let instant = Timestamp::from_micros(at);
             match windows.last_mut() {
                 Some(w) if w.span.first.as_micros() / width == at / width => {
