@@ -1,14 +1,11 @@
-//! rein: rate limits through a shared store that keep answering when the store does not.
+//! rein-resilient: the limiters above any store, re-exported whole by the `rein` crate
+//! (applications depend on `rein`; the paths below are `rein::...`).
 //!
-//! This is the crate an application uses on its request path. It sits above the stores
-//! (`rein-redis` for limits shared through Redis, `rein-memory` in process), which only
-//! store: each implements rein-core's [`Limiter`](rein_core::Limiter) trait, and
-//! [`Leasable`](rein_core::Leasable) to be leased over, and nothing more.
+//! It sits above the stores (`rein-redis` for limits shared through Redis, `rein-memory`
+//! in process), which only store: each implements rein-core's
+//! [`Limiter`](rein_core::Limiter) trait, and [`Leasable`](rein_core::Leasable) to be leased
+//! over, and nothing more.
 //!
-//! # Where to start
-//! One dependency, `rein`, for the common paths: the limits ([`Limit`], [`Policy`],
-//! [`NamedPolicy`], [`Micros`]), the stores ([`redis::RedisStore`] with the default `redis`
-//! feature, [`memory::MemoryStore`]), and the limiters:
 //! - [`ResilientLimiter`] over a store: every request gets an answer within the store's
 //!   deadline, by the [`FailurePolicy`] the operator chose; each answer says where it came
 //!   from ([`Decided`], [`Source`]). Build it with a [`PolicyTable`] (which policy a key
@@ -182,8 +179,3 @@ pub enum ResilienceConfigError {
         source: rein_core::ConfigError,
     },
 }
-
-/// The README's examples, compiled and run as doctests so that they stay true.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
