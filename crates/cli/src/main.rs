@@ -649,13 +649,104 @@ async fn inspect(
         None => (None, None),
     };
     let policy = overridden.as_ref().unwrap_or(policy);
-    let mut output = inspect_limits(name, key, policy, store).await?;
+    let shares = match policy.policy().limits() {
+        [Limit::TokenBucket(_)] => store
+            .rate_state(policy, key.as_bytes())
+            .await
+            .map_err(|e| Failure::Redis(format!("reading the rate shares: {e}")))?,
+        _ => None,
+    };
+    let mut output = match shares {
+        Some(state) => inspect_shares(name, key, policy, store, &state).await?,
+        None => inspect_limits(name, key, policy, store).await?,
+    };
     if let Some((text, json)) = note {
         let first_line = output.text.find('\n').map_or(output.text.len(), |i| i + 1);
         output.text.insert_str(first_line, &text);
         output.json["override"] = json;
     }
     Ok(output)
+}
+
+/// A token bucket leased as rate: who holds which part of its rate, as Redis keeps it (the
+/// store-side view of the rate shares, docs/leases.md).
+async fn inspect_shares(
+    name: &str,
+    key: &str,
+    policy: &RedisPolicy,
+    store: &ConfiguredStore,
+    state: &rein_core::rate_share::RateState,
+) -> Result<Output, Failure> {
+    use rein_core::rate_share::RATE_PARTS;
+
+    let redis_keys = store
+        .keys(policy, key.as_bytes())
+        .map_err(|e| Failure::Input(format!("the key {key:?}: {e}")))?;
+    let now = store
+        .server_time()
+        .await
+        .map_err(|e| Failure::Redis(format!("reading Redis's clock: {e}")))?;
+    let percent = |parts: u64| format!("{}.{}%", parts / 10, parts % 10);
+    let mut text = format!(
+        "policy {name}, key {key:?} (Redis key {}), at Redis's clock {}: a token bucket leased as rate, split between servers\n",
+        redis_keys.join(", "),
+        humantime::format_rfc3339_micros(
+            std::time::UNIX_EPOCH + Duration::from_micros(now.as_micros())
+        ),
+    );
+    let (mut held, mut stranded) = (0, 0);
+    let mut rows = Vec::new();
+    for share in &state.shares {
+        let lapsed = share.until <= now;
+        held += share.parts;
+        let validity = if lapsed {
+            stranded += share.parts;
+            format!(
+                "lapsed {} ago: its server stopped renewing (killed or cut off); the rate is stranded until another server's take reclaims it",
+                span(now.saturating_since(share.until))
+            )
+        } else {
+            format!("valid for {}", span(share.until.saturating_since(now)))
+        };
+        text.push_str(&format!(
+            "  server {}: {} of the rate, bursts of {}, demand {}/s, {validity}\n",
+            share.node,
+            percent(share.parts),
+            share.burst,
+            share.demand,
+        ));
+        rows.push(json!({
+            "node": share.node,
+            "rate_parts": share.parts,
+            "burst": share.burst,
+            "demand": share.demand,
+            "until_us": share.until.as_micros(),
+            "lapsed": lapsed,
+        }));
+    }
+    if state.shares.is_empty() {
+        text.push_str("  no server holds a share: the whole rate is decided directly\n");
+    }
+    text.push_str(&format!(
+        "  held by shares: {} of the rate ({} lapsed); decided directly: the rest\n",
+        percent(held),
+        percent(stranded),
+    ));
+    Ok(Output {
+        text,
+        json: json!({
+            "policy": name,
+            "key": key,
+            "redis_keys": redis_keys,
+            "now_us": now.as_micros(),
+            "rate_shares": {
+                "parts_of_rate": RATE_PARTS,
+                "shares": rows,
+                "held_parts": held,
+                "lapsed_parts": stranded,
+            },
+        }),
+    })
 }
 
 /// What Redis holds for `key` under `policy`'s limits.

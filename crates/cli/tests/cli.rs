@@ -63,6 +63,9 @@ limits = [{{ algorithm = "sliding_log", limit = 3, window = "1m" }}]
 
 [policies.window]
 limits = [{{ algorithm = "fixed_window", limit = 4, window = "1h" }}]
+
+[policies.rate]
+limits = [{{ algorithm = "token_bucket", capacity = 10, refill = 10, period = "1s" }}]
 "#
     );
     std::fs::write(&path, text).expect("write config");
@@ -97,7 +100,7 @@ fn config_check_names_each_files_errors_and_exits_1_if_any() {
     let ok = rein(&["config", "check", good.to_str().expect("utf-8"), rules]);
     assert_eq!(code(&ok), 0, "{}{}", stdout(&ok), stderr(&ok));
     assert!(
-        stdout(&ok).contains("ok (rein-tower config: 3 policies"),
+        stdout(&ok).contains("ok (rein-tower config: 4 policies"),
         "{}",
         stdout(&ok)
     );
@@ -240,6 +243,7 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
     change_then_inspect(&path, &["--config"]);
     overrides(&path, &["--config"]);
     watch(&server, &path);
+    rate_shares(&server, &path);
     // The integer form of a lone fixed window reads and resets the same way.
     let path = path.to_str().expect("utf-8");
     let inspect = || {
@@ -646,6 +650,59 @@ fn watch(server: &RedisServer, path: &std::path::Path) {
         let bad = with_config(path, &["-c"], &["watch", "api", "--window", window]);
         assert_eq!(code(&bad), 2, "--window {window}: {}", stderr(&bad));
     }
+}
+
+/// Two servers take shares of `rate`'s token bucket for one key, one renewing, one whose
+/// share lapsed: `inspect` shows both from Redis, the lapsed one as stranded.
+fn rate_shares(server: &RedisServer, path: &std::path::Path) {
+    use rein_core::Leasable;
+    use rein_core::rate_share::{RateAnswer, RateOp, TakeRequest};
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let store = RedisStoreBuilder::new()
+            .prefix(PREFIX)
+            .connect(&server.url())
+            .await
+            .expect("connect");
+        let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).expect("valid");
+        let named = NamedPolicy::new("rate", Policy::single(bucket)).expect("valid");
+        let policy = RedisPolicy::prepare(&named);
+        for (node, validity) in [(1, Micros::from_secs(60)), (2, Micros::from_millis(1))] {
+            let take = RateOp::Take(TakeRequest {
+                node,
+                held: 0,
+                seq: 1,
+                applied: 0,
+                demand: 5,
+                validity,
+            });
+            let answer = store.share_rate(None, &policy, b"shared", take).await;
+            assert!(
+                matches!(answer, Ok(RateAnswer::Taken(_))),
+                "node {node}: {answer:?}"
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    });
+    let seen = json_ok(path, &["-c"], &["key", "inspect", "rate", "shared"]);
+    let shares = &seen["rate_shares"];
+    assert_eq!(shares["shares"].as_array().map(Vec::len), Some(2), "{seen}");
+    assert_eq!(
+        (
+            &shares["shares"][0]["lapsed"],
+            &shares["shares"][1]["lapsed"]
+        ),
+        (&Value::from(false), &Value::from(true)),
+        "{seen}"
+    );
+    let lapsed = shares["shares"][1]["rate_parts"].as_u64().expect("parts");
+    assert_eq!(shares["lapsed_parts"].as_u64(), Some(lapsed), "{seen}");
+    let text = with_config(path, &["-c"], &["key", "inspect", "rate", "shared"]);
+    assert!(stdout(&text).contains("stranded"), "{}", stdout(&text));
+    // A key decided without leases reads as counts, as before.
+    let plain = json_ok(path, &["-c"], &["key", "inspect", "rate", "plain"]);
+    assert_eq!(plain["limits"][0]["remaining"], 10, "{plain}");
 }
 
 /// `rein FLAG PATH REST...`.

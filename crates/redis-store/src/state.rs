@@ -212,3 +212,47 @@ mod tests {
         }
     }
 }
+
+/// The hash `lua/lease_rate.lua` keeps in a token bucket's key while it is leased as rate,
+/// decoded as rein-core's `RateState`: the field `s` is `drawn:at:next_id`, each `n<node>`
+/// a share's nine numbers in `Share`'s order; shares ordered by node, as the core keeps
+/// them. `Err` names what does not read.
+pub(crate) fn decode_rate_state(
+    fields: Vec<(String, String)>,
+) -> Result<rein_core::rate_share::RateState, String> {
+    use rein_core::rate_share::{RateState, Share};
+
+    let numbers = |field: &str, value: &str, count: usize| -> Result<Vec<u64>, String> {
+        let parsed: Option<Vec<u64>> = value.split(':').map(|n| n.parse().ok()).collect();
+        parsed
+            .filter(|n| n.len() == count)
+            .ok_or_else(|| format!("rate share field {field:?} holds {value:?}"))
+    };
+    let mut state = RateState::default();
+    for (field, value) in fields {
+        if field == "s" {
+            let n = numbers(&field, &value, 3)?;
+            (state.drawn, state.at, state.next_id) = (n[0], Timestamp::from_micros(n[1]), n[2]);
+            continue;
+        }
+        let node = field
+            .strip_prefix('n')
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| format!("rate share field {field:?} names no node"))?;
+        let n = numbers(&field, &value, 9)?;
+        state.shares.push(Share {
+            node,
+            id: n[0],
+            burst: n[1],
+            parts: n[2],
+            until: Timestamp::from_micros(n[3]),
+            demand: n[4],
+            seq: n[5],
+            hold_burst: n[6],
+            hold_parts: n[7],
+            hold_until: Timestamp::from_micros(n[8]),
+        });
+    }
+    state.shares.sort_by_key(|s| s.node);
+    Ok(state)
+}

@@ -432,6 +432,48 @@ where
         ))
     }
 
+    /// The rate shares kept for `key` of a token bucket leased as rate (docs/leases.md): the
+    /// direct share's draw and every node's share with its validity, as `lua/lease_rate.lua`
+    /// keeps them in the bucket's own key, decoded as rein-core's `RateState`. `None` when
+    /// that key holds no shares (nothing stored, or a bucket decided without leases). The
+    /// store-side view of who holds the rate: a share whose validity has passed belongs to a
+    /// node that stopped renewing (killed, or cut off) and holds rate until another node's
+    /// take reclaims it. Two calls (`TYPE`, `HGETALL`): for tools, not the decision path.
+    pub async fn rate_state(
+        &self,
+        policy: &RedisPolicy,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<RateState>, StateError> {
+        let keys = crate::key::state_keys(&self.inner.prefix, policy, key.as_ref())?;
+        let Some(redis_key) = keys.into_iter().next() else {
+            return Ok(None);
+        };
+        let kind: String = {
+            let redis_key = redis_key.clone();
+            self.run(self.deadline_from_now(), |mut conn| async move {
+                redis::cmd("TYPE")
+                    .arg(&redis_key)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?
+        };
+        if kind != "hash" {
+            return Ok(None);
+        }
+        let fields: Vec<(String, String)> = self
+            .run(self.deadline_from_now(), |mut conn| async move {
+                redis::cmd("HGETALL")
+                    .arg(&redis_key)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        crate::state::decode_rate_state(fields)
+            .map(Some)
+            .map_err(|what| StateError::Unavailable(StoreError::UnexpectedReply(what)))
+    }
+
     /// The Redis keys holding `policy`'s state for `key`: one since key format `v4`, which
     /// keeps every limit of a policy in one key (docs/redis.md, "Key layout"). A list, so
     /// that callers (cleanup, inspection) need not change if that ever changes again.

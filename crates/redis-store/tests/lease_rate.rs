@@ -13,8 +13,7 @@ use redis::aio::ConnectionManager;
 use rein_core::{
     DecideError, Leasable, Limit, Limiter, MAX_MICROS, Micros, Policy, Timestamp,
     rate_share::{
-        RateAnswer, RateOp, RateShares, RateState, ReturnRequest, Share, ShareError, TakeRequest,
-        Taken,
+        RateAnswer, RateOp, RateShares, RateState, ReturnRequest, ShareError, TakeRequest, Taken,
     },
 };
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
@@ -76,18 +75,14 @@ fn script_matches_core_answers_and_state_at_every_step() {
             .deadline(Duration::from_secs(5))
             .build(conn.clone())
             .expect("store");
-        rt.block_on(run_case(&store, conn.clone(), &case))
+        rt.block_on(run_case(&store, &case))
     });
     if let Err(e) = result {
         panic!("{e}");
     }
 }
 
-async fn run_case(
-    store: &RedisStore<ConnectionManager>,
-    mut conn: ConnectionManager,
-    case: &Case,
-) -> Result<(), TestCaseError> {
+async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<(), TestCaseError> {
     let bucket = Limit::token_bucket(
         case.capacity,
         case.refill,
@@ -99,7 +94,6 @@ async fn run_case(
     };
     let shares = RateShares::new(&tb).expect("shareable");
     let policy = RedisPolicy::new("p", Policy::single(bucket)).expect("policy");
-    let key = store.keys(&policy, b"user").expect("key").remove(0);
     let mut state = RateState::default();
     // Per node: its latest grant id, its seq, and the seq of its latest grant.
     let mut nodes = [(0u64, 0u64, 0u64); 6];
@@ -160,43 +154,14 @@ async fn run_case(
             nodes[r.node as usize].0 = g.id;
             nodes[r.node as usize].2 = r.seq;
         }
-        let stored = read_state(&mut conn, &key).await?;
+        let stored = store
+            .rate_state(&policy, b"user")
+            .await
+            .map_err(|e| TestCaseError::fail(format!("reading the shares: {e}")))?
+            .unwrap_or_default();
         prop_assert_eq!(&stored, &state, "state after step {} {:?}", i, op);
     }
     Ok(())
-}
-
-/// The hash the script keeps, decoded as `RateState` (shares ordered by node, as the core
-/// keeps them). An absent key is the default state.
-async fn read_state(conn: &mut ConnectionManager, key: &str) -> Result<RateState, TestCaseError> {
-    let fields: Vec<(String, String)> = conn
-        .hgetall(key)
-        .await
-        .map_err(|e| TestCaseError::fail(format!("HGETALL: {e}")))?;
-    let numbers = |v: &str| -> Vec<u64> { v.split(':').map(|n| n.parse().expect("int")).collect() };
-    let mut state = RateState::default();
-    for (field, value) in fields {
-        let n = numbers(&value);
-        if field == "s" {
-            (state.drawn, state.at, state.next_id) = (n[0], Timestamp::from_micros(n[1]), n[2]);
-        } else {
-            let node = field.trim_start_matches('n').parse().expect("node");
-            state.shares.push(Share {
-                node,
-                id: n[0],
-                burst: n[1],
-                parts: n[2],
-                until: Timestamp::from_micros(n[3]),
-                demand: n[4],
-                seq: n[5],
-                hold_burst: n[6],
-                hold_parts: n[7],
-                hold_until: Timestamp::from_micros(n[8]),
-            });
-        }
-    }
-    state.shares.sort_by_key(|s| s.node);
-    Ok(state)
 }
 
 #[test]

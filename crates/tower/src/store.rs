@@ -68,6 +68,15 @@ impl ConfiguredStore {
         on_store!(self, store => store.counts(policy, first, last).await)
     }
 
+    /// [`RedisStore::rate_state`].
+    pub async fn rate_state(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+    ) -> Result<Option<rein_core::rate_share::RateState>, rein_redis::StateError> {
+        on_store!(self, store => store.rate_state(policy, key).await)
+    }
+
     /// [`RedisStore::server_time`].
     pub async fn server_time(&self) -> Result<Timestamp, StoreError> {
         on_store!(self, store => store.server_time().await)
