@@ -189,30 +189,6 @@ fn integers<const N: usize>(stored: Option<&str>) -> Result<[u64; N], String> {
 /// escaping, in Lua (one plain `string.find` per limit) as here.
 pub(crate) const PART_SEPARATOR: char = ';';
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_sliding_log_is_read_only_with_a_header_that_matches_its_entries() {
-        let log = sliding_log(Some("3:9:1|5:2,9:1")).expect("a v3 log");
-        let entries: Vec<_> = log.entries().map(|e| (e.at.as_micros(), e.cost)).collect();
-        assert_eq!(entries, [(5, 2), (9, 1)]);
-        assert_eq!(sliding_log(None), Ok(SlidingLogState::default()));
-        for (stored, why) in [
-            ("5:2,9:1", "no header (key format v2)"),
-            ("4:9:1|5:2,9:1", "a total the entries do not sum to"),
-            ("3:5:2|5:2,9:1", "a newest entry that is not the last"),
-            ("3:9:2|5:2,9:1", "the newest entry's cost"),
-            ("0:0:0|", "a header without entries"),
-            ("3:9:1|5:2,9:1,", "a trailing ','"),
-            ("3:9:1|9:1,5:2", "entries out of order"),
-        ] {
-            assert!(sliding_log(Some(stored)).is_err(), "{why}: {stored:?} read");
-        }
-    }
-}
-
 /// The hash `lua/lease_rate.lua` keeps in a token bucket's key while it is leased as rate,
 /// decoded as rein-core's `RateState`: the field `s` is `drawn:at:next_id`, each `n<node>`
 /// a share's nine numbers in `Share`'s order; shares ordered by node, as the core keeps
@@ -255,4 +231,28 @@ pub(crate) fn decode_rate_state(
     }
     state.shares.sort_by_key(|s| s.node);
     Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sliding_log_is_read_only_with_a_header_that_matches_its_entries() {
+        let log = sliding_log(Some("3:9:1|5:2,9:1")).expect("a v3 log");
+        let entries: Vec<_> = log.entries().map(|e| (e.at.as_micros(), e.cost)).collect();
+        assert_eq!(entries, [(5, 2), (9, 1)]);
+        assert_eq!(sliding_log(None), Ok(SlidingLogState::default()));
+        for (stored, why) in [
+            ("5:2,9:1", "no header (key format v2)"),
+            ("4:9:1|5:2,9:1", "a total the entries do not sum to"),
+            ("3:5:2|5:2,9:1", "a newest entry that is not the last"),
+            ("3:9:2|5:2,9:1", "the newest entry's cost"),
+            ("0:0:0|", "a header without entries"),
+            ("3:9:1|5:2,9:1,", "a trailing ','"),
+            ("3:9:1|9:1,5:2", "entries out of order"),
+        ] {
+            assert!(sliding_log(Some(stored)).is_err(), "{why}: {stored:?} read");
+        }
+    }
 }
