@@ -183,31 +183,21 @@ fn redis_down_is_exit_3_with_where_it_looked() {
         .expect("a free port")
         .port();
     let path = config("down", &format!("url = \"redis://127.0.0.1:{port}/\""));
-    let output = rein(&[
-        "--config",
-        path.to_str().expect("utf-8"),
-        "key",
-        "inspect",
-        "api",
-        "k",
-    ]);
-    assert_eq!(code(&output), 3, "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains(&format!(
-            "cannot connect to Redis (redis://127.0.0.1:{port}/)"
-        )),
-        "{}",
-        stderr(&output)
-    );
-    let watch = rein(&[
-        "--config",
-        path.to_str().expect("utf-8"),
-        "watch",
-        "api",
-        "--count",
-        "1",
-    ]);
-    assert_eq!(code(&watch), 3, "{}", stderr(&watch));
+    // A key's inspection and a policy's watch: each names where it looked.
+    for rest in [
+        &["key", "inspect", "api", "k"][..],
+        &["watch", "api", "--count", "1"],
+    ] {
+        let output = with_config(&path, &["--config"], rest);
+        assert_eq!(code(&output), 3, "{rest:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(&format!(
+                "cannot connect to Redis (redis://127.0.0.1:{port}/)"
+            )),
+            "{rest:?}: {}",
+            stderr(&output)
+        );
+    }
     let document = json(&rein(&[
         "--json",
         "--config",
