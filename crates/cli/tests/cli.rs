@@ -220,11 +220,7 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
     let path = config("standalone", &format!("url = \"{}\"", server.url()));
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let store = RedisStoreBuilder::new()
-            .prefix(PREFIX)
-            .connect(&server.url())
-            .await
-            .expect("connect");
+        let store = store_on(&server, RedisStoreBuilder::new()).await;
         take_three(&store).await;
         let window = store.acquire(None, &window(), b"user-42", 3).await;
         assert!(window.expect("decision").is_allowed());
@@ -287,6 +283,18 @@ fn inspect_and_reset_work_on_a_cluster() {
         &["key", "inspect", "api", "user-42"],
     );
     assert_eq!(code(&both), 2, "one or the other: {}", stderr(&both));
+}
+
+/// A store on `server` under the config's key prefix, as the servers the CLI watches.
+async fn store_on(
+    server: &RedisServer,
+    builder: RedisStoreBuilder,
+) -> RedisStore<redis::aio::ConnectionManager> {
+    builder
+        .prefix(PREFIX)
+        .connect(&server.url())
+        .await
+        .expect("connect")
 }
 
 /// Takes 3 of `api`'s bucket and window for `user-42`, as a server deciding requests would.
@@ -583,12 +591,7 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
 fn watch(server: &RedisServer, path: &std::path::Path) {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let store = RedisStoreBuilder::new()
-            .prefix(PREFIX)
-            .report_counts(true)
-            .connect(&server.url())
-            .await
-            .expect("connect");
+        let store = store_on(server, RedisStoreBuilder::new().report_counts(true)).await;
         for _ in 0..7 {
             store
                 .acquire(None, &window(), b"watched", 1)
@@ -650,11 +653,7 @@ fn rate_shares(server: &RedisServer, path: &std::path::Path) {
 
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let store = RedisStoreBuilder::new()
-            .prefix(PREFIX)
-            .connect(&server.url())
-            .await
-            .expect("connect");
+        let store = store_on(server, RedisStoreBuilder::new()).await;
         let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).expect("valid");
         let named = NamedPolicy::new("rate", Policy::single(bucket)).expect("valid");
         let policy = RedisPolicy::prepare(&named);
