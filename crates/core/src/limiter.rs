@@ -86,7 +86,7 @@ pub trait Limiter: Send + Sync {
     fn deadline(&self) -> Option<Duration>;
 }
 
-/// A [`Limiter`] whose units can be leased: the operations a `rein::LeasedLimiter` runs on
+/// A [`Limiter`] whose units can be leased: the operations a `rein::lease::LeasedLimiter` runs on
 /// the store besides [`Limiter`]'s, to reserve blocks of units, give back what a block did
 /// not spend, and share a token bucket's rate between nodes (docs/leases.md).
 ///
@@ -96,7 +96,7 @@ pub trait Limiter: Send + Sync {
 /// `RedisStore` (standalone and Cluster), rein's `ResilientLimiter` over a leasable store
 /// and the stores of rein-tower and rein-server implement it; rein-redis's
 /// `OptimisticStore` does not (it has no rate shares), and neither does
-/// `rein::LeasedLimiter` itself (a lease of a lease is not offered).
+/// `rein::lease::LeasedLimiter` itself (a lease of a lease is not offered).
 ///
 /// # Contract
 /// Every operation is atomic in the store, as [`Limiter::acquire`] is, with the same `now`,
@@ -110,7 +110,7 @@ pub trait Limiter: Send + Sync {
 ///   plain [`acquire`](Limiter::acquire), without leases.
 ///
 /// # A store that only decides cannot be leased over
-/// `rein::LeasedLimiter<S>` requires `S: Leasable`, as `lease_over` does here (rein-core
+/// `rein::lease::LeasedLimiter<S>` requires `S: Leasable`, as `lease_over` does here (rein-core
 /// cannot name rein; the same example with `LeasedLimiter` itself is in its docs):
 /// ```compile_fail,E0277
 /// use std::future::{Future, ready};

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use rein::{LeaseConfig, LeasedLimiter};
+use rein::{LeaseConfig, lease::LeasedLimiter};
 use rein_core::{Limit, Limiter, NamedPolicy, Policy};
 use rein_redis::{RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;

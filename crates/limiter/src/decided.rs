@@ -7,7 +7,8 @@
 
 use rein_core::Decision;
 
-/// A decision and its [`Source`], from [`ResilientLimiter`](crate::ResilientLimiter).
+/// A decision and its [`Source`], from [`ResilientLimiter`](crate::ResilientLimiter), with
+/// leases on or off, and from [`LeasedLimiter`](crate::lease::LeasedLimiter).
 ///
 /// ```
 /// use rein_core::{Decision, Micros, Outcome};
@@ -39,8 +40,9 @@ pub struct Decided {
 
 /// Who made a decision.
 ///
-/// The first three are the shared limit's own answers; the last three are the failure
-/// policy's, given because Redis could not answer, and carry why.
+/// The store's own answer, the caches' (`DenyCache`, `AllowCache`), the leases' (`Lease`,
+/// `LocalDenial`, with leases on), and the failure policy's (the last three, given because
+/// Redis could not answer, and carrying why).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     /// The store decided (for Redis: ran the policy's script): the exact, shared decision.
@@ -54,6 +56,15 @@ pub enum Source {
     /// [`danger_allow_cache`](crate::ResilientLimiterBuilder::danger_allow_cache)). Redis
     /// did not count it. `remaining` is what Redis last reported minus local reuses since.
     AllowCache,
+    /// Admitted from a block of the limit this node holds (leases, docs/leases.md): no
+    /// store call. Exact: the store counted the block when it granted it. `limit` is the
+    /// policy's capacity and `remaining` the units this node still holds (a lower bound of
+    /// what the store has left); for a token bucket leased as rate, `remaining` and
+    /// `reset_after` are the bucket's, read off this node's share.
+    Lease,
+    /// Denied by this node's leases: the store said less than a renewal interval ago that
+    /// the limit has nothing left. Exact in the safe direction.
+    LocalDenial,
     /// Redis was unavailable; the local fallback limiter decided at this node's share of
     /// the policy ([`FailurePolicy::LocalFallback`](crate::FailurePolicy::LocalFallback)).
     /// Its figures are the share's: `limit` is the share's capacity.
@@ -94,8 +105,8 @@ impl Decided {
 }
 
 impl Source {
-    /// `store`, `deny_cache`, `allow_cache`, `fallback`, `fail_open` or `fail_closed`: the
-    /// value of the `source` label in metrics and logs.
+    /// `store`, `deny_cache`, `allow_cache`, `fallback`, `fail_open`, `fail_closed`,
+    /// `lease` or `local_denial`: the value of the `source` label in metrics and logs.
     pub fn as_str(&self) -> &'static str {
         SOURCE_NAMES[self.index()]
     }
@@ -103,15 +114,23 @@ impl Source {
     /// Why Redis gave no decision, for the failure policy's sources.
     pub fn unavailable(&self) -> Option<Unavailable> {
         match self {
-            Source::Store | Source::DenyCache | Source::AllowCache => None,
+            Source::Store
+            | Source::DenyCache
+            | Source::AllowCache
+            | Source::Lease
+            | Source::LocalDenial => None,
             Source::Fallback(why) | Source::FailOpen(why) | Source::FailClosed(why) => Some(*why),
         }
     }
 
-    /// Whether the decision is the shared limit's own: from Redis, or a denial Redis would
-    /// repeat. Reuses of the allow cache and the failure policy's answers are not.
+    /// Whether the decision is the shared limit's own: from Redis, a denial Redis would
+    /// repeat, or the leases' (exact by construction). Reuses of the allow cache and the
+    /// failure policy's answers are not.
     pub fn is_exact(&self) -> bool {
-        matches!(self, Source::Store | Source::DenyCache)
+        matches!(
+            self,
+            Source::Store | Source::DenyCache | Source::Lease | Source::LocalDenial
+        )
     }
 
     /// A dense index, in the order of [`SOURCE_NAMES`], for counters.
@@ -123,6 +142,8 @@ impl Source {
             Source::Fallback(_) => 3,
             Source::FailOpen(_) => 4,
             Source::FailClosed(_) => 5,
+            Source::Lease => 6,
+            Source::LocalDenial => 7,
         }
     }
 }
@@ -152,13 +173,15 @@ pub(crate) const SOURCES: usize = SOURCE_NAMES.len();
 pub(crate) const ERRORS: usize = ERROR_NAMES.len();
 
 /// The sources' names, by [`Source::index`].
-pub(crate) const SOURCE_NAMES: [&str; 6] = [
+pub(crate) const SOURCE_NAMES: [&str; 8] = [
     "store",
     "deny_cache",
     "allow_cache",
     "fallback",
     "fail_open",
     "fail_closed",
+    "lease",
+    "local_denial",
 ];
 
 /// The Redis errors' names, by [`Unavailable::error_index`].

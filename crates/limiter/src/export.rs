@@ -9,7 +9,7 @@
 //!
 //! | metric | kind | labels | meaning |
 //! |---|---|---|---|
-//! | `rein_decisions_total` | counter | `source`, `outcome` | decisions by source (`store`, `deny_cache`, `allow_cache`, `fallback`, `fail_open`, `fail_closed`) and outcome (`allowed`, `denied`) |
+//! | `rein_decisions_total` | counter | `source`, `outcome` | decisions by source (`store`, `deny_cache`, `allow_cache`, `fallback`, `fail_open`, `fail_closed`, with leases on `lease` and `local_denial`) and outcome (`allowed`, `denied`) |
 //! | `rein_store_calls_total` | counter | | calls sent to the store (for Redis, script calls) |
 //! | `rein_store_errors_total` | counter | `kind` | calls with no decision: `timeout`, `connection`, `server`, `unexpected_reply` |
 //! | `rein_breaker_rejections_total` | counter | | requests not sent because the breaker was open |

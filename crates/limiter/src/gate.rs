@@ -82,9 +82,29 @@ pub(crate) struct Request<'a> {
     pub capacity: u64,
     pub key: &'a [u8],
     pub cost: u64,
-    /// A peek: asks whether `cost` would be admitted and takes nothing, so no cache
-    /// answers or learns from it, and the local fallback is peeked, not charged.
-    pub peek: bool,
+    /// What it asks of the store.
+    pub ask: Ask,
+}
+
+/// What a request asks of the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ask {
+    /// To take `cost`: a decision, answered from the caches when they can.
+    Acquire,
+    /// Whether `cost` would be admitted, taking nothing: no cache answers or learns from
+    /// it, and the local fallback is peeked, not charged.
+    Peek,
+    /// A lease's reservation of a block: taken and cached as an acquire, but a call on the
+    /// leases' behalf, not a request's decision, so not counted among decisions (the
+    /// requests the block admits are, as [`Source::Lease`]).
+    Reserve,
+}
+
+impl Ask {
+    /// A peek's or an acquire's.
+    pub(crate) fn of(peek: bool) -> Self {
+        if peek { Ask::Peek } else { Ask::Acquire }
+    }
 }
 
 impl<K> Gate<K> {
@@ -115,22 +135,25 @@ impl<K> Gate<K> {
             slot,
             key,
             cost,
-            peek,
+            ask,
             ..
         } = request;
         // A peek, or a zero cost, is a question about the state, which only the store can
         // answer: a cached denial or reuse says what an acquire would get, not what is left.
-        let cached = cost > 0 && !peek;
+        let cached = cost > 0 && ask != Ask::Peek;
         if let Some(decision) = self
             .deny_cache
             .as_ref()
             .filter(|_| cached)
             .and_then(|c| c.check(now, slot, key, cost))
         {
-            return Step::Answer(self.count(Decided {
-                decision,
-                source: Source::DenyCache,
-            }));
+            return Step::Answer(self.count(
+                request,
+                Decided {
+                    decision,
+                    source: Source::DenyCache,
+                },
+            ));
         }
         if let Some(decision) = self
             .allow_cache
@@ -138,10 +161,13 @@ impl<K> Gate<K> {
             .filter(|_| cached)
             .and_then(|c| c.check(now, slot, key, cost))
         {
-            return Step::Answer(self.count(Decided {
-                decision,
-                source: Source::AllowCache,
-            }));
+            return Step::Answer(self.count(
+                request,
+                Decided {
+                    decision,
+                    source: Source::AllowCache,
+                },
+            ));
         }
         match self.with_breaker(|b| b.poll_admit(now)) {
             Some(ticket) => {
@@ -150,7 +176,8 @@ impl<K> Gate<K> {
             }
             None => {
                 self.stats.breaker_rejection();
-                Step::Answer(self.count(self.degrade(Unavailable::BreakerOpen, request, now)))
+                let decided = self.degrade(Unavailable::BreakerOpen, request, now);
+                Step::Answer(self.count(request, decided))
             }
         }
     }
@@ -170,19 +197,23 @@ impl<K> Gate<K> {
                 self.with_breaker(|b| b.handle_success(now, ticket));
                 // A peek took nothing: an allowed peek is no reuse to hand out, and a denied
                 // one is already what the next acquire will ask the store about.
-                if request.cost > 0 && !request.peek {
+                if request.cost > 0 && request.ask != Ask::Peek {
                     self.remember(sent_at, now, request, &decision);
                 }
-                return self.count(Decided {
-                    decision,
-                    source: Source::Store,
-                });
+                return self.count(
+                    request,
+                    Decided {
+                        decision,
+                        source: Source::Store,
+                    },
+                );
             }
             Reply::Failed(why) => why,
         };
         self.stats.store_error(why);
         self.with_breaker(|b| b.handle_failure(now, ticket));
-        self.count(self.degrade(why, request, now))
+        let decided = self.degrade(why, request, now);
+        self.count(request, decided)
     }
 
     /// The store refused the request before calling anything (it can never be admitted):
@@ -228,9 +259,17 @@ impl<K> Gate<K> {
         self.on_failure
     }
 
-    fn count(&self, decided: Decided) -> Decided {
-        self.stats.decided(decided.source, decided.is_allowed());
+    /// Counts a request's answer among the decisions (a reservation's is not one).
+    fn count(&self, request: Request<'_>, decided: Decided) -> Decided {
+        if request.ask != Ask::Reserve {
+            self.stats.decided(decided.source, decided.is_allowed());
+        }
         decided
+    }
+
+    /// Counts an answer the leases gave without the gate (`Source::Lease`, `LocalDenial`).
+    pub(crate) fn count_leased(&self, decided: &Decided) {
+        self.stats.decided(decided.source, decided.is_allowed());
     }
 
     /// Feeds a decision from the store to the caches.
@@ -264,7 +303,7 @@ impl<K> Gate<K> {
             capacity,
             key,
             cost,
-            peek,
+            ask,
         } = request;
         match self.on_failure {
             FailurePolicy::FailOpen => Decided {
@@ -303,7 +342,7 @@ impl<K> Gate<K> {
                     .unwrap_or_else(|poisoned| poisoned.into_inner());
                 let now = (*latest).max(now);
                 *latest = now;
-                let local = if peek {
+                let local = if ask == Ask::Peek {
                     limiter.peek_at(now, key, cost)
                 } else {
                     limiter.acquire_at(now, key, cost)
@@ -411,13 +450,13 @@ mod tests {
             capacity: 10,
             key: KEY,
             cost,
-            peek: false,
+            ask: Ask::Acquire,
         }
     }
 
     fn peek(cost: u64) -> Request<'static> {
         Request {
-            peek: true,
+            ask: Ask::Peek,
             ..request(cost)
         }
     }

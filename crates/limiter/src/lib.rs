@@ -11,10 +11,13 @@
 //!   from ([`Decided`], [`Source`]). Build it with a [`PolicyTable`] (which policy a key
 //!   gets) and, if needed, [`BreakerConfig`], [`AllowCacheConfig`], a clock
 //!   ([`TokioClock`] by default, [`TimeSource`]). Its counters: [`StatsSnapshot`].
-//! - [`LeasedLimiter`] over a [`Leasable`](rein_core::Leasable) store (a
-//!   `ResilientLimiter` over Redis): hot keys decided from blocks reserved in the store, at
-//!   memory speed and with zero over-admission ([`LeaseConfig`], [`LeaseDecided`],
-//!   [`LeaseSource`]; docs/leases.md).
+//! - Leases, a builder option of the same limiter
+//!   ([`ResilientLimiterBuilder::leases`] with a [`LeaseConfig`], over a
+//!   [`Leasable`](rein_core::Leasable) store): hot keys decided from blocks reserved in the
+//!   store, at memory speed and with zero over-admission; the same `acquire`, the same
+//!   [`Decided`], with [`Source::Lease`] or [`Source::LocalDenial`] when the leases
+//!   answered (docs/leases.md). [`lease::LeasedLimiter`] is the same machinery over a bare
+//!   store.
 //! - The machinery, for those who need it: [`breaker`] (the sans-IO circuit breaker),
 //!   [`lease`] (lease settings, terms and statistics), [`region`] (one limit across
 //!   regions), [`fallback`] (a node's share of a policy), [`stats`] (counters and latency).
@@ -62,7 +65,9 @@
 //! - `table.rs`: [`PolicyTable`]. `decided.rs`: [`Decided`], [`Source`], [`Unavailable`].
 //! - `stats.rs`: [`StatsSnapshot`]; `export.rs`: the `metrics` facade export.
 //! - `clock.rs`: [`TokioClock`].
-//! - `lease/`: leases, opt-in (docs/leases.md): [`LeasedLimiter`] decides hot keys locally
+//! - `mode.rs`: with leases on or off ([`lease::Leased`], [`lease::Direct`]): where a
+//!   leased request is decided.
+//! - `lease/`: leases, opt-in (docs/leases.md): [`lease::LeasedLimiter`] decides hot keys locally
 //!   from blocks reserved in a [`Leasable`](rein_core::Leasable) store, with zero
 //!   over-admission; its sans-IO state machines (`book.rs`, `rate.rs`) are tested inside the
 //!   crate, and [`lease::LeaseTerms`] says which policies lease exactly.
@@ -83,6 +88,7 @@ pub mod fallback;
 mod gate;
 pub mod lease;
 mod limiter;
+mod mode;
 pub mod region;
 pub mod stats;
 mod table;
@@ -98,7 +104,7 @@ pub use breaker::BreakerConfig;
 pub use clock::TokioClock;
 pub use decided::{Decided, Source, Unavailable};
 pub use fallback::FailurePolicy;
-pub use lease::{LeaseConfig, LeaseDecided, LeaseSource, LeasedLimiter};
+pub use lease::LeaseConfig;
 pub use limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy, TimeSource};
 pub use stats::StatsSnapshot;
 pub use table::PolicyTable;

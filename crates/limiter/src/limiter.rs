@@ -21,7 +21,8 @@ use crate::breaker::{BreakerConfig, BreakerState, Ticket};
 use crate::clock::TokioClock;
 use crate::decided::{Decided, Unavailable};
 use crate::fallback::{FailurePolicy, local_share};
-use crate::gate::{Gate, Reply, Request, Step};
+use crate::gate::{Ask, Gate, Reply, Request, Step};
+use crate::mode::{Direct, Mode};
 use crate::stats::StatsSnapshot;
 use crate::table::PolicyTable;
 use crate::{RequestError, ResilienceConfigError};
@@ -108,8 +109,10 @@ use crate::{RequestError, ResilienceConfigError};
 /// # Ok(())
 /// # }
 /// ```
-pub struct ResilientLimiter<S: Limiter> {
-    inner: Arc<Shared<S>>,
+pub struct ResilientLimiter<S: Limiter, M = Direct> {
+    pub(crate) inner: Arc<Shared<S>>,
+    /// Whether hot keys are decided from leases first ([`Leased`]) or not ([`Direct`]).
+    pub(crate) mode: M,
 }
 
 /// Settings for a [`ResilientLimiter`], from [`ResilientLimiter::builder`].
@@ -144,16 +147,16 @@ pub enum TimeSource {
 /// The limiter's clock, shared with its fallback limiters.
 type SharedClock = Arc<dyn Clock + Send + Sync>;
 
-struct Shared<S: Limiter> {
+pub(crate) struct Shared<S: Limiter> {
     store: S,
-    table: PolicyTable,
+    pub(crate) table: PolicyTable,
     /// The table's policies prepared for the store, in the table's order.
     prepared: Vec<S::Prepared>,
-    clock: SharedClock,
-    time_source: TimeSource,
+    pub(crate) clock: SharedClock,
+    pub(crate) time_source: TimeSource,
     /// The store's deadline plus [`SAFETY_NET`].
     guard_deadline: Duration,
-    gate: Gate<SharedClock>,
+    pub(crate) gate: Gate<SharedClock>,
     /// Per policy, in the table's order: whether it is in shadow mode, and what it denied.
     shadow: Box<[Shadow]>,
 }
@@ -191,19 +194,21 @@ impl<S: Limiter> ResilientLimiter<S> {
             shadow: Vec::new(),
         }
     }
+}
 
+impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
     /// Decides `cost` for `key` under the policy the table classifies it into (longest
     /// matching prefix rule, or the default). A cost of zero asks the store without taking
-    /// anything and is never cached.
+    /// anything and is never cached. With leases on, a hot key is answered from this
+    /// node's leases first ([`Source::Lease`](crate::Source::Lease),
+    /// [`Source::LocalDenial`](crate::Source::LocalDenial)); everything else as without.
     ///
     /// Errors only for a request that can never be admitted: an empty key, or a cost above
     /// the policy's capacity.
     pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decided, RequestError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);
-        self.decide_plain(None, index, key, cost, false)
-            .await
-            .map(|(decided, _)| decided)
+        self.mode.decide(self, index, key, cost, false).await
     }
 
     /// Whether `cost` would be admitted for `key` now, taking nothing: the store's answer,
@@ -213,9 +218,7 @@ impl<S: Limiter> ResilientLimiter<S> {
     pub async fn peek(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decided, RequestError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);
-        self.decide_plain(None, index, key, cost, true)
-            .await
-            .map(|(decided, _)| decided)
+        self.mode.decide(self, index, key, cost, true).await
     }
 
     /// [`acquire`](Self::acquire) under the policy named `policy`, whatever the key's
@@ -230,9 +233,9 @@ impl<S: Limiter> ResilientLimiter<S> {
             self.inner.gate.invalid_request();
             return Err(RequestError::UnknownPolicy(policy.to_owned()));
         };
-        self.decide_plain(None, index, key.as_ref(), cost, false)
+        self.mode
+            .decide(self, index, key.as_ref(), cost, false)
             .await
-            .map(|(decided, _)| decided)
     }
 
     /// Gives back up to `amount` to every limit of the policy `key` is classified into, in
@@ -243,10 +246,13 @@ impl<S: Limiter> ResilientLimiter<S> {
     /// never replayed (a timed-out refund may have run), it does not go through the circuit
     /// breaker, and it is not applied to the local fallback, whose admissions the store
     /// never saw. A failure is returned as the store's [`DecideError`].
+    ///
+    /// With leases on, a token bucket leased as rate has no refund
+    /// ([`DecideError::Unsupported`]): not giving back only under-admits.
     pub async fn refund(&self, key: impl AsRef<[u8]>, amount: u64) -> Result<(), DecideError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);
-        self.inner.refund(None, index, key, amount).await
+        self.mode.refund(self, index, key, amount).await
     }
 
     /// Turns shadow mode on or off for the policy named `policy`, at once and for every
@@ -307,23 +313,23 @@ impl<S: Limiter> ResilientLimiter<S> {
         &self.inner.store
     }
 
-    /// A decision by the store's `acquire`, or its `peek`.
-    async fn decide_plain(
+    /// A decision by the store's `acquire` or `peek` (by `ask`), shadow mode applied.
+    pub(crate) async fn decide_plain(
         &self,
         now: Option<Timestamp>,
         index: usize,
         key: &[u8],
         cost: u64,
-        peek: bool,
-    ) -> Result<(Decided, Option<Timestamp>), RequestError> {
+        ask: Ask,
+    ) -> Result<Decided, RequestError> {
         self.decide(
             now,
             index,
             key,
             cost,
-            peek,
+            ask,
             move |store, policy, store_now| async move {
-                let decision = if peek {
+                let decision = if ask == Ask::Peek {
                     store.peek(store_now, policy, key, cost).await
                 } else {
                     store.acquire(store_now, policy, key, cost).await
@@ -332,19 +338,20 @@ impl<S: Limiter> ResilientLimiter<S> {
             },
         )
         .await
-        .map(|(decided, stamp)| (self.inner.shadowed(index, decided), stamp))
+        .map(|(decided, _)| self.inner.shadowed(index, decided))
     }
 
     /// A decision by the store's operation `call` (given the store, the prepared policy and
     /// the `now` to pass), with the store's stamp when the store answered a held acquire.
-    /// `peek`: the call takes nothing, and its answer is never cached.
-    async fn decide<'a, F, Fut>(
+    /// `ask`: a peek's call takes nothing, and its answer is never cached; a reservation's
+    /// is not counted as a decision.
+    pub(crate) async fn decide<'a, F, Fut>(
         &'a self,
         now: Option<Timestamp>,
         index: usize,
         key: &[u8],
         cost: u64,
-        peek: bool,
+        ask: Ask,
         call: F,
     ) -> Result<(Decided, Option<Timestamp>), RequestError>
     where
@@ -353,15 +360,7 @@ impl<S: Limiter> ResilientLimiter<S> {
     {
         let inner = &*self.inner;
         let named = &inner.table.policies()[index];
-        let capacity = named.policy().capacity();
-        if key.is_empty() || cost > capacity {
-            inner.gate.invalid_request();
-            return Err(if key.is_empty() {
-                RequestError::InvalidKey(rein_core::KeyError::Empty)
-            } else {
-                RequestError::InsufficientCapacity { cost, capacity }
-            });
-        }
+        let capacity = inner.check(index, key, cost)?;
         let span = tracing::debug_span!(
             "rein_decide",
             limiter = %inner.gate.name(),
@@ -375,7 +374,7 @@ impl<S: Limiter> ResilientLimiter<S> {
                 capacity,
                 key,
                 cost,
-                peek,
+                ask,
             };
             let (decided, stamp) = inner.decide(now, index, request, call).await?;
             tracing::debug!(
@@ -394,8 +393,23 @@ impl<S: Limiter> ResilientLimiter<S> {
 }
 
 impl<S: Limiter> Shared<S> {
+    /// The capacity of the policy at `index`, if `key` and `cost` make a request that can
+    /// be admitted; otherwise the error, counted.
+    pub(crate) fn check(&self, index: usize, key: &[u8], cost: u64) -> Result<u64, RequestError> {
+        let capacity = self.table.policies()[index].policy().capacity();
+        if key.is_empty() || cost > capacity {
+            self.gate.invalid_request();
+            return Err(if key.is_empty() {
+                RequestError::InvalidKey(rein_core::KeyError::Empty)
+            } else {
+                RequestError::InsufficientCapacity { cost, capacity }
+            });
+        }
+        Ok(capacity)
+    }
+
     /// A denial of a policy in shadow mode, admitted and counted; any other answer as it is.
-    fn shadowed(&self, index: usize, decided: Decided) -> Decided {
+    pub(crate) fn shadowed(&self, index: usize, decided: Decided) -> Decided {
         use std::sync::atomic::Ordering;
         let Some(shadow) = self.shadow.get(index) else {
             return decided;
@@ -487,7 +501,7 @@ impl<S: Limiter> Shared<S> {
         Ok((decided, stamp))
     }
 
-    async fn refund(
+    pub(crate) async fn refund(
         &self,
         now: Option<Timestamp>,
         index: usize,
@@ -623,9 +637,9 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        self.decide_plain(now, policy.0, key, cost, false)
+        self.decide_plain(now, policy.0, key, cost, Ask::Acquire)
             .await
-            .map(|(decided, _)| decided.decision)
+            .map(|decided| decided.decision)
             .map_err(decide_error)
     }
 
@@ -639,9 +653,9 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        self.decide_plain(now, policy.0, key, cost, true)
+        self.decide_plain(now, policy.0, key, cost, Ask::Peek)
             .await
-            .map(|(decided, _)| decided.decision)
+            .map(|decided| decided.decision)
             .map_err(decide_error)
     }
 
@@ -784,7 +798,7 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
                 policy.0,
                 key,
                 cost,
-                false,
+                Ask::Reserve,
                 move |store, policy, now| async move {
                     let held = store.acquire_held(now, policy, key, cost, hold).await?;
                     Ok((held.decision, Some(held.stamp)))
@@ -827,7 +841,7 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
                     policy.0,
                     key,
                     cost,
-                    false,
+                    Ask::Acquire,
                     move |store, policy, now| async move {
                         match store
                             .share_rate(now, policy, key, RateOp::Direct(cost))
@@ -997,6 +1011,7 @@ impl<S: Limiter> ResilientLimiterBuilder<S> {
             self.allow_cache,
         );
         Ok(ResilientLimiter {
+            mode: Direct,
             inner: Arc::new(Shared {
                 store: self.store,
                 table: self.table,
@@ -1011,17 +1026,19 @@ impl<S: Limiter> ResilientLimiterBuilder<S> {
     }
 }
 
-impl<S: Limiter> Clone for ResilientLimiter<S> {
+impl<S: Limiter, M: Clone> Clone for ResilientLimiter<S, M> {
     fn clone(&self) -> Self {
         Self {
             inner: Arc::clone(&self.inner),
+            mode: self.mode.clone(),
         }
     }
 }
 
-impl<S: Limiter> fmt::Debug for ResilientLimiter<S> {
+impl<S: Limiter, M: fmt::Debug> fmt::Debug for ResilientLimiter<S, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResilientLimiter")
+            .field("mode", &self.mode)
             .field("name", &self.inner.gate.name())
             .field("on_failure", &self.inner.gate.on_failure())
             .field("time_source", &self.inner.time_source)

@@ -19,8 +19,9 @@ use crate::decided::{ERRORS, SOURCES, Source, Unavailable};
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StatsSnapshot {
-    /// Decisions returned (`Ok`), from every source: `allowed + denied`. Peeks count too,
-    /// as allowed when their cost would have been admitted.
+    /// Decisions returned (`Ok`), from every source: `allowed + denied`, one per request.
+    /// Peeks count too, as allowed when their cost would have been admitted; with leases
+    /// on, a lease's reservation is a store call (`store_calls`), not a decision.
     pub decisions: u64,
     /// Decisions that admitted the request (or, for a peek, would have).
     pub allowed: u64,
@@ -38,6 +39,10 @@ pub struct StatsSnapshot {
     pub fail_open: SourceCounts,
     /// Denials by the fail-closed policy.
     pub fail_closed: SourceCounts,
+    /// Admissions from leases (with leases on).
+    pub lease: SourceCounts,
+    /// Denials by the leases' local denial (with leases on).
+    pub local_denial: SourceCounts,
     /// Calls sent to the store (for Redis, one script call each).
     pub store_calls: u64,
     /// Calls that gave no decision: `timeouts + connection_errors + server_errors +
@@ -234,6 +239,8 @@ impl Stats {
             fallback: by_source[3],
             fail_open: by_source[4],
             fail_closed: by_source[5],
+            lease: by_source[6],
+            local_denial: by_source[7],
             store_calls: read(&self.store_calls),
             store_errors: errors.iter().sum(),
             timeouts: errors[0],

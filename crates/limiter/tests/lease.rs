@@ -14,7 +14,7 @@
 //!   left, and a few renewals), not 64 store calls.
 //! - **SIGKILL**: a worker killed while holding a lease strands at most its fair share;
 //!   the others never over-admit.
-//! - **Outage**: over `ResilientLimiter` (leases outside), with Redis paused, a node spends
+//! - **Outage**: `ResilientLimiter` with leases on, with Redis paused, a node spends
 //!   exactly what it holds, then its failure policy answers, within the deadline bound.
 //! - **Token buckets** (leased as rate): at twice the rate, equal or skewed 1:9, the
 //!   admissions, each known only to lie within its call, fit one plain `TokenBucket`'s
@@ -40,7 +40,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rein::{FailurePolicy, LeaseConfig, LeaseSource, LeasedLimiter, PolicyTable, ResilientLimiter};
+use rein::lease::{Leased, LeasedLimiter};
+use rein::{FailurePolicy, LeaseConfig, PolicyTable, ResilientLimiter, Source};
 use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_redis::RedisStoreBuilder;
 use rein_redis_harness::RedisServer;
@@ -576,7 +577,7 @@ async fn worker(run: Run) {
                         }
                         admitted.fetch_add(1, Ordering::Relaxed);
                         per_key[key].0.fetch_add(1, Ordering::Relaxed);
-                        if decided.source == LeaseSource::Lease {
+                        if decided.source == Source::Lease {
                             if stream {
                                 // The kill tests wait for these before they kill.
                                 println!("LEASE {key}");
@@ -843,27 +844,20 @@ async fn with_redis_paused_a_node_spends_exactly_what_it_holds_then_fails_closed
     let limit = Limit::fixed_window(1_000, rein_core::MAX_SPAN).expect("valid");
     let policy = NamedPolicy::new("outage", Policy::single(limit)).expect("valid");
     let leased = leased_over_resilient(&server, deadline, &policy).await;
-    let prepared = leased.prepare(&policy).expect("prepare");
     for _ in 0..40 {
-        let d = leased
-            .acquire_leased(None, &prepared, b"k", 1)
-            .await
-            .expect("a decision");
+        let d = leased.acquire("k", 1).await.expect("a decision");
         assert!(d.decision.is_allowed());
     }
     // Let a renewal in flight land, then stop Redis.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let s = leased.stats();
+    let s = leased.lease_stats();
     let held = s.units_reserved - s.leased - s.units_returned - s.units_stranded;
     assert!(held > 0, "{s:?}");
     server.pause().expect("SIGSTOP");
-    let (mut from_lease, mut allowed) = (0, 0);
+    let (mut from_lease, mut allowed, mut failed_closed) = (0, 0, 0);
     for _ in 0..(held + 20) {
         let started = tokio::time::Instant::now();
-        let d = leased
-            .acquire_leased(None, &prepared, b"k", 1)
-            .await
-            .expect("a decision");
+        let d = leased.acquire("k", 1).await.expect("a decision");
         let took = started.elapsed();
         assert!(
             took <= 2 * (deadline + Duration::from_millis(5)) + MARGIN,
@@ -873,15 +867,36 @@ async fn with_redis_paused_a_node_spends_exactly_what_it_holds_then_fails_closed
             allowed += 1;
             assert_eq!(
                 d.source,
-                LeaseSource::Lease,
+                Source::Lease,
                 "only leases admit while Redis is away"
             );
             from_lease += 1;
+        } else {
+            // Sent on to the store, the request gets the failure policy's answer, and says
+            // so; a reservation it denied is repeated locally for a renewal interval.
+            assert!(
+                matches!(d.source, Source::FailClosed(_) | Source::LocalDenial),
+                "{d:?}"
+            );
+            failed_closed += u32::from(matches!(d.source, Source::FailClosed(_)));
         }
     }
     server.resume().expect("SIGCONT");
+    assert!(
+        failed_closed > 0,
+        "no answer said it was the failure policy's"
+    );
     assert_eq!(allowed, held, "exactly the units held");
     assert_eq!(from_lease, held);
+    // One count per request, whoever answered: the leases' reservations are not decisions.
+    let stats = leased.stats();
+    assert_eq!(stats.decisions, 40 + held + 20, "{stats:?}");
+    assert_eq!(
+        stats.lease.allowed,
+        leased.lease_stats().leased,
+        "{stats:?}"
+    );
+    leased.shutdown().await;
 }
 
 /// The same stack for a token bucket leased as rate: the resilient limiter forwards the
@@ -896,14 +911,13 @@ async fn with_redis_paused_a_rate_share_is_spent_until_its_validity_then_fail_cl
     let bucket = Limit::token_bucket(capacity, per_second, Micros::from_secs(1)).expect("valid");
     let policy = NamedPolicy::new("rate-outage", Policy::single(bucket)).expect("valid");
     let leased = leased_over_resilient(&server, deadline, &policy).await;
-    let prepared = leased.prepare(&policy).expect("prepare");
-    let acquire = || leased.acquire_leased(None, &prepared, b"k", 1);
+    let acquire = || leased.acquire("k", 1);
     let first = acquire().await.expect("a decision");
     assert!(first.decision.is_allowed(), "{first:?}");
     tokio::time::sleep(Duration::from_millis(20)).await;
     let mut from_lease = 0;
     for _ in 0..20 {
-        from_lease += u32::from(acquire().await.expect("a decision").source == LeaseSource::Lease);
+        from_lease += u32::from(acquire().await.expect("a decision").source == Source::Lease);
     }
     assert!(
         from_lease >= 19,
@@ -922,9 +936,15 @@ async fn with_redis_paused_a_rate_share_is_spent_until_its_validity_then_fail_cl
             took <= 2 * (deadline + Duration::from_millis(5)) + MARGIN,
             "{took:?} {d:?}"
         );
-        if d.decision.is_allowed() {
+        if !d.decision.is_allowed() {
+            // The share's own denial, or the failure policy's once it is gone.
+            assert!(
+                matches!(d.source, Source::LocalDenial | Source::FailClosed(_)),
+                "{d:?}"
+            );
+        } else {
             allowed += 1;
-            assert_eq!(d.source, LeaseSource::Lease, "only the share admits: {d:?}");
+            assert_eq!(d.source, Source::Lease, "only the share admits: {d:?}");
             assert!(
                 started.duration_since(paused) <= validity + MARGIN,
                 "spent {:?} after the pause, past the share's validity",
@@ -940,27 +960,29 @@ async fn with_redis_paused_a_rate_share_is_spent_until_its_validity_then_fail_cl
     leased.shutdown().await;
 }
 
-/// Leases outside, resilience inside, over the private `server` with store deadline
+/// The resilient limiter with leases on, over the private `server` with store deadline
 /// `deadline`, failing closed: the stack the outage tests pause Redis under.
 async fn leased_over_resilient(
     server: &RedisServer,
     deadline: Duration,
     policy: &NamedPolicy,
-) -> LeasedLimiter<ResilientLimiter<rein_redis::RedisStore<redis::aio::ConnectionManager>>> {
+) -> ResilientLimiter<Store, Leased<Store>> {
     let store = RedisStoreBuilder::new()
         .deadline(deadline)
         .connect(&server.url())
         .await
         .expect("connect");
-    let resilient = ResilientLimiter::builder(
+    ResilientLimiter::builder(
         store,
         PolicyTable::new(policy.clone()),
         FailurePolicy::FailClosed,
     )
+    .leases(config())
     .build()
-    .expect("a resilient limiter");
-    LeasedLimiter::builder(resilient).config(config()).build()
+    .expect("a resilient limiter")
 }
+
+type Store = rein_redis::RedisStore<redis::aio::ConnectionManager>;
 
 /// How much longer than two deadlines a decision may take on a 2-core machine shared with
 /// other builds (measured: up to about 45 ms of scheduling delay in debug builds). A real
@@ -1222,7 +1244,7 @@ async fn a_token_bucket_is_leased_as_rate_where_the_store_can_and_decided_direct
         .await
         .expect("a decision");
     assert!(first.decision.is_allowed());
-    assert!(matches!(first.source, LeaseSource::Direct(_)), "{first:?}");
+    assert!(first.source == Source::Store, "{first:?}");
     tokio::time::sleep(Duration::from_millis(20)).await;
     let mut from_lease = 0;
     for _ in 0..20 {
@@ -1230,7 +1252,7 @@ async fn a_token_bucket_is_leased_as_rate_where_the_store_can_and_decided_direct
             .acquire_leased(None, &prepared, b"k", 1)
             .await
             .expect("a decision");
-        from_lease += u32::from(d.source == LeaseSource::Lease);
+        from_lease += u32::from(d.source == Source::Lease);
     }
     assert!(from_lease >= 19, "{from_lease} of 20 from the share");
     assert!(leased.stats().reservations_granted >= 1);
@@ -1251,7 +1273,7 @@ async fn a_token_bucket_is_leased_as_rate_where_the_store_can_and_decided_direct
             .acquire_leased(None, &prepared, b"k", 1)
             .await
             .expect("a decision");
-        assert!(matches!(d.source, LeaseSource::Direct(_)), "{d:?}");
+        assert!(d.source == Source::Store, "{d:?}");
         admitted += u32::from(d.decision.is_allowed());
     }
     assert_eq!(admitted, 40, "the plain bucket's burst, decided by acquire");
@@ -1295,7 +1317,7 @@ async fn timers_run_without_being_spawned_and_shutdown_returns_every_held_unit()
                 .await
                 .expect("a decision");
             admitted += u64::from(decided.decision.is_allowed());
-            leased_hits += u64::from(decided.source == LeaseSource::Lease);
+            leased_hits += u64::from(decided.source == Source::Lease);
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let remaining = || async {

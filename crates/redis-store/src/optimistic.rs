@@ -94,7 +94,7 @@ use rein_core::admin::KeyState;
 ///
 /// # Not leasable
 ///
-/// It does not implement [`Leasable`](rein_core::Leasable), so a `rein::LeasedLimiter`
+/// It does not implement [`Leasable`](rein_core::Leasable), so a `rein::lease::LeasedLimiter`
 /// over it does not compile. Leasing needs rate shares for token buckets, whose state is
 /// stored apart from the plain bucket's (the Lua store's `share` script), and this store
 /// has no client-side rendering of that state; a store that leased windows but not

@@ -972,7 +972,7 @@ where
 /// only if no decision changed the key meanwhile (lua/admin.lua), else starts again (at
 /// most 16 times, [`AdminError::Contended`]), all within the store's deadline and never
 /// replayed. The key's override, if the store applies overrides, is the policy changed. A
-/// key leased by a `rein::LeasedLimiter` sees a block when its lease next reaches Redis; a
+/// key leased by a `rein::lease::LeasedLimiter` sees a block when its lease next reaches Redis; a
 /// token bucket leased as rate shares does not see it.
 impl<C> KeyAdmin for RedisStore<C>
 where

@@ -14,9 +14,11 @@
 //!   store's deadline, by the [`FailurePolicy`] the operator chose, and each answer says
 //!   where it came from ([`Decided`], [`Source`]). Build it with a [`PolicyTable`] (which
 //!   policy a key gets) and, if needed, [`BreakerConfig`], [`AllowCacheConfig`], a clock.
-//! - **[`LeasedLimiter`]** over a leasable store (a `ResilientLimiter` over Redis): hot
-//!   keys decided from blocks reserved in the store, at memory speed and with zero
-//!   over-admission ([`LeaseConfig`]; docs/leases.md).
+//! - **Leases**, an option of the same builder
+//!   ([`ResilientLimiterBuilder::leases`] with a [`LeaseConfig`], over a leasable store):
+//!   hot keys decided from blocks reserved in the store, at memory speed and with zero
+//!   over-admission; the same `acquire` and the same [`Decided`], whose [`Source`] is
+//!   `Lease` or `LocalDenial` when the leases answered (docs/leases.md).
 //! - **HTTP** (the `http` feature): `rein::http` is rein-tower, a `tower` layer for axum
 //!   and hyper services with the IETF `RateLimit` headers, whose limits, routes and Redis
 //!   come from a TOML file (`rein::http::Config`; docs/http.md, docs/config.md).

@@ -34,8 +34,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use rein::{FailurePolicy, PolicyTable, ResilienceConfigError, ResilientLimiter, TablePolicy};
 use rein::{
-    LeaseConfig, LeasedLimiter,
-    lease::{LeaseStats, LeasedPolicy},
+    LeaseConfig,
+    lease::{LeaseStats, LeasedLimiter, LeasedPolicy},
 };
 use rein_core::{DecideError, Decision, Leasable, Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_tower::headers;
@@ -65,7 +65,7 @@ pub struct ServiceSettings {
     pub shadow_mode: bool,
     /// Also add the legacy `X-RateLimit-Limit`, `-Remaining` and `-Reset` headers.
     pub legacy_headers: bool,
-    /// Decide hot keys from leases (`rein::LeasedLimiter` over the resilient limiter):
+    /// Decide hot keys from leases (`rein::lease::LeasedLimiter` over the resilient limiter):
     /// blocks of units reserved in the store and spent in process, exactly
     /// (docs/leases.md); `None`: every decision asks the store.
     pub leases: Option<LeaseConfig>,

@@ -1,6 +1,6 @@
 //! [`ConfiguredStore`](rein_tower::ConfiguredStore) over a real private `redis-server`: it
 //! forwards every operation of the store it holds, the rate shares of a token bucket (what
-//! a `rein::LeasedLimiter` leases it by) among them, also through the resilient limiter a
+//! a `rein::lease::LeasedLimiter` leases it by) among them, also through the resilient limiter a
 //! config file builds over it.
 
 use rein_core::{

@@ -6,7 +6,7 @@
 //! [`LeaseTerms::span`]). It decides what it can from the block, asks for the next block
 //! before this one runs out, and gives back what it will not use. It reads no clock,
 //! sends nothing and awaits nothing: the driver
-//! ([`LeasedLimiter`](crate::LeasedLimiter)) moves the [`Action`]s it emits to the store
+//! ([`LeasedLimiter`](crate::lease::LeasedLimiter)) moves the [`Action`]s it emits to the store
 //! and hands the replies back, and the tests below walk it on a number line.
 //!
 //! # The invariant (docs/leases.md, "Why exact" under each algorithm)
@@ -73,7 +73,7 @@ pub struct LeaseKeyRef<'a> {
     pub key: &'a [u8],
 }
 
-/// Settings of leases: of a [`LeasedLimiter`](crate::LeasedLimiter) and the lease book it
+/// Settings of leases: of a [`LeasedLimiter`](crate::lease::LeasedLimiter) and the lease book it
 /// runs.
 ///
 /// Defaults: 4 expected nodes, a 100 ms renewal interval, renewal below half a block, a

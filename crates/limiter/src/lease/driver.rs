@@ -34,11 +34,11 @@ use rein_core::{
 use rein_memory::Clock;
 use tokio::sync::Notify;
 
+use super::LeaseStats;
 use super::book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKeyRef, Reserved};
 use super::rate::{RateAction, RateBook, ShareView, TakeReply};
 use super::terms::{LeaseTerms, Unleasable};
-use super::{DirectReason, LeaseSource, LeaseStats};
-use crate::{TimeSource, TokioClock};
+use crate::{Decided, Source, TimeSource, TokioClock};
 
 /// Leases over a store: hot keys decided locally from blocks reserved in the store, exactly
 /// (docs/leases.md), everything else decided by the store.
@@ -54,7 +54,7 @@ use crate::{TimeSource, TokioClock};
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
 /// use rein_memory::MemoryStore;
-/// use rein::{LeaseConfig, LeaseSource, LeasedLimiter};
+/// use rein::{LeaseConfig, Source, lease::LeasedLimiter};
 ///
 /// let store = MemoryStore::new();
 /// // Its timers start with it: nothing to spawn.
@@ -100,7 +100,7 @@ use crate::{TimeSource, TokioClock};
 /// }
 ///
 /// // error[E0277]: the trait bound `DecidesOnly: Leasable` is not satisfied
-/// let leased = rein::LeasedLimiter::builder(DecidesOnly).build();
+/// let leased = rein::lease::LeasedLimiter::builder(DecidesOnly).build();
 /// ```
 pub struct LeasedLimiter<S: Leasable> {
     shared: Arc<Shared<S>>,
@@ -127,20 +127,6 @@ pub struct LeasedPolicy<P> {
     /// Set once the store answered that it has no rate shares: the bucket is then decided
     /// with plain `acquire`, and no more takes are sent.
     no_rate: AtomicBool,
-}
-
-/// A decision and where it came from, from [`LeasedLimiter::acquire_leased`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use = "a decision that is not acted on limits nothing"]
-pub struct LeaseDecided {
-    /// The decision. From a lease: `limit` is the policy's capacity, `remaining` the units
-    /// this node still holds (a lower bound of what the store has left), `reset_after` the
-    /// store's as of the grant; from a token bucket's rate share, `remaining` and
-    /// `reset_after` are the bucket's tokens and time to full read off this node's share
-    /// (every share is the bucket scaled down), as a direct decision reports them.
-    pub decision: Decision,
-    /// Who decided.
-    pub source: LeaseSource,
 }
 
 struct Shared<S: Leasable> {
@@ -185,6 +171,11 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
     /// through the store. `now` is the instant to decide at (`None`: the limiter's clock);
     /// store calls get it only if given, or under [`TimeSource::LocalClock`].
     ///
+    /// The answer says where it came from: [`Source::Lease`], [`Source::LocalDenial`], or
+    /// [`Source::Store`] for the store below (for a store that is a `ResilientLimiter`, turn
+    /// leases on in its builder instead, [`leases`](crate::ResilientLimiterBuilder::leases):
+    /// there a direct answer carries the resilient limiter's own source, a fallback's too).
+    ///
     /// `now`, when given, must advance with real time like the store's clock: a block's
     /// life is measured from it (docs/leases.md). At most two store calls' time: a
     /// reservation this request waits for, then (if that failed) a direct call.
@@ -194,8 +185,7 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
         policy: &LeasedPolicy<S::Prepared>,
         key: &[u8],
         cost: u64,
-    ) -> Result<LeaseDecided, DecideError> {
-        self.shared.start_timers();
+    ) -> Result<Decided, DecideError> {
         if key.is_empty() {
             return Err(KeyError::Empty.into());
         }
@@ -205,19 +195,47 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
                 capacity: policy.capacity,
             });
         }
+        match self.route(now, policy, key, cost).await {
+            Route::Here(decided) => Ok(decided),
+            Route::Store(after) => {
+                let store_now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
+                let store = &self.shared.store;
+                let decision =
+                    decide_direct(store, &policy.inner, policy, store_now, key, cost, false).await;
+                // The rate book's actions go out once the store decided.
+                drop(after);
+                Ok(Decided {
+                    decision: decision?,
+                    source: Source::Store,
+                })
+            }
+        }
+    }
+
+    /// Where a valid request (a key, a cost within the policy's capacity) is decided: here,
+    /// from a held block or a recent denial, or by the store, directly. The one place both
+    /// [`acquire_leased`](Self::acquire_leased) and the resilient limiter with leases on ask.
+    pub(crate) async fn route<'a>(
+        &'a self,
+        now: Option<Timestamp>,
+        policy: &LeasedPolicy<S::Prepared>,
+        key: &[u8],
+        cost: u64,
+    ) -> Route<'a, S> {
+        self.shared.start_timers();
         // Lease hits complete without waiting: count each against the task's cooperative
         // budget so a spinning caller cannot starve the runtime (limiter.rs does the same).
         tokio::task::coop::consume_budget().await;
         let shared = &self.shared;
-        let rate = policy
-            .rate
-            .filter(|_| !policy.no_rate.load(Ordering::Relaxed));
-        if rate.is_some() && cost == 0 {
-            return shared
-                .direct(now, policy, key, cost, DirectReason::Peek)
-                .await;
-        }
-        if let Some(shares) = &rate {
+        let store = |actions| Route::Store(Deferred { shared, actions });
+        if policy.rate_shared() {
+            if cost == 0 {
+                return store(None);
+            }
+            let shares = policy
+                .rate
+                .as_ref()
+                .expect("rate_shared: a policy with rate shares");
             let at = LeaseKeyRef {
                 slot: policy.slot,
                 key,
@@ -227,47 +245,26 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
                 shared.with_rates(|rates| rates.handle_request(t, at, cost, shares));
             // A direct request is decided before the take it triggered goes out: a take that
             // ran first could move the direct share's tokens into this node's share and deny
-            // a request the bucket had room for. Sent even if this future is dropped.
-            let actions = Deferred {
-                shared,
-                actions: Some(actions),
-            };
+            // a request the bucket had room for. Sent even if the request's future is
+            // dropped. The rate book never waits: without a share, the direct share decides.
             return match admit {
-                Admit::Leased(decision) => Ok(LeaseDecided {
-                    decision,
-                    source: LeaseSource::Lease,
-                }),
-                Admit::Denied(decision) => Ok(LeaseDecided {
-                    decision,
-                    source: LeaseSource::LocalDenial,
-                }),
-                Admit::Direct(why) => {
-                    let decided = shared.direct(now, policy, key, cost, why).await;
-                    drop(actions);
-                    decided
+                Admit::Leased(decision) => {
+                    shared.dispatch_rates(actions);
+                    Route::here(decision, Source::Lease)
                 }
-                // The rate book never waits: without a share, the direct share decides.
-                Admit::Wait => {
-                    let decided = shared
-                        .direct(now, policy, key, cost, DirectReason::NoShare)
-                        .await;
-                    drop(actions);
-                    decided
+                Admit::Denied(decision) => {
+                    shared.dispatch_rates(actions);
+                    Route::here(decision, Source::LocalDenial)
                 }
+                Admit::Direct(_) | Admit::Wait => store(Some(actions)),
             };
         }
         let terms = match (&policy.terms, cost) {
-            (Err(why), _) => {
+            (Err(_), _) => {
                 shared.direct_unleasable.fetch_add(1, Ordering::Relaxed);
-                return shared
-                    .direct(now, policy, key, cost, DirectReason::Unleasable(*why))
-                    .await;
+                return store(None);
             }
-            (Ok(_), 0) => {
-                return shared
-                    .direct(now, policy, key, cost, DirectReason::Peek)
-                    .await;
-            }
+            (Ok(_), 0) => return store(None),
             (Ok(terms), _) => terms,
         };
         let at = LeaseKeyRef {
@@ -291,19 +288,9 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
             shared.dispatch(actions);
             fresh = false;
             match admit {
-                Admit::Leased(decision) => {
-                    return Ok(LeaseDecided {
-                        decision,
-                        source: LeaseSource::Lease,
-                    });
-                }
-                Admit::Denied(decision) => {
-                    return Ok(LeaseDecided {
-                        decision,
-                        source: LeaseSource::LocalDenial,
-                    });
-                }
-                Admit::Direct(why) => return shared.direct(now, policy, key, cost, why).await,
+                Admit::Leased(decision) => return Route::here(decision, Source::Lease),
+                Admit::Denied(decision) => return Route::here(decision, Source::LocalDenial),
+                Admit::Direct(_) => return store(None),
                 // A bounded wait: the book presumes the flight lost after its timeout, so
                 // asking again after `wait_limit` always makes progress.
                 Admit::Wait => {
@@ -388,57 +375,6 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
 }
 
 impl<S: Leasable + 'static> Shared<S> {
-    /// The store's own decision, as a [`LeaseDecided`].
-    async fn direct(
-        &self,
-        now: Option<Timestamp>,
-        policy: &LeasedPolicy<S::Prepared>,
-        key: &[u8],
-        cost: u64,
-        why: DirectReason,
-    ) -> Result<LeaseDecided, DecideError> {
-        let now = now.or_else(|| self.store_time(self.clock.now()));
-        let rate = policy.rate.is_some() && !policy.no_rate.load(Ordering::Relaxed);
-        let decision = if rate {
-            self.direct_rate(now, policy, key, cost).await?
-        } else {
-            self.store.acquire(now, &policy.inner, key, cost).await?
-        };
-        Ok(LeaseDecided {
-            decision,
-            source: LeaseSource::Direct(why),
-        })
-    }
-
-    /// A token bucket's request decided by the store against what the shares leave (the
-    /// direct share), or by its plain `acquire` if the store has no rate shares (then no
-    /// share exists either: the store cannot have granted one).
-    async fn direct_rate(
-        &self,
-        now: Option<Timestamp>,
-        policy: &LeasedPolicy<S::Prepared>,
-        key: &[u8],
-        cost: u64,
-    ) -> Result<Decision, DecideError> {
-        match self
-            .store
-            .share_rate(now, &policy.inner, key, RateOp::Direct(cost))
-            .await
-        {
-            Ok(RateAnswer::Decided(decision)) => Ok(decision),
-            Ok(other) => Err(StoreError::UnexpectedReply(format!(
-                "a direct rate decision answered {other:?}"
-            ))
-            .into()),
-            Err(DecideError::Unsupported { .. }) => {
-                policy.no_rate.store(true, Ordering::Relaxed);
-                self.store.acquire(now, &policy.inner, key, cost).await
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// [`with_book`](Self::with_book) for the rate book.
     /// Spawns the timer loop once, if the timers are the limiter's own and a tokio runtime
     /// is at hand (a relaxed load on every request once started).
     fn start_timers(self: &Arc<Self>) {
@@ -732,15 +668,8 @@ impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
         cost: u64,
     ) -> Result<Decision, DecideError> {
         let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
-        if policy.rate.is_some() && !policy.no_rate.load(Ordering::Relaxed) {
-            // What the direct share would answer; a cost of zero takes nothing.
-            let mut decision = self.shared.direct_rate(now, policy, key, 0).await?;
-            if cost > 0 && decision.remaining < cost {
-                decision.outcome = rein_core::Outcome::Denied;
-            }
-            return Ok(decision);
-        }
-        self.shared.store.peek(now, &policy.inner, key, cost).await
+        let store = &self.shared.store;
+        decide_direct(store, &policy.inner, policy, now, key, cost, true).await
     }
 
     /// Straight to the store: a refund of an admission (leased or not) gives capacity back
@@ -753,11 +682,7 @@ impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
         key: &[u8],
         amount: u64,
     ) -> Result<(), DecideError> {
-        if policy.rate.is_some() && !policy.no_rate.load(Ordering::Relaxed) {
-            return Err(DecideError::Unsupported {
-                operation: "refund of a token bucket leased as rate",
-            });
-        }
+        policy.refundable()?;
         let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
         self.shared
             .store
@@ -888,6 +813,89 @@ impl<P> LeasedPolicy<P> {
     pub fn inner(&self) -> &P {
         &self.inner
     }
+
+    /// Whether this policy is a token bucket leased as rate, over a store that has rate
+    /// shares (as far as it has said).
+    fn rate_shared(&self) -> bool {
+        self.rate.is_some() && !self.no_rate.load(Ordering::Relaxed)
+    }
+
+    /// Whether a refund can be given (not for a token bucket leased as rate, where not
+    /// giving back only under-admits).
+    pub(crate) fn refundable(&self) -> Result<(), DecideError> {
+        if self.rate_shared() {
+            return Err(DecideError::Unsupported {
+                operation: "refund of a token bucket leased as rate",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Where [`LeasedLimiter::route`] sends a request.
+pub(crate) enum Route<'a, S: Leasable + 'static> {
+    /// Answered here: [`Source::Lease`] or [`Source::LocalDenial`], no store call.
+    Here(Decided),
+    /// To the store, directly ([`decide_direct`]); the rate book's actions the request made
+    /// go out when this is dropped, after the store decided.
+    Store(Deferred<'a, S>),
+}
+
+impl<S: Leasable + 'static> Route<'_, S> {
+    fn here(decision: Decision, source: Source) -> Self {
+        Route::Here(Decided { decision, source })
+    }
+}
+
+/// A direct decision of `store` for a leased limiter's `policy` (`peek`: what it would
+/// answer, taking nothing): a token bucket leased as rate against what the shares leave
+/// (its direct share; units held by shares are not the store's to report), or by plain
+/// `acquire` / `peek` if the store has no rate shares (then no share exists either: the
+/// store cannot have granted one), remembered for the policy; any other policy by
+/// `acquire` / `peek`. Generic over the store so that the resilient limiter with leases on
+/// decides through its gate with it.
+pub(crate) async fn decide_direct<S: Leasable, P>(
+    store: &S,
+    prepared: &S::Prepared,
+    policy: &LeasedPolicy<P>,
+    now: Option<Timestamp>,
+    key: &[u8],
+    cost: u64,
+    peek: bool,
+) -> Result<Decision, DecideError> {
+    let plain = || async {
+        if peek {
+            store.peek(now, prepared, key, cost).await
+        } else {
+            store.acquire(now, prepared, key, cost).await
+        }
+    };
+    if !policy.rate_shared() {
+        return plain().await;
+    }
+    // A peek asks the direct share with a cost of zero, which takes nothing.
+    let taken = if peek { 0 } else { cost };
+    let mut decision = match store
+        .share_rate(now, prepared, key, RateOp::Direct(taken))
+        .await
+    {
+        Ok(RateAnswer::Decided(decision)) => decision,
+        Ok(other) => {
+            return Err(StoreError::UnexpectedReply(format!(
+                "a direct rate decision answered {other:?}"
+            ))
+            .into());
+        }
+        Err(DecideError::Unsupported { .. }) => {
+            policy.no_rate.store(true, Ordering::Relaxed);
+            return plain().await;
+        }
+        Err(e) => return Err(e),
+    };
+    if peek && cost > 0 && decision.remaining < cost {
+        decision.outcome = rein_core::Outcome::Denied;
+    }
+    Ok(decision)
 }
 
 impl<S: Leasable> Clone for LeasedLimiter<S> {
@@ -928,7 +936,7 @@ impl<P> fmt::Debug for LeasedPolicy<P> {
 /// time, so two processes (or two limiters in one) practically never share one.
 /// Rate-book actions sent when dropped: after the request that made them was decided, or
 /// when its future is dropped first.
-struct Deferred<'a, S: Leasable + 'static> {
+pub(crate) struct Deferred<'a, S: Leasable + 'static> {
     shared: &'a Arc<Shared<S>>,
     actions: Option<Vec<RateAction>>,
 }

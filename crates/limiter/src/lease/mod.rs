@@ -23,8 +23,10 @@ mod driver;
 mod rate;
 mod terms;
 
+pub use crate::mode::{Direct, Leased, LeasedBuilder, Mode};
 pub use book::{DEFAULT_LOG_HOLD_DIVISOR, DEFAULT_SHARE_VALIDITY_INTERVALS, LeaseConfig};
-pub use driver::{LeaseDecided, LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy};
+pub use driver::{LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy};
+pub(crate) use driver::{Route, decide_direct};
 pub use rate::ShareView;
 pub use terms::{LeaseTerms, Unleasable};
 
@@ -38,26 +40,11 @@ pub(crate) use rate::{RateAction, RateBook, TakeReply};
 #[cfg(test)]
 mod proptests;
 
-/// Where a [`LeasedLimiter`] decision came from.
+/// Why the books send a request to the store rather than answer it from a lease (their
+/// tests read it; the request's answer says only [`Source::Store`](crate::Source::Store),
+/// or the failure policy's source).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LeaseSource {
-    /// Admitted from a block this node holds: no store call. Exact (docs/leases.md).
-    Lease,
-    /// Denied locally: the store said less than a renewal interval ago that the limit has
-    /// nothing left. Exact in the safe direction.
-    LocalDenial,
-    /// Decided by the store, for this reason: the store's own decision, or its error.
-    Direct(DirectReason),
-}
-
-/// Why a request was decided through the store rather than from a lease.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum DirectReason {
-    /// The policy cannot be leased with the store's existing operations.
-    Unleasable(Unleasable),
-    /// A zero cost: a question about the store's state.
-    Peek,
+pub(crate) enum DirectReason {
     /// The key's demand is below [`LeaseConfig::min_demand`]: a lease would cost a store
     /// call per request anyway.
     Cold,

@@ -94,7 +94,7 @@ pub enum RateAction {
 }
 
 /// One key's rate share as this node holds it
-/// ([`LeasedLimiter::rate_shares`](crate::LeasedLimiter::rate_shares)): per-node shares made
+/// ([`LeasedLimiter::rate_shares`](crate::lease::LeasedLimiter::rate_shares)): per-node shares made
 /// visible, the node's own view (the store keeps every node's; each node reports its own).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShareView {

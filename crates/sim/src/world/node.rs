@@ -19,7 +19,10 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
-use rein::{LeaseSource, LeasedLimiter, PolicyTable, ResilientLimiter, Source, lease::LeaseStats};
+use rein::{
+    PolicyTable, ResilientLimiter, Source,
+    lease::{LeaseStats, LeasedLimiter},
+};
 use rein_core::{DecideError, Limiter, NamedPolicy, StoreError, Timestamp};
 use rein_redis::{OptimisticStoreBuilder, RedisPolicy, RedisStore, RedisStoreBuilder};
 
@@ -261,7 +264,7 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
             let (outcome, source) = match result {
                 Ok(decided) if !decided.decision.is_allowed() => (Outcome::Denied, None),
                 Ok(decided) => match decided.source {
-                    LeaseSource::Direct(_) => (
+                    Source::Store => (
                         admitted_in_redis(&current, &config.tap, issued, answered),
                         Some(Source::Store),
                     ),

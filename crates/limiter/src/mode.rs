@@ -1,0 +1,278 @@
+//! Whether a [`ResilientLimiter`] decides hot keys from leases: [`Direct`] (the default,
+//! every request through the gate and the store) or [`Leased`] (turned on by
+//! [`ResilientLimiterBuilder::leases`]). One call shape either way: `acquire(key, cost)`
+//! returns a [`Decided`] whose [`Source`] says who answered.
+//!
+//! Where a leased request is decided: the leases' [`route`](LeasedLimiter::route) answers
+//! it from a held block or a recent denial, or sends it to the store; sent to the store, it
+//! goes through the gate (deadline, breaker, caches, failure policy) as without leases, by
+//! the lease driver's own direct decision (a token bucket leased as rate against its direct
+//! share), so that its answer carries the gate's source. Reservations, returns and rate
+//! shares go through the gate too, as the resilient limiter's [`Leasable`] operations
+//! (docs/leases.md, "Failures"); a reservation is not counted as a decision.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use rein_core::{DecideError, Leasable, Limiter};
+
+use crate::gate::Ask;
+use crate::lease::{
+    LeaseConfig, LeaseStats, LeasedLimiter, LeasedPolicy, Route, ShareView, decide_direct,
+};
+use crate::limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy};
+use crate::{Decided, RequestError, ResilienceConfigError};
+
+/// How a [`ResilientLimiter`] decides: [`Direct`] or [`Leased`]. Sealed: these two are the
+/// only modes.
+pub trait Mode<S: Limiter>: sealed::Sealed + Send + Sync + 'static {
+    /// Decides a request for the policy at `index` of the table (a peek: takes nothing).
+    #[doc(hidden)]
+    fn decide(
+        &self,
+        limiter: &ResilientLimiter<S, Self>,
+        index: usize,
+        key: &[u8],
+        cost: u64,
+        peek: bool,
+    ) -> impl Future<Output = Result<Decided, RequestError>> + Send
+    where
+        Self: Sized;
+
+    /// Gives back up to `amount` for the policy at `index`.
+    #[doc(hidden)]
+    fn refund(
+        &self,
+        limiter: &ResilientLimiter<S, Self>,
+        index: usize,
+        key: &[u8],
+        amount: u64,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send
+    where
+        Self: Sized;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Direct {}
+    impl<S: rein_core::Leasable> Sealed for super::Leased<S> {}
+}
+
+/// Every request through the gate and the store: the default mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Direct;
+
+/// Hot keys decided from leases first (docs/leases.md): a [`ResilientLimiter`] built with
+/// [`ResilientLimiterBuilder::leases`]. Its leases' counters, settings and shares are read
+/// from the limiter ([`lease_stats`](ResilientLimiter::lease_stats)); call
+/// [`shutdown`](ResilientLimiter::shutdown) before exiting to give back what it holds.
+pub struct Leased<S: Leasable> {
+    leases: LeasedLimiter<ResilientLimiter<S>>,
+    /// The table's policies prepared for the leases, in the table's order.
+    policies: Arc<[LeasedPolicy<TablePolicy>]>,
+}
+
+impl<S: Limiter> Mode<S> for Direct {
+    async fn decide(
+        &self,
+        limiter: &ResilientLimiter<S, Self>,
+        index: usize,
+        key: &[u8],
+        cost: u64,
+        peek: bool,
+    ) -> Result<Decided, RequestError> {
+        limiter
+            .decide_plain(None, index, key, cost, Ask::of(peek))
+            .await
+    }
+
+    fn refund(
+        &self,
+        limiter: &ResilientLimiter<S, Self>,
+        index: usize,
+        key: &[u8],
+        amount: u64,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send {
+        limiter.inner.refund(None, index, key, amount)
+    }
+}
+
+impl<S: Leasable + 'static> Mode<S> for Leased<S> {
+    async fn decide(
+        &self,
+        limiter: &ResilientLimiter<S, Self>,
+        index: usize,
+        key: &[u8],
+        cost: u64,
+        peek: bool,
+    ) -> Result<Decided, RequestError> {
+        let inner = &*limiter.inner;
+        let policy = &self.policies[index];
+        // A peek is the store's answer: units held by leases are not the store's to report.
+        let mut after = None;
+        if !peek {
+            inner.check(index, key, cost)?;
+            match self.leases.route(None, policy, key, cost).await {
+                Route::Here(decided) => {
+                    inner.gate.count_leased(&decided);
+                    return Ok(inner.shadowed(index, decided));
+                }
+                Route::Store(deferred) => after = Some(deferred),
+            }
+        }
+        let decided = limiter
+            .decide(
+                None,
+                index,
+                key,
+                cost,
+                Ask::of(peek),
+                |store, prepared, now| async move {
+                    let decision =
+                        decide_direct(store, prepared, policy, now, key, cost, peek).await?;
+                    Ok((decision, None))
+                },
+            )
+            .await;
+        // The rate book's actions go out once the store decided.
+        drop(after);
+        decided.map(|(decided, _)| inner.shadowed(index, decided))
+    }
+
+    async fn refund(
+        &self,
+        limiter: &ResilientLimiter<S, Self>,
+        index: usize,
+        key: &[u8],
+        amount: u64,
+    ) -> Result<(), DecideError> {
+        self.policies[index].refundable()?;
+        limiter.inner.refund(None, index, key, amount).await
+    }
+}
+
+/// With leases on.
+impl<S: Leasable + 'static> ResilientLimiter<S, Leased<S>> {
+    /// Gives back every unit the leases hold (awaiting the returns), stops their timers,
+    /// and sends every later request through the gate and the store. Call it before
+    /// exiting: what is not given back stays counted until its window ends.
+    pub async fn shutdown(&self) {
+        self.mode.leases.shutdown().await;
+    }
+
+    /// The leases' counters (reservations, returns, units stranded). Their decisions are
+    /// also in [`stats`](Self::stats), as [`Source::Lease`](crate::Source::Lease) and
+    /// [`Source::LocalDenial`](crate::Source::LocalDenial).
+    pub fn lease_stats(&self) -> LeaseStats {
+        self.mode.leases.stats()
+    }
+
+    /// This node's rate share of every token-bucket key it leases, now.
+    pub fn rate_shares(&self) -> Vec<ShareView> {
+        self.mode.leases.rate_shares()
+    }
+
+    /// The lease settings.
+    pub fn lease_config(&self) -> LeaseConfig {
+        self.mode.leases.config()
+    }
+}
+
+/// Settings for a [`ResilientLimiter`] with leases on, from
+/// [`ResilientLimiterBuilder::leases`].
+pub struct LeasedBuilder<S> {
+    resilient: ResilientLimiterBuilder<S>,
+    config: LeaseConfig,
+    node: Option<u64>,
+}
+
+impl<S: Leasable + 'static> ResilientLimiterBuilder<S> {
+    /// Turns leases on (docs/leases.md): hot keys are decided from blocks of the limit
+    /// reserved in the store, at memory speed and with zero over-admission while the store
+    /// answers; the rest as without. The limiter's clock and time source are the leases'
+    /// too; their timers run on a task of their own. Set the resilient settings first: this
+    /// returns the leases' builder.
+    ///
+    /// Only a store that leases ([`Leasable`]) has this option: one that only decides
+    /// cannot be leased over, by compile error.
+    /// ```compile_fail,E0599
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use rein::{FailurePolicy, LeaseConfig, Limit, Micros, NamedPolicy, Policy, PolicyTable, ResilientLimiter};
+    /// // The optimistic store decides, and does not lease.
+    /// let store = rein::redis::OptimisticStore::connect("redis://127.0.0.1:6379/").await?;
+    /// let api = NamedPolicy::new("api", Policy::single(Limit::fixed_window(100, Micros::from_secs(1))?))?;
+    /// let limiter = ResilientLimiter::builder(store, PolicyTable::new(api), FailurePolicy::FailClosed)
+    ///     .leases(LeaseConfig::default())
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn leases(self, config: LeaseConfig) -> LeasedBuilder<S> {
+        LeasedBuilder {
+            resilient: self,
+            config,
+            node: None,
+        }
+    }
+}
+
+impl<S: Leasable + 'static> LeasedBuilder<S> {
+    /// This node's id in the store's rate shares of token buckets (see
+    /// [`LeasedLimiterBuilder::node_id`](crate::lease::LeasedLimiterBuilder::node_id);
+    /// default: drawn from the process id and the start time).
+    pub fn node_id(mut self, node: u64) -> Self {
+        self.node = Some(node);
+        self
+    }
+
+    /// The limiter, its leases' timers started (inside a tokio runtime; otherwise at the
+    /// first request). Errors as [`ResilientLimiterBuilder::build`].
+    pub fn build(self) -> Result<ResilientLimiter<S, Leased<S>>, ResilienceConfigError> {
+        let direct = self.resilient.build()?;
+        let mut leases = LeasedLimiter::builder(direct.clone())
+            .config(self.config)
+            .clock(Arc::clone(&direct.inner.clock))
+            .time_source(direct.inner.time_source);
+        if let Some(node) = self.node {
+            leases = leases.node_id(node);
+        }
+        let leases = leases.build();
+        let policies = direct
+            .inner
+            .table
+            .policies()
+            .iter()
+            .map(|named| leases.prepare(named))
+            .collect::<Result<Arc<[_]>, _>>()?;
+        Ok(ResilientLimiter {
+            inner: direct.inner,
+            mode: Leased { leases, policies },
+        })
+    }
+}
+
+impl<S: Leasable> Clone for Leased<S> {
+    fn clone(&self) -> Self {
+        Self {
+            leases: self.leases.clone(),
+            policies: Arc::clone(&self.policies),
+        }
+    }
+}
+
+impl<S: Leasable> fmt::Debug for Leased<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leased")
+            .field("policies", &self.policies.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> fmt::Debug for LeasedBuilder<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeasedBuilder")
+            .field("config", &self.config)
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
