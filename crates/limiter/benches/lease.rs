@@ -5,6 +5,9 @@
 //! exhausted here:
 //! - `lease`: one task deciding one hot key through a `LeasedLimiter`: almost every decision
 //!   is a local lease hit.
+//! - `lease_front_door`: the same through the front door, `ResilientLimiter` with leases
+//!   on (`acquire_as(policy, key, cost)`): what the gate's checks, its counters and the
+//!   policy table add to a lease hit.
 //! - `direct`: the same policy decided by the Redis store itself, one call each.
 //!
 //! After criterion, per algorithm, a throughput run (8 tasks on 4 hot keys for 1 s, each
@@ -17,7 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use rein::{LeaseConfig, lease::LeasedLimiter};
+use rein::lease::{Leased, LeasedLimiter};
+use rein::{FailurePolicy, LeaseConfig, PolicyTable, ResilientLimiter};
 use rein_core::{Limit, Limiter, NamedPolicy, Policy};
 use rein_redis::{RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
@@ -41,11 +45,15 @@ fn policies() -> [(&'static str, NamedPolicy); 2] {
     ]
 }
 
+type Store = RedisStore<redis::aio::ConnectionManager>;
+
 struct Setup {
     runtime: Runtime,
     _server: RedisServer,
-    store: RedisStore<redis::aio::ConnectionManager>,
-    leased: LeasedLimiter<RedisStore<redis::aio::ConnectionManager>>,
+    store: Store,
+    leased: LeasedLimiter<Store>,
+    /// The front door: the resilient limiter with leases on, both policies in its table.
+    front: ResilientLimiter<Store, Leased<Store>>,
 }
 
 fn setup() -> Setup {
@@ -56,7 +64,7 @@ fn setup() -> Setup {
         .build()
         .expect("a runtime");
     let url = server.url();
-    let (store, leased) = runtime.block_on(async {
+    let (store, leased, front) = runtime.block_on(async {
         let connect = || async {
             RedisStoreBuilder::new()
                 // Generous: the machine is shared; a timeout here is counted, not fatal.
@@ -71,13 +79,22 @@ fn setup() -> Setup {
                 ..LeaseConfig::default()
             })
             .build();
-        (connect().await, leased)
+        let [(_, window), (_, bucket)] = policies();
+        let table = PolicyTable::new(window)
+            .with_policy(bucket)
+            .expect("two policies");
+        let front = ResilientLimiter::builder(connect().await, table, FailurePolicy::FailClosed)
+            .leases(LeaseConfig::default())
+            .build()
+            .expect("a limiter");
+        (connect().await, leased, front)
     });
     Setup {
         runtime,
         _server: server,
         store,
         leased,
+        front,
     }
 }
 
@@ -108,6 +125,18 @@ fn decide_hot_key(c: &mut Criterion, s: &Setup, algorithm: &str, policy: &NamedP
                         .leased
                         .acquire_leased(None, &leased_policy, b"hot", 1)
                         .await;
+                    let _ = std::hint::black_box(d.expect("a decision"));
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("lease_front_door", "redis"), |b| {
+        b.iter_custom(|n| {
+            s.runtime.block_on(async {
+                let start = Instant::now();
+                for _ in 0..n {
+                    let d = s.front.acquire_as(policy.name(), "hot-front", 1).await;
                     let _ = std::hint::black_box(d.expect("a decision"));
                 }
                 start.elapsed()

@@ -140,34 +140,11 @@ impl<K> Gate<K> {
         } = request;
         // A peek, or a zero cost, is a question about the state, which only the store can
         // answer: a cached denial or reuse says what an acquire would get, not what is left.
-        let cached = cost > 0 && ask != Ask::Peek;
-        if let Some(decision) = self
-            .deny_cache
-            .as_ref()
-            .filter(|_| cached)
-            .and_then(|c| c.check(now, slot, key, cost))
+        if cost > 0
+            && ask != Ask::Peek
+            && let Some((decision, source)) = self.cached(now, slot, key, cost)
         {
-            return Step::Answer(self.count(
-                request,
-                Decided {
-                    decision,
-                    source: Source::DenyCache,
-                },
-            ));
-        }
-        if let Some(decision) = self
-            .allow_cache
-            .as_ref()
-            .filter(|_| cached)
-            .and_then(|c| c.check(now, slot, key, cost))
-        {
-            return Step::Answer(self.count(
-                request,
-                Decided {
-                    decision,
-                    source: Source::AllowCache,
-                },
-            ));
+            return Step::Answer(self.count(request, Decided { decision, source }));
         }
         match self.with_breaker(|b| b.poll_admit(now)) {
             Some(ticket) => {
@@ -257,6 +234,23 @@ impl<K> Gate<K> {
 
     pub(crate) fn on_failure(&self) -> FailurePolicy {
         self.on_failure
+    }
+
+    /// A cache's answer to an acquire: the deny cache's repeated denial, else the allow
+    /// cache's reuse, else none.
+    fn cached(
+        &self,
+        now: Timestamp,
+        slot: u32,
+        key: &[u8],
+        cost: u64,
+    ) -> Option<(Decision, Source)> {
+        let denied = self.deny_cache.as_ref();
+        if let Some(decision) = denied.and_then(|c| c.check(now, slot, key, cost)) {
+            return Some((decision, Source::DenyCache));
+        }
+        let decision = self.allow_cache.as_ref()?.check(now, slot, key, cost)?;
+        Some((decision, Source::AllowCache))
     }
 
     /// Counts a request's answer among the decisions (a reservation's is not one).

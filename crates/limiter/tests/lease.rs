@@ -1228,6 +1228,90 @@ fn a_token_bucket_holder_killed_strands_its_share_for_one_validity_and_nothing_i
     assert!(permille >= 900, "{permille}‰ after the kill");
 }
 
+/// The front door with leases on, over the memory store: the same `acquire` and the same
+/// `Decided` as without, each request counted once by who answered, exactly the limit
+/// admitted; a peek is the store's answer; a token bucket leased as rate has no refund;
+/// shadow mode admits what the leases deny; a request that can never be admitted is an
+/// error, counted, before the leases see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_are_a_builder_option_with_the_same_call_and_answer() {
+    let window = Limit::fixed_window(100, Micros::from_secs(3_600)).expect("valid");
+    let bucket = Limit::token_bucket(40, 400, Micros::from_secs(1)).expect("valid");
+    let api = NamedPolicy::new("api", Policy::single(window)).expect("valid");
+    let rate = NamedPolicy::new("rate", Policy::single(bucket)).expect("valid");
+    let table = || {
+        PolicyTable::new(api.clone())
+            .with_policy(rate.clone())
+            .and_then(|t| t.route_prefix("rate:", "rate"))
+            .expect("a table")
+    };
+    // Each limiter prepares its own tables in the store: they count apart.
+    let store = rein_memory::MemoryStore::new();
+    let limiter = ResilientLimiter::builder(store.clone(), table(), FailurePolicy::FailClosed)
+        .leases(config())
+        .build()
+        .expect("a limiter");
+    let mut by_source: BTreeMap<&str, u64> = BTreeMap::new();
+    for _ in 0..150 {
+        let d = limiter.acquire("k", 1).await.expect("a decision");
+        *by_source.entry(d.source.as_str()).or_default() += u64::from(d.is_allowed());
+    }
+    assert_eq!(
+        by_source.values().sum::<u64>(),
+        100,
+        "exactly the limit: {by_source:?}"
+    );
+    assert!(
+        by_source.get("lease").copied().unwrap_or(0) > 0,
+        "{by_source:?}"
+    );
+    let stats = limiter.stats();
+    assert_eq!(stats.decisions, 150, "one per request: {stats:?}");
+    assert_eq!(
+        stats.lease.allowed,
+        limiter.lease_stats().leased,
+        "{stats:?}"
+    );
+    // A peek asks the store (units the leases hold are not the store's to report).
+    let peeked = limiter.peek("k", 1).await.expect("a decision");
+    assert_eq!(peeked.source, Source::Store, "{peeked:?}");
+    assert!(!peeked.is_allowed(), "{peeked:?}");
+    // The bucket is leased as rate, where a refund has no meaning.
+    let d = limiter.acquire("rate:k", 1).await.expect("a decision");
+    assert!(d.is_allowed(), "{d:?}");
+    assert!(matches!(
+        limiter.refund("rate:k", 1).await,
+        Err(rein_core::DecideError::Unsupported { .. })
+    ));
+    // Requests that can never be admitted: errors, counted, nothing asked.
+    let before = limiter.stats().invalid_requests;
+    assert!(limiter.acquire("", 1).await.is_err());
+    assert!(limiter.acquire("k", 101).await.is_err());
+    assert!(limiter.acquire_as("nope", "k", 1).await.is_err());
+    assert_eq!(limiter.stats().invalid_requests, before + 3);
+    limiter.shutdown().await;
+
+    // Shadow mode: what the policy denies, the leases' local denials included, is admitted
+    // and counted.
+    let shadowed = ResilientLimiter::builder(store, table(), FailurePolicy::FailClosed)
+        .shadow("api")
+        .leases(config())
+        .build()
+        .expect("a limiter");
+    let mut shadow_sources: BTreeMap<&str, u64> = BTreeMap::new();
+    for _ in 0..150 {
+        let d = shadowed.acquire("k", 1).await.expect("a decision");
+        assert!(d.is_allowed(), "{d:?}");
+        *shadow_sources.entry(d.source.as_str()).or_default() += 1;
+    }
+    assert_eq!(
+        shadowed.shadow_denials("api").expect("a policy"),
+        50,
+        "{shadow_sources:?}"
+    );
+    shadowed.shutdown().await;
+}
+
 /// A token bucket over the memory store: the first request goes to the direct share and
 /// asks for a share, later ones are spent from it. Over a store without rate shares (the
 /// `Slow` double answers `Unsupported`), the same policy is decided by plain `acquire`.
