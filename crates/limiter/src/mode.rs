@@ -19,10 +19,10 @@ use rein_core::{DecideError, Leasable, Limiter};
 
 use crate::gate::Ask;
 use crate::lease::{
-    LeaseConfig, LeaseStats, LeasedLimiter, LeasedPolicy, Route, ShareView, decide_direct,
+    LeaseConfig, LeaseStats, LeasedLimiter, LeasedPolicy, ShareView, decide_direct,
 };
 use crate::limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy};
-use crate::{Decided, RequestError, ResilienceConfigError};
+use crate::{Decided, RequestError, ResilienceConfigError, Source};
 
 /// How a [`ResilientLimiter`] decides: [`Direct`] or [`Leased`]. Sealed: these two are the
 /// only modes.
@@ -110,34 +110,51 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
         let inner = &*limiter.inner;
         let policy = &self.policies[index];
         // A peek is the store's answer: units held by leases are not the store's to report.
-        let mut after = None;
-        if !peek {
-            inner.check(index, key, cost)?;
-            match self.leases.route(None, policy, key, cost).await {
-                Route::Here(decided) => {
-                    inner.gate.count_leased(&decided);
-                    return Ok(inner.shadowed(index, decided));
-                }
-                Route::Store(deferred) => after = Some(deferred),
-            }
+        if peek {
+            return limiter
+                .decide(
+                    None,
+                    index,
+                    key,
+                    cost,
+                    Ask::Peek,
+                    |store, prepared, now| async move {
+                        let decision =
+                            decide_direct(store, prepared, policy, now, key, cost, true).await?;
+                        Ok((decision, None))
+                    },
+                )
+                .await
+                .map(|(decided, _)| inner.shadowed(index, decided));
         }
-        let decided = limiter
-            .decide(
-                None,
-                index,
-                key,
-                cost,
-                Ask::of(peek),
-                |store, prepared, now| async move {
-                    let decision =
-                        decide_direct(store, prepared, policy, now, key, cost, peek).await?;
-                    Ok((decision, None))
-                },
-            )
-            .await;
-        // The rate book's actions go out once the store decided.
-        drop(after);
-        decided.map(|(decided, _)| inner.shadowed(index, decided))
+        let valid = inner.check(index, key, cost).map(|_| ());
+        let decided = self
+            .leases
+            .decide_with(None, policy, key, cost, valid, |after| async move {
+                let decided = limiter
+                    .decide(
+                        None,
+                        index,
+                        key,
+                        cost,
+                        Ask::Acquire,
+                        |store, prepared, now| async move {
+                            let decision =
+                                decide_direct(store, prepared, policy, now, key, cost, false)
+                                    .await?;
+                            Ok((decision, None))
+                        },
+                    )
+                    .await;
+                // The rate book's actions go out once the store decided.
+                drop(after);
+                decided.map(|(decided, _)| decided)
+            })
+            .await?;
+        if matches!(decided.source, Source::Lease | Source::LocalDenial) {
+            inner.gate.count_leased(&decided);
+        }
+        Ok(inner.shadowed(index, decided))
     }
 
     async fn refund(

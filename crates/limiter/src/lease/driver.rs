@@ -20,6 +20,7 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
+use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -179,58 +180,56 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
     /// `now`, when given, must advance with real time like the store's clock: a block's
     /// life is measured from it (docs/leases.md). At most two store calls' time: a
     /// reservation this request waits for, then (if that failed) a direct call.
-    pub async fn acquire_leased(
-        &self,
-        now: Option<Timestamp>,
-        policy: &LeasedPolicy<S::Prepared>,
-        key: &[u8],
-        cost: u64,
-    ) -> Result<Decided, DecideError> {
-        if key.is_empty() {
-            return Err(KeyError::Empty.into());
-        }
-        if cost > policy.capacity {
-            return Err(DecideError::InsufficientCapacity {
-                cost,
-                capacity: policy.capacity,
-            });
-        }
-        match self.route(now, policy, key, cost).await {
-            Route::Here(decided) => Ok(decided),
-            Route::Store(after) => {
-                let store_now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
-                let store = &self.shared.store;
-                let decision =
-                    decide_direct(store, &policy.inner, policy, store_now, key, cost, false).await;
-                // The rate book's actions go out once the store decided.
-                drop(after);
-                Ok(Decided {
-                    decision: decision?,
-                    source: Source::Store,
-                })
-            }
-        }
-    }
-
-    /// Where a valid request (a key, a cost within the policy's capacity) is decided: here,
-    /// from a held block or a recent denial, or by the store, directly. The one place both
-    /// [`acquire_leased`](Self::acquire_leased) and the resilient limiter with leases on ask.
-    pub(crate) async fn route<'a>(
+    pub fn acquire_leased<'a>(
         &'a self,
         now: Option<Timestamp>,
-        policy: &LeasedPolicy<S::Prepared>,
-        key: &[u8],
+        policy: &'a LeasedPolicy<S::Prepared>,
+        key: &'a [u8],
         cost: u64,
-    ) -> Route<'a, S> {
+    ) -> impl Future<Output = Result<Decided, DecideError>> + Send + 'a {
+        let valid = policy.admissible(key, cost);
+        self.decide_with(now, policy, key, cost, valid, move |after| async move {
+            let store_now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
+            let store = &self.shared.store;
+            let decision =
+                decide_direct(store, &policy.inner, policy, store_now, key, cost, false).await;
+            // The rate book's actions go out once the store decided.
+            drop(after);
+            Ok(Decided {
+                decision: decision?,
+                source: Source::Store,
+            })
+        })
+    }
+
+    /// Decides a request (`valid`: whether it can ever be admitted, the error if not) here,
+    /// from a held block or a recent denial ([`Source::Lease`], [`Source::LocalDenial`]), or
+    /// by `direct`, given the rate book's actions to drop once the store decided. The one
+    /// place both [`acquire_leased`](Self::acquire_leased) and the resilient limiter with
+    /// leases on decide; a lease hit never waits on anything but the runtime's budget.
+    pub(crate) async fn decide_with<'a, E, F, Fut>(
+        &'a self,
+        now: Option<Timestamp>,
+        policy: &'a LeasedPolicy<S::Prepared>,
+        key: &'a [u8],
+        cost: u64,
+        valid: Result<(), E>,
+        direct: F,
+    ) -> Result<Decided, E>
+    where
+        F: FnOnce(Deferred<'a, S>) -> Fut,
+        Fut: Future<Output = Result<Decided, E>>,
+    {
+        valid?;
         self.shared.start_timers();
         // Lease hits complete without waiting: count each against the task's cooperative
         // budget so a spinning caller cannot starve the runtime (limiter.rs does the same).
         tokio::task::coop::consume_budget().await;
         let shared = &self.shared;
-        let store = |actions| Route::Store(Deferred { shared, actions });
+        let store = |actions| Deferred { shared, actions };
         if policy.rate_shared() {
             if cost == 0 {
-                return store(None);
+                return direct(store(None)).await;
             }
             let shares = policy
                 .rate
@@ -250,21 +249,21 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
             return match admit {
                 Admit::Leased(decision) => {
                     shared.dispatch_rates(actions);
-                    Route::here(decision, Source::Lease)
+                    Ok(here(decision, Source::Lease))
                 }
                 Admit::Denied(decision) => {
                     shared.dispatch_rates(actions);
-                    Route::here(decision, Source::LocalDenial)
+                    Ok(here(decision, Source::LocalDenial))
                 }
-                Admit::Direct(_) | Admit::Wait => store(Some(actions)),
+                Admit::Direct(_) | Admit::Wait => direct(store(Some(actions))).await,
             };
         }
         let terms = match (&policy.terms, cost) {
             (Err(_), _) => {
                 shared.direct_unleasable.fetch_add(1, Ordering::Relaxed);
-                return store(None);
+                return direct(store(None)).await;
             }
-            (Ok(_), 0) => return store(None),
+            (Ok(_), 0) => return direct(store(None)).await,
             (Ok(terms), _) => terms,
         };
         let at = LeaseKeyRef {
@@ -288,9 +287,9 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
             shared.dispatch(actions);
             fresh = false;
             match admit {
-                Admit::Leased(decision) => return Route::here(decision, Source::Lease),
-                Admit::Denied(decision) => return Route::here(decision, Source::LocalDenial),
-                Admit::Direct(_) => return store(None),
+                Admit::Leased(decision) => return Ok(here(decision, Source::Lease)),
+                Admit::Denied(decision) => return Ok(here(decision, Source::LocalDenial)),
+                Admit::Direct(_) => return direct(store(None)).await,
                 // A bounded wait: the book presumes the flight lost after its timeout, so
                 // asking again after `wait_limit` always makes progress.
                 Admit::Wait => {
@@ -820,6 +819,20 @@ impl<P> LeasedPolicy<P> {
         self.rate.is_some() && !self.no_rate.load(Ordering::Relaxed)
     }
 
+    /// Whether `cost` of `key` can ever be admitted: a key, and a cost within the capacity.
+    fn admissible(&self, key: &[u8], cost: u64) -> Result<(), DecideError> {
+        if key.is_empty() {
+            return Err(KeyError::Empty.into());
+        }
+        if cost > self.capacity {
+            return Err(DecideError::InsufficientCapacity {
+                cost,
+                capacity: self.capacity,
+            });
+        }
+        Ok(())
+    }
+
     /// Whether a refund can be given (not for a token bucket leased as rate, where not
     /// giving back only under-admits).
     pub(crate) fn refundable(&self) -> Result<(), DecideError> {
@@ -832,19 +845,9 @@ impl<P> LeasedPolicy<P> {
     }
 }
 
-/// Where [`LeasedLimiter::route`] sends a request.
-pub(crate) enum Route<'a, S: Leasable + 'static> {
-    /// Answered here: [`Source::Lease`] or [`Source::LocalDenial`], no store call.
-    Here(Decided),
-    /// To the store, directly ([`decide_direct`]); the rate book's actions the request made
-    /// go out when this is dropped, after the store decided.
-    Store(Deferred<'a, S>),
-}
-
-impl<S: Leasable + 'static> Route<'_, S> {
-    fn here(decision: Decision, source: Source) -> Self {
-        Route::Here(Decided { decision, source })
-    }
+/// An answer the books gave here.
+fn here(decision: Decision, source: Source) -> Decided {
+    Decided { decision, source }
 }
 
 /// A direct decision of `store` for a leased limiter's `policy` (`peek`: what it would

@@ -25,8 +25,8 @@ mod terms;
 
 pub use crate::mode::{Direct, Leased, LeasedBuilder, Mode};
 pub use book::{DEFAULT_LOG_HOLD_DIVISOR, DEFAULT_SHARE_VALIDITY_INTERVALS, LeaseConfig};
+pub(crate) use driver::decide_direct;
 pub use driver::{LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy};
-pub(crate) use driver::{Route, decide_direct};
 pub use rate::ShareView;
 pub use terms::{LeaseTerms, Unleasable};
 
