@@ -208,7 +208,7 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
     pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decided, RequestError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);
-        self.mode.decide(self, index, key, cost, false).await
+        self.mode.decide(self, None, index, key, cost, false).await
     }
 
     /// Whether `cost` would be admitted for `key` now, taking nothing: the store's answer,
@@ -218,7 +218,7 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
     pub async fn peek(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decided, RequestError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);
-        self.mode.decide(self, index, key, cost, true).await
+        self.mode.decide(self, None, index, key, cost, true).await
     }
 
     /// [`acquire`](Self::acquire) under the policy named `policy`, whatever the key's
@@ -234,7 +234,7 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
             return Err(RequestError::UnknownPolicy(policy.to_owned()));
         };
         self.mode
-            .decide(self, index, key.as_ref(), cost, false)
+            .decide(self, None, index, key.as_ref(), cost, false)
             .await
     }
 
@@ -252,7 +252,7 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
     pub async fn refund(&self, key: impl AsRef<[u8]>, amount: u64) -> Result<(), DecideError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);
-        self.mode.refund(self, index, key, amount).await
+        self.mode.refund(self, None, index, key, amount).await
     }
 
     /// Turns shadow mode on or off for the policy named `policy`, at once and for every
@@ -619,8 +619,9 @@ impl<S: Limiter> Drop for InFlight<'_, S> {
 /// The resilient limiter is a [`Limiter`] too: its prepared policy is a policy of its table
 /// (preparing one that is not in the table, by name and value, is an error), and a decision
 /// never fails with [`DecideError::Unavailable`] (the failure policy answers), except a
-/// refund's. A `now` given here is used as the local time and passed to the store.
-impl<S: Limiter> Limiter for ResilientLimiter<S> {
+/// refund's. A `now` given here is used as the local time and passed to the store. With
+/// leases on, it decides as [`acquire`](ResilientLimiter::acquire) does, leases first.
+impl<S: Limiter, M: Mode<S>> Limiter for ResilientLimiter<S, M> {
     type Prepared = TablePolicy;
 
     fn prepare(&self, policy: &NamedPolicy) -> Result<TablePolicy, PrepareError> {
@@ -637,7 +638,8 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        self.decide_plain(now, policy.0, key, cost, Ask::Acquire)
+        self.mode
+            .decide(self, now, policy.0, key, cost, false)
             .await
             .map(|decided| decided.decision)
             .map_err(decide_error)
@@ -653,7 +655,8 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        self.decide_plain(now, policy.0, key, cost, Ask::Peek)
+        self.mode
+            .decide(self, now, policy.0, key, cost, true)
             .await
             .map(|decided| decided.decision)
             .map_err(decide_error)
@@ -666,11 +669,13 @@ impl<S: Limiter> Limiter for ResilientLimiter<S> {
         key: &[u8],
         amount: u64,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        self.inner.refund(now, policy.0, key, amount)
+        self.mode.refund(self, now, policy.0, key, amount)
     }
 
+    /// The guard deadline; with leases on, twice it (a request may wait for a reservation,
+    /// then call directly).
     fn deadline(&self) -> Option<Duration> {
-        Some(self.inner.guard_deadline)
+        Some(self.mode.deadline(self.inner.guard_deadline))
     }
 }
 

@@ -15,7 +15,9 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use rein_core::{DecideError, Leasable, Limiter};
+use std::time::Duration;
+
+use rein_core::{DecideError, Leasable, Limiter, Timestamp};
 
 use crate::gate::Ask;
 use crate::lease::{
@@ -27,11 +29,13 @@ use crate::{Decided, RequestError, ResilienceConfigError, Source};
 /// How a [`ResilientLimiter`] decides: [`Direct`] or [`Leased`]. Sealed: these two are the
 /// only modes.
 pub trait Mode<S: Limiter>: sealed::Sealed + Send + Sync + 'static {
-    /// Decides a request for the policy at `index` of the table (a peek: takes nothing).
+    /// Decides a request for the policy at `index` of the table (a peek: takes nothing), at
+    /// `now` (`None`: the limiter's clock).
     #[doc(hidden)]
     fn decide(
         &self,
         limiter: &ResilientLimiter<S, Self>,
+        now: Option<Timestamp>,
         index: usize,
         key: &[u8],
         cost: u64,
@@ -45,12 +49,17 @@ pub trait Mode<S: Limiter>: sealed::Sealed + Send + Sync + 'static {
     fn refund(
         &self,
         limiter: &ResilientLimiter<S, Self>,
+        now: Option<Timestamp>,
         index: usize,
         key: &[u8],
         amount: u64,
     ) -> impl Future<Output = Result<(), DecideError>> + Send
     where
         Self: Sized;
+
+    /// The longest a decision takes, given the limiter's bound on one store call.
+    #[doc(hidden)]
+    fn deadline(&self, call: Duration) -> Duration;
 }
 
 mod sealed {
@@ -77,24 +86,30 @@ impl<S: Limiter> Mode<S> for Direct {
     async fn decide(
         &self,
         limiter: &ResilientLimiter<S, Self>,
+        now: Option<Timestamp>,
         index: usize,
         key: &[u8],
         cost: u64,
         peek: bool,
     ) -> Result<Decided, RequestError> {
         limiter
-            .decide_plain(None, index, key, cost, Ask::of(peek))
+            .decide_plain(now, index, key, cost, Ask::of(peek))
             .await
     }
 
     fn refund(
         &self,
         limiter: &ResilientLimiter<S, Self>,
+        now: Option<Timestamp>,
         index: usize,
         key: &[u8],
         amount: u64,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        limiter.inner.refund(None, index, key, amount)
+        limiter.inner.refund(now, index, key, amount)
+    }
+
+    fn deadline(&self, call: Duration) -> Duration {
+        call
     }
 }
 
@@ -102,6 +117,7 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
     async fn decide(
         &self,
         limiter: &ResilientLimiter<S, Self>,
+        now: Option<Timestamp>,
         index: usize,
         key: &[u8],
         cost: u64,
@@ -130,7 +146,7 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
         let valid = inner.check(index, key, cost).map(|_| ());
         let decided = self
             .leases
-            .decide_with(None, policy, key, cost, valid, |after| async move {
+            .decide_with(now, policy, key, cost, valid, |after| async move {
                 let decided = limiter
                     .decide(
                         None,
@@ -160,12 +176,18 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
     async fn refund(
         &self,
         limiter: &ResilientLimiter<S, Self>,
+        now: Option<Timestamp>,
         index: usize,
         key: &[u8],
         amount: u64,
     ) -> Result<(), DecideError> {
         self.policies[index].refundable()?;
-        limiter.inner.refund(None, index, key, amount).await
+        limiter.inner.refund(now, index, key, amount).await
+    }
+
+    /// A request may wait for a reservation, then call directly.
+    fn deadline(&self, call: Duration) -> Duration {
+        call * 2
     }
 }
 

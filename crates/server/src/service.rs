@@ -35,7 +35,7 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use rein::{FailurePolicy, PolicyTable, ResilienceConfigError, ResilientLimiter, TablePolicy};
 use rein::{
     LeaseConfig,
-    lease::{LeaseStats, LeasedLimiter, LeasedPolicy},
+    lease::{LeaseStats, Leased},
 };
 use rein_core::{DecideError, Decision, Leasable, Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_tower::headers;
@@ -65,9 +65,9 @@ pub struct ServiceSettings {
     pub shadow_mode: bool,
     /// Also add the legacy `X-RateLimit-Limit`, `-Remaining` and `-Reset` headers.
     pub legacy_headers: bool,
-    /// Decide hot keys from leases (`rein::lease::LeasedLimiter` over the resilient limiter):
-    /// blocks of units reserved in the store and spent in process, exactly
-    /// (docs/leases.md); `None`: every decision asks the store.
+    /// Decide hot keys from leases (the resilient limiter with leases on,
+    /// `ResilientLimiterBuilder::leases`): blocks of units reserved in the store and spent
+    /// in process, exactly (docs/leases.md); `None`: every decision asks the store.
     pub leases: Option<LeaseConfig>,
 }
 
@@ -139,15 +139,15 @@ struct Snapshot<S: Leasable + Clone + 'static> {
     decider: Decider<S>,
 }
 
-/// What decides the rules' policies: the resilient limiter, or leases over it.
+/// What decides the rules' policies: the resilient limiter, with leases off or on.
 enum Decider<S: Leasable + Clone + 'static> {
     Direct {
         limiter: ResilientLimiter<S>,
         prepared: HashMap<String, TablePolicy>,
     },
     Leased {
-        limiter: LeasedLimiter<ResilientLimiter<S>>,
-        prepared: HashMap<String, LeasedPolicy<TablePolicy>>,
+        limiter: ResilientLimiter<S, Leased<S>>,
+        prepared: HashMap<String, TablePolicy>,
     },
 }
 
@@ -222,7 +222,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
     /// reserved, returned and stranded.
     pub fn lease_stats(&self) -> Option<LeaseStats> {
         match &self.snapshot().decider {
-            Decider::Leased { limiter, .. } => Some(limiter.stats()),
+            Decider::Leased { limiter, .. } => Some(limiter.lease_stats()),
             Decider::Direct { .. } => None,
         }
     }
@@ -678,17 +678,20 @@ impl<S: Leasable + Clone + 'static> Snapshot<S> {
         let first = policies.next().unwrap_or_else(placeholder_policy);
         let table = policies.try_fold(PolicyTable::new(first), PolicyTable::with_policy)?;
         let names: Vec<NamedPolicy> = table.policies().to_vec();
-        let limiter = ResilientLimiter::builder(store, table, failure).build()?;
+        let builder = ResilientLimiter::builder(store, table, failure);
         let decider = match leases {
-            None => Decider::Direct {
-                prepared: prepare_all(&limiter, &names)?,
-                limiter,
-            },
+            None => {
+                let limiter = builder.build()?;
+                Decider::Direct {
+                    prepared: prepare_all(&limiter, &names)?,
+                    limiter,
+                }
+            }
             Some(config) => {
                 // Leases renew and return from spawned tasks, their timers included (the
                 // limiter starts them in `build`): a runtime must be running.
                 tokio::runtime::Handle::try_current().map_err(|_| ServiceError::NoRuntime)?;
-                let limiter = LeasedLimiter::builder(limiter).config(config).build();
+                let limiter = builder.leases(config).build()?;
                 Decider::Leased {
                     prepared: prepare_all(&limiter, &names)?,
                     limiter,
@@ -764,10 +767,7 @@ enum Plan<'a, S: Leasable + Clone + 'static> {
 /// `ResilientLimiter`'s inherent ones of the same names take a policy name.)
 enum Target<'a, S: Leasable + Clone + 'static> {
     Direct(&'a ResilientLimiter<S>, &'a TablePolicy),
-    Leased(
-        &'a LeasedLimiter<ResilientLimiter<S>>,
-        &'a LeasedPolicy<TablePolicy>,
-    ),
+    Leased(&'a ResilientLimiter<S, Leased<S>>, &'a TablePolicy),
 }
 
 impl<S: Leasable + Clone + 'static> Clone for Target<'_, S> {
