@@ -3,7 +3,7 @@
 //! [`ResilientLimiterBuilder::leases`]). One call shape either way: `acquire(key, cost)`
 //! returns a [`Decided`] whose [`Source`] says who answered.
 //!
-//! Where a leased request is decided: the leases' [`route`](LeasedLimiter::route) answers
+//! Where a leased request is decided: the leases' `decide_with` (lease/driver.rs) answers
 //! it from a held block or a recent denial, or sends it to the store; sent to the store, it
 //! goes through the gate (deadline, breaker, caches, failure policy) as without leases, by
 //! the lease driver's own direct decision (a token bucket leased as rate against its direct
@@ -14,7 +14,6 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-
 use std::time::Duration;
 
 use rein_core::{DecideError, Leasable, Limiter, Timestamp};
@@ -129,14 +128,15 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
         if peek {
             return limiter
                 .decide(
-                    None,
+                    now,
                     index,
                     key,
                     cost,
                     Ask::Peek,
-                    |store, prepared, now| async move {
+                    |store, prepared, store_now| async move {
                         let decision =
-                            decide_direct(store, prepared, policy, now, key, cost, true).await?;
+                            decide_direct(store, prepared, policy, store_now, key, cost, true)
+                                .await?;
                         Ok((decision, None))
                     },
                 )
@@ -149,14 +149,14 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
             .decide_with(now, policy, key, cost, valid, |after| async move {
                 let decided = limiter
                     .decide(
-                        None,
+                        now,
                         index,
                         key,
                         cost,
                         Ask::Acquire,
-                        |store, prepared, now| async move {
+                        |store, prepared, store_now| async move {
                             let decision =
-                                decide_direct(store, prepared, policy, now, key, cost, false)
+                                decide_direct(store, prepared, policy, store_now, key, cost, false)
                                     .await?;
                             Ok((decision, None))
                         },
