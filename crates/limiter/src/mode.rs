@@ -123,48 +123,24 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
         peek: bool,
     ) -> Result<Decided, RequestError> {
         let inner = &*limiter.inner;
-        let policy = &self.policies[index];
         // A peek is the store's answer: units held by leases are not the store's to report.
         if peek {
-            return limiter
-                .decide(
-                    now,
-                    index,
-                    key,
-                    cost,
-                    Ask::Peek,
-                    |store, prepared, store_now| async move {
-                        let decision =
-                            decide_direct(store, prepared, policy, store_now, key, cost, true)
-                                .await?;
-                        Ok((decision, None))
-                    },
-                )
+            return self
+                .direct(limiter, now, index, key, cost, Ask::Peek)
                 .await
-                .map(|(decided, _)| inner.shadowed(index, decided));
+                .map(|decided| inner.shadowed(index, decided));
         }
         let valid = inner.check(index, key, cost).map(|_| ());
+        let policy = &self.policies[index];
         let decided = self
             .leases
             .decide_with(now, policy, key, cost, valid, |after| async move {
-                let decided = limiter
-                    .decide(
-                        now,
-                        index,
-                        key,
-                        cost,
-                        Ask::Acquire,
-                        |store, prepared, store_now| async move {
-                            let decision =
-                                decide_direct(store, prepared, policy, store_now, key, cost, false)
-                                    .await?;
-                            Ok((decision, None))
-                        },
-                    )
+                let decided = self
+                    .direct(limiter, now, index, key, cost, Ask::Acquire)
                     .await;
                 // The rate book's actions go out once the store decided.
                 drop(after);
-                decided.map(|(decided, _)| decided)
+                decided
             })
             .await?;
         if matches!(decided.source, Source::Lease | Source::LocalDenial) {
@@ -188,6 +164,38 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
     /// A request may wait for a reservation, then call directly.
     fn deadline(&self, call: Duration) -> Duration {
         call * 2
+    }
+}
+
+impl<S: Leasable + 'static> Leased<S> {
+    /// The gate's decision (deadline, breaker, caches, failure policy) by the leases' own
+    /// direct decision: for a token bucket leased as rate, against its direct share.
+    async fn direct(
+        &self,
+        limiter: &ResilientLimiter<S, Self>,
+        now: Option<Timestamp>,
+        index: usize,
+        key: &[u8],
+        cost: u64,
+        ask: Ask,
+    ) -> Result<Decided, RequestError> {
+        let policy = &self.policies[index];
+        let peek = ask == Ask::Peek;
+        limiter
+            .decide(
+                now,
+                index,
+                key,
+                cost,
+                ask,
+                |store, prepared, store_now| async move {
+                    let decision =
+                        decide_direct(store, prepared, policy, store_now, key, cost, peek).await?;
+                    Ok((decision, None))
+                },
+            )
+            .await
+            .map(|(decided, _)| decided)
     }
 }
 
