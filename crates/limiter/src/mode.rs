@@ -82,7 +82,8 @@ pub struct Leased<S: Leasable> {
 }
 
 impl<S: Limiter> Mode<S> for Direct {
-    async fn decide(
+    /// The gate's decision itself, with no future around it.
+    fn decide(
         &self,
         limiter: &ResilientLimiter<S, Self>,
         now: Option<Timestamp>,
@@ -90,10 +91,8 @@ impl<S: Limiter> Mode<S> for Direct {
         key: &[u8],
         cost: u64,
         peek: bool,
-    ) -> Result<Decided, RequestError> {
-        limiter
-            .decide_plain(now, index, key, cost, Ask::of(peek))
-            .await
+    ) -> impl Future<Output = Result<Decided, RequestError>> + Send {
+        limiter.decide_plain(now, index, key, cost, Ask::of(peek))
     }
 
     fn refund(
