@@ -802,11 +802,12 @@ fn syntax(text: &str, error: &toml::de::Error) -> LoadError {
 /// without the inner segment toml's `Spanned` wrappers add.
 fn field_path(path: &serde_path_to_error::Path) -> String {
     use serde_path_to_error::Segment;
+    let spanned = spanned_segment();
     let mut out = String::new();
     for segment in path.iter() {
         match segment {
             Segment::Seq { index } => out.push_str(&format!("[{index}]")),
-            Segment::Map { key } if key.starts_with(SPANNED_PREFIX) => {}
+            Segment::Map { key } if Some(key.as_str()) == spanned => {}
             Segment::Map { key } | Segment::Enum { variant: key } => {
                 if !out.is_empty() {
                     out.push('.');
@@ -1014,9 +1015,28 @@ impl<'de> Deserialize<'de> for Answer {
     }
 }
 
-/// The start of the field names `toml::Spanned` deserializes through (serde_spanned's
-/// private protocol), which are not the file's.
-const SPANNED_PREFIX: &str = "$__serde_spanned_private";
+/// The inner path segment a `toml::Spanned` wrapper adds to a field's path, which is not
+/// the file's, learnt once by asking for it rather than written here: its name belongs to
+/// serde_spanned's private protocol. `None` if a wrapper adds none.
+fn spanned_segment() -> Option<&'static str> {
+    use std::sync::OnceLock;
+    static SEGMENT: OnceLock<Option<String>> = OnceLock::new();
+    SEGMENT
+        .get_or_init(|| {
+            #[derive(Deserialize)]
+            struct Probe {
+                #[allow(dead_code)]
+                x: Spanned<u8>,
+            }
+            let document = toml::Deserializer::parse("x = 'not a number'").ok()?;
+            let error = serde_path_to_error::deserialize::<_, Probe>(document).err()?;
+            match error.path().iter().nth(1)? {
+                serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+                _ => None,
+            }
+        })
+        .as_deref()
+}
 
 /// The Redis store's deadline, named here so that `Config` shows the value in force (defined
 /// once, in rein-core; the prefix and connect timeout come from rein-redis).
