@@ -137,6 +137,32 @@ pub struct Event {
     pub source: Option<Source>,
 }
 
+/// A SHA-1 over every decision (node, key, cost, instants, outcome, and who decided: Redis,
+/// a cache or the failure policy, with why Redis gave no answer) in recording order: two
+/// runs of one scenario must agree on it, byte for byte, and two runs that differ only in
+/// where decisions came from must not. Both worlds' runs digest their events with it.
+pub fn digest(events: &[Event]) -> String {
+    use std::fmt::Write as _;
+    let mut trace = String::new();
+    for e in events {
+        // Every field of the event, the source included: `Debug` of `Source` names the
+        // variant and its `Unavailable` reason, which is what tells a fallback from a
+        // cache or from Redis.
+        let _ = writeln!(
+            trace,
+            "{} {} {} {} {} {:?} {:?}",
+            e.node,
+            e.key,
+            e.cost,
+            e.issued.as_micros(),
+            e.answered.as_micros(),
+            e.outcome,
+            e.source
+        );
+    }
+    sha1_smol::Sha1::from(trace).digest().to_string()
+}
+
 /// What a decision came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {

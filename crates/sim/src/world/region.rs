@@ -25,7 +25,6 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::error::Error;
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -500,23 +499,9 @@ impl RegionRun {
         })
     }
 
-    /// A SHA-1 over every decision, in recording order.
+    /// A SHA-1 over every decision, in recording order ([`digest`](super::digest)).
     pub fn digest(&self) -> String {
-        let mut trace = String::new();
-        for e in &self.events {
-            let _ = writeln!(
-                trace,
-                "{} {} {} {} {} {:?} {:?}",
-                e.node,
-                e.key,
-                e.cost,
-                e.issued.as_micros(),
-                e.answered.as_micros(),
-                e.outcome,
-                e.source
-            );
-        }
-        sha1_smol::Sha1::from(trace).digest().to_string()
+        super::digest(&self.events)
     }
 
     /// One line of measured numbers.

@@ -3,7 +3,6 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error;
-use std::fmt::Write as _;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -755,29 +754,9 @@ impl Run {
         })
     }
 
-    /// A SHA-1 over every decision (node, key, cost, instants, outcome, and who decided:
-    /// Redis, a cache or the failure policy, with why Redis gave no answer) in recording
-    /// order: two runs of one scenario must agree on it, byte for byte, and two runs that
-    /// differ only in where decisions came from must not.
+    /// A SHA-1 over every decision, in recording order ([`digest`](super::digest)).
     pub fn digest(&self) -> String {
-        let mut trace = String::new();
-        for e in &self.events {
-            // Every field of the event, the source included: `Debug` of `Source` names the
-            // variant and its `Unavailable` reason, which is what tells a fallback from a
-            // cache or from Redis.
-            let _ = writeln!(
-                trace,
-                "{} {} {} {} {} {:?} {:?}",
-                e.node,
-                e.key,
-                e.cost,
-                e.issued.as_micros(),
-                e.answered.as_micros(),
-                e.outcome,
-                e.source
-            );
-        }
-        sha1_smol::Sha1::from(trace).digest().to_string()
+        super::digest(&self.events)
     }
 
     /// One line of measured numbers, for a test's stderr.
