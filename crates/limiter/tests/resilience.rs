@@ -178,12 +178,21 @@ fn assert_calls_stopped_and_nothing_piled_up<S: Limiter>(
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_redis_fails_open_within_the_deadline_and_stops_being_called() {
+/// A limiter over a private server with the breaker of the outage tests, failing by
+/// `on_failure` under a policy of capacity 100; ten requests on `k` decided by the store;
+/// then the server killed. Also the tasks alive before the kill.
+async fn ten_decided_then_killed(
+    name: &str,
+    on_failure: FailurePolicy,
+) -> (
+    RedisServer,
+    ResilientLimiter<RedisStore<ConnectionManager>>,
+    usize,
+) {
     let mut server = RedisServer::start().expect("start redis-server");
     let store = managed_store(&server).await;
-    let table = PolicyTable::new(bucket("open", 100));
-    let limiter = ResilientLimiter::builder(store, table, FailurePolicy::FailOpen)
+    let table = PolicyTable::new(bucket(name, 100));
+    let limiter = ResilientLimiter::builder(store, table, on_failure)
         .breaker(breaker(3, 100, 200))
         .build()
         .expect("limiter");
@@ -194,6 +203,13 @@ async fn a_killed_redis_fails_open_within_the_deadline_and_stops_being_called() 
         .metrics()
         .num_alive_tasks();
     kill(&mut server);
+    (server, limiter, tasks_before)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_redis_fails_open_within_the_deadline_and_stops_being_called() {
+    let (_server, limiter, tasks_before) =
+        ten_decided_then_killed("open", FailurePolicy::FailOpen).await;
     let outage = outage(&limiter, "k", 100).await;
     for decided in &outage.decisions {
         assert!(decided.is_allowed());
@@ -209,20 +225,8 @@ async fn a_killed_redis_fails_open_within_the_deadline_and_stops_being_called() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_redis_fails_closed_within_the_deadline() {
-    let mut server = RedisServer::start().expect("start redis-server");
-    let store = managed_store(&server).await;
-    let table = PolicyTable::new(bucket("closed", 100));
-    let limiter = ResilientLimiter::builder(store, table, FailurePolicy::FailClosed)
-        .breaker(breaker(3, 100, 200))
-        .build()
-        .expect("limiter");
-    for _ in 0..10 {
-        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
-    }
-    let tasks_before = tokio::runtime::Handle::current()
-        .metrics()
-        .num_alive_tasks();
-    kill(&mut server);
+    let (_server, limiter, tasks_before) =
+        ten_decided_then_killed("closed", FailurePolicy::FailClosed).await;
     let outage = outage(&limiter, "k", 100).await;
     for decided in &outage.decisions {
         assert!(!decided.is_allowed());
@@ -249,25 +253,12 @@ async fn a_killed_redis_fails_closed_within_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_redis_falls_back_to_exactly_the_local_share() {
-    let mut server = RedisServer::start().expect("start redis-server");
-    let store = managed_store(&server).await;
-    // Capacity 100 shared by 4 nodes: 25 each, refilled at 1 per 4 hours.
-    let table = PolicyTable::new(bucket("fallback", 100));
+    // Capacity 100 shared by 4 nodes: 25 each, refilled at 1 per 4 hours. What Redis
+    // admitted before the kill does not reduce the local share: the fallback starts full.
     let on_failure = FailurePolicy::LocalFallback {
         expected_nodes: nonzero(4),
     };
-    let limiter = ResilientLimiter::builder(store, table, on_failure)
-        .breaker(breaker(3, 100, 200))
-        .build()
-        .expect("limiter");
-    // What Redis admitted before does not reduce the local share: the fallback starts full.
-    for _ in 0..10 {
-        assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
-    }
-    let tasks_before = tokio::runtime::Handle::current()
-        .metrics()
-        .num_alive_tasks();
-    kill(&mut server);
+    let (_server, limiter, tasks_before) = ten_decided_then_killed("fallback", on_failure).await;
     // A peek while Redis is away: the local share answers it, and it takes nothing.
     let started = Instant::now();
     let peek = limiter.peek("k", 25).await.expect("a valid request");
