@@ -227,14 +227,10 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
         tokio::task::coop::consume_budget().await;
         let shared = &self.shared;
         let store = |actions| Deferred { shared, actions };
-        if policy.rate_shared() {
+        if let Some(shares) = policy.rate_shares() {
             if cost == 0 {
                 return direct(store(None)).await;
             }
-            let shares = policy
-                .rate
-                .as_ref()
-                .expect("rate_shared: a policy with rate shares");
             let at = LeaseKeyRef {
                 slot: policy.slot,
                 key,
@@ -813,10 +809,12 @@ impl<P> LeasedPolicy<P> {
         &self.inner
     }
 
-    /// Whether this policy is a token bucket leased as rate, over a store that has rate
-    /// shares (as far as it has said).
-    fn rate_shared(&self) -> bool {
-        self.rate.is_some() && !self.no_rate.load(Ordering::Relaxed)
+    /// The rate shares of a token bucket leased as rate, over a store that has rate shares
+    /// (as far as it has said); `None` for any other policy.
+    fn rate_shares(&self) -> Option<&RateShares> {
+        self.rate
+            .as_ref()
+            .filter(|_| !self.no_rate.load(Ordering::Relaxed))
     }
 
     /// Whether `cost` of `key` can ever be admitted: a key, and a cost within the capacity.
@@ -836,7 +834,7 @@ impl<P> LeasedPolicy<P> {
     /// Whether a refund can be given (not for a token bucket leased as rate, where not
     /// giving back only under-admits).
     pub(crate) fn refundable(&self) -> Result<(), DecideError> {
-        if self.rate_shared() {
+        if self.rate_shares().is_some() {
             return Err(DecideError::Unsupported {
                 operation: "refund of a token bucket leased as rate",
             });
@@ -873,7 +871,7 @@ pub(crate) async fn decide_direct<S: Leasable, P>(
             store.acquire(now, prepared, key, cost).await
         }
     };
-    if !policy.rate_shared() {
+    if policy.rate_shares().is_none() {
         return plain().await;
     }
     // A peek asks the direct share with a cost of zero, which takes nothing.
