@@ -4,22 +4,9 @@
 mod common;
 
 use redis::aio::ConnectionLike;
-use rein_core::{Limit, LimitState, Limiter, Micros, Policy, PolicyState};
-use rein_redis::{RedisPolicy, RedisStore};
+use rein_core::{LimitState, PolicyState};
+use rein_redis::RedisStore;
 use rein_redis_harness::{RedisCluster, RedisServer};
-
-/// Four limits, one of each algorithm; the fixed window is the tightest (3).
-fn policy() -> RedisPolicy {
-    let hour = Micros::from_secs(3600);
-    let limits = [
-        Limit::token_bucket(10, 1, hour),
-        Limit::sliding_log(10, hour),
-        Limit::fixed_window(3, rein_core::MAX_SPAN),
-        Limit::sliding_counter(10, Micros::from_micros(45_000_000_000_000)),
-    ];
-    let limits = limits.map(|l| l.expect("valid limit"));
-    RedisPolicy::new("all-or-nothing", Policy::new(limits).expect("valid")).expect("valid name")
-}
 
 /// Takes 2, then 1 (the window is now full), then asks for 1 more: the window denies, and
 /// no limit's state changes.
@@ -27,33 +14,12 @@ async fn a_denial_by_one_limit_leaves_the_others_untouched<C>(store: &RedisStore
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let policy = policy();
+    let policy = common::mixed_policy("all-or-nothing");
     let key = "user-7";
-    assert!(
-        store
-            .acquire(None, &policy, key.as_ref(), 2)
-            .await
-            .expect("decision")
-            .is_allowed()
-    );
-    assert!(
-        store
-            .acquire(None, &policy, key.as_ref(), 1)
-            .await
-            .expect("decision")
-            .is_allowed()
-    );
+    assert!(common::admits(store, &policy, key.as_ref(), 2).await);
+    assert!(common::admits(store, &policy, key.as_ref(), 1).await);
     let before = store.state(&policy, key).await.expect("state");
-    let denied = store
-        .acquire(None, &policy, key.as_ref(), 1)
-        .await
-        .expect("decision");
-    assert!(!denied.is_allowed());
-    assert_eq!(
-        (denied.limit, denied.remaining),
-        (3, 0),
-        "the window speaks"
-    );
+    common::the_window_denies(store, &policy, key.as_ref()).await;
     let after = store.state(&policy, key).await.expect("state");
     assert_eq!(before, after, "a denial wrote something");
     assert_eq!(counts(&after), [3, 3, 3, 3], "every limit took exactly 3");
@@ -96,7 +62,9 @@ async fn cluster_multi_limit_policy_is_all_or_nothing_in_one_slot() {
 
     // The policy's state is one key (issue 22: a migration cannot split it), on the node
     // that owns its slot.
-    let keys = store.keys(&policy(), "user-7").expect("valid key");
+    let keys = store
+        .keys(&common::mixed_policy("all-or-nothing"), "user-7")
+        .expect("valid key");
     assert_eq!(keys.len(), 1, "{keys:?}");
     let node = &cluster.nodes()[0];
     let slots: Vec<String> = keys
@@ -124,11 +92,13 @@ async fn cluster_multi_limit_policy_is_all_or_nothing_in_one_slot() {
     // Another user key lands in another slot, and works all the same.
     for user in ["a", "b", "c", "d"] {
         assert!(
-            store
-                .acquire(None, &policy(), user.as_ref(), 1)
-                .await
-                .expect("decision")
-                .is_allowed()
+            common::admits(
+                &store,
+                &common::mixed_policy("all-or-nothing"),
+                user.as_ref(),
+                1
+            )
+            .await
         );
     }
 }

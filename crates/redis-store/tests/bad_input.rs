@@ -153,12 +153,9 @@ async fn cost_above_capacity_is_refused_without_calling_redis() {
             .acquire(Some(rein_core::Timestamp::EPOCH), &policy, b"k", 12)
             .await,
     ] {
-        assert!(
-            matches!(
-                result,
-                Err(DecideError::InsufficientCapacity { capacity: 10, .. })
-            ),
-            "{result:?}"
+        common::assert_matches!(
+            result,
+            Err(DecideError::InsufficientCapacity { capacity: 10, .. })
         );
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -184,20 +181,16 @@ async fn replies_of_the_wrong_shape_are_unexpected_replies() {
         let store = patient(common::quiet_connection(fake.port).await);
         let shown = String::from_utf8_lossy(reply);
         let result = store.acquire(None, &policy, b"k", 1).await;
-        assert!(
-            matches!(
-                result,
-                Err(DecideError::Unavailable(StoreError::UnexpectedReply(_)))
-            ),
-            "{shown}: {result:?}"
+        common::assert_matches!(
+            result,
+            Err(DecideError::Unavailable(StoreError::UnexpectedReply(_))),
+            "{shown}"
         );
         let result = store.refund(None, &policy, b"k", 1).await;
-        assert!(
-            matches!(
-                result,
-                Err(DecideError::Unavailable(StoreError::UnexpectedReply(_)))
-            ),
-            "{shown}: {result:?}"
+        common::assert_matches!(
+            result,
+            Err(DecideError::Unavailable(StoreError::UnexpectedReply(_))),
+            "{shown}"
         );
         // State is read with one `GET` per limit, for which a nil is a missing key (a
         // full limit), so only the other shapes are wrong there.
@@ -214,34 +207,26 @@ async fn replies_of_the_wrong_shape_are_unexpected_replies() {
             .connect_timeout(Duration::from_millis(500))
             .connect(&fake.url())
             .await;
-        assert!(
-            matches!(
-                result,
-                Err(ConnectError::Unavailable(StoreError::UnexpectedReply(_)))
-            ),
-            "{shown}: {result:?}"
+        common::assert_matches!(
+            result,
+            Err(ConnectError::Unavailable(StoreError::UnexpectedReply(_))),
+            "{shown}"
         );
     }
     // Bytes that are not RESP at all break the connection's parser.
     let garbage = FakeServer::start(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
     let store = patient(common::quiet_connection(garbage.port).await);
     let result = store.acquire(None, &policy, b"k", 1).await;
-    assert!(
-        matches!(
-            result,
-            Err(DecideError::Unavailable(StoreError::UnexpectedReply(_))
-                | DecideError::Unavailable(StoreError::Connection(_)))
-        ),
-        "{result:?}"
+    common::assert_matches!(
+        result,
+        Err(DecideError::Unavailable(StoreError::UnexpectedReply(_))
+            | DecideError::Unavailable(StoreError::Connection(_)))
     );
     // An error reply is the server's.
     let erring = FakeServer::start(b"-ERR unknown command 'EVALSHA'\r\n").await;
     let store = patient(common::quiet_connection(erring.port).await);
     let result = store.acquire(None, &policy, b"k", 1).await;
-    assert!(
-        matches!(result, Err(DecideError::Unavailable(StoreError::Server(_)))),
-        "{result:?}"
-    );
+    common::assert_matches!(result, Err(DecideError::Unavailable(StoreError::Server(_))));
 }
 
 #[tokio::test]
@@ -257,9 +242,9 @@ async fn a_server_that_never_answers_is_a_timeout_within_the_deadline() {
         let started = Instant::now();
         let result = store.acquire(None, &policy, b"k", 1).await;
         let took = started.elapsed();
-        assert!(
-            matches!(result, Err(DecideError::Unavailable(StoreError::Timeout(d))) if d == deadline),
-            "{result:?}"
+        common::assert_matches!(
+            result,
+            Err(DecideError::Unavailable(StoreError::Timeout(d))) if *d == deadline
         );
         assert!(
             took >= deadline && took < deadline + Duration::from_millis(250),
@@ -277,12 +262,9 @@ async fn a_server_that_never_answers_is_a_timeout_within_the_deadline() {
         .connect_timeout(Duration::from_millis(200))
         .connect(&silent.url())
         .await;
-    assert!(
-        matches!(
-            result,
-            Err(ConnectError::Unavailable(StoreError::Timeout(_)))
-        ),
-        "{result:?}"
+    common::assert_matches!(
+        result,
+        Err(ConnectError::Unavailable(StoreError::Timeout(_)))
     );
     assert!(
         started.elapsed() < Duration::from_millis(700),

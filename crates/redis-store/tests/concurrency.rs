@@ -16,32 +16,12 @@ const LIMIT: u64 = 100;
 const TASKS_PER_INSTANCE: usize = 32;
 const FLUSHES: usize = 60;
 
-/// A limit of `LIMIT` that does not refill while the test runs, in each algorithm.
-fn policies() -> Vec<RedisPolicy> {
-    let hour = Micros::from_secs(3600);
-    // Windows aligned to the epoch: long enough that no boundary falls inside the test
-    // (the next boundary of MAX_SPAN, 2^48 µs, is in 2032; 4.5 × 10^13 µs is 521 days).
-    let eon = rein_core::MAX_SPAN;
-    let long = Micros::from_micros(45_000_000_000_000);
-    [
-        ("tb", Limit::token_bucket(LIMIT, 1, hour)),
-        ("fw", Limit::fixed_window(LIMIT, eon)),
-        ("sl", Limit::sliding_log(LIMIT, hour)),
-        ("sc", Limit::sliding_counter(LIMIT, long)),
-    ]
-    .into_iter()
-    .map(|(name, limit)| {
-        RedisPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
-    })
-    .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_of_32_tasks_admit_exactly_the_limit() {
     let server = RedisServer::start().expect("start redis-server");
     // Two independent limiter instances: separate stores, separate connections.
     let instances = [common::store(&server).await, common::store(&server).await];
-    for policy in policies() {
+    for policy in common::unrefilled(LIMIT) {
         let policy = Arc::new(policy);
         let admitted = Arc::new(AtomicU64::new(0));
         let in_flight = Arc::new(AtomicUsize::new(0));
@@ -130,11 +110,7 @@ async fn script_flushes_during_traffic_fail_no_decision() {
     for task in tasks {
         task.await.expect("no decision failed");
     }
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut flusher)
-        .await
-        .expect("INFO");
+    let info: String = common::query(&mut flusher, &["INFO", "commandstats"]).await;
     let evals = rein_redis_harness::parse_commandstat(&info, "eval")
         .expect("INFO commandstats in the known format")
         .calls;
@@ -171,7 +147,7 @@ async fn coalesced_decisions_are_exact_each_atomic_and_share_calls() {
     for (store, coalesced) in [(coalescing, true), (off, false)] {
         // The token bucket, fixed window and sliding log run the lean scripts, which
         // coalesce; the sliding counter runs the policy script, which does not.
-        for policy in policies() {
+        for policy in common::unrefilled(LIMIT) {
             let () = redis::cmd("FLUSHALL")
                 .query_async(&mut raw)
                 .await
@@ -250,7 +226,7 @@ async fn a_coalesced_call_without_a_reply_fails_its_decisions_and_replays_none()
         .await
         .expect("connect the store");
     let policy = Arc::new(
-        policies()
+        common::unrefilled(LIMIT)
             .into_iter()
             .find(|p| p.name() == "fw")
             .expect("the fixed window"),

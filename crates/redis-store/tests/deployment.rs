@@ -38,18 +38,12 @@ async fn auth_from_the_url_and_a_wrong_password_is_an_auth_error() {
     let store = RedisStore::connect(&format!("redis://:s3cret@127.0.0.1:{port}/"))
         .await
         .expect("connect with the password");
-    assert!(
-        store
-            .acquire(None, &policy(), b"u", 1)
-            .await
-            .expect("decision")
-            .is_allowed()
-    );
+    assert!(common::admits(&store, &policy(), b"u", 1).await);
 
     let wrong = RedisStore::connect(&format!("redis://:nope@127.0.0.1:{port}/")).await;
-    assert!(matches!(wrong, Err(ConnectError::Auth(_))), "{wrong:?}");
+    common::assert_matches!(wrong, Err(ConnectError::Auth(_)));
     let missing = RedisStore::connect(&format!("redis://127.0.0.1:{port}/")).await;
-    assert!(matches!(missing, Err(ConnectError::Auth(_))), "{missing:?}");
+    common::assert_matches!(missing, Err(ConnectError::Auth(_)));
 }
 
 /// The least-privilege user docs/redis.md recommends (its "TLS, AUTH and a
@@ -221,12 +215,9 @@ async fn a_least_privilege_acl_user_can_decide_on_its_prefix_only() {
         .await
         .expect("connect as the ACL user");
     let refused = elsewhere.acquire(None, &policy, b"u", 1).await;
-    assert!(
-        matches!(
-            refused,
-            Err(DecideError::Unavailable(StoreError::Server(_)))
-        ),
-        "{refused:?}"
+    common::assert_matches!(
+        refused,
+        Err(DecideError::Unavailable(StoreError::Server(_)))
     );
 }
 
@@ -251,10 +242,7 @@ async fn a_refused_ttl_takes_the_fixed_windows_count_back() {
     // A caller's `now` sets the TTL on every admission in a window already counting, and on
     // a key INCRBY creates in the window at index 0 (`now` below the window's length).
     let refused = |result: Result<rein_core::Decision, DecideError>| {
-        assert!(
-            matches!(result, Err(DecideError::Unavailable(StoreError::Server(_)))),
-            "{result:?}"
-        );
+        common::assert_matches!(result, Err(DecideError::Unavailable(StoreError::Server(_))));
     };
     let early = rein_core::Timestamp::from_micros(1_000);
     for _ in 0..2 {
@@ -313,12 +301,9 @@ async fn tls_with_a_private_ca_and_rediss_urls() {
     // A `rediss://` URL verifies against the platform's roots, which do not hold the test
     // CA: a typed connection error, not a panic in the TLS stack.
     let untrusted = RedisStore::connect(&url).await;
-    assert!(
-        matches!(
-            untrusted,
-            Err(ConnectError::Unavailable(StoreError::Connection(_)))
-        ),
-        "{untrusted:?}"
+    common::assert_matches!(
+        untrusted,
+        Err(ConnectError::Unavailable(StoreError::Connection(_)))
     );
 
     // With the private CA, as docs/redis.md shows: build the connection, hand it over.
@@ -335,13 +320,7 @@ async fn tls_with_a_private_ca_and_rediss_urls() {
     let store = RedisStoreBuilder::new()
         .build(conn)
         .expect("valid settings");
-    assert!(
-        store
-            .acquire(None, &policy(), b"u", 1)
-            .await
-            .expect("decision")
-            .is_allowed()
-    );
+    assert!(common::admits(&store, &policy(), b"u", 1).await);
     drop(server);
 }
 
@@ -375,12 +354,9 @@ async fn a_connection_that_went_silent_is_replaced_after_a_timeout() {
         .expect("first connection");
     let policy = policy();
     let timed_out = store.acquire(None, &policy, b"u", 1).await;
-    assert!(
-        matches!(
-            timed_out,
-            Err(DecideError::Unavailable(StoreError::Timeout(_)))
-        ),
-        "{timed_out:?}"
+    common::assert_matches!(
+        timed_out,
+        Err(DecideError::Unavailable(StoreError::Timeout(_)))
     );
     // The next call waits for the reconnect within its own deadline (a busy machine may
     // need another try).
@@ -412,24 +388,15 @@ async fn a_connection_lost_with_its_server_is_replaced_once_the_server_is_back()
         .await
         .expect("first connection");
     let policy = policy();
-    assert!(
-        store
-            .acquire(None, &policy, b"u", 1)
-            .await
-            .expect("decision")
-            .is_allowed()
-    );
+    assert!(common::admits(&store, &policy, b"u", 1).await);
 
     server.kill().expect("kill redis-server");
     for _ in 0..5 {
         let result = store.acquire(None, &policy, b"u", 1).await;
-        assert!(
-            matches!(
-                result,
-                Err(DecideError::Unavailable(StoreError::Connection(_))
-                    | DecideError::Unavailable(StoreError::Timeout(_)))
-            ),
-            "{result:?}"
+        common::assert_matches!(
+            result,
+            Err(DecideError::Unavailable(StoreError::Connection(_))
+                | DecideError::Unavailable(StoreError::Timeout(_)))
         );
     }
     server.restart().expect("restart redis-server");

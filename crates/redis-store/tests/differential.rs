@@ -4,10 +4,12 @@
 //! longest spans accepted (`MAX_SPAN`) and clocks run up to `MAX_MICROS`, where a token
 //! bucket must deny what it could not store rather than clamp (issue 9).
 
+mod common;
+
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use redis::aio::ConnectionManager;
 use rein_core::{
     Algorithm, Block, Leasable, Limit, Limiter, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp,
@@ -56,39 +58,13 @@ struct Case {
 
 #[test]
 fn script_matches_core_decisions_and_state_at_every_step() {
-    let server = RedisServer::start().expect("start redis-server");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let conn: ConnectionManager = rt.block_on(async {
-        let client = redis::Client::open(server.url()).expect("client");
-        client.get_connection_manager().await.expect("connect")
-    });
-
-    let config = Config {
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "tests/differential.proptest-regressions",
-        ))),
-        ..Config::with_cases(256)
-    };
-    let mut runner = TestRunner::new(config);
-    let case_no = std::sync::atomic::AtomicU64::new(0);
-    let result = runner.run(&case(), |case| {
-        let case_no = case_no.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // A fresh prefix per case; one server and one connection for all of them.
-        let store = RedisStoreBuilder::new()
-            .prefix(format!("diff{case_no}"))
-            // Key TTLs run on the server's clock, not on this test's timeline.
-            .min_ttl(Duration::from_secs(3600))
-            .deadline(Duration::from_secs(5))
-            .build(conn.clone())
-            .expect("store");
-        rt.block_on(run_case(&store, &conn, &case))
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    common::check_cases(
+        256,
+        "tests/differential.proptest-regressions",
+        "diff",
+        case(),
+        |store, conn, case| async move { run_case(&store, &conn, &case).await },
+    );
 }
 
 /// A lone fixed window's form (one integer, or the string) is chosen twice: by
@@ -98,12 +74,15 @@ fn script_matches_core_decisions_and_state_at_every_step() {
 #[test]
 fn the_key_and_the_script_agree_on_a_fixed_windows_form_at_its_edge() {
     let server = RedisServer::start().expect("start redis-server");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = common::runtime();
     rt.block_on(async {
-        let store = RedisStore::connect(&server.url()).await.expect("connect");
+        // Keys kept an hour: a window of 2 µs would otherwise expire its key within a
+        // millisecond, before the test reads it.
+        let store = RedisStoreBuilder::new()
+            .min_ttl(Duration::from_secs(3_600))
+            .connect(&server.url())
+            .await
+            .expect("connect");
         let mut raw = redis::Client::open(server.url())
             .expect("client")
             .get_multiplexed_async_connection()
@@ -136,11 +115,7 @@ fn the_key_and_the_script_agree_on_a_fixed_windows_form_at_its_edge() {
                     .expect("decision");
                 assert!(decision.is_allowed(), "{what}");
                 let key = store.keys(&policy, "u").expect("keys").remove(0);
-                let value: String = redis::cmd("GET")
-                    .arg(&key)
-                    .query_async(&mut raw)
-                    .await
-                    .expect("GET");
+                let value: String = common::query(&mut raw, &["GET", &key]).await;
                 let integer = limit < modulus / 2;
                 assert_eq!(!key.ends_with(":fw"), integer, "{what}: key {key}");
                 assert_eq!(!value.contains(':'), integer, "{what}: value {value}");
@@ -500,10 +475,7 @@ fn step(capacity: u64, scale: u64) -> impl Strategy<Value = Step> {
 #[test]
 fn lua_integer_division_is_exact_up_to_2_pow_53() {
     let server = RedisServer::start().expect("start redis-server");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = common::runtime();
     let edge = [
         (1u64 << 53) - 1,
         (1 << 53) - 2,

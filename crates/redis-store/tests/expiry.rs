@@ -53,11 +53,7 @@ async fn keys_expire_when_their_limits_are_full_again() {
                 }
                 let reset_ms = decision.reset_after.as_micros().div_ceil(1000) as i64;
                 let key = &store.keys(policy, user).expect("valid key")[0];
-                let ttl: i64 = redis::cmd("PTTL")
-                    .arg(key)
-                    .query_async(&mut raw)
-                    .await
-                    .expect("PTTL");
+                let ttl: i64 = common::query(&mut raw, &["PTTL", key]).await;
                 // -2: already expired, which a stalled test thread may see; 0: under a
                 // millisecond left (PTTL truncates). -1, no TTL at all, is the failure.
                 // Redis keeps an expiry as a whole millisecond of its own clock: a TTL set
@@ -79,11 +75,7 @@ async fn keys_expire_when_their_limits_are_full_again() {
             // The policy's one key expires, no later than the policy's reset (the longest
             // of its limits').
             for key in store.keys(&multi, user).expect("valid key") {
-                let ttl: i64 = redis::cmd("PTTL")
-                    .arg(&key)
-                    .query_async(&mut raw)
-                    .await
-                    .expect("PTTL");
+                let ttl: i64 = common::query(&mut raw, &["PTTL", &key]).await;
                 let bound = decision.reset_after.as_micros().div_ceil(1000) as i64;
                 // The same millisecond of slack as above.
                 assert!(
@@ -100,18 +92,10 @@ async fn keys_expire_when_their_limits_are_full_again() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut raw)
-        .await
-        .expect("KEYS");
+    let keys: Vec<String> = common::query(&mut raw, &["KEYS", "*"]).await;
     assert!(!keys.is_empty(), "the traffic wrote nothing");
     for key in &keys {
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(key)
-            .query_async(&mut raw)
-            .await
-            .expect("PTTL");
+        let ttl: i64 = common::query(&mut raw, &["PTTL", key]).await;
         // -2: expired between KEYS and PTTL; 0: under a millisecond left (PTTL truncates;
         // seen once in thirty runs); -1 would be a key without a TTL.
         assert!(ttl >= 0 || ttl == -2, "{key} has no TTL ({ttl})");
@@ -158,20 +142,10 @@ async fn a_refund_to_full_deletes_the_key() {
         single("sl", Limit::sliding_log(5, Micros::from_secs(60))),
         both,
     ] {
-        assert!(
-            store
-                .acquire(None, &policy, b"u", 2)
-                .await
-                .expect("decision")
-                .is_allowed()
-        );
+        assert!(common::admits(&store, &policy, b"u", 2).await);
         store.refund(None, &policy, b"u", 2).await.expect("refund");
         let key = &store.keys(&policy, "u").expect("valid key")[0];
-        let exists: u64 = redis::cmd("EXISTS")
-            .arg(key)
-            .query_async(&mut raw)
-            .await
-            .expect("EXISTS");
+        let exists: u64 = common::query(&mut raw, &["EXISTS", key]).await;
         assert_eq!(exists, 0, "{} kept a full state", policy.name());
     }
 }
@@ -190,22 +164,12 @@ async fn denials_and_peeks_neither_write_nor_touch_ttls() {
         .expect("valid"),
     )
     .expect("valid name");
-    assert!(
-        store
-            .acquire(None, &policy, b"u", 1)
-            .await
-            .expect("decision")
-            .is_allowed()
-    );
+    assert!(common::admits(&store, &policy, b"u", 1).await);
     let keys = store.keys(&policy, "u").expect("valid key");
     let ttls = |mut raw: redis::aio::MultiplexedConnection, keys: Vec<String>| async move {
         let mut out = Vec::new();
         for key in keys {
-            let ttl: i64 = redis::cmd("PTTL")
-                .arg(key)
-                .query_async(&mut raw)
-                .await
-                .expect("PTTL");
+            let ttl: i64 = common::query(&mut raw, &["PTTL", &key]).await;
             out.push(ttl);
         }
         out
@@ -215,13 +179,7 @@ async fn denials_and_peeks_neither_write_nor_touch_ttls() {
     let state = store.state(&policy, "u").await.expect("state");
     tokio::time::sleep(Duration::from_millis(30)).await;
     for _ in 0..3 {
-        assert!(
-            !store
-                .acquire(None, &policy, b"u", 1)
-                .await
-                .expect("decision")
-                .is_allowed()
-        );
+        assert!(!common::admits(&store, &policy, b"u", 1).await);
         store.peek(None, &policy, b"u", 1).await.expect("peek");
         store
             .acquire(None, &policy, b"u", 0)

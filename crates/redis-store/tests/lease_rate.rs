@@ -4,10 +4,10 @@
 //! same stored state (read back field by field) from a real redis-server as from the core,
 //! after every step. Corrupt state and arguments are refused with an error, never used.
 
-use std::time::Duration;
+mod common;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use rein_core::{
@@ -49,37 +49,13 @@ enum Step {
 
 #[test]
 fn script_matches_core_answers_and_state_at_every_step() {
-    let server = RedisServer::start().expect("start redis-server");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let conn: ConnectionManager = rt.block_on(async {
-        let client = redis::Client::open(server.url()).expect("client");
-        client.get_connection_manager().await.expect("connect")
-    });
-    let config = Config {
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "tests/lease_rate.proptest-regressions",
-        ))),
-        ..Config::with_cases(200)
-    };
-    let mut runner = TestRunner::new(config);
-    let case_no = std::sync::atomic::AtomicU64::new(0);
-    let result = runner.run(&case(), |case| {
-        let n = case_no.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let store = RedisStoreBuilder::new()
-            .prefix(format!("rate{n}"))
-            // Key TTLs run on the server's clock, not on this test's timeline.
-            .min_ttl(Duration::from_secs(3_600))
-            .deadline(Duration::from_secs(5))
-            .build(conn.clone())
-            .expect("store");
-        rt.block_on(run_case(&store, &case))
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    common::check_cases(
+        200,
+        "tests/lease_rate.proptest-regressions",
+        "rate",
+        case(),
+        |store, _conn, case| async move { run_case(&store, &case).await },
+    );
 }
 
 async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<(), TestCaseError> {
@@ -167,10 +143,7 @@ async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<
 #[test]
 fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
     let server = RedisServer::start().expect("start redis-server");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = common::runtime();
     rt.block_on(async {
         let client = redis::Client::open(server.url()).expect("client");
         let mut conn = client.get_connection_manager().await.expect("connect");
@@ -198,10 +171,7 @@ fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
             let _: () = conn.del(&key).await.unwrap();
             let _: () = conn.hset(&key, field, value).await.unwrap();
             let answer = store.share_rate(t, &policy, b"k", take).await;
-            assert!(
-                matches!(answer, Err(DecideError::Unavailable(_))),
-                "{field}={value}: {answer:?}"
-            );
+            common::assert_matches!(answer, Err(DecideError::Unavailable(_)), "{field}={value}");
         }
         // A plain bucket's string under the key: refused (WRONGTYPE), not read as empty.
         let _: () = conn.del(&key).await.unwrap();
@@ -218,10 +188,7 @@ fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
                 .is_allowed()
         );
         let answer = store.share_rate(t, &policy, b"k", take).await;
-        assert!(
-            matches!(answer, Err(DecideError::Unavailable(_))),
-            "{answer:?}"
-        );
+        common::assert_matches!(answer, Err(DecideError::Unavailable(_)));
         // Bad requests are the core's typed errors, before any call.
         let _: () = conn.del(&key).await.unwrap();
         let bad = RateOp::Take(TakeRequest {

@@ -11,43 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use rein_core::{Limit, Limiter, Micros, Policy, Timestamp};
+use rein_core::{Decision, Limit, Limiter, Micros, Policy, Timestamp};
 use rein_redis::{DecideError, OptimisticStoreBuilder, RedisPolicy, RedisStoreBuilder, StoreError};
 use rein_redis_harness::RedisServer;
 
 const LIMIT: u64 = 100;
-
-/// A limit of `LIMIT` that does not refill while the test runs, in each algorithm (as in
-/// tests/concurrency.rs).
-fn policies() -> Vec<RedisPolicy> {
-    let hour = Micros::from_secs(3600);
-    let eon = rein_core::MAX_SPAN;
-    let long = Micros::from_micros(45_000_000_000_000);
-    [
-        ("tb", Limit::token_bucket(LIMIT, 1, hour)),
-        ("fw", Limit::fixed_window(LIMIT, eon)),
-        ("sl", Limit::sliding_log(LIMIT, hour)),
-        ("sc", Limit::sliding_counter(LIMIT, long)),
-    ]
-    .into_iter()
-    .map(|(name, limit)| {
-        RedisPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
-    })
-    .collect()
-}
-
-/// Four limits, one of each algorithm; the fixed window (3) is the tightest.
-fn mixed_policy() -> RedisPolicy {
-    let hour = Micros::from_secs(3600);
-    let limits = [
-        Limit::token_bucket(10, 1, hour),
-        Limit::sliding_log(10, hour),
-        Limit::fixed_window(3, rein_core::MAX_SPAN),
-        Limit::sliding_counter(10, Micros::from_micros(45_000_000_000_000)),
-    ];
-    let limits = limits.map(|l| l.expect("valid limit"));
-    RedisPolicy::new("mixed", Policy::new(limits).expect("valid")).expect("valid name")
-}
 
 /// A store with a deadline generous enough for a debug build on a busy machine: these
 /// tests are about exactness, not latency.
@@ -55,6 +23,43 @@ fn builder() -> OptimisticStoreBuilder {
     OptimisticStoreBuilder::new()
         .deadline(Duration::from_secs(10))
         .rng_seed(12)
+}
+
+/// One call of the seeded walk that compares the two stores.
+#[derive(Clone, Copy)]
+enum Op {
+    Peek,
+    Refund,
+    Acquire,
+}
+
+impl Op {
+    /// Makes this call on `store` for key `k` at `t`: its decision, or `None` for a refund.
+    async fn on<L>(
+        self,
+        store: &L,
+        t: Timestamp,
+        policy: &RedisPolicy,
+        cost: u64,
+    ) -> Option<Decision>
+    where
+        L: Limiter<Prepared = RedisPolicy>,
+    {
+        let (now, key) = (Some(t), b"k".as_slice());
+        match self {
+            Op::Peek => Some(store.peek(now, policy, key, cost).await.expect("peek")),
+            Op::Refund => {
+                store.refund(now, policy, key, cost).await.expect("refund");
+                None
+            }
+            Op::Acquire => Some(
+                store
+                    .acquire(now, policy, key, cost)
+                    .await
+                    .expect("acquire"),
+            ),
+        }
+    }
 }
 
 async fn exec_calls(raw: &mut MultiplexedConnection) -> u64 {
@@ -86,30 +91,13 @@ async fn two_stores_of_32_tasks_on_4_connections_each_admit_exactly_the_limit() 
         instance().await.expect("connect"),
         instance().await.expect("connect"),
     ];
-    for policy in policies() {
+    for policy in common::unrefilled(LIMIT) {
         let policy = Arc::new(policy);
-        let admitted = Arc::new(AtomicU64::new(0));
         let conflicts_before: u64 = stores.iter().map(|s| s.stats().conflicts).sum();
-        let mut tasks = Vec::new();
-        for store in &stores {
-            for _ in 0..32 {
-                let (store, policy, admitted) = (store.clone(), policy.clone(), admitted.clone());
-                tasks.push(tokio::spawn(async move {
-                    // Until this task sees a denial: with no refill, every later call is
-                    // denied too.
-                    loop {
-                        match store.acquire(None, &policy, b"shared-key", 1).await {
-                            Ok(d) if d.is_allowed() => admitted.fetch_add(1, Ordering::SeqCst),
-                            Ok(_) => break,
-                            Err(e) => panic!("no decision: {e}"),
-                        };
-                    }
-                }));
-            }
-        }
-        for task in tasks {
-            task.await.expect("task");
-        }
+        let takers = stores
+            .iter()
+            .flat_map(|store| common::spawn_takers(store, 32, &policy, b"shared-key"));
+        let admitted = common::taken(takers.collect()).await;
         let conflicts: u64 =
             stores.iter().map(|s| s.stats().conflicts).sum::<u64>() - conflicts_before;
         eprintln!("{}: {conflicts} conflicts", policy.name());
@@ -118,7 +106,7 @@ async fn two_stores_of_32_tasks_on_4_connections_each_admit_exactly_the_limit() 
             "{}: only {conflicts} aborted transactions: no real contention",
             policy.name()
         );
-        assert_eq!(admitted.load(Ordering::SeqCst), LIMIT, "{}", policy.name());
+        assert_eq!(admitted, LIMIT, "{}", policy.name());
     }
 }
 
@@ -231,26 +219,9 @@ async fn cross_process_worker() {
     let limit =
         Limit::token_bucket(CROSS_PROCESS_LIMIT, 1, Micros::from_secs(3600)).expect("valid");
     let policy = Arc::new(RedisPolicy::new("xproc", Policy::single(limit)).expect("valid"));
-    let admitted = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..16 {
-        let (store, policy, admitted) = (store.clone(), policy.clone(), admitted.clone());
-        tasks.push(tokio::spawn(async move {
-            loop {
-                match store.acquire(None, &policy, b"shared-key", 1).await {
-                    Ok(d) if d.is_allowed() => admitted.fetch_add(1, Ordering::SeqCst),
-                    Ok(_) => break,
-                    Err(e) => panic!("no decision: {e}"),
-                };
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("task");
-    }
+    let admitted = common::taken(common::spawn_takers(&store, 16, &policy, b"shared-key")).await;
     println!(
-        "occ-worker: admitted={} conflicts={}",
-        admitted.load(Ordering::SeqCst),
+        "occ-worker: admitted={admitted} conflicts={}",
         store.stats().conflicts
     );
 }
@@ -324,36 +295,16 @@ async fn a_multi_limit_policy_is_all_or_nothing_and_a_denial_writes_nothing() {
     let server = RedisServer::start().expect("start redis-server");
     let store = builder().connect(&server.url()).await.expect("connect");
     let mut raw = common::raw(&server).await;
-    let policy = mixed_policy();
+    let policy = common::mixed_policy("mixed");
     let key = "user-7";
-    assert!(
-        store
-            .acquire(None, &policy, key.as_ref(), 2)
-            .await
-            .expect("decision")
-            .is_allowed()
-    );
-    assert!(
-        store
-            .acquire(None, &policy, key.as_ref(), 1)
-            .await
-            .expect("decision")
-            .is_allowed()
-    );
+    assert!(common::admits(&store, &policy, key.as_ref(), 2).await);
+    assert!(common::admits(&store, &policy, key.as_ref(), 1).await);
     let keys = store.keys(&policy, key).expect("keys");
     let values = |keys: Vec<String>, mut raw: MultiplexedConnection| async move {
         let mut out = Vec::new();
         for key in keys {
-            let value: Option<Vec<u8>> = redis::cmd("GET")
-                .arg(&key)
-                .query_async(&mut raw)
-                .await
-                .expect("GET");
-            let ttl: i64 = redis::cmd("PTTL")
-                .arg(&key)
-                .query_async(&mut raw)
-                .await
-                .expect("PTTL");
+            let value: Option<Vec<u8>> = common::query(&mut raw, &["GET", &key]).await;
+            let ttl: i64 = common::query(&mut raw, &["PTTL", &key]).await;
             out.push((value.expect("every limit was written"), ttl > 0));
         }
         out
@@ -362,16 +313,7 @@ async fn a_multi_limit_policy_is_all_or_nothing_and_a_denial_writes_nothing() {
     let execs = exec_calls(&mut raw).await;
     let state = store.state(&policy, key).await.expect("state");
 
-    let denied = store
-        .acquire(None, &policy, key.as_ref(), 1)
-        .await
-        .expect("decision");
-    assert!(!denied.is_allowed());
-    assert_eq!(
-        (denied.limit, denied.remaining),
-        (3, 0),
-        "the window speaks"
-    );
+    common::the_window_denies(&store, &policy, key.as_ref()).await;
     assert_eq!(
         exec_calls(&mut raw).await,
         execs,
@@ -396,13 +338,7 @@ async fn a_multi_limit_policy_is_all_or_nothing_and_a_denial_writes_nothing() {
         .expect("SET");
     assert_eq!(store.idle_connections(), 1);
     let other = "user-8";
-    assert!(
-        store
-            .acquire(None, &policy, other.as_ref(), 1)
-            .await
-            .expect("decision")
-            .is_allowed()
-    );
+    assert!(common::admits(&store, &policy, other.as_ref(), 1).await);
     assert_eq!(store.stats().conflicts, 0);
 }
 
@@ -438,7 +374,7 @@ async fn decisions_and_state_match_the_lua_store_step_by_step() {
     };
     // The generic script (several limits) and each lean single-limit script.
     let policies = [
-        mixed_policy(),
+        common::mixed_policy("mixed"),
         RedisPolicy::new(
             "fast",
             Policy::new([
@@ -478,56 +414,20 @@ async fn decisions_and_state_match_the_lua_store_step_by_step() {
                 policy.name(),
                 if mix_by_occ { "optimistic" } else { "Lua" }
             );
-            let decisions = match next(6) {
-                0 => [
-                    occ.peek(Some(t), policy, b"k", cost).await.expect("occ"),
-                    lua.peek(Some(t), policy, b"k", cost).await.expect("lua"),
-                    if mix_by_occ {
-                        mix_occ
-                            .peek(Some(t), policy, b"k", cost)
-                            .await
-                            .expect("mix")
-                    } else {
-                        mix_lua
-                            .peek(Some(t), policy, b"k", cost)
-                            .await
-                            .expect("mix")
-                    },
-                ]
-                .map(Some),
-                1 => {
-                    occ.refund(Some(t), policy, b"k", cost).await.expect("occ");
-                    lua.refund(Some(t), policy, b"k", cost).await.expect("lua");
-                    if mix_by_occ {
-                        mix_occ
-                            .refund(Some(t), policy, b"k", cost)
-                            .await
-                            .expect("mix");
-                    } else {
-                        mix_lua
-                            .refund(Some(t), policy, b"k", cost)
-                            .await
-                            .expect("mix");
-                    }
-                    [None; 3]
-                }
-                _ => [
-                    occ.acquire(Some(t), policy, b"k", cost).await.expect("occ"),
-                    lua.acquire(Some(t), policy, b"k", cost).await.expect("lua"),
-                    if mix_by_occ {
-                        mix_occ
-                            .acquire(Some(t), policy, b"k", cost)
-                            .await
-                            .expect("mix")
-                    } else {
-                        mix_lua
-                            .acquire(Some(t), policy, b"k", cost)
-                            .await
-                            .expect("mix")
-                    },
-                ]
-                .map(Some),
+            let op = match next(6) {
+                0 => Op::Peek,
+                1 => Op::Refund,
+                _ => Op::Acquire,
             };
+            let decisions = [
+                op.on(&occ, t, policy, cost).await,
+                op.on(&lua, t, policy, cost).await,
+                if mix_by_occ {
+                    op.on(&mix_occ, t, policy, cost).await
+                } else {
+                    op.on(&mix_lua, t, policy, cost).await
+                },
+            ];
             assert_eq!(decisions[0], decisions[1], "{label}: optimistic vs Lua");
             assert_eq!(decisions[2], decisions[1], "{label}: mixed vs Lua");
             let lua_state = lua.state(policy, "k").await.expect("lua state");
@@ -558,13 +458,7 @@ async fn now_is_the_servers_time() {
         .await
         .expect("TIME");
     let server_now = secs * 1_000_000 + micros;
-    assert!(
-        store
-            .acquire(None, &policy, b"k", 1)
-            .await
-            .expect("decision")
-            .is_allowed()
-    );
+    assert!(common::admits(&store, &policy, b"k", 1).await);
     let state = store.state(&policy, "k").await.expect("state");
     let Some(rein_core::LimitState::TokenBucket(bucket)) = state.iter().next() else {
         panic!("a token bucket state: {state:?}");
@@ -576,11 +470,7 @@ async fn now_is_the_servers_time() {
     );
     // Its key expires when the bucket is full again: in an hour.
     let key = &store.keys(&policy, "k").expect("keys")[0];
-    let ttl: u64 = redis::cmd("PTTL")
-        .arg(key)
-        .query_async(&mut raw)
-        .await
-        .expect("PTTL");
+    let ttl: u64 = common::query(&mut raw, &["PTTL", key]).await;
     assert!((3_590_000..=3_600_000).contains(&ttl), "PTTL {ttl}");
 }
 
@@ -599,12 +489,9 @@ async fn a_timed_out_call_is_not_replayed_and_its_connection_is_closed() {
     server.pause().expect("SIGSTOP");
     let timed_out = store.acquire(None, &policy, b"k", 1).await;
     server.resume().expect("SIGCONT");
-    assert!(
-        matches!(
-            timed_out,
-            Err(DecideError::Unavailable(StoreError::Timeout(_)))
-        ),
-        "{timed_out:?}"
+    common::assert_matches!(
+        timed_out,
+        Err(DecideError::Unavailable(StoreError::Timeout(_)))
     );
     assert_eq!(
         store.idle_connections(),
@@ -613,20 +500,8 @@ async fn a_timed_out_call_is_not_replayed_and_its_connection_is_closed() {
     );
 
     // The timed-out call never reached EXEC and was not sent again: the one token is there.
-    assert!(
-        store
-            .acquire(None, &policy, b"k", 1)
-            .await
-            .expect("decision")
-            .is_allowed()
-    );
-    assert!(
-        !store
-            .acquire(None, &policy, b"k", 1)
-            .await
-            .expect("decision")
-            .is_allowed()
-    );
+    assert!(common::admits(&store, &policy, b"k", 1).await);
+    assert!(!common::admits(&store, &policy, b"k", 1).await);
     assert_eq!(store.idle_connections(), 1);
 }
 
@@ -652,14 +527,8 @@ async fn waiting_for_a_connection_counts_against_the_deadline() {
     );
     let waited = started.elapsed();
     server.resume().expect("SIGCONT");
-    assert!(
-        matches!(a, Err(DecideError::Unavailable(StoreError::Timeout(_)))),
-        "{a:?}"
-    );
-    assert!(
-        matches!(b, Err(DecideError::Unavailable(StoreError::Timeout(_)))),
-        "{b:?}"
-    );
+    common::assert_matches!(a, Err(DecideError::Unavailable(StoreError::Timeout(_))));
+    common::assert_matches!(b, Err(DecideError::Unavailable(StoreError::Timeout(_))));
     assert!(waited < deadline * 2, "waited {waited:?}");
     // Nothing was written: both calls died before any EXEC.
     assert_eq!(store.stats().transactions, 0);
@@ -684,39 +553,12 @@ async fn the_lua_store_and_this_one_share_keys_and_stay_exact_together() {
         .connect(&server.url())
         .await
         .expect("connect");
-    for policy in policies() {
+    for policy in common::unrefilled(LIMIT) {
         let policy = Arc::new(policy);
-        let (by_lua, by_occ) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let conflicts_before = occ.stats().conflicts;
-        let mut tasks = Vec::new();
-        for _ in 0..16 {
-            let (lua, lua_policy, by_lua) = (lua.clone(), policy.clone(), by_lua.clone());
-            tasks.push(tokio::spawn(async move {
-                while lua
-                    .acquire(None, &lua_policy, b"shared", 1)
-                    .await
-                    .expect("a decision")
-                    .is_allowed()
-                {
-                    by_lua.fetch_add(1, Ordering::SeqCst);
-                }
-            }));
-            let (occ, policy, by_occ) = (occ.clone(), policy.clone(), by_occ.clone());
-            tasks.push(tokio::spawn(async move {
-                while occ
-                    .acquire(None, &policy, b"shared", 1)
-                    .await
-                    .expect("a decision")
-                    .is_allowed()
-                {
-                    by_occ.fetch_add(1, Ordering::SeqCst);
-                }
-            }));
-        }
-        for task in tasks {
-            task.await.expect("task");
-        }
-        let (by_lua, by_occ) = (by_lua.load(Ordering::SeqCst), by_occ.load(Ordering::SeqCst));
+        let by_lua = common::spawn_takers(&lua, 16, &policy, b"shared");
+        let by_occ = common::spawn_takers(&occ, 16, &policy, b"shared");
+        let (by_lua, by_occ) = (common::taken(by_lua).await, common::taken(by_occ).await);
         let conflicts = occ.stats().conflicts - conflicts_before;
         eprintln!(
             "{}: Lua {by_lua}, optimistic {by_occ}, {conflicts} conflicts",
@@ -743,7 +585,7 @@ async fn the_lua_store_and_this_one_share_keys_and_stay_exact_together() {
 async fn a_foreign_value_is_an_error_not_a_full_limit() {
     let server = RedisServer::start().expect("start redis-server");
     let occ = builder().connect(&server.url()).await.expect("connect");
-    let policy = mixed_policy();
+    let policy = common::mixed_policy("mixed");
     let mut raw = common::raw(&server).await;
     let keys = occ.keys(&policy, "k").expect("keys");
     // The policy's 4 limits share one key (format v4, parts joined by ';'). A foreign
@@ -760,20 +602,14 @@ async fn a_foreign_value_is_an_error_not_a_full_limit() {
             .acquire(None, &policy, b"k", 1)
             .await
             .expect_err("must not misread");
-        assert!(
-            matches!(
-                err,
-                DecideError::Unavailable(StoreError::UnexpectedReply(_))
-            ),
-            "{foreign:?}: {err:?}"
+        common::assert_matches!(
+            err,
+            DecideError::Unavailable(StoreError::UnexpectedReply(_)),
+            "{foreign:?}"
         );
     }
     // Another type altogether: Redis refuses the GET (WRONGTYPE).
-    let () = redis::cmd("DEL")
-        .arg(&keys[0])
-        .query_async(&mut raw)
-        .await
-        .expect("DEL");
+    let () = common::query(&mut raw, &["DEL", &keys[0]]).await;
     let () = redis::cmd("HSET")
         .arg(&keys[0])
         .arg("tat")
@@ -786,17 +622,14 @@ async fn a_foreign_value_is_an_error_not_a_full_limit() {
         .acquire(None, &policy, b"k", 1)
         .await
         .expect_err("must not misread");
-    assert!(
-        matches!(err, DecideError::Unavailable(StoreError::Server(_))),
-        "{err:?}"
-    );
+    common::assert_matches!(err, DecideError::Unavailable(StoreError::Server(_)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_fails_before_redis() {
     let server = RedisServer::start().expect("start redis-server");
     let store = builder().connect(&server.url()).await.expect("connect");
-    let policy = mixed_policy();
+    let policy = common::mixed_policy("mixed");
     assert!(matches!(
         store.acquire(None, &policy, b"k", 4).await,
         Err(DecideError::InsufficientCapacity {

@@ -188,12 +188,10 @@ async fn bad_overrides_are_typed_errors_and_a_bad_entry_is_left_out() {
         let e = writer
             .set_override(policy, &keys, &Override::Unlimited)
             .await;
-        assert!(
-            matches!(
-                e,
-                Err(AdminError::InvalidOverride(_) | AdminError::InvalidKey(_))
-            ),
-            "{policy:?} {keys:?}: {e:?}"
+        common::assert_matches!(
+            e,
+            Err(AdminError::InvalidOverride(_) | AdminError::InvalidKey(_)),
+            "{policy:?} {keys:?}"
         );
     }
     // An entry written by hand that does not read: the others still apply.
@@ -226,7 +224,7 @@ async fn bad_overrides_are_typed_errors_and_a_bad_entry_is_left_out() {
     let e = writer
         .set_override("api", &key("one-more"), &Override::Unlimited)
         .await;
-    assert!(matches!(e, Err(AdminError::InvalidOverride(_))), "{e:?}");
+    common::assert_matches!(e, Err(AdminError::InvalidOverride(_)));
     assert!(
         writer
             .set_override("api", &key("vip"), &per_hour(9))
@@ -413,27 +411,15 @@ async fn override_load_worker() {
                     .await
                     .expect("decision");
                 if d.is_allowed() {
-                    let _: u64 = redis::cmd("INCR")
-                        .arg(ADMITTED)
-                        .query_async(&mut counter)
-                        .await
-                        .expect("INCR");
+                    let _: u64 = common::query(&mut counter, &["INCR", ADMITTED]).await;
                 }
                 tokio::task::yield_now().await;
             }
         });
     }
-    let _: u64 = redis::cmd("INCR")
-        .arg(READY)
-        .query_async(&mut counter)
-        .await
-        .expect("INCR");
+    let _: u64 = common::query(&mut counter, &["INCR", READY]).await;
     loop {
-        let stopped: Option<String> = redis::cmd("GET")
-            .arg(STOP)
-            .query_async(&mut counter)
-            .await
-            .expect("GET");
+        let stopped: Option<String> = common::query(&mut counter, &["GET", STOP]).await;
         if stopped.is_some() {
             break;
         }

@@ -6,6 +6,8 @@
 //! (issue 22), so no decision fails and the units taken are exactly the decisions admitted.
 //! Run with `--nocapture` to see each decision's latency while steady and while migrating.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -40,13 +42,7 @@ async fn migrating_a_hot_keys_slot_fails_no_decision_and_counts_each_admission_o
         Limit::token_bucket(CAPACITY, 1, Micros::from_secs(600)).expect("valid token bucket");
     let policy = Arc::new(RedisPolicy::new("hot", Policy::single(bucket)).expect("valid name"));
     let user = "hot-user";
-    assert!(
-        store
-            .acquire(None, &policy, user.as_ref(), 1)
-            .await
-            .expect("first decision")
-            .is_allowed()
-    );
+    assert!(common::admits(&store, &policy, user.as_ref(), 1).await);
     let keys = store.keys(&policy, user).expect("valid key");
     let [key] = keys.as_slice() else {
         panic!("a single-limit policy has one key: {keys:?}")
@@ -182,15 +178,8 @@ async fn a_slow_key_by_key_migration_fails_no_decision_of_a_single_or_multi_limi
     migration.migrate(&[&trio_key]);
     load.phase("migrating, both keys on the target").await;
     migration.finish();
-    load.phase("moved").await;
-    load.migrating(false);
-    load.phase("after").await;
-
-    assert_eq!(
-        admin(migration.target, &["EXISTS", &solo_key, &trio_key]),
-        ":2\r\n",
-        "both keys are on the target"
-    );
+    load.after_the_move(migration.target, &[&solo_key, &trio_key])
+        .await;
     assert!(
         error_count(migration.source, "ASK") > 0,
         "the source never answered ASK"
@@ -254,15 +243,8 @@ async fn redis_cli_reshard_fails_no_decision_of_a_single_or_multi_limit_policy()
         "redis-cli --cluster reshard: {}",
         String::from_utf8_lossy(&output.stdout)
     );
-    load.phase("moved").await;
-    load.migrating(false);
-    load.phase("after").await;
-
-    assert_eq!(
-        admin(migration.target, &["EXISTS", &solo_key, &trio_key]),
-        ":2\r\n",
-        "both keys are on the target"
-    );
+    load.after_the_move(migration.target, &[&solo_key, &trio_key])
+        .await;
     let report = load.finish(&cluster).await;
     println!(
         "redis-cli --cluster reshard of {RESHARD_SLOTS} slots ({resharding:?}), \
@@ -417,6 +399,20 @@ impl Load {
     /// Stops the load and checks it: no failure, decisions in every phase, no `TRYAGAIN`
     /// anywhere, and exactly one unit taken from every limit per admission. Returns the
     /// latency report.
+    /// The end of a migration: a phase with the slot moved, one with the migration over,
+    /// and then every key of `keys` is on `target`.
+    async fn after_the_move(&self, target: &RedisServer, keys: &[&str]) {
+        self.phase("moved").await;
+        self.migrating(false);
+        self.phase("after").await;
+        let exists = admin(target, &[&["EXISTS"], keys].concat());
+        assert_eq!(
+            exists,
+            format!(":{}\r\n", keys.len()),
+            "every key is on the target"
+        );
+    }
+
     async fn finish(self, cluster: &RedisCluster) -> String {
         self.stop.store(true, Ordering::Relaxed);
         let mut tallies = Vec::new();

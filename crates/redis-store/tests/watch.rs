@@ -2,6 +2,8 @@
 //! `acquire`, made by any of several processes, is counted exactly once in Redis; peeks and
 //! stores that do not report add nothing; bad reads are typed errors.
 
+mod common;
+
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -109,18 +111,10 @@ async fn every_decision_is_counted_once_by_the_processes_that_report() {
         .get_multiplexed_async_connection()
         .await
         .expect("connect");
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("rein:watch:*")
-        .query_async(&mut conn)
-        .await
-        .expect("KEYS");
+    let keys: Vec<String> = common::query(&mut conn, &["KEYS", "rein:watch:*"]).await;
     assert!(!keys.is_empty(), "no second reported");
     for key in keys {
-        let ttl: i64 = redis::cmd("TTL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .expect("TTL");
+        let ttl: i64 = common::query(&mut conn, &["TTL", &key]).await;
         assert!((1..=120).contains(&ttl), "{key}: TTL {ttl}");
     }
 }
@@ -147,9 +141,10 @@ async fn bad_reads_are_typed_errors() {
         ("not a name", 0, 0),
     ] {
         let read = store.counts(policy, first, last).await;
-        assert!(
-            matches!(read, Err(AdminError::InvalidRequest(_))),
-            "{policy} {first}..={last}: {read:?}"
+        common::assert_matches!(
+            read,
+            Err(AdminError::InvalidRequest(_)),
+            "{policy} {first}..={last}"
         );
     }
     let nothing = store.counts("api", 5, 6).await.expect("read");

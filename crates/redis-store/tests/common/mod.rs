@@ -2,15 +2,43 @@
 //! for inspecting keys, and fake servers that are not Redis.
 #![allow(dead_code)] // Each test binary uses a different subset.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, MultiplexedConnection};
-use rein_redis::{RedisStore, RedisStoreBuilder};
+use proptest::strategy::Strategy;
+use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use redis::FromRedisValue;
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use rein_core::{Limit, Limiter, MAX_SPAN, Micros, Policy};
+use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// `assert!(matches!(value, pattern))` that shows the value when it fails, after the
+/// context if one is given (`format!` arguments).
+#[allow(unused_macros)]
+macro_rules! assert_matches {
+    ($value:expr, $pattern:pat $(if $guard:expr)? $(,)?) => {
+        match &$value {
+            value => assert!(matches!(value, $pattern $(if $guard)?), "{value:?}"),
+        }
+    };
+    ($value:expr, $pattern:pat, $($context:tt)+) => {
+        match &$value {
+            value => assert!(
+                matches!(value, $pattern),
+                "{}: {value:?}",
+                format_args!($($context)+)
+            ),
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use assert_matches;
 
 /// A store over a new `ConnectionManager` to `server`, with a deadline generous enough for
 /// a debug build on a busy machine: these tests are about exactness, not latency, and a
@@ -41,6 +69,159 @@ pub async fn raw(server: &RedisServer) -> MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .expect("raw connection")
+}
+
+/// A limit of `limit` that does not refill while a test runs, in each algorithm, named by
+/// its algorithm (`tb`, `fw`, `sl`, `sc`). Windows are aligned to the epoch: long enough that
+/// no boundary falls inside a test (the next boundary of MAX_SPAN, 2^48 µs, is in 2032;
+/// 4.5 × 10^13 µs is 521 days).
+pub fn unrefilled(limit: u64) -> Vec<RedisPolicy> {
+    let hour = Micros::from_secs(3600);
+    [
+        ("tb", Limit::token_bucket(limit, 1, hour)),
+        ("fw", Limit::fixed_window(limit, MAX_SPAN)),
+        ("sl", Limit::sliding_log(limit, hour)),
+        ("sc", Limit::sliding_counter(limit, LONG)),
+    ]
+    .into_iter()
+    .map(|(name, limit)| {
+        RedisPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
+    })
+    .collect()
+}
+
+/// A window of 4.5 × 10^13 µs (521 days), for a sliding counter that no boundary crosses
+/// while a test runs.
+const LONG: Micros = Micros::from_micros(45_000_000_000_000);
+
+/// `name`: four limits, one of each algorithm, none refilling while a test runs; the fixed
+/// window (3) is the tightest, the others allow 10.
+pub fn mixed_policy(name: &str) -> RedisPolicy {
+    let hour = Micros::from_secs(3600);
+    let limits = [
+        Limit::token_bucket(10, 1, hour),
+        Limit::sliding_log(10, hour),
+        Limit::fixed_window(3, MAX_SPAN),
+        Limit::sliding_counter(10, LONG),
+    ];
+    let limits = limits.map(|l| l.expect("valid limit"));
+    RedisPolicy::new(name, Policy::new(limits).expect("valid")).expect("valid name")
+}
+
+/// Whether `store` admits `cost` for `key` now (the server's clock); an error fails the
+/// test.
+pub async fn admits<L: Limiter>(store: &L, policy: &L::Prepared, key: &[u8], cost: u64) -> bool {
+    store
+        .acquire(None, policy, key, cost)
+        .await
+        .expect("a decision")
+        .is_allowed()
+}
+
+/// Spawns `tasks` tasks on `store`, each taking 1 of `policy` for `key` until it sees a
+/// denial (with no refill, every later call is denied too); each answers how many it took.
+pub fn spawn_takers<L>(
+    store: &L,
+    tasks: usize,
+    policy: &Arc<L::Prepared>,
+    key: &'static [u8],
+) -> Vec<JoinHandle<u64>>
+where
+    L: Limiter + Clone + 'static,
+{
+    (0..tasks)
+        .map(|_| {
+            let (store, policy) = (store.clone(), Arc::clone(policy));
+            tokio::spawn(async move {
+                let mut took = 0;
+                while admits(&store, &policy, key, 1).await {
+                    took += 1;
+                }
+                took
+            })
+        })
+        .collect()
+}
+
+/// How many `takers` took together, once each has seen its denial.
+pub async fn taken(takers: Vec<JoinHandle<u64>>) -> u64 {
+    let mut sum = 0;
+    for taker in takers {
+        sum += taker.await.expect("a taker");
+    }
+    sum
+}
+
+/// Asks a [`mixed_policy`] whose window is full for 1 more of `key`: the fixed window denies,
+/// and the denial speaks for it (its limit of 3, nothing remaining).
+pub async fn the_window_denies<L: Limiter>(store: &L, policy: &L::Prepared, key: &[u8]) {
+    let denied = store.acquire(None, policy, key, 1).await.expect("decision");
+    assert!(!denied.is_allowed());
+    assert_eq!(
+        (denied.limit, denied.remaining),
+        (3, 0),
+        "the window speaks"
+    );
+}
+
+/// The reply to the command `args` (its name, then its arguments) on a connection for
+/// inspecting the server; an error fails the test, naming the command.
+pub async fn query<T: FromRedisValue>(conn: &mut impl ConnectionLike, args: &[&str]) -> T {
+    let mut cmd = redis::cmd(args[0]);
+    cmd.arg(&args[1..]);
+    cmd.query_async(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", args[0]))
+}
+
+/// A current-thread runtime, for a test that drives the store from synchronous code (a
+/// proptest's cases).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Checks `check` on `cases` random cases of `strategy` against one private redis-server
+/// and one connection: each case over a fresh store, its keys under `{prefix}{n}` and kept at
+/// least an hour (key TTLs run on the server's clock, not on a case's timeline). A failing
+/// case is shrunk, saved to `regressions` (replayed first on later runs) and fails the test.
+pub fn check_cases<S, F, Fut>(
+    cases: u32,
+    regressions: &'static str,
+    prefix: &str,
+    strategy: S,
+    check: F,
+) where
+    S: Strategy,
+    F: Fn(RedisStore<ConnectionManager>, ConnectionManager, S::Value) -> Fut,
+    Fut: Future<Output = Result<(), TestCaseError>>,
+{
+    let server = RedisServer::start().expect("start redis-server");
+    let rt = runtime();
+    let conn: ConnectionManager = rt.block_on(async {
+        let client = redis::Client::open(server.url()).expect("client");
+        client.get_connection_manager().await.expect("connect")
+    });
+    let config = Config {
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(regressions))),
+        ..Config::with_cases(cases)
+    };
+    let case_no = AtomicUsize::new(0);
+    let result = TestRunner::new(config).run(&strategy, |case| {
+        let n = case_no.fetch_add(1, Ordering::Relaxed);
+        let store = RedisStoreBuilder::new()
+            .prefix(format!("{prefix}{n}"))
+            .min_ttl(Duration::from_secs(3_600))
+            .deadline(Duration::from_secs(5))
+            .build(conn.clone())
+            .expect("store");
+        rt.block_on(check(store, conn.clone(), case))
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
 }
 
 /// A TCP server on 127.0.0.1 that speaks just enough RESP to be mistaken for Redis: it
