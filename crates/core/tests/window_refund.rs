@@ -12,9 +12,7 @@
 use proptest::collection::vec;
 use proptest::prelude::*;
 use rein_core::{
-    Algorithm, Micros, Timestamp,
-    fixed_window::{FixedWindow, FixedWindowState},
-    sliding_counter::{SlidingCounter, SlidingCounterState},
+    Algorithm, Micros, Timestamp, fixed_window::FixedWindow, sliding_counter::SlidingCounter,
 };
 
 /// One step of a world: time passes, a direct request, or a block is taken.
@@ -51,19 +49,20 @@ fn at(us: u64) -> Timestamp {
 /// Runs `ops` against a limit with `acquire`, `refund_in_window` (via `give_back`) and a
 /// replay of the real uses through `check` (a fresh limit of the same kind): the number of
 /// real uses the fresh limit refuses.
-fn world<S: Default>(
+fn world<A: Algorithm>(
+    limit: A,
     window: u64,
     ops: &[Op],
-    acquire: impl Fn(Timestamp, &mut S, u64) -> bool,
-    give_back: impl Fn(Timestamp, &mut S, u64, Timestamp),
-    check: impl Fn(Timestamp, &mut S) -> bool,
+    give_back: impl Fn(Timestamp, &mut A::State, u64, Timestamp),
 ) -> usize {
-    let mut state = S::default();
+    let acquire = |t, s: &mut A::State, c| limit.acquire(t, s, c).is_ok_and(|d| d.is_allowed());
+    let check = |t, s: &mut A::State| acquire(t, s, 1);
+    let mut state = A::State::default();
     let mut now = 1_000_000_000;
     // (instant, units) of every real use, and the pending returns (due, unused, stamp).
     let mut uses: Vec<(u64, u64)> = Vec::new();
     let mut returns: Vec<(u64, u64, u64)> = Vec::new();
-    let settle = |now: u64, state: &mut S, returns: &mut Vec<(u64, u64, u64)>| {
+    let settle = |now: u64, state: &mut A::State, returns: &mut Vec<(u64, u64, u64)>| {
         returns.sort_unstable();
         while returns.first().is_some_and(|r| r.0 <= now) {
             let (due, unused, stamp) = returns.remove(0);
@@ -100,7 +99,7 @@ fn world<S: Default>(
     let end = now + 4 * window;
     settle(end, &mut state, &mut returns);
     uses.sort_unstable();
-    let mut fresh = S::default();
+    let mut fresh = A::State::default();
     uses.iter()
         .flat_map(|&(t, cost)| std::iter::repeat_n(t, cost as usize))
         .filter(|&t| !check(at(t), &mut fresh))
@@ -116,13 +115,9 @@ proptest! {
             .prop_flat_map(|(l, w)| (Just(l), Just(w), ops(w)))
     ) {
         let fw = FixedWindow::new(limit, Micros::from_micros(window)).unwrap();
-        let refused = world::<FixedWindowState>(
-            window,
-            &ops,
-            |t, s, c| fw.acquire(t, s, c).is_ok_and(|d| d.is_allowed()),
-            |t, s, n, stamp| fw.refund_in_window(t, s, n, stamp),
-            |t, s| fw.acquire(t, s, 1).is_ok_and(|d| d.is_allowed()),
-        );
+        let refused = world(fw, window, &ops, |t, s, n, stamp| {
+            fw.refund_in_window(t, s, n, stamp)
+        });
         prop_assert_eq!(refused, 0);
     }
 
@@ -132,13 +127,9 @@ proptest! {
             .prop_flat_map(|(l, w)| (Just(l), Just(w), ops(w)))
     ) {
         let sc = SlidingCounter::new(limit, Micros::from_micros(window)).unwrap();
-        let refused = world::<SlidingCounterState>(
-            window,
-            &ops,
-            |t, s, c| sc.acquire(t, s, c).is_ok_and(|d| d.is_allowed()),
-            |t, s, n, stamp| sc.refund_in_window(t, s, n, stamp),
-            |t, s| sc.acquire(t, s, 1).is_ok_and(|d| d.is_allowed()),
-        );
+        let refused = world(sc, window, &ops, |t, s, n, stamp| {
+            sc.refund_in_window(t, s, n, stamp)
+        });
         prop_assert_eq!(refused, 0);
     }
 }

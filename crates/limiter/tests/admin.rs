@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rein::{FailurePolicy, PolicyTable, ResilientLimiter, Source};
 use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
-use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
+use rein_core::{Decision, Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_redis::RedisStoreBuilder;
 use rein_redis_harness::RedisServer;
 
@@ -51,22 +51,8 @@ async fn changes_reach_redis_and_no_cached_denial_hides_them() {
     assert_eq!((after.is_allowed(), after.source), (true, Source::Store));
 
     // Set, then a penalty, then a block, each as Redis holds it.
-    assert_eq!(
-        limiter
-            .set_remaining(&policy, b"bob", 1)
-            .await
-            .expect("set")
-            .remaining,
-        1
-    );
-    assert_eq!(
-        limiter
-            .penalize(&policy, b"bob", 5)
-            .await
-            .expect("penalize")
-            .remaining,
-        0
-    );
+    assert_eq!(left(limiter.set_remaining(&policy, b"bob", 1).await), 1);
+    assert_eq!(left(limiter.penalize(&policy, b"bob", 5).await), 0);
     assert!(!limiter.acquire("bob", 1).await.expect("valid").is_allowed());
     let until = Until::For(Micros::from_secs(60));
     assert!(
@@ -106,4 +92,9 @@ async fn changes_reach_redis_and_no_cached_denial_hides_them() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// What an operator's change left the key, or the test fails.
+fn left(change: Result<Decision, AdminError>) -> u64 {
+    change.expect("a change").remaining
 }

@@ -83,7 +83,7 @@ proptest! {
     ) {
         let base = Policy::single(limit(base.0, base.1));
         let store = MemoryStore::new();
-        let prepared = store.prepare(&NamedPolicy::new("api", base.clone()).expect("named")).expect("prepared");
+        let prepared = prepared(&store, "api", base.clone());
         let mut now = Timestamp::from_micros(1_000_000);
         let mut in_force: Option<Override> = None;
         let mut states: HashMap<(Vec<&'static str>, bool), PolicyState> = HashMap::new();
@@ -138,19 +138,21 @@ proptest! {
     }
 }
 
+/// `policy`, named `name`, prepared by `store`.
+fn prepared<L: Limiter>(store: &L, name: &str, policy: Policy) -> L::Prepared {
+    let named = NamedPolicy::new(name, policy).expect("named");
+    store.prepare(&named).expect("prepared")
+}
+
 fn hourly(n: u64) -> Policy {
     Policy::single(Limit::fixed_window(n, Micros::from_secs(3_600)).expect("valid"))
 }
 
 #[test]
 fn a_key_beats_a_prefix_a_longer_prefix_a_shorter_and_other_policies_are_untouched() {
-    let store = MemoryStore::with_clock(FakeClock::new(Timestamp::from_micros(0)));
-    let api = store
-        .prepare(&NamedPolicy::new("api", hourly(1)).expect("named"))
-        .expect("prepared");
-    let web = store
-        .prepare(&NamedPolicy::new("web", hourly(1)).expect("named"))
-        .expect("prepared");
+    let store = MemoryStore::with_clock(FakeClock::new(Timestamp::EPOCH));
+    let api = prepared(&store, "api", hourly(1));
+    let web = prepared(&store, "web", hourly(1));
     let over = |n| Override::Limits(hourly(n));
     store
         .set_override("api", &prefix(b"t"), &over(2))
@@ -193,10 +195,8 @@ fn a_key_beats_a_prefix_a_longer_prefix_a_shorter_and_other_policies_are_untouch
 
 #[test]
 fn an_unlimited_key_counts_nothing_and_a_block_still_denies_an_overridden_key() {
-    let store = MemoryStore::with_clock(FakeClock::new(Timestamp::from_micros(0)));
-    let api = store
-        .prepare(&NamedPolicy::new("api", hourly(2)).expect("named"))
-        .expect("prepared");
+    let store = MemoryStore::with_clock(FakeClock::new(Timestamp::EPOCH));
+    let api = prepared(&store, "api", hourly(2));
     store
         .set_override("api", &key(b"vip"), &Override::Unlimited)
         .expect("set");

@@ -197,14 +197,7 @@ impl ReinServer {
         let grpc: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let http: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let log = rules.join(format!("../rein-server-{}.log", grpc.port()));
-        let child = Command::new(env!("CARGO_BIN_EXE_rein-server"))
-            .args(["--config", &rules.display().to_string()])
-            .args([
-                "--grpc-addr",
-                &grpc.to_string(),
-                "--http-addr",
-                &http.to_string(),
-            ])
+        let child = support::server(rules, grpc, http)
             .args(["--redis-url", redis, "--failure", "fail-closed"])
             .args(["--redis-deadline", "50ms", "--watch-interval", "100ms"])
             .args(["--key-prefix", "rein-envoy-test"])

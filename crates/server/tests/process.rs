@@ -39,14 +39,7 @@ fn a_bad_reload_is_refused_a_good_one_taken_and_sigterm_exits_cleanly() {
     let (http, grpc) = (free_addr(), free_addr());
     let log = dir.join("server.log");
     let mut child = Running(
-        Command::new(env!("CARGO_BIN_EXE_rein-server"))
-            .args(["--config", &dir.display().to_string()])
-            .args([
-                "--http-addr",
-                &http.to_string(),
-                "--grpc-addr",
-                &grpc.to_string(),
-            ])
+        support::server(&dir, grpc, http)
             // Reloads only on SIGHUP, so the test decides when.
             .args(["--watch-interval", "0s"])
             .env("NO_COLOR", "1")
@@ -150,14 +143,7 @@ fn over_a_redis_cluster_the_limit_is_exact_and_requests_all_or_nothing() {
     .expect("write");
     let (http, grpc) = (free_addr(), free_addr());
     let _server = Running(
-        Command::new(env!("CARGO_BIN_EXE_rein-server"))
-            .args(["--config", &dir.display().to_string()])
-            .args([
-                "--http-addr",
-                &http.to_string(),
-                "--grpc-addr",
-                &grpc.to_string(),
-            ])
+        support::server(&dir, grpc, http)
             .args(["--redis-cluster", &cluster.urls().join(",")])
             .args(["--failure", "fail-closed", "--redis-deadline", "500ms"])
             .stdout(Stdio::null())

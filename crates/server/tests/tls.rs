@@ -39,14 +39,7 @@ struct Server {
 fn start() -> Server {
     let (grpc, http) = (free_addr(), free_addr());
     let rules = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/config");
-    let child = Command::new(env!("CARGO_BIN_EXE_rein-server"))
-        .args(["--config", &rules.display().to_string()])
-        .args([
-            "--grpc-addr",
-            &grpc.to_string(),
-            "--http-addr",
-            &http.to_string(),
-        ])
+    let child = support::server(&rules, grpc, http)
         .args(["--tls-cert", &tls_file("server.crt").display().to_string()])
         .args(["--tls-key", &tls_file("server.key").display().to_string()])
         .args(["--tls-client-ca", &tls_file("ca.crt").display().to_string()])

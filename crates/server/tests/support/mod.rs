@@ -6,7 +6,23 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+/// `rein-server` reading its rules from `config` (a file or a directory) and listening for
+/// gRPC on `grpc` and HTTP on `http`; the caller adds the rest and spawns it.
+pub fn server(config: &Path, grpc: SocketAddr, http: SocketAddr) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rein-server"));
+    command
+        .args(["--config", &config.display().to_string()])
+        .args([
+            "--grpc-addr",
+            &grpc.to_string(),
+            "--http-addr",
+            &http.to_string(),
+        ]);
+    command
+}
 
 /// A port nobody listens on now (the OS's choice; taken back at once).
 pub fn free_port() -> u16 {
