@@ -813,7 +813,8 @@ fn utilisation_of(admitted: u64, allowance: Fraction) -> Option<Fraction> {
     )
 }
 
-fn gcd(mut a: u128, mut b: u128) -> u128 {
+/// The greatest common divisor of `a` and `b` (`a` when `b` is zero).
+pub(crate) fn gcd(mut a: u128, mut b: u128) -> u128 {
     while b != 0 {
         (a, b) = (b, a % b);
     }

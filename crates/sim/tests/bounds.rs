@@ -4,22 +4,17 @@
 //! ([`sim::world::fallback_limit`]), and the named regressions the sweep's kind of search
 //! found. Each test pins its seeds, prints them and its numbers, and ends with an invariant.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use common::run;
 use proptest::prelude::*;
 use rein::Source;
 use rein_core::{Limit, Micros, Policy};
 use sim::report::describe_policy;
-use sim::world::{Fault, Run, Scenario, suite_scenario};
-
-fn run(scenario: &Scenario) -> Run {
-    eprintln!("seed {} ({})", scenario.seed, scenario.name);
-    let run = scenario.run().expect("the world runs");
-    eprintln!("{} | sources {:?}", run.summary(), run.by_source());
-    assert_eq!(run.untraced(), 0, "every admission's script run was seen");
-    run
-}
+use sim::world::{Fault, Scenario, suite_scenario};
 
 /// One limit per algorithm, 100 per second (a bucket of 20 refilled at 100 per second).
 fn limit(algorithm: usize) -> Limit {
@@ -45,6 +40,15 @@ fn fault(kind: usize, nodes: Vec<usize>, from: Duration, until: Duration) -> Fau
             at: from,
             down: until.saturating_sub(from),
         },
+    }
+}
+
+/// Node `node` cut off from Redis from `from_ms` until `until_ms` after the start of demand.
+fn partition_of(node: usize, from_ms: u64, until_ms: u64) -> Fault {
+    Fault::Partition {
+        nodes: vec![node],
+        from: Duration::from_millis(from_ms),
+        until: Duration::from_millis(until_ms),
     }
 }
 
@@ -142,12 +146,8 @@ fn fixed_window_fallback_with_a_skewed_clock_spends_two_shares_in_one_redis_wind
         6,
         limit(2),
         Duration::from_millis(300),
-        Fault::Partition {
-            nodes: vec![0],
-            // Demand starts 200 ms into the epoch's second: the cut is at x.45 s.
-            from: Duration::from_millis(250),
-            until: Duration::from_millis(2_250),
-        },
+        // Demand starts 200 ms into the epoch's second: the cut is at x.45 s.
+        partition_of(0, 250, 2_250),
     );
     let run = run(&s);
     assert_eq!(run.skews[0].offset_us, 300_000);
@@ -176,11 +176,7 @@ fn a_fault_on_one_node_strikes_every_node_of_its_host_and_the_bound_counts_them(
         32,
         limit(0),
         Duration::from_millis(50),
-        Fault::Partition {
-            nodes: vec![9],
-            from: Duration::from_millis(500),
-            until: Duration::from_millis(1_500),
-        },
+        partition_of(9, 500, 1_500),
     );
     s.span = Duration::from_millis(2_000);
     assert_eq!(s.nodes_per_host, 2, "32 nodes on 16 hosts by default");

@@ -5,23 +5,14 @@
 //! against the limit itself, with no allowance. A Redis restart that loses its data is the
 //! one fault that forgives anything: see the second test. Seeds are pinned and printed.
 
+mod common;
+
 use std::time::Duration;
 
+use common::run;
 use rein_core::{Limit, Micros, Policy};
 use sim::oracle::Interval;
 use sim::world::{Fault, LimiterKind, Outcome, Run, Scenario, Workload, suite_scenario};
-
-fn run(scenario: &Scenario) -> Run {
-    eprintln!("seed {} ({})", scenario.seed, scenario.name);
-    let run = scenario.run().expect("the world runs");
-    eprintln!("{}", run.summary());
-    assert_eq!(
-        run.untraced(),
-        0,
-        "every direct admission's script run was seen"
-    );
-    run
-}
 
 /// A paused node must not spend a block it held before the pause, whose end passed while it
 /// was stopped: it admits nothing while paused, and nothing from a lease at resume until a

@@ -5,18 +5,13 @@
 //! through more backoffs, and more of them give up (`Contended`) without a decision. Seeds
 //! are pinned and printed.
 
+mod common;
+
 use std::time::Duration;
 
+use common::run;
 use rein_core::{Limit, Micros, Policy};
-use sim::world::{LimiterKind, Run, Scenario, Workload};
-
-fn run(scenario: &Scenario) -> Run {
-    eprintln!("seed {} ({})", scenario.seed, scenario.name);
-    let run = scenario.run().expect("the world runs");
-    eprintln!("{}", run.summary());
-    assert_eq!(run.untraced(), 0, "every admission's EXEC was seen");
-    run
-}
+use sim::world::{LimiterKind, Scenario, Workload};
 
 #[test]
 fn the_optimistic_store_stays_exact_while_its_retries_storm_as_contention_grows() {

@@ -147,7 +147,14 @@ async fn store(
 ) -> (RedisStore<MultiplexedConnection>, Shared) {
     let node = Shared::new(clock.clock());
     let (client, server) = tokio::io::duplex(1 << 16);
-    tokio::spawn(serve_connection_observed(server, node.clone(), calls));
+    // A duplex stream has no peer address: the observer is shown none.
+    let nobody = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+    tokio::spawn(serve_connection_observed(
+        server,
+        nobody,
+        node.clone(),
+        calls,
+    ));
     let info = RedisConnectionInfo::default().set_skip_set_lib_name();
     let config = AsyncConnectionConfig::new();
     let (conn, driver) = MultiplexedConnection::new_with_config(&info, client, config)

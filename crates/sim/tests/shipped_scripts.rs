@@ -10,13 +10,30 @@
 mod support;
 
 use std::path::PathBuf;
+use std::sync::MutexGuard;
 
 use rein_core::Timestamp;
 use sim::redis::{ManualClock, Reply, Shared};
-use support::{escape, real_server};
+use support::{RealRedis, escape, real_server};
 
 fn node() -> Shared {
     Shared::new(ManualClock::new(Timestamp::from_micros(NOW_MICROS)).clock())
+}
+
+/// The real server, flushed and held for the whole test, and a fresh simulated node.
+fn servers() -> (MutexGuard<'static, RealRedis>, Shared) {
+    let mut real = real_server().lock().unwrap_or_else(|p| p.into_inner());
+    real.request(&["FLUSHALL"]);
+    (real, node())
+}
+
+/// Sends `request` to both servers and checks that they reply alike, byte for byte (the
+/// assertion message names `what`): the real server's reply.
+fn same_reply(sim: &Shared, real: &mut RealRedis, request: &[&str], what: &str) -> Vec<u8> {
+    let expected = real.request(request);
+    let actual = sim.execute(request).to_resp();
+    assert_eq!(escape(&actual), escape(&expected), "{what}");
+    expected
 }
 
 fn sha1_hex(text: &[u8]) -> String {
@@ -50,16 +67,10 @@ fn every_shipped_lua_file_compiles_in_the_simulator() {
 
 #[test]
 fn the_shipped_script_answers_like_redis_for_every_algorithm() {
-    let mut real = real_server().lock().unwrap_or_else(|p| p.into_inner());
-    real.request(&["FLUSHALL"]);
-    let sim = node();
+    let (mut real, sim) = servers();
     let script = rein_redis::SCRIPT_SOURCE;
     let sha = sha1_hex(script.as_bytes());
-    let load = ["SCRIPT", "LOAD", script];
-    assert_eq!(
-        escape(&sim.execute(load).to_resp()),
-        escape(&real.request(&load))
-    );
+    same_reply(&sim, &mut real, &["SCRIPT", "LOAD", script], "SCRIPT LOAD");
 
     // Per policy: its one key and the ARGV tail naming each limit and its parameters.
     // Windows are hours long so no key written here can expire on the real server's wall
@@ -133,9 +144,7 @@ fn the_shipped_script_answers_like_redis_for_every_algorithm() {
             request.extend_from_slice(keys);
             request.extend_from_slice(&[operation, &now, cost, "0"]);
             request.extend_from_slice(limits);
-            let expected = real.request(&request);
-            let actual = sim.execute(&request).to_resp();
-            assert_eq!(escape(&actual), escape(&expected), "{request:?}");
+            let expected = same_reply(&sim, &mut real, &request, &format!("{request:?}"));
             // The first admission is decided, not refused (a script error would match too).
             if offset == 0 {
                 assert!(
@@ -145,12 +154,8 @@ fn the_shipped_script_answers_like_redis_for_every_algorithm() {
                 );
             }
             // The stored value too, byte for byte.
-            let get = ["GET", keys[0]];
-            assert_eq!(
-                escape(&sim.execute(get).to_resp()),
-                escape(&real.request(&get)),
-                "stored after {request:?}"
-            );
+            let stored = format!("stored after {request:?}");
+            same_reply(&sim, &mut real, &["GET", keys[0]], &stored);
         }
     }
 }
@@ -160,9 +165,7 @@ fn the_shipped_script_answers_like_redis_for_every_algorithm() {
 /// including after the key's TTL was set by the script itself.
 #[test]
 fn every_lean_script_answers_like_redis() {
-    let mut real = real_server().lock().unwrap_or_else(|p| p.into_inner());
-    real.request(&["FLUSHALL"]);
-    let sim = node();
+    let (mut real, sim) = servers();
     // Per script: its ARGV tail (the parameters `RedisPolicy` computes) and its key.
     let cases: [(&str, &[&str]); 3] = [
         // 5 tokens, one per 3600 s: tol_us = 5 × 3600 s, no remainder.
@@ -179,12 +182,7 @@ fn every_lean_script_answers_like_redis() {
             .find(|(n, _)| *n == name)
             .unwrap_or_else(|| panic!("no script {name}"));
         let sha = sha1_hex(source.as_bytes());
-        let load = ["SCRIPT", "LOAD", source];
-        assert_eq!(
-            escape(&sim.execute(load).to_resp()),
-            escape(&real.request(&load)),
-            "{name}"
-        );
+        same_reply(&sim, &mut real, &["SCRIPT", "LOAD", source], name);
         let key = format!("{{t}}:{name}");
         let steps: &[(&str, u64, &str)] = &[
             ("acquire", 0, "2"),
@@ -203,24 +201,14 @@ fn every_lean_script_answers_like_redis() {
             let mut request = vec!["EVALSHA", sha.as_str(), "1", key.as_str(), &now, "0"];
             request.extend_from_slice(params);
             request.extend_from_slice(&[operation, cost]);
-            let expected = real.request(&request);
-            let actual = sim.execute(&request).to_resp();
-            assert_eq!(escape(&actual), escape(&expected), "{request:?}");
-            let get = ["GET", key.as_str()];
-            assert_eq!(
-                escape(&sim.execute(get).to_resp()),
-                escape(&real.request(&get)),
-                "{request:?}: stored state"
-            );
+            same_reply(&sim, &mut real, &request, &format!("{request:?}"));
+            let stored = format!("{request:?}: stored state");
+            same_reply(&sim, &mut real, &["GET", key.as_str()], &stored);
         }
         // Several decisions in one call (the store's coalescing), one of them on a corrupt
         // state: its error is an element of the reply, the others are decided.
         let corrupt = format!("{{t}}:{name}:corrupt");
-        let set = ["SET", corrupt.as_str(), "abc"];
-        assert_eq!(
-            escape(&sim.execute(set).to_resp()),
-            escape(&real.request(&set))
-        );
+        same_reply(&sim, &mut real, &["SET", corrupt.as_str(), "abc"], "SET");
         let now = (NOW_MICROS + 7_300_000_000).to_string();
         let mut request = vec![
             "EVALSHA",
@@ -234,9 +222,7 @@ fn every_lean_script_answers_like_redis() {
         ];
         request.extend_from_slice(params);
         request.extend_from_slice(&["acquire", "1", "acquire", "1", "peek", "1"]);
-        let expected = real.request(&request);
-        let actual = sim.execute(&request).to_resp();
-        assert_eq!(escape(&actual), escape(&expected), "{request:?}");
+        same_reply(&sim, &mut real, &request, &format!("{request:?}"));
     }
 }
 

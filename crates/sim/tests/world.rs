@@ -2,20 +2,15 @@
 //! simulated Redis, under faults, judged by the oracle. Each test pins its seeds, prints
 //! them and its measured numbers (`--nocapture`), and ends with an invariant.
 
+mod common;
+
 use std::time::Duration;
 
+use common::{run, suite_runs};
 use proptest::prelude::*;
 use rein_core::{Limit, Micros, Policy};
 use sim::redis::Persistence;
-use sim::world::{Fault, Run, Scenario, TimeSource, Workload, suite_scenario};
-
-fn run(scenario: &Scenario) -> Run {
-    eprintln!("seed {} ({})", scenario.seed, scenario.name);
-    let run = scenario.run().expect("the world runs");
-    eprintln!("{}", run.summary());
-    assert_eq!(run.untraced(), 0, "every admission's script run was seen");
-    run
-}
+use sim::world::{Fault, Scenario, TimeSource, Workload, suite_scenario};
 
 fn exact_limits() -> [Limit; 3] {
     let second = Micros::from_secs(1);
@@ -55,9 +50,7 @@ proptest! {
 
 #[test]
 fn healthy_redis_sliding_counter_stays_within_its_documented_error() {
-    for (seed, nodes) in [(11, 2), (12, 5)] {
-        let s = suite_scenario("healthy-sliding-counter", nodes, seed).unwrap();
-        let run = run(&s);
+    for (_, _, run) in suite_runs("healthy-sliding-counter", [(11, 2), (12, 5)]) {
         let result = run.result_with_allowance(0);
         let against_log = result
             .verdict
@@ -108,9 +101,7 @@ proptest! {
 
 #[test]
 fn stall_longer_than_the_deadline_never_delays_a_decision_past_deadline_plus_one_tick() {
-    for (seed, nodes) in [(21, 3), (22, 6)] {
-        let s = suite_scenario("stall-past-deadline", nodes, seed).unwrap();
-        let run = run(&s);
+    for (_, s, run) in suite_runs("stall-past-deadline", [(21, 3), (22, 6)]) {
         let worst = run.max_latency();
         let limit = Micros::from(s.deadline + s.tick);
         eprintln!(
@@ -157,9 +148,7 @@ fn redis_restart_keeping_data_over_admits_nothing() {
 
 #[test]
 fn script_cache_loss_fails_no_decision() {
-    for (seed, nodes) in [(41, 2), (42, 5)] {
-        let s = suite_scenario("script-cache-loss", nodes, seed).unwrap();
-        let run = run(&s);
+    for (_, _, run) in suite_runs("script-cache-loss", [(41, 2), (42, 5)]) {
         eprintln!("{} calls found the script cache empty", run.runs_by_source);
         assert!(run.runs_by_source > 0, "the flushes were felt");
         assert_eq!(run.failures(), 0);

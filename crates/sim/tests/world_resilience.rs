@@ -3,22 +3,17 @@
 //! recovery. Each test pins its seeds, prints them and its numbers, and ends with an
 //! invariant.
 
+mod common;
+
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use common::{run, suite_runs};
 use proptest::prelude::*;
 use rein::{BreakerConfig, FailurePolicy, Source};
 use rein_core::{Algorithm, Limit, Micros, Policy, Timestamp};
 use sim::oracle::{Fraction, Interval};
-use sim::world::{EPOCH_SECS, Fault, Guard, Run, Scenario, suite_scenario};
-
-fn run(scenario: &Scenario) -> Run {
-    eprintln!("seed {} ({})", scenario.seed, scenario.name);
-    let run = scenario.run().expect("the world runs");
-    eprintln!("{} | sources {:?}", run.summary(), run.by_source());
-    assert_eq!(run.untraced(), 0, "every admission's script run was seen");
-    run
-}
+use sim::world::{EPOCH_SECS, Event, Fault, Guard, Run, Scenario, suite_scenario};
 
 /// The true instant `offset` after the start of demand.
 fn at(offset: Duration) -> Timestamp {
@@ -30,6 +25,14 @@ fn partition(scenario: &Scenario) -> (Vec<usize>, Duration, Duration) {
         [Fault::Partition { nodes, from, until }] => (nodes.clone(), *from, *until),
         other => panic!("expected one partition, got {other:?}"),
     }
+}
+
+/// The cut-off nodes' decisions asked and answered during the scenario's one partition.
+fn during_partition<'a>(run: &'a Run, scenario: &Scenario) -> impl Iterator<Item = &'a Event> {
+    let (cut, from, until) = partition(scenario);
+    run.events
+        .iter()
+        .filter(move |e| cut.contains(&e.node) && e.issued >= at(from) && e.answered <= at(until))
 }
 
 /// Checks a per-window bound given as a function of the window's length, by brute force over
@@ -83,15 +86,9 @@ fn failure_md_fallback_bound(policy: &Policy, cut: u64, n: u64) -> impl Fn(u64) 
 
 #[test]
 fn partition_fail_closed_cut_off_nodes_admit_nothing() {
-    for (seed, nodes) in [(301, 4), (302, 5)] {
-        let s = suite_scenario("partition-fail-closed", nodes, seed).unwrap();
-        let run = run(&s);
-        let (cut, from, until) = partition(&s);
-        let during = run
-            .events
-            .iter()
-            .filter(|e| cut.contains(&e.node) && e.issued >= at(from) && e.answered <= at(until));
-        let (asked, admitted) = during.fold((0, 0), |(n, a), e| {
+    for (_, s, run) in suite_runs("partition-fail-closed", [(301, 4), (302, 5)]) {
+        let (cut, _, _) = partition(&s);
+        let (asked, admitted) = during_partition(&run, &s).fold((0, 0), |(n, a), e| {
             (
                 n + 1,
                 a + usize::from(matches!(e.outcome, sim::world::Outcome::Admitted { .. })),
@@ -111,9 +108,7 @@ fn partition_fail_closed_cut_off_nodes_admit_nothing() {
 
 #[test]
 fn partition_local_fallback_stays_within_limit_plus_one_share_per_cut_node() {
-    for (seed, nodes) in [(311, 4), (312, 6)] {
-        let s = suite_scenario("partition-local-fallback", nodes, seed).unwrap();
-        let run = run(&s);
+    for (nodes, s, run) in suite_runs("partition-local-fallback", [(311, 4), (312, 6)]) {
         let (cut, _, _) = partition(&s);
         let bound = s.fallback_bound(&cut).unwrap();
         let verdict = run.log.check_policy(&bound, 0);
@@ -180,11 +175,16 @@ proptest! {
 // admits, so the partition's bound holds. Requests lost: Redis hears nothing, as in a
 // partition.
 
-#[test]
-fn replies_lost_local_fallback_keeps_the_partition_bound_though_redis_counted_them() {
-    for (seed, nodes) in [(331, 4), (332, 6)] {
-        let s = suite_scenario("replies-lost-local-fallback", nodes, seed).unwrap();
-        let run = run(&s);
+/// Runs `name`, a one-way fault on nodes with local fallback, at each `(seed, nodes)` of
+/// `cases`, and checks that the fallback decided and the partition's bound held (limit plus
+/// a share per cut node, and docs/failure.md's exact form): each run's script runs no node
+/// heard of.
+fn one_way_fault_keeps_the_partition_bound<const N: usize>(
+    name: &'static str,
+    cases: [(u64, usize); N],
+) -> Vec<u64> {
+    let mut unanswered = Vec::new();
+    for (nodes, s, run) in suite_runs(name, cases) {
         let cut = s.fallback_nodes();
         let verdict = run.log.check_policy(&s.fallback_bound(&cut).unwrap(), 0);
         let (exact_form, worst) = every_window_within(
@@ -192,60 +192,46 @@ fn replies_lost_local_fallback_keeps_the_partition_bound_though_redis_counted_th
             failure_md_fallback_bound(&s.policy, cut.len() as u64, nodes as u64),
         );
         eprintln!(
-            "replies lost for {cut:?}: {} script runs no node heard of; against limit + k \
-             shares {}; docs/failure.md's exact form: worst excess {worst}",
+            "{name} for {cut:?}: {} script runs no node heard of; against limit + k shares {}; \
+             docs/failure.md's exact form: worst excess {worst}",
             run.unanswered_runs(),
             verdict.over_admission()
-        );
-        assert!(
-            run.unanswered_runs() > 0,
-            "Redis counted calls whose replies were lost"
         );
         assert!(run.by_source()[3] > 0, "the fallback decided");
         assert!(verdict.is_within_bound());
         assert!(exact_form);
         assert!(run.result().is_within_bound());
+        unanswered.push(run.unanswered_runs());
     }
+    unanswered
+}
+
+#[test]
+fn replies_lost_local_fallback_keeps_the_partition_bound_though_redis_counted_them() {
+    let unanswered = one_way_fault_keeps_the_partition_bound(
+        "replies-lost-local-fallback",
+        [(331, 4), (332, 6)],
+    );
+    assert!(
+        unanswered.iter().all(|&runs| runs > 0),
+        "Redis counted calls whose replies were lost: {unanswered:?}"
+    );
 }
 
 #[test]
 fn requests_lost_local_fallback_keeps_the_partition_bound_with_no_unanswered_run() {
-    for (seed, nodes) in [(341, 4), (342, 6)] {
-        let s = suite_scenario("requests-lost-local-fallback", nodes, seed).unwrap();
-        let run = run(&s);
-        let cut = s.fallback_nodes();
-        let verdict = run.log.check_policy(&s.fallback_bound(&cut).unwrap(), 0);
-        let (exact_form, worst) = every_window_within(
-            &run,
-            failure_md_fallback_bound(&s.policy, cut.len() as u64, nodes as u64),
-        );
-        eprintln!(
-            "requests lost for {cut:?}: {} script runs no node heard of; against limit + k \
-             shares {}; docs/failure.md's exact form: worst excess {worst}",
-            run.unanswered_runs(),
-            verdict.over_admission()
-        );
-        assert_eq!(
-            run.unanswered_runs(),
-            0,
-            "every call Redis ran was answered"
-        );
-        assert!(run.by_source()[3] > 0, "the fallback decided");
-        assert!(verdict.is_within_bound());
-        assert!(exact_form);
-        assert!(run.result().is_within_bound());
-    }
+    let unanswered = one_way_fault_keeps_the_partition_bound(
+        "requests-lost-local-fallback",
+        [(341, 4), (342, 6)],
+    );
+    assert_eq!(unanswered, [0, 0], "every call Redis ran was answered");
 }
 
 #[test]
 fn partition_fail_open_admits_every_cut_off_request_and_is_measured() {
     let s = suite_scenario("partition-fail-open", 4, 321).unwrap();
     let run = run(&s);
-    let (cut, from, until) = partition(&s);
-    let fail_open = run
-        .events
-        .iter()
-        .filter(|e| cut.contains(&e.node) && e.issued >= at(from) && e.answered <= at(until))
+    let fail_open = during_partition(&run, &s)
         .map(|e| matches!(e.source, Some(Source::FailOpen(_))))
         .collect::<Vec<_>>();
     let measured = run.result_with_allowance(0);
@@ -279,9 +265,7 @@ fn stall_behind_the_resilient_limiter_answers_within_deadline_plus_one_tick() {
 
 #[test]
 fn deny_cache_over_admits_nothing() {
-    for (seed, nodes) in [(701, 3), (702, 6)] {
-        let s = suite_scenario("deny-cache", nodes, seed).unwrap();
-        let run = run(&s);
+    for (_, _, run) in suite_runs("deny-cache", [(701, 3), (702, 6)]) {
         assert!(run.by_source()[1] > 0, "the deny cache answered");
         assert!(run.result_with_allowance(0).is_within_bound());
     }
@@ -289,9 +273,7 @@ fn deny_cache_over_admits_nothing() {
 
 #[test]
 fn allow_cache_over_admits_within_its_stated_bound() {
-    for (seed, nodes) in [(711, 3), (712, 5)] {
-        let s = suite_scenario("allow-cache", nodes, seed).unwrap();
-        let run = run(&s);
+    for (nodes, s, run) in suite_runs("allow-cache", [(711, 3), (712, 5)]) {
         let bound = s.allow_cache_bound().unwrap();
         let verdict = run.log.check_policy(&bound, 0);
         eprintln!(
@@ -331,9 +313,7 @@ fn allow_cache_over_admits_within_its_stated_bound() {
 
 #[test]
 fn after_a_partition_heals_every_node_is_back_on_redis_within_max_backoff_plus_one_probe() {
-    for (seed, nodes) in [(801, 3), (802, 5)] {
-        let s = suite_scenario("recovery-after-partition", nodes, seed).unwrap();
-        let run = run(&s);
+    for (nodes, s, run) in suite_runs("recovery-after-partition", [(801, 3), (802, 5)]) {
         let (_, _, until) = partition(&s);
         let breaker = s.guard.as_ref().unwrap().breaker;
         // The longest backoff, the probe in flight when Redis came back (probe timeout: the

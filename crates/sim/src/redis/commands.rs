@@ -261,37 +261,27 @@ fn del(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
 
 /// `HMSET key field value [field value ...]`; an odd pair count is its own arity error.
 fn hmset(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
-    if args.len() % 2 == 1 {
-        return arity_error("hmset");
-    }
-    let now_ms = ctx.now_ms();
-    match ctx.keyspace.hash_or_create(&args[1], now_ms) {
-        Ok(hash) => {
-            args[2..].chunks_exact(2).for_each(|p| {
-                hash.set(&p[0], &p[1]);
-            });
-            Reply::ok()
-        }
-        Err(wrong) => wrong.into(),
-    }
+    set_fields(ctx, args, "hmset").map_or_else(|error| error, |_| Reply::ok())
 }
 
 /// `HSET key field value [field value ...]`: the number of fields that are new.
 fn hset(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
+    set_fields(ctx, args, "hset").map_or_else(|error| error, |added| Reply::Integer(added as i64))
+}
+
+/// Sets the field-value pairs after `args[1]` in the hash at `args[1]` (created if
+/// missing), for `command` (`HSET`, `HMSET`): how many fields were new, or the error reply
+/// (an odd pair count is its arity error).
+fn set_fields(ctx: &mut Context<'_>, args: &[Bytes], command: &str) -> Result<usize, Reply> {
     if args.len() % 2 == 1 {
-        return arity_error("hset");
+        return Err(arity_error(command));
     }
     let now_ms = ctx.now_ms();
-    match ctx.keyspace.hash_or_create(&args[1], now_ms) {
-        Ok(hash) => {
-            let added = args[2..]
-                .chunks_exact(2)
-                .filter(|p| hash.set(&p[0], &p[1]))
-                .count();
-            Reply::Integer(added as i64)
-        }
-        Err(wrong) => wrong.into(),
-    }
+    let hash = ctx.keyspace.hash_or_create(&args[1], now_ms)?;
+    Ok(args[2..]
+        .chunks_exact(2)
+        .filter(|p| hash.set(&p[0], &p[1]))
+        .count())
 }
 
 /// `PEXPIRE key ms`: 1 if the key exists (deleted at once for a time not in the future),
@@ -501,28 +491,24 @@ mod tests {
         );
         assert_eq!(run(&mut ks, 0, &["get"]), arity_error("get"));
         assert_eq!(run(&mut ks, 0, &["PING", "a", "b"]), arity_error("ping"));
-        let args = [
-            Bytes::from_static(b"get"),
-            Bytes::from_static(b"k"),
-            Bytes::from_static(b"x"),
+        // From a script: a wrong arity, and a command scripts may not call.
+        let refused: [(&[&'static [u8]], &str); 2] = [
+            (
+                &[b"get", b"k", b"x"],
+                "ERR Wrong number of args calling Redis command from script",
+            ),
+            (
+                &[b"EVAL", b"return 1", b"0"],
+                "ERR This Redis command is not allowed from script",
+            ),
         ];
-        assert_eq!(
-            resolve(&args, Caller::Script).err(),
-            Some(Reply::error(
-                "ERR Wrong number of args calling Redis command from script"
-            ))
-        );
-        let args = [
-            Bytes::from_static(b"EVAL"),
-            Bytes::from_static(b"return 1"),
-            Bytes::from_static(b"0"),
-        ];
-        assert_eq!(
-            resolve(&args, Caller::Script).err(),
-            Some(Reply::error(
-                "ERR This Redis command is not allowed from script"
-            ))
-        );
+        for (args, error) in refused {
+            let args: Vec<Bytes> = args.iter().map(|a| Bytes::from_static(a)).collect();
+            assert_eq!(
+                resolve(&args, Caller::Script).err(),
+                Some(Reply::error(error))
+            );
+        }
     }
 
     #[test]

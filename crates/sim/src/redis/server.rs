@@ -89,7 +89,7 @@ async fn serve_observed<O: Observer>(
         let (stream, peer) = listener.accept().await?;
         let (node, observer) = (node.clone(), observer.clone());
         tokio::spawn(async move {
-            if let Err(e) = serve_observed_connection(stream, peer, node, observer).await {
+            if let Err(e) = serve_connection_observed(stream, peer, node, observer).await {
                 tracing::debug!(%peer, error = %e, "redis connection ended");
             }
         });
@@ -102,24 +102,13 @@ pub async fn serve_connection<S>(stream: S, node: Shared) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    serve_connection_observed(stream, node, ()).await
-}
-
-/// [`serve_connection`], with every command shown to `observer` as it runs.
-pub async fn serve_connection_observed<S, O>(
-    stream: S,
-    node: Shared,
-    observer: O,
-) -> std::io::Result<()>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-    O: Observer,
-{
     let nobody = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
-    serve_observed_connection(stream, nobody, node, observer).await
+    serve_connection_observed(stream, nobody, node, ()).await
 }
 
-async fn serve_observed_connection<S, O>(
+/// [`serve_connection`], with every command shown to `observer` as it runs, as sent by
+/// `peer`.
+pub async fn serve_connection_observed<S, O>(
     mut stream: S,
     peer: SocketAddr,
     node: Shared,

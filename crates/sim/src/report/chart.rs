@@ -33,8 +33,24 @@ pub enum ChartError {
 /// and `.` become `_` in the file name. Returns the path written.
 pub fn write_chart(result: &ScenarioResult, out_dir: &Path) -> Result<PathBuf, ChartError> {
     let svg = render_chart(result)?;
+    write_svg(out_dir, &format!("{}.svg", file_stem(&result.name)), &svg)
+}
+
+/// A hand-written SVG document `width` by `height`, on white, around `body`.
+pub(crate) fn svg_document(width: f64, height: f64, body: &str) -> String {
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/>"#
+    );
+    svg.push_str(body);
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// Writes `svg` to `<out_dir>/<file>`, creating `out_dir` if needed. Returns the path
+/// written.
+pub(crate) fn write_svg(out_dir: &Path, file: &str, svg: &str) -> Result<PathBuf, ChartError> {
     std::fs::create_dir_all(out_dir).map_err(ChartError::Io)?;
-    let path = out_dir.join(format!("{}.svg", file_stem(&result.name)));
+    let path = out_dir.join(file);
     std::fs::write(&path, svg).map_err(ChartError::Io)?;
     Ok(path)
 }
@@ -167,26 +183,22 @@ where
         }
         .map_err(draw_failed)?;
     }
-    for (node, counts) in series.per_node.iter().enumerate() {
+    // Each node's counts, thin, then the global count, thick, over them.
+    let per_node = series.per_node.iter().enumerate();
+    let lines = per_node
+        .map(|(node, counts)| (counts, node_colour(node).stroke_width(1)))
+        .chain([(&global, BLACK.stroke_width(3))]);
+    for (counts, style) in lines {
         chart
             .draw_series(LineSeries::new(
                 counts
                     .iter()
                     .enumerate()
                     .map(|(i, &c)| (middle(i), c as f64)),
-                node_colour(node).stroke_width(1),
+                style,
             ))
             .map_err(draw_failed)?;
     }
-    chart
-        .draw_series(LineSeries::new(
-            global
-                .iter()
-                .enumerate()
-                .map(|(i, &c)| (middle(i), c as f64)),
-            BLACK.stroke_width(3),
-        ))
-        .map_err(draw_failed)?;
     Ok(())
 }
 

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::chart::ChartError;
+use super::chart::{ChartError, svg_document, write_svg};
 use super::describe::format_percent;
 use crate::oracle::Fraction;
 
@@ -121,6 +121,11 @@ pub fn render_lease_table(rows: &[LeaseRow]) -> String {
     out
 }
 
+/// Writes [`render_lease_chart`] to `out_dir/leases-summary.svg`.
+pub fn write_lease_chart(rows: &[LeaseRow], out_dir: &Path) -> Result<PathBuf, ChartError> {
+    write_svg(out_dir, "leases-summary.svg", &render_lease_chart(rows))
+}
+
 /// The chart as an SVG document: two panels, one row per scenario. Left: utilisation (bar)
 /// and the share admitted from leases (a thinner bar under it), in percent. Right: what the
 /// reserved units came to, returned and stranded, in percent of reserved, with the
@@ -133,10 +138,6 @@ pub fn render_lease_chart(rows: &[LeaseRow]) -> String {
     let height = 40.0 + row_h * rows.len() as f64;
     let width = panel_w * 2.0;
     let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/>"#
-    );
     let titles = [
         "utilisation: admitted ÷ exact (blue), from leases (green), %",
         "reserved units: returned (grey), stranded (orange), %",
@@ -189,16 +190,7 @@ pub fn render_lease_chart(rows: &[LeaseRow]) -> String {
             );
         }
     }
-    svg.push_str("</svg>\n");
-    svg
-}
-
-/// Writes [`render_lease_chart`] to `out_dir/leases-summary.svg`.
-pub fn write_lease_chart(rows: &[LeaseRow], out_dir: &Path) -> Result<PathBuf, ChartError> {
-    std::fs::create_dir_all(out_dir).map_err(ChartError::Io)?;
-    let path = out_dir.join("leases-summary.svg");
-    std::fs::write(&path, render_lease_chart(rows)).map_err(ChartError::Io)?;
-    Ok(path)
+    svg_document(width, height, &svg)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::chart::ChartError;
+use super::chart::{ChartError, svg_document, write_svg};
 
 /// One strategy's numbers.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,6 +32,15 @@ type Panel = (
     Box<dyn Fn(&RegionRow) -> (f64, f64)>,
     &'static str,
 );
+
+/// Writes [`render_region_chart`] to `out_dir/multi-region-summary.svg`.
+pub fn write_region_chart(rows: &[RegionRow], out_dir: &Path) -> Result<PathBuf, ChartError> {
+    write_svg(
+        out_dir,
+        "multi-region-summary.svg",
+        &render_region_chart(rows),
+    )
+}
 
 /// The chart as an SVG document.
 pub fn render_region_chart(rows: &[RegionRow]) -> String {
@@ -59,10 +68,6 @@ pub fn render_region_chart(rows: &[RegionRow]) -> String {
     let height = 40.0 + row_h * rows.len() as f64;
     let width = panel_w * panels.len() as f64;
     let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/>"#
-    );
     for (p, (title, value, unit)) in panels.iter().enumerate() {
         let x0 = p as f64 * panel_w;
         let max = rows.iter().map(|r| value(r).1).fold(1.0_f64, f64::max);
@@ -108,16 +113,7 @@ pub fn render_region_chart(rows: &[RegionRow]) -> String {
             );
         }
     }
-    svg.push_str("</svg>\n");
-    svg
-}
-
-/// Writes [`render_region_chart`] to `out_dir/multi-region-summary.svg`.
-pub fn write_region_chart(rows: &[RegionRow], out_dir: &Path) -> Result<PathBuf, ChartError> {
-    std::fs::create_dir_all(out_dir).map_err(ChartError::Io)?;
-    let path = out_dir.join("multi-region-summary.svg");
-    std::fs::write(&path, render_region_chart(rows)).map_err(ChartError::Io)?;
-    Ok(path)
+    svg_document(width, height, &svg)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 use rein_core::{Algorithm, Limit, Micros, Policy, Timestamp};
 
 use super::describe::{describe_limit, format_duration};
-use crate::oracle::{AdmissionLog, Fraction, Interval, sustained_allowance};
+use crate::oracle::{AdmissionLog, Fraction, Interval, gcd, sustained_allowance};
 
 /// Cost admitted per bucket of time, per node, for one key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -188,16 +188,10 @@ impl LimitLine {
 /// furthest into the following windows.
 fn aligned_windows_touched(start: Timestamp, width: u64, window: u64) -> i128 {
     let window = window.max(1);
-    let g = gcd(width, window);
+    // At most `window`: it fits in a u64.
+    let g = gcd(width.into(), window.into()) as u64;
     let latest = window - g + start.as_micros() % g;
     i128::from((latest + width - 1) / window + 1)
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 #[cfg(test)]

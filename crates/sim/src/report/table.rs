@@ -42,19 +42,15 @@ pub fn render_text(results: &[ScenarioResult]) -> String {
             .collect();
         let _ = writeln!(out, "{}", cells.join("  ").trim_end());
     }
-    if !results.is_empty() {
-        out.push('\n');
-    }
-    for result in results {
-        let _ = writeln!(
-            out,
+    push_lines(&mut out, results, |result| {
+        format!(
             "{}: policy {}; faults {}; {}",
             result.name,
             result.policy,
             result.faults,
             worst_in_words(result)
-        );
-    }
+        )
+    });
     out
 }
 
@@ -85,18 +81,29 @@ pub fn render_markdown(results: &[ScenarioResult]) -> String {
             .collect();
         let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
+    push_lines(&mut out, results, |result| {
+        format!(
+            "- **{}**: {}",
+            escape_markdown(&result.name),
+            escape_markdown(&worst_in_words(result))
+        )
+    });
+    out
+}
+
+/// Appends `line` of each result below the table, after a blank line (nothing for no
+/// results).
+fn push_lines(
+    out: &mut String,
+    results: &[ScenarioResult],
+    line: impl Fn(&ScenarioResult) -> String,
+) {
     if !results.is_empty() {
         out.push('\n');
     }
     for result in results {
-        let _ = writeln!(
-            out,
-            "- **{}**: {}",
-            escape_markdown(&result.name),
-            escape_markdown(&worst_in_words(result))
-        );
+        let _ = writeln!(out, "{}", line(result));
     }
-    out
 }
 
 /// One column of the numeric table.
@@ -180,24 +187,25 @@ fn escape_markdown(cell: &str) -> String {
     cell.replace('|', "\\|").replace('\n', " ")
 }
 
-/// The numeric table's columns. `exact` is what an exact limiter would have admitted;
-/// `worst window` is admitted/bound in the window with the largest relative excess; the
-/// percentages are exact, rounded down, with `<0.01` for tiny positives.
+/// The numeric table's columns: the scenario's name, then numbers, right-aligned. `exact`
+/// is what an exact limiter would have admitted; `worst window` is admitted/bound in the
+/// window with the largest relative excess; the percentages are exact, rounded down, with
+/// `<0.01` for tiny positives.
 #[rustfmt::skip]
 const NUMERIC_COLUMNS: [Column; 12] = [
     Column { heading: "scenario", align: Align::Left },
-    Column { heading: "seed", align: Align::Right },
-    Column { heading: "nodes", align: Align::Right },
-    Column { heading: "demanded", align: Align::Right },
-    Column { heading: "admitted", align: Align::Right },
-    Column { heading: "exact", align: Align::Right },
-    Column { heading: "under %", align: Align::Right },
-    Column { heading: "worst window", align: Align::Right },
-    Column { heading: "over %", align: Align::Right },
-    Column { heading: "fallback %", align: Align::Right },
-    Column { heading: "p50 µs", align: Align::Right },
-    Column { heading: "p99 µs", align: Align::Right },
+    number("seed"), number("nodes"), number("demanded"), number("admitted"), number("exact"),
+    number("under %"), number("worst window"), number("over %"), number("fallback %"),
+    number("p50 µs"), number("p99 µs"),
 ];
+
+/// A column of numbers: right-aligned.
+const fn number(heading: &'static str) -> Column {
+    Column {
+        heading,
+        align: Align::Right,
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -257,56 +257,38 @@ impl Fault {
     /// The fault in words, for the table.
     pub fn describe(&self) -> String {
         let s = |d: &Duration| format!("{:.1} s", d.as_secs_f64());
-        match self {
-            Fault::Partition { nodes, from, until } => format!(
-                "partition {} from Redis at {}–{}",
-                nodes_label(nodes),
-                s(from),
-                s(until)
-            ),
-            Fault::Stall { nodes, from, until } => format!(
-                "stall {} ↔ Redis at {}–{}",
-                nodes_label(nodes),
-                s(from),
-                s(until)
-            ),
-            Fault::Pause { nodes, from, until } => format!(
-                "process of {} paused at {}–{}",
-                nodes_label(nodes),
-                s(from),
-                s(until)
-            ),
-            Fault::RepliesLost { nodes, from, until } => format!(
-                "replies from Redis to {} lost at {}–{}",
-                nodes_label(nodes),
-                s(from),
-                s(until)
-            ),
-            Fault::RequestsLost { nodes, from, until } => format!(
-                "requests from {} to Redis lost at {}–{}",
-                nodes_label(nodes),
-                s(from),
-                s(until)
-            ),
+        let on = |nodes: &[usize], before, after| format!("{before}{}{after}", nodes_label(nodes));
+        // What the fault does, then when: `at <from>–<until>`.
+        let (what, from, until) = match self {
+            Fault::Partition { nodes, from, until } => {
+                (on(nodes, "partition ", " from Redis"), from, until)
+            }
+            Fault::Stall { nodes, from, until } => (on(nodes, "stall ", " ↔ Redis"), from, until),
+            Fault::Pause { nodes, from, until } => {
+                (on(nodes, "process of ", " paused"), from, until)
+            }
+            Fault::RepliesLost { nodes, from, until } => {
+                (on(nodes, "replies from Redis to ", " lost"), from, until)
+            }
+            Fault::RequestsLost { nodes, from, until } => {
+                (on(nodes, "requests from ", " to Redis lost"), from, until)
+            }
             Fault::Kill { nodes, at } => {
-                format!("process of {} killed at {}", nodes_label(nodes), s(at))
+                return format!("process of {} killed at {}", nodes_label(nodes), s(at));
             }
             Fault::RedisCrash { at, down } => {
-                format!("Redis crash at {}, down {} ms", s(at), down.as_millis())
+                return format!("Redis crash at {}, down {} ms", s(at), down.as_millis());
             }
-            Fault::ScriptFlush { from, until, every } => format!(
-                "script cache flushed every {} ms at {}–{}",
-                every.as_millis(),
-                s(from),
-                s(until)
+            Fault::ScriptFlush { from, until, every } => (
+                format!("script cache flushed every {} ms", every.as_millis()),
+                from,
+                until,
             ),
-            Fault::Latency { from, until, max } => format!(
-                "latency up to {} ms at {}–{}",
-                max.as_millis(),
-                s(from),
-                s(until)
-            ),
-        }
+            Fault::Latency { from, until, max } => {
+                (format!("latency up to {} ms", max.as_millis()), from, until)
+            }
+        };
+        format!("{what} at {}–{}", s(from), s(until))
     }
 }
 
@@ -350,52 +332,36 @@ impl Action {
             let hosts: BTreeSet<String> = nodes.iter().map(|&n| host_name(n, per_host)).collect();
             hosts.into_iter().collect::<Vec<_>>()
         };
-        match self {
-            Action::Partition(nodes) => {
-                for n in names(nodes) {
-                    sim.partition(n.as_str(), REDIS_HOST);
-                }
-            }
-            Action::Repair(nodes) => {
-                for n in names(nodes) {
-                    sim.repair(n.as_str(), REDIS_HOST);
-                }
-            }
+        // A change to the links between each of `nodes`' hosts and Redis, made from Redis
+        // to the host where `from_redis`, else from the host to Redis.
+        let (nodes, from_redis, change): (&[usize], bool, LinkChange) = match self {
+            Action::Partition(nodes) => (nodes, false, |sim, a, b| sim.partition(a, b)),
+            Action::Repair(nodes) => (nodes, false, |sim, a, b| sim.repair(a, b)),
             Action::CutOneWay { nodes, replies } => {
-                for n in names(nodes) {
-                    if *replies {
-                        sim.partition_oneway(REDIS_HOST, n.as_str());
-                    } else {
-                        sim.partition_oneway(n.as_str(), REDIS_HOST);
-                    }
-                }
+                (nodes, *replies, |sim, a, b| sim.partition_oneway(a, b))
             }
             Action::RepairOneWay { nodes, replies } => {
-                for n in names(nodes) {
-                    if *replies {
-                        sim.repair_oneway(REDIS_HOST, n.as_str());
-                    } else {
-                        sim.repair_oneway(n.as_str(), REDIS_HOST);
-                    }
-                }
+                (nodes, *replies, |sim, a, b| sim.repair_oneway(a, b))
             }
-            Action::Hold(nodes) => {
-                for n in names(nodes) {
-                    sim.hold(n.as_str(), REDIS_HOST);
-                }
+            Action::Hold(nodes) => (nodes, false, |sim, a, b| sim.hold(a, b)),
+            Action::Release(nodes) => (nodes, false, |sim, a, b| sim.release(a, b)),
+            Action::Crash => return sim.crash(REDIS_HOST),
+            Action::Restart => return sim.bounce(REDIS_HOST),
+            Action::FlushScripts => return redis.restart_keeping_data(),
+            Action::MaxLatency(max) => return sim.set_max_message_latency(*max),
+        };
+        for n in names(nodes) {
+            if from_redis {
+                change(sim, REDIS_HOST, n.as_str());
+            } else {
+                change(sim, n.as_str(), REDIS_HOST);
             }
-            Action::Release(nodes) => {
-                for n in names(nodes) {
-                    sim.release(n.as_str(), REDIS_HOST);
-                }
-            }
-            Action::Crash => sim.crash(REDIS_HOST),
-            Action::Restart => sim.bounce(REDIS_HOST),
-            Action::FlushScripts => redis.restart_keeping_data(),
-            Action::MaxLatency(max) => sim.set_max_message_latency(*max),
         }
     }
 }
+
+/// A change to the link between two hosts, made from the first to the second.
+type LinkChange = fn(&mut turmoil::Sim<'_>, &str, &str);
 
 /// `node 2`, `nodes 0, 2` or `nodes 0–127, 130`: runs of three or more as ranges, so a
 /// fault on half of 256 nodes stays one short label.

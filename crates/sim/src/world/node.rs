@@ -23,7 +23,7 @@ use rein::{
     PolicyTable, ResilientLimiter, Source,
     lease::{LeaseStats, LeasedLimiter},
 };
-use rein_core::{DecideError, Limiter, NamedPolicy, StoreError, Timestamp};
+use rein_core::{DecideError, Decision, Limiter, NamedPolicy, StoreError, Timestamp};
 use rein_redis::{OptimisticStoreBuilder, RedisPolicy, RedisStore, RedisStoreBuilder};
 
 use super::clock::{self, Skew, true_now};
@@ -66,6 +66,20 @@ pub(crate) struct NodeConfig {
     pub overrides: Option<Duration>,
 }
 
+impl NodeConfig {
+    /// Records the node's decision on `request`, asked and answered at the true instants
+    /// `(issued, answered)`.
+    fn record(
+        &self,
+        request: &Request,
+        times: (Timestamp, Timestamp),
+        outcome: Outcome,
+        source: Option<Source>,
+    ) {
+        record(&self.events, self.index, request, times, outcome, source);
+    }
+}
+
 /// The software of one turmoil host: its nodes, each its own task with its own store,
 /// connections and limiter, started in index order (the host's `LocalSet` runs them in a
 /// deterministic order). One node runs inline.
@@ -76,10 +90,15 @@ pub(crate) async fn run_host(configs: Vec<NodeConfig>) -> turmoil::Result {
         }
         return Ok(());
     }
-    let tasks: Vec<_> = configs
-        .into_iter()
-        .map(|config| tokio::task::spawn_local(run(config)))
-        .collect();
+    run_tasks(configs.into_iter().map(run)).await
+}
+
+/// Runs each of a host's nodes as its own task, started in order, and waits for them all.
+pub(crate) async fn run_tasks<F>(nodes: impl IntoIterator<Item = F>) -> turmoil::Result
+where
+    F: Future<Output = turmoil::Result> + 'static,
+{
+    let tasks: Vec<_> = nodes.into_iter().map(tokio::task::spawn_local).collect();
     for task in tasks {
         task.await
             .map_err(|e| format!("a node's task ended abnormally: {e}"))??;
@@ -104,9 +123,7 @@ async fn run_rein(config: NodeConfig) -> turmoil::Result {
     let store = build_store(&config, current.clone()).await?;
     let policy = RedisPolicy::prepare(&config.policy);
     for request in &config.requests {
-        wait_until_due(request).await;
-        wait_while_paused(&config.pauses).await;
-        let issued = true_now();
+        let issued = issue(request, &config.pauses).await;
         let user = user_key(request.key);
         let result = match config.time {
             TimeSource::Server => {
@@ -123,22 +140,8 @@ async fn run_rein(config: NodeConfig) -> turmoil::Result {
         };
         let answered = true_now();
         let source = result.is_ok().then_some(Source::Store);
-        let outcome = match result {
-            Ok(decision) if decision.is_allowed() => {
-                admitted_in_redis(&current, &config.tap, issued, answered)
-            }
-            Ok(_) => Outcome::Denied,
-            Err(e) => Outcome::Failed(failure(&e)),
-        };
-        config.events.borrow_mut().push(Event {
-            node: config.index,
-            key: request.key,
-            cost: request.cost,
-            issued,
-            answered,
-            outcome,
-            source,
-        });
+        let outcome = store_outcome(result, &current, &config.tap, (issued, answered));
+        config.record(request, (issued, answered), outcome, source);
     }
     Ok(())
 }
@@ -168,9 +171,7 @@ async fn run_guarded(config: NodeConfig) -> turmoil::Result {
     }
     let limiter = builder.build()?;
     for request in &config.requests {
-        wait_until_due(request).await;
-        wait_while_paused(&config.pauses).await;
-        let issued = true_now();
+        let issued = issue(request, &config.pauses).await;
         let result = limiter.acquire(user_key(request.key), request.cost).await;
         let answered = true_now();
         let (outcome, source) = match result {
@@ -190,15 +191,7 @@ async fn run_guarded(config: NodeConfig) -> turmoil::Result {
             }
             Err(_) => (Outcome::Failed(Failure::Other), None),
         };
-        config.events.borrow_mut().push(Event {
-            node: config.index,
-            key: request.key,
-            cost: request.cost,
-            issued,
-            answered,
-            outcome,
-            source,
-        });
+        config.record(request, (issued, answered), outcome, source);
     }
     Ok(())
 }
@@ -253,9 +246,7 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
     let policy = leased.prepare(&config.policy)?;
     let serve = async {
         for request in &config.requests {
-            wait_until_due(request).await;
-            wait_while_paused(&config.pauses).await;
-            let issued = true_now();
+            let issued = issue(request, &config.pauses).await;
             let user = user_key(request.key);
             let result = leased
                 .acquire_leased(None, &policy, user.as_bytes(), request.cost)
@@ -279,15 +270,7 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
                 },
                 Err(e) => (Outcome::Failed(failure(&e)), None),
             };
-            config.events.borrow_mut().push(Event {
-                node: config.index,
-                key: request.key,
-                cost: request.cost,
-                issued,
-                answered,
-                outcome,
-                source,
-            });
+            config.record(request, (issued, answered), outcome, source);
         }
     };
     match config.killed {
@@ -333,53 +316,64 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
 /// lost every race is a failure (`Contended`).
 async fn run_optimistic(config: NodeConfig) -> turmoil::Result {
     let current: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
-    let mut attempts = 0;
-    let store = loop {
+    let store = retry_first_connect(|| {
         let current = current.clone();
-        let built = OptimisticStoreBuilder::new()
+        OptimisticStoreBuilder::new()
             .deadline(config.deadline)
             .connect_timeout(config.connect_timeout)
             .min_ttl(MIN_TTL)
             .max_connections(NonZeroUsize::MIN)
             .rng_seed(config.index as u64)
             .connect_with(move || connect(Some(current.clone())))
-            .await;
-        match built {
-            Ok(store) => break store,
-            Err(e) if attempts >= 20 => return Err(Box::new(e)),
-            Err(_) => {
-                attempts += 1;
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    };
+    })
+    .await?;
     let policy = RedisPolicy::prepare(&config.policy);
     for request in &config.requests {
-        wait_until_due(request).await;
-        wait_while_paused(&config.pauses).await;
-        let issued = true_now();
+        let issued = issue(request, &config.pauses).await;
         let result = store
             .acquire(None, &policy, user_key(request.key).as_ref(), request.cost)
             .await;
         let answered = true_now();
-        let outcome = match result {
-            Ok(decision) if decision.is_allowed() => {
-                admitted_in_redis(&current, &config.tap, issued, answered)
-            }
-            Ok(_) => Outcome::Denied,
-            Err(e) => Outcome::Failed(failure(&e)),
-        };
-        config.events.borrow_mut().push(Event {
-            node: config.index,
-            key: request.key,
-            cost: request.cost,
-            issued,
-            answered,
-            outcome,
-            source: None,
-        });
+        let outcome = store_outcome(result, &current, &config.tap, (issued, answered));
+        config.record(request, (issued, answered), outcome, None);
     }
     Ok(())
+}
+
+/// What a store's answer came to: an admission at the instant its script ran
+/// ([`admitted_in_redis`]), a denial, or a failure.
+pub(crate) fn store_outcome(
+    result: Result<Decision, DecideError>,
+    current: &Mutex<Option<SocketAddr>>,
+    tap: &ScriptTap,
+    (issued, answered): (Timestamp, Timestamp),
+) -> Outcome {
+    match result {
+        Ok(decision) if decision.is_allowed() => admitted_in_redis(current, tap, issued, answered),
+        Ok(_) => Outcome::Denied,
+        Err(e) => Outcome::Failed(failure(&e)),
+    }
+}
+
+/// Records the decision node `node` made on `request`, asked and answered at the true
+/// instants `(issued, answered)`.
+pub(crate) fn record(
+    events: &RefCell<Vec<Event>>,
+    node: usize,
+    request: &Request,
+    (issued, answered): (Timestamp, Timestamp),
+    outcome: Outcome,
+    source: Option<Source>,
+) {
+    events.borrow_mut().push(Event {
+        node,
+        key: request.key,
+        cost: request.cost,
+        issued,
+        answered,
+        outcome,
+        source,
+    });
 }
 
 /// How a store error is recorded: the deadline, the connection, or anything else.
@@ -393,7 +387,7 @@ fn failure(error: &DecideError) -> Failure {
 
 /// An admission Redis made: at the instant the tap saw the script run on the node's
 /// current connection, which must lie between the call and its answer.
-pub(crate) fn admitted_in_redis(
+fn admitted_in_redis(
     current: &Mutex<Option<SocketAddr>>,
     tap: &ScriptTap,
     issued: Timestamp,
@@ -431,9 +425,7 @@ async fn run_naive(config: NodeConfig) -> turmoil::Result {
     };
     let mut conn = None;
     for request in &config.requests {
-        wait_until_due(request).await;
-        wait_while_paused(&config.pauses).await;
-        let issued = true_now();
+        let issued = issue(request, &config.pauses).await;
         if conn.is_none() {
             conn = connect(None).await.ok();
         }
@@ -455,15 +447,7 @@ async fn run_naive(config: NodeConfig) -> turmoil::Result {
                 }
             }
         };
-        config.events.borrow_mut().push(Event {
-            node: config.index,
-            key: request.key,
-            cost: request.cost,
-            issued,
-            answered: true_now(),
-            outcome,
-            source: None,
-        });
+        config.record(request, (issued, true_now()), outcome, None);
     }
     Ok(())
 }
@@ -495,22 +479,35 @@ pub(crate) async fn build_store_on(
     overrides: Option<Duration>,
     current: Arc<Mutex<Option<SocketAddr>>>,
 ) -> Result<RedisStore<MultiplexedConnection>, Box<dyn std::error::Error>> {
-    let mut attempts = 0;
-    loop {
+    retry_first_connect(|| {
         let current = current.clone();
         let mut builder = RedisStoreBuilder::new();
         if let Some(staleness) = overrides {
             builder = builder.overrides(staleness);
         }
-        let built = builder
+        builder
             .deadline(deadline)
             .connect_timeout(connect_timeout)
             // Client-time mode: TTLs run on Redis's clock, which a node behind it lags.
             .min_ttl(MIN_TTL)
             .connect_with(move || connect_to(host, Some(current.clone())))
-            .await;
-        match built {
-            Ok(store) => return Ok(store),
+    })
+    .await
+}
+
+/// What `build` builds, once its first connection is up: Redis binds its port during the
+/// first tick, so a failed build is tried again, 10 ms later, up to 20 more times.
+async fn retry_first_connect<T, E, F>(
+    mut build: impl FnMut() -> F,
+) -> Result<T, Box<dyn std::error::Error>>
+where
+    F: Future<Output = Result<T, E>>,
+    E: std::error::Error + 'static,
+{
+    let mut attempts = 0;
+    loop {
+        match build().await {
+            Ok(built) => return Ok(built),
             Err(e) if attempts >= 20 => return Err(Box::new(e)),
             Err(_) => {
                 attempts += 1;
@@ -546,7 +543,14 @@ async fn connect_to(
     Ok(conn)
 }
 
-pub(crate) async fn wait_until_due(request: &Request) {
+/// Waits until `request` is due and the process runs: the instant it is issued.
+pub(crate) async fn issue(request: &Request, pauses: &[(Timestamp, Timestamp)]) -> Timestamp {
+    wait_until_due(request).await;
+    wait_while_paused(pauses).await;
+    true_now()
+}
+
+async fn wait_until_due(request: &Request) {
     let due = clock::start().as_micros() + request.due.as_micros() as u64;
     let now = true_now().as_micros();
     if due > now {
@@ -555,7 +559,7 @@ pub(crate) async fn wait_until_due(request: &Request) {
 }
 
 /// Waits while the process is paused: a request due during a pause is served when it ends.
-pub(crate) async fn wait_while_paused(pauses: &[(Timestamp, Timestamp)]) {
+async fn wait_while_paused(pauses: &[(Timestamp, Timestamp)]) {
     loop {
         let now = true_now();
         match pauses.iter().find(|p| p.0 <= now && now < p.1) {

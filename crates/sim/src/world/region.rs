@@ -34,18 +34,16 @@ use rein::{
     Source,
     region::{Grant, RebalanceConfig, Rebalancer, RegionQuota, split},
 };
-use rein_core::{
-    DecideError, Limit, Limiter, Micros, NamedPolicy, Policy, PolicyState, StoreError, Timestamp,
-};
+use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy, PolicyState, Timestamp};
 use rein_redis::RedisPolicy;
 
 use super::clock::{self, true_now};
-use super::node::{admitted_in_redis, build_store_on, user_key, wait_until_due};
+use super::node::{build_store_on, issue, record, run_tasks, store_outcome, user_key};
 use super::rng::Rng;
 use super::runner::{self, Network};
 use super::tap::{ScriptTap, tapped_host};
 use super::workload::{Request, Workload};
-use super::{Event, Failure, Outcome, REDIS_PORT};
+use super::{Event, Outcome, REDIS_PORT};
 use crate::oracle::{AdmissionLog, Interval};
 use crate::redis::{Clock, Persistence, Shared};
 use crate::report::{FaultSpan, ScenarioInputs, ScenarioResult};
@@ -301,7 +299,7 @@ impl RegionScenario {
                 demand.push(requests);
                 region_of.push(r);
             }
-            world.client(REGION_HOSTS[r], run_region(nodes));
+            world.client(REGION_HOSTS[r], run_tasks(nodes.into_iter().map(run_node)));
         }
         for (r, region) in REGION_HOSTS.iter().enumerate().take(regions) {
             for (h, host) in REDIS_HOSTS[..redis_hosts].iter().enumerate() {
@@ -746,19 +744,6 @@ struct RegionNode {
     events: Rc<RefCell<Vec<Event>>>,
 }
 
-/// A region's host: its nodes as tasks, in index order.
-async fn run_region(nodes: Vec<RegionNode>) -> turmoil::Result {
-    let tasks: Vec<_> = nodes
-        .into_iter()
-        .map(|node| tokio::task::spawn_local(run_node(node)))
-        .collect();
-    for task in tasks {
-        task.await
-            .map_err(|e| format!("a node's task ended abnormally: {e}"))??;
-    }
-    Ok(())
-}
-
 async fn run_node(node: RegionNode) -> turmoil::Result {
     let current: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
     let store = build_store_on(
@@ -774,8 +759,7 @@ async fn run_node(node: RegionNode) -> turmoil::Result {
     // when the quota changes.
     let mut prepared: BTreeMap<u64, RedisPolicy> = BTreeMap::new();
     for request in &node.requests {
-        wait_until_due(request).await;
-        let issued = true_now();
+        let issued = issue(request, &[]).await;
         let limit = match &node.mode {
             Mode::Fixed(policy) => policy.capacity(),
             Mode::Rebalanced(quota) => {
@@ -803,34 +787,21 @@ async fn run_node(node: RegionNode) -> turmoil::Result {
                 .acquire(None, policy, user_key(request.key).as_ref(), request.cost)
                 .await;
             let answered = true_now();
-            let outcome = match result {
-                Ok(decision) if decision.is_allowed() => {
-                    admitted_in_redis(&current, &node.tap, issued, answered)
-                }
-                Ok(_) => Outcome::Denied,
-                Err(DecideError::Unavailable(StoreError::Timeout(_))) => {
-                    Outcome::Failed(Failure::Timeout)
-                }
-                Err(DecideError::Unavailable(StoreError::Connection(_))) => {
-                    Outcome::Failed(Failure::Connection)
-                }
-                Err(_) => Outcome::Failed(Failure::Other),
-            };
+            let outcome = store_outcome(result, &current, &node.tap, (issued, answered));
             if let (Mode::Async(counts), Outcome::Admitted { at, .. }) = (&node.mode, outcome) {
                 counts.borrow_mut().record(at, request.cost);
             }
             let source = (!matches!(outcome, Outcome::Failed(_))).then_some(Source::Store);
             (outcome, source)
         };
-        node.events.borrow_mut().push(Event {
-            node: node.index,
-            key: request.key,
-            cost: request.cost,
-            issued,
-            answered: true_now(),
+        record(
+            &node.events,
+            node.index,
+            request,
+            (issued, true_now()),
             outcome,
             source,
-        });
+        );
     }
     Ok(())
 }
