@@ -62,31 +62,3 @@ local function blocked(left)
   end
   return 0, 0, left, left
 end
-
--- A lean script's write of a key's new state: `value` with a TTL of `ttl` ms, or, for a
--- state with nothing to keep (no TTL left, or an empty value), the key deleted. Returns
--- the error reply of a write that failed (written nothing), else nil.
-local function put(key, value, ttl)
-  if ttl > 0 and value ~= '' then
-    local done = redis.pcall('SET', key, value, 'PX', ttl)
-    if done.err then
-      return done
-    end
-  else
-    local done = redis.pcall('DEL', key)
-    if type(done) == 'table' then
-      return done
-    end
-  end
-end
-
--- Appends one decision to a lean script's reply `out`, after its first `o` values, and
--- returns the new count: the four figures, or a decision's error reply (`remaining` nil)
--- with three zeros, which the store reads as that decision's error.
-local function reply(out, o, allowed, remaining, retry_after, reset_after)
-  if remaining == nil then
-    remaining, retry_after, reset_after = 0, 0, 0
-  end
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = allowed, remaining, retry_after, reset_after
-  return o + 4
-end

@@ -301,9 +301,16 @@ local function decide(key, op, cost, extra)
     -- if longer; an empty log, or one with no TTL left, is deleted.
     local ttl = reset_after + 999
     ttl = math.max((ttl - math.fmod(ttl, 1000)) / 1000, min_ttl)
-    local failed = put(key, value, ttl)
-    if failed then
-      return failed
+    if ttl > 0 and value ~= '' then
+      local done = redis.pcall('SET', key, value, 'PX', ttl)
+      if done.err then
+        return done
+      end
+    else
+      local done = redis.pcall('DEL', key)
+      if type(done) == 'table' then
+        return done
+      end
     end
   end
   return allowed, remaining, retry_after, reset_after
@@ -322,6 +329,10 @@ for k = 1, n do
   else
     i = i + 2
   end
-  o = reply(out, o, allowed, remaining, retry_after, reset_after)
+  if remaining == nil then
+    remaining, retry_after, reset_after = 0, 0, 0
+  end
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = allowed, remaining, retry_after, reset_after
+  o = o + 4
 end
 return out
