@@ -41,16 +41,10 @@ const KEYS: u64 = 100_000;
 const ROUNDS: usize = 3;
 
 fn main() {
-    // `cargo bench` passes `--bench`; a plain `cargo test --benches` passes nothing and
-    // must not spend minutes here.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("redis bench: run with `cargo bench -p rein-benches --bench redis`");
+    if !rein_benches::bench_requested("redis") {
         return;
     }
-    let secs: u64 = std::env::var("REIN_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
+    let secs: u64 = rein_benches::env_number("REIN_BENCH_SECS", 3);
     let measure = Duration::from_secs(secs);
     let server = RedisServer::start().expect("start redis-server");
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -48,14 +48,10 @@ const KEYS: u64 = 100_000;
 const ROUNDS: usize = 5;
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("redis_cost bench: run with `cargo bench -p rein-benches --bench redis_cost`");
+    if !rein_benches::bench_requested("redis_cost") {
         return;
     }
-    let calls: u64 = std::env::var("REIN_BENCH_CALLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200_000);
+    let calls: u64 = rein_benches::env_number("REIN_BENCH_CALLS", 200_000);
     let server = RedisServer::start().expect("start redis-server");
     let client = redis::Client::open(server.url()).expect("client");
     let mut con = client.get_connection().expect("connect");

@@ -30,6 +30,26 @@ pub fn cpu_time_requested() -> bool {
     std::env::var_os("REIN_BENCH_CPU_TIME").is_some_and(|v| v != "0")
 }
 
+/// Whether `cargo bench` started this binary, for the benches with a `main` of their own
+/// that run for minutes: `cargo bench` passes `--bench`, a plain `cargo test --benches`
+/// passes nothing and must not wait for them. When not, says how to run bench `name`.
+pub fn bench_requested(name: &str) -> bool {
+    let requested = std::env::args().any(|a| a == "--bench");
+    if !requested {
+        println!("{name} bench: run with `cargo bench -p rein-benches --bench {name}`");
+    }
+    requested
+}
+
+/// The number in environment variable `var` (`REIN_BENCH_SECS`, ...), or `default` where it
+/// is unset or not a number.
+pub fn env_number<T: std::str::FromStr>(var: &str, default: T) -> T {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The CPU time of the measuring thread (`CLOCK_THREAD_CPUTIME_ID`), in nanoseconds.
 ///
 /// On a machine whose cores other processes also use, wall time counts the slices in which
