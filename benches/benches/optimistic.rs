@@ -86,22 +86,12 @@ fn main() {
                     .await
                     .expect("connect")
             });
+            let stores = [Store::Lua(lua.clone()), Store::Occ(occ)];
             let mut rounds: [Vec<Round>; 2] = [Vec::new(), Vec::new()];
             for _ in 0..ROUNDS {
-                rounds[0].push(rt.block_on(measure(
-                    &Store::Lua(lua.clone()),
-                    &policy,
-                    tasks,
-                    spread,
-                    run,
-                )));
-                rounds[1].push(rt.block_on(measure(
-                    &Store::Occ(occ.clone()),
-                    &policy,
-                    tasks,
-                    spread,
-                    run,
-                )));
+                for (store, rounds) in stores.iter().zip(&mut rounds) {
+                    rounds.push(rt.block_on(measure(store, &policy, tasks, spread, run)));
+                }
             }
             let keys = if spread { "10 000" } else { "1" };
             // The two stores alternate: each round's ratio compares runs seconds apart.
