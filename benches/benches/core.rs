@@ -21,7 +21,7 @@
 use std::hint::black_box;
 
 use criterion::measurement::Measurement;
-use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BenchmarkGroup, Criterion, Throughput};
 use rein_benches::ThreadCpuTime;
 use rein_core::{
     AcquireError, Algorithm, Limit, Micros, Policy, Timestamp,
@@ -156,14 +156,4 @@ fn cpu_time(c: &mut Criterion<ThreadCpuTime>) {
     }
 }
 
-criterion_group! {
-    name = wall;
-    config = rein_benches::quick();
-    targets = wall_time
-}
-criterion_group! {
-    name = cpu;
-    config = rein_benches::quick_cpu();
-    targets = cpu_time
-}
-criterion_main!(wall, cpu);
+rein_benches::quick_main!(wall_time, cpu_time);

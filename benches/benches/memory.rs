@@ -36,9 +36,7 @@ use std::sync::Barrier;
 use std::time::Instant;
 
 use criterion::measurement::{Measurement, WallTime};
-use criterion::{
-    BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
-};
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use governor::clock::{Clock as _, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use rein_benches::ThreadCpuTime;
@@ -314,14 +312,4 @@ const SPREAD_KEYS: u64 = 1_024;
 const SPREAD_STRIDE: u64 = 389;
 const FIFTY: NonZeroU32 = NonZeroU32::new(50).unwrap();
 
-criterion_group! {
-    name = wall;
-    config = rein_benches::quick();
-    targets = wall_time
-}
-criterion_group! {
-    name = cpu;
-    config = rein_benches::quick_cpu();
-    targets = cpu_time
-}
-criterion_main!(wall, cpu);
+rein_benches::quick_main!(wall_time, cpu_time);

@@ -25,6 +25,25 @@ pub fn quick_cpu() -> Criterion<ThreadCpuTime> {
     quick().with_measurement(ThreadCpuTime)
 }
 
+/// `criterion_main!` for a bench of two targets: `$wall` measuring wall time with the
+/// [`quick`] settings, then `$cpu` measuring [`ThreadCpuTime`] with [`quick_cpu`].
+#[macro_export]
+macro_rules! quick_main {
+    ($wall:path, $cpu:path) => {
+        criterion::criterion_group! {
+            name = wall;
+            config = $crate::quick();
+            targets = $wall
+        }
+        criterion::criterion_group! {
+            name = cpu;
+            config = $crate::quick_cpu();
+            targets = $cpu
+        }
+        criterion::criterion_main!(wall, cpu);
+    };
+}
+
 /// Whether to run the CPU-time variants of the benches: set `REIN_BENCH_CPU_TIME=1`.
 pub fn cpu_time_requested() -> bool {
     std::env::var_os("REIN_BENCH_CPU_TIME").is_some_and(|v| v != "0")
