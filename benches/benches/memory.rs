@@ -33,12 +33,10 @@
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::Barrier;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use criterion::measurement::{Measurement, WallTime};
-use criterion::{
-    BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
-};
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use governor::clock::{Clock as _, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use rein_benches::ThreadCpuTime;
@@ -197,26 +195,10 @@ fn two_threads(
     name: &str,
     decide: impl Fn(u64) -> bool + Sync,
 ) {
+    // Both threads walk the same keys, from different offsets.
+    let key = |thread: u64, i: u64| (i + thread * 3) % CONTENDED_KEYS;
     group.bench_function(name, |b| {
-        b.iter_custom(|iters| {
-            let start = Barrier::new(3);
-            let begun = std::thread::scope(|s| {
-                for thread in 0..2u64 {
-                    let (start, decide) = (&start, &decide);
-                    s.spawn(move || {
-                        start.wait();
-                        for i in 0..iters {
-                            // Both threads walk the same keys, from different offsets.
-                            black_box(decide((i + thread * 3) % CONTENDED_KEYS));
-                        }
-                    });
-                }
-                start.wait();
-                Instant::now()
-            });
-            // Leaving the scope joined both threads: the time since the barrier is theirs.
-            begun.elapsed()
-        });
+        b.iter_custom(|iters| on_threads(iters, 2, key, &decide))
     });
 }
 
@@ -248,7 +230,7 @@ impl Keys {
 }
 
 /// Benchmarks `threads` threads each making `iters` decisions at once; one iteration is one
-/// decision on every thread, timed on the wall clock from a common start to the last join.
+/// decision on every thread.
 fn scaling(
     group: &mut BenchmarkGroup<'_, WallTime>,
     id: BenchmarkId,
@@ -256,25 +238,36 @@ fn scaling(
     keys: Keys,
     decide: impl Fn(u64) -> bool + Sync,
 ) {
+    let key = move |thread, i| keys.key(thread, i);
     group.bench_function(id, |b| {
-        b.iter_custom(|iters| {
-            let start = Barrier::new(threads as usize + 1);
-            let begun = std::thread::scope(|s| {
-                for thread in 0..threads {
-                    let (start, decide) = (&start, &decide);
-                    s.spawn(move || {
-                        start.wait();
-                        for i in 0..iters {
-                            black_box(decide(keys.key(thread, i)));
-                        }
-                    });
-                }
-                start.wait();
-                Instant::now()
-            });
-            begun.elapsed()
-        });
+        b.iter_custom(|iters| on_threads(iters, threads, key, &decide))
     });
+}
+
+/// `threads` threads each making `iters` decisions at once, thread `t` in its `i`th on
+/// `key(t, i)`: the time on the wall clock from their common start to the last join.
+fn on_threads(
+    iters: u64,
+    threads: u64,
+    key: impl Fn(u64, u64) -> u64 + Copy + Send,
+    decide: &(impl Fn(u64) -> bool + Sync),
+) -> Duration {
+    let start = Barrier::new(threads as usize + 1);
+    let begun = std::thread::scope(|s| {
+        for thread in 0..threads {
+            let start = &start;
+            s.spawn(move || {
+                start.wait();
+                for i in 0..iters {
+                    black_box(decide(key(thread, i)));
+                }
+            });
+        }
+        start.wait();
+        Instant::now()
+    });
+    // Leaving the scope joined every thread: the time since the barrier is theirs.
+    begun.elapsed()
 }
 
 /// rein as benchmarked against governor: default shards and key bound, the quanta clock.
@@ -314,14 +307,4 @@ const SPREAD_KEYS: u64 = 1_024;
 const SPREAD_STRIDE: u64 = 389;
 const FIFTY: NonZeroU32 = NonZeroU32::new(50).unwrap();
 
-criterion_group! {
-    name = wall;
-    config = rein_benches::quick();
-    targets = wall_time
-}
-criterion_group! {
-    name = cpu;
-    config = rein_benches::quick_cpu();
-    targets = cpu_time
-}
-criterion_main!(wall, cpu);
+rein_benches::quick_main!(wall_time, cpu_time);

@@ -36,19 +36,12 @@ const ROUNDS: usize = 3;
 const SPREAD_KEYS: u64 = 10_000;
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("optimistic bench: run with `cargo bench -p rein-benches --bench optimistic`");
+    if !rein_benches::bench_requested("optimistic") {
         return;
     }
-    let secs: u64 = std::env::var("REIN_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2);
+    let secs: u64 = rein_benches::env_number("REIN_BENCH_SECS", 2);
     let run = Duration::from_secs(secs);
-    let attempts: u32 = std::env::var("REIN_BENCH_OCC_ATTEMPTS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8);
+    let attempts = rein_benches::env_number("REIN_BENCH_OCC_ATTEMPTS", 8);
     let attempts = NonZeroU32::new(attempts).expect("REIN_BENCH_OCC_ATTEMPTS > 0");
     let one_key_only = std::env::var_os("REIN_BENCH_ONE_KEY").is_some_and(|v| v != "0");
     let server = RedisServer::start().expect("start redis-server");
@@ -93,22 +86,12 @@ fn main() {
                     .await
                     .expect("connect")
             });
+            let stores = [Store::Lua(lua.clone()), Store::Occ(occ)];
             let mut rounds: [Vec<Round>; 2] = [Vec::new(), Vec::new()];
             for _ in 0..ROUNDS {
-                rounds[0].push(rt.block_on(measure(
-                    &Store::Lua(lua.clone()),
-                    &policy,
-                    tasks,
-                    spread,
-                    run,
-                )));
-                rounds[1].push(rt.block_on(measure(
-                    &Store::Occ(occ.clone()),
-                    &policy,
-                    tasks,
-                    spread,
-                    run,
-                )));
+                for (store, rounds) in stores.iter().zip(&mut rounds) {
+                    rounds.push(rt.block_on(measure(store, &policy, tasks, spread, run)));
+                }
             }
             let keys = if spread { "10 000" } else { "1" };
             // The two stores alternate: each round's ratio compares runs seconds apart.

@@ -41,16 +41,10 @@ const KEYS: u64 = 100_000;
 const ROUNDS: usize = 3;
 
 fn main() {
-    // `cargo bench` passes `--bench`; a plain `cargo test --benches` passes nothing and
-    // must not spend minutes here.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("redis bench: run with `cargo bench -p rein-benches --bench redis`");
+    if !rein_benches::bench_requested("redis") {
         return;
     }
-    let secs: u64 = std::env::var("REIN_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
+    let secs: u64 = rein_benches::env_number("REIN_BENCH_SECS", 3);
     let measure = Duration::from_secs(secs);
     let server = RedisServer::start().expect("start redis-server");
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -505,24 +499,38 @@ async fn rein_throughput(
     policy: &Arc<RedisPolicy>,
     run: Duration,
 ) -> (u64, Duration) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for task in 0..TASKS as u64 {
-        let (store, policy, stop, done) =
-            (store.clone(), policy.clone(), stop.clone(), done.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut key = task.wrapping_mul(0x9e37_79b9_7f4a_7c15) % KEYS;
-            while !stop.load(Ordering::Relaxed) {
-                key = (key + 7_919) % KEYS;
+    throughput(run, |mut walk| {
+        let (store, policy) = (store.clone(), policy.clone());
+        tokio::spawn(async move {
+            while let Some(key) = walk.next_key() {
                 let decision = store
                     .acquire(None, &policy, key.to_le_bytes().as_ref(), 1)
                     .await;
                 assert!(decision.expect("a decision").is_allowed());
-                done.fetch_add(1, Ordering::Relaxed);
+                walk.decided();
             }
-        }));
-    }
+        })
+    })
+    .await
+}
+
+/// Decisions counted over `run` from `TASKS` tasks, each spawned by `spawn` with its own
+/// [`Walk`] over the keys; and the time they were counted over.
+async fn throughput(
+    run: Duration,
+    spawn: impl Fn(Walk) -> tokio::task::JoinHandle<()>,
+) -> (u64, Duration) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..TASKS as u64)
+        .map(|task| {
+            spawn(Walk {
+                key: task.wrapping_mul(0x9e37_79b9_7f4a_7c15) % KEYS,
+                stop: stop.clone(),
+                done: done.clone(),
+            })
+        })
+        .collect();
     let started = Instant::now();
     tokio::time::sleep(run).await;
     let count = done.load(Ordering::Relaxed);
@@ -532,6 +540,30 @@ async fn rein_throughput(
         task.await.expect("task");
     }
     (count, elapsed)
+}
+
+/// One task's way through the keys in [`throughput`]: from its own start, 7 919 keys on
+/// each time, until the run stops; and its count of decisions.
+struct Walk {
+    key: u64,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+}
+
+impl Walk {
+    /// The next key to decide on, or `None` once the run has stopped.
+    fn next_key(&mut self) -> Option<u64> {
+        if self.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.key = (self.key + 7_919) % KEYS;
+        Some(self.key)
+    }
+
+    /// Counts one decision.
+    fn decided(&self) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// What a user of bare redis-rs would write: the script and its ARGV, keys formatted per call.
@@ -551,15 +583,10 @@ async fn bare_throughput(
     conn: &redis::aio::MultiplexedConnection,
     run: Duration,
 ) -> (u64, Duration) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for task in 0..TASKS as u64 {
-        let (bare, mut conn, stop, done) = (bare.clone(), conn.clone(), stop.clone(), done.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut key = task.wrapping_mul(0x9e37_79b9_7f4a_7c15) % KEYS;
-            while !stop.load(Ordering::Relaxed) {
-                key = (key + 7_919) % KEYS;
+    throughput(run, |mut walk| {
+        let (bare, mut conn) = (bare.clone(), conn.clone());
+        tokio::spawn(async move {
+            while let Some(key) = walk.next_key() {
                 let mut invocation = bare
                     .script
                     .key(format!("bare:{{{key}}}:bench:0:{}", bare.tag));
@@ -574,19 +601,11 @@ async fn bare_throughput(
                     other => redis::from_redis_value(other).expect("integers"),
                 };
                 assert!((bare.allowed)(&reply), "{} denied: {reply:?}", bare.tag);
-                done.fetch_add(1, Ordering::Relaxed);
+                walk.decided();
             }
-        }));
-    }
-    let started = Instant::now();
-    tokio::time::sleep(run).await;
-    let count = done.load(Ordering::Relaxed);
-    let elapsed = started.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    for task in tasks {
-        task.await.expect("task");
-    }
-    (count, elapsed)
+        })
+    })
+    .await
 }
 
 /// A store over one multiplexed connection to `server`.

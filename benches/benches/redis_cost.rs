@@ -48,14 +48,10 @@ const KEYS: u64 = 100_000;
 const ROUNDS: usize = 5;
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("redis_cost bench: run with `cargo bench -p rein-benches --bench redis_cost`");
+    if !rein_benches::bench_requested("redis_cost") {
         return;
     }
-    let calls: u64 = std::env::var("REIN_BENCH_CALLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200_000);
+    let calls: u64 = rein_benches::env_number("REIN_BENCH_CALLS", 200_000);
     let server = RedisServer::start().expect("start redis-server");
     let client = redis::Client::open(server.url()).expect("client");
     let mut con = client.get_connection().expect("connect");
@@ -182,96 +178,29 @@ fn main() {
     let rein_fw_denied = args("rein:v3:{flood}:b:0:fw60000000", &["1", window_us]);
     let naive_fw_denied = naive("naive:{flood}:fw", &["60000", "1"]);
 
-    let rows: Vec<(&str, &str, &[String], &str)> = vec![
-        (
-            "token bucket",
-            rein["token_bucket"].as_str(),
-            &rein_tb,
-            "rein:v3:{1}:b:0:tb",
-        ),
-        (
-            "token bucket, client now",
-            rein["token_bucket"].as_str(),
-            &rein_tb_client,
-            "rein:v3:{1}:b:0:tb",
-        ),
-        (
-            "token bucket, generic policy script",
-            rein["policy"].as_str(),
-            &rein_tb_generic,
-            "rein:v3:{1}:b:0:tb",
-        ),
-        (
-            "naive token bucket",
-            &naive_bucket,
-            &naive_tb,
-            "naive:{1}:tb",
-        ),
-        (
-            "naive token bucket, client now",
-            &naive_bucket,
-            &naive_tb_client,
-            "naive:{1}:tb",
-        ),
-        (
-            "fixed window",
-            rein["fixed_window"].as_str(),
-            &rein_fw,
-            "rein:v3:{1}:b:0:fw60000000",
-        ),
-        (
-            "fixed window, client now",
-            rein["fixed_window"].as_str(),
-            &rein_fw_client,
-            "rein:v3:{1}:b:0:fw60000000",
-        ),
-        (
-            "naive fixed window",
-            &naive_window,
-            &naive_fw,
-            "naive:{1}:fw",
-        ),
-        (
-            "fixed window, denials (one key, limit 1)",
-            rein["fixed_window"].as_str(),
-            &rein_fw_denied,
-            "rein:v3:{flood}:b:0:fw60000000",
-        ),
-        (
-            "naive fixed window, denials (one key, limit 1)",
-            &naive_window,
-            &naive_fw_denied,
-            "naive:{flood}:fw",
-        ),
-        (
-            "sliding log",
-            rein["sliding_log"].as_str(),
-            &rein_sl,
-            "rein:v3:{1}:b:0:sl",
-        ),
-        (
-            "sliding log, client now",
-            rein["sliding_log"].as_str(),
-            &rein_sl_client,
-            "rein:v3:{1}:b:0:sl",
-        ),
-        ("naive sliding log", &naive_log, &naive_sl, "naive:{1}:sl"),
-        (
-            "naive sliding log, client now",
-            &naive_log,
-            &naive_sl_client,
-            "naive:{1}:sl",
-        ),
-        (
-            "3-limit policy (tb + fw + sl)",
-            rein["policy"].as_str(),
-            &rein_policy,
-            "rein:v4:{1}:b:tb+fw+sl",
-        ),
+    // A row: its name, the script's SHA, and what follows the SHA: the number of keys, the
+    // keys (`__rand_int__` in them is what `redis-benchmark -r` draws afresh), then ARGV.
+    #[rustfmt::skip]
+    let rows: Vec<(&str, &str, &[String])> = vec![
+        ("token bucket", &rein["token_bucket"], &rein_tb),
+        ("token bucket, client now", &rein["token_bucket"], &rein_tb_client),
+        ("token bucket, generic policy script", &rein["policy"], &rein_tb_generic),
+        ("naive token bucket", &naive_bucket, &naive_tb),
+        ("naive token bucket, client now", &naive_bucket, &naive_tb_client),
+        ("fixed window", &rein["fixed_window"], &rein_fw),
+        ("fixed window, client now", &rein["fixed_window"], &rein_fw_client),
+        ("naive fixed window", &naive_window, &naive_fw),
+        ("fixed window, denials (one key, limit 1)", &rein["fixed_window"], &rein_fw_denied),
+        ("naive fixed window, denials (one key, limit 1)", &naive_window, &naive_fw_denied),
+        ("sliding log", &rein["sliding_log"], &rein_sl),
+        ("sliding log, client now", &rein["sliding_log"], &rein_sl_client),
+        ("naive sliding log", &naive_log, &naive_sl),
+        ("naive sliding log, client now", &naive_log, &naive_sl_client),
+        ("3-limit policy (tb + fw + sl)", &rein["policy"], &rein_policy),
     ];
 
     // Every call must decide "allowed": checked once per script before measuring.
-    for (name, sha, args, _) in &rows {
+    for (name, sha, args) in &rows {
         let () = redis::cmd("FLUSHALL").query(&mut con).expect("FLUSHALL");
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(*sha);
@@ -293,24 +222,30 @@ fn main() {
 
     let mut results: HashMap<&str, Vec<Measure>> = HashMap::new();
     for _ in 0..ROUNDS {
-        for (name, sha, args, _) in &rows {
+        for (name, sha, args) in &rows {
             let m = measure(&server, &mut con, sha, args, calls);
             results.entry(name).or_default().push(m);
         }
     }
     // Memory of one idle key: one decision on an emptied server, then MEMORY USAGE.
     let mut memory = HashMap::new();
-    for (name, sha, args, key) in &rows {
+    for (name, sha, args) in &rows {
         let () = redis::cmd("FLUSHALL").query(&mut con).expect("FLUSHALL");
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(*sha);
-        for a in args.iter() {
-            cmd.arg(a.replace("__rand_int__", "1"));
-        }
-        let _: redis::Value = cmd.query(&mut con).expect("EVALSHA");
-        // A policy's keys are listed separated by spaces: its memory is their sum.
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("__rand_int__", "1"))
+            .collect();
+        let _: redis::Value = redis::cmd("EVALSHA")
+            .arg(*sha)
+            .arg(&args)
+            .query(&mut con)
+            .expect("EVALSHA");
+        // The call's keys: its memory is their sum.
+        let keys: usize = args[0]
+            .parse()
+            .expect("ARGV starts with the number of keys");
         let mut bytes = 0;
-        for key in key.split_whitespace() {
+        for key in &args[1..=keys] {
             let used: Option<u64> = redis::cmd("MEMORY")
                 .arg("USAGE")
                 .arg(key)

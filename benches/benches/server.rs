@@ -62,10 +62,7 @@ descriptors:
 ";
 
 fn main() {
-    let secs: u64 = std::env::var("REIN_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
+    let secs: u64 = rein_benches::env_number("REIN_BENCH_SECS", 3);
     let run = Duration::from_secs(secs);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -25,9 +25,48 @@ pub fn quick_cpu() -> Criterion<ThreadCpuTime> {
     quick().with_measurement(ThreadCpuTime)
 }
 
+/// `criterion_main!` for a bench of two targets: `$wall` measuring wall time with the
+/// [`quick`] settings, then `$cpu` measuring [`ThreadCpuTime`] with [`quick_cpu`].
+#[macro_export]
+macro_rules! quick_main {
+    ($wall:path, $cpu:path) => {
+        criterion::criterion_group! {
+            name = wall;
+            config = $crate::quick();
+            targets = $wall
+        }
+        criterion::criterion_group! {
+            name = cpu;
+            config = $crate::quick_cpu();
+            targets = $cpu
+        }
+        criterion::criterion_main!(wall, cpu);
+    };
+}
+
 /// Whether to run the CPU-time variants of the benches: set `REIN_BENCH_CPU_TIME=1`.
 pub fn cpu_time_requested() -> bool {
     std::env::var_os("REIN_BENCH_CPU_TIME").is_some_and(|v| v != "0")
+}
+
+/// Whether `cargo bench` started this binary, for the benches with a `main` of their own
+/// that run for minutes: `cargo bench` passes `--bench`, a plain `cargo test --benches`
+/// passes nothing and must not wait for them. When not, says how to run bench `name`.
+pub fn bench_requested(name: &str) -> bool {
+    let requested = std::env::args().any(|a| a == "--bench");
+    if !requested {
+        println!("{name} bench: run with `cargo bench -p rein-benches --bench {name}`");
+    }
+    requested
+}
+
+/// The number in environment variable `var` (`REIN_BENCH_SECS`, ...), or `default` where it
+/// is unset or not a number.
+pub fn env_number<T: std::str::FromStr>(var: &str, default: T) -> T {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }
 
 /// The CPU time of the measuring thread (`CLOCK_THREAD_CPUTIME_ID`), in nanoseconds.

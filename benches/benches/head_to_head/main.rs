@@ -61,14 +61,10 @@ use through_redis::*;
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("head_to_head: run with `cargo bench -p rein-benches --bench head_to_head`");
+    if !rein_benches::bench_requested("head_to_head") {
         return;
     }
-    let secs: u64 = std::env::var("REIN_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
+    let secs: u64 = rein_benches::env_number("REIN_BENCH_SECS", 1);
     let run = Duration::from_secs(secs);
     let load_before = load_average();
     let started = Instant::now();

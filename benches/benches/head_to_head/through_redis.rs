@@ -572,25 +572,23 @@ pub(crate) async fn settle(kind: RedisKind) {
 }
 
 pub(crate) async fn used_memory(admin: &mut MultiplexedConnection) -> i64 {
-    let info: String = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(admin)
-        .await
-        .expect("INFO memory");
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory in INFO")
+    let bytes = info_field(admin, "memory", "used_memory").await;
+    bytes.parse().expect("used_memory a number")
 }
 
 pub(crate) async fn server_pid(admin: &mut MultiplexedConnection) -> String {
+    info_field(admin, "server", "process_id").await
+}
+
+/// The value of `field` in `INFO <section>`.
+async fn info_field(admin: &mut MultiplexedConnection, section: &str, field: &str) -> String {
     let info: String = redis::cmd("INFO")
-        .arg("server")
+        .arg(section)
         .query_async(admin)
         .await
-        .expect("INFO server");
+        .unwrap_or_else(|e| panic!("INFO {section}: {e}"));
     info.lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .map(|pid| pid.trim().to_owned())
-        .expect("process_id in INFO")
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(|value| value.trim().to_owned())
+        .unwrap_or_else(|| panic!("{field} in INFO {section}"))
 }
