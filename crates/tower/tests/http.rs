@@ -316,19 +316,7 @@ async fn the_layer_serves_plain_hyper_with_the_peer_address_as_an_extension() {
         }
     });
     let client = client();
-    let statuses = [
-        send(&client, addr, "/", &[]).await.status,
-        send(&client, addr, "/", &[]).await.status,
-        send(&client, addr, "/", &[]).await.status,
-    ];
-    assert_eq!(
-        statuses,
-        [
-            StatusCode::OK,
-            StatusCode::OK,
-            StatusCode::TOO_MANY_REQUESTS
-        ]
-    );
+    assert_eq!(statuses(&client, addr, "/", 3).await, TWO_THEN_DENIED);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,18 +352,10 @@ default_policy = "api"
     );
     let server = serve(&path).await;
     let client = client();
-    let mut statuses = Vec::new();
-    for _ in 0..3 {
-        statuses.push(send(&client, server, "/api/x", &[]).await.status);
-    }
     // Fail closed: a 200 can only have come from the cluster.
     assert_eq!(
-        statuses,
-        [
-            StatusCode::OK,
-            StatusCode::OK,
-            StatusCode::TOO_MANY_REQUESTS
-        ]
+        statuses(&client, server, "/api/x", 3).await,
+        TWO_THEN_DENIED
     );
 }
 
@@ -639,6 +619,27 @@ struct Answered {
 
 fn client() -> Client<HttpConnector, Empty<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// What three requests get from a limit of 2 that does not refill meanwhile.
+const TWO_THEN_DENIED: [StatusCode; 3] = [
+    StatusCode::OK,
+    StatusCode::OK,
+    StatusCode::TOO_MANY_REQUESTS,
+];
+
+/// The statuses of `n` requests for `path`, one after another.
+async fn statuses(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    addr: SocketAddr,
+    path: &str,
+    n: usize,
+) -> Vec<StatusCode> {
+    let mut statuses = Vec::with_capacity(n);
+    for _ in 0..n {
+        statuses.push(send(client, addr, path, &[]).await.status);
+    }
+    statuses
 }
 
 async fn send(

@@ -50,6 +50,11 @@ async fn call(app: &Router, method: Method, path: &str, peer: Option<&str>) -> A
     call_with(app, method, path, peer, &[]).await
 }
 
+/// The status of a request from [`PEER`].
+async fn status(app: &Router, method: Method, path: &str) -> StatusCode {
+    call(app, method, path, PEER).await.status
+}
+
 async fn call_with(
     app: &Router,
     method: Method,
@@ -139,10 +144,7 @@ async fn a_request_without_a_key_gets_the_configured_answer_never_a_shared_bucke
         );
     }
     // Keyed clients are unaffected by those.
-    assert_eq!(
-        call(&app, Method::GET, "/api/x", PEER).await.status,
-        StatusCode::OK
-    );
+    assert_eq!(status(&app, Method::GET, "/api/x").await, StatusCode::OK);
 
     let passing = builder()
         .policy(window("api", 1))
@@ -171,24 +173,15 @@ async fn the_first_matching_route_decides_and_unmatched_requests_pass() {
         .expect("layer");
     let app = app(layer);
     for _ in 0..3 {
-        assert_eq!(
-            call(&app, Method::GET, "/health", PEER).await.status,
-            StatusCode::OK
-        );
+        assert_eq!(status(&app, Method::GET, "/health").await, StatusCode::OK);
     }
+    assert_eq!(status(&app, Method::POST, "/login").await, StatusCode::OK);
     assert_eq!(
-        call(&app, Method::POST, "/login", PEER).await.status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        call(&app, Method::POST, "/login", PEER).await.status,
+        status(&app, Method::POST, "/login").await,
         StatusCode::TOO_MANY_REQUESTS
     );
     // The login policy is spent; the api policy is another limit.
-    assert_eq!(
-        call(&app, Method::GET, "/api/a", PEER).await.status,
-        StatusCode::OK
-    );
+    assert_eq!(status(&app, Method::GET, "/api/a").await, StatusCode::OK);
     // A path no route matches is not limited.
     for _ in 0..3 {
         let other = call(&app, Method::GET, "/elsewhere", PEER).await;
@@ -211,16 +204,10 @@ async fn peek_only_routes_stop_when_spent_but_take_nothing() {
         assert_eq!(quota.status, StatusCode::OK);
         assert!(quota.headers["ratelimit"].to_str().unwrap().contains("r=1"));
     }
+    assert_eq!(status(&app, Method::GET, "/api/x").await, StatusCode::OK);
+    assert_eq!(status(&app, Method::GET, "/api/x").await, StatusCode::OK);
     assert_eq!(
-        call(&app, Method::GET, "/api/x", PEER).await.status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        call(&app, Method::GET, "/api/x", PEER).await.status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        call(&app, Method::GET, "/api/quota", PEER).await.status,
+        status(&app, Method::GET, "/api/quota").await,
         StatusCode::TOO_MANY_REQUESTS
     );
 }
@@ -249,15 +236,15 @@ async fn costs_come_from_the_request_and_one_above_capacity_is_413() {
             .contains("r=3;")
     );
     assert_eq!(
-        call(&app, Method::GET, "/api/x?n=4", PEER).await.status,
+        status(&app, Method::GET, "/api/x?n=4").await,
         StatusCode::TOO_MANY_REQUESTS
     );
     assert_eq!(
-        call(&app, Method::GET, "/api/x?n=11", PEER).await.status,
+        status(&app, Method::GET, "/api/x?n=11").await,
         StatusCode::PAYLOAD_TOO_LARGE
     );
     assert_eq!(
-        call(&app, Method::GET, "/api/x?n=3", PEER).await.status,
+        status(&app, Method::GET, "/api/x?n=3").await,
         StatusCode::OK
     );
 }
@@ -286,7 +273,7 @@ async fn route_keys_override_the_default_key() {
     assert_eq!(again.status, StatusCode::TOO_MANY_REQUESTS);
     // The peer alone is not this route's key.
     assert_eq!(
-        call(&app, Method::GET, "/api/x", PEER).await.status,
+        status(&app, Method::GET, "/api/x").await,
         StatusCode::INTERNAL_SERVER_ERROR
     );
 }
@@ -355,12 +342,9 @@ async fn the_layer_and_its_service_are_clone_and_share_one_limit() {
     // Two routers, as two connections or two route_layer uses would have: one limit.
     let first = app(layer.clone());
     let second = app(layer);
+    assert_eq!(status(&first, Method::GET, "/api/x").await, StatusCode::OK);
     assert_eq!(
-        call(&first, Method::GET, "/api/x", PEER).await.status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        call(&second, Method::GET, "/api/x", PEER).await.status,
+        status(&second, Method::GET, "/api/x").await,
         StatusCode::TOO_MANY_REQUESTS
     );
 }
@@ -627,19 +611,13 @@ async fn route_layer_limits_only_the_axum_routes_it_wraps() {
         .route("/login", post(|| async { "welcome" }))
         .route_layer(layer)
         .route("/health", get(|| async { "ok" }));
+    assert_eq!(status(&app, Method::POST, "/login").await, StatusCode::OK);
     assert_eq!(
-        call(&app, Method::POST, "/login", PEER).await.status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        call(&app, Method::POST, "/login", PEER).await.status,
+        status(&app, Method::POST, "/login").await,
         StatusCode::TOO_MANY_REQUESTS
     );
     for _ in 0..3 {
-        assert_eq!(
-            call(&app, Method::GET, "/health", PEER).await.status,
-            StatusCode::OK
-        );
+        assert_eq!(status(&app, Method::GET, "/health").await, StatusCode::OK);
     }
 }
 
