@@ -1555,47 +1555,30 @@ mod tests {
         assert_eq!(h.retry(500, 1), Admit::Wait, "taken at 1 000 ms, not 500");
     }
 
-    #[test]
-    fn a_failure_policys_admission_is_never_spent_as_a_lease() {
+    /// Two requests, and the reservation they sent answered by a failure policy with
+    /// `outcome`: the next request goes direct.
+    fn reserved_by_a_failure_policy(outcome: Outcome) -> Harness {
         let mut h = harness(window());
         let _ = h.request(0, 1);
         let _ = h.request(1, 1);
         let Some(Action::Reserve { key, id, .. }) = h.sent.pop_front() else {
             panic!()
         };
-        let fail_open = Decision {
-            outcome: Outcome::Allowed,
-            limit: 100,
-            remaining: 0,
-            retry_after: Micros::ZERO,
-            reset_after: Micros::ZERO,
-            limit_index: 0,
-        };
-        h.book
-            .handle_reserved(at(2), &key, id, Reserved::Decided(fail_open));
+        let answer = Reserved::Decided(crate::lease::failure_policys(outcome));
+        h.book.handle_reserved(at(2), &key, id, answer);
         assert_eq!(h.retry(2, 1), Admit::Direct(DirectReason::StoreTrouble));
+        h
+    }
+
+    #[test]
+    fn a_failure_policys_admission_is_never_spent_as_a_lease() {
+        let h = reserved_by_a_failure_policy(Outcome::Allowed);
         assert_eq!(h.book.stats().reservations_unusable, 1);
     }
 
     #[test]
     fn a_denial_naming_no_wait_is_a_failure_policys_and_sends_requests_direct() {
-        let mut h = harness(window());
-        let _ = h.request(0, 1);
-        let _ = h.request(1, 1);
-        let Some(Action::Reserve { key, id, .. }) = h.sent.pop_front() else {
-            panic!()
-        };
-        let fail_closed = Decision {
-            outcome: Outcome::Denied,
-            limit: 100,
-            remaining: 0,
-            retry_after: Micros::ZERO,
-            reset_after: Micros::ZERO,
-            limit_index: 0,
-        };
-        h.book
-            .handle_reserved(at(2), &key, id, Reserved::Decided(fail_closed));
-        assert_eq!(h.retry(2, 1), Admit::Direct(DirectReason::StoreTrouble));
+        let mut h = reserved_by_a_failure_policy(Outcome::Denied);
         assert_eq!(
             h.request(102, 1),
             Admit::Wait,

@@ -40,6 +40,20 @@ pub(crate) use rate::{RateAction, RateBook, TakeReply};
 #[cfg(test)]
 mod proptests;
 
+/// A failure policy's answer as a reservation may get it: `outcome`, with no wait and no
+/// reset to count a lease from (fail open, fail closed).
+#[cfg(test)]
+fn failure_policys(outcome: rein_core::Outcome) -> rein_core::Decision {
+    rein_core::Decision {
+        outcome,
+        limit: 100,
+        remaining: 0,
+        retry_after: rein_core::Micros::ZERO,
+        reset_after: rein_core::Micros::ZERO,
+        limit_index: 0,
+    }
+}
+
 /// Why the books send a request to the store rather than answer it from a lease (their
 /// tests read it; the request's answer says only [`Source::Store`](crate::Source::Store),
 /// or the failure policy's source).

@@ -316,14 +316,7 @@ mod tests {
     #[test]
     fn an_answer_that_no_grant_of_the_policy_can_carry_has_no_span() {
         let terms = LeaseTerms::new(&policy(&[sc(100, 100)])).unwrap();
-        let fail_open = Decision {
-            outcome: Outcome::Allowed,
-            limit: 100,
-            remaining: 0,
-            retry_after: Micros::ZERO,
-            reset_after: Micros::ZERO,
-            limit_index: 0,
-        };
+        let fail_open = crate::lease::failure_policys(Outcome::Allowed);
         assert_eq!(terms.span(&fail_open), None);
         let denied = Decision {
             outcome: Outcome::Denied,
