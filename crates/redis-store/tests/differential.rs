@@ -83,11 +83,7 @@ fn the_key_and_the_script_agree_on_a_fixed_windows_form_at_its_edge() {
             .connect(&server.url())
             .await
             .expect("connect");
-        let mut raw = redis::Client::open(server.url())
-            .expect("client")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
+        let mut raw = common::raw(&server).await;
         for window in [
             2,
             3,
@@ -533,11 +529,7 @@ fn lua_integer_division_is_exact_up_to_2_pow_53() {
         "return out\n",
     ));
     let replies: Vec<String> = rt.block_on(async {
-        let client = redis::Client::open(server.url()).expect("client");
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
+        let mut conn = common::raw(&server).await;
         let mut invocation = script.prepare_invoke();
         for (a, b) in &pairs {
             invocation.arg(*a).arg(*b);

@@ -196,11 +196,7 @@ async fn cross_process_worker() {
         .connect(&url)
         .await
         .expect("connect");
-    let mut raw = redis::Client::open(url.as_str())
-        .expect("client")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
+    let mut raw = common::raw_at(&url).await;
     let () = redis::cmd("INCR")
         .arg("occ-test:ready")
         .query_async(&mut raw)

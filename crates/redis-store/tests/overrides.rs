@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
+use redis::aio::{ConnectionLike, ConnectionManager};
 use rein_core::overrides::{KeyMatch, Override};
 use rein_core::{Limit, Limiter, Micros, Policy};
 use rein_redis::{
@@ -140,22 +140,23 @@ where
     assert_eq!(admitted(reader, "tenant-7", 3).await, 3);
 }
 
-async fn stores(url: &str) -> [RedisStore<redis::aio::ConnectionManager>; 2] {
-    let store = || async {
-        RedisStoreBuilder::new()
-            .deadline(Duration::from_secs(5))
-            .overrides(STALENESS)
-            .connect(url)
-            .await
-            .expect("connect")
-    };
+/// A store that applies overrides, read again after `staleness` at the latest.
+fn applying(staleness: Duration) -> RedisStoreBuilder {
+    RedisStoreBuilder::new()
+        .deadline(Duration::from_secs(5))
+        .overrides(staleness)
+}
+
+/// Two stores on the server at `url`, as two processes would have: a writer and a reader.
+async fn stores(url: &str, staleness: Duration) -> [RedisStore<ConnectionManager>; 2] {
+    let store = || async { applying(staleness).connect(url).await.expect("connect") };
     [store().await, store().await]
 }
 
 #[tokio::test]
 async fn standalone_overrides_reach_another_process_within_their_staleness() {
     let server = RedisServer::start().expect("start redis-server");
-    let [writer, reader] = stores(&server.url()).await;
+    let [writer, reader] = stores(&server.url(), STALENESS).await;
     two_processes(&writer, &reader).await;
     // A store that does not apply overrides decides by the policy alone.
     let plain = common::store(&server).await;
@@ -166,12 +167,8 @@ async fn standalone_overrides_reach_another_process_within_their_staleness() {
 async fn cluster_overrides_reach_another_process_within_their_staleness() {
     let cluster = RedisCluster::start().expect("start redis cluster");
     let store = || async {
-        RedisStoreBuilder::new()
-            .deadline(Duration::from_secs(5))
-            .overrides(STALENESS)
-            .connect_cluster(cluster.urls())
-            .await
-            .expect("connect")
+        let store = applying(STALENESS).connect_cluster(cluster.urls()).await;
+        store.expect("connect")
     };
     two_processes(&store().await, &store().await).await;
 }
@@ -179,7 +176,7 @@ async fn cluster_overrides_reach_another_process_within_their_staleness() {
 #[tokio::test]
 async fn bad_overrides_are_typed_errors_and_a_bad_entry_is_left_out() {
     let server = RedisServer::start().expect("start redis-server");
-    let [writer, reader] = stores(&server.url()).await;
+    let [writer, reader] = stores(&server.url(), STALENESS).await;
     for (policy, keys) in [
         ("no spaces", key("k")),
         ("api", key("")),
@@ -388,11 +385,7 @@ async fn override_load_worker() {
     let Ok(url) = std::env::var(WORKER_URL) else {
         panic!("run by two_processes_under_load_follow_each_change_within_its_staleness");
     };
-    let client = redis::Client::open(url.as_str()).expect("url");
-    let mut counter = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
+    let mut counter = common::raw_at(&url).await;
     let stop = Arc::new(AtomicBool::new(false));
     let mut load = tokio::task::JoinSet::new();
     for _ in 0..4 {
@@ -494,15 +487,7 @@ async fn an_applications_own_source_feeds_the_same_cache() {
 #[tokio::test]
 async fn a_published_change_applies_at_once_not_after_the_staleness() {
     let server = RedisServer::start().expect("start redis-server");
-    let store = || async {
-        RedisStoreBuilder::new()
-            .deadline(Duration::from_secs(5))
-            .overrides(Duration::from_secs(60))
-            .connect(&server.url())
-            .await
-            .expect("connect")
-    };
-    let (writer, reader) = (store().await, store().await);
+    let [writer, reader] = stores(&server.url(), Duration::from_secs(60)).await;
     assert_eq!(
         admitted(&reader, "vip", 6).await,
         5,

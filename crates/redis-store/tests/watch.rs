@@ -106,11 +106,7 @@ async fn every_decision_is_counted_once_by_the_processes_that_report() {
     .await;
     counted_once(reporting, silent).await;
     // Each second's hash is kept for two minutes.
-    let client = redis::Client::open(url.as_str()).expect("url");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
+    let mut conn = common::raw_at(&url).await;
     let keys: Vec<String> = common::query(&mut conn, &["KEYS", "rein:watch:*"]).await;
     assert!(!keys.is_empty(), "no second reported");
     for key in keys {

@@ -64,7 +64,12 @@ pub async fn cluster_store(
 
 /// A plain connection for inspecting and disturbing the server.
 pub async fn raw(server: &RedisServer) -> MultiplexedConnection {
-    redis::Client::open(server.url())
+    raw_at(&server.url()).await
+}
+
+/// [`raw`] to the server at `url` (a worker process knows only that).
+pub async fn raw_at(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
         .expect("client")
         .get_multiplexed_async_connection()
         .await
