@@ -34,6 +34,11 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// That `text` (an output's stdout or stderr) contains `what`, showing it whole if not.
+fn assert_says(text: String, what: &str) {
+    assert!(text.contains(what), "{what:?} not in:\n{text}");
+}
+
 fn json(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|e| panic!("{e}: not one JSON document: {}", stdout(output)))
@@ -99,16 +104,8 @@ fn config_check_names_each_files_errors_and_exits_1_if_any() {
     let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/../server/examples/config");
     let ok = rein(&["config", "check", good.to_str().expect("utf-8"), rules]);
     assert_eq!(code(&ok), 0, "{}{}", stdout(&ok), stderr(&ok));
-    assert!(
-        stdout(&ok).contains("ok (rein-tower config: 4 policies"),
-        "{}",
-        stdout(&ok)
-    );
-    assert!(
-        stdout(&ok).contains("ok (rein-server rules:"),
-        "{}",
-        stdout(&ok)
-    );
+    assert_says(stdout(&ok), "ok (rein-tower config: 4 policies");
+    assert_says(stdout(&ok), "ok (rein-server rules:");
 
     let mixed = rein(&[
         "config",
@@ -123,11 +120,7 @@ fn config_check_names_each_files_errors_and_exits_1_if_any() {
         "{}",
         stdout(&mixed)
     );
-    assert!(
-        stderr(&mixed).contains("1 of 2 config files are invalid"),
-        "{}",
-        stderr(&mixed)
-    );
+    assert_says(stderr(&mixed), "1 of 2 config files are invalid");
 
     let document = json(&rein(&[
         "--json",
@@ -151,22 +144,14 @@ fn bad_input_is_a_clear_message_and_a_non_zero_exit_never_a_panic() {
     // No config at all: exit 1 with the fix.
     let none = rein(&["key", "inspect", "api", "k"]);
     assert_eq!(code(&none), 1);
-    assert!(stderr(&none).contains("pass --config"), "{}", stderr(&none));
+    assert_says(stderr(&none), "pass --config");
     // An unknown policy names the known ones; an empty key is refused; both before Redis.
     let unknown = rein(&["--config", path, "key", "reset", "apj", "k"]);
     assert_eq!(code(&unknown), 1);
-    assert!(
-        stderr(&unknown).contains("its policies: api, login"),
-        "{}",
-        stderr(&unknown)
-    );
+    assert_says(stderr(&unknown), "its policies: api, login");
     let empty = rein(&["--config", path, "key", "inspect", "api", ""]);
     assert_eq!(code(&empty), 1);
-    assert!(
-        stderr(&empty).contains("the key is empty"),
-        "{}",
-        stderr(&empty)
-    );
+    assert_says(stderr(&empty), "the key is empty");
     // A wrong command line: clap's usage error, exit 2.
     assert_eq!(code(&rein(&["key", "inspect", "api"])), 2);
     assert_eq!(code(&rein(&["nonsense"])), 2);
@@ -356,11 +341,7 @@ fn inspect_then_reset(path: &std::path::Path, flag: &[&str]) {
     assert_eq!(after["limits"][1]["remaining"], 100);
     let again = rein(&args(&["key", "reset", "api", "user-42"]));
     assert_eq!(code(&again), 0);
-    assert!(
-        stdout(&again).contains("nothing was counted"),
-        "{}",
-        stdout(&again)
-    );
+    assert_says(stdout(&again), "nothing was counted");
     // Another key was never touched.
     let other = json(&rein(&args(&["--json", "key", "inspect", "api", "user-7"])));
     assert_eq!(other["full"], true);
@@ -415,11 +396,7 @@ fn change_then_inspect(path: &std::path::Path, flag: &[&str]) {
         "key", "block", "api", "user-9", "--for", "1m", "--reason", &long,
     ]);
     assert_eq!(code(&refused), 1, "{}", stderr(&refused));
-    assert!(
-        stderr(&refused).contains("at most 200"),
-        "{}",
-        stderr(&refused)
-    );
+    assert_says(stderr(&refused), "at most 200");
     for bad in [
         &["key", "block", "api", "user-9", "--for", "soon"][..],
         &["key", "block", "api", "user-9"],
@@ -435,13 +412,9 @@ fn change_then_inspect(path: &std::path::Path, flag: &[&str]) {
     );
 
     let lifted = run(&["key", "unblock", "api", "user-9"]);
-    assert!(stdout(&lifted).contains("unblocked"), "{}", stdout(&lifted));
+    assert_says(stdout(&lifted), "unblocked");
     let again = run(&["key", "unblock", "api", "user-9"]);
-    assert!(
-        stdout(&again).contains("was not blocked"),
-        "{}",
-        stdout(&again)
-    );
+    assert_says(stdout(&again), "was not blocked");
     assert_eq!(
         remaining(&["key", "inspect", "api", "user-9"])["full"],
         true
@@ -457,11 +430,7 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
         "override", "set", "api", "--key", "tenant-7", "--limit", "fw:3/1h",
     ]);
     assert_eq!(code(&set), 0, "{}", stderr(&set));
-    assert!(
-        stdout(&set).contains("fixed window, 3 per 1h (new)"),
-        "{}",
-        stdout(&set)
-    );
+    assert_says(stdout(&set), "fixed window, 3 per 1h (new)");
     let set = ok(&[
         "override",
         "set",
@@ -517,7 +486,7 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
         "{seen}"
     );
     let text = run(&["key", "inspect", "api", "tenant-7"]);
-    assert!(stdout(&text).contains("override: "), "{}", stdout(&text));
+    assert_says(stdout(&text), "override: ");
     // Limits of another algorithm count in another key: a penalty, inspect and reset all
     // reach it.
     ok(&[
@@ -574,11 +543,7 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
     let removed = ok(&["override", "rm", "api", "--key", "tenant-7"]);
     assert_eq!(removed["removed"], true);
     let again = run(&["override", "rm", "api", "--key", "tenant-7"]);
-    assert!(
-        stdout(&again).contains("had no override"),
-        "{}",
-        stdout(&again)
-    );
+    assert_says(stdout(&again), "had no override");
     ok(&["override", "rm", "api", "--prefix", "internal:"]);
     assert_eq!(
         ok(&["override", "list"])["overrides"],
@@ -626,19 +591,12 @@ fn watch(server: &RedisServer, path: &std::path::Path) {
     );
     let text = with_config(path, &["-c"], &["watch", "window", "--count", "1"]);
     assert_eq!(code(&text), 0, "{}", stderr(&text));
-    assert!(
-        stdout(&text).contains("window: ") && stdout(&text).contains("admitted/s"),
-        "{}",
-        stdout(&text)
-    );
+    assert_says(stdout(&text), "window: ");
+    assert_says(stdout(&text), "admitted/s");
     // Bad input: an unknown policy (exit 1), a window rein refuses (clap's exit 2).
     let unknown = with_config(path, &["-c"], &["watch", "apj", "--count", "1"]);
     assert_eq!(code(&unknown), 1);
-    assert!(
-        stderr(&unknown).contains("its policies"),
-        "{}",
-        stderr(&unknown)
-    );
+    assert_says(stderr(&unknown), "its policies");
     for window in ["0s", "2h", "1.5s", "soon"] {
         let bad = with_config(path, &["-c"], &["watch", "api", "--window", window]);
         assert_eq!(code(&bad), 2, "--window {window}: {}", stderr(&bad));
@@ -688,7 +646,7 @@ fn rate_shares(server: &RedisServer, path: &std::path::Path) {
     let lapsed = shares["shares"][1]["rate_parts"].as_u64().expect("parts");
     assert_eq!(shares["lapsed_parts"].as_u64(), Some(lapsed), "{seen}");
     let text = with_config(path, &["-c"], &["key", "inspect", "rate", "shared"]);
-    assert!(stdout(&text).contains("stranded"), "{}", stdout(&text));
+    assert_says(stdout(&text), "stranded");
     // A key decided without leases reads as counts, as before.
     let plain = json_ok(path, &["-c"], &["key", "inspect", "rate", "plain"]);
     assert_eq!(plain["limits"][0]["remaining"], 10, "{plain}");
