@@ -19,14 +19,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use criterion::measurement::WallTime;
-use criterion::{
-    BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
-};
-use rein::lease::{Leased, LeasedLimiter, LeasedPolicy};
-use rein::{Decided, FailurePolicy, LeaseConfig, PolicyTable, ResilientLimiter};
-use rein_core::{DecideError, Decision, Limit, Limiter, NamedPolicy, Policy};
-use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use rein::lease::{Leased, LeasedLimiter};
+use rein::{FailurePolicy, LeaseConfig, PolicyTable, ResilientLimiter};
+use rein_core::{Limit, Limiter, NamedPolicy, Policy};
+use rein_redis::{RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 use tokio::runtime::Runtime;
 
@@ -119,41 +116,47 @@ fn decide_hot_key(c: &mut Criterion, s: &Setup, algorithm: &str, policy: &NamedP
     group.measurement_time(Duration::from_secs(2));
     group.warm_up_time(Duration::from_millis(500));
     group.sample_size(20);
-    one_by_one(&mut group, "lease", &s.runtime, || {
-        s.leased.acquire_leased(None, &leased_policy, b"hot", 1)
-    });
-    one_by_one(&mut group, "lease_front_door", &s.runtime, || {
-        s.front.acquire_as(policy.name(), "hot-front", 1)
-    });
-    one_by_one(&mut group, "direct", &s.runtime, || {
-        Limiter::acquire(&s.store, None, &direct_policy, b"hot-direct", 1)
-    });
-    group.finish();
-}
-
-/// Benchmarks the decisions `decide` starts, one after another on `runtime`, as `mode` over
-/// Redis.
-fn one_by_one<F, T, E>(
-    group: &mut BenchmarkGroup<'_, WallTime>,
-    mode: &str,
-    runtime: &Runtime,
-    decide: impl Fn() -> F,
-) where
-    F: Future<Output = Result<T, E>>,
-    E: std::fmt::Debug,
-{
-    group.bench_function(BenchmarkId::new(mode, "redis"), |b| {
+    group.bench_function(BenchmarkId::new("lease", "redis"), |b| {
         b.iter_custom(|n| {
-            runtime.block_on(async {
+            s.runtime.block_on(async {
                 let start = Instant::now();
                 for _ in 0..n {
-                    let d = decide().await;
+                    let d = s
+                        .leased
+                        .acquire_leased(None, &leased_policy, b"hot", 1)
+                        .await;
                     let _ = std::hint::black_box(d.expect("a decision"));
                 }
                 start.elapsed()
             })
         })
     });
+    group.bench_function(BenchmarkId::new("lease_front_door", "redis"), |b| {
+        b.iter_custom(|n| {
+            s.runtime.block_on(async {
+                let start = Instant::now();
+                for _ in 0..n {
+                    let d = s.front.acquire_as(policy.name(), "hot-front", 1).await;
+                    let _ = std::hint::black_box(d.expect("a decision"));
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("direct", "redis"), |b| {
+        b.iter_custom(|n| {
+            s.runtime.block_on(async {
+                let start = Instant::now();
+                for _ in 0..n {
+                    let d =
+                        Limiter::acquire(&s.store, None, &direct_policy, b"hot-direct", 1).await;
+                    let _ = std::hint::black_box(d.expect("a decision"));
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.finish();
 }
 
 /// 8 tasks on 4 hot keys for 1 s per mode; then single-decision latencies.
@@ -161,11 +164,57 @@ fn throughput_run(s: &Setup, algorithm: &str, policy: &NamedPolicy) {
     let leased_policy = Arc::new(s.leased.prepare(policy).expect("prepare"));
     let direct_policy = Arc::new(s.store.prepare(policy).expect("prepare"));
     let before = s.leased.stats();
-    let leased = ByLease(s.leased.clone(), leased_policy.clone());
-    let leased_count = answered_in_a_second(&s.runtime, "tp", leased);
+    let run = Duration::from_secs(1);
+    let leased_count = s.runtime.block_on(async {
+        let count = Arc::new(AtomicU64::new(0));
+        let end = Instant::now() + run;
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let (leased, policy, count) =
+                    (s.leased.clone(), leased_policy.clone(), count.clone());
+                tokio::spawn(async move {
+                    let key = format!("tp-{}", i % 4);
+                    while Instant::now() < end {
+                        let d = leased
+                            .acquire_leased(None, &policy, key.as_bytes(), 1)
+                            .await;
+                        if std::hint::black_box(d).is_ok() {
+                            count.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("a task");
+        }
+        count.load(Ordering::Relaxed)
+    });
     let after = s.leased.stats();
-    let direct = Direct(Arc::new(s.store.clone()), direct_policy);
-    let direct_count = answered_in_a_second(&s.runtime, "tpd", direct);
+    let store = Arc::new(s.store.clone());
+    let direct_count = s.runtime.block_on(async {
+        let count = Arc::new(AtomicU64::new(0));
+        let end = Instant::now() + run;
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let (store, policy, count) = (store.clone(), direct_policy.clone(), count.clone());
+                tokio::spawn(async move {
+                    let key = format!("tpd-{}", i % 4);
+                    while Instant::now() < end {
+                        let d = Limiter::acquire(&*store, None, &*policy, key.as_bytes(), 1).await;
+                        // Only answers count; an error (a timeout on a busy machine) doesn't.
+                        if std::hint::black_box(d).is_ok() {
+                            count.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("a task");
+        }
+        count.load(Ordering::Relaxed)
+    });
     let calls = (after.reservations - before.reservations)
         + (after.returns - before.returns)
         + (after.direct - before.direct);
@@ -197,69 +246,6 @@ fn throughput_run(s: &Setup, algorithm: &str, policy: &NamedPolicy) {
         q(990),
         q(999)
     );
-}
-
-/// The decisions answered in 1 s by 8 tasks on 4 hot keys (`{prefix}-0` to `-3`).
-fn answered_in_a_second(runtime: &Runtime, prefix: &str, mode: impl Decide) -> u64 {
-    runtime.block_on(async {
-        let count = Arc::new(AtomicU64::new(0));
-        let end = Instant::now() + Duration::from_secs(1);
-        let tasks: Vec<_> = (0..8)
-            .map(|i| {
-                let (mode, count) = (mode.clone(), count.clone());
-                let key = format!("{prefix}-{}", i % 4);
-                tokio::spawn(async move {
-                    while Instant::now() < end {
-                        let d = mode.decide(key.as_bytes()).await;
-                        // Only answers count; an error (a timeout on a busy machine) doesn't.
-                        if std::hint::black_box(d).is_ok() {
-                            count.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.expect("a task");
-        }
-        count.load(Ordering::Relaxed)
-    })
-}
-
-/// How the tasks of [`answered_in_a_second`] decide: through the leases or by the store.
-trait Decide: Clone + Send + 'static {
-    /// What an answer holds.
-    type Answer: Send;
-
-    /// One decision on `key`, cost 1: the call's own future, with nothing around it.
-    fn decide<'a>(&'a self, key: &'a [u8]) -> impl Future<Output = Answered<Self::Answer>> + Send;
-}
-
-/// What a decision comes back as.
-type Answered<T> = Result<T, DecideError>;
-
-/// Through the leases: the leased limiter and its policy.
-#[derive(Clone)]
-struct ByLease(LeasedLimiter<Store>, Arc<LeasedPolicy<RedisPolicy>>);
-
-impl Decide for ByLease {
-    type Answer = Decided;
-
-    fn decide<'a>(&'a self, key: &'a [u8]) -> impl Future<Output = Answered<Decided>> + Send {
-        self.0.acquire_leased(None, &self.1, key, 1)
-    }
-}
-
-/// By the store itself: the store and its policy.
-#[derive(Clone)]
-struct Direct(Arc<Store>, Arc<RedisPolicy>);
-
-impl Decide for Direct {
-    type Answer = Decision;
-
-    fn decide<'a>(&'a self, key: &'a [u8]) -> impl Future<Output = Answered<Decision>> + Send {
-        Limiter::acquire(&*self.0, None, &*self.1, key, 1)
-    }
 }
 
 criterion_group!(benches, decisions);
