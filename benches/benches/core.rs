@@ -24,11 +24,16 @@ use criterion::measurement::Measurement;
 use criterion::{BenchmarkGroup, Criterion, Throughput};
 use rein_benches::ThreadCpuTime;
 use rein_core::{
-    AcquireError, Algorithm, Limit, Micros, Policy, Timestamp, fixed_window::FixedWindow,
-    sliding_counter::SlidingCounter, sliding_log::SlidingLog, token_bucket::TokenBucket,
+    AcquireError, Algorithm, Limit, Micros, Policy, Timestamp,
+    fixed_window::{FixedWindow, FixedWindowState},
+    sliding_counter::{SlidingCounter, SlidingCounterState},
+    sliding_log::{SlidingLog, SlidingLogState},
+    token_bucket::{TokenBucket, TokenBucketState},
 };
 
 fn allow_heavy<M: Measurement>(c: &mut Criterion<M>, group: &str) {
+    let mut group = c.benchmark_group(group);
+    group.throughput(Throughput::Elements(1));
     // One admission per µs against a refill of one per µs, or a window limit of one per µs.
     let second = Micros::from_secs(1);
     let bucket = ok(TokenBucket::new(1_000_000, 1_000_000, second));
@@ -37,36 +42,65 @@ fn allow_heavy<M: Measurement>(c: &mut Criterion<M>, group: &str) {
     let log = ok(SlidingLog::new(1_000, Micros::from_millis(1)));
     // Twice the steady rate: the weighted estimate never reaches the limit.
     let counter = ok(SlidingCounter::new(2_000_000, second));
-    all_algorithms(c, group, bucket, window, log, counter);
+    all_algorithms(&mut group, bucket, window, log, counter);
+    group.finish();
 }
 
 fn deny_heavy<M: Measurement>(c: &mut Criterion<M>, group: &str) {
+    let mut group = c.benchmark_group(group);
+    group.throughput(Throughput::Elements(1));
     let hour = Micros::from_secs(3_600);
     let bucket = ok(TokenBucket::new(10, 10, hour));
     let window = ok(FixedWindow::new(10, hour));
     let log = ok(SlidingLog::new(10, hour));
     let counter = ok(SlidingCounter::new(10, hour));
-    all_algorithms(c, group, bucket, window, log, counter);
+    all_algorithms(&mut group, bucket, window, log, counter);
+    group.finish();
 }
 
-/// Group `name`: one decision per iteration, by each of the limits given.
 fn all_algorithms<M: Measurement>(
-    c: &mut Criterion<M>,
-    name: &str,
+    group: &mut BenchmarkGroup<'_, M>,
     bucket: TokenBucket,
     window: FixedWindow,
     log: SlidingLog,
     counter: SlidingCounter,
 ) {
-    let mut benchmarks = c.benchmark_group(name);
-    benchmarks.throughput(Throughput::Elements(1));
-    let group = &mut benchmarks;
-    from_full(group, "token_bucket", bucket, TokenBucket::acquire);
-    from_full(group, "token_bucket_try", bucket, TokenBucket::try_acquire);
-    from_full(group, "fixed_window", window, FixedWindow::acquire);
-    from_full(group, "fixed_window_try", window, FixedWindow::try_acquire);
-    from_full(group, "sliding_log", log, SlidingLog::acquire);
-    from_full(group, "sliding_counter", counter, SlidingCounter::acquire);
+    decide(
+        group,
+        "token_bucket",
+        TokenBucketState::default(),
+        |now, s| bucket.acquire(now, s, 1),
+    );
+    decide(
+        group,
+        "token_bucket_try",
+        TokenBucketState::default(),
+        |now, s| bucket.try_acquire(now, s, 1),
+    );
+    decide(
+        group,
+        "fixed_window",
+        FixedWindowState::default(),
+        |now, s| window.acquire(now, s, 1),
+    );
+    decide(
+        group,
+        "fixed_window_try",
+        FixedWindowState::default(),
+        |now, s| window.try_acquire(now, s, 1),
+    );
+    decide(
+        group,
+        "sliding_log",
+        SlidingLogState::default(),
+        |now, s| log.acquire(now, s, 1),
+    );
+    decide(
+        group,
+        "sliding_counter",
+        SlidingCounterState::default(),
+        |now, s| counter.acquire(now, s, 1),
+    );
     let single = Policy::single(Limit::TokenBucket(bucket));
     decide(
         group,
@@ -80,19 +114,6 @@ fn all_algorithms<M: Measurement>(
     ]));
     decide(group, "policy_2_limits", pair.new_state(), |now, s| {
         pair.acquire(now, s, 1)
-    });
-    benchmarks.finish();
-}
-
-/// [`decide`] by `method` (`acquire` or `try_acquire`) of `algorithm`, from its full state.
-fn from_full<A: Algorithm, D, M: Measurement>(
-    group: &mut BenchmarkGroup<'_, M>,
-    name: &str,
-    algorithm: A,
-    method: impl Fn(&A, Timestamp, &mut A::State, u64) -> Result<D, AcquireError>,
-) {
-    decide(group, name, A::State::default(), |now, s| {
-        method(&algorithm, now, s, 1)
     });
 }
 
