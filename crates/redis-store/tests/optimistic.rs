@@ -118,17 +118,10 @@ async fn two_stores_of_32_tasks_on_4_connections_each_admit_exactly_the_limit() 
 fn three_processes_admit_exactly_the_limit_together() {
     const PROCESSES: usize = 3;
     let server = RedisServer::start().expect("start redis-server");
-    let exe = std::env::current_exe().expect("the test binary");
     let children: Vec<_> = (0..PROCESSES)
         .map(|i| {
-            std::process::Command::new(&exe)
-                .args([
-                    "--exact",
-                    "cross_process_worker",
-                    "--ignored",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
+            common::worker("cross_process_worker")
+                .arg("--test-threads=1")
                 .env(CHILD_URL, server.url())
                 .env(CHILD_SEED, i.to_string())
                 .stdout(std::process::Stdio::piped())

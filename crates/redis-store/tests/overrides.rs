@@ -278,16 +278,9 @@ const STOP: &str = "overrides-test:stop";
 fn two_processes_under_load_follow_each_change_within_its_staleness() {
     const WORKERS: usize = 2;
     let server = RedisServer::start().expect("start redis-server");
-    let exe = std::env::current_exe().expect("the test binary");
     let workers: Vec<_> = (0..WORKERS)
         .map(|_| {
-            std::process::Command::new(&exe)
-                .args([
-                    "--exact",
-                    "override_load_worker",
-                    "--ignored",
-                    "--nocapture",
-                ])
+            common::worker("override_load_worker")
                 .env(WORKER_URL, server.url())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::inherit())

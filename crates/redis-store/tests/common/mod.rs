@@ -229,6 +229,16 @@ pub fn check_cases<S, F, Fut>(
     }
 }
 
+/// This test binary, started again to run only the ignored test `test` (a worker process
+/// of a test that needs several), its output not captured; the caller adds its environment
+/// and spawns it.
+pub fn worker(test: &str) -> std::process::Command {
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut command = std::process::Command::new(exe);
+    command.args(["--exact", test, "--ignored", "--nocapture"]);
+    command
+}
+
 /// A TCP server on 127.0.0.1 that speaks just enough RESP to be mistaken for Redis: it
 /// answers every complete command it receives with `reply` (or with nothing at all, if
 /// `reply` is empty). It counts the bytes it received.
