@@ -168,6 +168,22 @@ fn limit_of(run: &Run, algorithm: &str) -> Limit {
 }
 
 impl Run {
+    /// A run of `algorithms` over `server`, `limit` per window of `window_us` (a token
+    /// bucket's refill per window), on one key each, four tasks a process asking as fast as
+    /// they can for 2 s; a test sets what it needs otherwise.
+    fn on(server: &RedisServer, algorithms: &'static str, limit: u64, window_us: u64) -> Self {
+        Run {
+            port: server.port(),
+            algorithms,
+            limit,
+            window_us,
+            keys: 1,
+            tasks: 4,
+            rate: 0,
+            duration_ms: 2_000,
+        }
+    }
+
     fn algorithms(&self) -> impl Iterator<Item = &'static str> {
         self.algorithms.split(',')
     }
@@ -394,6 +410,21 @@ fn kill_once_leasing(mut child: std::process::Child, at_least: usize) -> String 
         "the worker ended before its kill: {status:?}"
     );
     reader.join().expect("the reader")
+}
+
+/// Three workers of `run`, streaming what they admit, the first SIGKILLed once it has leased
+/// `at_least` ([`kill_once_leasing`]): every worker's output, the killed one's first, and
+/// the instant of the kill.
+fn three_with_one_killed(run: &Run, at_least: usize) -> (Vec<String>, u64) {
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut children: Vec<_> = (0..3).map(|_| spawn_worker(&exe, run, true)).collect();
+    let victim = children.remove(0);
+    let others = drained(children);
+    let killed = kill_once_leasing(victim, at_least);
+    let killed_at = wall_us();
+    let mut outputs = vec![killed];
+    outputs.extend(others());
+    (outputs, killed_at)
 }
 
 fn spawn_worker(exe: &std::path::Path, run: &Run, stream: bool) -> std::process::Child {
@@ -668,14 +699,9 @@ fn processes_together_admit_exactly_the_limit() {
         "too close to a boundary"
     );
     let run = Run {
-        port: server.port(),
-        algorithms: ALL,
-        limit: 1_000,
-        window_us,
         keys: 2,
-        tasks: 4,
-        rate: 0,
         duration_ms: 1_500,
+        ..Run::on(&server, ALL, 1_000, window_us)
     };
     let report = run_workers(&run, 3);
     for algorithm in run.algorithms() {
@@ -720,14 +746,9 @@ fn steady_demand_at(rates: &'static [u64]) {
     // A window is 20 renewal intervals (docs/leases.md, "Sizing": shorter windows strand
     // relatively more).
     let run = Run {
-        port: server.port(),
-        algorithms: ALL,
-        limit: 400,
-        window_us: 1_000_000,
         keys: 2,
-        tasks: 4,
-        rate: 0,
         duration_ms: 5_000,
+        ..Run::on(&server, ALL, 400, 1_000_000)
     };
     let report = run_workers_at(&run, rates);
     for algorithm in run.algorithms() {
@@ -792,14 +813,9 @@ fn steady_demand_at(rates: &'static [u64]) {
 fn token_bucket_demand_uses_the_rate(rates: &[u64]) {
     let server = RedisServer::start().expect("redis-server");
     let run = Run {
-        port: server.port(),
-        algorithms: "tb",
-        limit: 400,
-        window_us: 1_000_000,
         keys: 2,
-        tasks: 4,
-        rate: 0,
         duration_ms: 5_000,
+        ..Run::on(&server, "tb", 400, 1_000_000)
     };
     let report = run_workers_at(&run, rates);
     for key in 0..run.keys {
@@ -1130,22 +1146,10 @@ fn a_worker_killed_holding_a_lease_strands_at_most_its_share_and_nothing_is_over
     let _machine = machine();
     let server = RedisServer::start().expect("redis-server");
     let run = Run {
-        port: server.port(),
-        algorithms: "fw,sl",
-        limit: 1_000,
-        window_us: LONG_WINDOW_US,
-        keys: 1,
-        tasks: 4,
         rate: 1_000,
-        duration_ms: 2_000,
+        ..Run::on(&server, "fw,sl", 1_000, LONG_WINDOW_US)
     };
-    let exe = std::env::current_exe().expect("the test binary");
-    let mut children: Vec<_> = (0..3).map(|_| spawn_worker(&exe, &run, true)).collect();
-    let victim = children.remove(0);
-    let others = drained(children);
-    let killed = kill_once_leasing(victim, 20);
-    let mut outputs = vec![killed];
-    outputs.extend(others());
+    let (outputs, _) = three_with_one_killed(&run, 20);
     let mut admitted = [0u64; 2];
     for text in &outputs {
         for (key, count) in admitted.iter_mut().enumerate() {
@@ -1181,24 +1185,11 @@ fn a_token_bucket_holder_killed_strands_its_share_for_one_validity_and_nothing_i
     let _machine = machine();
     let server = RedisServer::start().expect("redis-server");
     let run = Run {
-        port: server.port(),
-        algorithms: "tb",
-        limit: 400,
-        window_us: 1_000_000,
-        keys: 1,
-        tasks: 4,
         rate: 400,
-        duration_ms: 2_000,
+        ..Run::on(&server, "tb", 400, 1_000_000)
     };
-    let exe = std::env::current_exe().expect("the test binary");
-    let mut children: Vec<_> = (0..3).map(|_| spawn_worker(&exe, &run, true)).collect();
-    let victim = children.remove(0);
-    let others = drained(children);
     // Killed once it spends a rate share: it holds one then.
-    let killed = kill_once_leasing(victim, 40);
-    let killed_at = wall_us();
-    let mut outputs = vec![killed];
-    outputs.extend(others());
+    let (outputs, killed_at) = three_with_one_killed(&run, 40);
     let mut calls = Vec::new();
     for text in &outputs {
         for line in text.lines().filter(|l| l.starts_with("CALL_AT ")) {
@@ -1474,14 +1465,10 @@ fn five_processes_under_bursty_shifting_demand_and_a_killed_holder_never_over_an
     let _machine = machine();
     let server = RedisServer::start().expect("redis-server");
     let run = Run {
-        port: server.port(),
-        algorithms: "fw,sc,sl,tb",
-        limit: 200,
-        window_us: 1_000_000,
-        keys: 1,
         tasks: 1,
         rate: 100,
         duration_ms: 5_600,
+        ..Run::on(&server, "fw,sc,sl,tb", 200, 1_000_000)
     };
     let exe = std::env::current_exe().expect("the test binary");
     // Shapes count from a common instant once every worker is up, a window boundary, so
