@@ -1242,18 +1242,19 @@ async fn leases_are_a_builder_option_with_the_same_call_and_answer() {
         .leases(config())
         .build()
         .expect("a limiter");
-    let mut by_source: BTreeMap<&str, u64> = BTreeMap::new();
-    for _ in 0..150 {
-        let d = limiter.acquire("k", 1).await.expect("a decision");
-        *by_source.entry(d.source.as_str()).or_default() += u64::from(d.is_allowed());
-    }
+    let by_source = answers_to_150(&limiter).await;
     assert_eq!(
-        by_source.values().sum::<u64>(),
+        by_source
+            .values()
+            .map(|&(_, admitted)| admitted)
+            .sum::<u64>(),
         100,
         "exactly the limit: {by_source:?}"
     );
     assert!(
-        by_source.get("lease").copied().unwrap_or(0) > 0,
+        by_source
+            .get("lease")
+            .is_some_and(|&(_, admitted)| admitted > 0),
         "{by_source:?}"
     );
     let stats = limiter.stats();
@@ -1289,18 +1290,38 @@ async fn leases_are_a_builder_option_with_the_same_call_and_answer() {
         .leases(config())
         .build()
         .expect("a limiter");
-    let mut shadow_sources: BTreeMap<&str, u64> = BTreeMap::new();
-    for _ in 0..150 {
-        let d = shadowed.acquire("k", 1).await.expect("a decision");
-        assert!(d.is_allowed(), "{d:?}");
-        *shadow_sources.entry(d.source.as_str()).or_default() += 1;
-    }
+    let shadow_sources = answers_to_150(&shadowed).await;
+    assert!(
+        shadow_sources
+            .values()
+            .all(|&(answered, admitted)| admitted == answered),
+        "every request admitted: {shadow_sources:?}"
+    );
+    assert!(
+        shadow_sources.contains_key("local_denial"),
+        "the leases' local denials among them: {shadow_sources:?}"
+    );
     assert_eq!(
         shadowed.shadow_denials("api").expect("a policy"),
         50,
         "{shadow_sources:?}"
     );
     shadowed.shutdown().await;
+}
+
+/// 150 requests of cost 1 for key `k`: per source, how many it answered and how many of
+/// those it admitted.
+async fn answers_to_150(
+    limiter: &ResilientLimiter<rein_memory::MemoryStore, Leased<rein_memory::MemoryStore>>,
+) -> BTreeMap<&'static str, (u64, u64)> {
+    let mut by_source: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for _ in 0..150 {
+        let d = limiter.acquire("k", 1).await.expect("a decision");
+        let (answered, admitted) = by_source.entry(d.source.as_str()).or_default();
+        *answered += 1;
+        *admitted += u64::from(d.is_allowed());
+    }
+    by_source
 }
 
 /// A token bucket over the memory store: the first request goes to the direct share and
