@@ -765,18 +765,10 @@ enum Plan<'a, S: Leasable + Clone + 'static> {
 
 /// Where one descriptor is decided. (The trait's methods are called by path:
 /// `ResilientLimiter`'s inherent ones of the same names take a policy name.)
+#[derive(Clone)]
 enum Target<'a, S: Leasable + Clone + 'static> {
     Direct(&'a ResilientLimiter<S>, &'a TablePolicy),
     Leased(&'a ResilientLimiter<S, Leased<S>>, &'a TablePolicy),
-}
-
-impl<S: Leasable + Clone + 'static> Clone for Target<'_, S> {
-    fn clone(&self) -> Self {
-        match self {
-            Target::Direct(l, p) => Target::Direct(l, p),
-            Target::Leased(l, p) => Target::Leased(l, p),
-        }
-    }
 }
 
 impl<S: Leasable + Clone + 'static> Target<'_, S> {
