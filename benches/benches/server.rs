@@ -37,9 +37,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use rein::FailurePolicy;
 use rein_core::Leasable;
+use rein_memory::MemoryStore;
 use rein_redis::RedisStoreBuilder;
 use rein_redis_harness::RedisServer;
-use rein_server::{RateLimitService, ReloadableMemoryStore, RulesConfig, ServiceSettings};
+use rein_server::{RateLimitService, RulesConfig, ServiceSettings};
 
 /// The allocator `rein-server`'s binary ships with (its `main.rs`).
 #[global_allocator]
@@ -78,7 +79,7 @@ fn main() {
     println!("|---|---:|---:|---:|---:|---:|---:|");
     runtime.block_on(async {
         for leases in [false, true] {
-            let memory = service(ReloadableMemoryStore::new(), leases);
+            let memory = service(MemoryStore::new(), leases);
             let (rate, p50, p99, cpu) = grpc_load(memory, run).await;
             let name = if leases {
                 "in process, leases"
@@ -265,7 +266,7 @@ fn envoy_rounds(runtime: &tokio::runtime::Runtime, run: Duration) {
             .await
             .expect("bind");
         let grpc = listener.local_addr().expect("addr");
-        let rein = rein_server::grpc::server(service(ReloadableMemoryStore::new(), false));
+        let rein = rein_server::grpc::server(service(MemoryStore::new(), false));
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(rein)

@@ -56,18 +56,37 @@ pub enum ConfigError {
     },
 }
 
+/// A request whose cost exceeds the capacity it is decided against (a limit's, or a
+/// policy's smallest limit's), so no amount of waiting admits it. Fix: split the request,
+/// or raise the capacity. Every error that can say this nests this one type: the check and
+/// its message are written here once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Error)]
+#[error("cost {cost} exceeds capacity {capacity}: it can never be admitted")]
+pub struct OverCapacity {
+    /// The requested cost.
+    pub cost: u64,
+    /// The capacity it was checked against.
+    pub capacity: u64,
+}
+
+impl OverCapacity {
+    /// `Err` if `cost` exceeds `capacity`.
+    #[inline]
+    pub fn check(cost: u64, capacity: u64) -> Result<(), Self> {
+        if cost > capacity {
+            Err(Self { cost, capacity })
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// A request that can never be admitted, or state that does not belong to the limit.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum AcquireError {
-    /// The cost exceeds the limit's capacity, so no amount of waiting admits it. Split the
-    /// request, or raise the capacity.
-    #[error("cost {cost} exceeds capacity {capacity}: it can never be admitted")]
-    InsufficientCapacity {
-        /// The requested cost.
-        cost: u64,
-        /// The capacity of the smallest limit it was checked against.
-        capacity: u64,
-    },
+    /// The cost exceeds the limit's capacity; see [`OverCapacity`].
+    #[error(transparent)]
+    InsufficientCapacity(#[from] OverCapacity),
     /// The state passed in was made for a different algorithm or policy shape (for
     /// example, a policy changed while its old state was still stored). The state is left
     /// untouched; start from a fresh state for the new policy.

@@ -8,6 +8,7 @@
 
 use std::num::NonZeroU32;
 
+use crate::OverCapacity;
 use crate::algorithm::{capacity_share, commit};
 use crate::divisor::Divisor;
 use crate::{AcquireError, Algorithm, ConfigError, Decision, Micros, Outcome, Timestamp};
@@ -48,13 +49,10 @@ impl FixedWindow {
     /// `limit` cost units per `window`. Errors if either is zero, if `limit` exceeds
     /// [`MAX_MICROS`](crate::MAX_MICROS), or if `window` exceeds [`MAX_SPAN`](crate::MAX_SPAN).
     pub fn new(limit: u64, window: Micros) -> Result<Self, ConfigError> {
-        crate::ensure_nonzero("limit", limit)?;
-        crate::ensure_nonzero("window", window.as_micros())?;
-        crate::ensure_exact("limit", limit)?;
-        crate::ensure_span("window", window.as_micros())?;
+        let window = crate::limit_per_window(limit, window)?;
         Ok(Self {
             limit,
-            window: Divisor::new(window.as_micros()),
+            window: Divisor::new(window),
         })
     }
 
@@ -78,12 +76,7 @@ impl FixedWindow {
         state: &FixedWindowState,
         cost: u64,
     ) -> Result<Step, AcquireError> {
-        if cost > self.limit {
-            return Err(AcquireError::InsufficientCapacity {
-                cost,
-                capacity: self.limit,
-            });
-        }
+        OverCapacity::check(cost, self.limit)?;
         let (start, count) = self.current(now, state);
         let remaining = self.limit.saturating_sub(count);
         Ok(Step {

@@ -83,7 +83,7 @@ pub mod token_bucket;
 pub use algorithm::Algorithm;
 pub use block::Block;
 pub use decision::{Decision, Outcome};
-pub use error::{AcquireError, ConfigError, DecodeError};
+pub use error::{AcquireError, ConfigError, DecodeError, OverCapacity};
 pub use limit::{Limit, LimitState};
 pub use limiter::{
     DEFAULT_DEADLINE, DecideError, Held, KeyError, Leasable, Limiter, NamedPolicy, PrepareError,
@@ -91,6 +91,17 @@ pub use limiter::{
 };
 pub use policy::{MAX_LIMITS, Policy, PolicyState};
 pub use time::{MAX_MICROS, MAX_SPAN, Micros, Timestamp};
+
+/// Checks a limit of `limit` units per `window` (a fixed window's, a sliding log's): both
+/// nonzero, `limit` at most [`MAX_MICROS`], `window` at most [`MAX_SPAN`]. Returns the
+/// window in µs.
+fn limit_per_window(limit: u64, window: Micros) -> Result<u64, ConfigError> {
+    ensure_nonzero("limit", limit)?;
+    ensure_nonzero("window", window.as_micros())?;
+    ensure_exact("limit", limit)?;
+    ensure_span("window", window.as_micros())?;
+    Ok(window.as_micros())
+}
 
 fn ensure_nonzero(what: &'static str, value: u64) -> Result<(), ConfigError> {
     if value == 0 {

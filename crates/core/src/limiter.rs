@@ -27,7 +27,7 @@ use thiserror::Error;
 #[cfg(doc)]
 use crate::rate_share::RateShares;
 use crate::{
-    ConfigError, Decision, Micros, Policy, Timestamp,
+    ConfigError, Decision, Micros, OverCapacity, Policy, Timestamp,
     rate_share::{RateAnswer, RateOp, ShareError},
 };
 
@@ -269,16 +269,10 @@ impl NamedPolicy {
 #[derive(Clone, Debug, Error)]
 #[non_exhaustive]
 pub enum DecideError {
-    /// The cost exceeds the policy's capacity (its smallest limit's), so no amount of
-    /// waiting admits it. Checked before any store is called. Fix: split the request, or
-    /// raise the capacity.
-    #[error("cost {cost} exceeds capacity {capacity}: it can never be admitted")]
-    InsufficientCapacity {
-        /// The requested cost.
-        cost: u64,
-        /// The policy's capacity.
-        capacity: u64,
-    },
+    /// The cost exceeds the policy's capacity (its smallest limit's); see
+    /// [`OverCapacity`]. Checked before any store is called.
+    #[error(transparent)]
+    InsufficientCapacity(#[from] OverCapacity),
     /// The key cannot be used; see [`KeyError`].
     #[error(transparent)]
     InvalidKey(#[from] KeyError),

@@ -6,6 +6,7 @@
 //! because every algorithm here is monotone: once a limit would admit a request, it keeps
 //! admitting it as time passes with nothing else admitted.
 
+use crate::OverCapacity;
 use crate::{AcquireError, ConfigError, Decision, Limit, LimitState, Micros, Outcome, Timestamp};
 
 /// The most limits one policy may hold. Each is checked on every request, and the Redis
@@ -148,9 +149,7 @@ impl Policy {
     ) -> Result<Decision, AcquireError> {
         self.check_shape(state)?;
         let capacity = self.capacity();
-        if cost > capacity {
-            return Err(AcquireError::InsufficientCapacity { cost, capacity });
-        }
+        OverCapacity::check(cost, capacity)?;
         let mut combined = None;
         for (index, (limit, limit_state)) in self.limits.iter().zip(state.iter()).enumerate() {
             let decision = match hold {

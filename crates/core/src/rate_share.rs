@@ -41,7 +41,7 @@
 use thiserror::Error;
 
 use crate::{
-    Algorithm, ConfigError, Decision, MAX_MICROS, MAX_SPAN, Micros, Timestamp,
+    Algorithm, ConfigError, Decision, MAX_MICROS, MAX_SPAN, Micros, OverCapacity, Timestamp,
     token_bucket::TokenBucket,
 };
 
@@ -213,14 +213,9 @@ pub enum ShareError {
     /// ([`RateShares::new`]): decide it with `acquire`.
     #[error("the policy is not a single shareable token bucket")]
     NotShareable,
-    /// A direct request costing more than the bucket's capacity: it can never be admitted.
-    #[error("cost {cost} exceeds capacity {capacity}")]
-    InsufficientCapacity {
-        /// The cost.
-        cost: u64,
-        /// The capacity.
-        capacity: u64,
-    },
+    /// A direct request costing more than the bucket's capacity; see [`OverCapacity`].
+    #[error(transparent)]
+    InsufficientCapacity(#[from] OverCapacity),
 }
 
 impl RateShares {
@@ -425,12 +420,7 @@ impl RateShares {
         state: &mut RateState,
         cost: u64,
     ) -> Result<Decision, ShareError> {
-        if cost > self.capacity {
-            return Err(ShareError::InsufficientCapacity {
-                cost,
-                capacity: self.capacity,
-            });
-        }
+        OverCapacity::check(cost, self.capacity)?;
         let mut next = state.clone();
         let eff = self.advance(now, &mut next);
         let level = self.full_units().saturating_sub(next.drawn);
@@ -945,10 +935,10 @@ mod tests {
         }
         assert_eq!(
             s.direct(t, &mut state, 11),
-            Err(ShareError::InsufficientCapacity {
+            Err(ShareError::InsufficientCapacity(OverCapacity {
                 cost: 11,
                 capacity: 10
-            })
+            }))
         );
         assert_eq!(state, RateState::default());
     }

@@ -21,6 +21,7 @@
 
 use std::num::NonZeroU32;
 
+use crate::OverCapacity;
 use crate::algorithm::{capacity_share, commit};
 use crate::divisor::Divisor;
 use crate::{AcquireError, Algorithm, ConfigError, Decision, Micros, Timestamp};
@@ -97,12 +98,7 @@ impl SlidingCounter {
         state: &SlidingCounterState,
         cost: u64,
     ) -> Result<(Decision, Option<SlidingCounterState>), AcquireError> {
-        if cost > self.limit {
-            return Err(AcquireError::InsufficientCapacity {
-                cost,
-                capacity: self.limit,
-            });
-        }
+        OverCapacity::check(cost, self.limit)?;
         let v = self.view(now, state);
         let now = now.as_micros();
         let budget = self.limit * self.window.get();

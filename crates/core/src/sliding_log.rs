@@ -29,6 +29,7 @@ use std::collections::VecDeque;
 
 use std::num::NonZeroU32;
 
+use crate::OverCapacity;
 use crate::algorithm::capacity_share;
 use crate::{AcquireError, Algorithm, ConfigError, Decision, DecodeError, Micros, Timestamp};
 
@@ -81,14 +82,8 @@ impl SlidingLog {
     /// `limit` cost units in any `window`. Errors if either is zero, if `limit` exceeds
     /// [`MAX_MICROS`](crate::MAX_MICROS), or if `window` exceeds [`MAX_SPAN`](crate::MAX_SPAN).
     pub fn new(limit: u64, window: Micros) -> Result<Self, ConfigError> {
-        crate::ensure_nonzero("limit", limit)?;
-        crate::ensure_nonzero("window", window.as_micros())?;
-        crate::ensure_exact("limit", limit)?;
-        crate::ensure_span("window", window.as_micros())?;
-        Ok(Self {
-            limit,
-            window: window.as_micros(),
-        })
+        let window = crate::limit_per_window(limit, window)?;
+        Ok(Self { limit, window })
     }
 
     /// Cost units admitted in any window.
@@ -183,12 +178,7 @@ impl SlidingLog {
         cost: u64,
         stamp: Timestamp,
     ) -> Result<(Decision, usize), AcquireError> {
-        if cost > self.limit {
-            return Err(AcquireError::InsufficientCapacity {
-                cost,
-                capacity: self.limit,
-            });
-        }
+        OverCapacity::check(cost, self.limit)?;
         let now = now.as_micros();
         let mut expired = 0;
         let mut live = state.total;

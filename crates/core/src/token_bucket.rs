@@ -16,6 +16,7 @@
 
 use std::num::NonZeroU32;
 
+use crate::OverCapacity;
 use crate::algorithm::{capacity_share, commit};
 use crate::divisor::Divisor;
 use crate::{
@@ -116,12 +117,7 @@ impl TokenBucket {
         state: &TokenBucketState,
         cost: u64,
     ) -> Result<Step, AcquireError> {
-        if cost > self.capacity {
-            return Err(AcquireError::InsufficientCapacity {
-                cost,
-                capacity: self.capacity,
-            });
-        }
+        OverCapacity::check(cost, self.capacity)?;
         let now_us = now.as_micros();
         // max(tat, now), as whole µs ahead of now plus a remainder in units.
         let (ahead_us, ahead_units) = if self.is_full(now, state) {

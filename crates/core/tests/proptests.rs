@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{RngSeed, TestCaseError};
+use rein_core::OverCapacity;
 use rein_core::{
     AcquireError, ConfigError, Decision, Limit, LimitState, MAX_MICROS, MAX_SPAN, Micros, Policy,
     PolicyState, Timestamp,
@@ -888,7 +889,7 @@ fn against_oracle(
                     limit.peek(at(now), &state, cost)
                 };
                 if cost > capacity {
-                    let never = AcquireError::InsufficientCapacity { cost, capacity };
+                    let never = AcquireError::InsufficientCapacity(OverCapacity { cost, capacity });
                     prop_assert_eq!(result, Err(never));
                     continue;
                 }
@@ -989,7 +990,7 @@ fn drive(config: Config, start: u64, ops: &[Op]) -> Result<Vec<(u64, u64)>, Test
                     same_as_try_acquire(&limit, &before, now, cost, &result, &state)?;
                 }
                 if cost > capacity {
-                    let never = AcquireError::InsufficientCapacity { cost, capacity };
+                    let never = AcquireError::InsufficientCapacity(OverCapacity { cost, capacity });
                     prop_assert_eq!(result, Err(never));
                     prop_assert_eq!(&state, &before);
                     continue;
@@ -1191,7 +1192,7 @@ fn policy_against_its_limits(
                     policy.peek(at(now), &state, cost)
                 };
                 if cost > capacity {
-                    let never = AcquireError::InsufficientCapacity { cost, capacity };
+                    let never = AcquireError::InsufficientCapacity(OverCapacity { cost, capacity });
                     prop_assert_eq!(result, Err(never));
                     continue;
                 }
@@ -1263,7 +1264,7 @@ fn drive_anything(
         };
         match result {
             Ok(_) => prop_assert!(cost <= capacity),
-            Err(AcquireError::InsufficientCapacity { .. }) => prop_assert!(cost > capacity),
+            Err(AcquireError::InsufficientCapacity(_)) => prop_assert!(cost > capacity),
             Err(other) => prop_assert!(false, "unexpected {:?}", other),
         }
     }

@@ -7,6 +7,7 @@
 //! `AcquireError::InsufficientCapacity` and ignores the figures. Denials, peeks and errors
 //! must leave the state unchanged.
 
+use rein_core::OverCapacity;
 use rein_core::{
     AcquireError, ConfigError, Decision, Limit, LimitState, MAX_LIMITS, MAX_MICROS, MAX_SPAN,
     Micros, Policy, PolicyState, Timestamp,
@@ -539,7 +540,10 @@ fn run(table: &str, mut subject: impl Subject, rows: &[Row]) {
         };
         let unchanged = subject.snapshot() == before;
         match (row.outcome, result) {
-            (NeverFits, Err(AcquireError::InsufficientCapacity { cost, capacity })) => {
+            (
+                NeverFits,
+                Err(AcquireError::InsufficientCapacity(OverCapacity { cost, capacity })),
+            ) => {
                 assert_eq!(
                     (cost, capacity),
                     (row.cost, subject.capacity()),

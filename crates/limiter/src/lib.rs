@@ -95,7 +95,7 @@ mod table;
 
 use thiserror::Error;
 
-use rein_core::{KeyError, PrepareError};
+use rein_core::{KeyError, OverCapacity, PrepareError};
 
 // The front door: what an application uses first. The machinery of the breaker, leases,
 // regions and the counters is in the modules of those names.
@@ -136,15 +136,10 @@ struct ArchitectureDoc;
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum RequestError {
-    /// The cost exceeds the capacity of the key's policy (its smallest limit), so no amount
-    /// of waiting admits it. Fix: split the request, or raise the capacity.
-    #[error("cost {cost} exceeds capacity {capacity}: it can never be admitted")]
-    InsufficientCapacity {
-        /// The requested cost.
-        cost: u64,
-        /// The policy's capacity.
-        capacity: u64,
-    },
+    /// The cost exceeds the capacity of the key's policy (its smallest limit); see
+    /// [`OverCapacity`].
+    #[error(transparent)]
+    InsufficientCapacity(#[from] OverCapacity),
     /// The key cannot be used; see [`KeyError`].
     #[error(transparent)]
     InvalidKey(#[from] KeyError),

@@ -7,6 +7,7 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rein_core::OverCapacity;
 use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
 use rein_core::{
     DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, PrepareError, StoreError,
@@ -397,14 +398,12 @@ impl<S: Limiter> Shared<S> {
     /// be admitted; otherwise the error, counted.
     pub(crate) fn check(&self, index: usize, key: &[u8], cost: u64) -> Result<u64, RequestError> {
         let capacity = self.table.policies()[index].policy().capacity();
-        if key.is_empty() || cost > capacity {
-            self.gate.invalid_request();
-            return Err(if key.is_empty() {
-                RequestError::InvalidKey(rein_core::KeyError::Empty)
-            } else {
-                RequestError::InsufficientCapacity { cost, capacity }
-            });
-        }
+        let admissible = if key.is_empty() {
+            Err(RequestError::InvalidKey(rein_core::KeyError::Empty))
+        } else {
+            OverCapacity::check(cost, capacity).map_err(RequestError::from)
+        };
+        admissible.inspect_err(|_| self.gate.invalid_request())?;
         Ok(capacity)
     }
 
@@ -480,9 +479,9 @@ impl<S: Limiter> Shared<S> {
             }
             // Checked before the call; if the store refuses what the table accepted, no
             // call was made.
-            Ok(Err(DecideError::InsufficientCapacity { cost, capacity })) => {
+            Ok(Err(DecideError::InsufficientCapacity(over))) => {
                 self.gate.refused(ended, ticket);
-                return Err(RequestError::InsufficientCapacity { cost, capacity });
+                return Err(over.into());
             }
             Ok(Err(DecideError::InvalidKey(e))) => {
                 self.gate.refused(ended, ticket);
@@ -875,9 +874,7 @@ pub struct TablePolicy(usize);
 /// (it names a policy of the table by construction); it is mapped for completeness.
 fn decide_error(error: RequestError) -> DecideError {
     match error {
-        RequestError::InsufficientCapacity { cost, capacity } => {
-            DecideError::InsufficientCapacity { cost, capacity }
-        }
+        RequestError::InsufficientCapacity(over) => over.into(),
         RequestError::InvalidKey(e) => DecideError::InvalidKey(e),
         RequestError::UnknownPolicy(name) => DecideError::Unavailable(StoreError::UnexpectedReply(
             format!("no policy named {name:?}"),

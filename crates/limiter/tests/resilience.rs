@@ -13,6 +13,7 @@ use rein::{
     AllowCacheConfig, BreakerConfig, Decided, FailurePolicy, PolicyTable, RequestError,
     ResilientLimiter, Source, TimeSource, Unavailable, breaker::BreakerState,
 };
+use rein_core::OverCapacity;
 use rein_core::{Limit, LimitState, Limiter, Micros, NamedPolicy, Outcome, Policy, Timestamp};
 use rein_memory::FakeClock;
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
@@ -630,10 +631,10 @@ async fn the_policy_table_routes_keys_by_prefix_and_by_name() {
     );
     assert!(matches!(
         limiter.acquire("bob", 6).await,
-        Err(RequestError::InsufficientCapacity {
+        Err(RequestError::InsufficientCapacity(OverCapacity {
             cost: 6,
             capacity: 5
-        })
+        }))
     ));
     assert!(matches!(
         limiter.acquire("", 1).await,

@@ -6,6 +6,7 @@ use std::hash::Hash;
 use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 
+use rein_core::OverCapacity;
 use rein_core::{
     AcquireError, Block, DecideError, Decision, Limit, Micros, Outcome, Policy, Timestamp,
     admin::KeyState,
@@ -208,7 +209,7 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
     /// the table only when a new key is stored.
     ///
     /// ```
-    /// use rein_core::{AcquireError, Limit, Micros, Policy, Timestamp};
+    /// use rein_core::{AcquireError, Limit, Micros, OverCapacity, Policy, Timestamp};
     /// use rein_memory::MemoryLimiter;
     ///
     /// let policy = Policy::single(Limit::sliding_log(3, Micros::from_secs(10))?);
@@ -219,7 +220,7 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
     /// // A cost above the capacity can never fit: an error, not a denial.
     /// assert!(matches!(
     ///     limiter.acquire_at(now, &42, 4),
-    ///     Err(AcquireError::InsufficientCapacity { cost: 4, capacity: 3 })
+    ///     Err(AcquireError::InsufficientCapacity(OverCapacity { cost: 4, capacity: 3 }))
     /// ));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -412,11 +413,11 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
     {
         let block = self.blocks.holding(now, key)?;
         let capacity = limits.capacity();
-        Some(if cost > capacity {
-            Err(AcquireError::InsufficientCapacity { cost, capacity })
-        } else {
-            block.decide(limits, now).ok_or(AcquireError::StateMismatch)
-        })
+        Some(
+            OverCapacity::check(cost, capacity)
+                .map_err(AcquireError::from)
+                .and_then(|()| block.decide(limits, now).ok_or(AcquireError::StateMismatch)),
+        )
     }
 
     /// `true` when a key's stored state is also a state of `limits` (a key's override):

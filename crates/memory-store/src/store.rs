@@ -6,9 +6,10 @@
 //! [`MemoryLimiter`] of byte-string keys, and a decision is its synchronous call wrapped in
 //! a future that is ready at once.
 
+use std::collections::HashMap;
 use std::future::{Future, Ready, ready};
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use rein_core::{
     AcquireError, DecideError, Decision, Held, KeyError, Leasable, Limiter, Micros, NamedPolicy,
@@ -25,8 +26,10 @@ use crate::{Clock, MemoryLimiter, SystemClock};
 /// [`Limiter`].
 ///
 /// Each [`prepare`](Limiter::prepare)d policy gets its own keyed table (at most
-/// [`max_keys`](Self::max_keys) keys), so two policies never share state. Calls never wait:
-/// the futures are ready when returned. A `None` for `now` reads the store's clock.
+/// [`max_keys`](Self::max_keys) keys), so two policies never share state; the same policy
+/// prepared again while it is held gets the same table ([`MemoryPolicy`]), as in Redis.
+/// Calls never wait: the futures are ready when returned. A `None` for `now` reads the
+/// store's clock.
 ///
 /// ```
 /// use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy, Timestamp};
@@ -79,11 +82,19 @@ pub struct MemoryStore<C = SystemClock> {
     clock: C,
     max_keys: NonZeroUsize,
     overrides: Arc<Book>,
+    /// The tables of the policies prepared and still held, by policy: see [`MemoryPolicy`].
+    prepared: Arc<Mutex<HashMap<NamedPolicy, Weak<Tables<C>>>>>,
 }
 
 /// A policy prepared by a [`MemoryStore`]: its name (which overrides name) and the
-/// [`MemoryLimiter`] that keeps its keys.
-pub struct MemoryPolicy<C = SystemClock> {
+/// [`MemoryLimiter`] that keeps its keys. Preparing the same policy (name and limits) again
+/// while one of its preparations is still held gives the same table, so its keys keep
+/// their counts, as they keep their state in Redis (a server reloading its rules prepares
+/// them all again); once none is held, the table is freed.
+pub struct MemoryPolicy<C = SystemClock>(Arc<Tables<C>>);
+
+/// What a [`MemoryPolicy`] shares between its preparations.
+struct Tables<C> {
     name: Box<str>,
     limiter: MemoryLimiter<Vec<u8>, C>,
     apart: Mutex<Apart<C>>,
@@ -92,21 +103,21 @@ pub struct MemoryPolicy<C = SystemClock> {
 impl<C> MemoryPolicy<C> {
     /// The policy's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     /// The limiter that keeps the policy's keys (overrides are the store's: a decision made
     /// here directly does not see them).
     pub fn limiter(&self) -> &MemoryLimiter<Vec<u8>, C> {
-        &self.limiter
+        &self.0.limiter
     }
 }
 
 impl<C> std::fmt::Debug for MemoryPolicy<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryPolicy")
-            .field("name", &self.name)
-            .field("policy", self.limiter.policy())
+            .field("name", &self.0.name)
+            .field("policy", self.0.limiter.policy())
             .finish_non_exhaustive()
     }
 }
@@ -161,6 +172,7 @@ impl<C> MemoryStore<C> {
             clock,
             max_keys: crate::limiter::DEFAULT_MAX_KEYS,
             overrides: Arc::default(),
+            prepared: Arc::default(),
         }
     }
 
@@ -189,8 +201,10 @@ impl<C> MemoryStore<C> {
     }
 
     /// At most `max_keys` keys per prepared policy (see [`MemoryLimiter`] for eviction).
+    /// The store it returns prepares its own tables: none of those prepared before.
     pub fn max_keys(mut self, max_keys: NonZeroUsize) -> Self {
         self.max_keys = max_keys;
+        self.prepared = Arc::default();
         self
     }
 }
@@ -214,19 +228,19 @@ where
 
     /// How `key` of `policy` is decided: where the store decides what an override does.
     fn route<'a>(&self, policy: &'a MemoryPolicy<C>, key: &[u8], now: Timestamp) -> Route<'a, C> {
-        match self.overrides.get(&policy.name, key) {
+        match self.overrides.get(&policy.0.name, key) {
             None => Route::Own,
             Some(Kept::Unlimited) => Route::Unlimited,
-            Some(Kept::Limits(limits)) if policy.limiter.shares_state_with(&limits) => {
-                Route::Other(limits, Table::Own(&policy.limiter))
+            Some(Kept::Limits(limits)) if policy.0.limiter.shares_state_with(&limits) => {
+                Route::Other(limits, Table::Own(&policy.0.limiter))
             }
             Some(Kept::Limits(limits)) => {
                 let table = Apart::table(
-                    &policy.apart,
+                    &policy.0.apart,
                     &self.overrides,
-                    &policy.name,
+                    &policy.0.name,
                     &limits,
-                    &policy.limiter,
+                    &policy.0.limiter,
                     now,
                 );
                 Route::Other(limits, Table::Apart(table))
@@ -242,14 +256,21 @@ where
     type Prepared = MemoryPolicy<C>;
 
     fn prepare(&self, policy: &NamedPolicy) -> Result<Self::Prepared, PrepareError> {
-        Ok(MemoryPolicy {
+        let mut prepared = self.prepared.lock().unwrap_or_else(PoisonError::into_inner);
+        prepared.retain(|_, tables| tables.strong_count() > 0);
+        if let Some(tables) = prepared.get(policy).and_then(Weak::upgrade) {
+            return Ok(MemoryPolicy(tables));
+        }
+        let tables = Arc::new(Tables {
             name: policy.name().into(),
             limiter: MemoryLimiter::builder(policy.policy().clone())
                 .max_keys(self.max_keys)
                 .clock(self.clock.clone())
                 .build(),
             apart: Mutex::default(),
-        })
+        });
+        prepared.insert(policy.clone(), Arc::downgrade(&tables));
+        Ok(MemoryPolicy(tables))
     }
 
     fn acquire(
@@ -260,7 +281,7 @@ where
         cost: u64,
     ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
         self.decide(now, key, |now| {
-            let own = &policy.limiter;
+            let own = &policy.0.limiter;
             match self.route(policy, key, now) {
                 Route::Own => own.acquire_at(now, key, cost),
                 Route::Unlimited => Ok(unlimited(own.policy())),
@@ -281,7 +302,7 @@ where
         cost: u64,
     ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
         self.decide(now, key, |now| {
-            let own = &policy.limiter;
+            let own = &policy.0.limiter;
             match self.route(policy, key, now) {
                 Route::Own => own.peek_at(now, key, cost),
                 Route::Unlimited => Ok(unlimited(own.policy())),
@@ -300,7 +321,7 @@ where
         amount: u64,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
         self.decide(now, key, |now| {
-            let own = &policy.limiter;
+            let own = &policy.0.limiter;
             match self.route(policy, key, now) {
                 Route::Own => own.refund_at(now, key, amount),
                 Route::Unlimited => Ok(()),
@@ -330,7 +351,7 @@ where
         key: &[u8],
     ) -> impl Future<Output = Result<KeyState, AdminError>> + Send {
         ready(self.admin(key, |now| {
-            let own = &policy.limiter;
+            let own = &policy.0.limiter;
             Ok(match self.route(policy, key, now) {
                 Route::Own | Route::Unlimited => own.inspect_at(now, key),
                 Route::Other(_, table) => match own.block_of(now, key) {
@@ -351,7 +372,7 @@ where
                 Route::Other(_, Table::Apart(table)) => table.reset(key),
                 _ => false,
             };
-            Ok(policy.limiter.reset(key) | apart)
+            Ok(policy.0.limiter.reset(key) | apart)
         }))
     }
 
@@ -362,7 +383,7 @@ where
         amount: u64,
     ) -> impl Future<Output = Result<Decision, AdminError>> + Send {
         ready(self.admin(key, |now| {
-            let own = &policy.limiter;
+            let own = &policy.0.limiter;
             match self.route(policy, key, now) {
                 Route::Own | Route::Unlimited => own.penalize_at(now, key, amount),
                 Route::Other(limits, table) => {
@@ -382,7 +403,7 @@ where
         remaining: u64,
     ) -> impl Future<Output = Result<Decision, AdminError>> + Send {
         ready(self.admin(key, |now| {
-            let own = &policy.limiter;
+            let own = &policy.0.limiter;
             match self.route(policy, key, now) {
                 Route::Own | Route::Unlimited => own.set_remaining_at(now, key, remaining),
                 Route::Other(limits, table) => {
@@ -411,7 +432,7 @@ where
                     Until::At(at) => at,
                     Until::For(span) => now.saturating_add(span),
                 };
-                Ok(policy.limiter.block_at(now, key, until, reason))
+                Ok(policy.0.limiter.block_at(now, key, until, reason))
             })
         }))
     }
@@ -421,7 +442,7 @@ where
         policy: &Self::Prepared,
         key: &[u8],
     ) -> impl Future<Output = Result<bool, AdminError>> + Send {
-        ready(self.admin(key, |now| Ok(policy.limiter.unblock_at(now, key))))
+        ready(self.admin(key, |now| Ok(policy.0.limiter.unblock_at(now, key))))
     }
 }
 
@@ -459,17 +480,10 @@ where
         cost: u64,
         hold: Micros,
     ) -> impl Future<Output = Result<Held, DecideError>> + Send {
-        if key.is_empty() {
-            return ready(Err(KeyError::Empty.into()));
-        }
-        let now = now.unwrap_or_else(|| self.clock.now());
-        ready(
-            policy
-                .limiter
-                .acquire_held_at(now, key, cost, hold)
-                .map(|(decision, stamp)| Held { decision, stamp })
-                .map_err(from_core),
-        )
+        self.decide(now, key, |now| {
+            let (decision, stamp) = policy.0.limiter.acquire_held_at(now, key, cost, hold)?;
+            Ok(Held { decision, stamp })
+        })
     }
 
     fn refund_held(
@@ -480,16 +494,9 @@ where
         amount: u64,
         stamp: Timestamp,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        if key.is_empty() {
-            return ready(Err(KeyError::Empty.into()));
-        }
-        let now = now.unwrap_or_else(|| self.clock.now());
-        ready(
-            policy
-                .limiter
-                .refund_held_at(now, key, amount, stamp)
-                .map_err(from_core),
-        )
+        self.decide(now, key, |now| {
+            policy.0.limiter.refund_held_at(now, key, amount, stamp)
+        })
     }
 
     fn share_rate(
@@ -503,7 +510,7 @@ where
             return ready(Err(KeyError::Empty.into()));
         }
         let now = now.unwrap_or_else(|| self.clock.now());
-        ready(policy.limiter.share_rate_at(now, &key.to_vec(), op))
+        ready(policy.0.limiter.share_rate_at(now, &key.to_vec(), op))
     }
 }
 
@@ -511,9 +518,7 @@ where
 /// limiter builds every state from its own policy), so it is reported as corrupt state.
 fn from_core(error: AcquireError) -> DecideError {
     match error {
-        AcquireError::InsufficientCapacity { cost, capacity } => {
-            DecideError::InsufficientCapacity { cost, capacity }
-        }
+        AcquireError::InsufficientCapacity(over) => over.into(),
         AcquireError::StateMismatch => {
             StoreError::UnexpectedReply("stored state does not match its policy".into()).into()
         }
@@ -526,6 +531,7 @@ mod tests {
 
     use super::*;
     use crate::FakeClock;
+    use rein_core::OverCapacity;
 
     fn block_on<F: std::future::Future>(future: F) -> F::Output {
         // Every future of this store is ready when returned.
@@ -570,6 +576,59 @@ mod tests {
         );
     }
 
+    /// A policy prepared again while held (a server reloading its rules prepares the new
+    /// ones before it lets go of the old) keeps its keys' counts; one with other limits
+    /// under the same name, or prepared after the last was dropped, starts afresh.
+    #[test]
+    fn a_policy_prepared_again_while_held_keeps_its_counts() {
+        let store = MemoryStore::new();
+        let t = Some(Timestamp::from_micros(0));
+        let hourly = |n| Policy::single(Limit::fixed_window(n, Micros::from_secs(3_600)).unwrap());
+        let api = NamedPolicy::new("api", hourly(2)).unwrap();
+        let remaining = |p: &MemoryPolicy| block_on(store.peek(t, p, b"k", 0)).unwrap().remaining;
+        let first = store.prepare(&api).unwrap();
+        assert!(
+            block_on(store.acquire(t, &first, b"k", 1))
+                .unwrap()
+                .is_allowed()
+        );
+
+        let again = store.prepare(&api).unwrap();
+        assert_eq!(
+            remaining(&again),
+            1,
+            "the same table while the first is held"
+        );
+        let raised = store
+            .prepare(&NamedPolicy::new("api", hourly(3)).unwrap())
+            .unwrap();
+        assert_eq!(remaining(&raised), 3, "other limits: a table of their own");
+        let other = store
+            .prepare(&NamedPolicy::new("web", hourly(2)).unwrap())
+            .unwrap();
+        assert_eq!(remaining(&other), 2, "another name: a table of its own");
+
+        drop((first, again));
+        let fresh = store.prepare(&api).unwrap();
+        assert_eq!(
+            remaining(&fresh),
+            2,
+            "none held: freed, and prepared afresh"
+        );
+        let sized = store.clone().max_keys(NonZeroUsize::MIN);
+        let resized = sized.prepare(&api).unwrap();
+        assert_eq!(
+            remaining(&resized),
+            2,
+            "a store with another size: its own tables"
+        );
+        let entries = store.prepared.lock().unwrap().len();
+        assert_eq!(
+            entries, 3,
+            "the freed table's entry is gone: api, its raise, web"
+        );
+    }
+
     #[test]
     fn empty_keys_and_impossible_costs_are_typed_errors() {
         let store = MemoryStore::new();
@@ -581,10 +640,10 @@ mod tests {
         ));
         assert!(matches!(
             block_on(store.acquire(None, &p, b"k", 3)),
-            Err(DecideError::InsufficientCapacity {
+            Err(DecideError::InsufficientCapacity(OverCapacity {
                 cost: 3,
                 capacity: 2
-            })
+            }))
         ));
         assert!(matches!(
             block_on(store.refund(None, &p, b"", 1)),

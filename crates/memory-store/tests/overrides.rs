@@ -105,7 +105,7 @@ proptest! {
                     };
                     match (got, want) {
                         (Ok(got), Ok(want)) => prop_assert_eq!(got, want),
-                        (Err(rein_core::DecideError::InsufficientCapacity { .. }), Err(rein_core::AcquireError::InsufficientCapacity { .. })) => {}
+                        (Err(rein_core::DecideError::InsufficientCapacity(_)), Err(rein_core::AcquireError::InsufficientCapacity(_))) => {}
                         (got, want) => prop_assert!(false, "store {:?}, rein-core {:?}", got, want),
                     }
                 }

@@ -2,6 +2,7 @@
 //! (by explicit timestamp and by its clock): every backend must give the row's figures,
 //! and the store's decisions must equal the core's in full, `reset_after` included.
 
+use rein_core::OverCapacity;
 use rein_core::{AcquireError, Decision, Limit, Micros, Outcome, Policy, PolicyState, Timestamp};
 use rein_memory::{FakeClock, MemoryLimiter};
 
@@ -216,7 +217,7 @@ fn check(backend: &str, row: &Row, answer: &Result<Decision, AcquireError>) {
         row.label, row.now, row.cost
     );
     match (row.want, answer) {
-        (TooLarge, Err(AcquireError::InsufficientCapacity { cost, .. })) => {
+        (TooLarge, Err(AcquireError::InsufficientCapacity(OverCapacity { cost, .. }))) => {
             assert_eq!(*cost, row.cost, "{at}");
         }
         (TooLarge, other) => panic!("{at}: expected InsufficientCapacity, got {other:?}"),

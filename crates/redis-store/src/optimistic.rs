@@ -42,6 +42,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Value};
+use rein_core::OverCapacity;
 use rein_core::{
     DecideError, Decision, KeyError, Limiter, NamedPolicy, PolicyState, PrepareError, SourceError,
     StoreError, Timestamp,
@@ -246,9 +247,8 @@ impl OptimisticStore {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        let capacity = policy.policy().capacity();
-        if op != Op::Refund && cost > capacity {
-            return Err(DecideError::InsufficientCapacity { cost, capacity });
+        if op != Op::Refund {
+            OverCapacity::check(cost, policy.policy().capacity())?;
         }
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         // An acquire of nothing changes nothing: answer it as a peek, without a WATCH.

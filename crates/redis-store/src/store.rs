@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, RedisResult, Value};
+use rein_core::OverCapacity;
 use rein_core::overrides::{KeyMatch, Override, OverrideEntry, OverrideSource};
 use rein_core::{
     DecideError, Decision, Held, KeyError, Leasable, Limit, Limiter, MAX_MICROS, Micros,
@@ -616,10 +617,7 @@ where
         key: &[u8],
         cost: u64,
     ) -> Result<(Decision, Timestamp), DecideError> {
-        let capacity = policy.policy().capacity();
-        if cost > capacity {
-            return Err(DecideError::InsufficientCapacity { cost, capacity });
-        }
+        OverCapacity::check(cost, policy.policy().capacity())?;
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         let span = tracing::debug_span!(
             "rein_redis",

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::FakeServer;
+use rein_core::OverCapacity;
 use rein_core::{Limit, Limiter, Micros, Policy};
 use rein_redis::{
     ConnectError, DecideError, KeyError, RedisPolicy, RedisStore, RedisStoreBuilder, SettingsError,
@@ -155,7 +156,10 @@ async fn cost_above_capacity_is_refused_without_calling_redis() {
     ] {
         common::assert_matches!(
             result,
-            Err(DecideError::InsufficientCapacity { capacity: 10, .. })
+            Err(DecideError::InsufficientCapacity(OverCapacity {
+                capacity: 10,
+                ..
+            }))
         );
     }
     tokio::time::sleep(Duration::from_millis(20)).await;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use redis::aio::ConnectionManager;
+use rein_core::OverCapacity;
 use rein_core::{
     Algorithm, Block, Leasable, Limit, Limiter, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp,
 };
@@ -244,7 +245,9 @@ async fn blocked_step(
     let capacity = named.policy().capacity();
     let expected = |cost: u64| {
         if cost > capacity {
-            Err(rein_core::AcquireError::InsufficientCapacity { cost, capacity })
+            Err(rein_core::AcquireError::InsufficientCapacity(
+                OverCapacity { cost, capacity },
+            ))
         } else {
             Ok(denial)
         }
@@ -295,11 +298,11 @@ fn same_outcome(
             prop_assert_eq!(core, redis, "decision at step {} {:?}", i, step);
         }
         (
-            Err(rein_core::AcquireError::InsufficientCapacity { cost, capacity }),
-            Err(rein_redis::DecideError::InsufficientCapacity {
+            Err(rein_core::AcquireError::InsufficientCapacity(OverCapacity { cost, capacity })),
+            Err(rein_redis::DecideError::InsufficientCapacity(OverCapacity {
                 cost: c2,
                 capacity: k2,
-            }),
+            })),
         ) => prop_assert_eq!((cost, capacity), (c2, k2)),
         (core, redis) => {
             return Err(TestCaseError::fail(format!(

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
+use rein_core::OverCapacity;
 use rein_core::{Decision, Limit, Limiter, Micros, Policy, Timestamp};
 use rein_redis::{DecideError, OptimisticStoreBuilder, RedisPolicy, RedisStoreBuilder, StoreError};
 use rein_redis_harness::RedisServer;
@@ -621,10 +622,10 @@ async fn bad_input_fails_before_redis() {
     let policy = common::mixed_policy("mixed");
     assert!(matches!(
         store.acquire(None, &policy, b"k", 4).await,
-        Err(DecideError::InsufficientCapacity {
+        Err(DecideError::InsufficientCapacity(OverCapacity {
             cost: 4,
             capacity: 3
-        })
+        }))
     ));
     assert!(matches!(
         store.acquire(None, &policy, b"", 1).await,

@@ -7,7 +7,7 @@
 //! window, bursts and several limits per descriptor; each decision goes through
 //! `rein::ResilientLimiter` (a deadline, a circuit breaker and a failure policy) over Redis
 //! (standalone or Cluster) or, with no Redis configured, the in-process store
-//! ([`ReloadableMemoryStore`]; one process's limit).
+//! (`rein_memory::MemoryStore`; one process's limit, which a reload keeps as Redis does).
 //!
 //! Start with the binary (`rein-server --config DIR`, `--help` lists every setting) or, in
 //! code, [`RateLimitService`] with [`grpc::server`] and [`http::router`].
@@ -26,19 +26,16 @@
 //! - `config.rs`: [`RulesConfig`], the YAML rules; `yaml.rs`, the spanned YAML tree.
 //! - `matcher.rs`: matching a descriptor to a rule.
 //! - `service.rs`: [`RateLimitService`], where a request is decided.
-//! - `grpc.rs`, `http.rs`: the two front ends; `tls.rs`, TLS for both. `memory.rs`: the
-//!   in-process store.
+//! - `grpc.rs`, `http.rs`: the two front ends; `tls.rs`, TLS for both.
 #![deny(missing_docs)]
 
 pub mod config;
 pub mod grpc;
 pub mod http;
 pub mod matcher;
-mod memory;
 pub mod service;
 pub mod tls;
 mod yaml;
 
 pub use config::{ConfigError, Problem, RulesConfig};
-pub use memory::ReloadableMemoryStore;
 pub use service::{RateLimitService, RequestError, ServiceSettings};

@@ -11,8 +11,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use rein::FailurePolicy;
 use rein_core::Leasable;
+use rein_memory::MemoryStore;
 use rein_redis::RedisStoreBuilder;
-use rein_server::{RateLimitService, ReloadableMemoryStore, RulesConfig, ServiceSettings};
+use rein_server::{RateLimitService, RulesConfig, ServiceSettings};
 use rein_tower::ConfiguredStore;
 use tokio::sync::watch;
 
@@ -300,14 +301,13 @@ async fn serve(args: Serve) -> Result<(), String> {
         metrics,
     };
     match redis {
-        Some(store) => run(store, start, &args, None).await,
+        Some(store) => run(store, start, &args).await,
         None => {
             tracing::warn!(
                 "no Redis configured: every limit is this process's alone (pass --redis-url \
                  to share them between servers)"
             );
-            let store = ReloadableMemoryStore::new();
-            run(store.clone(), start, &args, Some(store)).await
+            run(MemoryStore::new(), start, &args).await
         }
     }
 }
@@ -320,13 +320,11 @@ struct Start {
     metrics: metrics_exporter_prometheus::PrometheusHandle,
 }
 
-/// Serves until SIGTERM over `store`; `memory` is the same store when it is the in-process
-/// one (a reload then forgets the tables of rules that are gone).
+/// Serves until SIGTERM over `store`.
 async fn run<S: Leasable + Clone + 'static>(
     store: S,
     start: Start,
     args: &Serve,
-    memory: Option<ReloadableMemoryStore>,
 ) -> Result<(), String> {
     let Start {
         rules,
@@ -407,7 +405,6 @@ async fn run<S: Leasable + Clone + 'static>(
         service.clone(),
         config,
         args.watch_interval,
-        memory,
         hangup,
         shutdown_rx.clone(),
     ));
@@ -443,7 +440,6 @@ async fn watch_rules<S: Leasable + Clone + 'static>(
     service: RateLimitService<S>,
     config: PathBuf,
     interval: Duration,
-    memory: Option<ReloadableMemoryStore>,
     mut hangup: tokio::signal::unix::Signal,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -470,13 +466,9 @@ async fn watch_rules<S: Leasable + Clone + 'static>(
         seen = now;
         match RulesConfig::load(&config) {
             Ok(rules) => {
-                let policies = rules.policies();
                 let count = rules.rule_count();
                 match service.reload(rules) {
                     Ok(()) => {
-                        if let Some(memory) = &memory {
-                            memory.retain(&policies);
-                        }
                         metrics::counter!("rein_server_config_reloads_total").increment(1);
                         tracing::info!(rules = count, forced, "rules reloaded");
                     }

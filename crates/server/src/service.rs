@@ -494,7 +494,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         let decision = match decision {
             Ok(decision) => decision,
             // A cost no limit of the rule can ever admit: over the limit, as Envoy expects.
-            Err(DecideError::InsufficientCapacity { .. }) => {
+            Err(DecideError::InsufficientCapacity(_)) => {
                 metrics.count(label, Outcome::Over);
                 if !shadow && !self.shared.settings.shadow_mode {
                     *denied = true;

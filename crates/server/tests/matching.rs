@@ -17,8 +17,9 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use rein::FailurePolicy;
+use rein_memory::MemoryStore;
 use rein_server::matcher::match_descriptor;
-use rein_server::{RateLimitService, ReloadableMemoryStore, RulesConfig, ServiceSettings};
+use rein_server::{RateLimitService, RulesConfig, ServiceSettings};
 
 const RULES: &str = "
 domain: p
@@ -149,8 +150,8 @@ fn check_against_counters(
             leases,
         };
         let _entered = runtime.enter();
-        let service = RateLimitService::new(ReloadableMemoryStore::new(), rules(), settings)
-            .expect("service");
+        let service =
+            RateLimitService::new(MemoryStore::new(), rules(), settings).expect("service");
         let mut counts: HashMap<String, u64> = HashMap::new();
         for request in requests {
             let proto = RateLimitRequest {

@@ -13,7 +13,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use rein::FailurePolicy;
-use rein_server::{RateLimitService, ReloadableMemoryStore, RulesConfig, ServiceSettings};
+use rein_memory::MemoryStore;
+use rein_server::{RateLimitService, RulesConfig, ServiceSettings};
 use tonic::transport::Channel;
 
 const RULES: &str = "
@@ -58,7 +59,7 @@ fn rules(text: &str) -> RulesConfig {
 }
 
 struct Running {
-    service: RateLimitService<ReloadableMemoryStore>,
+    service: RateLimitService<MemoryStore>,
     client: RateLimitServiceClient<Channel>,
 }
 
@@ -73,8 +74,7 @@ async fn start_with(rules: RulesConfig, shadow_mode: bool) -> Running {
         legacy_headers: true,
         leases: None,
     };
-    let service =
-        RateLimitService::new(ReloadableMemoryStore::new(), rules, settings).expect("service");
+    let service = RateLimitService::new(MemoryStore::new(), rules, settings).expect("service");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -396,7 +396,7 @@ async fn a_reload_changes_the_limit_and_keeps_what_unchanged_rules_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_leases_a_hot_key_is_exact_and_shutdown_gives_back_what_leases_hold() {
     let text = "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 200 }\n";
-    let store = ReloadableMemoryStore::new();
+    let store = MemoryStore::new();
     let settings = ServiceSettings {
         failure: FailurePolicy::FailClosed,
         shadow_mode: false,

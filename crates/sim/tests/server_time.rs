@@ -27,6 +27,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
+use rein_core::OverCapacity;
 use rein_core::{
     Algorithm, Decision, Leasable, Limit, Limiter, Micros, Policy, PolicyState, Timestamp,
 };
@@ -312,11 +313,11 @@ fn same(
     match (core, redis) {
         (Ok(core), Ok(redis)) if core == redis => Ok(()),
         (
-            Err(rein_core::AcquireError::InsufficientCapacity { cost, capacity }),
-            Err(DecideError::InsufficientCapacity {
+            Err(rein_core::AcquireError::InsufficientCapacity(OverCapacity { cost, capacity })),
+            Err(DecideError::InsufficientCapacity(OverCapacity {
                 cost: c2,
                 capacity: k2,
-            }),
+            })),
         ) if (cost, capacity) == (c2, k2) => Ok(()),
         (core, redis) => Err(format!("core {core:?}, redis {redis:?}")),
     }

@@ -13,6 +13,7 @@ use arc_swap::ArcSwap;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
+use rein_core::OverCapacity;
 use rein_core::{DecideError, Decision, Limiter, NamedPolicy, StoreError};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -502,7 +503,7 @@ impl<L: Limiter> Shared<L> {
                     (HttpOutcome::ShadowDenied, Verdict::Pass(Vec::new()))
                 }
             },
-            Err(DecideError::InsufficientCapacity { cost, capacity }) => (
+            Err(DecideError::InsufficientCapacity(OverCapacity { cost, capacity })) => (
                 HttpOutcome::TooCostly,
                 Verdict::Respond(
                     StatusCode::PAYLOAD_TOO_LARGE,

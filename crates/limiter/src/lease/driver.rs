@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::Duration;
 
+use rein_core::OverCapacity;
 use rein_core::{
     DecideError, Decision, KeyError, Leasable, Limiter, Micros, NamedPolicy, PrepareError,
     StoreError, Timestamp,
@@ -822,12 +823,7 @@ impl<P> LeasedPolicy<P> {
         if key.is_empty() {
             return Err(KeyError::Empty.into());
         }
-        if cost > self.capacity {
-            return Err(DecideError::InsufficientCapacity {
-                cost,
-                capacity: self.capacity,
-            });
-        }
+        OverCapacity::check(cost, self.capacity)?;
         Ok(())
     }
 
