@@ -227,10 +227,7 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => HarnessError::MissingBinary("redis-server"),
-                _ => HarnessError::Io(e),
-            })?;
+            .map_err(not_started("redis-server"))?;
         self.watchdog = spawn_watchdog(child.id());
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -332,10 +329,7 @@ impl RedisCluster {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => HarnessError::MissingBinary("redis-cli"),
-                _ => HarnessError::Io(e),
-            })?;
+            .map_err(not_started("redis-cli"))?;
         if !status.success() {
             return Err(HarnessError::NotReady(format!(
                 "redis-cli --cluster create: {status}"
@@ -364,6 +358,15 @@ impl RedisCluster {
     /// The nodes.
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
+    }
+}
+
+/// The error of a command that did not start: [`HarnessError::MissingBinary`] naming `bin`
+/// when it is not installed (the message says how to install it), else the I/O error.
+fn not_started(bin: &'static str) -> impl FnOnce(std::io::Error) -> HarnessError {
+    move |e| match e.kind() {
+        std::io::ErrorKind::NotFound => HarnessError::MissingBinary(bin),
+        _ => HarnessError::Io(e),
     }
 }
 

@@ -142,32 +142,18 @@ impl LeaseStats {
     #[cfg(feature = "metrics")]
     pub fn publish(&self, limiter: &str) {
         let limiter = limiter.to_owned();
-        for (source, value) in [
-            ("lease", self.leased),
-            ("local_denial", self.denied_locally),
-            ("direct", self.direct),
-        ] {
-            metrics::counter!("rein_lease_decisions_total", "limiter" => limiter.clone(), "source" => source)
-                .absolute(value);
-        }
-        for (result, value) in [
-            ("granted", self.reservations_granted),
-            ("denied", self.reservations_denied),
-            ("failed", self.reservations_failed),
-            ("lost", self.reservations_lost),
-            ("unusable", self.reservations_unusable),
-        ] {
-            metrics::counter!("rein_lease_reservations_total", "limiter" => limiter.clone(), "result" => result)
-                .absolute(value);
-        }
-        for (kind, value) in [
-            ("reserved", self.units_reserved),
-            ("returned", self.units_returned),
-            ("stranded", self.units_stranded),
-            ("in_doubt", self.units_in_doubt),
-        ] {
-            metrics::counter!("rein_lease_units_total", "limiter" => limiter.clone(), "kind" => kind)
-                .absolute(value);
+        // One row per labelled counter: its name, its label, and each label value's count.
+        #[rustfmt::skip]
+        let by_label = [
+            ("rein_lease_decisions_total", "source", &[("lease", self.leased), ("local_denial", self.denied_locally), ("direct", self.direct)][..]),
+            ("rein_lease_reservations_total", "result", &[("granted", self.reservations_granted), ("denied", self.reservations_denied), ("failed", self.reservations_failed), ("lost", self.reservations_lost), ("unusable", self.reservations_unusable)]),
+            ("rein_lease_units_total", "kind", &[("reserved", self.units_reserved), ("returned", self.units_returned), ("stranded", self.units_stranded), ("in_doubt", self.units_in_doubt)]),
+        ];
+        for (name, label, values) in by_label {
+            for &(value_label, value) in values {
+                metrics::counter!(name, "limiter" => limiter.clone(), label => value_label)
+                    .absolute(value);
+            }
         }
         metrics::counter!("rein_lease_returns_total", "limiter" => limiter.clone())
             .absolute(self.returns);
