@@ -16,7 +16,7 @@ use rein_core::StoreError;
 
 use crate::error::store_error;
 use crate::link::Link;
-use crate::{ConnectError, RedisStore, RedisStoreBuilder, SettingsError};
+use crate::{AnyConnection, ConnectError, Endpoint, RedisStore, RedisStoreBuilder, SettingsError};
 
 impl RedisStore<ConnectionManager> {
     /// Connects to a standalone Redis with default settings; see
@@ -46,6 +46,15 @@ impl RedisStoreBuilder {
     /// (verified against the platform's root certificates; requires the `tls` feature, on
     /// by default). Credentials in the URL are sent with `AUTH`.
     pub async fn connect(self, url: &str) -> Result<RedisStore<ConnectionManager>, ConnectError> {
+        let (conn, listener) = self.standalone(url).await?;
+        let store = self.build(conn)?;
+        store.listen_for_overrides(listener);
+        Ok(store)
+    }
+
+    /// A `ConnectionManager` to `url`, its script loaded, and the client that listens for
+    /// override changes.
+    async fn standalone(&self, url: &str) -> Result<(ConnectionManager, Client), ConnectError> {
         self.validate()?;
         install_crypto_provider();
         let client = Client::open(url).map_err(ConnectError::InvalidUrl)?;
@@ -77,9 +86,7 @@ impl RedisStoreBuilder {
         })
         .await?;
         load_script(conn.clone(), timeout).await?;
-        let store = self.build(conn)?;
-        store.listen_for_overrides(listener);
-        Ok(store)
+        Ok((conn, listener))
     }
 
     /// Connects to a Redis Cluster, given one or more of its nodes.
@@ -101,16 +108,30 @@ impl RedisStoreBuilder {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
+        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        let (conn, listener) = self.cluster(&urls).await?;
+        let store = self.build_cluster(conn)?;
+        if let Some(listener) = listener {
+            store.listen_for_overrides(listener);
+        }
+        Ok(store)
+    }
+
+    /// A Cluster connection to the nodes of `urls`, the script loaded on every master, and
+    /// the client that listens for override changes.
+    async fn cluster(
+        &self,
+        urls: &[String],
+    ) -> Result<(ClusterConnection, Option<Client>), ConnectError> {
         self.validate()?;
         install_crypto_provider();
-        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
         // A publication reaches every node of a Cluster: one node's subscription hears it.
         let listener = match urls.first() {
             Some(url) => Some(Client::open(url.as_str()).map_err(ConnectError::InvalidUrl)?),
             None => None,
         };
         let timeout = self.connect_timeout_value();
-        let client = ClusterClientBuilder::new(urls)
+        let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
             .retries(0)
             .connection_timeout(timeout)
             // Bounds the client's own requests (slot map refreshes, the fan-out of SCRIPT
@@ -121,7 +142,29 @@ impl RedisStoreBuilder {
         let conn =
             first_connection(timeout, async move { client.get_async_connection().await }).await?;
         load_script(conn.clone(), timeout).await?;
-        let store = self.build_cluster(conn)?;
+        Ok((conn, listener))
+    }
+
+    /// Connects to `endpoint`, a standalone server or a Cluster as a configuration file or
+    /// a flag says, as [`connect`](Self::connect) or [`connect_cluster`](Self::connect_cluster)
+    /// would, into one store type whichever it is.
+    pub async fn connect_to(
+        self,
+        endpoint: &Endpoint,
+    ) -> Result<RedisStore<AnyConnection>, ConnectError> {
+        let (store, listener) = match endpoint {
+            Endpoint::Url(url) => {
+                let (conn, listener) = self.standalone(url).await?;
+                (self.build(AnyConnection::Standalone(conn))?, Some(listener))
+            }
+            Endpoint::Cluster(urls) => {
+                let (conn, listener) = self.cluster(urls).await?;
+                let builder = self.cluster_settings()?;
+                let link = Link::fixed(AnyConnection::Cluster(conn));
+                let router = crate::route::any_router();
+                (RedisStore::routed(builder, link, Some(router)), listener)
+            }
+        };
         if let Some(listener) = listener {
             store.listen_for_overrides(listener);
         }
@@ -142,10 +185,15 @@ impl RedisStoreBuilder {
         self,
         conn: ClusterConnection,
     ) -> Result<RedisStore<ClusterConnection>, SettingsError> {
-        self.validate()?;
-        let builder = self.coalesce(crate::Coalesce::OFF);
+        let builder = self.cluster_settings()?;
         let router = crate::route::cluster_router();
         Ok(RedisStore::routed(builder, Link::fixed(conn), Some(router)))
+    }
+
+    /// These settings, checked, for a Cluster store: one that does not coalesce.
+    fn cluster_settings(self) -> Result<Self, SettingsError> {
+        self.validate()?;
+        Ok(self.coalesce(crate::Coalesce::OFF))
     }
 }
 

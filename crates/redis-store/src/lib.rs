@@ -91,6 +91,7 @@
 mod admin;
 mod coalesce;
 mod connect;
+mod endpoint;
 mod error;
 mod integer_window;
 mod key;
@@ -107,6 +108,7 @@ mod store;
 pub mod watch;
 
 pub use coalesce::Coalesce;
+pub use endpoint::{AnyConnection, Endpoint};
 pub use error::{ConnectError, SettingsError, StateError};
 pub use optimistic::{OptimisticStats, OptimisticStore, OptimisticStoreBuilder};
 pub use overrides::DEFAULT_OVERRIDES_STALENESS;

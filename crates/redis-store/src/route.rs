@@ -22,6 +22,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
 
+use crate::AnyConnection;
 use crate::redirect::{Node, Target};
 use crate::script::Invocation;
 
@@ -37,6 +38,18 @@ pub(crate) type RouteFuture<'a> =
 /// The [`Router`] of a redis-rs Cluster connection.
 pub(crate) fn cluster_router() -> Router<ClusterConnection> {
     route_cluster
+}
+
+/// The [`Router`] of an [`AnyConnection`]: a Cluster connection's. Given only to a store
+/// that holds [`AnyConnection::Cluster`]; a standalone server never redirects.
+pub(crate) fn any_router() -> Router<AnyConnection> {
+    |conn, pipeline, offset, node| match conn {
+        AnyConnection::Cluster(conn) => route_cluster(conn, pipeline, offset, node),
+        AnyConnection::Standalone(_) => Box::pin(std::future::ready(Err(RedisError::from((
+            ErrorKind::Client,
+            "a standalone connection cannot route to a Cluster node",
+        ))))),
+    }
 }
 
 fn route_cluster<'a>(

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rein_core::{DecideError, Limit, LimitState, Limiter, Micros, Policy};
-use rein_redis::{RedisPolicy, RedisStoreBuilder};
+use rein_redis::{Endpoint, RedisPolicy, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
 
 /// Far more tokens than the test can take, so every decision is admitted and the bucket's
@@ -268,7 +268,10 @@ struct Load {
     phases: std::sync::Mutex<Vec<(&'static str, u64, u64)>>,
 }
 
-type Store = rein_redis::RedisStore<redis::cluster_async::ClusterConnection>;
+/// The store a deployment built from a configuration file or a flag holds
+/// (`connect_to`, as rein-tower's `ConfiguredStore`, rein-server and the CLI connect): the
+/// two tests of both policies run on it, the first test on `connect_cluster`'s.
+type Store = rein_redis::RedisStore<rein_redis::AnyConnection>;
 
 /// One decider's outcome.
 #[derive(Default)]
@@ -307,7 +310,7 @@ impl Load {
     async fn start(cluster: &RedisCluster, user: &'static str) -> Self {
         let store = RedisStoreBuilder::new()
             .deadline(DEADLINE)
-            .connect_cluster(cluster.urls())
+            .connect_to(&Endpoint::Cluster(cluster.urls()))
             .await
             .expect("connect to the cluster");
         let (solo, trio) = Self::policies();

@@ -12,9 +12,8 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use rein::FailurePolicy;
 use rein_core::Leasable;
 use rein_memory::MemoryStore;
-use rein_redis::RedisStoreBuilder;
+use rein_redis::{Endpoint, RedisStoreBuilder};
 use rein_server::{RateLimitService, RulesConfig, ServiceSettings};
-use rein_tower::ConfiguredStore;
 use tokio::sync::watch;
 
 /// mimalloc rather than glibc's malloc: tonic and h2 allocate small buffers for every call,
@@ -275,24 +274,25 @@ async fn serve(args: Serve) -> Result<(), String> {
             None => builder,
         }
     };
-    let redis = match (&args.redis_url, &args.redis_cluster) {
-        (Some(url), _) => {
-            let store = builder()
-                .connect(url)
-                .await
-                .map_err(|e| format!("cannot connect to Redis at {url}: {e}"))?;
-            tracing::info!(%url, "sharing limits through Redis");
-            Some(ConfiguredStore::Standalone(store))
-        }
-        (None, Some(nodes)) => {
-            let store = builder()
-                .connect_cluster(nodes)
-                .await
-                .map_err(|e| format!("cannot connect to the Redis Cluster: {e}"))?;
-            tracing::info!(nodes = nodes.len(), "sharing limits through Redis Cluster");
-            Some(ConfiguredStore::Cluster(store))
-        }
+    let endpoint = match (&args.redis_url, &args.redis_cluster) {
+        (Some(url), _) => Some(Endpoint::Url(url.clone())),
+        (None, Some(nodes)) => Some(Endpoint::Cluster(nodes.clone())),
         (None, None) => None,
+    };
+    let redis = match endpoint {
+        Some(endpoint) => {
+            let redis = match &endpoint {
+                Endpoint::Url(url) => format!("Redis at {url}"),
+                Endpoint::Cluster(nodes) => format!("the Redis Cluster of {}", nodes.join(", ")),
+            };
+            let store = builder()
+                .connect_to(&endpoint)
+                .await
+                .map_err(|e| format!("cannot connect to {redis}: {e}"))?;
+            tracing::info!("sharing limits through {redis}");
+            Some(store)
+        }
+        None => None,
     };
     let start = Start {
         rules,

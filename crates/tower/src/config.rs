@@ -90,14 +90,8 @@ pub struct RedisSettings {
     pub report_counts: bool,
 }
 
-/// Where Redis is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RedisEndpoint {
-    /// One server: `redis://` or, for TLS, `rediss://`.
-    Url(String),
-    /// A Cluster, by one or more of its nodes' URLs.
-    Cluster(Vec<String>),
-}
+/// Where Redis is: `redis.url` or `redis.cluster`.
+pub use rein_redis::Endpoint as RedisEndpoint;
 
 /// `[http]`.
 #[derive(Clone, Debug)]
@@ -249,12 +243,7 @@ impl Config {
             .connect_timeout(self.redis.connect_timeout)
             .overrides(self.redis.overrides_staleness)
             .report_counts(self.redis.report_counts);
-        Ok(match &self.redis.endpoint {
-            RedisEndpoint::Url(url) => ConfiguredStore::Standalone(builder.connect(url).await?),
-            RedisEndpoint::Cluster(urls) => {
-                ConfiguredStore::Cluster(builder.connect_cluster(urls).await?)
-            }
-        })
+        builder.connect_to(&self.redis.endpoint).await
     }
 
     /// Everything the file describes: connects to Redis, builds the resilient limiter over

@@ -53,7 +53,6 @@
 //! - `route.rs`: [`Route`]. `key.rs`: [`KeySource`], [`PeerAddr`].
 //! - `headers.rs`: rendering decisions as header values, pure.
 //! - `body.rs`: [`RateLimitBody`]. `config.rs`: [`Config`] from TOML.
-//! - `store.rs`: [`ConfiguredStore`], the Redis store a file names.
 //! - `reload.rs`: [`Reloader`], a layer built from a file and reloaded from it while it
 //!   serves.
 #![deny(missing_docs)]
@@ -67,7 +66,6 @@ mod layer;
 mod metrics;
 mod reload;
 mod route;
-mod store;
 
 use thiserror::Error;
 
@@ -80,7 +78,11 @@ pub use layer::{
 };
 pub use reload::{ConfiguredLayer, ReloadError, Reloader};
 pub use route::Route;
-pub use store::ConfiguredStore;
+
+/// The Redis store a config file names, standalone or Cluster, as one type, so that a
+/// limiter built from a file has one type whatever the file says
+/// ([`Config::connect_store`]).
+pub type ConfiguredStore = rein_redis::RedisStore<rein_redis::AnyConnection>;
 
 /// Why a [`RateLimitLayer`] could not be built. Raised once, by
 /// [`RateLimitLayerBuilder::build`], never per request.

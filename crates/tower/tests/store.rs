@@ -1,7 +1,7 @@
-//! [`ConfiguredStore`](rein_tower::ConfiguredStore) over a real private `redis-server`: it
-//! forwards every operation of the store it holds, the rate shares of a token bucket (what
-//! a `rein::lease::LeasedLimiter` leases it by) among them, also through the resilient limiter a
-//! config file builds over it.
+//! [`ConfiguredStore`](rein_tower::ConfiguredStore) over a real private `redis-server`: the
+//! store a config file names runs every operation, the rate shares of a token bucket (what
+//! a `rein::lease::LeasedLimiter` leases it by) among them, also through the resilient
+//! limiter a config file builds over it.
 
 use rein_core::{
     Leasable, Limiter,
