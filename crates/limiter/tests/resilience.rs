@@ -139,20 +139,28 @@ fn kill(server: &mut RedisServer) {
     tokio::task::block_in_place(|| server.kill()).expect("kill redis-server");
 }
 
-/// Checks what every failure-policy test checks after its outage phase of `requests`:
-/// Redis calls stopped once the breaker opened (at most `K` failures, then one probe per
-/// open period, each at least `base` long), and nothing piled up.
+/// Checks what every failure-policy test checks after its outage phase of `requests`, over
+/// the set-up of [`ten_decided_then_killed`]: its [`DECIDED_BEFORE`] requests admitted by
+/// the store, Redis calls stopped once the breaker opened (at most [`BREAKER_FAILURES`]
+/// failures, then one probe per open period, each at least [`BREAKER_BASE_MS`] long), and
+/// nothing piled up.
 fn assert_calls_stopped_and_nothing_piled_up<S: Limiter>(
     limiter: &ResilientLimiter<S>,
-    calls_before: u64,
-    k: u64,
-    base: Duration,
     outage: &Outage,
     requests: u64,
     tasks_before: usize,
 ) {
+    let (k, base) = (
+        u64::from(BREAKER_FAILURES),
+        Duration::from_millis(BREAKER_BASE_MS),
+    );
     let stats = limiter.stats();
-    let calls = stats.store_calls - calls_before;
+    assert_eq!(
+        stats.store.allowed, DECIDED_BEFORE,
+        "the requests before the kill, admitted by the store"
+    );
+    // One store call for each request decided before the kill.
+    let calls = stats.store_calls - DECIDED_BEFORE;
     let probes_at_most = (outage.took.as_millis() / base.as_millis()) as u64 + 1;
     assert!(
         calls <= k + probes_at_most,
@@ -179,6 +187,15 @@ fn assert_calls_stopped_and_nothing_piled_up<S: Limiter>(
     );
 }
 
+/// How many requests [`ten_decided_then_killed`] has the store decide before the kill.
+const DECIDED_BEFORE: u64 = 10;
+/// The outage tests' breaker: it opens after this many failures...
+const BREAKER_FAILURES: u32 = 3;
+/// ... for at least this long (ms) at first...
+const BREAKER_BASE_MS: u64 = 100;
+/// ... and at most this long (ms).
+const BREAKER_MAX_MS: u64 = 200;
+
 /// A limiter over a private server with the breaker of the outage tests, failing by
 /// `on_failure` under a policy of capacity 100; ten requests on `k` decided by the store;
 /// then the server killed. Also the tasks alive before the kill.
@@ -194,10 +211,10 @@ async fn ten_decided_then_killed(
     let store = managed_store(&server).await;
     let table = PolicyTable::new(bucket(name, 100));
     let limiter = ResilientLimiter::builder(store, table, on_failure)
-        .breaker(breaker(3, 100, 200))
+        .breaker(breaker(BREAKER_FAILURES, BREAKER_BASE_MS, BREAKER_MAX_MS))
         .build()
         .expect("limiter");
-    for _ in 0..10 {
+    for _ in 0..DECIDED_BEFORE {
         assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     }
     let tasks_before = tokio::runtime::Handle::current()
@@ -217,11 +234,9 @@ async fn a_killed_redis_fails_open_within_the_deadline_and_stops_being_called() 
         assert!(matches!(decided.source, Source::FailOpen(_)), "{decided:?}");
     }
     let stats = limiter.stats();
-    assert_eq!(stats.store.allowed, 10);
     assert_eq!(stats.fail_open.allowed, 100);
     assert_eq!((stats.decisions, stats.allowed), (110, 110));
-    let base = Duration::from_millis(100);
-    assert_calls_stopped_and_nothing_piled_up(&limiter, 10, 3, base, &outage, 100, tasks_before);
+    assert_calls_stopped_and_nothing_piled_up(&limiter, &outage, 100, tasks_before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -245,11 +260,9 @@ async fn a_killed_redis_fails_closed_within_the_deadline() {
         .count();
     let stats = limiter.stats();
     assert_eq!(stats.breaker_rejections, rejected as u64);
-    assert_eq!(stats.store.allowed, 10);
     assert_eq!(stats.fail_closed.denied, 100);
     assert_eq!((stats.decisions, stats.denied), (110, 100));
-    let base = Duration::from_millis(100);
-    assert_calls_stopped_and_nothing_piled_up(&limiter, 10, 3, base, &outage, 100, tasks_before);
+    assert_calls_stopped_and_nothing_piled_up(&limiter, &outage, 100, tasks_before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -287,9 +300,7 @@ async fn a_killed_redis_falls_back_to_exactly_the_local_share() {
         "the peek, 25 in the outage, the other key"
     );
     assert_eq!(stats.fallback.denied, 36);
-    assert_eq!(stats.store.allowed, 10);
-    let base = Duration::from_millis(100);
-    assert_calls_stopped_and_nothing_piled_up(&limiter, 10, 3, base, &outage, 63, tasks_before);
+    assert_calls_stopped_and_nothing_piled_up(&limiter, &outage, 63, tasks_before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
