@@ -201,36 +201,37 @@ policy = "api"
     }
 
     redis.kill().expect("kill redis-server");
+    // Over the resilient limiter, the failure policy answers an acquire, and a peek alike:
+    // it goes through the same deadline, breaker and failure policy (`on_unavailable =
+    // "pass"` is for what the limiter leaves unanswered). A denial says when to retry.
+    let expected = [
+        ("fail open", open, "/api/x", StatusCode::OK),
+        (
+            "fail closed",
+            closed,
+            "/api/x",
+            StatusCode::TOO_MANY_REQUESTS,
+        ),
+        ("peek, fail open", open, "/api/quota", StatusCode::OK),
+        (
+            "peek, fail closed",
+            closed,
+            "/api/quota",
+            StatusCode::TOO_MANY_REQUESTS,
+        ),
+    ];
     for round in 0..5 {
-        // Over the resilient limiter, the failure policy answers an acquire...
-        let response = send(&client, open, "/api/x", &[]).await;
-        assert_eq!(response.status, StatusCode::OK, "fail open, round {round}");
-        assert_within_deadline(&response, round);
-        let response = send(&client, closed, "/api/x", &[]).await;
-        assert_eq!(
-            response.status,
-            StatusCode::TOO_MANY_REQUESTS,
-            "fail closed, round {round}"
-        );
-        assert!(response.headers.contains_key("retry-after"));
-        assert_within_deadline(&response, round);
-        // ... and a peek alike: it goes through the same deadline, breaker and failure
-        // policy (`on_unavailable = "pass"` is for what the limiter leaves unanswered).
-        let response = send(&client, open, "/api/quota", &[]).await;
-        assert_eq!(
-            response.status,
-            StatusCode::OK,
-            "peek, fail open, round {round}"
-        );
-        assert_within_deadline(&response, round);
-        let response = send(&client, closed, "/api/quota", &[]).await;
-        assert_eq!(
-            response.status,
-            StatusCode::TOO_MANY_REQUESTS,
-            "peek, fail closed, round {round}"
-        );
-        assert!(response.headers.contains_key("retry-after"));
-        assert_within_deadline(&response, round);
+        for (what, server, path, status) in expected {
+            let response = send(&client, server, path, &[]).await;
+            assert_eq!(response.status, status, "{what}, round {round}");
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                assert!(
+                    response.headers.contains_key("retry-after"),
+                    "{what}, round {round}: no Retry-After"
+                );
+            }
+            assert_within_deadline(&response, round);
+        }
     }
 }
 
@@ -386,20 +387,7 @@ policy = "{name}"
     };
     let path = write_config("reload", &redis, &policy(4, "api"));
     let reloader = Reloader::load(&path).await.expect("load and build");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let layer = reloader.layer();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app()
-                .layer(layer)
-                .into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    let addr = listen(app().layer(reloader.layer())).await;
     let client = client();
     // `count` requests at once, each of which must be answered 200 or 429; the 200s.
     let burst = |count: usize| {
@@ -457,14 +445,11 @@ policy = "{name}"
     // Watched: a renamed policy (new keys, an empty count) takes effect by itself.
     let _watching = reloader.watch(Duration::from_millis(20));
     write_config("reload", &redis, &policy(2, "api_v2"));
-    let started = Instant::now();
-    while reloader.config().policies[0].name() != "api_v2" {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the watch never reloaded"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    watched(
+        || reloader.config().policies[0].name() == "api_v2",
+        "the renamed policy",
+    )
+    .await;
     assert_eq!(burst(5).await, 2, "the new policy's 2");
 
     // Shadow mode on and off again, without a restart: spent, it lets everything through,
@@ -472,17 +457,23 @@ policy = "{name}"
     let shadowed = policy(2, "api_v2").replace("limits = [", "shadow = true\nlimits = [");
     for (text, shadow, admitted) in [(shadowed, true, 4), (policy(2, "api_v2"), false, 0)] {
         write_config("reload", &redis, &text);
-        let started = Instant::now();
-        while reloader.config().shadow.is_empty() == shadow {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the watch never reloaded"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let what = format!("shadow {shadow}");
+        watched(|| reloader.config().shadow.is_empty() != shadow, &what).await;
         assert_eq!(burst(4).await, admitted, "shadow {shadow}");
     }
     let _ = std::fs::remove_file(&path);
+}
+
+/// Waits, up to 10 s, until `reloaded` says the watch has reloaded the file to `what`.
+async fn watched(reloaded: impl Fn() -> bool, what: &str) {
+    let started = Instant::now();
+    while !reloaded() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the watch never reloaded: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Every future of `futures`, run at once, their outputs in order.
@@ -512,6 +503,11 @@ async fn serve(path: &PathBuf) -> SocketAddr {
         .build()
         .await
         .expect("build");
+    listen(app().layer(layer)).await
+}
+
+/// Serves `router`, with each connection's peer address, on a free loopback port.
+async fn listen(router: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -519,9 +515,7 @@ async fn serve(path: &PathBuf) -> SocketAddr {
     tokio::spawn(async move {
         axum::serve(
             listener,
-            app()
-                .layer(layer)
-                .into_make_service_with_connect_info::<SocketAddr>(),
+            router.into_make_service_with_connect_info::<SocketAddr>(),
         )
         .await
     });
