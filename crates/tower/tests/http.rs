@@ -360,7 +360,6 @@ default_policy = "api"
     );
 }
 
-/// The routes every test server has behind the layer.
 /// A reload while requests keep coming: a raised limit admits the difference at once (the
 /// count is kept), a bad file or a changed `[redis]` is refused and the config in force
 /// keeps serving, a watched file reloads by itself (a renamed policy, then shadow mode on
@@ -490,6 +489,7 @@ where
     out
 }
 
+/// The routes every test server has behind the layer.
 fn app() -> Router {
     Router::new()
         .route("/api/{*rest}", get(|| async { "ok" }))
