@@ -872,13 +872,7 @@ async fn with_redis_paused_a_node_spends_exactly_what_it_holds_then_fails_closed
     server.pause().expect("SIGSTOP");
     let (mut from_lease, mut allowed, mut failed_closed) = (0, 0, 0);
     for _ in 0..(held + 20) {
-        let started = tokio::time::Instant::now();
-        let d = leased.acquire("k", 1).await.expect("a decision");
-        let took = started.elapsed();
-        assert!(
-            took <= 2 * (deadline + Duration::from_millis(5)) + MARGIN,
-            "{took:?} {d:?}"
-        );
+        let (d, _) = acquire_within_two_deadlines(&leased, deadline).await;
         if d.decision.is_allowed() {
             allowed += 1;
             assert_eq!(
@@ -945,13 +939,7 @@ async fn with_redis_paused_a_rate_share_is_spent_until_its_validity_then_fail_cl
     let validity = 3 * Duration::from_millis(50);
     let mut allowed = 0u64;
     while paused.elapsed() < validity + Duration::from_millis(250) {
-        let started = tokio::time::Instant::now();
-        let d = acquire().await.expect("a decision");
-        let took = started.elapsed();
-        assert!(
-            took <= 2 * (deadline + Duration::from_millis(5)) + MARGIN,
-            "{took:?} {d:?}"
-        );
+        let (d, started) = acquire_within_two_deadlines(&leased, deadline).await;
         if !d.decision.is_allowed() {
             // The share's own denial, or the failure policy's once it is gone.
             assert!(
@@ -974,6 +962,23 @@ async fn with_redis_paused_a_rate_share_is_spent_until_its_validity_then_fail_cl
     let bound = capacity + per_second * (validity + MARGIN).as_millis() as u64 / 1_000;
     assert!(allowed <= bound, "{allowed} admitted, bound {bound}");
     leased.shutdown().await;
+}
+
+/// One unit of `k` from `leased` (with Redis paused), and the instant it was asked: answered
+/// within two store deadlines of `deadline` (a reservation waited for, then the failure
+/// policy), each with its 5 ms safety net, and [`MARGIN`].
+async fn acquire_within_two_deadlines(
+    leased: &ResilientLimiter<Store, Leased<Store>>,
+    deadline: Duration,
+) -> (rein::Decided, tokio::time::Instant) {
+    let started = tokio::time::Instant::now();
+    let d = leased.acquire("k", 1).await.expect("a decision");
+    let took = started.elapsed();
+    assert!(
+        took <= 2 * (deadline + Duration::from_millis(5)) + MARGIN,
+        "{took:?} {d:?}"
+    );
+    (d, started)
 }
 
 /// The resilient limiter with leases on, over the private `server` with store deadline
