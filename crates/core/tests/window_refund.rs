@@ -42,6 +42,11 @@ fn ops(window: u64) -> impl Strategy<Value = Vec<Op>> {
     vec(op, 1..80)
 }
 
+/// A limit, its window (µs), and the steps of one world of that window.
+fn worlds() -> impl Strategy<Value = (u64, u64, Vec<Op>)> {
+    (1u64..30, 1_000u64..50_000).prop_flat_map(|(l, w)| (Just(l), Just(w), ops(w)))
+}
+
 fn at(us: u64) -> Timestamp {
     Timestamp::from_micros(us)
 }
@@ -111,8 +116,7 @@ proptest! {
 
     #[test]
     fn a_fixed_window_lending_blocks_admits_no_more_than_its_limit_in_real_use(
-        (limit, window, ops) in (1u64..30, 1_000u64..50_000)
-            .prop_flat_map(|(l, w)| (Just(l), Just(w), ops(w)))
+        (limit, window, ops) in worlds()
     ) {
         let fw = FixedWindow::new(limit, Micros::from_micros(window)).unwrap();
         let refused = world(fw, window, &ops, |t, s, n, stamp| {
@@ -123,8 +127,7 @@ proptest! {
 
     #[test]
     fn a_sliding_counter_lending_blocks_admits_no_more_than_its_limit_in_real_use(
-        (limit, window, ops) in (1u64..30, 1_000u64..50_000)
-            .prop_flat_map(|(l, w)| (Just(l), Just(w), ops(w)))
+        (limit, window, ops) in worlds()
     ) {
         let sc = SlidingCounter::new(limit, Micros::from_micros(window)).unwrap();
         let refused = world(sc, window, &ops, |t, s, n, stamp| {
