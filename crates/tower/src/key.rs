@@ -298,16 +298,15 @@ mod tests {
             ],
             Some("10.0.0.2:1"),
         );
-        assert_eq!(
-            key(&KeySource::x_forwarded_for(2), &request).as_deref(),
-            Some("198.51.100.7")
-        );
-        assert_eq!(
-            key(&KeySource::x_forwarded_for(1), &request).as_deref(),
-            Some("10.0.0.1")
-        );
-        // More hops than entries: no key, never the leftmost (client-written) entry.
-        assert_eq!(key(&KeySource::x_forwarded_for(4), &request), None);
+        for (hops, expected) in [
+            (2, Some("198.51.100.7")),
+            (1, Some("10.0.0.1")),
+            // More hops than entries: no key, never the leftmost (client-written) entry.
+            (4, None),
+        ] {
+            let source = KeySource::x_forwarded_for(hops);
+            assert_eq!(key(&source, &request).as_deref(), expected, "{source:?}");
+        }
     }
 
     #[test]
@@ -319,15 +318,14 @@ mod tests {
             )],
             None,
         );
-        assert_eq!(
-            key(&KeySource::forwarded(3), &request).as_deref(),
-            Some("192.0.2.60")
-        );
-        assert_eq!(
-            key(&KeySource::forwarded(2), &request).as_deref(),
-            Some("2001:db8:cafe::17")
-        );
-        assert_eq!(key(&KeySource::forwarded(1), &request), None);
+        for (hops, expected) in [
+            (3, Some("192.0.2.60")),
+            (2, Some("2001:db8:cafe::17")),
+            (1, None),
+        ] {
+            let source = KeySource::forwarded(hops);
+            assert_eq!(key(&source, &request).as_deref(), expected, "{source:?}");
+        }
     }
 
     #[test]
