@@ -706,6 +706,14 @@ mod tests {
         }
     }
 
+    /// A book that has seen one request for `KEY`, at 0 ms, and the take it sent for it.
+    fn asked_once(s: &RateShares) -> (RateBook, LeaseKey, TakeRequest) {
+        let mut b = book();
+        b.handle_request(ms(0), KEY, 1, s);
+        let (key, take) = take_of(&mut b);
+        (b, key, take)
+    }
+
     fn grant(id: u64, continued: bool, burst: u64, parts: u64, moved_tokens: u64) -> TakeReply {
         TakeReply::Answered(Taken::Granted(Grant {
             id,
@@ -769,9 +777,7 @@ mod tests {
     #[test]
     fn renewals_report_demand_keep_the_chain_and_never_spend_past_the_local_end() {
         let s = shares();
-        let mut b = book();
-        b.handle_request(ms(0), KEY, 1, &s);
-        let (key, _) = take_of(&mut b);
+        let (mut b, key, _) = asked_once(&s);
         b.handle_taken(ms(1), &key, 1, grant(77, false, 10, 1_000, 10));
         for i in 0..50 {
             b.handle_request(ms(2 + i), KEY, 1, &s);
@@ -799,9 +805,7 @@ mod tests {
     #[test]
     fn a_continued_grant_after_the_local_end_starts_from_what_it_moved() {
         let s = shares();
-        let mut b = book();
-        b.handle_request(ms(0), KEY, 1, &s);
-        let (key, _) = take_of(&mut b);
+        let (mut b, key, _) = asked_once(&s);
         b.handle_taken(ms(1), &key, 1, grant(77, false, 10, 1_000, 10));
         b.handle_request(ms(100), KEY, 1, &s);
         let (_, take) = take_of(&mut b);
@@ -829,9 +833,7 @@ mod tests {
     #[test]
     fn a_key_forgotten_and_tracked_again_never_takes_a_late_reply_of_its_earlier_life() {
         let s = shares();
-        let mut b = book();
-        b.handle_request(ms(0), KEY, 1, &s);
-        let (key, first) = take_of(&mut b);
+        let (mut b, key, first) = asked_once(&s);
         // Given up on at 100 ms; idle (no request for 1 s) at 1 s: forgotten, no return.
         b.handle_timeout(ms(1_000));
         assert_eq!(b.stats().reservations_lost, 1);
@@ -860,9 +862,7 @@ mod tests {
     #[test]
     fn a_reply_for_a_take_given_up_on_is_never_applied() {
         let s = shares();
-        let mut b = book();
-        b.handle_request(ms(0), KEY, 1, &s);
-        let (key, _) = take_of(&mut b);
+        let (mut b, key, _) = asked_once(&s);
         // A take is given up on after the validity less an interval (100 ms), below the
         // flight timeout (1 s): a lost renewal is retried while its share is still valid.
         assert_eq!(b.poll_timeout(), Some(ms(100)));
@@ -886,9 +886,7 @@ mod tests {
     #[test]
     fn shares_renew_on_the_timer_confirm_shrinks_at_once_and_go_back_when_quiet() {
         let s = shares();
-        let mut b = book();
-        b.handle_request(ms(0), KEY, 1, &s);
-        let (key, _) = take_of(&mut b);
+        let (mut b, key, _) = asked_once(&s);
         b.handle_taken(ms(1), &key, 1, grant(77, false, 10, 500, 10));
         assert_eq!(b.poll_timeout(), Some(ms(100)));
         // 40 requests by 99 ms, none at 100 ms: the timer renews, reporting 400/s.
@@ -947,9 +945,7 @@ mod tests {
     #[test]
     fn an_idle_key_returns_its_unspent_tokens_and_is_forgotten_and_shutdown_returns_all() {
         let s = shares();
-        let mut b = book();
-        b.handle_request(ms(0), KEY, 1, &s);
-        let (key, _) = take_of(&mut b);
+        let (mut b, key, _) = asked_once(&s);
         b.handle_taken(ms(1), &key, 1, grant(77, false, 10, 100, 4));
         assert!(matches!(
             b.handle_request(ms(2), KEY, 3, &s),
