@@ -1357,20 +1357,21 @@ mod tests {
         assert!(h.book.stats().units_stranded >= held);
     }
 
-    /// A block of 11 units from 1 ms, then no more demand.
-    fn idle_block(h: &mut Harness) {
+    /// A harness over `limit` holding a block of 11 units from 1 ms, then no more demand.
+    fn idle_block(limit: Limit) -> Harness {
+        let mut h = harness(limit);
         let _ = h.request(0, 1);
         assert_eq!(h.request(1, 10), Admit::Wait);
         assert_eq!(h.deliver(2), 11);
         assert_eq!(leased(h.retry(2, 10)), 1);
         assert_eq!(h.deliver(3), 10, "renewed below the low watermark");
         assert_eq!(h.held(3), 11);
+        h
     }
 
     #[test]
     fn unused_units_go_back_only_while_the_return_still_lands_in_their_window() {
-        let mut h = harness(window());
-        idle_block(&mut h);
+        let mut h = idle_block(window());
         // Granted at 2 ms for the window ending at 1 000 ms: usable until sent (1 ms) plus
         // the span (998 ms) less 1 000 ppm, so reviewed at that less 2 guards, ≈ 798 ms.
         h.tick(500);
@@ -1386,8 +1387,7 @@ mod tests {
 
     #[test]
     fn a_review_that_runs_too_late_strands_units_rather_than_return_them() {
-        let mut h = harness(window());
-        idle_block(&mut h);
+        let mut h = idle_block(window());
         // The timer ran late by more than a guard: 950 + 100 > valid_until.
         h.tick(950);
         assert!(h.sent.is_empty(), "{:?}", h.sent);
@@ -1439,7 +1439,6 @@ mod tests {
         assert_eq!(h.request(103, 2), Admit::Wait, "the store is asked again");
     }
 
-    /// 100 per 10 s: blocks outlive the idle time.
     /// Issue 23: a denial that says units are left asks for them at once, even when the
     /// whole ask would fit within a renewal interval (a counter's previous window decaying):
     /// waiting left that capacity to nobody for up to an interval.
@@ -1461,14 +1460,14 @@ mod tests {
         assert_eq!(h.held(1_053), asked);
     }
 
+    /// 100 per 10 s: blocks outlive the idle time.
     fn long_window() -> Limit {
         Limit::fixed_window(100, Micros::from_secs(10)).unwrap()
     }
 
     #[test]
     fn an_idle_key_gives_its_units_back_and_is_forgotten() {
-        let mut h = harness(long_window());
-        idle_block(&mut h);
+        let mut h = idle_block(long_window());
         // Idle from 2 ms (its last request) for 1 s.
         h.tick(1_001);
         assert!(h.sent.is_empty());
@@ -1480,8 +1479,7 @@ mod tests {
 
     #[test]
     fn shutdown_returns_what_is_returnable_and_later_requests_go_direct() {
-        let mut h = harness(long_window());
-        idle_block(&mut h);
+        let mut h = idle_block(long_window());
         h.book.handle_shutdown(at(4));
         h.collect();
         assert_eq!(h.deliver(4), -11);
@@ -1515,8 +1513,7 @@ mod tests {
 
     #[test]
     fn a_block_past_its_end_that_no_timer_saw_is_counted_stranded_at_shutdown() {
-        let mut h = harness(window());
-        idle_block(&mut h);
+        let mut h = idle_block(window());
         // No timer ran: the block (usable until about 998 ms) is still in the book at 1 005.
         h.book.handle_shutdown(at(1_005));
         h.collect();
