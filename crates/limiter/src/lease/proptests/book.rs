@@ -246,30 +246,32 @@ fn key_index(key: &LeaseKey) -> usize {
         .expect("a known key")
 }
 
+/// A limit of `n` per window, of one algorithm: `Limit::fixed_window` and the like.
+type Algorithm = fn(u64, Micros) -> Result<Limit, rein_core::ConfigError>;
+
 fn policies() -> impl Strategy<Value = Policy> {
     let ms = |m: u64| Micros::from_millis(m);
+    // One limit.
+    let single = |algorithm: Algorithm| {
+        (3..60u64, 20..200u64).prop_map(move |(l, w)| Policy::single(algorithm(l, ms(w)).unwrap()))
+    };
+    // Two: `l` per `w`, and about `m / 2` times as many per `m` times as long.
+    let pair = |short: Algorithm, long: Algorithm| {
+        (3..30u64, 20..100u64, 2..5u64).prop_map(move |(l, w, m)| {
+            Policy::new([
+                short(l, ms(w)).unwrap(),
+                long(l * m / 2 + 1, ms(w * m)).unwrap(),
+            ])
+            .unwrap()
+        })
+    };
     prop_oneof![
-        (3..60u64, 20..200u64)
-            .prop_map(move |(l, w)| Policy::single(Limit::fixed_window(l, ms(w)).unwrap())),
-        (3..60u64, 20..200u64)
-            .prop_map(move |(l, w)| Policy::single(Limit::sliding_counter(l, ms(w)).unwrap())),
-        (3..30u64, 20..100u64, 2..5u64).prop_map(move |(l, w, m)| Policy::new([
-            Limit::fixed_window(l, ms(w)).unwrap(),
-            Limit::sliding_counter(l * m / 2 + 1, ms(w * m)).unwrap(),
-        ])
-        .unwrap()),
-        (3..30u64, 20..100u64, 2..5u64).prop_map(move |(l, w, m)| Policy::new([
-            Limit::fixed_window(l, ms(w)).unwrap(),
-            Limit::fixed_window(l * m / 2 + 1, ms(w * m)).unwrap(),
-        ])
-        .unwrap()),
-        (3..60u64, 20..200u64)
-            .prop_map(move |(l, w)| Policy::single(Limit::sliding_log(l, ms(w)).unwrap())),
-        (3..30u64, 20..100u64, 2..5u64).prop_map(move |(l, w, m)| Policy::new([
-            Limit::sliding_log(l, ms(w)).unwrap(),
-            Limit::sliding_log(l * m / 2 + 1, ms(w * m)).unwrap(),
-        ])
-        .unwrap()),
+        single(Limit::fixed_window),
+        single(Limit::sliding_counter),
+        pair(Limit::fixed_window, Limit::sliding_counter),
+        pair(Limit::fixed_window, Limit::fixed_window),
+        single(Limit::sliding_log),
+        pair(Limit::sliding_log, Limit::sliding_log),
     ]
 }
 
