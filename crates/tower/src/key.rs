@@ -268,6 +268,14 @@ mod tests {
             .map(|k| String::from_utf8(k.into_owned()).unwrap())
     }
 
+    /// Checks the key `source` takes from `request` with each number of trusted hops.
+    fn assert_keys(request: &Parts, source: fn(u8) -> KeySource, expected: &[(u8, Option<&str>)]) {
+        for &(hops, want) in expected {
+            let source = source(hops);
+            assert_eq!(key(&source, request).as_deref(), want, "{source:?}");
+        }
+    }
+
     #[test]
     fn without_trusted_hops_forwarding_headers_change_nothing() {
         let spoofed = parts(
@@ -298,15 +306,13 @@ mod tests {
             ],
             Some("10.0.0.2:1"),
         );
-        for (hops, expected) in [
+        let expected = [
             (2, Some("198.51.100.7")),
             (1, Some("10.0.0.1")),
             // More hops than entries: no key, never the leftmost (client-written) entry.
             (4, None),
-        ] {
-            let source = KeySource::x_forwarded_for(hops);
-            assert_eq!(key(&source, &request).as_deref(), expected, "{source:?}");
-        }
+        ];
+        assert_keys(&request, KeySource::x_forwarded_for, &expected);
     }
 
     #[test]
@@ -318,14 +324,12 @@ mod tests {
             )],
             None,
         );
-        for (hops, expected) in [
+        let expected = [
             (3, Some("192.0.2.60")),
             (2, Some("2001:db8:cafe::17")),
             (1, None),
-        ] {
-            let source = KeySource::forwarded(hops);
-            assert_eq!(key(&source, &request).as_deref(), expected, "{source:?}");
-        }
+        ];
+        assert_keys(&request, KeySource::forwarded, &expected);
     }
 
     #[test]
