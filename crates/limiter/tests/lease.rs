@@ -1241,12 +1241,14 @@ async fn leases_are_a_builder_option_with_the_same_call_and_answer() {
             .and_then(|t| t.route_prefix("rate:", "rate"))
             .expect("a table")
     };
-    // Each limiter prepares its own tables in the store: they count apart.
-    let store = rein_memory::MemoryStore::new();
-    let limiter = ResilientLimiter::builder(store.clone(), table(), FailurePolicy::FailClosed)
-        .leases(config())
-        .build()
-        .expect("a limiter");
+    let limiter = ResilientLimiter::builder(
+        rein_memory::MemoryStore::new(),
+        table(),
+        FailurePolicy::FailClosed,
+    )
+    .leases(config())
+    .build()
+    .expect("a limiter");
     let by_source = answers_to_150(&limiter).await;
     assert_eq!(
         by_source
@@ -1289,12 +1291,17 @@ async fn leases_are_a_builder_option_with_the_same_call_and_answer() {
     limiter.shutdown().await;
 
     // Shadow mode: what the policy denies, the leases' local denials included, is admitted
-    // and counted.
-    let shadowed = ResilientLimiter::builder(store, table(), FailurePolicy::FailClosed)
-        .shadow("api")
-        .leases(config())
-        .build()
-        .expect("a limiter");
+    // and counted. On a store of its own: over the first limiter's, it would find the
+    // policy's table, which that limiter still holds, with its counts (as over Redis).
+    let shadowed = ResilientLimiter::builder(
+        rein_memory::MemoryStore::new(),
+        table(),
+        FailurePolicy::FailClosed,
+    )
+    .shadow("api")
+    .leases(config())
+    .build()
+    .expect("a limiter");
     let shadow_sources = answers_to_150(&shadowed).await;
     assert!(
         shadow_sources
