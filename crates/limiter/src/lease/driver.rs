@@ -506,29 +506,21 @@ impl<S: Leasable + 'static> Shared<S> {
                 at,
                 hold,
             } => {
-                let reply = match (self.policy(key.slot), hold) {
-                    // A window's grant, held for no time: the store's stamp names the window
-                    // the units were counted in, and the block's returns go to that window
-                    // only (`refund_held`), however late they execute.
-                    (Some(policy), None) => {
+                let reply = match self.policy(key.slot) {
+                    // A window's grant is held for no time (`hold` is `None`): the store's
+                    // stamp names the window the units were counted in, and the block's
+                    // returns go to that window only (`refund_held`), however late they
+                    // execute.
+                    Some(policy) => {
                         let now = self.store_time(at);
-                        let held =
-                            self.store
-                                .acquire_held(now, &policy, &key.key, units, Micros::ZERO);
-                        match held.await {
-                            Ok(held) => Reserved::Held(held.decision, held.stamp),
-                            Err(_) => Reserved::Failed,
-                        }
-                    }
-                    (Some(policy), Some(hold)) => {
-                        let now = self.store_time(at);
+                        let hold = hold.unwrap_or(Micros::ZERO);
                         let held = self.store.acquire_held(now, &policy, &key.key, units, hold);
                         match held.await {
                             Ok(held) => Reserved::Held(held.decision, held.stamp),
                             Err(_) => Reserved::Failed,
                         }
                     }
-                    (None, _) => Reserved::Failed,
+                    None => Reserved::Failed,
                 };
                 let now = self.clock.now();
                 let ((), actions) =
