@@ -95,7 +95,7 @@ mod table;
 
 use thiserror::Error;
 
-use rein_core::{KeyError, OverCapacity, PrepareError};
+use rein_core::{KeyError, PrepareError};
 
 // The front door: what an application uses first. The machinery of the breaker, leases,
 // regions and the counters is in the modules of those names.
@@ -111,7 +111,7 @@ pub use table::PolicyTable;
 
 // The limits themselves, and the stores: what a program needs beside the limiter, from
 // this one crate.
-pub use rein_core::{Limit, Micros, NamedPolicy, Policy};
+pub use rein_core::{Limit, Micros, NamedPolicy, OverCapacity, Policy};
 /// rein-memory: limits in one process (`rein::memory::MemoryStore`), also the local
 /// fallback the failure policy uses.
 pub use rein_memory as memory;
