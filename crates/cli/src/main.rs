@@ -604,16 +604,9 @@ async fn connect(cli: &Cli, mut config: Config) -> Result<ConfiguredStore, Failu
     config.connect_store().await.map_err(|e| {
         Failure::Redis(format!(
             "cannot connect to Redis ({}): {e}",
-            endpoint(&config)
+            config.redis.endpoint
         ))
     })
-}
-
-fn endpoint(config: &Config) -> String {
-    match &config.redis.endpoint {
-        RedisEndpoint::Url(url) => url.clone(),
-        RedisEndpoint::Cluster(urls) => format!("cluster {}", urls.join(", ")),
-    }
 }
 
 /// `key inspect`: by the limits that decide the key, its override's if it has one.

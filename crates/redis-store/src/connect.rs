@@ -16,6 +16,7 @@ use rein_core::StoreError;
 
 use crate::error::store_error;
 use crate::link::Link;
+use crate::route::Router;
 use crate::{AnyConnection, ConnectError, Endpoint, RedisStore, RedisStoreBuilder, SettingsError};
 
 impl RedisStore<ConnectionManager> {
@@ -159,10 +160,8 @@ impl RedisStoreBuilder {
             }
             Endpoint::Cluster(urls) => {
                 let (conn, listener) = self.cluster(urls).await?;
-                let builder = self.cluster_settings()?;
-                let link = Link::fixed(AnyConnection::Cluster(conn));
-                let router = crate::route::any_router();
-                (RedisStore::routed(builder, link, Some(router)), listener)
+                let conn = AnyConnection::Cluster(conn);
+                (self.routed(conn, crate::route::any_router())?, listener)
             }
         };
         if let Some(listener) = listener {
@@ -185,15 +184,18 @@ impl RedisStoreBuilder {
         self,
         conn: ClusterConnection,
     ) -> Result<RedisStore<ClusterConnection>, SettingsError> {
-        let builder = self.cluster_settings()?;
-        let router = crate::route::cluster_router();
-        Ok(RedisStore::routed(builder, Link::fixed(conn), Some(router)))
+        self.routed(conn, crate::route::cluster_router())
     }
 
-    /// These settings, checked, for a Cluster store: one that does not coalesce.
-    fn cluster_settings(self) -> Result<Self, SettingsError> {
+    /// A Cluster store over `conn`, sending to a node by address through `router`: one
+    /// that does not coalesce (a script's keys must share a slot).
+    fn routed<C>(self, conn: C, router: Router<C>) -> Result<RedisStore<C>, SettingsError>
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
         self.validate()?;
-        Ok(self.coalesce(crate::Coalesce::OFF))
+        let builder = self.coalesce(crate::Coalesce::OFF);
+        Ok(RedisStore::routed(builder, Link::fixed(conn), Some(router)))
     }
 }
 

@@ -15,6 +15,17 @@ pub enum Endpoint {
     Cluster(Vec<String>),
 }
 
+/// The URL, or `cluster ` and the nodes' URLs: for a message naming the Redis a program
+/// uses or could not reach.
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Url(url) => f.write_str(url),
+            Self::Cluster(urls) => write!(f, "cluster {}", urls.join(", ")),
+        }
+    }
+}
+
 /// A connection to a standalone server or to a Cluster: what a store built by
 /// [`connect_to`](crate::RedisStoreBuilder::connect_to) holds. Each command goes to the
 /// connection held; a Cluster store also follows `MOVED` and `ASK` by node address, as one

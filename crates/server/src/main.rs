@@ -281,15 +281,11 @@ async fn serve(args: Serve) -> Result<(), String> {
     };
     let redis = match endpoint {
         Some(endpoint) => {
-            let redis = match &endpoint {
-                Endpoint::Url(url) => format!("Redis at {url}"),
-                Endpoint::Cluster(nodes) => format!("the Redis Cluster of {}", nodes.join(", ")),
-            };
             let store = builder()
                 .connect_to(&endpoint)
                 .await
-                .map_err(|e| format!("cannot connect to {redis}: {e}"))?;
-            tracing::info!("sharing limits through {redis}");
+                .map_err(|e| format!("cannot connect to Redis at {endpoint}: {e}"))?;
+            tracing::info!(redis = %endpoint, "sharing limits through Redis");
             Some(store)
         }
         None => None,
