@@ -8,10 +8,11 @@
 
 use std::num::NonZeroU32;
 
-use crate::OverCapacity;
 use crate::algorithm::{capacity_share, commit};
 use crate::divisor::Divisor;
-use crate::{AcquireError, Algorithm, ConfigError, Decision, Micros, Outcome, Timestamp};
+use crate::{
+    AcquireError, Algorithm, ConfigError, Decision, Micros, Outcome, OverCapacity, Timestamp,
+};
 
 /// A validated fixed-window limit: `limit` cost units per aligned `window`.
 ///

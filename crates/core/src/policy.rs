@@ -6,8 +6,10 @@
 //! because every algorithm here is monotone: once a limit would admit a request, it keeps
 //! admitting it as time passes with nothing else admitted.
 
-use crate::OverCapacity;
-use crate::{AcquireError, ConfigError, Decision, Limit, LimitState, Micros, Outcome, Timestamp};
+use crate::{
+    AcquireError, ConfigError, Decision, Limit, LimitState, Micros, Outcome, OverCapacity,
+    Timestamp,
+};
 
 /// The most limits one policy may hold. Each is checked on every request, and the Redis
 /// store passes all of them in one script call.

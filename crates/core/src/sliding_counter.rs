@@ -21,10 +21,9 @@
 
 use std::num::NonZeroU32;
 
-use crate::OverCapacity;
 use crate::algorithm::{capacity_share, commit};
 use crate::divisor::Divisor;
-use crate::{AcquireError, Algorithm, ConfigError, Decision, Micros, Timestamp};
+use crate::{AcquireError, Algorithm, ConfigError, Decision, Micros, OverCapacity, Timestamp};
 
 /// A validated sliding-window-counter limit: about `limit` cost units per `window`.
 ///

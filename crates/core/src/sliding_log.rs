@@ -29,9 +29,10 @@ use std::collections::VecDeque;
 
 use std::num::NonZeroU32;
 
-use crate::OverCapacity;
 use crate::algorithm::capacity_share;
-use crate::{AcquireError, Algorithm, ConfigError, Decision, DecodeError, Micros, Timestamp};
+use crate::{
+    AcquireError, Algorithm, ConfigError, Decision, DecodeError, Micros, OverCapacity, Timestamp,
+};
 
 /// A validated sliding-log limit: `limit` cost units in any span of `window`.
 ///

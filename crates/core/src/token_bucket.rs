@@ -16,11 +16,11 @@
 
 use std::num::NonZeroU32;
 
-use crate::OverCapacity;
 use crate::algorithm::{capacity_share, commit};
 use crate::divisor::Divisor;
 use crate::{
-    AcquireError, Algorithm, ConfigError, Decision, MAX_MICROS, Micros, Outcome, Timestamp,
+    AcquireError, Algorithm, ConfigError, Decision, MAX_MICROS, Micros, Outcome, OverCapacity,
+    Timestamp,
 };
 
 /// A validated token-bucket limit: `capacity` tokens, `refill` more every `period`.

@@ -21,10 +21,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{RngSeed, TestCaseError};
-use rein_core::OverCapacity;
 use rein_core::{
-    AcquireError, ConfigError, Decision, Limit, LimitState, MAX_MICROS, MAX_SPAN, Micros, Policy,
-    PolicyState, Timestamp,
+    AcquireError, ConfigError, Decision, Limit, LimitState, MAX_MICROS, MAX_SPAN, Micros,
+    OverCapacity, Policy, PolicyState, Timestamp,
     fixed_window::FixedWindowState,
     sliding_counter::SlidingCounterState,
     sliding_log::{LogEntry, SlidingLogState},

@@ -7,10 +7,9 @@
 //! `AcquireError::InsufficientCapacity` and ignores the figures. Denials, peeks and errors
 //! must leave the state unchanged.
 
-use rein_core::OverCapacity;
 use rein_core::{
     AcquireError, ConfigError, Decision, Limit, LimitState, MAX_LIMITS, MAX_MICROS, MAX_SPAN,
-    Micros, Policy, PolicyState, Timestamp,
+    Micros, OverCapacity, Policy, PolicyState, Timestamp,
 };
 
 const S: u64 = 1_000_000;

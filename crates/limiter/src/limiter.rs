@@ -7,11 +7,10 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rein_core::OverCapacity;
 use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
 use rein_core::{
-    DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, PrepareError, StoreError,
-    Timestamp,
+    DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, OverCapacity,
+    PrepareError, StoreError, Timestamp,
     rate_share::{RateAnswer, RateOp},
 };
 use rein_memory::{Clock, MemoryLimiter};

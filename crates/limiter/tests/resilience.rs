@@ -13,8 +13,9 @@ use rein::{
     AllowCacheConfig, BreakerConfig, Decided, FailurePolicy, PolicyTable, RequestError,
     ResilientLimiter, Source, TimeSource, Unavailable, breaker::BreakerState,
 };
-use rein_core::OverCapacity;
-use rein_core::{Limit, LimitState, Limiter, Micros, NamedPolicy, Outcome, Policy, Timestamp};
+use rein_core::{
+    Limit, LimitState, Limiter, Micros, NamedPolicy, Outcome, OverCapacity, Policy, Timestamp,
+};
 use rein_memory::FakeClock;
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;

@@ -6,9 +6,9 @@ use std::hash::Hash;
 use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 
-use rein_core::OverCapacity;
 use rein_core::{
-    AcquireError, Block, DecideError, Decision, Limit, Micros, Outcome, Policy, Timestamp,
+    AcquireError, Block, DecideError, Decision, Limit, Micros, Outcome, OverCapacity, Policy,
+    Timestamp,
     admin::KeyState,
     fixed_window::FixedWindow,
     rate_share::{RateAnswer, RateOp},

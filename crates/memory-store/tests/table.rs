@@ -2,8 +2,9 @@
 //! (by explicit timestamp and by its clock): every backend must give the row's figures,
 //! and the store's decisions must equal the core's in full, `reset_after` included.
 
-use rein_core::OverCapacity;
-use rein_core::{AcquireError, Decision, Limit, Micros, Outcome, Policy, PolicyState, Timestamp};
+use rein_core::{
+    AcquireError, Decision, Limit, Micros, Outcome, OverCapacity, Policy, PolicyState, Timestamp,
+};
 use rein_memory::{FakeClock, MemoryLimiter};
 
 /// One request and what every backend must answer.

@@ -42,10 +42,9 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Value};
-use rein_core::OverCapacity;
 use rein_core::{
-    DecideError, Decision, KeyError, Limiter, NamedPolicy, PolicyState, PrepareError, SourceError,
-    StoreError, Timestamp,
+    DecideError, Decision, KeyError, Limiter, NamedPolicy, OverCapacity, PolicyState, PrepareError,
+    SourceError, StoreError, Timestamp,
 };
 use tokio::time::Instant;
 use tracing::Instrument;

@@ -6,11 +6,10 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, RedisResult, Value};
-use rein_core::OverCapacity;
 use rein_core::overrides::{KeyMatch, Override, OverrideEntry, OverrideSource};
 use rein_core::{
     DecideError, Decision, Held, KeyError, Leasable, Limit, Limiter, MAX_MICROS, Micros,
-    NamedPolicy, PolicyState, PrepareError, SourceError, StoreError, Timestamp,
+    NamedPolicy, OverCapacity, PolicyState, PrepareError, SourceError, StoreError, Timestamp,
     rate_share::{RateAnswer, RateOp, RateShares, RateState, ShareError},
 };
 use tokio::sync::oneshot;

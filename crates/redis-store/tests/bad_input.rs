@@ -7,8 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::FakeServer;
-use rein_core::OverCapacity;
-use rein_core::{Limit, Limiter, Micros, Policy};
+use rein_core::{Limit, Limiter, Micros, OverCapacity, Policy};
 use rein_redis::{
     ConnectError, DecideError, KeyError, RedisPolicy, RedisStore, RedisStoreBuilder, SettingsError,
     StateError, StoreError,

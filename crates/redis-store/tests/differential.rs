@@ -11,9 +11,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use redis::aio::ConnectionManager;
-use rein_core::OverCapacity;
 use rein_core::{
-    Algorithm, Block, Leasable, Limit, Limiter, MAX_MICROS, MAX_SPAN, Micros, Policy, Timestamp,
+    Algorithm, Block, Leasable, Limit, Limiter, MAX_MICROS, MAX_SPAN, Micros, OverCapacity, Policy,
+    Timestamp,
 };
 use rein_redis::{KeyAdmin, KeyState, RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;

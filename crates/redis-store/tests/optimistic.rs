@@ -11,8 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use rein_core::OverCapacity;
-use rein_core::{Decision, Limit, Limiter, Micros, Policy, Timestamp};
+use rein_core::{Decision, Limit, Limiter, Micros, OverCapacity, Policy, Timestamp};
 use rein_redis::{DecideError, OptimisticStoreBuilder, RedisPolicy, RedisStoreBuilder, StoreError};
 use rein_redis_harness::RedisServer;
 

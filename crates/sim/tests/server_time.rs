@@ -27,9 +27,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
-use rein_core::OverCapacity;
 use rein_core::{
-    Algorithm, Decision, Leasable, Limit, Limiter, Micros, Policy, PolicyState, Timestamp,
+    Algorithm, Decision, Leasable, Limit, Limiter, Micros, OverCapacity, Policy, PolicyState,
+    Timestamp,
 };
 use rein_redis::{Coalesce, DecideError, RedisPolicy, RedisStore, RedisStoreBuilder};
 use sim::redis::{ManualClock, Observer, Reply, Shared, serve_connection_observed};

@@ -27,10 +27,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::Duration;
 
-use rein_core::OverCapacity;
 use rein_core::{
-    DecideError, Decision, KeyError, Leasable, Limiter, Micros, NamedPolicy, PrepareError,
-    StoreError, Timestamp,
+    DecideError, Decision, KeyError, Leasable, Limiter, Micros, NamedPolicy, OverCapacity,
+    PrepareError, StoreError, Timestamp,
     rate_share::{RateAnswer, RateOp, RateShares},
 };
 use rein_memory::Clock;
