@@ -97,27 +97,7 @@ mod tests {
         match_descriptor(domain, entries.iter().copied()).map(|m| m.rule.label.clone())
     }
 
-    const TREE: &str = "
-domain: d
-descriptors:
-  - key: remote_address
-    rate_limit: { unit: second, requests_per_unit: 10 }
-  - key: remote_address
-    value: 50.0.0.5
-    rate_limit: { unit: second, requests_per_unit: 0 }
-  - key: path
-    value: /api/*
-    rate_limit: { unit: minute, requests_per_unit: 5 }
-  - key: path
-    value: /api/v2/*
-    share_threshold: true
-    rate_limit: { unit: minute, requests_per_unit: 7 }
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit: { unit: day, requests_per_unit: 5 }
-";
+    const TREE: &str = include_str!("../tests/rules/tree.yaml");
 
     #[test]
     #[rustfmt::skip]

@@ -17,38 +17,8 @@ use rein_memory::MemoryStore;
 use rein_server::{RateLimitService, RulesConfig, ServiceSettings};
 use tonic::transport::Channel;
 
-const RULES: &str = "
-domain: shop
-descriptors:
-  - key: user
-    rate_limit: { unit: hour, requests_per_unit: 3 }
-  - key: cart
-    rate_limit: { unit: hour, requests_per_unit: 1 }
-  - key: vip
-    rate_limit: { unlimited: true }
-  - key: banned
-    rate_limit: { unit: second, requests_per_unit: 0 }
-  - key: trial
-    shadow_mode: true
-    rate_limit: { unit: hour, requests_per_unit: 1 }
-  - key: tier
-    value: gold
-    descriptors:
-      - key: user
-        rate_limit:
-          name: gold_user
-          unit: hour
-          requests_per_unit: 5
-  - key: promo
-    descriptors:
-      - key: user
-        rate_limit:
-          replaces: [{ name: gold_user }]
-          unit: hour
-          requests_per_unit: 2
-  - key: burst
-    rate_limit: { unit: minute, requests_per_unit: 60, algorithm: token_bucket, burst: 2 }
-";
+/// Every kind of entry the service reads, one rule each.
+const RULES: &str = include_str!("rules/shop.yaml");
 
 fn rules(text: &str) -> RulesConfig {
     let mut config = RulesConfig::default();
