@@ -20,7 +20,7 @@
 //! # Layout
 //!
 //! - `scenario.rs`: [`Scenario`], its hosts and faults, [`Run`]. `runner.rs`: what every
-//!   world shares (built, stepped to its end, read back). `bound.rs`: the global bound with
+//!   world shares (built, stepped to its end, read back as [`Recorded`]). `bound.rs`: the global bound with
 //!   nodes on local fallback ([`fallback_limit`]).
 //! - `node.rs`: an application node. `naive.rs`: the read-modify-write baseline limiter
 //!   (read a bucket, decide on the client, write it back: racy across nodes).
@@ -58,6 +58,7 @@ pub use region::{
     AsyncCounts, Cut, REGION_SUITE, Region, RegionRun, RegionScenario, Strategy, region_scenario,
 };
 pub use rng::Rng;
+pub use runner::Recorded;
 pub use scenario::{Run, Scenario};
 pub use suite::{SUITE, suite_scenario};
 pub use tap::{ScriptTap, tapped_host};

@@ -34,17 +34,17 @@ use rein::{
     Source,
     region::{Grant, RebalanceConfig, Rebalancer, RegionQuota, split},
 };
-use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy, PolicyState, Timestamp};
+use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy, Timestamp};
 use rein_redis::RedisPolicy;
 
 use super::clock::{self, true_now};
 use super::node::{build_store_on, issue, record, run_tasks, store_outcome, user_key};
 use super::rng::Rng;
-use super::runner::{self, Network};
+use super::runner::{self, Network, Recorded};
 use super::tap::{ScriptTap, tapped_host};
 use super::workload::{Request, Workload};
 use super::{Event, Outcome, REDIS_PORT};
-use crate::oracle::{AdmissionLog, Interval};
+use crate::oracle::Interval;
 use crate::redis::{Clock, Persistence, Shared};
 use crate::report::{FaultSpan, ScenarioInputs, ScenarioResult};
 
@@ -120,16 +120,10 @@ pub struct RegionScenario {
 pub struct RegionRun {
     /// The scenario.
     pub scenario: RegionScenario,
-    /// Every decision.
-    pub events: Vec<Event>,
-    /// Every admission at the instant it took effect.
-    pub log: AdmissionLog,
+    /// What the nodes recorded (the run dereferences to it).
+    pub recorded: Recorded,
     /// The region of each node.
     pub region_of: Vec<usize>,
-    /// Demand per node.
-    pub demand: Vec<Vec<Request>>,
-    /// The end of the measured span.
-    pub end: Timestamp,
 }
 
 /// One region's view of the asynchronous counters: what it admitted per window, and the
@@ -321,16 +315,10 @@ impl RegionScenario {
             let now = origin.saturating_add(Micros::from(world.elapsed()));
             control.step(world, now, redis_hosts);
         })?;
-        let events = events.take();
-        let log = runner::admissions(&events);
-        let end = runner::end_of(&events, self.span);
         Ok(RegionRun {
             scenario: self.clone(),
-            events,
-            log,
+            recorded: Recorded::new(events.take(), demand, self.span),
             region_of,
-            demand,
-            end,
         })
     }
 
@@ -371,16 +359,20 @@ impl RegionScenario {
     }
 }
 
-impl RegionRun {
-    /// The total cost admitted.
-    pub fn admitted(&self) -> u64 {
-        self.log.admitted()
-    }
+impl std::ops::Deref for RegionRun {
+    type Target = Recorded;
 
-    /// What one exact limiter would have admitted given each request at the instant it was
-    /// issued: the reference for utilisation.
+    fn deref(&self) -> &Recorded {
+        &self.recorded
+    }
+}
+
+impl RegionRun {
+    /// What one exact global limiter would have admitted given each request at the instant
+    /// it was issued: the reference for utilisation.
     pub fn exact_admitted(&self) -> u64 {
-        self.exact_admissions().iter().map(|(_, cost)| cost).sum()
+        let admissions = self.exact_admissions(&self.scenario.policy());
+        admissions.iter().map(|(_, cost)| cost).sum()
     }
 
     /// Utilisation counted from `after` the start of demand on (the rebalanced quota needs
@@ -396,29 +388,12 @@ impl RegionRun {
             .map(|a| a.cost)
             .sum();
         let exact: u64 = self
-            .exact_admissions()
+            .exact_admissions(&self.scenario.policy())
             .iter()
             .filter(|(at, _)| *at >= from)
             .map(|(_, cost)| cost)
             .sum();
         100.0 * admitted as f64 / exact.max(1) as f64
-    }
-
-    /// The requests an exact global limiter admits, at their issue instants.
-    fn exact_admissions(&self) -> Vec<(Timestamp, u64)> {
-        let mut asks: Vec<&Event> = self.events.iter().collect();
-        asks.sort_by_key(|e| (e.issued, e.node));
-        let policy = self.scenario.policy();
-        let mut states: BTreeMap<u64, PolicyState> = BTreeMap::new();
-        asks.iter()
-            .filter(|e| {
-                let state = states.entry(e.key).or_insert_with(|| policy.new_state());
-                policy
-                    .acquire(e.issued, state, e.cost)
-                    .is_ok_and(|d| d.is_allowed())
-            })
-            .map(|e| (e.issued, e.cost))
-            .collect()
     }
 
     /// Admitted ÷ what an exact global limiter would have admitted, in percent (above 100
@@ -444,14 +419,6 @@ impl RegionRun {
             .collect()
     }
 
-    /// Decisions that failed (no answer from the store).
-    pub fn failures(&self) -> usize {
-        self.events
-            .iter()
-            .filter(|e| matches!(e.outcome, Outcome::Failed(_)))
-            .count()
-    }
-
     /// The cost region `r` admitted during `during`.
     pub fn admitted_by_region(&self, region: usize, during: Interval) -> u64 {
         self.log
@@ -475,11 +442,11 @@ impl RegionRun {
             policy: &policy,
             bound: &policy,
             faults: &faults,
-            run: Interval::new(start, self.end),
+            run: self.interval(),
             log: &self.log,
             extra_allowance: s.allowance(),
             chart_key: 0,
-            demanded: self.demand.iter().flatten().map(|r| r.cost).sum(),
+            demanded: self.demanded(),
             exact_admitted: self.exact_admitted(),
             fallback: self.failure_time(),
             latencies: self.latencies(None),
@@ -495,11 +462,6 @@ impl RegionRun {
                 })
                 .collect(),
         })
-    }
-
-    /// A SHA-1 over every decision, in recording order ([`digest`](super::digest)).
-    pub fn digest(&self) -> String {
-        super::digest(&self.events)
     }
 
     /// One line of measured numbers.

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use rein::{FailurePolicy, Source, lease::LeaseStats};
-use rein_core::{Algorithm, Limit, Micros, Policy, PolicyState, Timestamp};
+use rein_core::{Algorithm, Limit, Micros, Policy, Timestamp};
 
 use super::bound::fallback_policy;
 use super::clock::{self, Skew, WARMUP};
@@ -15,11 +15,11 @@ use super::fault::{Action, Fault};
 use super::node::{self, NodeConfig};
 use super::overrides::{OPERATOR_HOST, OverrideBound, OverrideSchedule, Written, run_operator};
 use super::rng::Rng;
-use super::runner::{self, Network};
+use super::runner::{self, Network, Recorded};
 use super::tap::{ScriptTap, tapped_host};
-use super::workload::{Request, Workload};
-use super::{Event, Guard, LimiterKind, Outcome, REDIS_HOST, REDIS_PORT, TimeSource, host_name};
-use crate::oracle::{AdmissionLog, Interval, PolicyVerdict, Verdict, Window};
+use super::workload::Workload;
+use super::{Guard, LimiterKind, Outcome, REDIS_HOST, REDIS_PORT, TimeSource, host_name};
+use crate::oracle::{Interval, PolicyVerdict, Verdict, Window};
 use crate::redis::{Clock, Persistence, Shared};
 use crate::report::{ScenarioInputs, ScenarioResult};
 
@@ -103,16 +103,10 @@ pub struct Scenario {
 pub struct Run {
     /// The scenario that ran.
     pub scenario: Scenario,
-    /// Every decision, in the order nodes recorded them.
-    pub events: Vec<Event>,
-    /// Every admission at the instant it took effect.
-    pub log: AdmissionLog,
+    /// What the nodes recorded (the run dereferences to it).
+    pub recorded: Recorded,
     /// Each node's clock offset.
     pub skews: Vec<Skew>,
-    /// The demand, per node.
-    pub demand: Vec<Vec<Request>>,
-    /// The end of the measured span: the later of the demand's end and the last answer.
-    pub end: Timestamp,
     /// Script runs Redis got as `EVAL` with the source (after a `NOSCRIPT`).
     pub runs_by_source: u64,
     /// Every script run Redis made, answered or not.
@@ -455,16 +449,10 @@ impl Scenario {
                 next += 1;
             }
         })?;
-        let events = events.take();
-        let log = runner::admissions(&events);
-        let end = runner::end_of(&events, self.span);
         Ok(Run {
             scenario: self.clone(),
-            events,
-            log,
+            recorded: Recorded::new(events.take(), demand, self.span),
             skews,
-            demand,
-            end,
             runs_by_source: tap.runs_by_source(),
             script_runs: tap.runs(),
             leases: leases.take(),
@@ -474,12 +462,21 @@ impl Scenario {
     }
 }
 
-impl Run {
-    /// The measured span: from the start of demand to the last answer.
-    pub fn interval(&self) -> Interval {
-        Interval::new(clock::start(), self.end)
-    }
+impl std::ops::Deref for Run {
+    type Target = Recorded;
 
+    fn deref(&self) -> &Recorded {
+        &self.recorded
+    }
+}
+
+impl std::ops::DerefMut for Run {
+    fn deref_mut(&mut self) -> &mut Recorded {
+        &mut self.recorded
+    }
+}
+
+impl Run {
     /// The occupancy measure ([`AdmissionLog::occupancy`]) of key 0 from `from` after the
     /// start of demand to its end, against the policy's binding limit (the highest figure
     /// among its limits); `None` for a span too short to measure. A token bucket is
@@ -526,16 +523,6 @@ impl Run {
             .sum()
     }
 
-    /// The total cost asked for.
-    pub fn demanded(&self) -> u64 {
-        self.demand.iter().flatten().map(|r| r.cost).sum()
-    }
-
-    /// The total cost admitted.
-    pub fn admitted(&self) -> u64 {
-        self.log.admitted()
-    }
-
     /// The cost admitted from held lease blocks, with no store call (with
     /// [`LimiterKind::Leased`]; zero for the other limiters).
     pub fn admitted_from_leases(&self) -> u64 {
@@ -547,14 +534,6 @@ impl Run {
             .filter(|e| matches!(e.outcome, Outcome::Admitted { .. }) && e.source.is_none())
             .map(|e| e.cost)
             .sum()
-    }
-
-    /// How many decisions failed (an error instead of a decision).
-    pub fn failures(&self) -> usize {
-        self.events
-            .iter()
-            .filter(|e| matches!(e.outcome, Outcome::Failed(_)))
-            .count()
     }
 
     /// How many of `nodes`' decisions admitted anything, at instants in `during`.
@@ -665,19 +644,8 @@ impl Run {
     /// What one exact limiter would have admitted, given each request at the instant it
     /// was issued, in issue order: the reference for under-admission.
     pub fn exact_admitted(&self) -> u64 {
-        let mut asks: Vec<&Event> = self.events.iter().collect();
-        asks.sort_by_key(|e| (e.issued, e.node));
-        let mut states: BTreeMap<u64, PolicyState> = BTreeMap::new();
-        let policy: &Policy = &self.scenario.policy;
-        asks.iter()
-            .filter(|e| {
-                let state = states.entry(e.key).or_insert_with(|| policy.new_state());
-                policy
-                    .acquire(e.issued, state, e.cost)
-                    .is_ok_and(|d| d.is_allowed())
-            })
-            .map(|e| e.cost)
-            .sum()
+        let admissions = self.exact_admissions(&self.scenario.policy);
+        admissions.iter().map(|(_, cost)| cost).sum()
     }
 
     /// The run as a report row and chart, judged against [`Scenario::bound`] plus
@@ -752,11 +720,6 @@ impl Run {
             latencies: self.latencies(),
             fault_spans: self.scenario.faults.iter().map(|f| f.span(start)).collect(),
         })
-    }
-
-    /// A SHA-1 over every decision, in recording order ([`digest`](super::digest)).
-    pub fn digest(&self) -> String {
-        super::digest(&self.events)
     }
 
     /// One line of measured numbers, for a test's stderr.
