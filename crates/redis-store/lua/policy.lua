@@ -116,6 +116,27 @@ local p, len = 1, 0
 if whole then
   len = #whole
 end
+-- A window algorithm's limit and window (µs), the two arguments after its tag at ARGV[i]:
+-- integers from 0 to MAX, a window from 1 (`what` names the algorithm in that error), and
+-- a limit the cost fits in. Once per limit of a window algorithm, not per argument.
+local function window_limit(i, what)
+  if i + 2 > argc then
+    error({ err = 'REIN missing window parameters' })
+  end
+  local limit, window = ARGV[i + 1] + 0, ARGV[i + 2] + 0
+  if limit % 1 + window % 1 ~= 0 or limit < 0 or limit > MAX or window < 0
+      or window > MAX then
+    fail_arguments()
+  end
+  if window == 0 then
+    error({ err = 'REIN bad ' .. what .. ' parameters' })
+  end
+  if not refund and amount > limit then
+    error({ err = 'REIN cost exceeds capacity' })
+  end
+  return limit, window
+end
+
 -- The limits, one per tag and its parameters, counted as they are read.
 local n = 0
 local i = 5
@@ -257,22 +278,9 @@ while i <= argc do
   elseif tag == 'fw' or tag == 'sc' then
     -- Both count in windows aligned to the epoch: rein_core::FixedWindow
     -- (single_fixed_window.lua) and rein_core::SlidingCounter.
-    if i + 2 > argc then
-      error({ err = 'REIN missing window parameters' })
-    end
     local window
-    limit, window = ARGV[i + 1] + 0, ARGV[i + 2] + 0
+    limit, window = window_limit(i, 'window')
     i = i + 3
-    if limit % 1 + window % 1 ~= 0 or limit < 0 or limit > MAX or window < 0
-        or window > MAX then
-      fail_arguments()
-    end
-    if window == 0 then
-      error({ err = 'REIN bad window parameters' })
-    end
-    if not refund and amount > limit then
-      error({ err = 'REIN cost exceeds capacity' })
-    end
     local window_start, count, previous = 0, 0, 0
     if stored then
       local a, b, c
@@ -407,22 +415,9 @@ while i <= argc do
 
   elseif tag == 'sl' then
     -- rein_core::SlidingLog (see single_sliding_log.lua, which this repeats).
-    if i + 2 > argc then
-      error({ err = 'REIN missing window parameters' })
-    end
     local window
-    limit, window = ARGV[i + 1] + 0, ARGV[i + 2] + 0
+    limit, window = window_limit(i, 'sliding log')
     i = i + 3
-    if limit % 1 + window % 1 ~= 0 or limit < 0 or limit > MAX or window < 0
-        or window > MAX then
-      fail_arguments()
-    end
-    if window == 0 then
-      error({ err = 'REIN bad sliding log parameters' })
-    end
-    if not refund and amount > limit then
-      error({ err = 'REIN cost exceeds capacity' })
-    end
     local ats, costs, starts = {}, {}, {}
     local m, total = 0, 0
     if stored then
