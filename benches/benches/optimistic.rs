@@ -36,11 +36,9 @@ const ROUNDS: usize = 3;
 const SPREAD_KEYS: u64 = 10_000;
 
 fn main() {
-    if !rein_benches::bench_requested("optimistic") {
+    let Some(run) = rein_benches::bench_run("optimistic", 2) else {
         return;
-    }
-    let secs: u64 = rein_benches::env_number("REIN_BENCH_SECS", 2);
-    let run = Duration::from_secs(secs);
+    };
     let attempts = rein_benches::env_number("REIN_BENCH_OCC_ATTEMPTS", 8);
     let attempts = NonZeroU32::new(attempts).expect("REIN_BENCH_OCC_ATTEMPTS > 0");
     let one_key_only = std::env::var_os("REIN_BENCH_ONE_KEY").is_some_and(|v| v != "0");
@@ -62,7 +60,10 @@ fn main() {
 
     println!();
     println!("Optimistic (WATCH/MULTI/EXEC) vs Lua store, one private redis-server, same run");
-    println!("median of {ROUNDS} alternating rounds of {secs} s; token bucket always admitting");
+    println!(
+        "median of {ROUNDS} alternating rounds of {} s; token bucket always admitting",
+        run.as_secs()
+    );
     println!("optimistic store: max_attempts {attempts}");
     println!();
     println!(

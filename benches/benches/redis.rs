@@ -41,11 +41,10 @@ const KEYS: u64 = 100_000;
 const ROUNDS: usize = 3;
 
 fn main() {
-    if !rein_benches::bench_requested("redis") {
+    let Some(measure) = rein_benches::bench_run("redis", 3) else {
         return;
-    }
-    let secs: u64 = rein_benches::env_number("REIN_BENCH_SECS", 3);
-    let measure = Duration::from_secs(secs);
+    };
+    let secs = measure.as_secs();
     let server = RedisServer::start().expect("start redis-server");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -60,6 +60,13 @@ pub fn bench_requested(name: &str) -> bool {
     requested
 }
 
+/// How long each run of bench `name` measures: `REIN_BENCH_SECS` seconds, or
+/// `default_secs` where it is unset; `None`, having said how to run it, when `name` was not
+/// asked for ([`bench_requested`]).
+pub fn bench_run(name: &str, default_secs: u64) -> Option<Duration> {
+    bench_requested(name).then(|| Duration::from_secs(env_number("REIN_BENCH_SECS", default_secs)))
+}
+
 /// The number in environment variable `var` (`REIN_BENCH_SECS`, ...), or `default` where it
 /// is unset or not a number.
 pub fn env_number<T: std::str::FromStr>(var: &str, default: T) -> T {
@@ -226,10 +233,12 @@ pub fn splitmix64(state: &mut u64) -> u64 {
 /// The naive scripts rein replaces, as they are usually published; `--bench redis_cost`
 /// and `--bench redis` measure rein's against them.
 pub mod naive {
-    /// The common token bucket: tokens as a float refilled from the last update, a hash of two
-    /// floats, `PEXPIRE` on every call. ARGV: now in ms ('' = `TIME`), tokens per second,
-    /// capacity, TTL in ms.
-    pub const NAIVE_TOKEN_BUCKET: &str = r"
+    /// A script that opens as the timed ones do: `key` is KEYS[1], `now` in ms is ARGV[1],
+    /// or for '' Redis's `TIME`.
+    macro_rules! timed {
+        ($body:literal) => {
+            concat!(
+                r"
 local key = KEYS[1]
 local now
 if ARGV[1] == '' then
@@ -237,7 +246,17 @@ if ARGV[1] == '' then
   now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 else
   now = tonumber(ARGV[1])
-end
+end",
+                $body
+            )
+        };
+    }
+
+    /// The common token bucket: tokens as a float refilled from the last update, a hash of two
+    /// floats, `PEXPIRE` on every call. ARGV: now in ms ('' = `TIME`), tokens per second,
+    /// capacity, TTL in ms.
+    pub const NAIVE_TOKEN_BUCKET: &str = timed!(
+        r"
 local rate = tonumber(ARGV[2]) / 1000
 local capacity = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[4])
@@ -261,7 +280,8 @@ end
 redis.call('HSET', key, 'tokens', tokens, 'last_update', last_update)
 redis.call('PEXPIRE', key, ttl)
 return allowed
-";
+"
+    );
 
     /// The common fixed window: `INCRBY` then `PEXPIRE`. ARGV: window in ms, limit.
     pub const NAIVE_FIXED_WINDOW: &str = r"
@@ -275,15 +295,8 @@ return 1
 
     /// The common sliding log: a sorted set of request times. ARGV: now in ms ('' = `TIME`),
     /// window in ms, limit.
-    pub const NAIVE_SLIDING_LOG: &str = r"
-local key = KEYS[1]
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-else
-  now = tonumber(ARGV[1])
-end
+    pub const NAIVE_SLIDING_LOG: &str = timed!(
+        r"
 local window = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', key, 0, now - window)
@@ -294,5 +307,6 @@ if count < limit then
   return 1
 end
 return 0
-";
+"
+    );
 }

@@ -61,14 +61,15 @@ use through_redis::*;
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 fn main() {
-    if !rein_benches::bench_requested("head_to_head") {
+    let Some(run) = rein_benches::bench_run("head_to_head", 1) else {
         return;
-    }
-    let secs: u64 = rein_benches::env_number("REIN_BENCH_SECS", 1);
-    let run = Duration::from_secs(secs);
+    };
     let load_before = load_average();
     let started = Instant::now();
-    println!("head to head: {secs} s per round; load average before: {load_before}");
+    println!(
+        "head to head: {} s per round; load average before: {load_before}",
+        run.as_secs()
+    );
 
     let memory = memory_section(run);
     let server = RedisServer::start().expect("start redis-server");
