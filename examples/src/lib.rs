@@ -14,7 +14,11 @@
 use std::error::Error;
 use std::time::Duration;
 
+use redis::aio::ConnectionManager;
 use rein_core::{Decision, Micros, Timestamp};
+use rein_redis::{
+    ConnectError, OptimisticStore, OptimisticStoreBuilder, RedisStore, RedisStoreBuilder,
+};
 
 /// The demos' error type: they print and exit on any failure.
 pub type DemoResult = Result<(), Box<dyn Error>>;
@@ -26,6 +30,29 @@ pub fn redis_url() -> String {
         .nth(1)
         .or_else(|| std::env::var("REIN_REDIS_URL").ok())
         .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned())
+}
+
+/// The demos' Lua store at `url`: its keys under `prefix` (which starts with [`PREFIX`]),
+/// kept at least [`MIN_TTL`]. Two stores on one prefix would share their limits.
+pub async fn lua_store(
+    url: &str,
+    prefix: &str,
+) -> Result<RedisStore<ConnectionManager>, ConnectError> {
+    RedisStoreBuilder::new()
+        .prefix(prefix)
+        .min_ttl(MIN_TTL)
+        .connect(url)
+        .await
+}
+
+/// The demos' optimistic store (`WATCH`, `MULTI`/`EXEC`) at `url`, on the terms of
+/// [`lua_store`].
+pub async fn optimistic_store(url: &str, prefix: &str) -> Result<OptimisticStore, ConnectError> {
+    OptimisticStoreBuilder::new()
+        .prefix(prefix)
+        .min_ttl(MIN_TTL)
+        .connect(url)
+        .await
 }
 
 /// Deletes `keys`, so that a demo run twice against the same Redis prints the same thing.

@@ -48,9 +48,10 @@
 use std::error::Error;
 
 use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
-use rein_examples::{DemoResult, MIN_TTL, PREFIX, at, delete_keys, describe, redis_url};
+use rein_examples::{
+    DemoResult, PREFIX, at, delete_keys, describe, lua_store, optimistic_store, redis_url,
+};
 use rein_memory::MemoryStore;
-use rein_redis::{OptimisticStoreBuilder, RedisStoreBuilder};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> DemoResult {
@@ -68,16 +69,8 @@ async fn main() -> DemoResult {
     let url = redis_url();
     // The two Redis stores under their own prefixes: on one prefix they would share the
     // limits (they read and write the same values).
-    let redis = RedisStoreBuilder::new()
-        .prefix(format!("{PREFIX}:lua"))
-        .min_ttl(MIN_TTL)
-        .connect(&url)
-        .await?;
-    let optimistic = OptimisticStoreBuilder::new()
-        .prefix(format!("{PREFIX}:occ"))
-        .min_ttl(MIN_TTL)
-        .connect(&url)
-        .await?;
+    let redis = lua_store(&url, &format!("{PREFIX}:lua")).await?;
+    let optimistic = optimistic_store(&url, &format!("{PREFIX}:occ")).await?;
     for policy in &limiters {
         let prepared = redis.prepare(policy)?;
         let mut keys = redis.keys(&prepared, user)?;

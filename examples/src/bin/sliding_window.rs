@@ -26,17 +26,13 @@
 //! ```
 
 use rein_core::{Limit, Limiter, Micros, Policy};
-use rein_examples::{DemoResult, MIN_TTL, PREFIX, at_millis, delete_keys, describe, redis_url};
-use rein_redis::{RedisPolicy, RedisStoreBuilder};
+use rein_examples::{DemoResult, PREFIX, at_millis, delete_keys, describe, lua_store, redis_url};
+use rein_redis::RedisPolicy;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> DemoResult {
     let url = redis_url();
-    let store = RedisStoreBuilder::new()
-        .prefix(PREFIX)
-        .min_ttl(MIN_TTL)
-        .connect(&url)
-        .await?;
+    let store = lua_store(&url, PREFIX).await?;
     let policy = RedisPolicy::new(
         "sliding-5-per-minute",
         Policy::single(Limit::sliding_log(5, Micros::from_secs(60))?),

@@ -44,17 +44,13 @@
 //! ```
 
 use rein_core::{Limit, Limiter, Micros, Policy};
-use rein_examples::{DemoResult, MIN_TTL, PREFIX, at, delete_keys, describe, redis_url};
-use rein_redis::{RedisPolicy, RedisStoreBuilder};
+use rein_examples::{DemoResult, PREFIX, at, delete_keys, describe, lua_store, redis_url};
+use rein_redis::RedisPolicy;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> DemoResult {
     let url = redis_url();
-    let store = RedisStoreBuilder::new()
-        .prefix(PREFIX)
-        .min_ttl(MIN_TTL)
-        .connect(&url)
-        .await?;
+    let store = lua_store(&url, PREFIX).await?;
     let window = Micros::from_secs(10);
     let methods = [
         RedisPolicy::new(

@@ -37,24 +37,18 @@
 //! ```
 
 use rein_core::{Limit, Limiter, Micros, Policy, Timestamp};
-use rein_examples::{DemoResult, MIN_TTL, PREFIX, at, delete_keys, describe, redis_url};
-use rein_redis::{OptimisticStoreBuilder, RedisPolicy, RedisStoreBuilder};
+use rein_examples::{
+    DemoResult, PREFIX, at, delete_keys, describe, lua_store, optimistic_store, redis_url,
+};
+use rein_redis::RedisPolicy;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> DemoResult {
     let url = redis_url();
     // Each store under its own prefix, so each has its own bucket: on one prefix they
     // would share it (they read and write the same values).
-    let optimistic = OptimisticStoreBuilder::new()
-        .prefix(format!("{PREFIX}:occ"))
-        .min_ttl(MIN_TTL)
-        .connect(&url)
-        .await?;
-    let lua = RedisStoreBuilder::new()
-        .prefix(PREFIX)
-        .min_ttl(MIN_TTL)
-        .connect(&url)
-        .await?;
+    let optimistic = optimistic_store(&url, &format!("{PREFIX}:occ")).await?;
+    let lua = lua_store(&url, PREFIX).await?;
     let policy = RedisPolicy::new(
         "bucket-10-1ps",
         Policy::single(Limit::token_bucket(10, 1, Micros::from_secs(1))?),
