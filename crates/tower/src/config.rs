@@ -500,46 +500,24 @@ impl Validator<'_> {
     }
 
     fn limit(&self, path: &str, raw: &Spanned<RawLimit>) -> Result<Limit, LoadError> {
-        let line = self.line(raw);
+        let table = self.table(path, raw);
         let limit = raw.get_ref();
-        let Some(kind) = limit.algorithm else {
-            return Err(field(
-                &format!("{path}.algorithm"),
-                line,
-                "missing: \"token_bucket\", \"fixed_window\", \"sliding_log\" or \
-                 \"sliding_counter\"",
-            ));
-        };
+        let kind = table.needs(
+            limit.algorithm,
+            "algorithm",
+            "missing: \"token_bucket\", \"fixed_window\", \"sliding_log\" or \
+             \"sliding_counter\"",
+        )?;
         let algorithm = kind.as_str();
+        let kind_of = format!("a {algorithm} limit");
         let need = |value: Option<u64>, name: &str| {
-            value.ok_or_else(|| {
-                field(
-                    &format!("{path}.{name}"),
-                    line,
-                    &format!("missing: a {algorithm} limit needs `{name}`"),
-                )
-            })
+            table.needs(value, name, &format!("missing: {kind_of} needs `{name}`"))
         };
         let need_duration = |value: Option<Dur>, name: &str| {
-            value.map(|d| Micros::from(d.0)).ok_or_else(|| {
-                field(
-                    &format!("{path}.{name}"),
-                    line,
-                    &format!("missing: a {algorithm} limit needs `{name}`"),
-                )
-            })
+            let micros = value.map(|d| Micros::from(d.0));
+            table.needs(micros, name, &format!("missing: {kind_of} needs `{name}`"))
         };
-        let refuse = |present: bool, name: &str| {
-            if present {
-                Err(field(
-                    &format!("{path}.{name}"),
-                    line,
-                    &format!("not a setting of a {algorithm} limit"),
-                ))
-            } else {
-                Ok(())
-            }
-        };
+        let refuse = |present: bool, name: &str| table.refuse(present, name, &kind_of);
         let built = match kind {
             RawAlgorithm::TokenBucket => {
                 refuse(limit.limit.is_some(), "limit")?;
@@ -565,7 +543,7 @@ impl Validator<'_> {
         };
         built.map_err(|source| LoadError::Limit {
             path: path.to_owned(),
-            line,
+            line: table.line,
             source,
         })
     }
@@ -631,26 +609,16 @@ impl Validator<'_> {
     }
 
     fn key(&self, path: &str, raw: &Spanned<RawKey>) -> Result<KeySource, LoadError> {
-        let line = self.line(raw);
+        let table = self.table(path, raw);
         let key = raw.get_ref();
-        let Some(from) = key.from else {
-            return Err(field(
-                &format!("{path}.from"),
-                line,
-                "missing: \"peer\", \"header\", \"x-forwarded-for\", \"forwarded\" or \
-                 \"fixed\"",
-            ));
-        };
+        let from = table.needs(
+            key.from,
+            "from",
+            "missing: \"peer\", \"header\", \"x-forwarded-for\", \"forwarded\" or \
+             \"fixed\"",
+        )?;
         let unused = |present: bool, name: &str, from: &str| {
-            if present {
-                Err(field(
-                    &format!("{path}.{name}"),
-                    line,
-                    &format!("not a setting of from = \"{from}\""),
-                ))
-            } else {
-                Ok(())
-            }
+            table.refuse(present, name, &format!("from = \"{from}\""))
         };
         match from {
             RawKeyFrom::Peer => {
@@ -662,9 +630,7 @@ impl Validator<'_> {
             RawKeyFrom::Header => {
                 unused(key.trusted_hops.is_some(), "trusted_hops", "header")?;
                 unused(key.value.is_some(), "value", "header")?;
-                let name = key.name.as_ref().ok_or_else(|| {
-                    field(&format!("{path}.name"), line, "missing: the header's name")
-                })?;
+                let name = table.needs(key.name.as_ref(), "name", "missing: the header's name")?;
                 let name = HeaderName::from_bytes(name.get_ref().as_bytes()).map_err(|_| {
                     field(
                         &format!("{path}.name"),
@@ -683,13 +649,11 @@ impl Validator<'_> {
                 };
                 unused(key.name.is_some(), "name", from)?;
                 unused(key.value.is_some(), "value", from)?;
-                let hops = key.trusted_hops.ok_or_else(|| {
-                    field(
-                        &format!("{path}.trusted_hops"),
-                        line,
-                        "missing: how many proxies of yours append to the header (0 ignores it)",
-                    )
-                })?;
+                let hops = table.needs(
+                    key.trusted_hops,
+                    "trusted_hops",
+                    "missing: how many proxies of yours append to the header (0 ignores it)",
+                )?;
                 Ok(if forwarded {
                     KeySource::forwarded(hops)
                 } else {
@@ -701,11 +665,7 @@ impl Validator<'_> {
                 unused(key.trusted_hops.is_some(), "trusted_hops", "fixed")?;
                 match key.value.as_deref() {
                     Some(value) if !value.is_empty() => Ok(KeySource::fixed(value)),
-                    _ => Err(field(
-                        &format!("{path}.value"),
-                        line,
-                        "missing: the one key every request shares",
-                    )),
+                    _ => Err(table.field("value", "missing: the one key every request shares")),
                 }
             }
         }
@@ -762,6 +722,45 @@ impl Validator<'_> {
 
     fn line<T>(&self, spanned: &Spanned<T>) -> usize {
         line_of(self.text, spanned.span().start)
+    }
+
+    fn table<'p, T>(&self, path: &'p str, raw: &Spanned<T>) -> Table<'p> {
+        Table {
+            path,
+            line: self.line(raw),
+        }
+    }
+}
+
+/// One table of the file (a limit, a route's key) whose fields depend on its kind: where
+/// it is, for errors that name one of its fields.
+#[derive(Clone, Copy)]
+struct Table<'a> {
+    /// Its path, e.g. `policies.api.limits[0]`.
+    path: &'a str,
+    /// The line it starts on.
+    line: usize,
+}
+
+impl Table<'_> {
+    /// An error about its field `name`.
+    fn field(self, name: &str, message: &str) -> LoadError {
+        field(&format!("{}.{name}", self.path), self.line, message)
+    }
+
+    /// The field `name`'s value, or `message` for its absence.
+    fn needs<T>(self, value: Option<T>, name: &str, message: &str) -> Result<T, LoadError> {
+        value.ok_or_else(|| self.field(name, message))
+    }
+
+    /// An error if the field `name` is set: it is not a setting of `kind_of` (`a
+    /// token_bucket limit`, `from = "peer"`).
+    fn refuse(self, present: bool, name: &str, kind_of: &str) -> Result<(), LoadError> {
+        if present {
+            Err(self.field(name, &format!("not a setting of {kind_of}")))
+        } else {
+            Ok(())
+        }
     }
 }
 
