@@ -58,6 +58,19 @@ where
     for policy in policies() {
         let name = policy.name().to_owned();
         let key = "user-42";
+        // Whether there was something to block, or to unblock.
+        let block = async |span: Micros, reason: &'static str| {
+            store
+                .block(&policy, key.as_bytes(), Until::For(span), reason)
+                .await
+                .expect("block")
+        };
+        let unblock = async || {
+            store
+                .unblock(&policy, key.as_bytes())
+                .await
+                .expect("unblock")
+        };
         store
             .acquire(None, &policy, key.as_bytes(), 3)
             .await
@@ -112,17 +125,7 @@ where
         assert_eq!(full, policy.policy().new_state(), "{name}");
 
         // A block denies every decision, whatever is left, with the time to its end.
-        assert!(
-            store
-                .block(
-                    &policy,
-                    key.as_bytes(),
-                    Until::For(Micros::from_secs(60)),
-                    "ticket 7: abuse"
-                )
-                .await
-                .expect("block")
-        );
+        assert!(block(Micros::from_secs(60), "ticket 7: abuse").await);
         for cost in [0, 1] {
             let denied = store
                 .acquire(None, &policy, key.as_bytes(), cost)
@@ -155,33 +158,13 @@ where
             Err(StateError::Blocked(_))
         ));
         // Unblocked, the key is new; a second unblock finds nothing.
-        assert!(
-            store
-                .unblock(&policy, key.as_bytes())
-                .await
-                .expect("unblock")
-        );
-        assert!(
-            !store
-                .unblock(&policy, key.as_bytes())
-                .await
-                .expect("unblock")
-        );
+        assert!(unblock().await);
+        assert!(!unblock().await);
         assert_eq!(remaining(store, &policy, key).await, 10, "{name}");
 
         // A short block ends by itself: the key then decides as one never seen, and its
         // first admission replaces the block.
-        assert!(
-            store
-                .block(
-                    &policy,
-                    key.as_bytes(),
-                    Until::For(Micros::from_millis(30)),
-                    ""
-                )
-                .await
-                .expect("block")
-        );
+        assert!(block(Micros::from_millis(30), "").await);
         assert!(!common::admits(store, &policy, key.as_bytes(), 1).await);
         tokio::time::sleep(Duration::from_millis(60)).await;
         let d = store
@@ -191,12 +174,7 @@ where
         assert!(d.is_allowed(), "{name}");
         assert_eq!(d.remaining, 9, "{name}");
         // A block for no time blocks nothing.
-        assert!(
-            !store
-                .block(&policy, key.as_bytes(), Until::For(Micros::ZERO), "")
-                .await
-                .expect("block")
-        );
+        assert!(!block(Micros::ZERO, "").await);
         assert_eq!(remaining(store, &policy, key).await, 9, "{name}");
     }
 }
