@@ -33,6 +33,17 @@ fn patient(
         .expect("valid settings")
 }
 
+/// Connects by URL to `fake`, which loads the script first, giving up after `timeout`.
+async fn connect_to(
+    fake: &FakeServer,
+    timeout: Duration,
+) -> Result<RedisStore<redis::aio::ConnectionManager>, ConnectError> {
+    RedisStoreBuilder::new()
+        .connect_timeout(timeout)
+        .connect(&fake.url())
+        .await
+}
+
 #[tokio::test]
 async fn odd_user_keys_are_hashed_and_the_empty_key_is_refused() {
     let server = RedisServer::start().expect("start redis-server");
@@ -206,10 +217,7 @@ async fn replies_of_the_wrong_shape_are_unexpected_replies() {
             "{shown}: {result:?}"
         );
         // Connecting by URL loads the script first, and notices.
-        let result = RedisStoreBuilder::new()
-            .connect_timeout(Duration::from_millis(500))
-            .connect(&fake.url())
-            .await;
+        let result = connect_to(&fake, Duration::from_millis(500)).await;
         common::assert_matches!(
             result,
             Err(ConnectError::Unavailable(StoreError::UnexpectedReply(_))),
@@ -261,10 +269,7 @@ async fn a_server_that_never_answers_is_a_timeout_within_the_deadline() {
 
     // Connecting by URL to it times out as well, within the connect timeout.
     let started = Instant::now();
-    let result = RedisStoreBuilder::new()
-        .connect_timeout(Duration::from_millis(200))
-        .connect(&silent.url())
-        .await;
+    let result = connect_to(&silent, Duration::from_millis(200)).await;
     common::assert_matches!(
         result,
         Err(ConnectError::Unavailable(StoreError::Timeout(_)))
