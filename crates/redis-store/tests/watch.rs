@@ -79,12 +79,9 @@ where
     assert_eq!(totals(&silent, first).await, (300, 500));
 }
 
-async fn stores<C, F>(
-    connect: impl Fn(RedisStoreBuilder) -> F,
-) -> ([RedisStore<C>; 2], RedisStore<C>)
-where
-    F: std::future::Future<Output = RedisStore<C>>,
-{
+async fn stores<C>(
+    connect: impl AsyncFn(RedisStoreBuilder) -> RedisStore<C>,
+) -> ([RedisStore<C>; 2], RedisStore<C>) {
     let reporting = RedisStoreBuilder::new()
         .deadline(Duration::from_secs(2))
         .report_counts(true);
@@ -99,11 +96,8 @@ where
 async fn every_decision_is_counted_once_by_the_processes_that_report() {
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
-    let (reporting, silent) = stores(|builder| {
-        let url = url.clone();
-        async move { builder.connect(&url).await.expect("connect") }
-    })
-    .await;
+    let (reporting, silent) =
+        stores(async |builder| builder.connect(&url).await.expect("connect")).await;
     counted_once(reporting, silent).await;
     // Each second's hash is kept for two minutes.
     let mut conn = common::raw_at(&url).await;
@@ -119,9 +113,11 @@ async fn every_decision_is_counted_once_by_the_processes_that_report() {
 async fn on_a_cluster_too() {
     let cluster = RedisCluster::start().expect("start redis cluster");
     let urls = cluster.urls();
-    let (reporting, silent) = stores(|builder| {
-        let urls = urls.clone();
-        async move { builder.connect_cluster(urls).await.expect("connect") }
+    let (reporting, silent) = stores(async |builder| {
+        builder
+            .connect_cluster(urls.clone())
+            .await
+            .expect("connect")
     })
     .await;
     counted_once(reporting, silent).await;
