@@ -6,38 +6,52 @@ mod common;
 use std::time::Duration;
 
 use rein_core::{Limit, Limiter, Micros, Policy};
-use rein_redis::RedisPolicy;
+use rein_redis::{RedisPolicy, RedisStore};
 use rein_redis_harness::RedisServer;
 
 const PERIOD: Micros = Micros::from_millis(200);
 
-fn single(name: &str, limit: Result<Limit, rein_core::ConfigError>) -> RedisPolicy {
-    RedisPolicy::new(name, Policy::single(limit.expect("valid limit"))).expect("valid name")
+/// The policy `name` of `limits` (several share one key, format v4).
+fn policy_of<const N: usize>(
+    name: &str,
+    limits: [Result<Limit, rein_core::ConfigError>; N],
+) -> RedisPolicy {
+    let limits = limits.map(|limit| limit.expect("valid limit"));
+    RedisPolicy::new(name, Policy::new(limits).expect("valid")).expect("valid name")
+}
+
+/// A private server (stopped when dropped), a store over it, and a raw connection to read
+/// its keys.
+async fn started() -> (
+    RedisServer,
+    RedisStore<redis::aio::ConnectionManager>,
+    redis::aio::MultiplexedConnection,
+) {
+    let server = RedisServer::start().expect("start redis-server");
+    let store = common::store(&server).await;
+    let raw = common::raw(&server).await;
+    (server, store, raw)
 }
 
 #[tokio::test]
 async fn keys_expire_when_their_limits_are_full_again() {
-    let server = RedisServer::start().expect("start redis-server");
-    let store = common::store(&server).await;
-    let mut raw = common::raw(&server).await;
+    let (_server, store, mut raw) = started().await;
 
     // One policy per algorithm, so each decision's reset_after is its key's.
     let singles = [
-        single("tb", Limit::token_bucket(5, 3, PERIOD)),
-        single("fw", Limit::fixed_window(5, PERIOD)),
-        single("sl", Limit::sliding_log(5, PERIOD)),
-        single("sc", Limit::sliding_counter(5, PERIOD)),
+        policy_of("tb", [Limit::token_bucket(5, 3, PERIOD)]),
+        policy_of("fw", [Limit::fixed_window(5, PERIOD)]),
+        policy_of("sl", [Limit::sliding_log(5, PERIOD)]),
+        policy_of("sc", [Limit::sliding_counter(5, PERIOD)]),
     ];
-    let multi = RedisPolicy::new(
+    let multi = policy_of(
         "multi",
-        Policy::new([
-            Limit::token_bucket(4, 1, PERIOD).expect("valid"),
-            Limit::sliding_counter(6, PERIOD).expect("valid"),
-            Limit::sliding_log(3, PERIOD).expect("valid"),
-        ])
-        .expect("valid"),
-    )
-    .expect("valid name");
+        [
+            Limit::token_bucket(4, 1, PERIOD),
+            Limit::sliding_counter(6, PERIOD),
+            Limit::sliding_log(3, PERIOD),
+        ],
+    );
 
     let mut longest = Duration::ZERO;
     for round in 0..6 {
@@ -123,23 +137,19 @@ async fn keys_expire_when_their_limits_are_full_again() {
 
 #[tokio::test]
 async fn a_refund_to_full_deletes_the_key() {
-    let server = RedisServer::start().expect("start redis-server");
-    let store = common::store(&server).await;
-    let mut raw = common::raw(&server).await;
+    let (_server, store, mut raw) = started().await;
     // A policy of several limits shares one key (format v4): deleted once every limit is
     // back to its empty state.
-    let both = RedisPolicy::new(
+    let both = policy_of(
         "both",
-        Policy::new([
-            Limit::token_bucket(5, 1, Micros::from_secs(60)).expect("valid"),
-            Limit::sliding_log(5, Micros::from_secs(60)).expect("valid"),
-        ])
-        .expect("valid"),
-    )
-    .expect("valid name");
+        [
+            Limit::token_bucket(5, 1, Micros::from_secs(60)),
+            Limit::sliding_log(5, Micros::from_secs(60)),
+        ],
+    );
     for policy in [
-        single("tb", Limit::token_bucket(5, 1, Micros::from_secs(60))),
-        single("sl", Limit::sliding_log(5, Micros::from_secs(60))),
+        policy_of("tb", [Limit::token_bucket(5, 1, Micros::from_secs(60))]),
+        policy_of("sl", [Limit::sliding_log(5, Micros::from_secs(60))]),
         both,
     ] {
         assert!(common::admits(&store, &policy, b"u", 2).await);
@@ -152,18 +162,14 @@ async fn a_refund_to_full_deletes_the_key() {
 
 #[tokio::test]
 async fn denials_and_peeks_neither_write_nor_touch_ttls() {
-    let server = RedisServer::start().expect("start redis-server");
-    let store = common::store(&server).await;
-    let mut raw = common::raw(&server).await;
-    let policy = RedisPolicy::new(
+    let (_server, store, mut raw) = started().await;
+    let policy = policy_of(
         "deny",
-        Policy::new([
-            Limit::fixed_window(1, Micros::from_secs(3600)).expect("valid"),
-            Limit::sliding_log(5, Micros::from_secs(60)).expect("valid"),
-        ])
-        .expect("valid"),
-    )
-    .expect("valid name");
+        [
+            Limit::fixed_window(1, Micros::from_secs(3600)),
+            Limit::sliding_log(5, Micros::from_secs(60)),
+        ],
+    );
     assert!(common::admits(&store, &policy, b"u", 1).await);
     let keys = store.keys(&policy, "u").expect("valid key");
     let ttls = |mut raw: redis::aio::MultiplexedConnection, keys: Vec<String>| async move {
