@@ -71,21 +71,28 @@ async fn every_command_the_store_sends(
         server.command(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH"),
         "+OK\r\n"
     );
+    // A unit of `u` under `policy`, taken or given back; an error says `what` failed.
+    let acquire = async |policy: &RedisPolicy, what: &str| {
+        store
+            .acquire(None, policy, b"u", 1)
+            .await
+            .map_err(|e| fail(what, &e))
+    };
+    let refund = async |policy: &RedisPolicy, what: &str| {
+        store
+            .refund(None, policy, b"u", 1)
+            .await
+            .map_err(|e| fail(what, &e))
+    };
     let policy = policy();
     for _ in 0..12 {
-        store
-            .acquire(None, &policy, b"u", 1)
-            .await
-            .map_err(|e| fail("acquire", &e))?;
+        acquire(&policy, "acquire").await?;
     }
     store
         .peek(None, &policy, b"u", 1)
         .await
         .map_err(|e| fail("peek", &e))?;
-    store
-        .refund(None, &policy, b"u", 1)
-        .await
-        .map_err(|e| fail("refund", &e))?;
+    refund(&policy, "refund").await?;
     store
         .state(&policy, "u")
         .await
@@ -95,30 +102,18 @@ async fn every_command_the_store_sends(
         Policy::single(Limit::token_bucket(5, 1, Micros::from_secs(60)).expect("valid")),
     )
     .expect("valid name");
-    store
-        .acquire(None, &bucket, b"u", 1)
-        .await
-        .map_err(|e| fail("a bucket's acquire", &e))?;
-    store
-        .refund(None, &bucket, b"u", 1)
-        .await
-        .map_err(|e| fail("a bucket's refund to full", &e))?;
+    acquire(&bucket, "a bucket's acquire").await?;
+    refund(&bucket, "a bucket's refund to full").await?;
     let window = RedisPolicy::new(
         "window",
         Policy::single(Limit::fixed_window(2, Micros::from_secs(60)).expect("valid")),
     )
     .expect("valid name");
     for allowed in [true, true, false] {
-        let decision = store
-            .acquire(None, &window, b"u", 1)
-            .await
-            .map_err(|e| fail("a window's acquire", &e))?;
+        let decision = acquire(&window, "a window's acquire").await?;
         assert_eq!(decision.is_allowed(), allowed);
     }
-    store
-        .refund(None, &window, b"u", 1)
-        .await
-        .map_err(|e| fail("a window's refund", &e))?;
+    refund(&window, "a window's refund").await?;
     // On the caller's clock (the `*_at` methods) an admission in a window already counting
     // sets the key's TTL: `PEXPIRE`.
     let now = rein_core::Timestamp::from_micros(1_764_000_000_000_000);
