@@ -118,32 +118,15 @@ async fn two_stores_of_32_tasks_on_4_connections_each_admit_exactly_the_limit() 
 fn three_processes_admit_exactly_the_limit_together() {
     const PROCESSES: usize = 3;
     let server = RedisServer::start().expect("start redis-server");
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|i| {
-            common::worker("cross_process_worker")
+    let children =
+        common::spawn_workers("cross_process_worker", PROCESSES, &server, |i, command| {
+            command
                 .arg("--test-threads=1")
-                .env(CHILD_URL, server.url())
                 .env(CHILD_SEED, i.to_string())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::inherit())
-                .spawn()
-                .expect("start a worker process")
-        })
-        .collect();
+                .stdout(std::process::Stdio::piped());
+        });
     // Wait until every worker is connected, then start them all at once.
-    let started = std::time::Instant::now();
-    while server
-        .command(&["GET", "occ-test:ready"])
-        .expect("GET")
-        .trim_end()
-        != format!("$1\r\n{PROCESSES}")
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "workers never got ready"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    common::await_ready(&server, "occ-test:ready", PROCESSES);
     server.command(&["SET", "occ-test:go", "1"]).expect("SET");
     let (mut admitted, mut conflicts) = (0, 0);
     for child in children {
@@ -177,7 +160,7 @@ fn three_processes_admit_exactly_the_limit_together() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a worker of three_processes_admit_exactly_the_limit_together: spawned with its environment"]
 async fn cross_process_worker() {
-    let (Ok(url), Ok(seed)) = (std::env::var(CHILD_URL), std::env::var(CHILD_SEED)) else {
+    let (Ok(url), Ok(seed)) = (std::env::var(common::WORKER_URL), std::env::var(CHILD_SEED)) else {
         panic!("run by three_processes_admit_exactly_the_limit_together, with its environment");
     };
     let store = OptimisticStoreBuilder::new()
@@ -217,7 +200,6 @@ async fn cross_process_worker() {
 
 /// The limit the three worker processes share.
 const CROSS_PROCESS_LIMIT: u64 = 300;
-const CHILD_URL: &str = "REIN_OCC_TEST_WORKER_URL";
 const CHILD_SEED: &str = "REIN_OCC_TEST_WORKER_SEED";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -264,7 +264,6 @@ impl Oracle {
     }
 }
 
-const WORKER_URL: &str = "REIN_OVERRIDES_TEST_WORKER_URL";
 const ADMITTED: &str = "overrides-test:admitted";
 const READY: &str = "overrides-test:ready";
 const STOP: &str = "overrides-test:stop";
@@ -278,33 +277,11 @@ const STOP: &str = "overrides-test:stop";
 fn two_processes_under_load_follow_each_change_within_its_staleness() {
     const WORKERS: usize = 2;
     let server = RedisServer::start().expect("start redis-server");
-    let workers: Vec<_> = (0..WORKERS)
-        .map(|_| {
-            common::worker("override_load_worker")
-                .env(WORKER_URL, server.url())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::inherit())
-                .spawn()
-                .expect("start a worker process")
-        })
-        .collect();
-    let get = |key: &str| -> u64 {
-        let reply = server.command(&["GET", key]).expect("GET");
-        // `$<len>\r\n<value>\r\n`, or `$-1` for no value.
-        reply
-            .lines()
-            .nth(1)
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    };
-    let started = std::time::Instant::now();
-    while get(READY) < WORKERS as u64 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the workers never got ready"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let workers = common::spawn_workers("override_load_worker", WORKERS, &server, |_, command| {
+        command.stdout(std::process::Stdio::null());
+    });
+    let get = |key: &str| common::counter(&server, key);
+    common::await_ready(&server, READY, WORKERS);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let operator = runtime.block_on(async {
         RedisStoreBuilder::new()
@@ -375,7 +352,7 @@ async fn override_load_worker() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    let Ok(url) = std::env::var(WORKER_URL) else {
+    let Ok(url) = std::env::var(common::WORKER_URL) else {
         panic!("run by two_processes_under_load_follow_each_change_within_its_staleness");
     };
     let mut counter = common::raw_at(&url).await;

@@ -239,6 +239,53 @@ pub fn worker(test: &str) -> std::process::Command {
     command
 }
 
+/// The environment variable that tells a worker process the URL of its test's server.
+pub const WORKER_URL: &str = "REIN_TEST_WORKER_URL";
+
+/// `n` [`worker`]s of `test`, started, each told the URL of `server` in [`WORKER_URL`], its
+/// stderr shown; `each(i, command)` adds what worker `i` needs besides.
+pub fn spawn_workers(
+    test: &str,
+    n: usize,
+    server: &RedisServer,
+    each: impl Fn(usize, &mut std::process::Command),
+) -> Vec<std::process::Child> {
+    (0..n)
+        .map(|i| {
+            let mut command = worker(test);
+            command
+                .env(WORKER_URL, server.url())
+                .stderr(std::process::Stdio::inherit());
+            each(i, &mut command);
+            command.spawn().expect("start a worker process")
+        })
+        .collect()
+}
+
+/// The integer at `key` on `server`, 0 if there is none.
+pub fn counter(server: &RedisServer, key: &str) -> u64 {
+    let reply = server.command(&["GET", key]).expect("GET");
+    // `$<len>\r\n<value>\r\n`, or `$-1` for no value.
+    reply
+        .lines()
+        .nth(1)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until `n` workers have counted themselves ready at `key` on `server`; fails after
+/// a minute.
+pub fn await_ready(server: &RedisServer, key: &str, n: usize) {
+    let started = std::time::Instant::now();
+    while counter(server, key) < n as u64 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the workers never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A TCP server on 127.0.0.1 that speaks just enough RESP to be mistaken for Redis: it
 /// answers every complete command it receives with `reply` (or with nothing at all, if
 /// `reply` is empty). It counts the bytes it received.
