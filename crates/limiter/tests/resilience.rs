@@ -73,6 +73,37 @@ async fn managed_store(server: &RedisServer) -> RedisStore<ConnectionManager> {
         .expect("connect the store")
 }
 
+/// A limiter over a [`managed_store`] on `server`, failing by `on_failure` behind
+/// `breaker`, under a [`bucket`] of 100.
+async fn behind_a_breaker(
+    server: &RedisServer,
+    on_failure: FailurePolicy,
+    breaker: BreakerConfig,
+) -> ResilientLimiter<RedisStore<ConnectionManager>> {
+    let store = managed_store(server).await;
+    let table = PolicyTable::new(bucket("breaker", 100));
+    ResilientLimiter::builder(store, table, on_failure)
+        .breaker(breaker)
+        .build()
+        .expect("limiter")
+}
+
+/// For the tests on the caller's clock (`TimeSource::LocalClock`): a store over `server`
+/// whose keys live at least an hour (the caller's clock does not follow Redis's), a fake
+/// clock, and the instant it starts at.
+async fn on_a_fake_clock(
+    server: &RedisServer,
+) -> (RedisStore<ConnectionManager>, FakeClock, Timestamp) {
+    let store = RedisStoreBuilder::new()
+        .deadline(DEADLINE)
+        .min_ttl(Duration::from_secs(3_600))
+        .connect(&server.url())
+        .await
+        .expect("store");
+    let t0 = Timestamp::from_micros(1_700_000_000_000_000);
+    (store, FakeClock::new(t0), t0)
+}
+
 /// A store over plain `MultiplexedConnection`s that it replaces through its connector.
 async fn reconnecting_store(
     server: &RedisServer,
@@ -201,7 +232,6 @@ const BREAKER_MAX_MS: u64 = 200;
 /// `on_failure` under a policy of capacity 100; ten requests on `k` decided by the store;
 /// then the server killed. Also the tasks alive before the kill.
 async fn ten_decided_then_killed(
-    name: &str,
     on_failure: FailurePolicy,
 ) -> (
     RedisServer,
@@ -209,12 +239,8 @@ async fn ten_decided_then_killed(
     usize,
 ) {
     let mut server = RedisServer::start().expect("start redis-server");
-    let store = managed_store(&server).await;
-    let table = PolicyTable::new(bucket(name, 100));
-    let limiter = ResilientLimiter::builder(store, table, on_failure)
-        .breaker(breaker(BREAKER_FAILURES, BREAKER_BASE_MS, BREAKER_MAX_MS))
-        .build()
-        .expect("limiter");
+    let breaker = breaker(BREAKER_FAILURES, BREAKER_BASE_MS, BREAKER_MAX_MS);
+    let limiter = behind_a_breaker(&server, on_failure, breaker).await;
     for _ in 0..DECIDED_BEFORE {
         assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     }
@@ -227,8 +253,7 @@ async fn ten_decided_then_killed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_redis_fails_open_within_the_deadline_and_stops_being_called() {
-    let (_server, limiter, tasks_before) =
-        ten_decided_then_killed("open", FailurePolicy::FailOpen).await;
+    let (_server, limiter, tasks_before) = ten_decided_then_killed(FailurePolicy::FailOpen).await;
     let outage = outage(&limiter, "k", 100).await;
     for decided in &outage.decisions {
         assert!(decided.is_allowed());
@@ -242,8 +267,7 @@ async fn a_killed_redis_fails_open_within_the_deadline_and_stops_being_called() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_redis_fails_closed_within_the_deadline() {
-    let (_server, limiter, tasks_before) =
-        ten_decided_then_killed("closed", FailurePolicy::FailClosed).await;
+    let (_server, limiter, tasks_before) = ten_decided_then_killed(FailurePolicy::FailClosed).await;
     let outage = outage(&limiter, "k", 100).await;
     for decided in &outage.decisions {
         assert!(!decided.is_allowed());
@@ -273,7 +297,7 @@ async fn a_killed_redis_falls_back_to_exactly_the_local_share() {
     let on_failure = FailurePolicy::LocalFallback {
         expected_nodes: nonzero(4),
     };
-    let (_server, limiter, tasks_before) = ten_decided_then_killed("fallback", on_failure).await;
+    let (_server, limiter, tasks_before) = ten_decided_then_killed(on_failure).await;
     // A peek while Redis is away: the local share answers it, and it takes nothing.
     let started = Instant::now();
     let peek = limiter.peek("k", 25).await.expect("a valid request");
@@ -408,12 +432,7 @@ async fn a_restarted_redis_behind_the_default_connection_manager_is_used_again_w
     // `RedisStore::connect` caps the manager's reconnect backoff at 100 ms; redis-rs's
     // default doubles it after every failed attempt, so probes could meet the manager asleep
     // for seconds after Redis was back.
-    let store = managed_store(&server).await;
-    let table = PolicyTable::new(bucket("restart", 100));
-    let limiter = ResilientLimiter::builder(store, table, FailurePolicy::FailClosed)
-        .breaker(breaker(2, 100, 200))
-        .build()
-        .expect("limiter");
+    let limiter = behind_a_breaker(&server, FailurePolicy::FailClosed, breaker(2, 100, 200)).await;
     assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     kill(&mut server);
     // Down for about a second: long enough for the manager's default backoff to reach
@@ -439,17 +458,10 @@ async fn a_restarted_redis_behind_the_default_connection_manager_is_used_again_w
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deny_cache_denies_locally_until_retry_after_and_never_longer() {
     let server = RedisServer::start().expect("start redis-server");
-    let store = RedisStoreBuilder::new()
-        .deadline(DEADLINE)
-        .min_ttl(Duration::from_secs(3_600))
-        .connect(&server.url())
-        .await
-        .expect("store");
+    let (store, clock, t0) = on_a_fake_clock(&server).await;
     // 2 tokens, one more every 10 s.
     let limit = Limit::token_bucket(2, 1, Micros::from_secs(10)).expect("valid");
     let policy = NamedPolicy::new("deny", Policy::single(limit)).expect("valid name");
-    let t0 = Timestamp::from_micros(1_700_000_000_000_000);
-    let clock = FakeClock::new(t0);
     let limiter = ResilientLimiter::builder(
         store.clone(),
         PolicyTable::new(policy.clone()),
@@ -550,15 +562,8 @@ async fn the_allow_cache_over_admits_no_more_than_its_bound() {
     const NODES: u64 = 3;
     const MAX_REUSES: u64 = 4;
     let server = RedisServer::start().expect("start redis-server");
-    let store = RedisStoreBuilder::new()
-        .deadline(DEADLINE)
-        .min_ttl(Duration::from_secs(3_600))
-        .connect(&server.url())
-        .await
-        .expect("store");
+    let (store, clock, t0) = on_a_fake_clock(&server).await;
     let policy = bucket("allow", 40);
-    let t0 = Timestamp::from_micros(1_700_000_000_000_000);
-    let clock = FakeClock::new(t0);
     let ttl = Duration::from_secs(1);
     let nodes: Vec<_> = (0..NODES)
         .map(|i| {
@@ -678,12 +683,7 @@ async fn the_policy_table_routes_keys_by_prefix_and_by_name() {
 async fn a_half_open_breaker_lets_exactly_one_of_many_concurrent_requests_probe() {
     const TASKS: usize = 32;
     let server = RedisServer::start().expect("start redis-server");
-    let store = managed_store(&server).await;
-    let table = PolicyTable::new(bucket("probe", 100));
-    let limiter = ResilientLimiter::builder(store, table, FailurePolicy::FailClosed)
-        .breaker(breaker(1, 100, 100))
-        .build()
-        .expect("limiter");
+    let limiter = behind_a_breaker(&server, FailurePolicy::FailClosed, breaker(1, 100, 100)).await;
     assert_eq!(timed(&limiter, "k", 1).await.source, Source::Store);
     server.pause().expect("SIGSTOP");
     let tripped = timed(&limiter, "k", 1).await;
