@@ -1,9 +1,14 @@
 //! Header rendering against `Decision`, as properties: rounding up, zero, and values up to
 //! rein's largest (2^52 µs) and past the structured-field integer range.
 
+use std::ops::RangeInclusive;
+
 use http::HeaderValue;
 use proptest::prelude::*;
-use rein_core::{Decision, Limit, MAX_MICROS, MAX_SPAN, Micros, NamedPolicy, Outcome, Policy};
+use proptest::strategy::Union;
+use rein_core::{
+    ConfigError, Decision, Limit, MAX_MICROS, MAX_SPAN, Micros, NamedPolicy, Outcome, Policy,
+};
 use rein_tower::headers::{
     SF_INTEGER_MAX, deciding_limit, longest_reset_secs, render, reset_secs, retry_after_secs,
     window_secs,
@@ -31,21 +36,43 @@ fn quantity() -> impl Strategy<Value = u64> {
     ]
 }
 
+/// How a window limit is made from its count and its window.
+type Window = fn(u64, Micros) -> Result<Limit, ConfigError>;
+
+/// One of `windows` (in that order) of `count` per `span` µs, or a token bucket of
+/// `capacity` refilled by `refill` every `span` µs, each as likely; invalid settings are
+/// left out.
+fn limits(
+    windows: &[Window],
+    count: RangeInclusive<u64>,
+    span: RangeInclusive<u64>,
+    capacity: RangeInclusive<u64>,
+    refill: RangeInclusive<u64>,
+) -> impl Strategy<Value = Limit> {
+    let mut kinds: Vec<BoxedStrategy<Result<Limit, ConfigError>>> = windows
+        .iter()
+        .map(|&make| {
+            (count.clone(), span.clone())
+                .prop_map(move |(n, w)| make(n, Micros::from_micros(w)))
+                .boxed()
+        })
+        .collect();
+    kinds.push(
+        (capacity, refill, span)
+            .prop_map(|(c, r, p)| Limit::token_bucket(c, r, Micros::from_micros(p)))
+            .boxed(),
+    );
+    Union::new(kinds).prop_filter_map("valid limit", Result::ok)
+}
+
 fn limit() -> impl Strategy<Value = Limit> {
-    let count = 1..=MAX_MICROS / 1_000_000;
-    let span = 1..=1_000_000_000u64;
-    prop_oneof![
-        (count.clone(), span.clone())
-            .prop_map(|(n, w)| Limit::fixed_window(n, Micros::from_micros(w))),
-        (count.clone(), span.clone())
-            .prop_map(|(n, w)| Limit::sliding_counter(n, Micros::from_micros(w))),
-        (1..=1_000u64, 1..=1_000u64, span).prop_map(|(c, r, p)| Limit::token_bucket(
-            c,
-            r,
-            Micros::from_micros(p)
-        )),
-    ]
-    .prop_filter_map("valid limit", Result::ok)
+    limits(
+        &[Limit::fixed_window, Limit::sliding_counter],
+        1..=MAX_MICROS / 1_000_000,
+        1..=1_000_000_000,
+        1..=1_000,
+        1..=1_000,
+    )
 }
 
 fn policy() -> impl Strategy<Value = NamedPolicy> {
@@ -233,22 +260,17 @@ fn zero_and_the_largest_values_render() {
 /// A limit small enough that random histories exhaust it, with windows and periods that are
 /// not whole seconds, so rounding is exercised.
 fn small_limit() -> impl Strategy<Value = Limit> {
-    let count = 1..=8u64;
-    let span = 200_000..=5_000_000u64;
-    prop_oneof![
-        (count.clone(), span.clone())
-            .prop_map(|(n, w)| Limit::fixed_window(n, Micros::from_micros(w))),
-        (count.clone(), span.clone())
-            .prop_map(|(n, w)| Limit::sliding_log(n, Micros::from_micros(w))),
-        (count.clone(), span.clone())
-            .prop_map(|(n, w)| Limit::sliding_counter(n, Micros::from_micros(w))),
-        (count, 1..=4u64, span).prop_map(|(c, r, p)| Limit::token_bucket(
-            c,
-            r,
-            Micros::from_micros(p)
-        )),
-    ]
-    .prop_filter_map("valid limit", Result::ok)
+    limits(
+        &[
+            Limit::fixed_window,
+            Limit::sliding_log,
+            Limit::sliding_counter,
+        ],
+        1..=8,
+        200_000..=5_000_000,
+        1..=8,
+        1..=4,
+    )
 }
 
 /// A client's history: before each request, a wait (often none, so bursts deny), then a
