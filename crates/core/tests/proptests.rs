@@ -55,7 +55,7 @@ proptest! {
         (config, start, ops) in case(fixed_window(), Mix::ALL),
     ) {
         let Config::Window { limit, window } = config else { unreachable!() };
-        let oracle = WindowOracle { limit, window, events: Vec::new(), mark: 0 };
+        let oracle = ListOracle::window(limit, window);
         against_oracle(config, oracle, start, &ops)?;
     }
 
@@ -64,7 +64,7 @@ proptest! {
         (config, start, ops) in case(sliding_log(), Mix { refunds: true, regressions: false }),
     ) {
         let Config::Log { limit, window } = config else { unreachable!() };
-        against_oracle(config, LogOracle { limit, window, events: Vec::new() }, start, &ops)?;
+        against_oracle(config, ListOracle::log(limit, window), start, &ops)?;
     }
 
     /// A regressed clock counts from `now − window` and stamps at the newest admission:
@@ -75,7 +75,7 @@ proptest! {
         (config, start, ops) in case(sliding_log(), Mix { refunds: false, regressions: true }),
     ) {
         let Config::Log { limit, window } = config else { unreachable!() };
-        against_oracle(config, LogOracle { limit, window, events: Vec::new() }, start, &ops)?;
+        against_oracle(config, ListOracle::log(limit, window), start, &ops)?;
     }
 
     #[test]
@@ -704,31 +704,55 @@ impl Oracle for BucketOracle {
     }
 }
 
-/// A fixed window as the list of admissions; a regressed clock is judged at the latest
-/// admission (`mark`), so a window never reopens.
+/// A fixed window or a sliding log as the list of admissions, counted against `limit`.
+/// A window counts the admissions of the aligned window of `now`, a regressed clock judged
+/// at the latest admission (`mark`), so a window never reopens. A log's window at `now` is
+/// `(now − window, now]` (and any later stamp); an admission is stamped no earlier than the
+/// newest one listed.
 #[derive(Clone, Debug)]
-struct WindowOracle {
+struct ListOracle {
     limit: u64,
     window: u64,
     events: Vec<(u64, u64)>,
     mark: u64,
+    log: bool,
 }
 
-impl WindowOracle {
-    fn judged(&self, now: u64) -> u64 {
-        now.max(self.mark)
+impl ListOracle {
+    fn window(limit: u64, window: u64) -> Self {
+        Self {
+            limit,
+            window,
+            events: Vec::new(),
+            mark: 0,
+            log: false,
+        }
+    }
+    fn log(limit: u64, window: u64) -> Self {
+        Self {
+            log: true,
+            ..Self::window(limit, window)
+        }
+    }
+    /// Whether an admission at instant `t` counts at `now`.
+    fn counts(&self, now: u64) -> impl Fn(u64) -> bool + use<> {
+        let (w, log, judged) = (self.window, self.log, now.max(self.mark));
+        move |t| {
+            if log {
+                t + w > now
+            } else {
+                t / w == judged / w
+            }
+        }
     }
     fn count(&self, now: u64) -> u64 {
-        let window = self.judged(now) / self.window;
-        let same = self
-            .events
-            .iter()
-            .filter(|(t, _)| t / self.window == window);
-        same.map(|(_, cost)| cost).sum()
+        let counts = self.counts(now);
+        let inside = self.events.iter().filter(|(t, _)| counts(*t));
+        inside.map(|(_, cost)| cost).sum()
     }
 }
 
-impl Oracle for WindowOracle {
+impl Oracle for ListOracle {
     fn admits(&self, now: u64, cost: u64) -> bool {
         self.count(now) + cost <= self.limit
     }
@@ -739,54 +763,22 @@ impl Oracle for WindowOracle {
         self.count(now) == 0
     }
     fn admit(&mut self, now: u64, cost: u64) {
-        let t = self.judged(now);
-        self.events.push((t, cost));
-        self.mark = t;
+        if self.log {
+            // An admission forgets what has left the window, as the log does: a later
+            // decision at a regressed clock does not count it again.
+            let stamp = self.events.iter().map(|&(t, _)| t).fold(now, u64::max);
+            let counts = self.counts(now);
+            self.events.retain(|&(t, _)| counts(t));
+            self.events.push((stamp, cost));
+        } else {
+            let t = now.max(self.mark);
+            self.events.push((t, cost));
+            self.mark = t;
+        }
     }
     fn refund(&mut self, now: u64, amount: u64) {
-        let window = self.judged(now) / self.window;
-        take_newest(&mut self.events, amount, |t| t / self.window == window);
-    }
-}
-
-/// A sliding log as the list of admissions: the window at `now` is `(now − window, now]`
-/// (and any later stamp); an admission is stamped no earlier than the newest one listed.
-#[derive(Clone, Debug)]
-struct LogOracle {
-    limit: u64,
-    window: u64,
-    events: Vec<(u64, u64)>,
-}
-
-impl LogOracle {
-    fn stamp(&self, now: u64) -> u64 {
-        self.events.iter().map(|&(t, _)| t).fold(now, u64::max)
-    }
-    fn live(&self, now: u64) -> u64 {
-        let inside = self.events.iter().filter(|(t, _)| t + self.window > now);
-        inside.map(|(_, cost)| cost).sum()
-    }
-}
-
-impl Oracle for LogOracle {
-    fn admits(&self, now: u64, cost: u64) -> bool {
-        self.live(now) + cost <= self.limit
-    }
-    fn remaining(&self, now: u64) -> u64 {
-        self.limit.saturating_sub(self.live(now))
-    }
-    fn is_full(&self, now: u64) -> bool {
-        self.live(now) == 0
-    }
-    fn admit(&mut self, now: u64, cost: u64) {
-        // An admission forgets what has left the window, as the log does: a later
-        // decision at a regressed clock does not count it again.
-        let stamp = self.stamp(now);
-        self.events.retain(|&(t, _)| t + self.window > now);
-        self.events.push((stamp, cost));
-    }
-    fn refund(&mut self, now: u64, amount: u64) {
-        take_newest(&mut self.events, amount, |t| t + self.window > now);
+        let counts = self.counts(now);
+        take_newest(&mut self.events, amount, counts);
     }
 }
 
@@ -859,6 +851,35 @@ fn at(us: u64) -> Timestamp {
     Timestamp::from_micros(us)
 }
 
+/// A limit's or a policy's own `acquire` and `peek`.
+type AcquireAndPeek<L, S> = (
+    fn(&L, Timestamp, &mut S, u64) -> Result<Decision, AcquireError>,
+    fn(&L, Timestamp, &S, u64) -> Result<Decision, AcquireError>,
+);
+
+/// `op`, an acquire or a peek, at `now` by `limit` (a limit or a policy) through `how`: its
+/// decision, or `None` for a cost above `capacity`, which must be refused as never fitting.
+fn decide<L, S>(
+    limit: &L,
+    (acquire, peek): AcquireAndPeek<L, S>,
+    state: &mut S,
+    op: Op,
+    now: u64,
+    capacity: u64,
+) -> Result<Option<Decision>, TestCaseError> {
+    let (result, cost) = match op {
+        Op::Acquire(cost) => (acquire(limit, at(now), state, cost), cost),
+        Op::Peek(cost) => (peek(limit, at(now), state, cost), cost),
+        _ => unreachable!("only acquires and peeks are decided"),
+    };
+    if cost > capacity {
+        let never = AcquireError::InsufficientCapacity(OverCapacity { cost, capacity });
+        prop_assert_eq!(result, Err(never));
+        return Ok(None);
+    }
+    Ok(Some(result?))
+}
+
 /// Runs `ops` on the limit and on `oracle` side by side: every decision must be the
 /// oracle's (outcome and remaining), with `retry_after` and `reset_after` exact by the
 /// oracle's reckoning, and after every operation both must agree on what is left.
@@ -882,17 +903,10 @@ fn against_oracle(
             }
             Op::Acquire(cost) | Op::Peek(cost) => {
                 let acquire = matches!(op, Op::Acquire(_));
-                let result = if acquire {
-                    limit.acquire(at(now), &mut state, cost)
-                } else {
-                    limit.peek(at(now), &state, cost)
-                };
-                if cost > capacity {
-                    let never = AcquireError::InsufficientCapacity(OverCapacity { cost, capacity });
-                    prop_assert_eq!(result, Err(never));
+                let how: AcquireAndPeek<_, _> = (Limit::acquire, Limit::peek);
+                let Some(decision) = decide(&limit, how, &mut state, op, now, capacity)? else {
                     continue;
-                }
-                let decision = result?;
+                };
                 let admits = oracle.admits(now, cost);
                 prop_assert_eq!(
                     decision.is_allowed(),
@@ -1185,17 +1199,10 @@ fn policy_against_its_limits(
             }
             Op::Acquire(cost) | Op::Peek(cost) => {
                 let acquire = matches!(op, Op::Acquire(_));
-                let result = if acquire {
-                    policy.acquire(at(now), &mut state, cost)
-                } else {
-                    policy.peek(at(now), &state, cost)
-                };
-                if cost > capacity {
-                    let never = AcquireError::InsufficientCapacity(OverCapacity { cost, capacity });
-                    prop_assert_eq!(result, Err(never));
+                let how: AcquireAndPeek<_, _> = (Policy::acquire, Policy::peek);
+                let Some(decision) = decide(&policy, how, &mut state, op, now, capacity)? else {
                     continue;
-                }
-                let decision = result?;
+                };
                 let each = limits
                     .iter()
                     .zip(&alone)
