@@ -89,6 +89,12 @@ async fn ask(running: &mut Running, request: RateLimitRequest) -> RateLimitRespo
         .into_inner()
 }
 
+/// What one request of `entries` finds left under its rule (it is charged for it too).
+async fn remaining(running: &mut Running, entries: &[(&str, &str)]) -> u32 {
+    let answer = ask(running, request(vec![descriptor(entries)])).await;
+    answer.statuses[0].limit_remaining
+}
+
 fn codes(response: &RateLimitResponse) -> (Code, Vec<Code>) {
     let code = |c: i32| Code::try_from(c).expect("a known code");
     (
@@ -164,9 +170,9 @@ async fn the_descriptors_of_one_request_are_decided_all_or_nothing() {
             (Code::OverLimit, vec![Code::Ok, Code::OverLimit])
         );
     }
-    let alone = ask(&mut running, request(vec![descriptor(&[("user", "cy")])])).await;
     assert_eq!(
-        alone.statuses[0].limit_remaining, 2,
+        remaining(&mut running, &[("user", "cy")]).await,
+        2,
         "five denied requests charged the user nothing"
     );
 }
@@ -213,13 +219,9 @@ async fn a_rule_that_replaces_another_is_decided_instead_of_it() {
         assert_eq!(codes(&ask(&mut running, both()).await).0, Code::Ok);
     }
     assert_eq!(codes(&ask(&mut running, both()).await).0, Code::OverLimit);
-    let gold = ask(
-        &mut running,
-        request(vec![descriptor(&[("tier", "gold"), ("user", "dee")])]),
-    )
-    .await;
     assert_eq!(
-        gold.statuses[0].limit_remaining, 4,
+        remaining(&mut running, &[("tier", "gold"), ("user", "dee")]).await,
+        4,
         "the replaced rule was not charged"
     );
 }
@@ -347,9 +349,9 @@ async fn a_reload_changes_the_limit_and_keeps_what_unchanged_rules_counted() {
             "key: cart\n    rate_limit: { unit: hour, requests_per_unit: 3 }",
         )))
         .expect("reload");
-    let user = ask(&mut running, request(vec![descriptor(&[("user", "gus")])])).await;
     assert_eq!(
-        user.statuses[0].limit_remaining, 0,
+        remaining(&mut running, &[("user", "gus")]).await,
+        0,
         "the user's count survived the reload"
     );
     for _ in 0..3 {
@@ -392,13 +394,15 @@ async fn with_leases_a_hot_key_is_exact_and_shutdown_gives_back_what_leases_hold
     let table = rein_core::Limiter::prepare(&store, &policy).expect("prepare");
     let config = rules(text);
     let domain = config.domain("shop").expect("domain");
-    let key = rein_server::matcher::match_descriptor(domain, [("user", "hot")])
-        .expect("a rule")
-        .key;
-    let peek = rein_core::Limiter::peek(&store, None, &table, &key, 0)
-        .await
-        .expect("peek");
-    assert_eq!(peek.remaining, 0, "after 200 admitted of 200");
+    // What the store holds for `user`, without charging it.
+    let stored = async |user: &str| {
+        let key = rein_server::matcher::match_descriptor(domain, [("user", user)])
+            .expect("a rule")
+            .key;
+        let peek = rein_core::Limiter::peek(&store, None, &table, &key, 0).await;
+        peek.expect("peek").remaining
+    };
+    assert_eq!(stored("hot").await, 0, "after 200 admitted of 200");
     // And a key that leased but spent little gets its units back.
     for _ in 0..30 {
         service
@@ -407,11 +411,9 @@ async fn with_leases_a_hot_key_is_exact_and_shutdown_gives_back_what_leases_hold
             .expect("an answer");
     }
     service.shutdown().await;
-    let key = rein_server::matcher::match_descriptor(domain, [("user", "warm")])
-        .expect("a rule")
-        .key;
-    let peek = rein_core::Limiter::peek(&store, None, &table, &key, 0)
-        .await
-        .expect("peek");
-    assert_eq!(peek.remaining, 170, "30 admitted; every held unit returned");
+    assert_eq!(
+        stored("warm").await,
+        170,
+        "30 admitted; every held unit returned"
+    );
 }
