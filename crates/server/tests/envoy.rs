@@ -20,31 +20,8 @@ use std::time::{Duration, Instant};
 use rein_redis_harness::RedisServer;
 use support::{Running, free_port, temp_dir, wait_for_port};
 
-const RULES: &str = "
-domain: envoytest
-descriptors:
-  # Route /user: a fixed window of 5 an hour per x-user header, shared by both servers.
-  - key: generic_key
-    value: user
-    descriptors:
-      - key: user
-        rate_limit: { unit: hour, requests_per_unit: 5 }
-  # Route /sliding: an exact sliding log of 3 per 2 s.
-  - key: generic_key
-    value: sliding
-    descriptors:
-      - key: user
-        rate_limit: { window: 2s, requests_per_unit: 3, algorithm: sliding_log }
-  # Route /bucket: a token bucket of 2, refilling 2 per second.
-  - key: generic_key
-    value: bucket
-    descriptors:
-      - key: user
-        rate_limit: { unit: second, requests_per_unit: 2, algorithm: token_bucket, burst: 2 }
-  # Every route: the client address, generously.
-  - key: remote_address
-    rate_limit: { unit: hour, requests_per_unit: 100000 }
-";
+/// The rules both servers load (tests/rules/envoytest.yaml).
+const RULES: &str = include_str!("rules/envoytest.yaml");
 
 #[test]
 fn envoy_through_two_rein_servers_sharing_redis_limits_exactly() {
@@ -340,80 +317,4 @@ impl Envoy {
 }
 
 /// The Envoy configuration under test (docs/server.md shows the same filter and actions).
-const ENVOY_CONFIG: &str = r#"
-static_resources:
-  listeners:
-  - name: ingress
-    address: { socket_address: { address: 127.0.0.1, port_value: LISTEN_PORT } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          route_config:
-            name: local
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: { prefix: "/user" }
-                route:
-                  cluster: upstream
-                  rate_limits:
-                  - actions:
-                    - generic_key: { descriptor_value: user }
-                    - request_headers: { header_name: x-user, descriptor_key: user }
-                  - actions:
-                    - remote_address: {}
-              - match: { prefix: "/sliding" }
-                route:
-                  cluster: upstream
-                  rate_limits:
-                  - actions:
-                    - generic_key: { descriptor_value: sliding }
-                    - request_headers: { header_name: x-user, descriptor_key: user }
-              - match: { prefix: "/bucket" }
-                route:
-                  cluster: upstream
-                  rate_limits:
-                  - actions:
-                    - generic_key: { descriptor_value: bucket }
-                    - request_headers: { header_name: x-user, descriptor_key: user }
-          http_filters:
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: envoytest
-              failure_mode_deny: true
-              timeout: 1s
-              rate_limit_service:
-                transport_api_version: V3
-                grpc_service:
-                  envoy_grpc: { cluster_name: ratelimit }
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints:
-      - lb_endpoints:
-        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: UPSTREAM_PORT } } }
-  - name: ratelimit
-    type: STATIC
-    connect_timeout: 1s
-    lb_policy: ROUND_ROBIN
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: { http2_protocol_options: {} }
-    load_assignment:
-      cluster_name: ratelimit
-      endpoints:
-      - lb_endpoints:
-RLS_ENDPOINTS
-"#;
+const ENVOY_CONFIG: &str = include_str!("config/envoy.yaml");
