@@ -53,7 +53,7 @@ use hashbrown::{Equivalent, HashMap};
 use rein_core::{Decision, Micros, Outcome, Timestamp};
 
 use super::terms::LeaseTerms;
-use super::{DirectReason, LeaseStats};
+use super::{Book, DirectReason, LeaseStats};
 
 /// A key as the book stores it: the policy's slot in the driver and the user key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -614,11 +614,6 @@ impl LeaseBook {
         self.reschedule(slot);
     }
 
-    /// The next instant [`handle_timeout`](Self::handle_timeout) has work, if any.
-    pub fn poll_timeout(&self) -> Option<Timestamp> {
-        self.timers.first().map(|&(at, _)| at)
-    }
-
     /// Applies every timer due at `now`: expired blocks (stranded units), end-of-block
     /// returns, lost reservations, idle keys.
     pub fn handle_timeout(&mut self, now: Timestamp) {
@@ -646,11 +641,6 @@ impl LeaseBook {
                 self.release(now, slot);
             }
         }
-    }
-
-    /// The next action for the driver.
-    pub fn poll_action(&mut self) -> Option<Action> {
-        self.actions.pop_front()
     }
 
     /// `true` after [`handle_shutdown`](Self::handle_shutdown).
@@ -1178,6 +1168,18 @@ pub const DEFAULT_SHARE_VALIDITY_INTERVALS: u32 = 2;
 /// 0.90–0.93 by the occupancy measure in the simulator's real-traffic scenarios; a 50th
 /// measured 0.96–0.97 there, a 100th 0.97–0.98 (issue 23; docs/leases.md).
 pub const DEFAULT_LOG_HOLD_DIVISOR: u32 = 50;
+
+impl Book for LeaseBook {
+    type Action = Action;
+
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        self.timers.first().map(|&(at, _)| at)
+    }
+
+    fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+}
 
 #[cfg(test)]
 mod tests {

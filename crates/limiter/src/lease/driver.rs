@@ -35,10 +35,10 @@ use rein_core::{
 use rein_memory::Clock;
 use tokio::sync::Notify;
 
-use super::LeaseStats;
 use super::book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKeyRef, Reserved};
 use super::rate::{RateAction, RateBook, ShareView, TakeReply};
 use super::terms::{LeaseTerms, Unleasable};
+use super::{Book, LeaseStats};
 use crate::{Decided, Source, TimeSource, TokioClock};
 
 /// Leases over a store: hot keys decided locally from blocks reserved in the store, exactly
@@ -581,34 +581,6 @@ impl<S: Leasable + 'static> Shared<S> {
 /// Locks a book. Its methods do not panic, so a poisoned lock still holds a consistent book.
 fn lock_book<B>(book: &Mutex<B>) -> MutexGuard<'_, B> {
     book.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// What the driver needs of either book ([`LeaseBook`] for window leases, [`RateBook`] for
-/// rate shares) to run it: its next deadline and the actions it queued.
-trait Book {
-    type Action;
-    fn poll_timeout(&self) -> Option<Timestamp>;
-    fn poll_action(&mut self) -> Option<Self::Action>;
-}
-
-impl Book for LeaseBook {
-    type Action = Action;
-    fn poll_timeout(&self) -> Option<Timestamp> {
-        LeaseBook::poll_timeout(self)
-    }
-    fn poll_action(&mut self) -> Option<Action> {
-        LeaseBook::poll_action(self)
-    }
-}
-
-impl Book for RateBook {
-    type Action = RateAction;
-    fn poll_timeout(&self) -> Option<Timestamp> {
-        RateBook::poll_timeout(self)
-    }
-    fn poll_action(&mut self) -> Option<RateAction> {
-        RateBook::poll_action(self)
-    }
 }
 
 impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {

@@ -23,6 +23,17 @@ mod driver;
 mod rate;
 mod terms;
 
+/// What the driver needs of either sans-IO book (`LeaseBook` for window leases, `RateBook`
+/// for rate shares) to run it: its next deadline and the actions it queued.
+pub(crate) trait Book {
+    /// What the book asks the driver to carry out.
+    type Action;
+    /// The next instant the book's `handle_timeout` has work, if any.
+    fn poll_timeout(&self) -> Option<rein_core::Timestamp>;
+    /// The next action for the driver.
+    fn poll_action(&mut self) -> Option<Self::Action>;
+}
+
 pub use crate::mode::{Direct, Leased, LeasedBuilder, Mode};
 pub use book::{DEFAULT_LOG_HOLD_DIVISOR, DEFAULT_SHARE_VALIDITY_INTERVALS, LeaseConfig};
 pub(crate) use driver::decide_direct;

@@ -48,7 +48,7 @@ use rein_core::{
 };
 
 use super::book::{Admit, LeaseConfig, LeaseKey, LeaseKeyRef};
-use super::{DirectReason, LeaseStats};
+use super::{Book, DirectReason, LeaseStats};
 
 /// A node's rate leases. See the module docs for the call order and the invariant.
 #[derive(Debug)]
@@ -372,16 +372,6 @@ impl RateBook {
         self.timers.clear();
     }
 
-    /// The next action for the driver.
-    pub fn poll_action(&mut self) -> Option<RateAction> {
-        self.actions.pop_front()
-    }
-
-    /// When to call [`handle_timeout`](Self::handle_timeout).
-    pub fn poll_timeout(&self) -> Option<Timestamp> {
-        self.timers.first().map(|(at, _, _)| *at)
-    }
-
     /// The counters so far.
     pub fn stats(&self) -> LeaseStats {
         self.stats
@@ -677,6 +667,18 @@ const DEMAND_BAND_PERCENT: u128 = 25;
 /// The local refill is slowed by this much (‰): a clock up to 1 000 ppm fast still
 /// refills no faster than the share.
 const CLOCK_MARGIN_PERMILLE: u64 = 1;
+
+impl Book for RateBook {
+    type Action = RateAction;
+
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        self.timers.first().map(|(at, _, _)| *at)
+    }
+
+    fn poll_action(&mut self) -> Option<RateAction> {
+        self.actions.pop_front()
+    }
+}
 
 #[cfg(test)]
 mod tests {

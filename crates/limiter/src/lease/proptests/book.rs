@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::num::{NonZeroU32, NonZeroUsize};
 
 use crate::lease::{
-    Action, Admit, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, LeaseTerms, Reserved,
+    Action, Admit, Book, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, LeaseTerms, Reserved,
 };
 use proptest::prelude::*;
 use rein_core::{Decision, Limit, Micros, Policy, PolicyState, Timestamp};

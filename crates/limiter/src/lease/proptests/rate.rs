@@ -9,7 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::lease::{Admit, LeaseConfig, LeaseKey, LeaseKeyRef, RateAction, RateBook, TakeReply};
+use crate::lease::{
+    Admit, Book, LeaseConfig, LeaseKey, LeaseKeyRef, RateAction, RateBook, TakeReply,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use rein_core::{
