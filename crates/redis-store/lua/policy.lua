@@ -116,27 +116,6 @@ local p, len = 1, 0
 if whole then
   len = #whole
 end
--- A window algorithm's limit and window (µs), the two arguments after its tag at ARGV[i]:
--- integers from 0 to MAX, a window from 1 (`what` names the algorithm in that error), and
--- a limit the cost fits in. Once per limit of a window algorithm, not per argument.
-local function window_limit(i, what)
-  if i + 2 > argc then
-    error({ err = 'REIN missing window parameters' })
-  end
-  local limit, window = ARGV[i + 1] + 0, ARGV[i + 2] + 0
-  if limit % 1 + window % 1 ~= 0 or limit < 0 or limit > MAX or window < 0
-      or window > MAX then
-    fail_arguments()
-  end
-  if window == 0 then
-    error({ err = 'REIN bad ' .. what .. ' parameters' })
-  end
-  if not refund and amount > limit then
-    error({ err = 'REIN cost exceeds capacity' })
-  end
-  return limit, window
-end
-
 -- The limits, one per tag and its parameters, counted as they are read.
 local n = 0
 local i = 5
@@ -173,6 +152,29 @@ while i <= argc do
   parts[k] = stored or ''
   local limit, remaining, retry_after, reset_after, value = 0, 0, 0, 0, false
   local allowed = false
+  -- A window algorithm's limit and window (µs): integers from 0 to MAX, a window from 1,
+  -- and a limit the cost fits in. Read here once for the three, inline: this runs for
+  -- every limit of every call.
+  local window
+  if tag == 'fw' or tag == 'sc' or tag == 'sl' then
+    if i + 2 > argc then
+      error({ err = 'REIN missing window parameters' })
+    end
+    limit, window = ARGV[i + 1] + 0, ARGV[i + 2] + 0
+    i = i + 3
+    if limit % 1 + window % 1 ~= 0 or limit < 0 or limit > MAX or window < 0
+        or window > MAX then
+      fail_arguments()
+    end
+    if window == 0 and tag == 'sl' then
+      error({ err = 'REIN bad sliding log parameters' })
+    elseif window == 0 then
+      error({ err = 'REIN bad window parameters' })
+    end
+    if not refund and amount > limit then
+      error({ err = 'REIN cost exceeds capacity' })
+    end
+  end
 
   if tag == 'tb' then
     -- rein_core::TokenBucket (see single_token_bucket.lua).
@@ -278,9 +280,6 @@ while i <= argc do
   elseif tag == 'fw' or tag == 'sc' then
     -- Both count in windows aligned to the epoch: rein_core::FixedWindow
     -- (single_fixed_window.lua) and rein_core::SlidingCounter.
-    local window
-    limit, window = window_limit(i, 'window')
-    i = i + 3
     local window_start, count, previous = 0, 0, 0
     if stored then
       local a, b, c
@@ -415,9 +414,6 @@ while i <= argc do
 
   elseif tag == 'sl' then
     -- rein_core::SlidingLog (see single_sliding_log.lua, which this repeats).
-    local window
-    limit, window = window_limit(i, 'sliding log')
-    i = i + 3
     local ats, costs, starts = {}, {}, {}
     local m, total = 0, 0
     if stored then
