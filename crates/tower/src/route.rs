@@ -32,7 +32,7 @@ use crate::KeySource;
 /// ];
 /// # let _ = routes;
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Route {
     pub(crate) name: Arc<str>,
     pub(crate) path: PathMatch,
@@ -184,16 +184,13 @@ impl Cost {
     }
 }
 
-impl fmt::Debug for Route {
+/// A computed cost shows as `Computed(..)`: a closure has no `Debug`.
+impl fmt::Debug for Cost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Route")
-            .field("name", &self.name)
-            .field("path", &self.path)
-            .field("methods", &self.methods)
-            .field("policy", &self.policy)
-            .field("key", &self.key)
-            .field("peek", &self.peek)
-            .finish_non_exhaustive()
+        match self {
+            Cost::Fixed(cost) => f.debug_tuple("Fixed").field(cost).finish(),
+            Cost::Computed(_) => f.write_str("Computed(..)"),
+        }
     }
 }
 
