@@ -479,10 +479,10 @@ impl std::ops::DerefMut for Run {
 impl Run {
     /// The occupancy measure
     /// ([`AdmissionLog::occupancy`](crate::oracle::AdmissionLog::occupancy)) of key 0 from
-    /// `from` after the start of demand to its end, against the policy's binding limit (the highest figure
-    /// among its limits); `None` for a span too short to measure. A token bucket is
-    /// measured from `from`, windows over the spans of one window that start at or after
-    /// it.
+    /// `from` after the start of demand to its end, against the policy's binding limit (the
+    /// highest figure among its limits); `None` for a span too short to measure. A token
+    /// bucket is measured from `from`, windows over the spans of one window that start at
+    /// or after it.
     pub fn occupancy(&self, from: Duration) -> Option<crate::oracle::Fraction> {
         let start = clock::start();
         let during = Interval::new(
