@@ -73,6 +73,16 @@ impl Policy {
         &self.limits
     }
 
+    /// A policy of `f` applied to each limit, in order: a share of each, a wider bound of
+    /// each. The first error `f` returns is the result.
+    pub fn try_map(
+        &self,
+        f: impl FnMut(&Limit) -> Result<Limit, ConfigError>,
+    ) -> Result<Self, ConfigError> {
+        let limits = self.limits.iter().map(f).collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { limits })
+    }
+
     /// The largest cost a single request may have: the smallest capacity.
     pub fn capacity(&self) -> u64 {
         self.limits.iter().map(Limit::capacity).min().unwrap_or(0)
@@ -398,5 +408,36 @@ mod tests {
         let single = Policy::single(Limit::fixed_window(3, Micros::from_secs(1)).unwrap());
         let mut one = single.new_state();
         assert_eq!(single.acquire(now, &mut one, 1).unwrap().limit_index, 0);
+    }
+
+    #[test]
+    fn try_map_maps_each_limit_in_order_or_answers_the_first_error() {
+        let minute = Micros::from_secs(60);
+        let policy = Policy::new([
+            Limit::fixed_window(10, minute).unwrap(),
+            Limit::sliding_log(4, minute).unwrap(),
+        ])
+        .unwrap();
+        let halved = policy
+            .try_map(|limit| match limit {
+                Limit::FixedWindow(w) => Limit::fixed_window(w.limit() / 2, w.window()),
+                Limit::SlidingLog(w) => Limit::sliding_log(w.limit() / 2, w.window()),
+                _ => unreachable!("only windows and logs here"),
+            })
+            .unwrap();
+        assert_eq!(
+            halved.limits(),
+            [
+                Limit::fixed_window(5, minute).unwrap(),
+                Limit::sliding_log(2, minute).unwrap(),
+            ]
+        );
+        let mut seen = 0;
+        let failed = policy.try_map(|limit| {
+            seen += 1;
+            Limit::fixed_window(limit.capacity(), Micros::ZERO)
+        });
+        assert!(failed.is_err(), "a zero window is refused");
+        assert_eq!(seen, 1, "mapping stops at the first error");
     }
 }

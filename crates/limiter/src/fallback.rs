@@ -64,12 +64,7 @@ pub enum FailurePolicy {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn local_share(policy: &Policy, expected_nodes: NonZeroU32) -> Result<Policy, ConfigError> {
-    let limits = policy
-        .limits()
-        .iter()
-        .map(|limit| limit.share(expected_nodes))
-        .collect::<Result<Vec<_>, _>>()?;
-    Policy::new(limits)
+    policy.try_map(|limit| limit.share(expected_nodes))
 }
 
 #[cfg(test)]

@@ -57,14 +57,7 @@ pub fn split(policy: &Policy, weights: &[u32]) -> Result<Vec<Policy>, ConfigErro
     }
     weights
         .iter()
-        .map(|&w| {
-            let limits = policy
-                .limits()
-                .iter()
-                .map(|limit| split_limit(limit, u64::from(w), total))
-                .collect::<Result<Vec<_>, _>>()?;
-            Policy::new(limits)
-        })
+        .map(|&w| policy.try_map(|limit| split_limit(limit, u64::from(w), total)))
         .collect()
 }
 

@@ -100,12 +100,7 @@ pub fn fallback_policy(
     expected_nodes: NonZeroU32,
     cut_offsets: &[i64],
 ) -> Result<Policy, ConfigError> {
-    let limits = policy
-        .limits()
-        .iter()
-        .map(|l| fallback_limit(l, expected_nodes, cut_offsets))
-        .collect::<Result<Vec<_>, _>>()?;
-    Policy::new(limits)
+    policy.try_map(|l| fallback_limit(l, expected_nodes, cut_offsets))
 }
 
 #[cfg(test)]
