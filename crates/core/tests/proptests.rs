@@ -705,44 +705,46 @@ impl Oracle for BucketOracle {
 }
 
 /// A fixed window or a sliding log as the list of admissions, counted against `limit`.
-/// A window counts the admissions of the aligned window of `now`, a regressed clock judged
-/// at the latest admission (`mark`), so a window never reopens. A log's window at `now` is
-/// `(now − window, now]` (and any later stamp); an admission is stamped no earlier than the
-/// newest one listed.
 #[derive(Clone, Debug)]
 struct ListOracle {
     limit: u64,
     window: u64,
     events: Vec<(u64, u64)>,
-    mark: u64,
-    log: bool,
+    kind: Listed,
+}
+
+/// Which admissions of a [`ListOracle`] count at `now`.
+#[derive(Clone, Copy, Debug)]
+enum Listed {
+    /// Those of the aligned window of `now`; a regressed clock is judged at the latest
+    /// admission (`mark`), so a window never reopens.
+    Window { mark: u64 },
+    /// Those in `(now − window, now]` (and any later stamp); an admission is stamped no
+    /// earlier than the newest one listed.
+    Log,
 }
 
 impl ListOracle {
     fn window(limit: u64, window: u64) -> Self {
+        Self::new(limit, window, Listed::Window { mark: 0 })
+    }
+    fn log(limit: u64, window: u64) -> Self {
+        Self::new(limit, window, Listed::Log)
+    }
+    fn new(limit: u64, window: u64, kind: Listed) -> Self {
         Self {
             limit,
             window,
             events: Vec::new(),
-            mark: 0,
-            log: false,
-        }
-    }
-    fn log(limit: u64, window: u64) -> Self {
-        Self {
-            log: true,
-            ..Self::window(limit, window)
+            kind,
         }
     }
     /// Whether an admission at instant `t` counts at `now`.
     fn counts(&self, now: u64) -> impl Fn(u64) -> bool + use<> {
-        let (w, log, judged) = (self.window, self.log, now.max(self.mark));
-        move |t| {
-            if log {
-                t + w > now
-            } else {
-                t / w == judged / w
-            }
+        let (w, kind) = (self.window, self.kind);
+        move |t| match kind {
+            Listed::Window { mark } => t / w == now.max(mark) / w,
+            Listed::Log => t + w > now,
         }
     }
     fn count(&self, now: u64) -> u64 {
@@ -763,17 +765,20 @@ impl Oracle for ListOracle {
         self.count(now) == 0
     }
     fn admit(&mut self, now: u64, cost: u64) {
-        if self.log {
-            // An admission forgets what has left the window, as the log does: a later
-            // decision at a regressed clock does not count it again.
-            let stamp = self.events.iter().map(|&(t, _)| t).fold(now, u64::max);
-            let counts = self.counts(now);
-            self.events.retain(|&(t, _)| counts(t));
-            self.events.push((stamp, cost));
-        } else {
-            let t = now.max(self.mark);
-            self.events.push((t, cost));
-            self.mark = t;
+        let counts = self.counts(now);
+        match &mut self.kind {
+            Listed::Window { mark } => {
+                let t = now.max(*mark);
+                self.events.push((t, cost));
+                *mark = t;
+            }
+            Listed::Log => {
+                // An admission forgets what has left the window, as the log does: a later
+                // decision at a regressed clock does not count it again.
+                let stamp = self.events.iter().map(|&(t, _)| t).fold(now, u64::max);
+                self.events.retain(|&(t, _)| counts(t));
+                self.events.push((stamp, cost));
+            }
         }
     }
     fn refund(&mut self, now: u64, amount: u64) {
