@@ -371,8 +371,8 @@ impl RegionRun {
     /// What one exact global limiter would have admitted given each request at the instant
     /// it was issued: the reference for utilisation.
     pub fn exact_admitted(&self) -> u64 {
-        let admissions = self.exact_admissions(&self.scenario.policy());
-        admissions.iter().map(|(_, cost)| cost).sum()
+        let start = clock::start();
+        self.exact_admitted_since(&self.scenario.policy(), start)
     }
 
     /// Utilisation counted from `after` the start of demand on (the rebalanced quota needs
@@ -387,12 +387,7 @@ impl RegionRun {
             .filter(|a| a.at >= from)
             .map(|a| a.cost)
             .sum();
-        let exact: u64 = self
-            .exact_admissions(&self.scenario.policy())
-            .iter()
-            .filter(|(at, _)| *at >= from)
-            .map(|(_, cost)| cost)
-            .sum();
+        let exact = self.exact_admitted_since(&self.scenario.policy(), from);
         100.0 * admitted as f64 / exact.max(1) as f64
     }
 

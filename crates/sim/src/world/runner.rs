@@ -127,9 +127,10 @@ impl Recorded {
             .count()
     }
 
-    /// The requests one exact limiter deciding `policy` admits, given each at the instant
-    /// it was issued, in issue order, with their instants: the reference for utilisation.
-    pub fn exact_admissions(&self, policy: &Policy) -> Vec<(Timestamp, u64)> {
+    /// The cost one exact limiter deciding `policy` admits of the requests issued at or
+    /// after `from`, given every request at the instant it was issued, in issue order: the
+    /// reference for utilisation.
+    pub fn exact_admitted_since(&self, policy: &Policy, from: Timestamp) -> u64 {
         let mut asks: Vec<&Event> = self.events.iter().collect();
         asks.sort_by_key(|e| (e.issued, e.node));
         let mut states: BTreeMap<u64, PolicyState> = BTreeMap::new();
@@ -140,8 +141,9 @@ impl Recorded {
                     .acquire(e.issued, state, e.cost)
                     .is_ok_and(|d| d.is_allowed())
             })
-            .map(|e| (e.issued, e.cost))
-            .collect()
+            .filter(|e| e.issued >= from)
+            .map(|e| e.cost)
+            .sum()
     }
 
     /// A SHA-1 over every decision, in recording order ([`digest`](super::digest)).

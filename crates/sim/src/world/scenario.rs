@@ -645,8 +645,8 @@ impl Run {
     /// What one exact limiter would have admitted, given each request at the instant it
     /// was issued, in issue order: the reference for under-admission.
     pub fn exact_admitted(&self) -> u64 {
-        let admissions = self.exact_admissions(&self.scenario.policy);
-        admissions.iter().map(|(_, cost)| cost).sum()
+        let start = clock::start();
+        self.exact_admitted_since(&self.scenario.policy, start)
     }
 
     /// The run as a report row and chart, judged against [`Scenario::bound`] plus
