@@ -510,12 +510,10 @@ impl Validator<'_> {
         )?;
         let algorithm = kind.as_str();
         let kind_of = format!("a {algorithm} limit");
-        let need = |value: Option<u64>, name: &str| {
-            table.needs(value, name, &format!("missing: {kind_of} needs `{name}`"))
-        };
+        let missing = |name: &str| format!("missing: {kind_of} needs `{name}`");
+        let need = |value: Option<u64>, name: &str| table.needs(value, name, &missing(name));
         let need_duration = |value: Option<Dur>, name: &str| {
-            let micros = value.map(|d| Micros::from(d.0));
-            table.needs(micros, name, &format!("missing: {kind_of} needs `{name}`"))
+            table.needs(value.map(|d| Micros::from(d.0)), name, &missing(name))
         };
         let refuse = |present: bool, name: &str| table.refuse(present, name, &kind_of);
         let built = match kind {
