@@ -15,11 +15,16 @@
 //! decisions), and Redis calls per thousand decisions (reservations, returns and direct
 //! calls).
 
+use std::fmt::Debug;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{
+    BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
+};
 use rein::lease::{Leased, LeasedLimiter};
 use rein::{FailurePolicy, LeaseConfig, PolicyTable, ResilientLimiter};
 use rein_core::{Limit, Limiter, NamedPolicy, Policy};
@@ -116,47 +121,73 @@ fn decide_hot_key(c: &mut Criterion, s: &Setup, algorithm: &str, policy: &NamedP
     group.measurement_time(Duration::from_secs(2));
     group.warm_up_time(Duration::from_millis(500));
     group.sample_size(20);
-    group.bench_function(BenchmarkId::new("lease", "redis"), |b| {
-        b.iter_custom(|n| {
-            s.runtime.block_on(async {
-                let start = Instant::now();
-                for _ in 0..n {
-                    let d = s
-                        .leased
-                        .acquire_leased(None, &leased_policy, b"hot", 1)
-                        .await;
-                    let _ = std::hint::black_box(d.expect("a decision"));
-                }
-                start.elapsed()
-            })
-        })
+    let runtime = &s.runtime;
+    sequential(&mut group, "lease", runtime, || {
+        s.leased.acquire_leased(None, &leased_policy, b"hot", 1)
     });
-    group.bench_function(BenchmarkId::new("lease_front_door", "redis"), |b| {
-        b.iter_custom(|n| {
-            s.runtime.block_on(async {
-                let start = Instant::now();
-                for _ in 0..n {
-                    let d = s.front.acquire_as(policy.name(), "hot-front", 1).await;
-                    let _ = std::hint::black_box(d.expect("a decision"));
-                }
-                start.elapsed()
-            })
-        })
+    sequential(&mut group, "lease_front_door", runtime, || {
+        s.front.acquire_as(policy.name(), "hot-front", 1)
     });
-    group.bench_function(BenchmarkId::new("direct", "redis"), |b| {
-        b.iter_custom(|n| {
-            s.runtime.block_on(async {
-                let start = Instant::now();
-                for _ in 0..n {
-                    let d =
-                        Limiter::acquire(&s.store, None, &direct_policy, b"hot-direct", 1).await;
-                    let _ = std::hint::black_box(d.expect("a decision"));
-                }
-                start.elapsed()
-            })
-        })
+    sequential(&mut group, "direct", runtime, || {
+        Limiter::acquire(&s.store, None, &direct_policy, b"hot-direct", 1)
     });
     group.finish();
+}
+
+/// Benches `decide` one call after another on `runtime`: criterion's `n` calls, timed
+/// together, each answer checked and kept from the optimiser.
+fn sequential<F, T, E>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    mode: &str,
+    runtime: &Runtime,
+    mut decide: impl FnMut() -> F,
+) where
+    F: Future<Output = Result<T, E>>,
+    E: Debug,
+{
+    group.bench_function(BenchmarkId::new(mode, "redis"), |b| {
+        b.iter_custom(|n| {
+            runtime.block_on(async {
+                let start = Instant::now();
+                for _ in 0..n {
+                    std::hint::black_box(decide().await.expect("a decision"));
+                }
+                start.elapsed()
+            })
+        })
+    });
+}
+
+/// How many answers 8 tasks on 4 hot keys (`{prefix}-0` to `-3`) get from `$decide` in
+/// `run`, each task with its own clone of the `$shared` values. Only answers count: an
+/// error (a timeout on a busy machine) does not. A macro, not a function: the tasks are
+/// spawned, and a closure returning a `'static` future would clone per decision.
+macro_rules! answers_in {
+    ($runtime:expr, $run:expr, $prefix:literal, ($($shared:ident),*), |$key:ident| $decide:expr) => {
+        $runtime.block_on(async {
+            let count = Arc::new(AtomicU64::new(0));
+            let end = Instant::now() + $run;
+            let tasks: Vec<_> = (0..8)
+                .map(|i| {
+                    $(let $shared = $shared.clone();)*
+                    let count = count.clone();
+                    let key = format!(concat!($prefix, "-{}"), i % 4);
+                    tokio::spawn(async move {
+                        let $key = key.as_bytes();
+                        while Instant::now() < end {
+                            if std::hint::black_box($decide.await).is_ok() {
+                                count.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.expect("a task");
+            }
+            count.load(Ordering::Relaxed)
+        })
+    };
 }
 
 /// 8 tasks on 4 hot keys for 1 s per mode; then single-decision latencies.
@@ -165,55 +196,13 @@ fn throughput_run(s: &Setup, algorithm: &str, policy: &NamedPolicy) {
     let direct_policy = Arc::new(s.store.prepare(policy).expect("prepare"));
     let before = s.leased.stats();
     let run = Duration::from_secs(1);
-    let leased_count = s.runtime.block_on(async {
-        let count = Arc::new(AtomicU64::new(0));
-        let end = Instant::now() + run;
-        let tasks: Vec<_> = (0..8)
-            .map(|i| {
-                let (leased, policy, count) =
-                    (s.leased.clone(), leased_policy.clone(), count.clone());
-                tokio::spawn(async move {
-                    let key = format!("tp-{}", i % 4);
-                    while Instant::now() < end {
-                        let d = leased
-                            .acquire_leased(None, &policy, key.as_bytes(), 1)
-                            .await;
-                        if std::hint::black_box(d).is_ok() {
-                            count.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.expect("a task");
-        }
-        count.load(Ordering::Relaxed)
+    let (leased, store) = (s.leased.clone(), Arc::new(s.store.clone()));
+    let leased_count = answers_in!(&s.runtime, run, "tp", (leased, leased_policy), |key| {
+        leased.acquire_leased(None, &leased_policy, key, 1)
     });
     let after = s.leased.stats();
-    let store = Arc::new(s.store.clone());
-    let direct_count = s.runtime.block_on(async {
-        let count = Arc::new(AtomicU64::new(0));
-        let end = Instant::now() + run;
-        let tasks: Vec<_> = (0..8)
-            .map(|i| {
-                let (store, policy, count) = (store.clone(), direct_policy.clone(), count.clone());
-                tokio::spawn(async move {
-                    let key = format!("tpd-{}", i % 4);
-                    while Instant::now() < end {
-                        let d = Limiter::acquire(&*store, None, &*policy, key.as_bytes(), 1).await;
-                        // Only answers count; an error (a timeout on a busy machine) doesn't.
-                        if std::hint::black_box(d).is_ok() {
-                            count.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.expect("a task");
-        }
-        count.load(Ordering::Relaxed)
+    let direct_count = answers_in!(&s.runtime, run, "tpd", (store, direct_policy), |key| {
+        Limiter::acquire(&*store, None, &*direct_policy, key, 1)
     });
     let calls = (after.reservations - before.reservations)
         + (after.returns - before.returns)
