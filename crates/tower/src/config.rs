@@ -444,7 +444,7 @@ impl Validator<'_> {
             (RawFailurePolicy::FailOpen, None) => FailurePolicy::FailOpen,
             (RawFailurePolicy::FailClosed, None) => FailurePolicy::FailClosed,
             (RawFailurePolicy::LocalFallback, Some(nodes)) => FailurePolicy::LocalFallback {
-                expected_nodes: NonZeroU32::new(*nodes.get_ref()).ok_or_else(|| {
+                expected_nodes: NonZeroU32::new(nodes.get_ref().0).ok_or_else(|| {
                     field(
                         "failure.expected_nodes",
                         self.line(&nodes),
@@ -511,7 +511,9 @@ impl Validator<'_> {
         let algorithm = kind.as_str();
         let kind_of = format!("a {algorithm} limit");
         let missing = |name: &str| format!("missing: {kind_of} needs `{name}`");
-        let need = |value: Option<u64>, name: &str| table.needs(value, name, &missing(name));
+        let need = |value: Option<Whole<u64>>, name: &str| {
+            table.needs(value.map(|n| n.0), name, &missing(name))
+        };
         let need_duration = |value: Option<Dur>, name: &str| {
             table.needs(value.map(|d| Micros::from(d.0)), name, &missing(name))
         };
@@ -595,7 +597,7 @@ impl Validator<'_> {
             }
         };
         if let Some(cost) = r.cost {
-            route = route.cost(cost);
+            route = route.cost(cost.0);
         }
         if r.peek == Some(true) {
             route = route.peek_only();
@@ -648,7 +650,7 @@ impl Validator<'_> {
                 unused(key.name.is_some(), "name", from)?;
                 unused(key.value.is_some(), "value", from)?;
                 let hops = table.needs(
-                    key.trusted_hops,
+                    key.trusted_hops.map(|n| n.0),
                     "trusted_hops",
                     "missing: how many proxies of yours append to the header (0 ignores it)",
                 )?;
@@ -846,7 +848,7 @@ struct RawRedis {
 #[serde(deny_unknown_fields)]
 struct RawFailure {
     policy: Option<RawFailurePolicy>,
-    expected_nodes: Option<Spanned<u32>>,
+    expected_nodes: Option<Spanned<Whole<u32>>>,
 }
 
 #[derive(Deserialize)]
@@ -868,10 +870,10 @@ struct RawPolicy {
 #[serde(deny_unknown_fields)]
 struct RawLimit {
     algorithm: Option<RawAlgorithm>,
-    capacity: Option<u64>,
-    refill: Option<u64>,
+    capacity: Option<Whole<u64>>,
+    refill: Option<Whole<u64>>,
     period: Option<Dur>,
-    limit: Option<u64>,
+    limit: Option<Whole<u64>>,
     window: Option<Dur>,
 }
 
@@ -908,7 +910,7 @@ enum RawAdmitted {
 struct RawKey {
     from: Option<RawKeyFrom>,
     name: Option<Spanned<String>>,
-    trusted_hops: Option<u8>,
+    trusted_hops: Option<Whole<u8>>,
     value: Option<String>,
 }
 
@@ -931,7 +933,7 @@ struct RawRoute {
     methods: Option<Vec<Spanned<String>>>,
     policy: Option<Spanned<String>>,
     exempt: Option<bool>,
-    cost: Option<u64>,
+    cost: Option<Whole<u64>>,
     peek: Option<bool>,
     key: Option<Spanned<RawKey>>,
 }
@@ -968,6 +970,56 @@ impl<'de> Deserialize<'de> for Dur {
             }
         }
         deserializer.deserialize_str(DurVisitor)
+    }
+}
+
+/// A whole number in the file, as a `T`: out of range, it is refused in words ("expected a
+/// whole number from 0 to 255"), where serde's own message names the Rust type ("expected
+/// u8"), which says little to whoever edits the file.
+#[derive(Clone, Copy)]
+struct Whole<T>(T);
+
+/// The integer types a [`Whole`] reads, with their largest value.
+trait WholeType: TryFrom<u64> {
+    const MAX: u64;
+}
+
+impl WholeType for u8 {
+    const MAX: u64 = u8::MAX as u64;
+}
+
+impl WholeType for u32 {
+    const MAX: u64 = u32::MAX as u64;
+}
+
+impl WholeType for u64 {
+    const MAX: u64 = u64::MAX;
+}
+
+impl<'de, T: WholeType> Deserialize<'de> for Whole<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct WholeVisitor<T>(std::marker::PhantomData<T>);
+        impl<T: WholeType> Visitor<'_> for WholeVisitor<T> {
+            type Value = Whole<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                match T::MAX {
+                    u64::MAX => f.write_str("a whole number, 0 or more"),
+                    max => write!(f, "a whole number from 0 to {max}"),
+                }
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Whole<T>, E> {
+                T::try_from(n)
+                    .map(Whole)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(n), &self))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Whole<T>, E> {
+                match u64::try_from(n) {
+                    Ok(n) => self.visit_u64(n),
+                    Err(_) => Err(E::invalid_value(de::Unexpected::Signed(n), &self)),
+                }
+            }
+        }
+        deserializer.deserialize_u64(WholeVisitor(std::marker::PhantomData))
     }
 }
 

@@ -114,65 +114,69 @@ fn the_complete_file_in_docs_config_md_is_valid() {
     );
 }
 
-/// One bad value: the file, the field path the error must name, and the line it is on.
+/// One bad value: the file, the field path the error must name, the line it is on, and
+/// words the message must hold.
 struct Bad {
     what: &'static str,
     file: &'static str,
     path: &'static str,
     line: usize,
+    /// What the message must say after its line and path.
+    says: &'static str,
 }
 
 /// Every field's bad values, each in a small file whose line numbers are easy to read: the
 /// error must name the field's path and its line (for a missing field, the line of the
-/// table that lacks it), whatever stage refuses it (serde, the validator, rein-core, the
-/// Redis store's prefix rule), and before anything connects.
+/// table that lacks it) and say what is wrong in the file's words (no Rust type names),
+/// whatever stage refuses it (serde, the validator, rein-core, the Redis store's prefix
+/// rule), and before anything connects.
 #[test]
 #[rustfmt::skip]
 fn every_bad_value_is_refused_at_load_with_its_field_path_and_line() {
     let rows = [
         // The file as a whole.
-        Bad { what: "an empty file", file: "", path: "redis", line: 1 },
-        Bad { what: "no policy", file: "[redis]\nurl = \"redis://h/\"\n", path: "policies", line: 1 },
-        Bad { what: "an unknown table", file: "[redis]\nurl = \"redis://h/\"\n[polices.api]\n", path: "polices", line: 3 },
+        Bad { what: "an empty file", file: "", path: "redis", line: 1, says: "missing: add a [redis] table" },
+        Bad { what: "no policy", file: "[redis]\nurl = \"redis://h/\"\n", path: "policies", line: 1, says: "declare at least one policy" },
+        Bad { what: "an unknown table", file: "[redis]\nurl = \"redis://h/\"\n[polices.api]\n", path: "polices", line: 3, says: "unknown field `polices`" },
         // [redis]
-        Bad { what: "no url", file: "[redis]\ndeadline = \"5ms\"\n", path: "redis", line: 1 },
-        Bad { what: "url and cluster", file: "\n[redis]\nurl = \"redis://h/\"\ncluster = [\"redis://h/\"]\n", path: "redis", line: 2 },
-        Bad { what: "an empty cluster", file: "[redis]\n\ncluster = []\n", path: "redis.cluster", line: 3 },
-        Bad { what: "a url that is a number", file: "[redis]\nurl = 6379\n", path: "redis.url", line: 2 },
-        Bad { what: "a zero deadline", file: "[redis]\nurl = \"redis://h/\"\n\ndeadline = \"0ms\"\n", path: "redis.deadline", line: 4 },
-        Bad { what: "a deadline that is no duration", file: "[redis]\nurl = \"redis://h/\"\ndeadline = \"soon\"\n", path: "redis.deadline", line: 3 },
-        Bad { what: "a zero connect timeout", file: "[redis]\nurl = \"redis://h/\"\nconnect_timeout = \"0s\"\n", path: "redis.connect_timeout", line: 3 },
-        Bad { what: "a key prefix with a brace", file: "[redis]\nurl = \"redis://h/\"\nkey_prefix = \"my{app}\"\n", path: "redis.key_prefix", line: 3 },
-        Bad { what: "an empty key prefix", file: "[redis]\nurl = \"redis://h/\"\n\nkey_prefix = \"\"\n", path: "redis.key_prefix", line: 4 },
-        Bad { what: "a key prefix with a space", file: "[redis]\nurl = \"redis://h/\"\nkey_prefix = \"my app\"\n", path: "redis.key_prefix", line: 3 },
-        Bad { what: "the old name of key_prefix", file: "[redis]\nurl = \"redis://h/\"\nprefix = \"myapp\"\n", path: "redis.prefix", line: 3 },
-        Bad { what: "report_counts not a bool", file: "[redis]\nurl = \"redis://h/\"\nreport_counts = \"yes\"\n", path: "redis.report_counts", line: 3 },
-        Bad { what: "an unknown redis field", file: "[redis]\nurl = \"redis://h/\"\ndeadlin = \"5ms\"\n", path: "redis.deadlin", line: 3 },
+        Bad { what: "no url", file: "[redis]\ndeadline = \"5ms\"\n", path: "redis", line: 1, says: "set `url`" },
+        Bad { what: "url and cluster", file: "\n[redis]\nurl = \"redis://h/\"\ncluster = [\"redis://h/\"]\n", path: "redis", line: 2, says: "not both" },
+        Bad { what: "an empty cluster", file: "[redis]\n\ncluster = []\n", path: "redis.cluster", line: 3, says: "at least one node URL" },
+        Bad { what: "a url that is a number", file: "[redis]\nurl = 6379\n", path: "redis.url", line: 2, says: "expected a string" },
+        Bad { what: "a zero deadline", file: "[redis]\nurl = \"redis://h/\"\n\ndeadline = \"0ms\"\n", path: "redis.deadline", line: 4, says: "must be longer than zero" },
+        Bad { what: "a deadline that is no duration", file: "[redis]\nurl = \"redis://h/\"\ndeadline = \"soon\"\n", path: "redis.deadline", line: 3, says: "expected a duration such as" },
+        Bad { what: "a zero connect timeout", file: "[redis]\nurl = \"redis://h/\"\nconnect_timeout = \"0s\"\n", path: "redis.connect_timeout", line: 3, says: "must be longer than zero" },
+        Bad { what: "a key prefix with a brace", file: "[redis]\nurl = \"redis://h/\"\nkey_prefix = \"my{app}\"\n", path: "redis.key_prefix", line: 3, says: "no spaces or braces" },
+        Bad { what: "an empty key prefix", file: "[redis]\nurl = \"redis://h/\"\n\nkey_prefix = \"\"\n", path: "redis.key_prefix", line: 4, says: "1 to 64 printable ASCII bytes" },
+        Bad { what: "a key prefix with a space", file: "[redis]\nurl = \"redis://h/\"\nkey_prefix = \"my app\"\n", path: "redis.key_prefix", line: 3, says: "no spaces or braces" },
+        Bad { what: "the old name of key_prefix", file: "[redis]\nurl = \"redis://h/\"\nprefix = \"myapp\"\n", path: "redis.prefix", line: 3, says: "renamed to `key_prefix`" },
+        Bad { what: "report_counts not a bool", file: "[redis]\nurl = \"redis://h/\"\nreport_counts = \"yes\"\n", path: "redis.report_counts", line: 3, says: "expected a boolean" },
+        Bad { what: "an unknown redis field", file: "[redis]\nurl = \"redis://h/\"\ndeadlin = \"5ms\"\n", path: "redis.deadlin", line: 3, says: "unknown field `deadlin`" },
         // [failure]
-        Bad { what: "no failure policy", file: "[redis]\nurl = \"redis://h/\"\n[failure]\nexpected_nodes = 2\n", path: "failure.policy", line: 3 },
-        Bad { what: "an unknown failure policy", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"retry\"\n", path: "failure.policy", line: 4 },
-        Bad { what: "zero nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\nexpected_nodes = 0\n", path: "failure.expected_nodes", line: 5 },
-        Bad { what: "negative nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\nexpected_nodes = -2\n", path: "failure.expected_nodes", line: 5 },
-        Bad { what: "nodes without local_fallback", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"fail_open\"\n\nexpected_nodes = 2\n", path: "failure.expected_nodes", line: 6 },
-        Bad { what: "local_fallback without nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\n", path: "failure.expected_nodes", line: 3 },
+        Bad { what: "no failure policy", file: "[redis]\nurl = \"redis://h/\"\n[failure]\nexpected_nodes = 2\n", path: "failure.policy", line: 3, says: "missing: \"fail_open\"" },
+        Bad { what: "an unknown failure policy", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"retry\"\n", path: "failure.policy", line: 4, says: "unknown variant `retry`" },
+        Bad { what: "zero nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\nexpected_nodes = 0\n", path: "failure.expected_nodes", line: 5, says: "must be at least 1" },
+        Bad { what: "negative nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\nexpected_nodes = -2\n", path: "failure.expected_nodes", line: 5, says: "integer `-2`, expected a whole number from 0 to 4294967295" },
+        Bad { what: "nodes without local_fallback", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"fail_open\"\n\nexpected_nodes = 2\n", path: "failure.expected_nodes", line: 6, says: "only used with policy = \"local_fallback\"" },
+        Bad { what: "local_fallback without nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\n", path: "failure.expected_nodes", line: 3, says: "needs the number of servers" },
         // [policies.*]
-        Bad { what: "no limits", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\n", path: "policies.api.limits", line: 3 },
-        Bad { what: "shadow not a boolean", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nshadow = \"yes\"\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" }]\n", path: "policies.api.shadow", line: 4 },
-        Bad { what: "an empty list of limits", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = []\n", path: "policies.api.limits", line: 3 },
-        Bad { what: "a bad policy name", file: "[redis]\nurl = \"redis://h/\"\n[policies.\"a b\"]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" }]\n", path: "policies.a b", line: 3 },
-        Bad { what: "no algorithm", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [\n  { limit = 1, window = \"1s\" },\n]\n", path: "policies.api.limits[0].algorithm", line: 5 },
-        Bad { what: "an unknown algorithm", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"leaky\", limit = 1, window = \"1s\" }]\n", path: "policies.api.limits[0].algorithm", line: 4 },
-        Bad { what: "a zero limit", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [\n  { algorithm = \"sliding_log\", limit = 0, window = \"1s\" },\n]\n", path: "policies.api.limits[0]", line: 5 },
-        Bad { what: "a negative limit", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = -1, window = \"1s\" }]\n", path: "policies.api.limits[0].limit", line: 4 },
-        Bad { what: "a zero window", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"0s\" }]\n", path: "policies.api.limits[0]", line: 4 },
-        Bad { what: "a window that is a number", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = 60 }]\n", path: "policies.api.limits[0].window", line: 4 },
-        Bad { what: "a window without its limit", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"sliding_counter\", window = \"1s\" }]\n", path: "policies.api.limits[0].limit", line: 4 },
-        Bad { what: "a bucket's field on a window", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\", refill = 1 }]\n", path: "policies.api.limits[0].refill", line: 4 },
-        Bad { what: "a bucket without its period", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"token_bucket\", capacity = 5, refill = 1 }]\n", path: "policies.api.limits[0].period", line: 4 },
-        Bad { what: "a bucket refilling nothing", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"token_bucket\", capacity = 5, refill = 0, period = \"1s\" }]\n", path: "policies.api.limits[0]", line: 4 },
-        Bad { what: "a window's field on a bucket", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"token_bucket\", capacity = 5, refill = 1, period = \"1s\", window = \"1s\" }]\n", path: "policies.api.limits[0].window", line: 4 },
-        Bad { what: "an unknown limit field", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\", burst = 2 }]\n", path: "policies.api.limits[0].burst", line: 4 },
-        Bad { what: "nine limits", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [\n{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" }]\n", path: "policies.api.limits", line: 3 },
+        Bad { what: "no limits", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\n", path: "policies.api.limits", line: 3, says: "missing: a list of limits" },
+        Bad { what: "shadow not a boolean", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nshadow = \"yes\"\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" }]\n", path: "policies.api.shadow", line: 4, says: "expected a boolean" },
+        Bad { what: "an empty list of limits", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = []\n", path: "policies.api.limits", line: 3, says: "at least one limit" },
+        Bad { what: "a bad policy name", file: "[redis]\nurl = \"redis://h/\"\n[policies.\"a b\"]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" }]\n", path: "policies.a b", line: 3, says: "a policy name is 1 to 64" },
+        Bad { what: "no algorithm", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [\n  { limit = 1, window = \"1s\" },\n]\n", path: "policies.api.limits[0].algorithm", line: 5, says: "missing: \"token_bucket\"" },
+        Bad { what: "an unknown algorithm", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"leaky\", limit = 1, window = \"1s\" }]\n", path: "policies.api.limits[0].algorithm", line: 4, says: "unknown variant `leaky`" },
+        Bad { what: "a zero limit", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [\n  { algorithm = \"sliding_log\", limit = 0, window = \"1s\" },\n]\n", path: "policies.api.limits[0]", line: 5, says: "limit must be at least 1" },
+        Bad { what: "a negative limit", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = -1, window = \"1s\" }]\n", path: "policies.api.limits[0].limit", line: 4, says: "integer `-1`, expected a whole number, 0 or more" },
+        Bad { what: "a zero window", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"0s\" }]\n", path: "policies.api.limits[0]", line: 4, says: "window must be at least 1" },
+        Bad { what: "a window that is a number", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = 60 }]\n", path: "policies.api.limits[0].window", line: 4, says: "expected a duration such as" },
+        Bad { what: "a window without its limit", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"sliding_counter\", window = \"1s\" }]\n", path: "policies.api.limits[0].limit", line: 4, says: "a sliding_counter limit needs `limit`" },
+        Bad { what: "a bucket's field on a window", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\", refill = 1 }]\n", path: "policies.api.limits[0].refill", line: 4, says: "not a setting of a fixed_window limit" },
+        Bad { what: "a bucket without its period", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"token_bucket\", capacity = 5, refill = 1 }]\n", path: "policies.api.limits[0].period", line: 4, says: "a token_bucket limit needs `period`" },
+        Bad { what: "a bucket refilling nothing", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"token_bucket\", capacity = 5, refill = 0, period = \"1s\" }]\n", path: "policies.api.limits[0]", line: 4, says: "refill must be at least 1" },
+        Bad { what: "a window's field on a bucket", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"token_bucket\", capacity = 5, refill = 1, period = \"1s\", window = \"1s\" }]\n", path: "policies.api.limits[0].window", line: 4, says: "not a setting of a token_bucket limit" },
+        Bad { what: "an unknown limit field", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\", burst = 2 }]\n", path: "policies.api.limits[0].burst", line: 4, says: "unknown field `burst`" },
+        Bad { what: "nine limits", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [\n{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" },{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" }]\n", path: "policies.api.limits", line: 3, says: "at most 8 limits, got 9" },
     ];
     // The validator reads [redis] and [failure] before the policies: no policy needed.
     check(&rows, "");
@@ -186,32 +190,32 @@ fn every_bad_http_or_route_value_is_refused_at_load_with_its_field_path_and_line
     const HEAD: &str = "[redis]\nurl = \"redis://h/\"\ndeadline = \"40ms\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" }]\n";
     let rows = [
         // [http]: lines from 6 on.
-        Bad { what: "a zero layer deadline", file: "[http]\ndeadline = \"0ms\"\n", path: "http.deadline", line: 7 },
-        Bad { what: "a layer deadline below the store's", file: "[http]\n\ndeadline = \"15ms\"\n", path: "http.deadline", line: 8 },
-        Bad { what: "a layer deadline equal to the store's", file: "[http]\ndeadline = \"40ms\"\n", path: "http.deadline", line: 7 },
-        Bad { what: "an answer that is no status", file: "[http]\non_unavailable = 42\n", path: "http.on_unavailable", line: 7 },
-        Bad { what: "an answer word", file: "[http]\non_missing_key = \"deny\"\n", path: "http.on_missing_key", line: 7 },
-        Bad { what: "admitted headers", file: "[http]\nadmitted_headers = \"some\"\n", path: "http.admitted_headers", line: 7 },
-        Bad { what: "an undeclared default policy", file: "[http]\ndefault_policy = \"apj\"\n", path: "http.default_policy", line: 7 },
-        Bad { what: "a key source", file: "[http]\nkey = { from = \"cookie\" }\n", path: "http.key.from", line: 7 },
-        Bad { what: "a key without a source", file: "[http]\nkey = { name = \"x-api-key\" }\n", path: "http.key.from", line: 7 },
-        Bad { what: "a header key without a name", file: "[http]\nkey = { from = \"header\" }\n", path: "http.key.name", line: 7 },
-        Bad { what: "a header name", file: "[http]\nkey = { from = \"header\", name = \"x api\" }\n", path: "http.key.name", line: 7 },
-        Bad { what: "forwarding without hops", file: "[http]\nkey = { from = \"x-forwarded-for\" }\n", path: "http.key.trusted_hops", line: 7 },
-        Bad { what: "hops past a byte", file: "[http]\nkey = { from = \"forwarded\", trusted_hops = 300 }\n", path: "http.key.trusted_hops", line: 7 },
-        Bad { what: "a peer key with a name", file: "[http]\nkey = { from = \"peer\", name = \"x\" }\n", path: "http.key.name", line: 7 },
-        Bad { what: "a fixed key without a value", file: "[http]\nkey = { from = \"fixed\" }\n", path: "http.key.value", line: 7 },
-        Bad { what: "an unknown http field", file: "[http]\ntimeout = \"1s\"\n", path: "http.timeout", line: 7 },
+        Bad { what: "a zero layer deadline", file: "[http]\ndeadline = \"0ms\"\n", path: "http.deadline", line: 7, says: "must be longer than zero" },
+        Bad { what: "a layer deadline below the store's", file: "[http]\n\ndeadline = \"15ms\"\n", path: "http.deadline", line: 8, says: "must be longer than redis.deadline (40ms)" },
+        Bad { what: "a layer deadline equal to the store's", file: "[http]\ndeadline = \"40ms\"\n", path: "http.deadline", line: 7, says: "must be longer than redis.deadline (40ms)" },
+        Bad { what: "an answer that is no status", file: "[http]\non_unavailable = 42\n", path: "http.on_unavailable", line: 7, says: "expected an HTTP status code" },
+        Bad { what: "an answer word", file: "[http]\non_missing_key = \"deny\"\n", path: "http.on_missing_key", line: 7, says: "string \"deny\", expected an HTTP status code" },
+        Bad { what: "admitted headers", file: "[http]\nadmitted_headers = \"some\"\n", path: "http.admitted_headers", line: 7, says: "unknown variant `some`" },
+        Bad { what: "an undeclared default policy", file: "[http]\ndefault_policy = \"apj\"\n", path: "http.default_policy", line: 7, says: "no policy named \"apj\"" },
+        Bad { what: "a key source", file: "[http]\nkey = { from = \"cookie\" }\n", path: "http.key.from", line: 7, says: "unknown variant `cookie`" },
+        Bad { what: "a key without a source", file: "[http]\nkey = { name = \"x-api-key\" }\n", path: "http.key.from", line: 7, says: "missing: \"peer\"" },
+        Bad { what: "a header key without a name", file: "[http]\nkey = { from = \"header\" }\n", path: "http.key.name", line: 7, says: "missing: the header's name" },
+        Bad { what: "a header name", file: "[http]\nkey = { from = \"header\", name = \"x api\" }\n", path: "http.key.name", line: 7, says: "not a valid header name" },
+        Bad { what: "forwarding without hops", file: "[http]\nkey = { from = \"x-forwarded-for\" }\n", path: "http.key.trusted_hops", line: 7, says: "how many proxies of yours" },
+        Bad { what: "hops past a byte", file: "[http]\nkey = { from = \"forwarded\", trusted_hops = 300 }\n", path: "http.key.trusted_hops", line: 7, says: "integer `300`, expected a whole number from 0 to 255" },
+        Bad { what: "a peer key with a name", file: "[http]\nkey = { from = \"peer\", name = \"x\" }\n", path: "http.key.name", line: 7, says: "not a setting of from = \"peer\"" },
+        Bad { what: "a fixed key without a value", file: "[http]\nkey = { from = \"fixed\" }\n", path: "http.key.value", line: 7, says: "missing: the one key" },
+        Bad { what: "an unknown http field", file: "[http]\ntimeout = \"1s\"\n", path: "http.timeout", line: 7, says: "unknown field `timeout`" },
         // [[routes]]: lines from 6 on.
-        Bad { what: "a route with no policy", file: "[[routes]]\nprefix = \"/x\"\n", path: "routes[0]", line: 6 },
-        Bad { what: "an undeclared policy", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"apj\"\n", path: "routes[0].policy", line: 8 },
-        Bad { what: "path and prefix", file: "[[routes]]\npath = \"/x\"\nprefix = \"/x\"\npolicy = \"api\"\n", path: "routes[0]", line: 6 },
-        Bad { what: "exempt with a policy", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nexempt = true\n", path: "routes[0]", line: 6 },
-        Bad { what: "a method", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nmethods = [\"GET\",\n  \"P O S T\"]\n", path: "routes[0].methods[1]", line: 10 },
-        Bad { what: "a negative cost", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\ncost = -1\n", path: "routes[0].cost", line: 9 },
-        Bad { what: "a route key", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nkey = { from = \"header\", name = \"x\", trusted_hops = 1 }\n", path: "routes[0].key.trusted_hops", line: 9 },
-        Bad { what: "the second route", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\n[[routes]]\nprefix = \"/y\"\npolicy = \"apj\"\n", path: "routes[1].policy", line: 11 },
-        Bad { what: "an unknown route field", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nweight = 2\n", path: "routes[0].weight", line: 9 },
+        Bad { what: "a route with no policy", file: "[[routes]]\nprefix = \"/x\"\n", path: "routes[0]", line: 6, says: "or `exempt = true`" },
+        Bad { what: "an undeclared policy", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"apj\"\n", path: "routes[0].policy", line: 8, says: "no policy named \"apj\"" },
+        Bad { what: "path and prefix", file: "[[routes]]\npath = \"/x\"\nprefix = \"/x\"\npolicy = \"api\"\n", path: "routes[0]", line: 6, says: "set `path` or `prefix`, not both" },
+        Bad { what: "exempt with a policy", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nexempt = true\n", path: "routes[0]", line: 6, says: "an exempt route has no `policy`" },
+        Bad { what: "a method", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nmethods = [\"GET\",\n  \"P O S T\"]\n", path: "routes[0].methods[1]", line: 10, says: "not an HTTP method" },
+        Bad { what: "a negative cost", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\ncost = -1\n", path: "routes[0].cost", line: 9, says: "integer `-1`, expected a whole number, 0 or more" },
+        Bad { what: "a route key", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nkey = { from = \"header\", name = \"x\", trusted_hops = 1 }\n", path: "routes[0].key.trusted_hops", line: 9, says: "not a setting of from = \"header\"" },
+        Bad { what: "the second route", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\n[[routes]]\nprefix = \"/y\"\npolicy = \"apj\"\n", path: "routes[1].policy", line: 11, says: "no policy named \"apj\"" },
+        Bad { what: "an unknown route field", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nweight = 2\n", path: "routes[0].weight", line: 9, says: "unknown field `weight`" },
     ];
     check(&rows, HEAD);
 }
@@ -237,10 +241,12 @@ fn check(rows: &[Bad], head: &str) {
             row.what
         );
         let shown = error.to_string();
+        let head = format!("line {}: {}: ", row.line, row.path);
         assert!(
-            shown.starts_with(&format!("line {}: {}: ", row.line, row.path)),
-            "{}: {shown}",
-            row.what
+            shown.starts_with(&head) && shown[head.len()..].contains(row.says),
+            "{}: {shown:?} should start {head:?} and say {:?}",
+            row.what,
+            row.says
         );
     }
 }
