@@ -1,7 +1,9 @@
 //! Whether a [`ResilientLimiter`] decides hot keys from leases: [`Direct`] (the default,
 //! every request through the gate and the store) or [`Leased`] (turned on by
-//! [`ResilientLimiterBuilder::leases`]). One call shape either way: `acquire(key, cost)`
-//! returns a [`Decided`] whose [`Source`] says who answered.
+//! [`ResilientLimiterBuilder::leases`]), or either, chosen at run time ([`MaybeLeased`], for
+//! a program that reads the choice from a file or a flag and holds one limiter type). One
+//! call shape in every mode: `acquire(key, cost)` returns a [`Decided`] whose [`Source`]
+//! says who answered.
 //!
 //! Where a leased request is decided: the leases' `decide_with` (lease/driver.rs) answers
 //! it from a held block or a recent denial, or sends it to the store; sent to the store, it
@@ -25,8 +27,8 @@ use crate::lease::{
 use crate::limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy};
 use crate::{Decided, RequestError, ResilienceConfigError, Source};
 
-/// How a [`ResilientLimiter`] decides: [`Direct`] or [`Leased`]. Sealed: these two are the
-/// only modes.
+/// How a [`ResilientLimiter`] decides: [`Direct`], [`Leased`], or either chosen at run time
+/// ([`MaybeLeased`]). Sealed: these are the only modes.
 pub trait Mode<S: Limiter>: sealed::Sealed + Send + Sync + 'static {
     /// Decides a request for the policy at `index` of the table (a peek: takes nothing), at
     /// `now` (`None`: the limiter's clock).
@@ -65,6 +67,7 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for super::Direct {}
     impl<S: rein_core::Leasable> Sealed for super::Leased<S> {}
+    impl<S: rein_core::Leasable> Sealed for super::MaybeLeased<S> {}
 }
 
 /// Every request through the gate and the store: the default mode.
@@ -79,6 +82,34 @@ pub struct Leased<S: Leasable> {
     leases: LeasedLimiter<ResilientLimiter<S>>,
     /// The table's policies prepared for the leases, in the table's order.
     policies: Arc<[LeasedPolicy<TablePolicy>]>,
+}
+
+/// Leases on or off, as a value: the mode of a [`ResilientLimiter`] made from a limiter of
+/// either mode (`From`), for a program that reads the choice from a file or a flag and
+/// holds one limiter type either way (rein-tower's `[leases]`, rein-server's `--leases`).
+/// It decides exactly as the limiter it was made from.
+/// ```
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use rein::lease::MaybeLeased;
+/// use rein::memory::MemoryStore;
+/// use rein::{FailurePolicy, LeaseConfig, Limit, Micros, NamedPolicy, Policy, PolicyTable, ResilientLimiter};
+///
+/// let leases: Option<LeaseConfig> = None; // read from a file, say
+/// let api = NamedPolicy::new("api", Policy::single(Limit::fixed_window(100, Micros::from_secs(1))?))?;
+/// let builder = ResilientLimiter::builder(MemoryStore::new(), PolicyTable::new(api), FailurePolicy::FailClosed);
+/// let limiter: ResilientLimiter<MemoryStore, MaybeLeased<MemoryStore>> = match leases {
+///     Some(config) => builder.leases(config).build()?.into(),
+///     None => builder.build()?.into(),
+/// };
+/// assert!(limiter.acquire("user-42", 1).await?.is_allowed());
+/// assert_eq!(limiter.lease_stats(), None);
+/// # Ok(()) }
+/// ```
+pub enum MaybeLeased<S: Leasable> {
+    /// Leases off: as [`Direct`].
+    Direct,
+    /// Leases on: as [`Leased`].
+    Leased(Leased<S>),
 }
 
 impl<S: Limiter> Mode<S> for Direct {
@@ -112,9 +143,85 @@ impl<S: Limiter> Mode<S> for Direct {
 }
 
 impl<S: Leasable + 'static> Mode<S> for Leased<S> {
+    fn decide(
+        &self,
+        limiter: &ResilientLimiter<S, Self>,
+        now: Option<Timestamp>,
+        index: usize,
+        key: &[u8],
+        cost: u64,
+        peek: bool,
+    ) -> impl Future<Output = Result<Decided, RequestError>> + Send {
+        self.decide_in(limiter, now, index, key, cost, peek)
+    }
+
+    fn refund(
+        &self,
+        limiter: &ResilientLimiter<S, Self>,
+        now: Option<Timestamp>,
+        index: usize,
+        key: &[u8],
+        amount: u64,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send {
+        self.refund_in(limiter, now, index, key, amount)
+    }
+
+    /// A request may wait for a reservation, then call directly.
+    fn deadline(&self, call: Duration) -> Duration {
+        call * 2
+    }
+}
+
+impl<S: Leasable + 'static> Mode<S> for MaybeLeased<S> {
     async fn decide(
         &self,
         limiter: &ResilientLimiter<S, Self>,
+        now: Option<Timestamp>,
+        index: usize,
+        key: &[u8],
+        cost: u64,
+        peek: bool,
+    ) -> Result<Decided, RequestError> {
+        match self {
+            MaybeLeased::Direct => {
+                limiter
+                    .decide_plain(now, index, key, cost, Ask::of(peek))
+                    .await
+            }
+            MaybeLeased::Leased(leased) => {
+                leased.decide_in(limiter, now, index, key, cost, peek).await
+            }
+        }
+    }
+
+    async fn refund(
+        &self,
+        limiter: &ResilientLimiter<S, Self>,
+        now: Option<Timestamp>,
+        index: usize,
+        key: &[u8],
+        amount: u64,
+    ) -> Result<(), DecideError> {
+        match self {
+            MaybeLeased::Direct => limiter.inner.refund(now, index, key, amount).await,
+            MaybeLeased::Leased(leased) => leased.refund_in(limiter, now, index, key, amount).await,
+        }
+    }
+
+    fn deadline(&self, call: Duration) -> Duration {
+        match self {
+            MaybeLeased::Direct => <Direct as Mode<S>>::deadline(&Direct, call),
+            MaybeLeased::Leased(leased) => leased.deadline(call),
+        }
+    }
+}
+
+impl<S: Leasable + 'static> Leased<S> {
+    /// A request decided with leases, in a limiter of mode `M` ([`Leased`] itself, or
+    /// [`MaybeLeased`] with leases on).
+    async fn decide_in<M: Mode<S>>(
+        &self,
+        limiter: &ResilientLimiter<S, M>,
         now: Option<Timestamp>,
         index: usize,
         key: &[u8],
@@ -148,9 +255,10 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
         Ok(inner.shadowed(index, decided))
     }
 
-    async fn refund(
+    /// A refund with leases on, in a limiter of mode `M`.
+    async fn refund_in<M: Mode<S>>(
         &self,
-        limiter: &ResilientLimiter<S, Self>,
+        limiter: &ResilientLimiter<S, M>,
         now: Option<Timestamp>,
         index: usize,
         key: &[u8],
@@ -160,18 +268,11 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
         limiter.inner.refund(now, index, key, amount).await
     }
 
-    /// A request may wait for a reservation, then call directly.
-    fn deadline(&self, call: Duration) -> Duration {
-        call * 2
-    }
-}
-
-impl<S: Leasable + 'static> Leased<S> {
     /// The gate's decision (deadline, breaker, caches, failure policy) by the leases' own
     /// direct decision: for a token bucket leased as rate, against its direct share.
-    async fn direct(
+    async fn direct<M: Mode<S>>(
         &self,
-        limiter: &ResilientLimiter<S, Self>,
+        limiter: &ResilientLimiter<S, M>,
         now: Option<Timestamp>,
         index: usize,
         key: &[u8],
@@ -222,6 +323,44 @@ impl<S: Leasable + 'static> ResilientLimiter<S, Leased<S>> {
     /// The lease settings.
     pub fn lease_config(&self) -> LeaseConfig {
         self.mode.leases.config()
+    }
+}
+
+/// With leases on or off, as chosen.
+impl<S: Leasable + 'static> ResilientLimiter<S, MaybeLeased<S>> {
+    /// With leases on, gives back every unit they hold, as
+    /// [`ResilientLimiter::shutdown`](ResilientLimiter#method.shutdown) does; with leases
+    /// off, nothing to give back.
+    pub async fn shutdown(&self) {
+        if let MaybeLeased::Leased(leased) = &self.mode {
+            leased.leases.shutdown().await;
+        }
+    }
+
+    /// The leases' counters, or `None` with leases off.
+    pub fn lease_stats(&self) -> Option<LeaseStats> {
+        match &self.mode {
+            MaybeLeased::Direct => None,
+            MaybeLeased::Leased(leased) => Some(leased.leases.stats()),
+        }
+    }
+}
+
+impl<S: Leasable> From<ResilientLimiter<S>> for ResilientLimiter<S, MaybeLeased<S>> {
+    fn from(limiter: ResilientLimiter<S>) -> Self {
+        ResilientLimiter {
+            inner: limiter.inner,
+            mode: MaybeLeased::Direct,
+        }
+    }
+}
+
+impl<S: Leasable> From<ResilientLimiter<S, Leased<S>>> for ResilientLimiter<S, MaybeLeased<S>> {
+    fn from(limiter: ResilientLimiter<S, Leased<S>>) -> Self {
+        ResilientLimiter {
+            inner: limiter.inner,
+            mode: MaybeLeased::Leased(limiter.mode),
+        }
     }
 }
 
@@ -302,6 +441,26 @@ impl<S: Leasable> Clone for Leased<S> {
         Self {
             leases: self.leases.clone(),
             policies: Arc::clone(&self.policies),
+        }
+    }
+}
+
+impl<S: Leasable> Clone for MaybeLeased<S> {
+    fn clone(&self) -> Self {
+        match self {
+            MaybeLeased::Direct => MaybeLeased::Direct,
+            MaybeLeased::Leased(leased) => MaybeLeased::Leased(leased.clone()),
+        }
+    }
+}
+
+impl<S: Leasable> fmt::Debug for MaybeLeased<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MaybeLeased::Direct => f.write_str("MaybeLeased::Direct"),
+            MaybeLeased::Leased(leased) => {
+                f.debug_tuple("MaybeLeased::Leased").field(leased).finish()
+            }
         }
     }
 }

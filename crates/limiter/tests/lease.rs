@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rein::lease::{Leased, LeasedLimiter};
+use rein::lease::{Leased, LeasedLimiter, MaybeLeased, Mode};
 use rein::{FailurePolicy, LeaseConfig, PolicyTable, ResilientLimiter, Source};
 use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_redis::RedisStoreBuilder;
@@ -1321,10 +1321,100 @@ async fn leases_are_a_builder_option_with_the_same_call_and_answer() {
     shadowed.shutdown().await;
 }
 
+/// Leases chosen at run time (a config file's `[leases]`, a flag): one limiter type,
+/// `MaybeLeased`, made from a limiter of either mode, decides as that limiter would: with
+/// leases on, exactly the limit, mostly from leases, and a shutdown that gives every held
+/// unit back; with leases off, no answer a lease's and no lease counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_chosen_at_run_time_decide_as_the_mode_they_were_made_from() {
+    let window = Limit::fixed_window(100, Micros::from_secs(3_600)).expect("valid");
+    let api = NamedPolicy::new("api", Policy::single(window)).expect("valid");
+    for leases in [Some(config()), None] {
+        let builder = ResilientLimiter::builder(
+            rein_memory::MemoryStore::new(),
+            PolicyTable::new(api.clone()),
+            FailurePolicy::FailClosed,
+        );
+        let limiter: ResilientLimiter<_, MaybeLeased<_>> = match leases {
+            Some(config) => builder.leases(config).build().expect("a limiter").into(),
+            None => builder.build().expect("a limiter").into(),
+        };
+        let by_source = answers_to_150(&limiter).await;
+        let admitted: u64 = by_source.values().map(|&(_, admitted)| admitted).sum();
+        assert_eq!(admitted, 100, "exactly the limit: {by_source:?}");
+        let from_store = by_source.get("store").map_or(0, |&(answered, _)| answered);
+        match limiter.lease_stats() {
+            Some(stats) => {
+                assert!(from_store < 150, "leases answered some: {by_source:?}");
+                assert_eq!(limiter.stats().lease.allowed, stats.leased, "{stats:?}");
+                // 60 of another key's 100, with units held beyond them; a peek is the
+                // store's answer, so the held units show as taken until shutdown.
+                for _ in 0..60 {
+                    assert!(
+                        limiter
+                            .acquire("j", 1)
+                            .await
+                            .expect("a decision")
+                            .is_allowed()
+                    );
+                }
+                // A reservation still in flight at shutdown is not held yet, and its grant
+                // would be stranded (the book has let the key go): wait for its reply.
+                settled(|| limiter.lease_stats().expect("leases on")).await;
+                let held = limiter
+                    .peek("j", 0)
+                    .await
+                    .expect("a peek")
+                    .decision
+                    .remaining;
+                assert!(held < 40, "units held beyond the 60 spent: {held} left");
+                limiter.shutdown().await;
+                let left = limiter
+                    .peek("j", 0)
+                    .await
+                    .expect("a peek")
+                    .decision
+                    .remaining;
+                assert_eq!(left, 40, "every held unit given back");
+            }
+            None => {
+                assert!(
+                    !by_source.contains_key("lease") && !by_source.contains_key("local_denial"),
+                    "no answer a lease's: {by_source:?}"
+                );
+                limiter.shutdown().await;
+            }
+        }
+    }
+}
+
+/// Waits (up to 5 s) until no reservation is in flight: every one sent has had its reply.
+async fn settled(stats: impl Fn() -> rein::lease::LeaseStats) {
+    let answered = |s: &rein::lease::LeaseStats| {
+        s.reservations_granted
+            + s.reservations_denied
+            + s.reservations_failed
+            + s.reservations_lost
+            + s.reservations_unusable
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = stats();
+        if answered(&now) >= now.reservations {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a reservation never answered: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// 150 requests of cost 1 for key `k`: per source, how many it answered and how many of
 /// those it admitted.
-async fn answers_to_150(
-    limiter: &ResilientLimiter<rein_memory::MemoryStore, Leased<rein_memory::MemoryStore>>,
+async fn answers_to_150<M: Mode<rein_memory::MemoryStore>>(
+    limiter: &ResilientLimiter<rein_memory::MemoryStore, M>,
 ) -> BTreeMap<&'static str, (u64, u64)> {
     let mut by_source: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for _ in 0..150 {

@@ -35,7 +35,7 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use rein::{FailurePolicy, PolicyTable, ResilienceConfigError, ResilientLimiter, TablePolicy};
 use rein::{
     LeaseConfig,
-    lease::{LeaseStats, Leased},
+    lease::{LeaseStats, MaybeLeased},
 };
 use rein_core::{DecideError, Decision, Leasable, Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_tower::headers;
@@ -139,16 +139,13 @@ struct Snapshot<S: Leasable + Clone + 'static> {
     decider: Decider<S>,
 }
 
-/// What decides the rules' policies: the resilient limiter, with leases off or on.
-enum Decider<S: Leasable + Clone + 'static> {
-    Direct {
-        limiter: ResilientLimiter<S>,
-        prepared: HashMap<String, TablePolicy>,
-    },
-    Leased {
-        limiter: ResilientLimiter<S, Leased<S>>,
-        prepared: HashMap<String, TablePolicy>,
-    },
+/// The resilient limiter, with leases off or on (one type either way).
+type Deciding<S> = ResilientLimiter<S, MaybeLeased<S>>;
+
+/// What decides the rules' policies: the resilient limiter and its policies, by name.
+struct Decider<S: Leasable + Clone + 'static> {
+    limiter: Deciding<S>,
+    prepared: HashMap<String, TablePolicy>,
 }
 
 /// The descriptor whose decision the headers show.
@@ -159,7 +156,7 @@ struct Shown<'p> {
 }
 
 struct OverrideLimiter<S: Leasable + Clone + 'static> {
-    limiter: ResilientLimiter<S>,
+    limiter: Deciding<S>,
     prepared: TablePolicy,
     policy: NamedPolicy,
     policy_header: String,
@@ -207,7 +204,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         // The old rules' leases give back what they hold, off the caller's path. A request
         // still deciding on them may reserve again: those units strand until their validity
         // ends (under-admission only), as a crashed holder's would.
-        if matches!(old.decider, Decider::Leased { .. }) {
+        if old.decider.limiter.lease_stats().is_some() {
             tokio::spawn(async move { old.release().await });
         }
         Ok(())
@@ -221,10 +218,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
     /// The leases' counters (with leases on): how many decisions they answered, what they
     /// reserved, returned and stranded.
     pub fn lease_stats(&self) -> Option<LeaseStats> {
-        match &self.snapshot().decider {
-            Decider::Leased { limiter, .. } => Some(limiter.lease_stats()),
-            Decider::Direct { .. } => None,
-        }
+        self.snapshot().decider.limiter.lease_stats()
     }
 
     /// The domains now served.
@@ -422,7 +416,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                     negative,
                     label,
                 } => {
-                    let target = Target::Direct(&limiter.limiter, &limiter.prepared);
+                    let target = Target(&limiter.limiter, &limiter.prepared);
                     let decision =
                         decide(&target, key, *cost, *negative, denied, &mut charged).await;
                     self.status(
@@ -650,7 +644,8 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             self.shared.settings.failure,
         )
         .build()
-        .map_err(|_| RequestError::Override(index))?;
+        .map_err(|_| RequestError::Override(index))?
+        .into();
         let prepared =
             Limiter::prepare(&limiter, &policy).map_err(|_| RequestError::Override(index))?;
         let built = Arc::new(OverrideLimiter {
@@ -679,24 +674,18 @@ impl<S: Leasable + Clone + 'static> Snapshot<S> {
         let table = policies.try_fold(PolicyTable::new(first), PolicyTable::with_policy)?;
         let names: Vec<NamedPolicy> = table.policies().to_vec();
         let builder = ResilientLimiter::builder(store, table, failure);
-        let decider = match leases {
-            None => {
-                let limiter = builder.build()?;
-                Decider::Direct {
-                    prepared: prepare_all(&limiter, &names)?,
-                    limiter,
-                }
-            }
+        let limiter: Deciding<S> = match leases {
+            None => builder.build()?.into(),
             Some(config) => {
                 // Leases renew and return from spawned tasks, their timers included (the
                 // limiter starts them in `build`): a runtime must be running.
                 tokio::runtime::Handle::try_current().map_err(|_| ServiceError::NoRuntime)?;
-                let limiter = builder.leases(config).build()?;
-                Decider::Leased {
-                    prepared: prepare_all(&limiter, &names)?,
-                    limiter,
-                }
+                builder.leases(config).build()?.into()
             }
+        };
+        let decider = Decider {
+            prepared: prepare_all(&limiter, &names)?,
+            limiter,
         };
         Ok(Self {
             metrics: RuleMetrics::new(&rules),
@@ -707,22 +696,16 @@ impl<S: Leasable + Clone + 'static> Snapshot<S> {
 
     /// Where the policy named `name` is decided.
     fn target(&self, name: &str) -> Option<Target<'_, S>> {
-        match &self.decider {
-            Decider::Direct { limiter, prepared } => {
-                Some(Target::Direct(limiter, prepared.get(name)?))
-            }
-            Decider::Leased {
-                limiter, prepared, ..
-            } => Some(Target::Leased(limiter, prepared.get(name)?)),
-        }
+        Some(Target(
+            &self.decider.limiter,
+            self.decider.prepared.get(name)?,
+        ))
     }
 
     /// Gives back every unit this snapshot's leases hold and stops their timers (after a
     /// reload swapped it out, or at shutdown): `shutdown` ends the limiter's timer loop.
     async fn release(&self) {
-        if let Decider::Leased { limiter, .. } = &self.decider {
-            limiter.shutdown().await;
-        }
+        self.decider.limiter.shutdown().await;
     }
 }
 
@@ -763,36 +746,30 @@ enum Plan<'a, S: Leasable + Clone + 'static> {
     },
 }
 
-/// Where one descriptor is decided. (The trait's methods are called by path:
-/// `ResilientLimiter`'s inherent ones of the same names take a policy name.)
-#[derive(Clone)]
-enum Target<'a, S: Leasable + Clone + 'static> {
-    Direct(&'a ResilientLimiter<S>, &'a TablePolicy),
-    Leased(&'a ResilientLimiter<S, Leased<S>>, &'a TablePolicy),
+/// Where one descriptor is decided: a limiter and one of its policies. (The trait's methods
+/// are called by path: `ResilientLimiter`'s inherent ones of the same names take a policy
+/// name.)
+struct Target<'a, S: Leasable + Clone + 'static>(&'a Deciding<S>, &'a TablePolicy);
+
+impl<S: Leasable + Clone + 'static> Clone for Target<'_, S> {
+    fn clone(&self) -> Self {
+        Target(self.0, self.1)
+    }
 }
 
 impl<S: Leasable + Clone + 'static> Target<'_, S> {
     async fn acquire(&self, key: &[u8], cost: u64) -> Result<Decision, DecideError> {
-        match self {
-            Target::Direct(l, p) => Limiter::acquire(*l, None, p, key, cost).await,
-            Target::Leased(l, p) => Limiter::acquire(*l, None, p, key, cost).await,
-        }
+        Limiter::acquire(self.0, None, self.1, key, cost).await
     }
 
     async fn peek(&self, key: &[u8], cost: u64) -> Result<Decision, DecideError> {
-        match self {
-            Target::Direct(l, p) => Limiter::peek(*l, None, p, key, cost).await,
-            Target::Leased(l, p) => Limiter::peek(*l, None, p, key, cost).await,
-        }
+        Limiter::peek(self.0, None, self.1, key, cost).await
     }
 
     /// A refund goes to the store either way (a leased admission's too: docs/leases.md).
     /// A token bucket leased as rate has none: refusing it only under-admits.
     async fn refund(&self, key: &[u8], amount: u64) -> Result<(), DecideError> {
-        match self {
-            Target::Direct(l, p) => Limiter::refund(*l, None, p, key, amount).await,
-            Target::Leased(l, p) => Limiter::refund(*l, None, p, key, amount).await,
-        }
+        Limiter::refund(self.0, None, self.1, key, amount).await
     }
 }
 

@@ -18,8 +18,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode};
-use rein::{FailurePolicy, PolicyTable, ResilienceConfigError, ResilientLimiter};
-use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
+use rein::lease::MaybeLeased;
+use rein::{FailurePolicy, LeaseConfig, PolicyTable, ResilienceConfigError, ResilientLimiter};
+use rein_core::{Leasable, Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_redis::{ConnectError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, RedisStoreBuilder};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
@@ -27,7 +28,8 @@ use thiserror::Error;
 use toml::Spanned;
 
 use crate::{
-    AdmittedHeaders, Answer, ConfiguredStore, KeySource, LayerError, RateLimitLayer, Route,
+    AdmittedHeaders, Answer, ConfiguredLimiter, ConfiguredStore, KeySource, LayerError,
+    RateLimitLayer, Route,
 };
 
 /// A validated configuration: what a file declares, in rein's types.
@@ -56,6 +58,9 @@ pub struct Config {
     pub redis: RedisSettings,
     /// `[failure]`: what the limiter answers while Redis does not (default fail open).
     pub failure: FailurePolicy,
+    /// `[leases]`: decide hot keys from leases, blocks of each limit reserved in Redis and
+    /// spent in process, still exact (docs/leases.md); `None` without the table.
+    pub leases: Option<LeaseConfig>,
     /// `[policies.*]`: every named policy, in name order.
     pub policies: Vec<NamedPolicy>,
     /// The names of the policies with `shadow = true`: decided and counted as usual, but
@@ -205,12 +210,29 @@ impl Config {
         policies.try_fold(PolicyTable::new(first), PolicyTable::with_policy)
     }
 
-    /// A `rein::ResilientLimiter` over `store` with the file's policies and failure policy.
+    /// A `rein::ResilientLimiter` over `store` with the file's policies and failure policy,
+    /// without leases whatever `[leases]` says: a limiter that decides every request
+    /// through the store, and that leases can be taken over (it is [`Leasable`] where
+    /// `store` is). [`limiter`](Self::limiter) applies `[leases]`.
     pub fn resilient<S: Limiter>(
         &self,
         store: S,
     ) -> Result<ResilientLimiter<S>, ResilienceConfigError> {
         ResilientLimiter::builder(store, self.policy_table()?, self.failure).build()
+    }
+
+    /// The limiter the file describes over `store`: [`resilient`](Self::resilient)'s, with
+    /// leases on if the file has `[leases]` (one type either way). [`build`](Self::build)
+    /// and the [`Reloader`](crate::Reloader) serve with it.
+    pub fn limiter<S: Leasable + 'static>(
+        &self,
+        store: S,
+    ) -> Result<ResilientLimiter<S, MaybeLeased<S>>, ResilienceConfigError> {
+        let builder = ResilientLimiter::builder(store, self.policy_table()?, self.failure);
+        Ok(match &self.leases {
+            Some(leases) => builder.leases(*leases).build()?.into(),
+            None => builder.build()?.into(),
+        })
     }
 
     /// The layer over any `limiter`, with the file's policies, routes and `[http]` settings.
@@ -247,12 +269,12 @@ impl Config {
     }
 
     /// Everything the file describes: connects to Redis, builds the resilient limiter over
-    /// it, and the layer over that. The limiter is [`RateLimitLayer::limiter`].
-    pub async fn build(
-        &self,
-    ) -> Result<RateLimitLayer<ResilientLimiter<ConfiguredStore>>, BuildError> {
+    /// it ([`limiter`](Self::limiter): with leases if the file has `[leases]`), and the
+    /// layer over that. The limiter is [`RateLimitLayer::limiter`]; with leases, call its
+    /// `shutdown` before exiting to give back what they hold.
+    pub async fn build(&self) -> Result<RateLimitLayer<ConfiguredLimiter>, BuildError> {
         let store = self.connect_store().await?;
-        let limiter = self.resilient(store)?;
+        let limiter = self.limiter(store)?;
         Ok(self.layer(limiter)?)
     }
 }
@@ -301,6 +323,7 @@ impl Validator<'_> {
             None => FailurePolicy::FailOpen,
             Some(failure) => self.failure(failure)?,
         };
+        let leases = raw.leases.map(|leases| self.leases(leases)).transpose()?;
         if raw.policies.is_empty() {
             return Err(field(
                 "policies",
@@ -355,6 +378,7 @@ impl Validator<'_> {
         Ok(Config {
             redis,
             failure,
+            leases,
             policies,
             shadow,
             http,
@@ -428,6 +452,31 @@ impl Validator<'_> {
             },
             report_counts: raw.report_counts.is_none_or(Spanned::into_inner),
         })
+    }
+
+    fn leases(&self, raw: Spanned<RawLeases>) -> Result<LeaseConfig, LoadError> {
+        let table = self.table("leases", &raw);
+        let raw = raw.get_ref();
+        let nodes = table.needs(
+            raw.expected_nodes.as_ref(),
+            "expected_nodes",
+            "missing: how many servers share the limits (each lease asks for about its share)",
+        )?;
+        let expected_nodes = NonZeroU32::new(nodes.get_ref().0).ok_or_else(|| {
+            field(
+                "leases.expected_nodes",
+                self.line(nodes),
+                "must be at least 1",
+            )
+        })?;
+        let mut config = LeaseConfig {
+            expected_nodes,
+            ..LeaseConfig::default()
+        };
+        if let Some(interval) = &raw.renew_interval {
+            config.renew_interval = Micros::from(self.positive("leases.renew_interval", interval)?);
+        }
+        Ok(config)
     }
 
     fn failure(&self, raw: Spanned<RawFailure>) -> Result<FailurePolicy, LoadError> {
@@ -823,6 +872,7 @@ fn line_of(text: &str, offset: usize) -> usize {
 struct RawConfig {
     redis: Option<Spanned<RawRedis>>,
     failure: Option<Spanned<RawFailure>>,
+    leases: Option<Spanned<RawLeases>>,
     #[serde(default)]
     policies: BTreeMap<String, Spanned<RawPolicy>>,
     http: Option<RawHttp>,
@@ -849,6 +899,13 @@ struct RawRedis {
 struct RawFailure {
     policy: Option<RawFailurePolicy>,
     expected_nodes: Option<Spanned<Whole<u32>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLeases {
+    expected_nodes: Option<Spanned<Whole<u32>>>,
+    renew_interval: Option<Spanned<Dur>>,
 }
 
 #[derive(Deserialize)]

@@ -84,6 +84,11 @@ pub use route::Route;
 /// ([`Config::connect_store`]).
 pub type ConfiguredStore = rein_redis::RedisStore<rein_redis::AnyConnection>;
 
+/// The resilient limiter a config file builds over [`ConfiguredStore`], with leases or
+/// without as its `[leases]` says, as one type ([`Config::resilient`]).
+pub type ConfiguredLimiter =
+    rein::ResilientLimiter<ConfiguredStore, rein::lease::MaybeLeased<ConfiguredStore>>;
+
 /// Why a [`RateLimitLayer`] could not be built. Raised once, by
 /// [`RateLimitLayerBuilder::build`], never per request.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]

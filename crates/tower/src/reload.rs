@@ -10,13 +10,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
-use rein::{ResilienceConfigError, ResilientLimiter};
+use rein::ResilienceConfigError;
 use thiserror::Error;
 
-use crate::{BuildError, Config, ConfiguredStore, LayerError, LoadError, RateLimitLayer};
+use crate::{
+    BuildError, Config, ConfiguredLimiter, ConfiguredStore, LayerError, LoadError, RateLimitLayer,
+};
 
 /// The layer a [`Reloader`] serves.
-pub type ConfiguredLayer = RateLimitLayer<ResilientLimiter<ConfiguredStore>>;
+pub type ConfiguredLayer = RateLimitLayer<ConfiguredLimiter>;
 
 /// A [`RateLimitLayer`] built from a config file, with the handle that reloads it from the
 /// same file: on demand ([`reload`](Self::reload), e.g. on `SIGHUP`) or when the file
@@ -49,6 +51,8 @@ pub type ConfiguredLayer = RateLimitLayer<ResilientLimiter<ConfiguredStore>>;
 /// - The limiter's own state starts afresh: its caches, its circuit breaker (closed) and, if
 ///   Redis is down at that moment, its local fallback (a full share again, so one reload
 ///   during an outage can admit one more share per key than the outage bound).
+/// - With `[leases]`: what the replaced limiter's leases hold goes back to Redis, on a task
+///   (a reservation in flight at that moment strands until its window ends).
 #[derive(Clone)]
 pub struct Reloader {
     inner: Arc<Inner>,
@@ -123,7 +127,7 @@ impl Reloader {
         })?;
         let built = async {
             let store = config.connect_store().await?;
-            let layer = config.layer(config.resilient(store.clone())?)?;
+            let layer = config.layer(config.limiter(store.clone())?)?;
             Ok::<_, BuildError>((store, layer))
         };
         let (store, layer) = built.await.map_err(|source| ReloadError::Build {
@@ -170,17 +174,26 @@ impl Reloader {
         if config.redis != current.redis {
             return Err(ReloadError::RedisChanged { path: path.clone() });
         }
-        let limiter = config
-            .resilient(self.inner.store.clone())
-            .map_err(|source| ReloadError::Limiter {
-                path: path.clone(),
-                source,
-            })?;
+        let limiter =
+            config
+                .limiter(self.inner.store.clone())
+                .map_err(|source| ReloadError::Limiter {
+                    path: path.clone(),
+                    source,
+                })?;
         let layer = config.layer(limiter).map_err(|source| ReloadError::Layer {
             path: path.clone(),
             source,
         })?;
+        let replaced = ConfiguredLimiter::clone(&self.inner.layer.limiter());
         self.inner.layer.replace(&layer);
+        // What the replaced limiter's leases hold goes back to Redis, for the new limiter
+        // to use (a task: this call does not wait on Redis). Its requests in progress
+        // finish as usual, then decide through Redis. Outside a runtime, the units stay
+        // counted until their windows end.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { replaced.shutdown().await });
+        }
         tracing::info!(
             path = %path.display(),
             policies = config.policies.len(),

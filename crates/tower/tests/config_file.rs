@@ -42,6 +42,37 @@ fn the_shipped_example_loads_and_builds_a_layer() {
     assert_eq!(layer.policies().len(), 2);
 }
 
+/// `[leases]` turns leases on with its settings; without it, no leases.
+#[test]
+fn the_leases_table_turns_leases_on_with_its_settings() {
+    let head = "[redis]\nurl = \"redis://h/\"\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 1, window = \"1s\" }]\n";
+    let off: Config = head.parse().expect("valid");
+    assert_eq!(off.leases, None);
+    let on: Config = format!("{head}[leases]\nexpected_nodes = 3\nrenew_interval = \"200ms\"\n")
+        .parse()
+        .expect("valid");
+    assert_eq!(
+        on.leases,
+        Some(rein::LeaseConfig {
+            expected_nodes: std::num::NonZeroU32::new(3).expect("nonzero"),
+            renew_interval: rein_core::Micros::from_millis(200),
+            ..rein::LeaseConfig::default()
+        })
+    );
+    let limiter = on.limiter(MemoryStore::new()).expect("limiter");
+    assert_eq!(
+        limiter.lease_stats().map(|stats| stats.reservations),
+        Some(0),
+        "leases on, nothing reserved yet"
+    );
+    assert_eq!(
+        off.limiter(MemoryStore::new())
+            .expect("limiter")
+            .lease_stats(),
+        None
+    );
+}
+
 #[test]
 fn a_malformed_file_fails_with_the_field_path_and_line() {
     let text = std::fs::read_to_string(example())
@@ -158,6 +189,12 @@ fn every_bad_value_is_refused_at_load_with_its_field_path_and_line() {
         Bad { what: "zero nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\nexpected_nodes = 0\n", path: "failure.expected_nodes", line: 5, says: "must be at least 1" },
         Bad { what: "negative nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\nexpected_nodes = -2\n", path: "failure.expected_nodes", line: 5, says: "integer `-2`, expected a whole number from 0 to 4294967295" },
         Bad { what: "nodes without local_fallback", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"fail_open\"\n\nexpected_nodes = 2\n", path: "failure.expected_nodes", line: 6, says: "only used with policy = \"local_fallback\"" },
+        // [leases]
+        Bad { what: "leases without nodes", file: "[redis]\nurl = \"redis://h/\"\n[leases]\nrenew_interval = \"1s\"\n", path: "leases.expected_nodes", line: 3, says: "missing: how many servers share the limits" },
+        Bad { what: "zero lease nodes", file: "[redis]\nurl = \"redis://h/\"\n[leases]\nexpected_nodes = 0\n", path: "leases.expected_nodes", line: 4, says: "must be at least 1" },
+        Bad { what: "negative lease nodes", file: "[redis]\nurl = \"redis://h/\"\n[leases]\nexpected_nodes = -1\n", path: "leases.expected_nodes", line: 4, says: "integer `-1`, expected a whole number from 0 to 4294967295" },
+        Bad { what: "a zero renew interval", file: "[redis]\nurl = \"redis://h/\"\n[leases]\nexpected_nodes = 2\nrenew_interval = \"0ms\"\n", path: "leases.renew_interval", line: 5, says: "must be longer than zero" },
+        Bad { what: "an unknown leases field", file: "[redis]\nurl = \"redis://h/\"\n[leases]\nexpected_nodes = 2\nblock = 10\n", path: "leases.block", line: 5, says: "unknown field `block`, expected `expected_nodes` or `renew_interval`" },
         Bad { what: "local_fallback without nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\n", path: "failure.expected_nodes", line: 3, says: "needs the number of servers" },
         // [policies.*]
         Bad { what: "no limits", file: "[redis]\nurl = \"redis://h/\"\n[policies.api]\n", path: "policies.api.limits", line: 3, says: "missing: a list of limits" },

@@ -463,6 +463,78 @@ policy = "{name}"
     let _ = std::fs::remove_file(&path);
 }
 
+/// `[leases]` over a real Redis: requests for one hot key decided mostly from leases
+/// through the layer, every one of the limit's first 60 admitted; a reload gives back what
+/// the replaced limiter's leases held (Redis then counts just the 60), and the new limiter,
+/// its file without `[leases]`, admits exactly the 40 left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_from_the_file_admit_exactly_and_a_reload_gives_back_what_they_held() {
+    let redis = RedisServer::start().expect("start redis-server");
+    let text = |leases: &str| {
+        format!(
+            r#"
+[failure]
+policy = "fail_closed"
+{leases}
+[policies.api]
+limits = [{{ algorithm = "fixed_window", limit = 100, window = "1h" }}]
+
+[[routes]]
+prefix = "/api"
+policy = "api"
+"#
+        )
+    };
+    let path = write_config("leases", &redis, &text("[leases]\nexpected_nodes = 1\n"));
+    let reloader = Reloader::load(&path).await.expect("load and build");
+    let addr = listen(app().layer(reloader.layer())).await;
+    let (store, policy) = observer(&redis, &reloader.config()).await;
+    let client = client();
+    let admitted = |statuses: Vec<StatusCode>| {
+        statuses
+            .into_iter()
+            .filter(|&status| status == StatusCode::OK)
+            .count()
+    };
+    assert_eq!(admitted(statuses(&client, addr, "/api/x", 60).await), 60);
+    let stats = || reloader.layer().limiter().lease_stats().expect("leases on");
+    assert!(stats().leased > 0, "leases answered: {:?}", stats());
+    // A reservation still in flight is not held yet; its reply is awaited, so that what
+    // the leases hold is all given back below.
+    watched(
+        || {
+            let s = stats();
+            s.reservations_granted
+                + s.reservations_denied
+                + s.reservations_failed
+                + s.reservations_lost
+                + s.reservations_unusable
+                >= s.reservations
+        },
+        "every reservation answered",
+    )
+    .await;
+    let left = peek(&store, &policy).await.remaining;
+    assert!(
+        left < 40,
+        "the leases hold units beyond the 60 admitted: {left} left"
+    );
+
+    write_config("leases", &redis, &text(""));
+    reloader.reload().expect("a valid file reloads");
+    assert_eq!(reloader.layer().limiter().lease_stats(), None, "leases off");
+    let started = Instant::now();
+    while units_left(&store, &policy).await != 40 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the replaced limiter's leases never gave back what they held"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(admitted(statuses(&client, addr, "/api/x", 45).await), 40);
+    let _ = std::fs::remove_file(&path);
+}
+
 /// Waits, up to 10 s, until `reloaded` says the watch has reloaded the file to `what`.
 async fn watched(reloaded: impl Fn() -> bool, what: &str) {
     let started = Instant::now();
@@ -603,6 +675,18 @@ async fn peek(store: &RedisStore<redis::aio::ConnectionManager>, policy: &RedisP
     Limiter::peek(store, None, policy, b"127.0.0.1", 1)
         .await
         .expect("peek")
+}
+
+/// The units the limit has left for the peer `127.0.0.1` right now (a peek of 0: a peek of
+/// 1 answers what would be left after it).
+async fn units_left(
+    store: &RedisStore<redis::aio::ConnectionManager>,
+    policy: &RedisPolicy,
+) -> u64 {
+    Limiter::peek(store, None, policy, b"127.0.0.1", 0)
+        .await
+        .expect("peek")
+        .remaining
 }
 
 struct Answered {
