@@ -518,11 +518,14 @@ fn check_one(path: &Path) -> Result<(&'static str, String), String> {
         Ok(("rein-server rules", summary))
     } else {
         let config = Config::load(path).map_err(|e| e.to_string())?;
-        let summary = format!(
+        let mut summary = format!(
             "{} policies, {} routes",
             config.policies.len(),
             config.routes.len()
         );
+        if let Some(leases) = &config.leases {
+            summary.push_str(&format!(", leases for {} servers", leases.expected_nodes));
+        }
         Ok(("rein-tower config", summary))
     }
 }

@@ -106,6 +106,17 @@ fn config_check_names_each_files_errors_and_exits_1_if_any() {
     assert_eq!(code(&ok), 0, "{}{}", stdout(&ok), stderr(&ok));
     assert_says(stdout(&ok), "ok (rein-tower config: 4 policies");
     assert_says(stdout(&ok), "ok (rein-server rules:");
+    let leased = good.with_file_name("leased.toml");
+    std::fs::write(
+        &leased,
+        "[redis]\nurl = \"redis://127.0.0.1:1/\"\n[leases]\nexpected_nodes = 2\n[policies.api]\nlimits = [{ algorithm = \"fixed_window\", limit = 5, window = \"1s\" }]\n",
+    )
+    .expect("write");
+    let ok = rein(&["config", "check", leased.to_str().expect("utf-8")]);
+    assert_says(
+        stdout(&ok),
+        "ok (rein-tower config: 1 policies, 0 routes, leases for 2 servers)",
+    );
 
     let mixed = rein(&[
         "config",

@@ -140,6 +140,7 @@ fn the_complete_file_in_docs_config_md_is_valid() {
         .expect("a toml block");
     let config: Config = toml.parse().expect("the documented file loads");
     assert_eq!(config.routes.len(), 4, "three routes and default_policy");
+    assert!(config.leases.is_some(), "leases on");
     assert!(
         matches!(config.redis.endpoint, RedisEndpoint::Url(ref url) if url.starts_with("rediss://"))
     );
