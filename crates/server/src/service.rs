@@ -201,11 +201,12 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                 .unwrap_or_else(PoisonError::into_inner),
             Arc::new(snapshot),
         );
-        // The old rules' leases give back what they hold, off the caller's path. A request
-        // still deciding on them may reserve again: those units strand until their validity
-        // ends (under-admission only), as a crashed holder's would.
-        if old.decider.limiter.lease_stats().is_some() {
-            tokio::spawn(async move { old.release().await });
+        // The old rules' leases give back what they hold, off the caller's path (with leases
+        // on, the snapshot was built inside a runtime; without, there is nothing to give). A
+        // request still deciding on them may reserve again: those units strand until their
+        // validity ends (under-admission only), as a crashed holder's would.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { old.release().await });
         }
         Ok(())
     }

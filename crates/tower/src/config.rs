@@ -462,15 +462,8 @@ impl Validator<'_> {
             "expected_nodes",
             "missing: how many servers share the limits (each lease asks for about its share)",
         )?;
-        let expected_nodes = NonZeroU32::new(nodes.get_ref().0).ok_or_else(|| {
-            field(
-                "leases.expected_nodes",
-                self.line(nodes),
-                "must be at least 1",
-            )
-        })?;
         let mut config = LeaseConfig {
-            expected_nodes,
+            expected_nodes: self.nodes("leases.expected_nodes", nodes)?,
             ..LeaseConfig::default()
         };
         if let Some(interval) = &raw.renew_interval {
@@ -493,13 +486,7 @@ impl Validator<'_> {
             (RawFailurePolicy::FailOpen, None) => FailurePolicy::FailOpen,
             (RawFailurePolicy::FailClosed, None) => FailurePolicy::FailClosed,
             (RawFailurePolicy::LocalFallback, Some(nodes)) => FailurePolicy::LocalFallback {
-                expected_nodes: NonZeroU32::new(nodes.get_ref().0).ok_or_else(|| {
-                    field(
-                        "failure.expected_nodes",
-                        self.line(&nodes),
-                        "must be at least 1",
-                    )
-                })?,
+                expected_nodes: self.nodes("failure.expected_nodes", &nodes)?,
             },
             (RawFailurePolicy::LocalFallback, None) => {
                 return Err(field(
@@ -771,6 +758,12 @@ impl Validator<'_> {
 
     fn line<T>(&self, spanned: &Spanned<T>) -> usize {
         line_of(self.text, spanned.span().start)
+    }
+
+    /// A count of servers (`expected_nodes`): at least 1.
+    fn nodes(&self, path: &str, nodes: &Spanned<Whole<u32>>) -> Result<NonZeroU32, LoadError> {
+        NonZeroU32::new(nodes.get_ref().0)
+            .ok_or_else(|| field(path, self.line(nodes), "must be at least 1"))
     }
 
     fn table<'p, T>(&self, path: &'p str, raw: &Spanned<T>) -> Table<'p> {

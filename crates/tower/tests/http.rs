@@ -502,15 +502,7 @@ policy = "api"
     // A reservation still in flight is not held yet; its reply is awaited, so that what
     // the leases hold is all given back below.
     watched(
-        || {
-            let s = stats();
-            s.reservations_granted
-                + s.reservations_denied
-                + s.reservations_failed
-                + s.reservations_lost
-                + s.reservations_unusable
-                >= s.reservations
-        },
+        || stats().reservations_pending() == 0,
         "every reservation answered",
     )
     .await;

@@ -139,6 +139,17 @@ pub struct LeaseStats {
 }
 
 impl LeaseStats {
+    /// Reservations sent that have not ended: in flight now (or, after a shutdown, let go
+    /// with their key before their reply came, whose grant is then stranded).
+    pub fn reservations_pending(&self) -> u64 {
+        let ended = self.reservations_granted
+            + self.reservations_denied
+            + self.reservations_failed
+            + self.reservations_lost
+            + self.reservations_unusable;
+        self.reservations.saturating_sub(ended)
+    }
+
     /// Sets the `metrics` facade's lease counters to these values, labelled
     /// `limiter = <limiter>` (feature `metrics`). Pull-style: call it when you scrape, or
     /// periodically; the counters are absolute, so calls may be as rare as you like.
