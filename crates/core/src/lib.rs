@@ -75,6 +75,7 @@ mod limiter;
 pub mod overrides;
 mod policy;
 pub mod rate_share;
+pub mod rng;
 pub mod sliding_counter;
 pub mod sliding_log;
 mod time;

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{RngSeed, TestCaseError};
+use rein_core::rng::SplitMix64;
 use rein_core::{
     AcquireError, ConfigError, Decision, Limit, LimitState, MAX_MICROS, MAX_SPAN, Micros,
     OverCapacity, Policy, PolicyState, Timestamp,
@@ -317,11 +318,11 @@ fn sliding_counter_error_on_uniform_random_traffic() {
     const WINDOWS: u64 = 200;
     let counter = Limit::sliding_counter(LIMIT, Micros::from_micros(WINDOW)).unwrap();
     let log = Limit::sliding_log(LIMIT, Micros::from_micros(WINDOW)).unwrap();
-    let mut rng = SplitMix64(0x5eed);
+    let mut rng = SplitMix64::new(0x5eed);
     for tenths in [5, 10, 20, 50] {
         // Arrival instants uniform over 200 windows, `tenths / 10` times the limit per window.
         let mut times: Vec<u64> = (0..tenths * LIMIT * WINDOWS / 10)
-            .map(|_| rng.next() % (WINDOWS * WINDOW))
+            .map(|_| rng.next_u64() % (WINDOWS * WINDOW))
             .collect();
         times.sort_unstable();
         let (mut counted, mut logged) = (counter.new_state(), log.new_state());
@@ -1337,17 +1338,4 @@ fn build(kind: u8, a: u64, b: u64, c: u64) -> (Result<Limit, ConfigError>, bool)
 
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
-}
-
-/// A tiny seeded generator (SplitMix64), so measurements are reproducible.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 }

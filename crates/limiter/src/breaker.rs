@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use rein_core::rng::SplitMix64;
 use rein_core::{Micros, Timestamp};
 
 /// Stops calls to a Redis that keeps failing, and lets one probe through now and then until
@@ -173,7 +174,7 @@ impl Breaker {
             generation: 0,
             trips: 0,
             latest: Timestamp::EPOCH,
-            rng: SplitMix64(config.rng_seed),
+            rng: SplitMix64::new(config.rng_seed),
             events: VecDeque::new(),
         }
     }
@@ -454,30 +455,6 @@ impl BreakerState {
             BreakerState::Closed => "closed",
             BreakerState::Open => "open",
             BreakerState::HalfOpen => "half_open",
-        }
-    }
-}
-
-/// SplitMix64: a tiny, well-mixed generator, enough to spread open periods. Seeded from
-/// config, so a run is reproducible.
-#[derive(Clone, Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..=max`, up to a modulo bias below 2^-40 for the spans used here
-    /// (`max` is at most a backoff in µs).
-    fn below_inclusive(&mut self, max: u64) -> u64 {
-        match max.checked_add(1) {
-            Some(n) => self.next_u64() % n,
-            None => self.next_u64(),
         }
     }
 }

@@ -251,7 +251,11 @@ fn the_reports_lease_scenarios_admit_nothing_over_and_account_for_every_reserved
         let s = suite_scenario(name, 4, 1).expect("a suite scenario");
         let run = run(&s);
         assert!(run.result().is_within_bound(), "{name}: over the limit");
-        assert_eq!(run.result().extra_allowance, 0, "{name}: no allowance");
+        assert_eq!(
+            run.result().facts.extra_allowance,
+            0,
+            "{name}: no allowance"
+        );
         assert_eq!(run.leases.len(), 4, "{name}: every node's counters");
         let sum = |field: fn(&rein::lease::LeaseStats) -> u64| -> u64 {
             run.leases.values().map(field).sum()

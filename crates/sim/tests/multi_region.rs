@@ -39,7 +39,7 @@ fn exact_strategies_admit_at_most_the_limit_in_every_window_even_with_a_region_c
     ] {
         let run = run(name, seed);
         let result = run.result();
-        assert_eq!(result.extra_allowance, 0, "{name}: judged exactly");
+        assert_eq!(result.facts.extra_allowance, 0, "{name}: judged exactly");
         assert!(result.is_within_bound(), "{name}: {:?}", result.worst());
         assert_eq!(run.over_admission(), 0, "{name}");
         match run.scenario.strategy {

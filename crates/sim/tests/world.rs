@@ -131,7 +131,7 @@ fn redis_crash_with_data_loss_over_admits_at_most_one_capacity_per_crash() {
         let run = run(&s);
         assert!(run.failures() > 0, "the crash was felt");
         let result = run.result();
-        assert_eq!(result.extra_allowance, crashes * s.policy.capacity());
+        assert_eq!(result.facts.extra_allowance, crashes * s.policy.capacity());
         assert!(result.is_within_bound(), "{}", result.over_admission());
     }
 }
@@ -141,7 +141,7 @@ fn redis_restart_keeping_data_over_admits_nothing() {
     let mut s = suite_scenario("redis-crash-data-loss", 3, 33).unwrap();
     s.persistence = Persistence::KeepData;
     let run = run(&s);
-    assert!(run.result().extra_allowance == 0 && run.result().is_within_bound());
+    assert!(run.result().facts.extra_allowance == 0 && run.result().is_within_bound());
 }
 
 // 6. Script cache loss (failover, SCRIPT FLUSH): the NOSCRIPT path loses no decision.
@@ -211,13 +211,13 @@ fn naive_read_modify_write_bucket_over_admits_where_rein_is_exact() {
         let (naive, rein) = (naive.result(), rein.result());
         eprintln!(
             "same demand ({}): naive admitted {} (over-admission {}), rein admitted {} (over-admission {})",
-            naive.demanded,
+            naive.facts.demanded,
             naive.admitted,
             naive.over_admission(),
             rein.admitted,
             rein.over_admission()
         );
-        assert_eq!(naive.demanded, rein.demanded);
+        assert_eq!(naive.facts.demanded, rein.facts.demanded);
         assert!(rein.is_within_bound());
         assert!(!naive.is_within_bound(), "the race did not show");
     }

@@ -11,6 +11,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use rein_core::rng::{GAMMA, mix};
+
 /// Backoff settings and the RNG they draw from.
 #[derive(Debug)]
 pub(crate) struct Backoff {
@@ -41,18 +43,14 @@ impl Backoff {
     }
 
     fn next_u64(&self) -> u64 {
-        // SplitMix64 (Steele, Lea, Flood 2014): a Weyl sequence through a mixer.
-        let mut z = self
+        // SplitMix64's step, taken atomically: the counter advances by GAMMA, the draw is the
+        // advanced counter through the mixer.
+        mix(self
             .state
-            .fetch_add(GOLDEN_GAMMA, Ordering::Relaxed)
-            .wrapping_add(GOLDEN_GAMMA);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+            .fetch_add(GAMMA, Ordering::Relaxed)
+            .wrapping_add(GAMMA))
     }
 }
-
-const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
 
 #[cfg(test)]
 mod tests {

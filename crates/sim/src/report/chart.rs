@@ -33,7 +33,11 @@ pub enum ChartError {
 /// and `.` become `_` in the file name. Returns the path written.
 pub fn write_chart(result: &ScenarioResult, out_dir: &Path) -> Result<PathBuf, ChartError> {
     let svg = render_chart(result)?;
-    write_svg(out_dir, &format!("{}.svg", file_stem(&result.name)), &svg)
+    write_svg(
+        out_dir,
+        &format!("{}.svg", file_stem(&result.facts.name)),
+        &svg,
+    )
 }
 
 /// A hand-written SVG document `width` by `height`, on white, around `body`.
@@ -111,7 +115,7 @@ where
 {
     let series = &result.series;
     let bucket_seconds = series.bucket.as_micros() as f64 / 1e6;
-    let x_end = (result.run.length().as_micros() as f64 / 1e6).max(bucket_seconds);
+    let x_end = (result.facts.run.length().as_micros() as f64 / 1e6).max(bucket_seconds);
     let global = series.global();
     // Each bucket's count is drawn at the bucket's middle.
     let middle = |i: usize| (i as f64 + 0.5) * bucket_seconds;
@@ -124,7 +128,7 @@ where
     };
     let title = format!(
         "{}: over-admission {} % ({verdict})",
-        result.name,
+        result.facts.name,
         format_percent(result.over_admission())
     );
     let mut chart = ChartBuilder::on(area)
@@ -149,8 +153,9 @@ where
         .map_err(draw_failed)?;
 
     // Faults first, so the lines are drawn over the shading.
-    let seconds = |t: Timestamp| t.saturating_since(result.run.start).as_micros() as f64 / 1e6;
-    for (i, fault) in result.fault_spans.iter().enumerate() {
+    let seconds =
+        |t: Timestamp| t.saturating_since(result.facts.run.start).as_micros() as f64 / 1e6;
+    for (i, fault) in result.facts.fault_spans.iter().enumerate() {
         let (start, end) = (seconds(fault.during.start), seconds(fault.during.end));
         chart
             .draw_series(std::iter::once(Rectangle::new(
@@ -408,7 +413,8 @@ mod tests {
 
     use super::*;
     use crate::oracle::{Admission, AdmissionLog, Interval};
-    use crate::report::{FaultSpan, ScenarioInputs};
+    use crate::report::scenario::measured;
+    use crate::report::{FaultSpan, ScenarioFacts};
 
     /// Three nodes share a bucket (capacity 20, 100 per second) through one state, but
     /// during a 2 s partition each falls back to a full local copy of the policy: the
@@ -444,28 +450,30 @@ mod tests {
                 });
             }
         }
-        ScenarioResult::measure(ScenarioInputs {
-            name: "partition-fallback",
+        let facts = ScenarioFacts {
+            name: "partition-fallback".to_owned(),
             seed: 7,
             nodes,
-            policy: &policy,
-            bound: &policy,
-            faults: "partition: every node from Redis at 2–4 s, local fallback",
-            run: Interval::new(at(0), at(6_000_000)),
-            log: &log,
-            extra_allowance: 0,
-            chart_key: 1,
-            demanded,
-            exact_admitted,
-            fallback: vec![partition.length(); nodes],
-            latencies: (0..100)
-                .map(|i| Micros::from_micros(200 + i * 10))
-                .collect(),
+            faults: "partition: every node from Redis at 2–4 s, local fallback".to_owned(),
             fault_spans: vec![FaultSpan {
                 during: partition,
                 label: "partition: nodes | redis".to_owned(),
             }],
-        })
+            run: Interval::new(at(0), at(6_000_000)),
+            demanded,
+            exact_admitted,
+            extra_allowance: 0,
+            fallback: vec![partition.length(); nodes],
+        };
+        measured(
+            facts,
+            &policy,
+            &log,
+            1,
+            (0..100)
+                .map(|i| Micros::from_micros(200 + i * 10))
+                .collect(),
+        )
     }
 
     #[test]
@@ -528,26 +536,22 @@ mod tests {
             during: Interval::new(at(from), at(to)),
             label: label.to_owned(),
         };
-        let result = ScenarioResult::measure(ScenarioInputs {
-            name: "twenty-nodes",
+        let facts = ScenarioFacts {
+            name: "twenty-nodes".to_owned(),
             seed: 11,
             nodes: 20,
-            policy: &policy,
-            bound: &policy,
-            faults: "redis stall 5–5.5 s; node 3 clock +200 ms 5.2–7 s",
-            run: Interval::new(at(0), at(12_000)),
-            log: &log,
-            extra_allowance: 0,
-            chart_key: 3,
-            demanded: 24_000,
-            exact_admitted: log.admitted(),
-            fallback: vec![Micros::ZERO; 20],
-            latencies: vec![Micros::from_micros(300)],
+            faults: "redis stall 5–5.5 s; node 3 clock +200 ms 5.2–7 s".to_owned(),
             fault_spans: vec![
                 fault(5_000, 5_500, "redis stall"),
                 fault(5_200, 7_000, "node 3 clock +200 ms"),
             ],
-        });
+            run: Interval::new(at(0), at(12_000)),
+            demanded: 24_000,
+            exact_admitted: log.admitted(),
+            extra_allowance: 0,
+            fallback: vec![Micros::ZERO; 20],
+        };
+        let result = measured(facts, &policy, &log, 3, vec![Micros::from_micros(300)]);
         assert!(result.is_within_bound());
         let keep = std::env::var_os("SIM_CHART_DIR").map(PathBuf::from);
         if let Some(dir) = &keep {
@@ -567,26 +571,22 @@ mod tests {
     fn an_empty_scenario_still_charts() {
         let policy = Policy::single(Limit::fixed_window(10, Micros::from_secs(1)).unwrap());
         let log = AdmissionLog::new();
-        let result = ScenarioResult::measure(ScenarioInputs {
-            name: "nothing/at all",
+        let facts = ScenarioFacts {
+            name: "nothing/at all".to_owned(),
             seed: 0,
             nodes: 0,
-            policy: &policy,
-            bound: &policy,
-            faults: "none",
+            faults: "none".to_owned(),
+            fault_spans: vec![],
             run: Interval::new(Timestamp::EPOCH, Timestamp::EPOCH),
-            log: &log,
-            extra_allowance: 0,
-            chart_key: 0,
             demanded: 0,
             exact_admitted: 0,
+            extra_allowance: 0,
             fallback: vec![],
-            latencies: vec![],
-            fault_spans: vec![],
-        });
+        };
+        let result = measured(facts, &policy, &log, 0, vec![]);
         let svg = render_chart(&result).unwrap();
         assert!(svg.contains("nothing/at all: over-admission 0.00 % (within bound)"));
-        assert_eq!(file_stem(&result.name), "nothing_at_all");
+        assert_eq!(file_stem(&result.facts.name), "nothing_at_all");
         assert_eq!(file_stem(".."), "scenario..");
     }
 }

@@ -8,8 +8,9 @@
 //! point and where a bound that is not whole is printed with two decimals.
 //!
 //! # For a scenario author
-//! Fill a [`ScenarioInputs`] (the admission log, the demand, what an exact limiter would
-//! have admitted, per-node fallback time, latency samples, fault intervals), call
+//! Fill a [`ScenarioInputs`] (the run's [`ScenarioFacts`]: its faults, the demand, what an
+//! exact limiter would have admitted, per-node fallback time; then the admission log and the
+//! latency samples), call
 //! [`ScenarioResult::measure`], assert [`ScenarioResult::is_within_bound`] (or the
 //! documented over-admission), then [`render_text`] / [`render_markdown`] the results and
 //! [`write_chart`] each one.
@@ -26,6 +27,8 @@ pub use chart::{ChartError, render_chart, write_chart};
 pub use describe::{describe_limit, describe_policy, format_duration, format_percent};
 pub use leases::{LeaseRow, render_lease_chart, render_lease_table, write_lease_chart};
 pub use regions::{RegionRow, render_region_chart, write_region_chart};
-pub use scenario::{CHART_BUCKET, FaultSpan, LatencySamples, ScenarioInputs, ScenarioResult};
+pub use scenario::{
+    CHART_BUCKET, FaultSpan, LatencySamples, ScenarioFacts, ScenarioInputs, ScenarioResult,
+};
 pub use series::{AdmissionSeries, LimitLine, LineKind};
 pub use table::{render_markdown, render_text};

@@ -1,9 +1,11 @@
 //! What one scenario measured, as one value that a table row and a chart are drawn from.
 //!
 //! A scenario author hands over what only the world knows ([`ScenarioInputs`]: the
-//! admission log, the demand, what an exact limiter would have admitted, time on fallback,
-//! decision latencies, fault intervals), and [`ScenarioResult::measure`] derives the rest:
-//! the oracle's verdict, the admission time series and the limit lines to chart against.
+//! admission log and decision latencies, and the [`ScenarioFacts`] a row repeats as given:
+//! the faults, the demand, what an exact limiter would have admitted, time on fallback), and
+//! [`ScenarioResult::measure`] derives the rest: the oracle's verdict, the admission time
+//! series and the limit lines to chart against. The facts are declared once and moved into
+//! the result whole.
 
 use rein_core::{Micros, Policy, Timestamp};
 
@@ -29,73 +31,64 @@ pub struct LatencySamples {
     sorted: Vec<Micros>,
 }
 
-/// Everything a scenario author supplies; see [`ScenarioResult::measure`].
+/// What the world knows of a run that a row repeats as given: what ran, under which
+/// faults, and what only the world could count (the demand, what an exact limiter would
+/// have admitted, time on fallback).
 #[derive(Clone, Debug)]
-pub struct ScenarioInputs<'a> {
+pub struct ScenarioFacts {
     /// The scenario's name: the table row's label and the chart's file name.
-    pub name: &'a str,
+    pub name: String,
     /// The seed the run was made with, so the row can be replayed.
     pub seed: u64,
     /// How many application nodes ran.
     pub nodes: usize,
+    /// The faults in words, e.g. `partition nodes 0–2 from Redis at 2–4 s`, or `none`.
+    pub faults: String,
+    /// The faults with a duration, to shade on the chart.
+    pub fault_spans: Vec<FaultSpan>,
+    /// The simulated span measured: the series and the fallback share cover it.
+    pub run: Interval,
+    /// Total cost requested, admitted or not.
+    pub demanded: u64,
+    /// What an exact, single limiter would have admitted given the same demand.
+    pub exact_admitted: u64,
+    /// Documented slack on every window's bound, in cost units (0 for none).
+    pub extra_allowance: u64,
+    /// Time each node spent on its fallback, indexed by node.
+    pub fallback: Vec<Micros>,
+}
+
+/// Everything a scenario author supplies; see [`ScenarioResult::measure`].
+#[derive(Clone, Debug)]
+pub struct ScenarioInputs<'a> {
+    /// What the row repeats as given.
+    pub facts: ScenarioFacts,
     /// The policy every node enforced: the one described and charted.
     pub policy: &'a Policy,
     /// The policy the verdict checks: `policy`, or a wider one a design documents for the
     /// run's faults (nodes deciding alone on a local fallback add their shares).
     pub bound: &'a Policy,
-    /// The faults in words, e.g. `partition nodes 0–2 from Redis at 2–4 s`, or `none`.
-    pub faults: &'a str,
-    /// The simulated span measured: the series and the fallback share cover it.
-    pub run: Interval,
     /// Every admission, at its true simulated instant.
     pub log: &'a AdmissionLog,
-    /// Documented slack on every window's bound, in cost units (0 for none).
-    pub extra_allowance: u64,
     /// The key whose admissions are charted (the chart's limit lines are one key's).
     pub chart_key: u64,
-    /// Total cost requested, admitted or not.
-    pub demanded: u64,
-    /// What an exact, single limiter would have admitted given the same demand.
-    pub exact_admitted: u64,
-    /// Time each node spent on its fallback, indexed by node.
-    pub fallback: Vec<Micros>,
     /// Every decision's latency in simulated time, from request to answer.
     pub latencies: Vec<Micros>,
-    /// The faults with a duration, to shade.
-    pub fault_spans: Vec<FaultSpan>,
 }
 
 /// One scenario's measurements: a row of the table and the data of its chart.
 #[derive(Clone, Debug)]
 pub struct ScenarioResult {
-    /// The scenario's name.
-    pub name: String,
-    /// The seed it ran with.
-    pub seed: u64,
-    /// How many application nodes ran.
-    pub nodes: usize,
+    /// What the run's author gave: name, seed, faults, demand, fallback time.
+    pub facts: ScenarioFacts,
     /// The policy in words.
     pub policy: String,
-    /// The faults in words.
-    pub faults: String,
-    /// The simulated span measured.
-    pub run: Interval,
-    /// Total cost requested.
-    pub demanded: u64,
     /// Total cost admitted, all nodes and keys.
     pub admitted: u64,
-    /// What an exact limiter would have admitted given the demand (an input).
-    pub exact_admitted: u64,
-    /// The documented slack the verdict allowed, in cost units per window.
-    pub extra_allowance: u64,
     /// The oracle's findings, every limit and key.
     pub verdict: PolicyVerdict,
-    /// Time each node spent on its fallback, indexed by node.
-    pub fallback: Vec<Micros>,
     /// Decision latencies.
     pub latencies: LatencySamples,
-    /// The faults with a duration.
-    pub fault_spans: Vec<FaultSpan>,
     /// Admissions of the charted key per [`CHART_BUCKET`], per node.
     pub series: AdmissionSeries,
     /// What the policy allows per bucket, to chart against.
@@ -155,53 +148,37 @@ impl LatencySamples {
 impl ScenarioResult {
     /// Runs the oracle over the log and derives the series and limit lines.
     pub fn measure(inputs: ScenarioInputs<'_>) -> Self {
-        let verdict = inputs
-            .log
-            .check_policy(inputs.bound, inputs.extra_allowance);
-        let series = AdmissionSeries::from_log(
-            inputs.log,
-            inputs.chart_key,
-            inputs.run,
-            CHART_BUCKET,
-            inputs.nodes,
-        );
-        let mut limit_lines = LimitLine::for_policy(
-            inputs.policy,
-            inputs.run.start,
-            CHART_BUCKET,
-            inputs.extra_allowance,
-        );
+        let ScenarioInputs {
+            facts,
+            policy,
+            bound,
+            log,
+            chart_key,
+            latencies,
+        } = inputs;
+        let allowance = facts.extra_allowance;
+        let verdict = log.check_policy(bound, allowance);
+        let series =
+            AdmissionSeries::from_log(log, chart_key, facts.run, CHART_BUCKET, facts.nodes);
+        let start = facts.run.start;
+        let mut limit_lines = LimitLine::for_policy(policy, start, CHART_BUCKET, allowance);
         // A widened bound is drawn too, so the chart shows what the verdict checked.
-        if inputs.bound != inputs.policy {
+        if bound != policy {
             limit_lines.extend(
-                LimitLine::for_policy(
-                    inputs.bound,
-                    inputs.run.start,
-                    CHART_BUCKET,
-                    inputs.extra_allowance,
-                )
-                .into_iter()
-                .map(|line| LimitLine {
-                    label: format!("bound, {}", line.label),
-                    ..line
-                }),
+                LimitLine::for_policy(bound, start, CHART_BUCKET, allowance)
+                    .into_iter()
+                    .map(|line| LimitLine {
+                        label: format!("bound, {}", line.label),
+                        ..line
+                    }),
             );
         }
         Self {
-            name: inputs.name.to_owned(),
-            seed: inputs.seed,
-            nodes: inputs.nodes,
-            policy: describe_policy(inputs.policy),
-            faults: inputs.faults.to_owned(),
-            run: inputs.run,
-            demanded: inputs.demanded,
-            admitted: inputs.log.admitted(),
-            exact_admitted: inputs.exact_admitted,
-            extra_allowance: inputs.extra_allowance,
+            facts,
+            policy: describe_policy(policy),
+            admitted: log.admitted(),
             verdict,
-            fallback: inputs.fallback,
-            latencies: LatencySamples::new(inputs.latencies),
-            fault_spans: inputs.fault_spans,
+            latencies: LatencySamples::new(latencies),
             series,
             limit_lines,
         }
@@ -229,15 +206,16 @@ impl ScenarioResult {
     /// what it would have admitted; zero when at least as much was admitted (or when an
     /// exact limiter would have admitted nothing).
     pub fn under_admission(&self) -> Fraction {
-        let shortfall = self.exact_admitted.saturating_sub(self.admitted);
-        Fraction::new(i128::from(shortfall), i128::from(self.exact_admitted))
-            .unwrap_or(Fraction::ZERO)
+        let exact = self.facts.exact_admitted;
+        let shortfall = exact.saturating_sub(self.admitted);
+        Fraction::new(i128::from(shortfall), i128::from(exact)).unwrap_or(Fraction::ZERO)
     }
 
     /// Time on fallback, summed over nodes.
     pub fn fallback_time(&self) -> Micros {
         Micros::from_micros(
-            self.fallback
+            self.facts
+                .fallback
                 .iter()
                 .fold(0, |sum: u64, m| sum.saturating_add(m.as_micros())),
         )
@@ -246,16 +224,36 @@ impl ScenarioResult {
     /// Time on fallback as a share of node-time (nodes × run length); zero for a run of
     /// no length or no nodes.
     pub fn fallback_share(&self) -> Fraction {
-        let node_time =
-            i128::from(self.run.length().as_micros()) * i128::try_from(self.nodes).unwrap_or(0);
+        let node_time = i128::from(self.facts.run.length().as_micros())
+            * i128::try_from(self.facts.nodes).unwrap_or(0);
         Fraction::new(i128::from(self.fallback_time().as_micros()), node_time)
             .unwrap_or(Fraction::ZERO)
     }
 
     /// The first instant of the run, the zero of the chart's time axis.
     pub fn start(&self) -> Timestamp {
-        self.run.start
+        self.facts.run.start
     }
+}
+
+/// A run measured against the policy it enforced (`bound` is `policy`): the tests' common
+/// case.
+#[cfg(test)]
+pub(crate) fn measured(
+    facts: ScenarioFacts,
+    policy: &Policy,
+    log: &AdmissionLog,
+    chart_key: u64,
+    latencies: Vec<Micros>,
+) -> ScenarioResult {
+    ScenarioResult::measure(ScenarioInputs {
+        facts,
+        policy,
+        bound: policy,
+        log,
+        chart_key,
+        latencies,
+    })
 }
 
 #[cfg(test)]

@@ -45,9 +45,9 @@ pub fn render_text(results: &[ScenarioResult]) -> String {
     push_lines(&mut out, results, |result| {
         format!(
             "{}: policy {}; faults {}; {}",
-            result.name,
+            result.facts.name,
             result.policy,
-            result.faults,
+            result.facts.faults,
             worst_in_words(result)
         )
     });
@@ -76,7 +76,7 @@ pub fn render_markdown(results: &[ScenarioResult]) -> String {
     for result in results {
         let cells: Vec<String> = numeric_cells(result)
             .into_iter()
-            .chain([result.policy.clone(), result.faults.clone()])
+            .chain([result.policy.clone(), result.facts.faults.clone()])
             .map(|cell| escape_markdown(&cell))
             .collect();
         let _ = writeln!(out, "| {} |", cells.join(" | "));
@@ -84,7 +84,7 @@ pub fn render_markdown(results: &[ScenarioResult]) -> String {
     push_lines(&mut out, results, |result| {
         format!(
             "- **{}**: {}",
-            escape_markdown(&result.name),
+            escape_markdown(&result.facts.name),
             escape_markdown(&worst_in_words(result))
         )
     });
@@ -126,12 +126,12 @@ fn numeric_cells(result: &ScenarioResult) -> Vec<String> {
         format!("{}/{}", w.admitted, format_amount(w.bound))
     });
     vec![
-        result.name.clone(),
-        result.seed.to_string(),
-        result.nodes.to_string(),
-        result.demanded.to_string(),
+        result.facts.name.clone(),
+        result.facts.seed.to_string(),
+        result.facts.nodes.to_string(),
+        result.facts.demanded.to_string(),
         result.admitted.to_string(),
-        result.exact_admitted.to_string(),
+        result.facts.exact_admitted.to_string(),
         format_percent(result.under_admission()),
         worst,
         format_percent(result.over_admission()),
@@ -213,7 +213,8 @@ mod tests {
 
     use super::*;
     use crate::oracle::{Admission, AdmissionLog, Interval};
-    use crate::report::{FaultSpan, ScenarioInputs};
+    use crate::report::scenario::measured;
+    use crate::report::{FaultSpan, ScenarioFacts};
 
     fn result(name: &str, costs: &[(u64, u64)]) -> ScenarioResult {
         let policy = Policy::single(Limit::sliding_log(5, Micros::from_secs(1)).unwrap());
@@ -227,21 +228,11 @@ mod tests {
             })
             .collect();
         let run = Interval::new(Timestamp::EPOCH, Timestamp::from_micros(2_000_000));
-        ScenarioResult::measure(ScenarioInputs {
-            name,
+        let facts = ScenarioFacts {
+            name: name.to_owned(),
             seed: 42,
             nodes: 2,
-            policy: &policy,
-            bound: &policy,
-            faults: "partition | node 1",
-            run,
-            log: &log,
-            extra_allowance: 0,
-            chart_key: 1,
-            demanded: 20,
-            exact_admitted: 8,
-            fallback: vec![Micros::from_millis(500), Micros::ZERO],
-            latencies: vec![Micros::from_micros(250), Micros::from_micros(1_900)],
+            faults: "partition | node 1".to_owned(),
             fault_spans: vec![FaultSpan {
                 during: Interval::new(
                     Timestamp::from_micros(500_000),
@@ -249,7 +240,19 @@ mod tests {
                 ),
                 label: "partition".to_owned(),
             }],
-        })
+            run,
+            demanded: 20,
+            exact_admitted: 8,
+            extra_allowance: 0,
+            fallback: vec![Micros::from_millis(500), Micros::ZERO],
+        };
+        measured(
+            facts,
+            &policy,
+            &log,
+            1,
+            vec![Micros::from_micros(250), Micros::from_micros(1_900)],
+        )
     }
 
     #[test]

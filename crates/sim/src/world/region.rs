@@ -46,7 +46,7 @@ use super::workload::{Request, Workload};
 use super::{Event, Outcome, REDIS_PORT};
 use crate::oracle::Interval;
 use crate::redis::{Clock, Persistence, Shared};
-use crate::report::{FaultSpan, ScenarioInputs, ScenarioResult};
+use crate::report::{FaultSpan, ScenarioFacts, ScenarioInputs, ScenarioResult};
 
 /// How regions share the limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -428,23 +428,12 @@ impl RegionRun {
     pub fn result(&self) -> ScenarioResult {
         let s = &self.scenario;
         let policy = s.policy();
-        let faults = s.describe();
         let start = clock::start();
-        ScenarioResult::measure(ScenarioInputs {
-            name: &s.name,
+        let facts = ScenarioFacts {
+            name: s.name.clone(),
             seed: s.seed,
             nodes: self.region_of.len(),
-            policy: &policy,
-            bound: &policy,
-            faults: &faults,
-            run: self.interval(),
-            log: &self.log,
-            extra_allowance: s.allowance(),
-            chart_key: 0,
-            demanded: self.demanded(),
-            exact_admitted: self.exact_admitted(),
-            fallback: self.failure_time(),
-            latencies: self.latencies(None),
+            faults: s.describe(),
             fault_spans: s
                 .cut
                 .iter()
@@ -456,6 +445,19 @@ impl RegionRun {
                     label: format!("region {} cut off", c.region),
                 })
                 .collect(),
+            run: self.interval(),
+            demanded: self.demanded(),
+            exact_admitted: self.exact_admitted(),
+            extra_allowance: s.allowance(),
+            fallback: self.failure_time(),
+        };
+        ScenarioResult::measure(ScenarioInputs {
+            facts,
+            policy: &policy,
+            bound: &policy,
+            log: &self.log,
+            chart_key: 0,
+            latencies: self.latencies(None),
         })
     }
 

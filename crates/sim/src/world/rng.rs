@@ -1,4 +1,5 @@
-//! The world's only source of randomness for demand and fault draws: SplitMix64.
+//! The world's only source of randomness for demand and fault draws: rein-core's
+//! [`SplitMix64`].
 //!
 //! turmoil has its own seeded RNG for the network; everything the world draws itself
 //! (arrival gaps, keys, clock offsets) comes from a [`Rng`] seeded from the scenario's seed,
@@ -6,32 +7,33 @@
 //! never changes what the others draw. SplitMix64 is small, fast, and good enough to spread
 //! arrivals; nothing here is cryptographic.
 
-/// A SplitMix64 generator. Same seed, same sequence, on every platform.
+use rein_core::rng::SplitMix64;
+
+/// The world's draws over a [`SplitMix64`]. Same seed, same sequence, on every platform.
 #[derive(Clone, Debug)]
 pub struct Rng {
-    state: u64,
+    bits: SplitMix64,
 }
 
 impl Rng {
     /// A generator seeded with `seed`.
     pub fn new(seed: u64) -> Self {
-        Self { state: seed }
+        Self {
+            bits: SplitMix64::new(seed),
+        }
     }
 
     /// A child generator for stream `stream` (a node index, a purpose), seeded from this
     /// one's seed without advancing it.
     pub fn child(&self, stream: u64) -> Self {
-        let mut mix = Self::new(self.state ^ stream.wrapping_mul(0xA076_1D64_78BD_642F));
+        let mut mix =
+            SplitMix64::new(self.bits.state() ^ stream.wrapping_mul(0xA076_1D64_78BD_642F));
         Self::new(mix.next_u64())
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.bits.next_u64()
     }
 
     /// A number in `0..n` (0 when `n` is 0). The modulo bias is below 2^-40 for the small

@@ -21,7 +21,7 @@ use super::workload::Workload;
 use super::{Guard, LimiterKind, Outcome, REDIS_HOST, REDIS_PORT, TimeSource, host_name};
 use crate::oracle::{Interval, PolicyVerdict, Verdict, Window};
 use crate::redis::{Clock, Persistence, Shared};
-use crate::report::{ScenarioInputs, ScenarioResult};
+use crate::report::{ScenarioFacts, ScenarioInputs, ScenarioResult};
 
 /// Everything that defines one run. Same scenario, same run, byte for byte.
 ///
@@ -702,24 +702,26 @@ impl Run {
 
     /// The run judged against `bound` plus `extra_allowance` on every window.
     fn judged(&self, bound: &Policy, extra_allowance: u64) -> ScenarioResult {
-        let faults = self.scenario.describe_faults();
         let start = clock::start();
-        ScenarioResult::measure(ScenarioInputs {
-            name: &self.scenario.name,
+        let facts = ScenarioFacts {
+            name: self.scenario.name.clone(),
             seed: self.scenario.seed,
             nodes: self.scenario.nodes,
-            policy: &self.scenario.policy,
-            bound,
-            faults: &faults,
+            faults: self.scenario.describe_faults(),
+            fault_spans: self.scenario.faults.iter().map(|f| f.span(start)).collect(),
             run: self.interval(),
-            log: &self.log,
-            extra_allowance,
-            chart_key: 0,
             demanded: self.demanded(),
             exact_admitted: self.exact_admitted(),
+            extra_allowance,
             fallback: self.fallback_time(),
+        };
+        ScenarioResult::measure(ScenarioInputs {
+            facts,
+            policy: &self.scenario.policy,
+            bound,
+            log: &self.log,
+            chart_key: 0,
             latencies: self.latencies(),
-            fault_spans: self.scenario.faults.iter().map(|f| f.span(start)).collect(),
         })
     }
 
@@ -735,8 +737,8 @@ impl Run {
             self.scenario.nodes,
             self.demanded(),
             self.admitted(),
-            result.exact_admitted,
-            result.extra_allowance,
+            result.facts.exact_admitted,
+            result.facts.extra_allowance,
             exact.over_admission(),
             exact
                 .verdict
