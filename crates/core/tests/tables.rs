@@ -50,7 +50,7 @@ use Op::{Acquire, Peek, Refund};
 fn token_bucket_timeline() {
     // 10 tokens, 1 more per second: the emission interval is exactly 1 s.
     let limit = Limit::token_bucket(10, 1, Micros::from_secs(1)).unwrap();
-    run("token bucket 10 @ 1/s", One::new(limit), &[
+    run("token bucket 10 @ 1/s", Subject::one(limit), &[
         // A full bucket admits a burst of its whole capacity at one instant.
         Row { label: "first token",            now: 0,            op: Acquire, cost: 1,  outcome: Allowed,   remaining: 9,  retry_after: 0,      reset_after: S },
         Row { label: "rest of the burst",      now: 0,            op: Acquire, cost: 9,  outcome: Allowed,   remaining: 0,  retry_after: 0,      reset_after: 10 * S },
@@ -82,7 +82,7 @@ fn token_bucket_timeline() {
 fn token_bucket_fractional_emission_interval() {
     // 3 tokens per second: the emission interval is 333 333⅓ µs, kept exact in thirds of a µs.
     let limit = Limit::token_bucket(3, 3, Micros::from_secs(1)).unwrap();
-    run("token bucket 3 @ 3/s", One::new(limit), &[
+    run("token bucket 3 @ 3/s", Subject::one(limit), &[
         // A burst of 3 puts tat exactly 1 s ahead.
         Row { label: "burst of 3",             now: 0,             op: Acquire, cost: 3, outcome: Allowed, remaining: 0, retry_after: 0,       reset_after: S },
         // The next token is 333 333⅓ µs away: retry_after rounds up to the first whole µs.
@@ -110,7 +110,7 @@ fn token_bucket_at_the_end_of_time_denies_rather_than_clamping_issue_9() {
     const SPAN: u64 = 1 << 48;
     const T0: u64 = MAX_MICROS - SPAN;
     let limit = Limit::token_bucket(4, 1, Micros::from_micros(E)).unwrap();
-    run("token bucket 4 @ 1/2^46 µs, at the end of time", One::new(limit), &[
+    run("token bucket 4 @ 1/2^46 µs, at the end of time", Subject::one(limit), &[
         // The last instant at which a full burst still fits: tat lands on MAX_MICROS.
         Row { label: "burst ends on MAX",   now: T0,          op: Acquire, cost: 4, outcome: Allowed, remaining: 0, retry_after: 0,          reset_after: SPAN },
         Row { label: "empty: an ordinary wait", now: T0,      op: Acquire, cost: 1, outcome: Denied,  remaining: 0, retry_after: E,          reset_after: SPAN },
@@ -145,7 +145,7 @@ fn long_burst_span_is_a_config_error_not_an_over_admission_issue_9() {
 fn fixed_window_timeline() {
     // 5 per 10 s, windows [0 s, 10 s), [10 s, 20 s), ...
     let limit = Limit::fixed_window(5, Micros::from_secs(10)).unwrap();
-    run("fixed window 5 / 10 s", One::new(limit), &[
+    run("fixed window 5 / 10 s", Subject::one(limit), &[
         // The window resets at its aligned end, whenever the first request came.
         Row { label: "first",                  now: 3 * S,         op: Acquire, cost: 1, outcome: Allowed,   remaining: 4, retry_after: 0,        reset_after: 7 * S },
         Row { label: "fill at 9 s",            now: 9 * S,         op: Acquire, cost: 4, outcome: Allowed,   remaining: 0, retry_after: 0,        reset_after: S },
@@ -171,7 +171,7 @@ fn fixed_window_timeline() {
 fn sliding_log_timeline() {
     // 3 in any 10 s: the window at `now` is (now − 10 s, now].
     let limit = Limit::sliding_log(3, Micros::from_secs(10)).unwrap();
-    run("sliding log 3 / 10 s", One::new(limit), &[
+    run("sliding log 3 / 10 s", Subject::one(limit), &[
         // reset_after runs until the newest admission leaves the window.
         Row { label: "at 1 s",                 now: S,             op: Acquire, cost: 1, outcome: Allowed,   remaining: 2, retry_after: 0,     reset_after: 10 * S },
         Row { label: "at 4 s",                 now: 4 * S,         op: Acquire, cost: 1, outcome: Allowed,   remaining: 1, retry_after: 0,     reset_after: 10 * S },
@@ -201,7 +201,7 @@ fn sliding_log_timeline() {
 fn sliding_counter_timeline() {
     // About 10 per 10 s: estimate = previous × (10 s − elapsed) / 10 s + current.
     let limit = Limit::sliding_counter(10, Micros::from_secs(10)).unwrap();
-    run("sliding counter 10 / 10 s", One::new(limit), &[
+    run("sliding counter 10 / 10 s", Subject::one(limit), &[
         // 8 in [0 s, 10 s); reset_after runs until both counters have decayed (20 s).
         Row { label: "8 at 9 s",               now: 9 * S,         op: Acquire, cost: 8, outcome: Allowed,   remaining: 2, retry_after: 0,        reset_after: 11 * S },
         // 2 s into the next window, 8 × 8/10 = 6.4 of them still count: 3 fit.
@@ -244,7 +244,7 @@ fn policy_of_two_limits_timeline() {
         Limit::fixed_window(8, Micros::from_secs(60)).unwrap(),
     ])
     .unwrap();
-    run("policy bucket 5 @ 1/s + window 8 / 60 s", Many::new(policy), &[
+    run("policy bucket 5 @ 1/s + window 8 / 60 s", Subject::many(policy), &[
         // Figures combine: fewest remaining, longest retry_after, longest reset_after.
         Row { label: "burst of 5",             now: 0,             op: Acquire, cost: 5, outcome: Allowed,   remaining: 0, retry_after: 0,      reset_after: 60 * S },
         Row { label: "bucket denies",          now: 0,             op: Acquire, cost: 1, outcome: Denied,    remaining: 0, retry_after: S,      reset_after: 60 * S },
@@ -265,6 +265,7 @@ fn policy_of_two_limits_timeline() {
 }
 
 #[test]
+#[rustfmt::skip]
 fn invalid_settings_are_config_errors() {
     let two_52 = MAX_MICROS + 1;
     let too_large = |what, value| ConfigError::TooLarge {
@@ -281,103 +282,27 @@ fn invalid_settings_are_config_errors() {
     };
     let span = MAX_SPAN.as_micros();
     let cases: [(&str, Result<Limit, ConfigError>, ConfigError); 21] = [
-        (
-            "bucket capacity 0",
-            Limit::token_bucket(0, 1, us(1)),
-            zero("capacity"),
-        ),
-        (
-            "bucket refill 0",
-            Limit::token_bucket(1, 0, us(1)),
-            zero("refill"),
-        ),
-        (
-            "bucket period 0",
-            Limit::token_bucket(1, 1, us(0)),
-            zero("period"),
-        ),
-        (
-            "bucket capacity 2^52",
-            Limit::token_bucket(two_52, 1, us(1)),
-            too_large("capacity", two_52),
-        ),
-        (
-            "bucket refill 2^52",
-            Limit::token_bucket(1, two_52, us(1)),
-            too_large("refill", two_52),
-        ),
-        (
-            "bucket tolerance 2^40 × 1 s",
-            Limit::token_bucket(1 << 40, 1, Micros::from_secs(1)),
-            too_large("capacity × emission interval", (1 << 40) * S),
-        ),
-        (
-            "bucket tolerance overflows u64",
-            Limit::token_bucket(1 << 51, 1, Micros::MAX),
-            too_large("capacity × emission interval", u64::MAX),
-        ),
-        (
-            "bucket span 2^48 + 1 µs",
-            Limit::token_bucket(1, 1, us(span + 1)),
-            too_long("capacity × period / refill", span + 1),
-        ),
-        (
-            "bucket span rounds up past 2^48 µs",
-            Limit::token_bucket(3, 3, us(span + 1)),
-            too_long("capacity × period / refill", span + 1),
-        ),
-        (
-            "window span",
-            Limit::fixed_window(1, us(span + 1)),
-            too_long("window", span + 1),
-        ),
-        (
-            "log span",
-            Limit::sliding_log(1, us(span + 1)),
-            too_long("window", span + 1),
-        ),
-        (
-            "counter span",
-            Limit::sliding_counter(1, us(span + 1)),
-            too_long("window", span + 1),
-        ),
-        (
-            "window limit 0",
-            Limit::fixed_window(0, us(1)),
-            zero("limit"),
-        ),
-        (
-            "window length 0",
-            Limit::fixed_window(1, us(0)),
-            zero("window"),
-        ),
-        (
-            "window limit 2^52",
-            Limit::fixed_window(two_52, us(1)),
-            too_large("limit", two_52),
-        ),
+        ("bucket capacity 0", Limit::token_bucket(0, 1, us(1)), zero("capacity")),
+        ("bucket refill 0", Limit::token_bucket(1, 0, us(1)), zero("refill")),
+        ("bucket period 0", Limit::token_bucket(1, 1, us(0)), zero("period")),
+        ("bucket capacity 2^52", Limit::token_bucket(two_52, 1, us(1)), too_large("capacity", two_52)),
+        ("bucket refill 2^52", Limit::token_bucket(1, two_52, us(1)), too_large("refill", two_52)),
+        ("bucket tolerance 2^40 × 1 s", Limit::token_bucket(1 << 40, 1, Micros::from_secs(1)), too_large("capacity × emission interval", (1 << 40) * S)),
+        ("bucket tolerance overflows u64", Limit::token_bucket(1 << 51, 1, Micros::MAX), too_large("capacity × emission interval", u64::MAX)),
+        ("bucket span 2^48 + 1 µs", Limit::token_bucket(1, 1, us(span + 1)), too_long("capacity × period / refill", span + 1)),
+        ("bucket span rounds up past 2^48 µs", Limit::token_bucket(3, 3, us(span + 1)), too_long("capacity × period / refill", span + 1)),
+        ("window span", Limit::fixed_window(1, us(span + 1)), too_long("window", span + 1)),
+        ("log span", Limit::sliding_log(1, us(span + 1)), too_long("window", span + 1)),
+        ("counter span", Limit::sliding_counter(1, us(span + 1)), too_long("window", span + 1)),
+        ("window limit 0", Limit::fixed_window(0, us(1)), zero("limit")),
+        ("window length 0", Limit::fixed_window(1, us(0)), zero("window")),
+        ("window limit 2^52", Limit::fixed_window(two_52, us(1)), too_large("limit", two_52)),
         ("log limit 0", Limit::sliding_log(0, us(1)), zero("limit")),
         ("log window 0", Limit::sliding_log(1, us(0)), zero("window")),
-        (
-            "log limit 2^52",
-            Limit::sliding_log(two_52, us(1)),
-            too_large("limit", two_52),
-        ),
-        (
-            "counter limit 0",
-            Limit::sliding_counter(0, us(1)),
-            zero("limit"),
-        ),
-        (
-            "counter window 0",
-            Limit::sliding_counter(1, us(0)),
-            zero("window"),
-        ),
-        (
-            "counter limit × window",
-            Limit::sliding_counter(10, Micros::MAX),
-            too_large("limit × window", 10 * MAX_MICROS),
-        ),
+        ("log limit 2^52", Limit::sliding_log(two_52, us(1)), too_large("limit", two_52)),
+        ("counter limit 0", Limit::sliding_counter(0, us(1)), zero("limit")),
+        ("counter window 0", Limit::sliding_counter(1, us(0)), zero("window")),
+        ("counter limit × window", Limit::sliding_counter(10, Micros::MAX), too_large("limit × window", 10 * MAX_MICROS)),
     ];
     for (label, built, expected) in cases {
         assert_eq!(built, Err(expected), "{label}");
@@ -442,82 +367,67 @@ fn state_of_another_shape_is_a_mismatch() {
     assert_eq!(swapped, swapped_before);
 }
 
-/// A limit or policy with its state, driven by the table runner.
-trait Subject {
-    fn acquire(&mut self, now: Timestamp, cost: u64) -> Result<Decision, AcquireError>;
-    fn peek(&self, now: Timestamp, cost: u64) -> Result<Decision, AcquireError>;
-    fn refund(&mut self, now: Timestamp, amount: u64);
-    fn capacity(&self) -> u64;
-    /// `Decision::limit` for every decision, when it does not depend on the row.
-    fn decision_limit(&self) -> Option<u64>;
-    /// The state, to check that a row left it unchanged.
-    fn snapshot(&self) -> String;
+/// A limit or a policy with its state, driven by the table runner: the limit's own
+/// transitions, or the policy's over its limits.
+enum Subject {
+    One(Limit, LimitState),
+    Many(Policy, PolicyState),
 }
 
-struct One {
-    limit: Limit,
-    state: LimitState,
-}
-
-impl One {
-    fn new(limit: Limit) -> Self {
+impl Subject {
+    fn one(limit: Limit) -> Self {
         let state = limit.new_state();
-        Self { limit, state }
+        Self::One(limit, state)
     }
-}
 
-impl Subject for One {
-    fn acquire(&mut self, now: Timestamp, cost: u64) -> Result<Decision, AcquireError> {
-        self.limit.acquire(now, &mut self.state, cost)
-    }
-    fn peek(&self, now: Timestamp, cost: u64) -> Result<Decision, AcquireError> {
-        self.limit.peek(now, &self.state, cost)
-    }
-    fn refund(&mut self, now: Timestamp, amount: u64) {
-        self.limit.refund(now, &mut self.state, amount).unwrap();
-    }
-    fn capacity(&self) -> u64 {
-        self.limit.capacity()
-    }
-    fn decision_limit(&self) -> Option<u64> {
-        Some(self.limit.capacity())
-    }
-    fn snapshot(&self) -> String {
-        format!("{:?}", self.state)
-    }
-}
-
-struct Many {
-    policy: Policy,
-    state: PolicyState,
-}
-
-impl Many {
-    fn new(policy: Policy) -> Self {
+    fn many(policy: Policy) -> Self {
         let state = policy.new_state();
-        Self { policy, state }
+        Self::Many(policy, state)
     }
-}
 
-impl Subject for Many {
     fn acquire(&mut self, now: Timestamp, cost: u64) -> Result<Decision, AcquireError> {
-        self.policy.acquire(now, &mut self.state, cost)
+        match self {
+            Self::One(limit, state) => limit.acquire(now, state, cost),
+            Self::Many(policy, state) => policy.acquire(now, state, cost),
+        }
     }
+
     fn peek(&self, now: Timestamp, cost: u64) -> Result<Decision, AcquireError> {
-        self.policy.peek(now, &self.state, cost)
+        match self {
+            Self::One(limit, state) => limit.peek(now, state, cost),
+            Self::Many(policy, state) => policy.peek(now, state, cost),
+        }
     }
+
     fn refund(&mut self, now: Timestamp, amount: u64) {
-        self.policy.refund(now, &mut self.state, amount).unwrap();
+        match self {
+            Self::One(limit, state) => limit.refund(now, state, amount).unwrap(),
+            Self::Many(policy, state) => policy.refund(now, state, amount).unwrap(),
+        }
     }
+
     fn capacity(&self) -> u64 {
-        self.policy.capacity()
+        match self {
+            Self::One(limit, _) => limit.capacity(),
+            Self::Many(policy, _) => policy.capacity(),
+        }
     }
+
+    /// `Decision::limit` for every decision, when it does not depend on the row: a
+    /// policy's figures come from whichever limit has the fewest remaining.
     fn decision_limit(&self) -> Option<u64> {
-        // The figures come from whichever limit has the fewest remaining.
-        None
+        match self {
+            Self::One(limit, _) => Some(limit.capacity()),
+            Self::Many(..) => None,
+        }
     }
+
+    /// The state, to check that a row left it unchanged.
     fn snapshot(&self) -> String {
-        format!("{:?}", self.state)
+        match self {
+            Self::One(_, state) => format!("{state:?}"),
+            Self::Many(_, state) => format!("{state:?}"),
+        }
     }
 }
 
@@ -525,7 +435,7 @@ impl Subject for Many {
 type Figures = (Expect, u64, u64, u64);
 
 /// Runs `rows` in order against `subject`, naming the table and the row on failure.
-fn run(table: &str, mut subject: impl Subject, rows: &[Row]) {
+fn run(table: &str, mut subject: Subject, rows: &[Row]) {
     for row in rows {
         let now = Timestamp::from_micros(row.now);
         let before = subject.snapshot();
