@@ -499,8 +499,9 @@ policy = "api"
     assert_eq!(admitted(statuses(&client, addr, "/api/x", 60).await), 60);
     let stats = || reloader.layer().limiter().lease_stats().expect("leases on");
     assert!(stats().leased > 0, "leases answered: {:?}", stats());
-    // A reservation still in flight is not held yet; its reply is awaited, so that what
-    // the leases hold is all given back below.
+    // Every reservation answered, so that the store shows what the leases hold. (One
+    // still in flight at the reload would be waited for by the replaced limiter's shutdown,
+    // crates/limiter/tests/lease.rs.)
     watched(
         || stats().reservations_pending() == 0,
         "every reservation answered",

@@ -472,10 +472,12 @@ impl LeaseBook {
             return;
         };
         // Expire a block whose time is up before merging a grant into it, and presume the
-        // flight lost if its timeout came first.
+        // flight lost if its timeout came first (after a shutdown, that lets the key go).
         self.service(now, slot, false);
         let config = self.config;
+        let closed = self.closed;
         let Some(entry) = self.slots[slot].as_mut() else {
+            self.stale_reply(reply);
             return;
         };
         let flight = match entry.flight {
@@ -587,7 +589,7 @@ impl LeaseBook {
                 // nobody (issue 23); crumbs cost store calls, not capacity. Each re-ask asks
                 // for less than the one before, so this ends; with nothing left, the
                 // denial holds locally for at most an interval.
-                if d.remaining > 0 && held < config.fair_share(&entry.terms) {
+                if !closed && d.remaining > 0 && held < config.fair_share(&entry.terms) {
                     let units = d
                         .remaining
                         .min(config.fair_share(&entry.terms) - held)
@@ -611,7 +613,13 @@ impl LeaseBook {
                 }
             }
         }
-        self.reschedule(slot);
+        if closed {
+            // The reservation shutdown waited for has ended: its grant goes back as the
+            // rest did, and the key is let go.
+            self.release(now, slot);
+        } else {
+            self.reschedule(slot);
+        }
     }
 
     /// Applies every timer due at `now`: expired blocks (stranded units), end-of-block
@@ -631,13 +639,19 @@ impl LeaseBook {
     }
 
     /// Gives back every unit still returnable, forgets every key, and sends every later
-    /// request to the store directly. Reservations in flight are left to end; their
-    /// grants are stranded.
+    /// request to the store directly. A key with a reservation in flight is let go when
+    /// the reservation ends: its reply ([`handle_reserved`](Self::handle_reserved)) gives
+    /// back whatever it granted, by the same rule, and a reply that never comes is presumed
+    /// lost at the flight's timeout ([`handle_timeout`](Self::handle_timeout)).
+    /// [`LeaseStats::reservations_pending`] counts the reservations still awaited.
     pub fn handle_shutdown(&mut self, now: Timestamp) {
         let now = self.observe(now);
         self.closed = true;
         for slot in 0..self.slots.len() {
-            if self.slots[slot].is_some() {
+            if self.slots[slot]
+                .as_ref()
+                .is_some_and(|e| e.flight.is_none())
+            {
                 self.release(now, slot);
             }
         }
@@ -824,6 +838,11 @@ impl LeaseBook {
             self.stats.reservations_lost += 1;
             self.stats.units_in_doubt += f.units;
             entry.detour = Detour::direct_from(now, &config);
+            if self.closed {
+                // Shutdown kept the key only for this reservation.
+                self.release(now, slot);
+                return;
+            }
         }
         if let Some(b) = entry.block
             && now >= b.valid_until
@@ -989,7 +1008,7 @@ impl LeaseBook {
 
     fn stale_reply(&mut self, reply: Reserved) {
         match reply {
-            Reserved::Decided(d) if d.is_allowed() => {
+            Reserved::Decided(d) | Reserved::Held(d, _) if d.is_allowed() => {
                 // The units were granted after the book stopped waiting: unused.
                 self.stats.late_grants += 1;
             }
@@ -1487,6 +1506,66 @@ mod tests {
         assert_eq!(h.deliver(4), -11);
         assert_eq!(h.request(5, 1), Admit::Direct(DirectReason::Closed));
         assert!(h.book.is_empty());
+    }
+
+    #[test]
+    fn a_reservation_in_flight_at_shutdown_gives_back_its_grant_when_it_lands() {
+        let mut h = harness(long_window());
+        let _ = h.request(0, 1);
+        assert_eq!(h.request(1, 10), Admit::Wait);
+        assert_eq!(h.deliver(2), 11);
+        assert_eq!(leased(h.retry(2, 10)), 1);
+        // The renewal is in flight when the node shuts down: the key, and the one unit it
+        // holds, are kept until the renewal ends.
+        h.book.handle_shutdown(at(3));
+        h.collect();
+        assert_eq!(h.book.stats().reservations_pending(), 1);
+        let Some(Action::Reserve { key, id, units, .. }) = h.sent.pop_front() else {
+            panic!("the renewal: {:?}", h.sent)
+        };
+        assert!(h.sent.is_empty(), "{:?}", h.sent);
+        assert_eq!(h.request(4, 1), Admit::Direct(DirectReason::Closed));
+        // It lands: its grant goes back with the unit held, and the key is let go.
+        let d = h.policy.acquire(at(5), &mut h.store, units).unwrap();
+        h.book
+            .handle_reserved(at(5), &key, id, Reserved::Decided(d));
+        h.collect();
+        assert_eq!(h.deliver(5), -(units as i64 + 1));
+        assert!(h.sent.is_empty(), "{:?}", h.sent);
+        assert!(h.book.is_empty());
+        let stats = h.book.stats();
+        assert_eq!(stats.reservations_pending(), 0);
+        assert_eq!((stats.late_grants, stats.units_stranded), (0, 0));
+        // The store counts exactly the 10 units spent from leases, nothing held for them.
+        let left = h.policy.peek(at(6), &h.store, 0).unwrap().remaining;
+        assert_eq!(left, 100 - 10);
+    }
+
+    #[test]
+    fn a_reservation_lost_at_shutdown_lets_its_key_go_at_the_flight_timeout() {
+        let mut h = harness(long_window());
+        let _ = h.request(0, 1);
+        assert_eq!(h.request(1, 10), Admit::Wait);
+        h.book.handle_shutdown(at(2));
+        h.collect();
+        assert!(!h.book.is_empty(), "kept for the reservation in flight");
+        // Sent at 1 ms with a 200 ms flight timeout: presumed lost at 201 ms, not before.
+        h.tick(200);
+        assert!(!h.book.is_empty());
+        h.tick(201);
+        assert!(h.book.is_empty());
+        assert_eq!(h.book.stats().reservations_lost, 1);
+        assert!(h.book.poll_timeout().is_none());
+        // Its grant, if it still comes, is counted late and unused.
+        let Some(Action::Reserve { key, id, units, .. }) = h.sent.pop_front() else {
+            panic!("the reservation")
+        };
+        let d = h.policy.acquire(at(250), &mut h.store, units).unwrap();
+        h.book
+            .handle_reserved(at(250), &key, id, Reserved::Held(d, at(250)));
+        h.collect();
+        assert!(h.sent.is_empty(), "{:?}", h.sent);
+        assert_eq!(h.book.stats().late_grants, 1);
     }
 
     #[test]

@@ -30,12 +30,12 @@ use std::time::Duration;
 use rein_core::{
     DecideError, Decision, KeyError, Leasable, Limiter, Micros, NamedPolicy, OverCapacity,
     PrepareError, StoreError, Timestamp,
-    rate_share::{RateAnswer, RateOp, RateShares},
+    rate_share::{RateAnswer, RateOp, RateShares, ReturnRequest},
 };
 use rein_memory::Clock;
 use tokio::sync::Notify;
 
-use super::book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKeyRef, Reserved};
+use super::book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, Reserved};
 use super::rate::{RateAction, RateBook, ShareView, TakeReply};
 use super::terms::{LeaseTerms, Unleasable};
 use super::{Book, LeaseStats};
@@ -142,6 +142,12 @@ struct Shared<S: Leasable> {
     policies: RwLock<Vec<Arc<S::Prepared>>>,
     /// Waiters for reservations, sharded by key hash.
     wakers: Box<[Notify]>,
+    /// Wakes a shutdown waiting for the reservations in flight, as each one ends.
+    settled: Notify,
+    /// Reservations ended after a shutdown whose grants are being given back. Raised under
+    /// the book's lock as the book counts the reservation ended, and read under it, so a
+    /// shutdown reading both misses none.
+    settling: AtomicU64,
     /// Wakes the timer loop when a deadline earlier than its sleep appears, or when the
     /// limiter is dropped (shared with the spawned loop, which holds only a weak reference).
     timers: Arc<Notify>,
@@ -326,17 +332,20 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
 
     /// Gives back every unit still returnable (awaiting the returns), stops
     /// [`run_timers`](Self::run_timers), and sends every later request to the store.
+    ///
+    /// A reservation still in flight is waited for, at most the flight timeout
+    /// ([`LeaseConfig::flight_timeout`]) on the limiter's clock: its grant, if any, is
+    /// given back as it lands, and one that has not landed by then is presumed lost.
     pub async fn shutdown(&self) {
         let shared = &self.shared;
         let now = shared.clock.now();
-        let ((), actions) = shared.with_book(|book| book.handle_shutdown(now));
-        for action in actions {
-            Arc::clone(shared).carry(action).await;
-        }
-        let ((), actions) = shared.with_rates(|rates| rates.handle_shutdown(now));
-        for action in actions {
-            Arc::clone(shared).carry_rate(action).await;
-        }
+        shared
+            .step_both(
+                |book| book.handle_shutdown(now),
+                |rates| rates.handle_shutdown(now),
+            )
+            .await;
+        shared.await_flights().await;
         shared.timers.notify_one();
     }
 
@@ -383,6 +392,54 @@ impl<S: Leasable + 'static> Shared<S> {
             return;
         }
         runtime.spawn(timer_loop(Arc::downgrade(self), Arc::clone(&self.timers)));
+    }
+
+    /// Waits until no reservation is awaited and no grant is still being given back (each
+    /// reservation's end gives back its grant, see `carry`), at most the flight timeout;
+    /// then presumes what is still in flight lost, which lets its key go.
+    async fn await_flights(self: &Arc<Self>) {
+        let flight_timeout = self.lock().config().flight_timeout;
+        let give_up = self.clock.now().saturating_add(flight_timeout);
+        let settled = async {
+            loop {
+                let mut woken = pin!(self.settled.notified());
+                woken.as_mut().enable();
+                {
+                    let book = self.lock();
+                    let rates = self.lock_rates();
+                    let pending =
+                        book.stats().reservations_pending() + rates.stats().reservations_pending();
+                    if pending == 0 && self.settling.load(Ordering::Relaxed) == 0 {
+                        return;
+                    }
+                }
+                woken.await;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from(flight_timeout), settled).await;
+        let now = self.clock.now().max(give_up);
+        self.step_both(
+            |book| book.handle_timeout(now),
+            |rates| rates.handle_timeout(now),
+        )
+        .await;
+    }
+
+    /// Takes one step of each book (`window`, then `rate`) and carries out every action
+    /// they emit, awaiting each.
+    async fn step_both(
+        self: &Arc<Self>,
+        window: impl FnOnce(&mut LeaseBook),
+        rate: impl FnOnce(&mut RateBook),
+    ) {
+        let ((), actions) = self.with_book(window);
+        for action in actions {
+            Arc::clone(self).carry(action).await;
+        }
+        let ((), actions) = self.with_rates(rate);
+        for action in actions {
+            Arc::clone(self).carry_rate(action).await;
+        }
     }
 
     /// One pass of the timers at the clock's now: what is due, handled and dispatched.
@@ -436,26 +493,43 @@ impl<S: Leasable + 'static> Shared<S> {
                     None => TakeReply::Failed,
                 };
                 let now = self.clock.now();
-                let ((), actions) =
-                    self.with_rates(|rates| rates.handle_taken(now, &key, request.seq, reply));
-                self.dispatch_rates(actions);
-            }
-            RateAction::Return { key, request, at } => {
-                let returned = match self.policy(key.slot) {
-                    Some(policy) => {
-                        let now = self.store_time(at);
-                        let op = RateOp::Return(request);
-                        self.store
-                            .share_rate(now, &policy, &key.key, op)
-                            .await
-                            .is_ok()
+                let (closed, actions) = self.with_rates(|rates| {
+                    rates.handle_taken(now, &key, request.seq, reply);
+                    let closed = rates.is_closed();
+                    if closed {
+                        self.settling.fetch_add(1, Ordering::Relaxed);
                     }
-                    None => false,
-                };
-                if !returned {
-                    self.returns_failed.fetch_add(1, Ordering::Relaxed);
+                    closed
+                });
+                if closed {
+                    // As for a reservation (`carry`): the share goes back first.
+                    for action in actions {
+                        if let RateAction::Return { key, request, at } = action {
+                            self.return_share(key, request, at).await;
+                        }
+                    }
+                    self.settling.fetch_sub(1, Ordering::Relaxed);
+                    self.settled.notify_waiters();
+                } else {
+                    self.dispatch_rates(actions);
                 }
             }
+            RateAction::Return { key, request, at } => self.return_share(key, request, at).await,
+        }
+    }
+
+    /// Gives a rate share back to the store, counting a return that fails.
+    async fn return_share(&self, key: LeaseKey, request: ReturnRequest, at: Timestamp) {
+        let returned = match self.policy(key.slot) {
+            Some(policy) => {
+                let (now, op) = (self.store_time(at), RateOp::Return(request));
+                let back = self.store.share_rate(now, &policy, &key.key, op);
+                back.await.is_ok()
+            }
+            None => false,
+        };
+        if !returned {
+            self.returns_failed.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -522,38 +596,59 @@ impl<S: Leasable + 'static> Shared<S> {
                     None => Reserved::Failed,
                 };
                 let now = self.clock.now();
-                let ((), actions) =
-                    self.with_book(|book| book.handle_reserved(now, &key, id, reply));
+                let (closed, actions) = self.with_book(|book| {
+                    book.handle_reserved(now, &key, id, reply);
+                    let closed = book.is_closed();
+                    if closed {
+                        self.settling.fetch_add(1, Ordering::Relaxed);
+                    }
+                    closed
+                });
                 self.waker(&key.key).notify_waiters();
-                self.dispatch(actions);
+                if closed {
+                    // A shutdown is waiting for this reservation: give back its grant before
+                    // telling it the reservation ended.
+                    for action in actions {
+                        if let Action::Return {
+                            key,
+                            units,
+                            at,
+                            stamp,
+                        } = action
+                        {
+                            self.give_back(key, units, at, stamp).await;
+                        }
+                    }
+                    self.settling.fetch_sub(1, Ordering::Relaxed);
+                    self.settled.notify_waiters();
+                } else {
+                    self.dispatch(actions);
+                }
             }
             Action::Return {
                 key,
                 units,
                 at,
                 stamp,
-            } => {
-                let returned = match (self.policy(key.slot), stamp) {
-                    (Some(policy), None) => {
-                        let now = self.store_time(at);
-                        self.store
-                            .refund(now, &policy, &key.key, units)
-                            .await
-                            .is_ok()
-                    }
-                    (Some(policy), Some(stamp)) => {
-                        let now = self.store_time(at);
-                        self.store
-                            .refund_held(now, &policy, &key.key, units, stamp)
-                            .await
-                            .is_ok()
-                    }
-                    (None, _) => false,
-                };
-                if !returned {
-                    self.returns_failed.fetch_add(1, Ordering::Relaxed);
-                }
+            } => self.give_back(key, units, at, stamp).await,
+        }
+    }
+
+    /// Gives `units` of `key` back to the store (from `stamp`, a held grant's), counting a
+    /// return that fails.
+    async fn give_back(&self, key: LeaseKey, units: u64, at: Timestamp, stamp: Option<Timestamp>) {
+        let now = self.store_time(at);
+        let store = &self.store;
+        let returned = match (self.policy(key.slot), stamp) {
+            (Some(policy), None) => store.refund(now, &policy, &key.key, units).await.is_ok(),
+            (Some(policy), Some(stamp)) => {
+                let back = store.refund_held(now, &policy, &key.key, units, stamp);
+                back.await.is_ok()
             }
+            (None, _) => false,
+        };
+        if !returned {
+            self.returns_failed.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -711,6 +806,8 @@ where
                 )),
                 policies: RwLock::new(Vec::new()),
                 wakers: (0..WAKER_SHARDS).map(|_| Notify::new()).collect(),
+                settled: Notify::new(),
+                settling: AtomicU64::new(0),
                 timers: Arc::new(Notify::new()),
                 auto_timers: !self.manual_timers,
                 timers_started: AtomicBool::new(false),

@@ -139,8 +139,8 @@ pub struct LeaseStats {
 }
 
 impl LeaseStats {
-    /// Reservations sent that have not ended: in flight now (or, after a shutdown, let go
-    /// with their key before their reply came, whose grant is then stranded).
+    /// Reservations sent that have not ended: in flight now. A shutdown waits for them
+    /// (at most the flight timeout) and gives back what they grant.
     pub fn reservations_pending(&self) -> u64 {
         let ended = self.reservations_granted
             + self.reservations_denied

@@ -342,7 +342,13 @@ impl RateBook {
         if let Some(t) = lease.timer.take() {
             self.timers.remove(&(t, key.slot, key.key.clone()));
         }
-        self.arm(now, key);
+        if self.closed {
+            // The take shutdown waited for has ended: its share goes back, and the key is
+            // let go.
+            self.release(now, key);
+        } else {
+            self.arm(now, key);
+        }
     }
 
     /// Runs the timers due at `now`: takes presumed lost, idle keys returned.
@@ -361,15 +367,28 @@ impl RateBook {
         }
     }
 
-    /// Gives every share back and sends every later request to the store.
+    /// Gives every share back and sends every later request to the store. A key with a
+    /// take in flight is let go when the take ends: its reply
+    /// ([`handle_taken`](Self::handle_taken)) gives back the share it granted, and a reply
+    /// that never comes is presumed lost at the take's timeout
+    /// ([`handle_timeout`](Self::handle_timeout)).
     pub fn handle_shutdown(&mut self, now: Timestamp) {
         let now = self.observe(now);
         self.closed = true;
-        let keys: Vec<LeaseKey> = self.leases.keys().cloned().collect();
-        for key in keys {
+        let settled: Vec<LeaseKey> = self
+            .leases
+            .iter()
+            .filter(|(_, lease)| lease.flight.is_none())
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in settled {
             self.release(now, &key);
         }
-        self.timers.clear();
+    }
+
+    /// `true` after [`handle_shutdown`](Self::handle_shutdown).
+    pub fn is_closed(&self) -> bool {
+        self.closed
     }
 
     /// The counters so far.
@@ -550,7 +569,9 @@ impl RateBook {
             lease.flight = None;
             self.stats.reservations_lost += 1;
         }
-        if lease.flight.is_none() && now >= lease.last_request.saturating_add(config.idle_after) {
+        let idle = now >= lease.last_request.saturating_add(config.idle_after);
+        // After a shutdown a key is kept only until its take ends.
+        if lease.flight.is_none() && (idle || self.closed) {
             self.release(now, key);
             return;
         }
@@ -978,6 +999,37 @@ mod tests {
             b.handle_request(ms(2_002), KEY, 1, &s),
             Admit::Direct(DirectReason::Closed)
         );
+    }
+
+    #[test]
+    fn a_take_in_flight_at_shutdown_gives_its_share_back_when_it_lands_or_is_lost() {
+        let s = shares();
+        // Landing: the share it grants goes straight back, and the key is let go.
+        let (mut b, key, take) = asked_once(&s);
+        b.handle_shutdown(ms(1));
+        assert!(b.poll_action().is_none(), "nothing held yet");
+        assert!(!b.is_empty(), "kept for the take in flight");
+        b.handle_taken(ms(2), &key, take.seq, grant(41, false, 10, 100, 4));
+        match b.poll_action() {
+            Some(RateAction::Return { request, .. }) => {
+                assert_eq!((request.id, request.units), (41, 4 * s.token_units()));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(b.is_empty());
+        assert_eq!(b.stats().late_grants, 0);
+        assert_eq!(b.stats().reservations_pending(), 0);
+        // Lost: let go at the take's timeout; a reply after that is late and unused.
+        let (mut b, key, take) = asked_once(&s);
+        b.handle_shutdown(ms(1));
+        b.handle_timeout(ms(99));
+        assert!(!b.is_empty());
+        b.handle_timeout(ms(100));
+        assert!(b.is_empty());
+        assert_eq!(b.stats().reservations_lost, 1);
+        b.handle_taken(ms(150), &key, take.seq, grant(42, false, 10, 100, 4));
+        assert!(b.poll_action().is_none());
+        assert_eq!(b.stats().late_grants, 1);
     }
 
     #[test]
