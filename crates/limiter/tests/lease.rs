@@ -1015,6 +1015,8 @@ const MARGIN: Duration = Duration::from_millis(60);
 struct Slow<S> {
     inner: S,
     delay: Duration,
+    /// Whether it shares a token bucket's rate (as late); without, it says it does not.
+    shares: bool,
 }
 
 impl<S: Limiter> Limiter for Slow<S> {
@@ -1060,8 +1062,8 @@ impl<S: Limiter> Limiter for Slow<S> {
     }
 }
 
-/// Held units as the inner store; no rate shares, said explicitly: a token bucket over it is
-/// decided by plain `acquire`.
+/// Held units as the inner store; rate shares only with `shares` (without, said explicitly:
+/// a token bucket over it is decided by plain `acquire`).
 impl<S: rein_core::Leasable> rein_core::Leasable for Slow<S> {
     async fn acquire_held(
         &self,
@@ -1090,21 +1092,27 @@ impl<S: rein_core::Leasable> rein_core::Leasable for Slow<S> {
 
     async fn share_rate(
         &self,
-        _: Option<rein_core::Timestamp>,
-        _: &S::Prepared,
-        _: &[u8],
-        _: rein_core::rate_share::RateOp,
+        now: Option<rein_core::Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        op: rein_core::rate_share::RateOp,
     ) -> Result<rein_core::rate_share::RateAnswer, rein_core::DecideError> {
-        Err(rein_core::DecideError::Unsupported {
-            operation: "share_rate",
-        })
+        if !self.shares {
+            return Err(rein_core::DecideError::Unsupported {
+                operation: "share_rate",
+            });
+        }
+        tokio::time::sleep(self.delay).await;
+        self.inner.share_rate(now, policy, key, op).await
     }
 }
 
-/// Leases over the memory store answering `delay` late, every key hot from its first
-/// request (`min_demand` 1), and a fixed window of 1 000 that outlasts any test.
+/// Leases with `config` over the memory store answering `delay` late (rate shares too),
+/// every key hot from its first request (`min_demand` 1), and a policy of `limit`.
 fn slow_and_hot(
     delay: Duration,
+    config: LeaseConfig,
+    limit: Limit,
 ) -> (
     LeasedLimiter<Slow<rein_memory::MemoryStore>>,
     Arc<rein::lease::LeasedPolicy<rein_memory::MemoryPolicy>>,
@@ -1112,22 +1120,27 @@ fn slow_and_hot(
     let store = Slow {
         inner: rein_memory::MemoryStore::new(),
         delay,
+        shares: true,
     };
     let leased = LeasedLimiter::builder(store)
         .config(LeaseConfig {
             min_demand: 1,
-            ..config()
+            ..config
         })
         .build();
-    let limit = Limit::fixed_window(1_000, rein_core::MAX_SPAN).expect("valid");
     let policy = NamedPolicy::new("flight", Policy::single(limit)).expect("valid");
     let prepared = Arc::new(leased.prepare(&policy).expect("prepare"));
     (leased, prepared)
 }
 
+/// A fixed window of 1 000 that outlasts any test.
+fn long_window() -> Limit {
+    Limit::fixed_window(1_000, rein_core::MAX_SPAN).expect("valid")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_on_a_hot_key_share_one_reservation() {
-    let (leased, prepared) = slow_and_hot(Duration::from_millis(20));
+    let (leased, prepared) = slow_and_hot(Duration::from_millis(20), config(), long_window());
     let tasks: Vec<_> = (0..64)
         .map(|_| {
             let (leased, prepared) = (leased.clone(), prepared.clone());
@@ -1153,49 +1166,51 @@ async fn concurrent_requests_on_a_hot_key_share_one_reservation() {
     assert_eq!(s.direct, 0, "{s:?}");
 }
 
-/// A shutdown while a reservation is in flight waits for it and gives back its grant when it
-/// lands: afterwards the store counts exactly what was admitted. (Before, the book let the
-/// key go at once and the late grant stayed counted in the store, unused, until its window
-/// ended.)
+/// A shutdown while a reservation (a window's block, a token bucket's rate share) is in
+/// flight waits for it and gives back what it grants when it lands: afterwards the store
+/// counts exactly what was admitted. (Before, the book let the key go at once and the late
+/// grant stayed counted in the store, unused, until its window ended or its share lapsed.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_in_flight_at_shutdown_is_given_back_when_it_lands() {
-    let (leased, prepared) = slow_and_hot(Duration::from_millis(150));
-    let request = {
-        let (leased, prepared) = (leased.clone(), Arc::clone(&prepared));
-        tokio::spawn(async move { leased.acquire_leased(None, &prepared, b"k", 1).await })
+    let bucket = Limit::token_bucket(1_000, 1, Micros::from_secs(3_600)).expect("valid");
+    // A take is given up at its share's validity less an interval (here 1 000 − 500 ms), a
+    // block's reservation at the flight timeout (1 s): both well after the store answers
+    // (a token bucket's take goes out after the request's direct decision: 2 × 100 ms).
+    let config = LeaseConfig {
+        renew_interval: Micros::from_millis(500),
+        ..config()
     };
-    // The request made the key hot: its reservation is on its way to the slow store.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while leased.stats().reservations_pending() == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{:?}",
-            leased.stats()
+    for (kind, limit) in [("fixed window", long_window()), ("token bucket", bucket)] {
+        let (leased, prepared) = slow_and_hot(Duration::from_millis(100), config, limit);
+        let request = {
+            let (leased, prepared) = (leased.clone(), Arc::clone(&prepared));
+            tokio::spawn(async move { leased.acquire_leased(None, &prepared, b"k", 1).await })
+        };
+        // The request made the key hot: its reservation is on its way to the slow store.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while leased.stats().reservations_pending() == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{kind}: {:?}",
+                leased.stats()
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        leased.shutdown().await;
+        let stats = leased.stats();
+        assert_eq!(stats.reservations_pending(), 0, "{kind}: waited: {stats:?}");
+        assert_eq!(stats.reservations_granted, 1, "{kind}: {stats:?}");
+        assert_eq!(stats.late_grants, 0, "{kind}: {stats:?}");
+        assert_eq!(stats.units_stranded, 0, "{kind}: {stats:?}");
+        let decided = request.await.expect("a task").expect("a decision");
+        assert!(decided.decision.is_allowed(), "{kind}: {decided:?}");
+        let left = leased.peek(None, &prepared, b"k", 0).await.expect("a peek");
+        assert_eq!(
+            left.remaining,
+            1_000 - 1,
+            "{kind}: the one admission, nothing held"
         );
-        tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    leased.shutdown().await;
-    let stats = leased.stats();
-    assert_eq!(
-        stats.reservations_pending(),
-        0,
-        "shutdown waited: {stats:?}"
-    );
-    assert_eq!(stats.reservations_granted, 1, "{stats:?}");
-    assert_eq!(stats.late_grants, 0, "{stats:?}");
-    assert_eq!(stats.units_stranded, 0, "{stats:?}");
-    let decided = request.await.expect("a task").expect("a decision");
-    assert!(decided.decision.is_allowed(), "{decided:?}");
-    let left = leased
-        .peek(None, &prepared, b"k", 0)
-        .await
-        .expect("a peek")
-        .remaining;
-    assert_eq!(
-        left,
-        1_000 - 1,
-        "the store counts the one admission, nothing held"
-    );
 }
 
 /// Three workers at 1 000/s each on a limit of 1 000 that outlasts the test, one key of a
@@ -1509,6 +1524,7 @@ async fn a_token_bucket_is_leased_as_rate_where_the_store_can_and_decided_direct
     let plain = LeasedLimiter::builder(Slow {
         inner: rein_memory::MemoryStore::new(),
         delay: Duration::ZERO,
+        shares: false,
     })
     .config(config())
     .build();
