@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use rein_core::{Decision, Micros, Outcome, Timestamp};
 
-use crate::bounded::{BoundedMap, Expiring, WhenFull};
+use crate::bounded::{BoundedMap, CacheKey, Expiring, WhenFull};
 
 /// Settings of the allow cache, enabled with
 /// [`danger_allow_cache`](crate::ResilientLimiterBuilder::danger_allow_cache).
@@ -118,15 +118,9 @@ impl AllowCache {
 
     /// Reuses a cached admission for `cost` at `now` if the window, its budget and the
     /// remaining capacity allow, and says so.
-    pub(crate) fn check(
-        &self,
-        now: Timestamp,
-        policy: u32,
-        key: &[u8],
-        cost: u64,
-    ) -> Option<Decision> {
+    pub(crate) fn check(&self, now: Timestamp, at: CacheKey<'_>, cost: u64) -> Option<Decision> {
         self.map
-            .get(now, policy, key, |grant| {
+            .get(now, at, |grant| {
                 let fits =
                     cost <= grant.cost && grant.reuses < self.max_reuses && grant.remaining >= cost;
                 fits.then(|| {
@@ -147,18 +141,11 @@ impl AllowCache {
 
     /// Records an admission from Redis that arrived at `now`: opens a window at `now` if
     /// none is live, otherwise refreshes the figures and keeps the budget.
-    pub(crate) fn record(
-        &self,
-        now: Timestamp,
-        policy: u32,
-        key: &[u8],
-        cost: u64,
-        decision: &Decision,
-    ) {
+    pub(crate) fn record(&self, now: Timestamp, at: CacheKey<'_>, cost: u64, decision: &Decision) {
         if !decision.is_allowed() || cost == 0 {
             return;
         }
-        self.map.upsert(now, policy, key, |live| match live {
+        self.map.upsert(now, at, |live| match live {
             Some(grant) => Grant {
                 window_end: grant.window_end,
                 reuses: grant.reuses,
@@ -176,12 +163,12 @@ impl AllowCache {
         });
     }
 
-    /// Stops reuse for (`policy`, `key`) after Redis denied it: reusing an older admission
+    /// Stops reuse for `at` after Redis denied it: reusing an older admission
     /// would only add to an exhausted limit. The entry, its window and its spent budget
     /// stay, so a denial never opens a window early; an admission within the window
     /// refreshes the remaining capacity and reuse resumes within the same budget.
-    pub(crate) fn block(&self, now: Timestamp, policy: u32, key: &[u8]) {
-        self.map.get(now, policy, key, |grant| grant.remaining = 0);
+    pub(crate) fn block(&self, now: Timestamp, at: CacheKey<'_>) {
+        self.map.get(now, at, |grant| grant.remaining = 0);
     }
 }
 
@@ -198,6 +185,7 @@ const DEFAULT_MAX_ENTRIES: NonZeroUsize = NonZeroUsize::new(1 << 16).expect("non
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bounded::k;
 
     const MS: u64 = 1_000;
 
@@ -226,55 +214,68 @@ mod tests {
     #[test]
     fn reuses_at_most_max_reuses_per_window_however_often_redis_admits() {
         let cache = cache(3);
-        assert_eq!(cache.check(at(0), 0, b"k", 1), None, "nothing cached yet");
-        cache.record(at(1), 0, b"k", 1, &allowed(50));
+        assert_eq!(
+            cache.check(at(0), k(0, b"k"), 1),
+            None,
+            "nothing cached yet"
+        );
+        cache.record(at(1), k(0, b"k"), 1, &allowed(50));
         for remaining in [49, 48, 47] {
-            let d = cache.check(at(2), 0, b"k", 1).expect("a reuse");
+            let d = cache.check(at(2), k(0, b"k"), 1).expect("a reuse");
             assert_eq!(d.remaining, remaining);
         }
-        assert_eq!(cache.check(at(2), 0, b"k", 1), None, "budget spent");
+        assert_eq!(cache.check(at(2), k(0, b"k"), 1), None, "budget spent");
         // Redis admits again within the window: figures refresh, the budget does not.
-        cache.record(at(11), 0, b"k", 1, &allowed(40));
-        assert_eq!(cache.check(at(12), 0, b"k", 1), None);
+        cache.record(at(11), k(0, b"k"), 1, &allowed(40));
+        assert_eq!(cache.check(at(12), k(0, b"k"), 1), None);
         // The window ends 100 ms after the first admission arrived, not after the last one:
         // an admission at 100 ms still refreshes the old window.
-        cache.record(at(100), 0, b"k", 1, &allowed(35));
-        assert_eq!(cache.check(at(100), 0, b"k", 1), None);
+        cache.record(at(100), k(0, b"k"), 1, &allowed(35));
+        assert_eq!(cache.check(at(100), k(0, b"k"), 1), None);
         // A new admission after the end (101 ms) opens a new window with a new budget.
-        cache.record(at(101), 0, b"k", 1, &allowed(30));
-        assert!(cache.check(at(101), 0, b"k", 1).is_some());
-        assert!(cache.check(at(200), 0, b"k", 1).is_some());
-        assert_eq!(cache.check(at(201), 0, b"k", 1), None, "window over");
+        cache.record(at(101), k(0, b"k"), 1, &allowed(30));
+        assert!(cache.check(at(101), k(0, b"k"), 1).is_some());
+        assert!(cache.check(at(200), k(0, b"k"), 1).is_some());
+        assert_eq!(cache.check(at(201), k(0, b"k"), 1), None, "window over");
     }
 
     #[test]
     fn reuses_need_a_cost_no_larger_and_capacity_redis_reported() {
         let cache = cache(10);
-        cache.record(at(0), 0, b"k", 2, &allowed(5));
+        cache.record(at(0), k(0, b"k"), 2, &allowed(5));
         assert_eq!(
-            cache.check(at(1), 0, b"k", 3),
+            cache.check(at(1), k(0, b"k"), 3),
             None,
             "costlier than admitted"
         );
-        assert_eq!(cache.check(at(1), 0, b"k", 2).map(|d| d.remaining), Some(3));
-        assert_eq!(cache.check(at(1), 0, b"k", 2).map(|d| d.remaining), Some(1));
-        assert_eq!(cache.check(at(1), 0, b"k", 2), None, "1 left, 2 asked");
-        assert_eq!(cache.check(at(1), 0, b"k", 1).map(|d| d.remaining), Some(0));
-        assert_eq!(cache.check(at(1), 1, b"k", 1), None, "another policy");
+        assert_eq!(
+            cache.check(at(1), k(0, b"k"), 2).map(|d| d.remaining),
+            Some(3)
+        );
+        assert_eq!(
+            cache.check(at(1), k(0, b"k"), 2).map(|d| d.remaining),
+            Some(1)
+        );
+        assert_eq!(cache.check(at(1), k(0, b"k"), 2), None, "1 left, 2 asked");
+        assert_eq!(
+            cache.check(at(1), k(0, b"k"), 1).map(|d| d.remaining),
+            Some(0)
+        );
+        assert_eq!(cache.check(at(1), k(1, b"k"), 1), None, "another policy");
     }
 
     #[test]
     fn a_denial_blocks_reuse_without_resetting_the_window_budget() {
         let cache = cache(3);
-        cache.record(at(0), 0, b"k", 1, &allowed(9));
-        assert!(cache.check(at(1), 0, b"k", 1).is_some());
-        cache.block(at(1), 0, b"k");
-        assert_eq!(cache.check(at(1), 0, b"k", 1), None, "blocked");
+        cache.record(at(0), k(0, b"k"), 1, &allowed(9));
+        assert!(cache.check(at(1), k(0, b"k"), 1).is_some());
+        cache.block(at(1), k(0, b"k"));
+        assert_eq!(cache.check(at(1), k(0, b"k"), 1), None, "blocked");
         // Admitted again in the same window: two reuses left of three, not three.
-        cache.record(at(2), 0, b"k", 1, &allowed(9));
-        assert!(cache.check(at(3), 0, b"k", 1).is_some());
-        assert!(cache.check(at(3), 0, b"k", 1).is_some());
-        assert_eq!(cache.check(at(3), 0, b"k", 1), None);
+        cache.record(at(2), k(0, b"k"), 1, &allowed(9));
+        assert!(cache.check(at(3), k(0, b"k"), 1).is_some());
+        assert!(cache.check(at(3), k(0, b"k"), 1).is_some());
+        assert_eq!(cache.check(at(3), k(0, b"k"), 1), None);
     }
 
     #[test]
@@ -282,10 +283,10 @@ mod tests {
         let cache = cache(3);
         let mut denied = allowed(0);
         denied.outcome = Outcome::Denied;
-        cache.record(at(2), 0, b"k", 1, &denied);
-        cache.record(at(2), 0, b"z", 0, &allowed(9));
-        assert_eq!(cache.check(at(3), 0, b"k", 1), None);
-        assert_eq!(cache.check(at(3), 0, b"z", 0), None);
+        cache.record(at(2), k(0, b"k"), 1, &denied);
+        cache.record(at(2), k(0, b"z"), 0, &allowed(9));
+        assert_eq!(cache.check(at(3), k(0, b"k"), 1), None);
+        assert_eq!(cache.check(at(3), k(0, b"z"), 0), None);
     }
 
     #[test]
@@ -293,13 +294,13 @@ mod tests {
         let config = AllowCacheConfig::new(Duration::from_millis(100), NonZeroU32::MIN)
             .max_entries(NonZeroUsize::MIN);
         let cache = AllowCache::new(config);
-        cache.record(at(0), 0, b"a", 1, &allowed(9));
-        cache.record(at(0), 0, b"b", 1, &allowed(9));
-        assert!(cache.check(at(1), 0, b"b", 1).is_none(), "not stored");
-        assert!(cache.check(at(1), 0, b"a", 1).is_some(), "not evicted");
-        cache.record(at(100), 0, b"b", 1, &allowed(9));
+        cache.record(at(0), k(0, b"a"), 1, &allowed(9));
+        cache.record(at(0), k(0, b"b"), 1, &allowed(9));
+        assert!(cache.check(at(1), k(0, b"b"), 1).is_none(), "not stored");
+        assert!(cache.check(at(1), k(0, b"a"), 1).is_some(), "not evicted");
+        cache.record(at(100), k(0, b"b"), 1, &allowed(9));
         assert!(
-            cache.check(at(100), 0, b"b", 1).is_some(),
+            cache.check(at(100), k(0, b"b"), 1).is_some(),
             "room once a expired"
         );
     }

@@ -34,6 +34,19 @@ pub(crate) enum WhenFull {
     Refuse,
 }
 
+/// What a cache entry is kept under: the policy's index in the table and the user key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CacheKey<'a> {
+    pub(crate) policy: u32,
+    pub(crate) key: &'a [u8],
+}
+
+/// The key of `policy` and `key`, for tests.
+#[cfg(test)]
+pub(crate) fn k(policy: u32, key: &[u8]) -> CacheKey<'_> {
+    CacheKey { policy, key }
+}
+
 /// At most `max_entries` values keyed by (policy index, user key bytes).
 pub(crate) struct BoundedMap<V> {
     shards: Box<[Mutex<HashTable<Slot<V>>>]>,
@@ -64,15 +77,15 @@ impl<V: Expiring> BoundedMap<V> {
         }
     }
 
-    /// Runs `f` on the live entry of (`policy`, `key`) at `now` under its shard's lock; an
-    /// expired entry is dropped and `None` returned.
+    /// Runs `f` on the live entry of `at` at `now` under its shard's lock; an expired entry
+    /// is dropped and `None` returned.
     pub(crate) fn get<R>(
         &self,
         now: Timestamp,
-        policy: u32,
-        key: &[u8],
+        at: CacheKey<'_>,
         f: impl FnOnce(&mut V) -> R,
     ) -> Option<R> {
+        let CacheKey { policy, key } = at;
         let hash = self.hash(policy, key);
         let mut shard = self.shard(key);
         let entry = shard
@@ -85,16 +98,16 @@ impl<V: Expiring> BoundedMap<V> {
         Some(f(&mut entry.into_mut().value))
     }
 
-    /// Stores `make(live)` for (`policy`, `key`), where `live` is the entry there at `now`
-    /// (if any, and not expired), all under one lock. A value that is already expired at
-    /// `now` is not stored (and removes the old one).
+    /// Stores `make(live)` for `at`, where `live` is the entry there at `now` (if any, and
+    /// not expired), all under one lock. A value that is already expired at `now` is not
+    /// stored (and removes the old one).
     pub(crate) fn upsert(
         &self,
         now: Timestamp,
-        policy: u32,
-        key: &[u8],
+        at: CacheKey<'_>,
         make: impl FnOnce(Option<&V>) -> V,
     ) {
+        let CacheKey { policy, key } = at;
         let hash = self.hash(policy, key);
         let mut shard = self.shard(key);
         match shard.find_entry(hash, |s| s.policy == policy && *s.key == *key) {
@@ -125,8 +138,9 @@ impl<V: Expiring> BoundedMap<V> {
         }
     }
 
-    /// Forgets (`policy`, `key`).
-    pub(crate) fn remove(&self, policy: u32, key: &[u8]) {
+    /// Forgets `at`.
+    pub(crate) fn remove(&self, at: CacheKey<'_>) {
+        let CacheKey { policy, key } = at;
         let hash = self.hash(policy, key);
         if let Ok(entry) = self
             .shard(key)
@@ -243,26 +257,26 @@ mod tests {
     }
 
     fn value(m: &BoundedMap<Until>, now: u64, policy: u32, key: &[u8]) -> Option<u64> {
-        m.get(at(now), policy, key, |v| v.0)
+        m.get(at(now), CacheKey { policy, key }, |v| v.0)
     }
 
     #[test]
     fn entries_live_until_their_expiry_and_policies_do_not_share_keys() {
         let m = map(64, WhenFull::EvictSoonest);
-        m.upsert(at(0), 0, b"k", |_| Until(10));
-        m.upsert(at(0), 1, b"k", |_| Until(20));
+        m.upsert(at(0), k(0, b"k"), |_| Until(10));
+        m.upsert(at(0), k(1, b"k"), |_| Until(20));
         assert_eq!(value(&m, 9, 0, b"k"), Some(10));
         assert_eq!(value(&m, 10, 0, b"k"), None, "expired at its instant");
         assert_eq!(m.len(), 1, "met expired, dropped");
         assert_eq!(value(&m, 10, 1, b"k"), Some(20));
         // An already expired value is not stored, and replaces (removes) the old one.
-        m.upsert(at(15), 1, b"k", |old| {
+        m.upsert(at(15), k(1, b"k"), |old| {
             assert_eq!(old, Some(&Until(20)));
             Until(15)
         });
         assert_eq!(m.len(), 0);
-        m.upsert(at(15), 1, b"k", |_| Until(16));
-        m.remove(1, b"k");
+        m.upsert(at(15), k(1, b"k"), |_| Until(16));
+        m.remove(k(1, b"k"));
         assert_eq!(value(&m, 15, 1, b"k"), None);
     }
 
@@ -272,8 +286,8 @@ mod tests {
         for when_full in [WhenFull::EvictSoonest, WhenFull::Refuse] {
             let m = map(1, when_full);
             assert_eq!(m.capacity(), 1);
-            m.upsert(at(0), 0, b"a", |_| Until(100));
-            m.upsert(at(0), 0, b"b", |_| Until(200));
+            m.upsert(at(0), k(0, b"a"), |_| Until(100));
+            m.upsert(at(0), k(0, b"b"), |_| Until(200));
             match when_full {
                 WhenFull::EvictSoonest => {
                     assert_eq!(value(&m, 1, 0, b"a"), None);
@@ -285,7 +299,7 @@ mod tests {
                 }
             }
             // Once the entry has expired, there is room for either policy.
-            m.upsert(at(300), 0, b"c", |_| Until(400));
+            m.upsert(at(300), k(0, b"c"), |_| Until(400));
             assert_eq!(value(&m, 300, 0, b"c"), Some(400));
             assert_eq!(m.len(), 1);
         }
@@ -297,7 +311,7 @@ mod tests {
         let cap = m.capacity();
         assert!(cap <= 256);
         for i in 0..10_000u64 {
-            m.upsert(at(0), (i % 3) as u32, &i.to_le_bytes(), |_| {
+            m.upsert(at(0), k((i % 3) as u32, &i.to_le_bytes()), |_| {
                 Until(1_000 + i)
             });
             assert!(m.len() <= cap);
@@ -310,7 +324,7 @@ mod tests {
         // Two maps fed the same calls hold the same keys.
         let other = map(256, WhenFull::EvictSoonest);
         for i in 0..10_000u64 {
-            other.upsert(at(0), (i % 3) as u32, &i.to_le_bytes(), |_| {
+            other.upsert(at(0), k((i % 3) as u32, &i.to_le_bytes()), |_| {
                 Until(1_000 + i)
             });
         }

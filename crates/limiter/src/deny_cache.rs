@@ -21,7 +21,7 @@ use std::num::NonZeroUsize;
 
 use rein_core::{Decision, Micros, Outcome, Timestamp};
 
-use crate::bounded::{BoundedMap, Expiring, WhenFull};
+use crate::bounded::{BoundedMap, CacheKey, Expiring, WhenFull};
 
 /// Recent denials by (policy, key), at most `max_entries` of them.
 ///
@@ -52,15 +52,9 @@ impl DenyCache {
 
     /// A denial of `cost` at `now` if Redis recently denied this much or less, with
     /// `retry_after` counted down to the cached end.
-    pub(crate) fn check(
-        &self,
-        now: Timestamp,
-        policy: u32,
-        key: &[u8],
-        cost: u64,
-    ) -> Option<Decision> {
+    pub(crate) fn check(&self, now: Timestamp, at: CacheKey<'_>, cost: u64) -> Option<Decision> {
         self.map
-            .get(now, policy, key, |denial| {
+            .get(now, at, |denial| {
                 (cost >= denial.cost).then(|| denial.answer(now))
             })
             .flatten()
@@ -72,8 +66,7 @@ impl DenyCache {
         &self,
         sent_at: Timestamp,
         now: Timestamp,
-        policy: u32,
-        key: &[u8],
+        at: CacheKey<'_>,
         cost: u64,
         decision: &Decision,
     ) {
@@ -88,13 +81,13 @@ impl DenyCache {
         };
         // The latest denial replaces an older one: it was judged on newer state, and its
         // end is still no later than Redis's for its own cost.
-        self.map.upsert(now, policy, key, |_| denial);
+        self.map.upsert(now, at, |_| denial);
     }
 
-    /// Forgets the denial of (`policy`, `key`): Redis admitted something for it, so the
-    /// state is not what the denial saw.
-    pub(crate) fn forget(&self, policy: u32, key: &[u8]) {
-        self.map.remove(policy, key);
+    /// Forgets the denial of `at`: Redis admitted something for it, so the state is not
+    /// what the denial saw.
+    pub(crate) fn forget(&self, at: CacheKey<'_>) {
+        self.map.remove(at);
     }
 
     #[cfg(test)]
@@ -133,6 +126,7 @@ impl Expiring for Denial {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bounded::k;
 
     const MS: u64 = 1_000;
 
@@ -159,13 +153,13 @@ mod tests {
     fn a_denial_is_answered_locally_until_sent_at_plus_retry_after_and_not_after() {
         let cache = cache();
         // Sent at 100 ms, answered at 130 ms: denied for 50 ms from when Redis decided.
-        cache.record(at(100), at(130), 0, b"k", 2, &denied(50, 400));
-        assert_eq!(cache.check(at(99), 0, b"k", 2).map(|d| d.retry_after), {
+        cache.record(at(100), at(130), k(0, b"k"), 2, &denied(50, 400));
+        assert_eq!(cache.check(at(99), k(0, b"k"), 2).map(|d| d.retry_after), {
             // A clock read before the call (time going backwards) still answers, with the
             // full wait left.
             Some(Micros::from_millis(51))
         });
-        let hit = cache.check(at(130), 0, b"k", 2).expect("cached");
+        let hit = cache.check(at(130), k(0, b"k"), 2).expect("cached");
         assert_eq!(hit.outcome, Outcome::Denied);
         assert_eq!(hit.retry_after, Micros::from_millis(20));
         assert_eq!(hit.reset_after, Micros::from_millis(370));
@@ -173,35 +167,35 @@ mod tests {
         // One microsecond before the end: still denied, 1 µs to wait.
         let last = Timestamp::from_micros(150 * MS - 1);
         assert_eq!(
-            cache.check(last, 0, b"k", 2).map(|d| d.retry_after),
+            cache.check(last, k(0, b"k"), 2).map(|d| d.retry_after),
             Some(Micros::from_micros(1))
         );
         // At the end: not cached (Redis is asked), and the entry is gone.
-        assert_eq!(cache.check(at(150), 0, b"k", 2), None);
+        assert_eq!(cache.check(at(150), k(0, b"k"), 2), None);
         assert_eq!(cache.len(), 0);
     }
 
     #[test]
     fn only_costs_at_least_the_denied_one_are_covered() {
         let cache = cache();
-        cache.record(at(0), at(1), 0, b"k", 3, &denied(100, 100));
-        assert!(cache.check(at(1), 0, b"k", 3).is_some());
-        assert!(cache.check(at(1), 0, b"k", 7).is_some());
+        cache.record(at(0), at(1), k(0, b"k"), 3, &denied(100, 100));
+        assert!(cache.check(at(1), k(0, b"k"), 3).is_some());
+        assert!(cache.check(at(1), k(0, b"k"), 7).is_some());
         assert_eq!(
-            cache.check(at(1), 0, b"k", 2),
+            cache.check(at(1), k(0, b"k"), 2),
             None,
             "a smaller cost may fit"
         );
-        assert_eq!(cache.check(at(1), 1, b"k", 3), None, "another policy");
-        assert_eq!(cache.check(at(1), 0, b"j", 3), None, "another key");
+        assert_eq!(cache.check(at(1), k(1, b"k"), 3), None, "another policy");
+        assert_eq!(cache.check(at(1), k(0, b"j"), 3), None, "another key");
         // A later denial of a smaller cost replaces it.
-        cache.record(at(2), at(3), 0, b"k", 2, &denied(10, 10));
-        assert!(cache.check(at(3), 0, b"k", 2).is_some());
-        assert_eq!(cache.check(at(12), 0, b"k", 3), None);
+        cache.record(at(2), at(3), k(0, b"k"), 2, &denied(10, 10));
+        assert!(cache.check(at(3), k(0, b"k"), 2).is_some());
+        assert_eq!(cache.check(at(12), k(0, b"k"), 3), None);
         // An admission forgets it.
-        cache.record(at(20), at(21), 0, b"k", 1, &denied(100, 100));
-        cache.forget(0, b"k");
-        assert_eq!(cache.check(at(21), 0, b"k", 1), None);
+        cache.record(at(20), at(21), k(0, b"k"), 1, &denied(100, 100));
+        cache.forget(k(0, b"k"));
+        assert_eq!(cache.check(at(21), k(0, b"k"), 1), None);
     }
 
     #[test]
@@ -209,11 +203,11 @@ mod tests {
         let cache = cache();
         let mut allowed = denied(0, 10);
         allowed.outcome = Outcome::Allowed;
-        cache.record(at(0), at(1), 0, b"a", 1, &allowed);
-        cache.record(at(0), at(1), 0, b"b", 1, &denied(0, 10));
-        cache.record(at(0), at(1), 0, b"c", 0, &denied(10, 10));
+        cache.record(at(0), at(1), k(0, b"a"), 1, &allowed);
+        cache.record(at(0), at(1), k(0, b"b"), 1, &denied(0, 10));
+        cache.record(at(0), at(1), k(0, b"c"), 0, &denied(10, 10));
         // The reply came after the denial had ended already.
-        cache.record(at(0), at(30), 0, b"d", 1, &denied(20, 20));
+        cache.record(at(0), at(30), k(0, b"d"), 1, &denied(20, 20));
         assert_eq!(cache.len(), 0);
     }
 }

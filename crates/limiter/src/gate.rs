@@ -28,6 +28,7 @@ use rein_core::{Decision, Micros, Outcome, Timestamp};
 use rein_memory::MemoryLimiter;
 
 use crate::allow_cache::{AllowCache, AllowCacheConfig};
+use crate::bounded::CacheKey;
 use crate::breaker::{Breaker, BreakerConfig, BreakerEvent, BreakerState, Ticket};
 use crate::decided::{Decided, Source, Unavailable};
 use crate::deny_cache::DenyCache;
@@ -86,6 +87,16 @@ pub(crate) struct Request<'a> {
     pub ask: Ask,
 }
 
+impl<'a> Request<'a> {
+    /// What the caches keep its answers under.
+    fn cache_key(&self) -> CacheKey<'a> {
+        CacheKey {
+            policy: self.slot,
+            key: self.key,
+        }
+    }
+}
+
 /// What a request asks of the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Ask {
@@ -131,18 +142,12 @@ impl<K> Gate<K> {
     /// The first step of a valid request at `now`: answer from a cache, refuse to call a
     /// store the breaker keeps away from, or call it.
     pub(crate) fn begin(&self, now: Timestamp, request: Request<'_>) -> Step {
-        let Request {
-            slot,
-            key,
-            cost,
-            ask,
-            ..
-        } = request;
+        let Request { cost, ask, .. } = request;
         // A peek, or a zero cost, is a question about the state, which only the store can
         // answer: a cached denial or reuse says what an acquire would get, not what is left.
         if cost > 0
             && ask != Ask::Peek
-            && let Some((decision, source)) = self.cached(now, slot, key, cost)
+            && let Some((decision, source)) = self.cached(now, request.cache_key(), cost)
         {
             return Step::Answer(self.count(request, Decided { decision, source }));
         }
@@ -207,11 +212,12 @@ impl<K> Gate<K> {
 
     /// Forgets cached answers for `key` under policy `slot`: its capacity came back.
     pub(crate) fn forget(&self, now: Timestamp, slot: u32, key: &[u8]) {
+        let at = CacheKey { policy: slot, key };
         if let Some(cache) = &self.deny_cache {
-            cache.forget(slot, key);
+            cache.forget(at);
         }
         if let Some(cache) = &self.allow_cache {
-            cache.block(now, slot, key);
+            cache.block(now, at);
         }
     }
 
@@ -238,18 +244,12 @@ impl<K> Gate<K> {
 
     /// A cache's answer to an acquire: the deny cache's repeated denial, else the allow
     /// cache's reuse, else none.
-    fn cached(
-        &self,
-        now: Timestamp,
-        slot: u32,
-        key: &[u8],
-        cost: u64,
-    ) -> Option<(Decision, Source)> {
+    fn cached(&self, now: Timestamp, at: CacheKey<'_>, cost: u64) -> Option<(Decision, Source)> {
         let denied = self.deny_cache.as_ref();
-        if let Some(decision) = denied.and_then(|c| c.check(now, slot, key, cost)) {
+        if let Some(decision) = denied.and_then(|c| c.check(now, at, cost)) {
             return Some((decision, Source::DenyCache));
         }
-        let decision = self.allow_cache.as_ref()?.check(now, slot, key, cost)?;
+        let decision = self.allow_cache.as_ref()?.check(now, at, cost)?;
         Some((decision, Source::AllowCache))
     }
 
@@ -268,24 +268,22 @@ impl<K> Gate<K> {
 
     /// Feeds a decision from the store to the caches.
     fn remember(&self, sent_at: Timestamp, now: Timestamp, request: Request<'_>, d: &Decision) {
-        let Request {
-            slot, key, cost, ..
-        } = request;
+        let (at, cost) = (request.cache_key(), request.cost);
         if d.is_allowed() {
             if let Some(cache) = &self.deny_cache {
-                cache.forget(slot, key);
+                cache.forget(at);
             }
             if let Some(cache) = &self.allow_cache {
-                cache.record(now, slot, key, cost, d);
+                cache.record(now, at, cost, d);
             }
         } else {
             // The deny cache's expiry counts from `sent_at`, before the store decided, so
             // it ends no later than the store's denial.
             if let Some(cache) = &self.deny_cache {
-                cache.record(sent_at, now, slot, key, cost, d);
+                cache.record(sent_at, now, at, cost, d);
             }
             if let Some(cache) = &self.allow_cache {
-                cache.block(now, slot, key);
+                cache.block(now, at);
             }
         }
     }
