@@ -203,8 +203,9 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         );
         // The old rules' leases give back what they hold, off the caller's path (with leases
         // on, the snapshot was built inside a runtime; without, there is nothing to give). A
-        // request still deciding on them may reserve again: those units strand until their
-        // validity ends (under-admission only), as a crashed holder's would.
+        // reservation a request started on them is waited for and given back; one that does
+        // not land within the flight timeout strands until its validity ends (under-admission
+        // only), as a crashed holder's would.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move { old.release().await });
         }

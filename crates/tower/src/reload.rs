@@ -52,7 +52,8 @@ pub type ConfiguredLayer = RateLimitLayer<ConfiguredLimiter>;
 ///   Redis is down at that moment, its local fallback (a full share again, so one reload
 ///   during an outage can admit one more share per key than the outage bound).
 /// - With `[leases]`: what the replaced limiter's leases hold goes back to Redis, on a task
-///   (a reservation in flight at that moment strands until its window ends).
+///   (a reservation in flight at that moment is waited for, at most the flight timeout, and
+///   what it grants goes back too).
 #[derive(Clone)]
 pub struct Reloader {
     inner: Arc<Inner>,

@@ -416,7 +416,11 @@ impl<S: Leasable + 'static> Shared<S> {
                 woken.await;
             }
         };
-        let _ = tokio::time::timeout(Duration::from(flight_timeout), settled).await;
+        // Outside a runtime no reservation's task runs (nothing was spawned), and there is no
+        // timer to wait with: what is in flight is presumed lost at once.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let _ = tokio::time::timeout(Duration::from(flight_timeout), settled).await;
+        }
         let now = self.clock.now().max(give_up);
         self.step_both(
             |book| book.handle_timeout(now),
@@ -607,7 +611,8 @@ impl<S: Leasable + 'static> Shared<S> {
                 self.waker(&key.key).notify_waiters();
                 if closed {
                     // A shutdown is waiting for this reservation: give back its grant before
-                    // telling it the reservation ended.
+                    // telling it the reservation ended. (A closed book reserves nothing more:
+                    // returns are all it emits.)
                     for action in actions {
                         if let Action::Return {
                             key,
