@@ -97,9 +97,10 @@ impl<'a> Request<'a> {
     }
 }
 
-/// What a request asks of the store.
+/// What a request asks of the store. `pub` in a private module: the sealed
+/// [`Mode`](crate::lease::Mode) takes it, and nothing outside the crate can name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Ask {
+pub enum Ask {
     /// To take `cost`: a decision, answered from the caches when they can.
     Acquire,
     /// Whether `cost` would be admitted, taking nothing: no cache answers or learns from
@@ -109,13 +110,6 @@ pub(crate) enum Ask {
     /// leases' behalf, not a request's decision, so not counted among decisions (the
     /// requests the block admits are, as [`Source::Lease`]).
     Reserve,
-}
-
-impl Ask {
-    /// A peek's or an acquire's.
-    pub(crate) fn of(peek: bool) -> Self {
-        if peek { Ask::Peek } else { Ask::Acquire }
-    }
 }
 
 impl<K> Gate<K> {

@@ -208,7 +208,7 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
     pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decided, RequestError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);
-        self.mode.decide(self, None, index, key, cost, false).await
+        M::decide(self, Call::new(None, index, key, cost), Ask::Acquire).await
     }
 
     /// Whether `cost` would be admitted for `key` now, taking nothing: the store's answer,
@@ -218,7 +218,7 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
     pub async fn peek(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decided, RequestError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);
-        self.mode.decide(self, None, index, key, cost, true).await
+        M::decide(self, Call::new(None, index, key, cost), Ask::Peek).await
     }
 
     /// [`acquire`](Self::acquire) under the policy named `policy`, whatever the key's
@@ -233,9 +233,12 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
             self.inner.gate.invalid_request();
             return Err(RequestError::UnknownPolicy(policy.to_owned()));
         };
-        self.mode
-            .decide(self, None, index, key.as_ref(), cost, false)
-            .await
+        M::decide(
+            self,
+            Call::new(None, index, key.as_ref(), cost),
+            Ask::Acquire,
+        )
+        .await
     }
 
     /// Gives back up to `amount` to every limit of the policy `key` is classified into, in
@@ -252,7 +255,7 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
     pub async fn refund(&self, key: impl AsRef<[u8]>, amount: u64) -> Result<(), DecideError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);
-        self.mode.refund(self, None, index, key, amount).await
+        M::refund(self, Call::new(None, index, key, amount)).await
     }
 
     /// Turns shadow mode on or off for the policy named `policy`, at once and for every
@@ -316,29 +319,22 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
     /// A decision by the store's `acquire` or `peek` (by `ask`), shadow mode applied.
     pub(crate) async fn decide_plain(
         &self,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        cost: u64,
+        call: Call<'_>,
         ask: Ask,
     ) -> Result<Decided, RequestError> {
-        self.decide(
-            now,
-            index,
-            key,
-            cost,
-            ask,
-            move |store, policy, store_now| async move {
-                let decision = if ask == Ask::Peek {
-                    store.peek(store_now, policy, key, cost).await
-                } else {
-                    store.acquire(store_now, policy, key, cost).await
-                };
-                decision.map(|decision| (decision, None))
-            },
-        )
+        let Call {
+            key, units: cost, ..
+        } = call;
+        self.decide(call, ask, move |store, policy, store_now| async move {
+            let decision = if ask == Ask::Peek {
+                store.peek(store_now, policy, key, cost).await
+            } else {
+                store.acquire(store_now, policy, key, cost).await
+            };
+            decision.map(|decision| (decision, None))
+        })
         .await
-        .map(|(decided, _)| self.inner.shadowed(index, decided))
+        .map(|(decided, _)| self.inner.shadowed(call.index, decided))
     }
 
     /// A decision by the store's operation `call` (given the store, the prepared policy and
@@ -347,17 +343,20 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
     /// is not counted as a decision.
     pub(crate) async fn decide<'a, F, Fut>(
         &'a self,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        cost: u64,
+        call: Call<'_>,
         ask: Ask,
-        call: F,
+        store_call: F,
     ) -> Result<(Decided, Option<Timestamp>), RequestError>
     where
         F: FnOnce(&'a S, &'a S::Prepared, Option<Timestamp>) -> Fut,
         Fut: Future<Output = Result<(Decision, Option<Timestamp>), DecideError>>,
     {
+        let Call {
+            now,
+            index,
+            key,
+            units: cost,
+        } = call;
         let inner = &*self.inner;
         let named = &inner.table.policies()[index];
         let capacity = inner.check(index, key, cost)?;
@@ -376,7 +375,7 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
                 cost,
                 ask,
             };
-            let (decided, stamp) = inner.decide(now, index, request, call).await?;
+            let (decided, stamp) = inner.decide(now, index, request, store_call).await?;
             tracing::debug!(
                 source = decided.source.as_str(),
                 unavailable = decided.source.unavailable().map(|why| why.as_str()),
@@ -499,13 +498,15 @@ impl<S: Limiter> Shared<S> {
         Ok((decided, stamp))
     }
 
-    pub(crate) async fn refund(
-        &self,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        amount: u64,
-    ) -> Result<(), DecideError> {
+    /// Gives back `call.units` to the policy at `call.index`, bounded by the guard deadline,
+    /// after forgetting what the caches hold for the key.
+    pub(crate) async fn refund(&self, call: Call<'_>) -> Result<(), DecideError> {
+        let Call {
+            now,
+            index,
+            key,
+            units: amount,
+        } = call;
         let local = now.unwrap_or_else(|| self.clock.now());
         // The table holds far fewer than 2^32 policies (each built by hand).
         self.gate.forget(local, index as u32, key);
@@ -539,15 +540,14 @@ impl<S: Limiter> Shared<S> {
 }
 
 impl<S: Leasable> Shared<S> {
-    /// A return of held units, as [`refund`](Self::refund).
-    async fn refund_held(
-        &self,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        amount: u64,
-        stamp: Timestamp,
-    ) -> Result<(), DecideError> {
+    /// A return of held units recorded at `stamp`, as [`refund`](Self::refund).
+    async fn refund_held(&self, call: Call<'_>, stamp: Timestamp) -> Result<(), DecideError> {
+        let Call {
+            now,
+            index,
+            key,
+            units: amount,
+        } = call;
         let local = now.unwrap_or_else(|| self.clock.now());
         self.gate.forget(local, index as u32, key);
         let store_now = self.store_now(now, local);
@@ -636,8 +636,8 @@ impl<S: Limiter, M: Mode<S>> Limiter for ResilientLimiter<S, M> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        self.mode
-            .decide(self, now, policy.0, key, cost, false)
+        let call = Call::new(now, policy.0, key, cost);
+        M::decide(self, call, Ask::Acquire)
             .await
             .map(|decided| decided.decision)
             .map_err(decide_error)
@@ -653,8 +653,8 @@ impl<S: Limiter, M: Mode<S>> Limiter for ResilientLimiter<S, M> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        self.mode
-            .decide(self, now, policy.0, key, cost, true)
+        let call = Call::new(now, policy.0, key, cost);
+        M::decide(self, call, Ask::Peek)
             .await
             .map(|decided| decided.decision)
             .map_err(decide_error)
@@ -667,7 +667,7 @@ impl<S: Limiter, M: Mode<S>> Limiter for ResilientLimiter<S, M> {
         key: &[u8],
         amount: u64,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        self.mode.refund(self, now, policy.0, key, amount)
+        M::refund(self, Call::new(now, policy.0, key, amount))
     }
 
     /// The guard deadline; with leases on, twice it (a request may wait for a reservation,
@@ -795,18 +795,12 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
         hold: Micros,
     ) -> Result<Held, DecideError> {
         let local = now.unwrap_or_else(|| self.inner.clock.now());
+        let call = Call::new(now, policy.0, key, cost);
         let (decided, stamp) = self
-            .decide(
-                now,
-                policy.0,
-                key,
-                cost,
-                Ask::Reserve,
-                move |store, policy, now| async move {
-                    let held = store.acquire_held(now, policy, key, cost, hold).await?;
-                    Ok((held.decision, Some(held.stamp)))
-                },
-            )
+            .decide(call, Ask::Reserve, move |store, policy, now| async move {
+                let held = store.acquire_held(now, policy, key, cost, hold).await?;
+                Ok((held.decision, Some(held.stamp)))
+            })
             .await
             .map_err(decide_error)?;
         Ok(Held {
@@ -823,7 +817,8 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
         amount: u64,
         stamp: Timestamp,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        self.inner.refund_held(now, policy.0, key, amount, stamp)
+        self.inner
+            .refund_held(Call::new(now, policy.0, key, amount), stamp)
     }
 
     /// Rate shares of a token bucket (leases as rate): a direct decision goes through the
@@ -840,10 +835,7 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
         match op {
             RateOp::Direct(cost) => self
                 .decide(
-                    now,
-                    policy.0,
-                    key,
-                    cost,
+                    Call::new(now, policy.0, key, cost),
                     Ask::Acquire,
                     move |store, policy, now| async move {
                         match store
@@ -861,6 +853,30 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
                 .map(|(decided, _)| RateAnswer::Decided(decided.decision))
                 .map_err(decide_error),
             op => self.inner.share_rate(now, policy.0, key, op).await,
+        }
+    }
+}
+
+/// One call on a policy of the table, as the resilient path passes it from the mode down to
+/// the gate and the store: a decision's cost, or a refund's amount.
+#[derive(Clone, Copy, Debug)]
+pub struct Call<'a> {
+    /// The instant to decide at (`None`: the limiter's clock).
+    pub(crate) now: Option<Timestamp>,
+    /// The policy's index in the table.
+    pub(crate) index: usize,
+    pub(crate) key: &'a [u8],
+    /// The cost to decide, or the amount to give back.
+    pub(crate) units: u64,
+}
+
+impl<'a> Call<'a> {
+    pub(crate) fn new(now: Option<Timestamp>, index: usize, key: &'a [u8], units: u64) -> Self {
+        Self {
+            now,
+            index,
+            key,
+            units,
         }
     }
 }

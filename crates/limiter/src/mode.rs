@@ -18,42 +18,33 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rein_core::{DecideError, Leasable, Limiter, Timestamp};
+use rein_core::{DecideError, Leasable, Limiter};
 
 use crate::gate::Ask;
 use crate::lease::{
     LeaseConfig, LeaseStats, LeasedLimiter, LeasedPolicy, ShareView, decide_direct,
 };
-use crate::limiter::{ResilientLimiter, ResilientLimiterBuilder, TablePolicy};
+use crate::limiter::{Call, ResilientLimiter, ResilientLimiterBuilder, TablePolicy};
 use crate::{Decided, RequestError, ResilienceConfigError, Source};
 
 /// How a [`ResilientLimiter`] decides: [`Direct`], [`Leased`], or either chosen at run time
 /// ([`MaybeLeased`]). Sealed: these are the only modes.
 pub trait Mode<S: Limiter>: sealed::Sealed + Send + Sync + 'static {
-    /// Decides a request for the policy at `index` of the table (a peek: takes nothing), at
-    /// `now` (`None`: the limiter's clock).
+    /// Decides `call` in `limiter`, which holds this mode: an acquire or a peek (`ask`).
     #[doc(hidden)]
     fn decide(
-        &self,
         limiter: &ResilientLimiter<S, Self>,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        cost: u64,
-        peek: bool,
+        call: Call<'_>,
+        ask: Ask,
     ) -> impl Future<Output = Result<Decided, RequestError>> + Send
     where
         Self: Sized;
 
-    /// Gives back up to `amount` for the policy at `index`.
+    /// Gives back `call`'s units in `limiter`, which holds this mode.
     #[doc(hidden)]
     fn refund(
-        &self,
         limiter: &ResilientLimiter<S, Self>,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        amount: u64,
+        call: Call<'_>,
     ) -> impl Future<Output = Result<(), DecideError>> + Send
     where
         Self: Sized;
@@ -115,26 +106,18 @@ pub enum MaybeLeased<S: Leasable> {
 impl<S: Limiter> Mode<S> for Direct {
     /// The gate's decision itself, with no future around it.
     fn decide(
-        &self,
         limiter: &ResilientLimiter<S, Self>,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        cost: u64,
-        peek: bool,
+        call: Call<'_>,
+        ask: Ask,
     ) -> impl Future<Output = Result<Decided, RequestError>> + Send {
-        limiter.decide_plain(now, index, key, cost, Ask::of(peek))
+        limiter.decide_plain(call, ask)
     }
 
     fn refund(
-        &self,
         limiter: &ResilientLimiter<S, Self>,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        amount: u64,
+        call: Call<'_>,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        limiter.inner.refund(now, index, key, amount)
+        limiter.inner.refund(call)
     }
 
     fn deadline(&self, call: Duration) -> Duration {
@@ -144,26 +127,18 @@ impl<S: Limiter> Mode<S> for Direct {
 
 impl<S: Leasable + 'static> Mode<S> for Leased<S> {
     fn decide(
-        &self,
         limiter: &ResilientLimiter<S, Self>,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        cost: u64,
-        peek: bool,
+        call: Call<'_>,
+        ask: Ask,
     ) -> impl Future<Output = Result<Decided, RequestError>> + Send {
-        self.decide_in(limiter, now, index, key, cost, peek)
+        limiter.mode.decide_in(limiter, call, ask)
     }
 
     fn refund(
-        &self,
         limiter: &ResilientLimiter<S, Self>,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        amount: u64,
+        call: Call<'_>,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        self.refund_in(limiter, now, index, key, amount)
+        limiter.mode.refund_in(limiter, call)
     }
 
     /// A request may wait for a reservation, then call directly.
@@ -174,37 +149,23 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
 
 impl<S: Leasable + 'static> Mode<S> for MaybeLeased<S> {
     async fn decide(
-        &self,
         limiter: &ResilientLimiter<S, Self>,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        cost: u64,
-        peek: bool,
+        call: Call<'_>,
+        ask: Ask,
     ) -> Result<Decided, RequestError> {
-        match self {
-            MaybeLeased::Direct => {
-                limiter
-                    .decide_plain(now, index, key, cost, Ask::of(peek))
-                    .await
-            }
-            MaybeLeased::Leased(leased) => {
-                leased.decide_in(limiter, now, index, key, cost, peek).await
-            }
+        match &limiter.mode {
+            MaybeLeased::Direct => limiter.decide_plain(call, ask).await,
+            MaybeLeased::Leased(leased) => leased.decide_in(limiter, call, ask).await,
         }
     }
 
     async fn refund(
-        &self,
         limiter: &ResilientLimiter<S, Self>,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        amount: u64,
+        call: Call<'_>,
     ) -> Result<(), DecideError> {
-        match self {
-            MaybeLeased::Direct => limiter.inner.refund(now, index, key, amount).await,
-            MaybeLeased::Leased(leased) => leased.refund_in(limiter, now, index, key, amount).await,
+        match &limiter.mode {
+            MaybeLeased::Direct => limiter.inner.refund(call).await,
+            MaybeLeased::Leased(leased) => leased.refund_in(limiter, call).await,
         }
     }
 
@@ -222,28 +183,41 @@ impl<S: Leasable + 'static> Leased<S> {
     async fn decide_in<M: Mode<S>>(
         &self,
         limiter: &ResilientLimiter<S, M>,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        cost: u64,
-        peek: bool,
+        call: Call<'_>,
+        ask: Ask,
     ) -> Result<Decided, RequestError> {
         let inner = &*limiter.inner;
+        let Call {
+            now,
+            index,
+            key,
+            units: cost,
+        } = call;
+        let policy = &self.policies[index];
+        // The gate's decision (deadline, breaker, caches, failure policy) by the leases' own
+        // direct decision: for a token bucket leased as rate, against its direct share.
+        let direct = |ask: Ask| async move {
+            let peek = ask == Ask::Peek;
+            limiter
+                .decide(call, ask, |store, prepared, store_now| async move {
+                    let decision =
+                        decide_direct(store, prepared, policy, store_now, key, cost, peek).await?;
+                    Ok((decision, None))
+                })
+                .await
+                .map(|(decided, _)| decided)
+        };
         // A peek is the store's answer: units held by leases are not the store's to report.
-        if peek {
-            return self
-                .direct(limiter, now, index, key, cost, Ask::Peek)
+        if ask == Ask::Peek {
+            return direct(Ask::Peek)
                 .await
                 .map(|decided| inner.shadowed(index, decided));
         }
         let valid = inner.check(index, key, cost).map(|_| ());
-        let policy = &self.policies[index];
         let decided = self
             .leases
             .decide_with(now, policy, key, cost, valid, |after| async move {
-                let decided = self
-                    .direct(limiter, now, index, key, cost, Ask::Acquire)
-                    .await;
+                let decided = direct(Ask::Acquire).await;
                 // The rate book's actions go out once the store decided.
                 drop(after);
                 decided
@@ -259,47 +233,13 @@ impl<S: Leasable + 'static> Leased<S> {
     async fn refund_in<M: Mode<S>>(
         &self,
         limiter: &ResilientLimiter<S, M>,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        amount: u64,
+        call: Call<'_>,
     ) -> Result<(), DecideError> {
-        self.policies[index].refundable()?;
-        limiter.inner.refund(now, index, key, amount).await
-    }
-
-    /// The gate's decision (deadline, breaker, caches, failure policy) by the leases' own
-    /// direct decision: for a token bucket leased as rate, against its direct share.
-    async fn direct<M: Mode<S>>(
-        &self,
-        limiter: &ResilientLimiter<S, M>,
-        now: Option<Timestamp>,
-        index: usize,
-        key: &[u8],
-        cost: u64,
-        ask: Ask,
-    ) -> Result<Decided, RequestError> {
-        let policy = &self.policies[index];
-        let peek = ask == Ask::Peek;
-        limiter
-            .decide(
-                now,
-                index,
-                key,
-                cost,
-                ask,
-                |store, prepared, store_now| async move {
-                    let decision =
-                        decide_direct(store, prepared, policy, store_now, key, cost, peek).await?;
-                    Ok((decision, None))
-                },
-            )
-            .await
-            .map(|(decided, _)| decided)
+        self.policies[call.index].refundable()?;
+        limiter.inner.refund(call).await
     }
 }
 
-/// With leases on.
 impl<S: Leasable + 'static> ResilientLimiter<S, Leased<S>> {
     /// Gives back every unit the leases hold (awaiting the returns), stops their timers,
     /// and sends every later request through the gate and the store. Call it before
