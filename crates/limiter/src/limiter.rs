@@ -351,31 +351,26 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
         F: FnOnce(&'a S, &'a S::Prepared, Option<Timestamp>) -> Fut,
         Fut: Future<Output = Result<(Decision, Option<Timestamp>), DecideError>>,
     {
-        let Call {
-            now,
-            index,
-            key,
-            units: cost,
-        } = call;
         let inner = &*self.inner;
-        let named = &inner.table.policies()[index];
-        let capacity = inner.check(index, key, cost)?;
+        let capacity = inner.check(call)?;
         let span = tracing::debug_span!(
             "rein_decide",
             limiter = %inner.gate.name(),
-            policy = named.name(),
-            cost,
+            policy = inner.table.policies()[call.index].name(),
+            cost = call.units,
         );
         async {
             let request = Request {
                 // The table holds far fewer than 2^32 policies (each built by hand).
-                slot: index as u32,
+                slot: call.index as u32,
                 capacity,
-                key,
-                cost,
+                key: call.key,
+                cost: call.units,
                 ask,
             };
-            let (decided, stamp) = inner.decide(now, index, request, store_call).await?;
+            let (decided, stamp) = inner
+                .decide(call.now, call.index, request, store_call)
+                .await?;
             tracing::debug!(
                 source = decided.source.as_str(),
                 unavailable = decided.source.unavailable().map(|why| why.as_str()),
@@ -392,14 +387,14 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
 }
 
 impl<S: Limiter> Shared<S> {
-    /// The capacity of the policy at `index`, if `key` and `cost` make a request that can
-    /// be admitted; otherwise the error, counted.
-    pub(crate) fn check(&self, index: usize, key: &[u8], cost: u64) -> Result<u64, RequestError> {
-        let capacity = self.table.policies()[index].policy().capacity();
-        let admissible = if key.is_empty() {
+    /// The capacity of the call's policy, if its key and cost make a request that can be
+    /// admitted; otherwise the error, counted.
+    pub(crate) fn check(&self, call: Call<'_>) -> Result<u64, RequestError> {
+        let capacity = self.table.policies()[call.index].policy().capacity();
+        let admissible = if call.key.is_empty() {
             Err(RequestError::InvalidKey(rein_core::KeyError::Empty))
         } else {
-            OverCapacity::check(cost, capacity).map_err(RequestError::from)
+            OverCapacity::check(call.units, capacity).map_err(RequestError::from)
         };
         admissible.inspect_err(|_| self.gate.invalid_request())?;
         Ok(capacity)
@@ -498,22 +493,36 @@ impl<S: Limiter> Shared<S> {
         Ok((decided, stamp))
     }
 
-    /// Gives back `call.units` to the policy at `call.index`, bounded by the guard deadline,
-    /// after forgetting what the caches hold for the key.
+    /// Gives back `call.units` to the policy at `call.index` in the store.
     pub(crate) async fn refund(&self, call: Call<'_>) -> Result<(), DecideError> {
-        let Call {
-            now,
-            index,
-            key,
-            units: amount,
-        } = call;
-        let local = now.unwrap_or_else(|| self.clock.now());
+        self.give_back(call, |store, policy, now| {
+            store.refund(now, policy, call.key, call.units)
+        })
+        .await
+    }
+
+    /// Units given back by the store's operation `give_back` (a refund, or a return of held
+    /// units), bounded by the guard deadline, after forgetting what the caches hold for the
+    /// key: the capacity came back, so a cached denial or reuse would be stale.
+    async fn give_back<'a, F, Fut>(
+        &'a self,
+        call: Call<'_>,
+        give_back: F,
+    ) -> Result<(), DecideError>
+    where
+        F: FnOnce(&'a S, &'a S::Prepared, Option<Timestamp>) -> Fut,
+        Fut: Future<Output = Result<(), DecideError>>,
+    {
+        let local = call.now.unwrap_or_else(|| self.clock.now());
         // The table holds far fewer than 2^32 policies (each built by hand).
-        self.gate.forget(local, index as u32, key);
-        let store_now = self.store_now(now, local);
-        let policy = &self.prepared[index];
-        self.within_deadline(self.store.refund(store_now, policy, key, amount))
-            .await
+        self.gate.forget(local, call.index as u32, call.key);
+        let store_now = self.store_now(call.now, local);
+        self.within_deadline(give_back(
+            &self.store,
+            &self.prepared[call.index],
+            store_now,
+        ))
+        .await
     }
 
     /// A store call that no failure policy answers (returns, rate shares), bounded by the
@@ -542,20 +551,9 @@ impl<S: Limiter> Shared<S> {
 impl<S: Leasable> Shared<S> {
     /// A return of held units recorded at `stamp`, as [`refund`](Self::refund).
     async fn refund_held(&self, call: Call<'_>, stamp: Timestamp) -> Result<(), DecideError> {
-        let Call {
-            now,
-            index,
-            key,
-            units: amount,
-        } = call;
-        let local = now.unwrap_or_else(|| self.clock.now());
-        self.gate.forget(local, index as u32, key);
-        let store_now = self.store_now(now, local);
-        let policy = &self.prepared[index];
-        self.within_deadline(
-            self.store
-                .refund_held(store_now, policy, key, amount, stamp),
-        )
+        self.give_back(call, |store, policy, now| {
+            store.refund_held(now, policy, call.key, call.units, stamp)
+        })
         .await
     }
 

@@ -187,19 +187,14 @@ impl<S: Leasable + 'static> Leased<S> {
         ask: Ask,
     ) -> Result<Decided, RequestError> {
         let inner = &*limiter.inner;
-        let Call {
-            now,
-            index,
-            key,
-            units: cost,
-        } = call;
-        let policy = &self.policies[index];
+        let policy = &self.policies[call.index];
         // The gate's decision (deadline, breaker, caches, failure policy) by the leases' own
         // direct decision: for a token bucket leased as rate, against its direct share.
         let direct = |ask: Ask| async move {
             let peek = ask == Ask::Peek;
             limiter
                 .decide(call, ask, |store, prepared, store_now| async move {
+                    let (key, cost) = (call.key, call.units);
                     let decision =
                         decide_direct(store, prepared, policy, store_now, key, cost, peek).await?;
                     Ok((decision, None))
@@ -211,22 +206,29 @@ impl<S: Leasable + 'static> Leased<S> {
         if ask == Ask::Peek {
             return direct(Ask::Peek)
                 .await
-                .map(|decided| inner.shadowed(index, decided));
+                .map(|decided| inner.shadowed(call.index, decided));
         }
-        let valid = inner.check(index, key, cost).map(|_| ());
+        let valid = inner.check(call).map(|_| ());
         let decided = self
             .leases
-            .decide_with(now, policy, key, cost, valid, |after| async move {
-                let decided = direct(Ask::Acquire).await;
-                // The rate book's actions go out once the store decided.
-                drop(after);
-                decided
-            })
+            .decide_with(
+                call.now,
+                policy,
+                call.key,
+                call.units,
+                valid,
+                |after| async move {
+                    let decided = direct(Ask::Acquire).await;
+                    // The rate book's actions go out once the store decided.
+                    drop(after);
+                    decided
+                },
+            )
             .await?;
         if matches!(decided.source, Source::Lease | Source::LocalDenial) {
             inner.gate.count_leased(&decided);
         }
-        Ok(inner.shadowed(index, decided))
+        Ok(inner.shadowed(call.index, decided))
     }
 
     /// A refund with leases on, in a limiter of mode `M`.
