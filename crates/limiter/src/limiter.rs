@@ -337,10 +337,10 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
         .map(|(decided, _)| self.inner.shadowed(call.index, decided))
     }
 
-    /// A decision by the store's operation `call` (given the store, the prepared policy and
-    /// the `now` to pass), with the store's stamp when the store answered a held acquire.
-    /// `ask`: a peek's call takes nothing, and its answer is never cached; a reservation's
-    /// is not counted as a decision.
+    /// A decision by the store's operation `store_call` (given the store, the prepared policy
+    /// and the `now` to pass), with the store's stamp when the store answered a held
+    /// acquire. `ask`: a peek's call takes nothing, and its answer is never cached; a
+    /// reservation's is not counted as a decision.
     pub(crate) async fn decide<'a, F, Fut>(
         &'a self,
         call: Call<'_>,
@@ -351,8 +351,24 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
         F: FnOnce(&'a S, &'a S::Prepared, Option<Timestamp>) -> Fut,
         Fut: Future<Output = Result<(Decision, Option<Timestamp>), DecideError>>,
     {
+        let capacity = self.inner.check(call)?;
+        self.decide_checked(call, capacity, ask, store_call).await
+    }
+
+    /// [`decide`](Self::decide) for a call already [`check`](Shared::check)ed: `capacity`
+    /// is the policy's.
+    pub(crate) async fn decide_checked<'a, F, Fut>(
+        &'a self,
+        call: Call<'_>,
+        capacity: u64,
+        ask: Ask,
+        store_call: F,
+    ) -> Result<(Decided, Option<Timestamp>), RequestError>
+    where
+        F: FnOnce(&'a S, &'a S::Prepared, Option<Timestamp>) -> Fut,
+        Fut: Future<Output = Result<(Decision, Option<Timestamp>), DecideError>>,
+    {
         let inner = &*self.inner;
-        let capacity = inner.check(call)?;
         let span = tracing::debug_span!(
             "rein_decide",
             limiter = %inner.gate.name(),
@@ -856,7 +872,8 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
 }
 
 /// One call on a policy of the table, as the resilient path passes it from the mode down to
-/// the gate and the store: a decision's cost, or a refund's amount.
+/// the gate and the store: a decision's cost, or a refund's amount. `pub` in a private
+/// module: the sealed [`Mode`] takes it, and nothing outside the crate can name it.
 #[derive(Clone, Copy, Debug)]
 pub struct Call<'a> {
     /// The instant to decide at (`None`: the limiter's clock).

@@ -187,18 +187,26 @@ impl<S: Leasable + 'static> Leased<S> {
         ask: Ask,
     ) -> Result<Decided, RequestError> {
         let inner = &*limiter.inner;
+        // Checked (and an error counted) once, before the leases or the gate see it.
+        let capacity = inner.check(call)?;
         let policy = &self.policies[call.index];
         // The gate's decision (deadline, breaker, caches, failure policy) by the leases' own
         // direct decision: for a token bucket leased as rate, against its direct share.
         let direct = |ask: Ask| async move {
             let peek = ask == Ask::Peek;
             limiter
-                .decide(call, ask, |store, prepared, store_now| async move {
-                    let (key, cost) = (call.key, call.units);
-                    let decision =
-                        decide_direct(store, prepared, policy, store_now, key, cost, peek).await?;
-                    Ok((decision, None))
-                })
+                .decide_checked(
+                    call,
+                    capacity,
+                    ask,
+                    |store, prepared, store_now| async move {
+                        let (key, cost) = (call.key, call.units);
+                        let decision =
+                            decide_direct(store, prepared, policy, store_now, key, cost, peek)
+                                .await?;
+                        Ok((decision, None))
+                    },
+                )
                 .await
                 .map(|(decided, _)| decided)
         };
@@ -208,22 +216,14 @@ impl<S: Leasable + 'static> Leased<S> {
                 .await
                 .map(|decided| inner.shadowed(call.index, decided));
         }
-        let valid = inner.check(call).map(|_| ());
         let decided = self
             .leases
-            .decide_with(
-                call.now,
-                policy,
-                call.key,
-                call.units,
-                valid,
-                |after| async move {
-                    let decided = direct(Ask::Acquire).await;
-                    // The rate book's actions go out once the store decided.
-                    drop(after);
-                    decided
-                },
-            )
+            .decide_with(call.now, policy, call.key, call.units, |after| async move {
+                let decided = direct(Ask::Acquire).await;
+                // The rate book's actions go out once the store decided.
+                drop(after);
+                decided
+            })
             .await?;
         if matches!(decided.source, Source::Lease | Source::LocalDenial) {
             inner.gate.count_leased(&decided);

@@ -194,22 +194,26 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
         cost: u64,
     ) -> impl Future<Output = Result<Decided, DecideError>> + Send + 'a {
         let valid = policy.admissible(key, cost);
-        self.decide_with(now, policy, key, cost, valid, move |after| async move {
-            let store_now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
-            let store = &self.shared.store;
-            let decision =
-                decide_direct(store, &policy.inner, policy, store_now, key, cost, false).await;
-            // The rate book's actions go out once the store decided.
-            drop(after);
-            Ok(Decided {
-                decision: decision?,
-                source: Source::Store,
+        async move {
+            valid?;
+            self.decide_with(now, policy, key, cost, move |after| async move {
+                let store_now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
+                let store = &self.shared.store;
+                let decision =
+                    decide_direct(store, &policy.inner, policy, store_now, key, cost, false).await;
+                // The rate book's actions go out once the store decided.
+                drop(after);
+                Ok(Decided {
+                    decision: decision?,
+                    source: Source::Store,
+                })
             })
-        })
+            .await
+        }
     }
 
-    /// Decides a request (`valid`: whether it can ever be admitted, the error if not) here,
-    /// from a held block or a recent denial ([`Source::Lease`], [`Source::LocalDenial`]), or
+    /// Decides a request the caller checked can be admitted (`0 < cost ≤` the policy's
+    /// capacity, a key not empty) here, from a held block or a recent denial ([`Source::Lease`], [`Source::LocalDenial`]), or
     /// by `direct`, given the rate book's actions to drop once the store decided. The one
     /// place both [`acquire_leased`](Self::acquire_leased) and the resilient limiter with
     /// leases on decide; a lease hit never waits on anything but the runtime's budget.
@@ -219,14 +223,12 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
         policy: &'a LeasedPolicy<S::Prepared>,
         key: &'a [u8],
         cost: u64,
-        valid: Result<(), E>,
         direct: F,
     ) -> Result<Decided, E>
     where
         F: FnOnce(Deferred<'a, S>) -> Fut,
         Fut: Future<Output = Result<Decided, E>>,
     {
-        valid?;
         self.shared.start_timers();
         // Lease hits complete without waiting: count each against the task's cooperative
         // budget so a spinning caller cannot starve the runtime (limiter.rs does the same).
@@ -378,6 +380,16 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
     }
 }
 
+/// A grant being given back after a shutdown ([`Shared::settling`]).
+struct Settling<'a, S: Leasable>(&'a Shared<S>);
+
+impl<S: Leasable> Drop for Settling<'_, S> {
+    fn drop(&mut self) {
+        self.0.settling.fetch_sub(1, Ordering::Relaxed);
+        self.0.settled.notify_waiters();
+    }
+}
+
 impl<S: Leasable + 'static> Shared<S> {
     /// Spawns the timer loop once, if the timers are the limiter's own and a tokio runtime
     /// is at hand (a relaxed load on every request once started).
@@ -497,29 +509,32 @@ impl<S: Leasable + 'static> Shared<S> {
                     None => TakeReply::Failed,
                 };
                 let now = self.clock.now();
-                let (closed, actions) = self.with_rates(|rates| {
+                let (settling, actions) = self.with_rates(|rates| {
                     rates.handle_taken(now, &key, request.seq, reply);
-                    let closed = rates.is_closed();
-                    if closed {
-                        self.settling.fetch_add(1, Ordering::Relaxed);
-                    }
-                    closed
+                    rates.is_closed().then(|| self.settling())
                 });
-                if closed {
+                if let Some(_settling) = settling {
                     // As for a reservation (`carry`): the share goes back first.
                     for action in actions {
                         if let RateAction::Return { key, request, at } = action {
                             self.return_share(key, request, at).await;
                         }
                     }
-                    self.settling.fetch_sub(1, Ordering::Relaxed);
-                    self.settled.notify_waiters();
                 } else {
                     self.dispatch_rates(actions);
                 }
             }
             RateAction::Return { key, request, at } => self.return_share(key, request, at).await,
         }
+    }
+
+    /// A reservation (or take) ended after a shutdown, its grant being given back: counted
+    /// in `settling` until the returned guard drops (the returns awaited, or the task
+    /// dropped), which wakes the shutdown. Call it under the book's lock, as the book counts
+    /// the reservation ended.
+    fn settling(&self) -> Settling<'_, S> {
+        self.settling.fetch_add(1, Ordering::Relaxed);
+        Settling(self)
     }
 
     /// Gives a rate share back to the store, counting a return that fails.
@@ -600,16 +615,12 @@ impl<S: Leasable + 'static> Shared<S> {
                     None => Reserved::Failed,
                 };
                 let now = self.clock.now();
-                let (closed, actions) = self.with_book(|book| {
+                let (settling, actions) = self.with_book(|book| {
                     book.handle_reserved(now, &key, id, reply);
-                    let closed = book.is_closed();
-                    if closed {
-                        self.settling.fetch_add(1, Ordering::Relaxed);
-                    }
-                    closed
+                    book.is_closed().then(|| self.settling())
                 });
                 self.waker(&key.key).notify_waiters();
-                if closed {
+                if let Some(_settling) = settling {
                     // A shutdown is waiting for this reservation: give back its grant before
                     // telling it the reservation ended. (A closed book reserves nothing more:
                     // returns are all it emits.)
@@ -624,8 +635,6 @@ impl<S: Leasable + 'static> Shared<S> {
                             self.give_back(key, units, at, stamp).await;
                         }
                     }
-                    self.settling.fetch_sub(1, Ordering::Relaxed);
-                    self.settled.notify_waiters();
                 } else {
                     self.dispatch(actions);
                 }
