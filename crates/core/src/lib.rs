@@ -87,8 +87,8 @@ pub use decision::{Decision, Outcome};
 pub use error::{AcquireError, ConfigError, DecodeError, OverCapacity};
 pub use limit::{Limit, LimitState};
 pub use limiter::{
-    DEFAULT_DEADLINE, DecideError, Held, KeyError, Leasable, Limiter, NamedPolicy, PrepareError,
-    SourceError, StoreError,
+    DEADLINE_MARGIN, DEFAULT_DEADLINE, DecideError, Held, KeyError, Leasable, Limiter, NamedPolicy,
+    PrepareError, SourceError, StoreError,
 };
 pub use policy::{MAX_LIMITS, Policy, PolicyState};
 pub use time::{MAX_MICROS, MAX_SPAN, Micros, Timestamp};

@@ -400,6 +400,13 @@ const MAX_NAME_LEN: usize = 64;
 /// defaults to it refers to it.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
 
+/// How much longer a caller's own timer waits than the deadline of what it calls: the
+/// resilient limiter's over its store's, the HTTP layer's over its limiter's. The inner
+/// timer normally fires first and says why (and lets a store built with a connector replace
+/// a connection that went silent); 5 ms is above tokio's 1 ms timer resolution and a
+/// scheduling hiccup, and short against [`DEFAULT_DEADLINE`].
+pub const DEADLINE_MARGIN: Duration = Duration::from_millis(5);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -385,7 +385,7 @@ impl BreakerConfig {
             max_backoff: Micros::from_millis(DEFAULT_MAX_BACKOFF_MS),
             jitter_permille: 0,
             rng_seed: 0,
-            probe_timeout: Micros::from_millis(DEFAULT_PROBE_TIMEOUT_MS),
+            probe_timeout: DEFAULT_PROBE_TIMEOUT,
         }
     }
 
@@ -414,8 +414,9 @@ impl BreakerConfig {
         self
     }
 
-    /// How long a probe may run before it counts as failed (default 50 ms). The resilient
-    /// limiter sets it to the store's deadline.
+    /// How long a probe may run before it counts as failed (default: the stores' default
+    /// deadline, [`rein_core::DEFAULT_DEADLINE`]). The resilient limiter sets it to the
+    /// store's own deadline.
     pub fn probe_timeout(mut self, timeout: Duration) -> Self {
         self.probe_timeout = Micros::from(timeout);
         self
@@ -473,8 +474,10 @@ const DEFAULT_BASE_BACKOFF_MS: u64 = 100;
 /// to the next request (docs/failure.md, "Recovery"). With 1 s it measured 1.04 s.
 const DEFAULT_MAX_BACKOFF_MS: u64 = 800;
 
-/// The store's default deadline.
-const DEFAULT_PROBE_TIMEOUT_MS: u64 = 50;
+/// The stores' default deadline ([`rein_core::DEFAULT_DEADLINE`]): a probe is one store
+/// call, so it may take as long as any other.
+const DEFAULT_PROBE_TIMEOUT: Micros =
+    Micros::from_micros(rein_core::DEFAULT_DEADLINE.as_micros() as u64);
 
 #[cfg(test)]
 mod tests {

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
 use rein_core::{
-    DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, OverCapacity,
-    PrepareError, StoreError, Timestamp,
+    DEADLINE_MARGIN, DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy,
+    OverCapacity, PrepareError, StoreError, Timestamp,
     rate_share::{RateAnswer, RateOp},
 };
 use rein_memory::{Clock, MemoryLimiter};
@@ -154,7 +154,7 @@ pub(crate) struct Shared<S: Limiter> {
     prepared: Vec<S::Prepared>,
     pub(crate) clock: SharedClock,
     pub(crate) time_source: TimeSource,
-    /// The store's deadline plus [`SAFETY_NET`].
+    /// The store's deadline plus [`DEADLINE_MARGIN`].
     guard_deadline: Duration,
     pub(crate) gate: Gate<SharedClock>,
     /// Per policy, in the table's order: whether it is in shadow mode, and what it denied.
@@ -933,7 +933,7 @@ impl<S: Limiter> ResilientLimiterBuilder<S> {
     }
 
     /// The circuit breaker's settings (default [`BreakerConfig::new`]). Its probe timeout is
-    /// replaced by the store's deadline (plus the limiter's safety margin).
+    /// replaced by the store's deadline (plus [`DEADLINE_MARGIN`]).
     pub fn breaker(mut self, config: BreakerConfig) -> Self {
         self.breaker = config;
         self
@@ -1033,7 +1033,7 @@ impl<S: Limiter> ResilientLimiterBuilder<S> {
             .store
             .deadline()
             .unwrap_or(DEFAULT_DEADLINE)
-            .saturating_add(SAFETY_NET);
+            .saturating_add(DEADLINE_MARGIN);
         let gate = Gate::new(
             self.name,
             self.on_failure,
@@ -1100,9 +1100,3 @@ const DEFAULT_DEADLINE: Duration = rein_core::DEFAULT_DEADLINE;
 /// 65 536 entries: more keys than one node sees denied within a typical `retry_after`, and
 /// a few MiB at most.
 const DEFAULT_CACHE_ENTRIES: NonZeroUsize = NonZeroUsize::new(1 << 16).expect("nonzero");
-
-/// How long after the store's deadline the limiter's own timer fires. The store's timer
-/// normally fires first, which lets a store built with a connector replace a connection that
-/// went silent; 5 ms is above tokio's 1 ms timer resolution and a scheduling hiccup, and
-/// short against the deadline.
-const SAFETY_NET: Duration = Duration::from_millis(5);

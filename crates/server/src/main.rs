@@ -120,7 +120,7 @@ struct Serve {
     #[arg(
         long,
         env = "REIN_LEASE_NODES",
-        default_value = "4",
+        default_value_t = rein::LeaseConfig::default().expected_nodes,
         requires = "leases"
     )]
     lease_nodes: NonZeroU32,

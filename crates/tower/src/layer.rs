@@ -13,7 +13,9 @@ use arc_swap::ArcSwap;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
-use rein_core::{DecideError, Decision, Limiter, NamedPolicy, OverCapacity, StoreError};
+use rein_core::{
+    DEADLINE_MARGIN, DecideError, Decision, Limiter, NamedPolicy, OverCapacity, StoreError,
+};
 use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Instrument;
@@ -374,7 +376,7 @@ impl<L: Limiter> RateLimitLayerBuilder<L> {
         let deadline = self.deadline.or_else(|| {
             self.limiter
                 .deadline()
-                .map(|d| d.saturating_add(SAFETY_NET))
+                .map(|d| d.saturating_add(DEADLINE_MARGIN))
         });
         Ok(RateLimitLayer {
             shared: Arc::new(ArcSwap::from_pointee(Shared {
@@ -709,8 +711,3 @@ impl<B, E> std::fmt::Debug for ResponseFuture<B, E> {
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// The `RateLimit` header (draft-ietf-httpapi-ratelimit-headers).
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-
-/// How much longer than the limiter's own deadline the layer waits: the limiter's timer
-/// normally fires first and says why; 5 ms is above tokio's 1 ms timer resolution and a
-/// scheduling hiccup, and short against a 50 ms deadline.
-const SAFETY_NET: Duration = Duration::from_millis(5);
