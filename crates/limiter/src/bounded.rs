@@ -257,7 +257,7 @@ mod tests {
     }
 
     fn value(m: &BoundedMap<Until>, now: u64, policy: u32, key: &[u8]) -> Option<u64> {
-        m.get(at(now), CacheKey { policy, key }, |v| v.0)
+        m.get(at(now), k(policy, key), |v| v.0)
     }
 
     #[test]

@@ -213,10 +213,11 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
     }
 
     /// Decides a request the caller checked can be admitted (`0 < cost ≤` the policy's
-    /// capacity, a key not empty) here, from a held block or a recent denial ([`Source::Lease`], [`Source::LocalDenial`]), or
-    /// by `direct`, given the rate book's actions to drop once the store decided. The one
-    /// place both [`acquire_leased`](Self::acquire_leased) and the resilient limiter with
-    /// leases on decide; a lease hit never waits on anything but the runtime's budget.
+    /// capacity, a key not empty) here, from a held block or a recent denial
+    /// ([`Source::Lease`], [`Source::LocalDenial`]), or by `direct`, given the rate book's
+    /// actions to drop once the store decided. The one place both
+    /// [`acquire_leased`](Self::acquire_leased) and the resilient limiter with leases on
+    /// decide; a lease hit never waits on anything but the runtime's budget.
     pub(crate) async fn decide_with<'a, E, F, Fut>(
         &'a self,
         now: Option<Timestamp>,

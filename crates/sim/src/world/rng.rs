@@ -4,8 +4,7 @@
 //! turmoil has its own seeded RNG for the network; everything the world draws itself
 //! (arrival gaps, keys, clock offsets) comes from a [`Rng`] seeded from the scenario's seed,
 //! and each node's from a child seeded by its parent ([`Rng::child`]), so adding a node
-//! never changes what the others draw. SplitMix64 is small, fast, and good enough to spread
-//! arrivals; nothing here is cryptographic.
+//! never changes what the others draw.
 
 use rein_core::rng::SplitMix64;
 
@@ -36,10 +35,10 @@ impl Rng {
         self.bits.next_u64()
     }
 
-    /// A number in `0..n` (0 when `n` is 0). The modulo bias is below 2^-40 for the small
-    /// `n` the world uses.
+    /// A number in `0..n` (0 when `n` is 0), as [`SplitMix64::below_inclusive`] draws it.
     pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next_u64() % n }
+        n.checked_sub(1)
+            .map_or(0, |max| self.bits.below_inclusive(max))
     }
 
     /// A number in `lo..=hi` (`lo` when the range is empty).
