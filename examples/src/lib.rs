@@ -3,7 +3,7 @@
 //! Each program in `src/bin/` prints what happens, and its doc comment holds the expected
 //! output in a `text` block under "Expected output"; `tests/demos.rs` runs every program
 //! and compares, so the documented output cannot drift from the real one. Internal: to use
-//! rein, depend on `rein-memory` or `rein-redis`.
+//! rein, depend on `rein` (its paths are the ones these programs import).
 //!
 //! Time is explicit (`acquire_at` with a [`Timestamp`]) wherever the output must not depend
 //! on when the program runs or how fast the machine is: a "pause" is a later timestamp,
@@ -15,8 +15,8 @@ use std::error::Error;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use rein_core::{Decision, Micros, Timestamp};
-use rein_redis::{
+use rein::core::{Decision, Micros, Timestamp};
+use rein::redis::{
     ConnectError, OptimisticStore, OptimisticStoreBuilder, RedisStore, RedisStoreBuilder,
 };
 

@@ -49,7 +49,7 @@ use rein_core::{Micros, Timestamp};
 /// ```
 /// use std::num::NonZeroU32;
 /// use std::time::Duration;
-/// use rein_core::Timestamp;
+/// use rein::core::Timestamp;
 /// use rein::BreakerConfig;
 /// use rein::breaker::{Breaker, BreakerState};
 ///

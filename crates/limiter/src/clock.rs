@@ -20,7 +20,7 @@ use tokio::time::Instant;
 /// [`TimeSource::LocalClock`](crate::TimeSource::LocalClock).
 ///
 /// ```
-/// use rein_memory::Clock;
+/// use rein::memory::Clock;
 /// use rein::TokioClock;
 ///
 /// let clock = TokioClock::new();

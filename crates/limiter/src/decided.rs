@@ -11,7 +11,7 @@ use rein_core::Decision;
 /// leases on or off, and from [`LeasedLimiter`](crate::lease::LeasedLimiter).
 ///
 /// ```
-/// use rein_core::{Decision, Micros, Outcome};
+/// use rein::core::{Decision, Micros, Outcome};
 /// use rein::{Decided, Source, Unavailable};
 ///
 /// let decided = Decided {

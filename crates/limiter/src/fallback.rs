@@ -46,7 +46,7 @@ pub enum FailurePolicy {
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use rein_core::{Limit, Micros, Policy};
+/// use rein::core::{Limit, Micros, Policy};
 /// use rein::fallback::local_share;
 ///
 /// let policy = Policy::new([

@@ -111,6 +111,11 @@ pub use table::PolicyTable;
 
 // The limits themselves, and the stores: what a program needs beside the limiter, from
 // this one crate.
+/// rein-core: the limits' exact math with explicit time (`Policy::acquire` at a
+/// `rein::core::Timestamp`), the [`Decision`](rein_core::Decision) every answer carries, and
+/// the [`Limiter`](rein_core::Limiter) trait every store implements (to call a store
+/// directly, or to write code over any store).
+pub use rein_core as core;
 pub use rein_core::{Limit, Micros, NamedPolicy, OverCapacity, Policy};
 /// rein-memory: limits in one process (`rein::memory::MemoryStore`), also the local
 /// fallback the failure policy uses.
@@ -124,6 +129,17 @@ pub use rein_redis as redis;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/failure.md")]
 struct FailureDoc;
+
+/// docs/redis.md, compiled with the doctests so that its examples, written as an
+/// application writes them (through `rein::redis`), keep up with the API.
+#[cfg(all(doctest, feature = "redis"))]
+#[doc = include_str!("../../../docs/redis.md")]
+struct RedisDoc;
+
+/// docs/optimistic.md, compiled with the doctests as docs/redis.md is.
+#[cfg(all(doctest, feature = "redis"))]
+#[doc = include_str!("../../../docs/optimistic.md")]
+struct OptimisticDoc;
 
 /// docs/architecture.md, compiled with the doctests: its listing of the traits must at least
 /// name types that exist with these signatures.

@@ -86,8 +86,8 @@ use crate::{RequestError, ResilienceConfigError};
 /// ```no_run
 /// use std::num::NonZeroU32;
 /// use rein::{FailurePolicy, PolicyTable, ResilientLimiter, Source};
-/// use rein_core::{Limit, Micros, NamedPolicy, Policy};
-/// use rein_redis::RedisStore;
+/// use rein::core::{Limit, Micros, NamedPolicy, Policy};
+/// use rein::redis::RedisStore;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = RedisStore::connect("redis://127.0.0.1:6379/").await?;

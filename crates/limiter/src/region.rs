@@ -39,7 +39,7 @@ use rein_core::{Algorithm, ConfigError, Limit, Micros, Policy, Timestamp};
 /// exceeds 2^52 µs ([`ConfigError::TooLarge`]).
 ///
 /// ```
-/// use rein_core::{Limit, Micros, Policy};
+/// use rein::core::{Limit, Micros, Policy};
 /// use rein::region::split;
 ///
 /// let policy = Policy::single(Limit::fixed_window(300, Micros::from_secs(1))?);

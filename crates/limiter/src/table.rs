@@ -20,7 +20,7 @@ use crate::ResilienceConfigError;
 ///
 /// ```
 /// use rein::PolicyTable;
-/// use rein_core::{Limit, Micros, NamedPolicy, Policy};
+/// use rein::core::{Limit, Micros, NamedPolicy, Policy};
 ///
 /// let api = NamedPolicy::new("api", Policy::single(Limit::token_bucket(100, 10, Micros::from_secs(1))?))?;
 /// let login = NamedPolicy::new("login", Policy::single(Limit::fixed_window(5, Micros::from_secs(60))?))?;

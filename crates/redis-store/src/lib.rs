@@ -130,13 +130,3 @@ pub use store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, RedisStore, RedisStoreB
 pub fn check_key_prefix(prefix: &str) -> Result<(), SettingsError> {
     key::validate_prefix(prefix)
 }
-
-/// docs/redis.md, compiled with the doctests so that its examples keep up with the API.
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/redis.md")]
-struct RedisDoc;
-
-/// docs/optimistic.md, compiled with the doctests so that its example keeps up with the API.
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/optimistic.md")]
-struct OptimisticDoc;

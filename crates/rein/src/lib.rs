@@ -3,11 +3,15 @@
 //!
 //! This is the one dependency an application adds for the common paths; the crates behind
 //! it (`rein-core`, `rein-memory`, `rein-redis`, `rein-resilient`, `rein-tower`) are
-//! reachable from here, so nothing else needs importing.
+//! reachable from here (`rein::core`, `rein::memory`, `rein::redis`, `rein::http`), so
+//! nothing else needs importing.
 //!
 //! # Where to start
 //! - **The limits**: [`Limit`] (token bucket, fixed window, sliding log, sliding counter),
-//!   [`Policy`] (up to 8 limits decided all or nothing), [`NamedPolicy`], [`Micros`].
+//!   [`Policy`] (up to 8 limits decided all or nothing), [`NamedPolicy`], [`Micros`]; the
+//!   rest of their crate is [`core`]: the exact math at an explicit
+//!   [`Timestamp`](core::Timestamp), the [`Decision`](core::Decision) every answer carries,
+//!   and the [`Limiter`](core::Limiter) trait the stores implement.
 //! - **The stores**: [`redis::RedisStore`] (limits shared through Redis; the default
 //!   `redis` feature) and [`memory::MemoryStore`] (in process).
 //! - **[`ResilientLimiter`]** over a store: every request gets an answer within the

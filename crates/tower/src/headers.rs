@@ -71,7 +71,7 @@ pub struct RenderedHeaders {
 /// the last limit.
 ///
 /// ```
-/// use rein_core::{Decision, Limit, Micros, NamedPolicy, Outcome, Policy};
+/// use rein::core::{Decision, Limit, Micros, NamedPolicy, Outcome, Policy};
 /// use rein_tower::headers::render;
 ///
 /// let policy = NamedPolicy::new(
@@ -147,7 +147,7 @@ pub fn render_rate_limit(policy: &NamedPolicy, deciding: usize, decision: &Decis
 ///   all limits, and the bound keeps `t` about the limit the item names.
 ///
 /// ```
-/// use rein_core::{Limit, Micros, Policy, Timestamp};
+/// use rein::core::{Limit, Micros, Policy, Timestamp};
 /// use rein_tower::headers::{reset_secs, retry_after_secs};
 ///
 /// // A sliding log of 7 per 3 s: 1 admitted at 0 s, 6 at 2.2 s.

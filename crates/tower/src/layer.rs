@@ -45,8 +45,8 @@ use crate::{KeySource, LayerError, Route};
 /// | cost above capacity | `413 Content Too Large`: waiting never helps |
 ///
 /// ```
-/// use rein_core::{Limit, Micros, NamedPolicy, Policy};
-/// use rein_memory::MemoryStore;
+/// use rein::core::{Limit, Micros, NamedPolicy, Policy};
+/// use rein::memory::MemoryStore;
 /// use rein_tower::{KeySource, RateLimitLayer, Route};
 ///
 /// let api = NamedPolicy::new(

@@ -9,7 +9,7 @@
 //! (the exact log, or the weighted two-window counter) looks back a whole minute from every
 //! request, so the second burst finds the first one still inside it.
 //!
-//! In memory (`rein_memory::MemoryLimiter`), on an explicit clock: the decisions are
+//! In memory (`rein::memory::MemoryLimiter`), on an explicit clock: the decisions are
 //! rein-core's, the same in Redis.
 //!
 //! Run: `cargo run -p rein-examples --bin fixed_window_boundary`
@@ -25,9 +25,9 @@
 //! sliding window (counter)       100        0                  100
 //! ```
 
-use rein_core::{Limit, Micros, Policy};
+use rein::core::{Limit, Micros, Policy};
+use rein::memory::MemoryLimiter;
 use rein_examples::{DemoResult, at};
-use rein_memory::MemoryLimiter;
 
 fn main() -> DemoResult {
     let minute = Micros::from_secs(60);

@@ -3,10 +3,10 @@
 //!
 //! The pattern: the limiters talk to a small store interface, so the same limiter runs on
 //! an in-process store in tests and on Redis in production. rein's interface is the
-//! `rein_core::Limiter` trait (prepare a named policy once, then `acquire`, `peek`,
+//! `rein::core::Limiter` trait (prepare a named policy once, then `acquire`, `peek`,
 //! `refund`), and the scenario below is one generic function run on three implementations:
-//! `rein_memory::MemoryStore`, `rein_redis::RedisStore` (one atomic script call per
-//! decision) and `rein_redis::OptimisticStore` (`WATCH`, read, decide, `MULTI … EXEC`).
+//! `rein::memory::MemoryStore`, `rein::redis::RedisStore` (one atomic script call per
+//! decision) and `rein::redis::OptimisticStore` (`WATCH`, read, decide, `MULTI … EXEC`).
 //! All three decide with rein-core, so every block prints the same lines, which the program
 //! checks. Unlike a read-then-write over separate commands, neither Redis store lets two
 //! servers take the last token.
@@ -47,11 +47,11 @@
 
 use std::error::Error;
 
-use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
+use rein::core::{Limit, Limiter, Micros, NamedPolicy, Policy};
+use rein::memory::MemoryStore;
 use rein_examples::{
     DemoResult, PREFIX, at, delete_keys, describe, lua_store, optimistic_store, redis_url,
 };
-use rein_memory::MemoryStore;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> DemoResult {

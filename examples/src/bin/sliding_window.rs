@@ -25,9 +25,9 @@
 //! 5 admitted, 2 denied
 //! ```
 
-use rein_core::{Limit, Limiter, Micros, Policy};
+use rein::core::{Limit, Limiter, Micros, Policy};
+use rein::redis::RedisPolicy;
 use rein_examples::{DemoResult, PREFIX, at_millis, delete_keys, describe, lua_store, redis_url};
-use rein_redis::RedisPolicy;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> DemoResult {

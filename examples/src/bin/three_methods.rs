@@ -43,9 +43,9 @@
 //! max/10 s  7                        9                        5
 //! ```
 
-use rein_core::{Limit, Limiter, Micros, Policy};
+use rein::core::{Limit, Limiter, Micros, Policy};
+use rein::redis::RedisPolicy;
 use rein_examples::{DemoResult, PREFIX, at, delete_keys, describe, lua_store, redis_url};
-use rein_redis::RedisPolicy;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> DemoResult {

@@ -36,11 +36,11 @@
 //! Request 17: allowed (0 left)        allowed (0 left)
 //! ```
 
-use rein_core::{Limit, Limiter, Micros, Policy, Timestamp};
+use rein::core::{Limit, Limiter, Micros, Policy, Timestamp};
+use rein::redis::RedisPolicy;
 use rein_examples::{
     DemoResult, PREFIX, at, delete_keys, describe, lua_store, optimistic_store, redis_url,
 };
-use rein_redis::RedisPolicy;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> DemoResult {
@@ -79,12 +79,12 @@ async fn main() -> DemoResult {
 }
 
 async fn both(
-    optimistic: &rein_redis::OptimisticStore,
-    lua: &rein_redis::RedisStore<redis::aio::ConnectionManager>,
+    optimistic: &rein::redis::OptimisticStore,
+    lua: &rein::redis::RedisStore<redis::aio::ConnectionManager>,
     now: Timestamp,
     policy: &RedisPolicy,
     client: &str,
-) -> Result<(rein_core::Decision, rein_core::Decision), Box<dyn std::error::Error>> {
+) -> Result<(rein::core::Decision, rein::core::Decision), Box<dyn std::error::Error>> {
     let a = optimistic
         .acquire(Some(now), policy, client.as_bytes(), 1)
         .await?;

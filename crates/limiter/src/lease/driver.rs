@@ -53,8 +53,8 @@ use crate::{Decided, Source, TimeSource, TokioClock};
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
-/// use rein_memory::MemoryStore;
+/// use rein::core::{Limit, Limiter, Micros, NamedPolicy, Policy};
+/// use rein::memory::MemoryStore;
 /// use rein::{LeaseConfig, Source, lease::LeasedLimiter};
 ///
 /// let store = MemoryStore::new();
@@ -73,7 +73,7 @@ use crate::{Decided, Source, TimeSource, TokioClock};
 /// ```compile_fail,E0277
 /// use std::future::{Future, ready};
 /// use std::time::Duration;
-/// use rein_core::{DecideError, Decision, Limiter, NamedPolicy, PrepareError, Timestamp};
+/// use rein::core::{DecideError, Decision, Limiter, NamedPolicy, PrepareError, Timestamp};
 ///
 /// /// A [`Limiter`], and not [`Leasable`](rein_core::Leasable).
 /// struct DecidesOnly;
