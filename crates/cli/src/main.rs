@@ -13,9 +13,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
 use rein_core::overrides::{KeyMatch, Override};
 use rein_core::{Decision, Limit, Limiter, Micros, NamedPolicy, Policy, PolicyState, Timestamp};
-use rein_redis::{AdminError, KeyAdmin, KeyState, RedisPolicy, Until};
+use rein_redis::RedisPolicy;
 use rein_tower::{Config, ConfiguredStore, RedisEndpoint};
 use serde_json::{Value, json};
 

@@ -46,7 +46,7 @@ pub enum ConfigError {
     /// Use e.g. `api-login`.
     #[error("invalid policy name {0:?}: 1 to 64 of A-Z a-z 0-9 _ - .")]
     InvalidName(String),
-    /// More limits in one policy than [`MAX_LIMITS`](crate::MAX_LIMITS).
+    /// More limits in one policy than [`MAX_LIMITS`](crate::policy::MAX_LIMITS).
     #[error("a policy holds at most {max} limits, got {got}")]
     TooManyLimits {
         /// How many were given.
@@ -92,15 +92,4 @@ pub enum AcquireError {
     /// untouched; start from a fresh state for the new policy.
     #[error("state does not match the limit's algorithm or the policy's shape")]
     StateMismatch,
-}
-
-/// State read back from a store that no sequence of decisions could have produced (see
-/// [`SlidingLogState::from_entries`](crate::sliding_log::SlidingLogState::from_entries)).
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-#[non_exhaustive]
-pub enum DecodeError {
-    /// A field is out of range: log entries out of order, a zero cost, a total that
-    /// overflows.
-    #[error("state field out of range")]
-    OutOfRange,
 }

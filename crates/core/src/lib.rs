@@ -10,7 +10,7 @@
 //!
 //! # Where to start
 //! [`Limit`] (one of the four algorithms, built with its numbers: [`Limit::token_bucket`],
-//! [`Limit::fixed_window`], ...), [`Policy`] (up to [`MAX_LIMITS`] limits, all or nothing)
+//! [`Limit::fixed_window`], ...), [`Policy`] (up to [`MAX_LIMITS`](policy::MAX_LIMITS) limits, all or nothing)
 //! and its [`PolicyState`], [`NamedPolicy`] (a policy with the name stores key it by),
 //! [`Decision`], and the time types [`Micros`] and [`Timestamp`]. An operator's changes to
 //! one key are transitions too: [`Policy::penalize`], [`Policy::with_remaining`] and a
@@ -18,7 +18,9 @@
 //! [`Limiter`] (and [`Leasable`] to be leased over, [`admin::KeyAdmin`] for an operator's
 //! changes to one key). Each algorithm's own type and state are
 //! in its module, the rate shares that lease a token bucket in [`rate_share`], and per-key
-//! overrides of a policy in [`overrides`].
+//! overrides of a policy in [`overrides`]. What a store's author needs besides is with what
+//! it qualifies: the store interface's deadlines and error source in [`limiter`], the
+//! bounds of time in [`time`], a policy's greatest number of limits in [`policy`].
 //!
 //! # Algorithms
 //! | module | state | admits | memory per key |
@@ -28,7 +30,7 @@
 //! | [`sliding_log`] | every admission in the window | exactly `limit` in any window | 16 B × admissions |
 //! | [`sliding_counter`] | two counts | about `limit` in any window (< 2× worst case) | 24 B |
 //!
-//! A [`Policy`] combines up to [`MAX_LIMITS`] limits all-or-nothing.
+//! A [`Policy`] combines up to [`MAX_LIMITS`](policy::MAX_LIMITS) limits all-or-nothing.
 //!
 //! # Contract
 //! - `acquire` consumes `cost` only if the decision is [`Outcome::Allowed`]; a denial
@@ -71,27 +73,29 @@ mod divisor;
 mod error;
 pub mod fixed_window;
 mod limit;
-mod limiter;
+pub mod limiter;
 pub mod overrides;
-mod policy;
+pub mod policy;
 pub mod rate_share;
 pub mod rng;
 pub mod sliding_counter;
 pub mod sliding_log;
-mod time;
+pub mod time;
 pub mod token_bucket;
 
 pub use algorithm::Algorithm;
 pub use block::Block;
 pub use decision::{Decision, Outcome};
-pub use error::{AcquireError, ConfigError, DecodeError, OverCapacity};
+pub use error::{AcquireError, ConfigError, OverCapacity};
 pub use limit::{Limit, LimitState};
 pub use limiter::{
-    DEADLINE_MARGIN, DEFAULT_DEADLINE, DecideError, Held, KeyError, Leasable, Limiter, NamedPolicy,
-    PrepareError, SourceError, StoreError,
+    DecideError, Held, KeyError, Leasable, Limiter, NamedPolicy, PrepareError, StoreError,
 };
-pub use policy::{MAX_LIMITS, Policy, PolicyState};
-pub use time::{MAX_MICROS, MAX_SPAN, Micros, Timestamp};
+pub use policy::{Policy, PolicyState};
+pub use time::{Micros, Timestamp};
+
+// The bounds of time, in their module (`time`), named here for the crate's own use.
+use time::{MAX_MICROS, MAX_SPAN};
 
 /// Checks a limit of `limit` units per `window` (a fixed window's, a sliding log's): both
 /// nonzero, `limit` at most [`MAX_MICROS`], `window` at most [`MAX_SPAN`]. Returns the

@@ -58,7 +58,7 @@ pub struct OverrideEntry {
 /// that old, within the store's deadline; a failed load keeps the copy it had.
 pub trait OverrideSource: Send + Sync + 'static {
     /// Every override there is now.
-    fn load(&self) -> BoxFuture<'_, Result<Vec<OverrideEntry>, crate::SourceError>>;
+    fn load(&self) -> BoxFuture<'_, Result<Vec<OverrideEntry>, crate::limiter::SourceError>>;
 }
 
 /// A boxed, sendable future: what [`OverrideSource::load`] returns, so that a store can
@@ -152,7 +152,7 @@ impl Override {
     }
 
     /// Reads [`encode`](Self::encode)'s text. Every limit is checked as when it is built
-    /// ([`ConfigError`]), and a policy holds 1 to [`MAX_LIMITS`](crate::MAX_LIMITS).
+    /// ([`ConfigError`]), and a policy holds 1 to [`MAX_LIMITS`](crate::policy::MAX_LIMITS).
     pub fn decode(text: &str) -> Result<Self, OverrideError> {
         if text == UNLIMITED {
             return Ok(Override::Unlimited);

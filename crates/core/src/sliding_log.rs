@@ -30,9 +30,7 @@ use std::collections::VecDeque;
 use std::num::NonZeroU32;
 
 use crate::algorithm::capacity_share;
-use crate::{
-    AcquireError, Algorithm, ConfigError, Decision, DecodeError, Micros, OverCapacity, Timestamp,
-};
+use crate::{AcquireError, Algorithm, ConfigError, Decision, Micros, OverCapacity, Timestamp};
 
 /// A validated sliding-log limit: `limit` cost units in any span of `window`.
 ///
@@ -353,4 +351,15 @@ impl SlidingLogState {
         }
         Ok(log)
     }
+}
+
+/// A log read back from a store that no sequence of decisions could have produced (see
+/// [`SlidingLogState::from_entries`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// A field is out of range: log entries out of order, a zero cost, a total that
+    /// overflows.
+    #[error("state field out of range")]
+    OutOfRange,
 }

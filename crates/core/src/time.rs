@@ -32,7 +32,7 @@ pub const MAX_SPAN: Micros = Micros::from_micros(1 << 48);
 /// use rein_core::{Micros, Timestamp};
 /// let t = Timestamp::from_micros(1_000_000);
 /// assert_eq!(t.saturating_add(Micros::from_millis(5)).as_micros(), 1_005_000);
-/// assert_eq!(Timestamp::from_micros(u64::MAX).as_micros(), rein_core::MAX_MICROS);
+/// assert_eq!(Timestamp::from_micros(u64::MAX).as_micros(), rein_core::time::MAX_MICROS);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(u64);

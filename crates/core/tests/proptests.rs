@@ -22,9 +22,10 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{RngSeed, TestCaseError};
 use rein_core::rng::SplitMix64;
+use rein_core::time::{MAX_MICROS, MAX_SPAN};
 use rein_core::{
-    AcquireError, ConfigError, Decision, Limit, LimitState, MAX_MICROS, MAX_SPAN, Micros,
-    OverCapacity, Policy, PolicyState, Timestamp,
+    AcquireError, ConfigError, Decision, Limit, LimitState, Micros, OverCapacity, Policy,
+    PolicyState, Timestamp,
     fixed_window::FixedWindowState,
     sliding_counter::SlidingCounterState,
     sliding_log::{LogEntry, SlidingLogState},

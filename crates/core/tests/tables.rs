@@ -7,9 +7,11 @@
 //! `AcquireError::InsufficientCapacity` and ignores the figures. Denials, peeks and errors
 //! must leave the state unchanged.
 
+use rein_core::policy::MAX_LIMITS;
+use rein_core::time::{MAX_MICROS, MAX_SPAN};
 use rein_core::{
-    AcquireError, ConfigError, Decision, Limit, LimitState, MAX_LIMITS, MAX_MICROS, MAX_SPAN,
-    Micros, OverCapacity, Policy, PolicyState, Timestamp,
+    AcquireError, ConfigError, Decision, Limit, LimitState, Micros, OverCapacity, Policy,
+    PolicyState, Timestamp,
 };
 
 const S: u64 = 1_000_000;

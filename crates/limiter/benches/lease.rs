@@ -35,7 +35,7 @@ use tokio::runtime::Runtime;
 /// Limits the bench never exhausts: 2^40 per the longest window, and a bucket of 10^8
 /// refilled at 10^8 per second (small enough for exact rate shares).
 fn policies() -> [(&'static str, NamedPolicy); 2] {
-    let window = Limit::fixed_window(1 << 40, rein_core::MAX_SPAN).expect("valid");
+    let window = Limit::fixed_window(1 << 40, rein_core::time::MAX_SPAN).expect("valid");
     let bucket = Limit::token_bucket(100_000_000, 100_000_000, rein_core::Micros::from_secs(1))
         .expect("valid");
     [

@@ -415,7 +415,7 @@ impl BreakerConfig {
     }
 
     /// How long a probe may run before it counts as failed (default: the stores' default
-    /// deadline, [`rein_core::DEFAULT_DEADLINE`]). The resilient limiter sets it to the
+    /// deadline, [`rein_core::limiter::DEFAULT_DEADLINE`]). The resilient limiter sets it to the
     /// store's own deadline.
     pub fn probe_timeout(mut self, timeout: Duration) -> Self {
         self.probe_timeout = Micros::from(timeout);
@@ -474,10 +474,10 @@ const DEFAULT_BASE_BACKOFF_MS: u64 = 100;
 /// to the next request (docs/failure.md, "Recovery"). With 1 s it measured 1.04 s.
 const DEFAULT_MAX_BACKOFF_MS: u64 = 800;
 
-/// The stores' default deadline ([`rein_core::DEFAULT_DEADLINE`]): a probe is one store
+/// The stores' default deadline ([`rein_core::limiter::DEFAULT_DEADLINE`]): a probe is one store
 /// call, so it may take as long as any other.
 const DEFAULT_PROBE_TIMEOUT: Micros =
-    Micros::from_micros(rein_core::DEFAULT_DEADLINE.as_micros() as u64);
+    Micros::from_micros(rein_core::limiter::DEFAULT_DEADLINE.as_micros() as u64);
 
 #[cfg(test)]
 mod tests {

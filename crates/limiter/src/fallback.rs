@@ -69,7 +69,8 @@ pub fn local_share(policy: &Policy, expected_nodes: NonZeroU32) -> Result<Policy
 
 #[cfg(test)]
 mod tests {
-    use rein_core::{Limit, MAX_MICROS, Micros};
+    use rein_core::time::MAX_MICROS;
+    use rein_core::{Limit, Micros};
 
     use super::*;
 

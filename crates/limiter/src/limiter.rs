@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
+use rein_core::limiter::DEADLINE_MARGIN;
 use rein_core::{
-    DEADLINE_MARGIN, DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy,
-    OverCapacity, PrepareError, StoreError, Timestamp,
+    DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, OverCapacity,
+    PrepareError, StoreError, Timestamp,
     rate_share::{RateAnswer, RateOp},
 };
 use rein_memory::{Clock, MemoryLimiter};
@@ -1095,7 +1096,7 @@ impl<S> fmt::Debug for ResilientLimiterBuilder<S> {
 const DEFAULT_NAME: &str = "rein";
 
 /// The deadline of a store that states none ([`Limiter::deadline`]).
-const DEFAULT_DEADLINE: Duration = rein_core::DEFAULT_DEADLINE;
+const DEFAULT_DEADLINE: Duration = rein_core::limiter::DEFAULT_DEADLINE;
 
 /// 65 536 entries: more keys than one node sees denied within a typical `retry_after`, and
 /// a few MiB at most.

@@ -382,7 +382,7 @@ fn split_limit(limit: &Limit, w: u64, total: u64) -> Result<Limit, ConfigError> 
             let period = per_token.checked_mul(total).ok_or(ConfigError::TooLarge {
                 what: "period × the sum of the region weights",
                 value: u64::MAX,
-                max: rein_core::MAX_MICROS,
+                max: rein_core::time::MAX_MICROS,
             })?;
             Limit::token_bucket(
                 part(b.capacity())?,

@@ -857,7 +857,7 @@ fn token_bucket_under_demand_skewed_1_to_9_uses_the_rate_and_never_over() {
 async fn with_redis_paused_a_node_spends_exactly_what_it_holds_then_fails_closed() {
     let server = RedisServer::start().expect("redis-server");
     let deadline = Duration::from_millis(50);
-    let limit = Limit::fixed_window(1_000, rein_core::MAX_SPAN).expect("valid");
+    let limit = Limit::fixed_window(1_000, rein_core::time::MAX_SPAN).expect("valid");
     let policy = NamedPolicy::new("outage", Policy::single(limit)).expect("valid");
     let leased = leased_over_resilient(&server, deadline, &policy).await;
     for _ in 0..40 {
@@ -1135,7 +1135,7 @@ fn slow_and_hot(
 
 /// A fixed window of 1 000 that outlasts any test.
 fn long_window() -> Limit {
-    Limit::fixed_window(1_000, rein_core::MAX_SPAN).expect("valid")
+    Limit::fixed_window(1_000, rein_core::time::MAX_SPAN).expect("valid")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1556,7 +1556,7 @@ async fn timers_run_without_being_spawned_and_shutdown_returns_every_held_unit()
     let leased = LeasedLimiter::builder(rein_memory::MemoryStore::new())
         .config(config())
         .build();
-    let long = rein_core::MAX_SPAN;
+    let long = rein_core::time::MAX_SPAN;
     let limits = [
         (
             "fw",

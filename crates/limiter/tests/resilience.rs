@@ -49,7 +49,7 @@ fn bucket(name: &str, capacity: u64) -> NamedPolicy {
 /// `limit` per window of `MAX_SPAN`, 2^48 µs (the next boundary is in 2032): its stored
 /// count is exactly what was admitted.
 fn eon_window(name: &str, limit: u64) -> NamedPolicy {
-    let eon = rein_core::MAX_SPAN;
+    let eon = rein_core::time::MAX_SPAN;
     let limit = Limit::fixed_window(limit, eon).expect("valid");
     NamedPolicy::new(name, Policy::single(limit)).expect("valid name")
 }

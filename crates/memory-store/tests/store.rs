@@ -189,7 +189,7 @@ fn time_going_backwards_never_panics() {
         1,
         10_000_000_000,
         3,
-        rein_core::MAX_MICROS,
+        rein_core::time::MAX_MICROS,
         0,
     ];
     for policy in policies {

@@ -138,7 +138,7 @@ pub(crate) fn parse_block(stored: &str) -> Option<Result<(Block, String), String
                     .bytes()
                     .all(|b| b.is_ascii_digit())
                     .then(|| digits.parse().ok())??;
-                (until <= rein_core::MAX_MICROS).then(|| {
+                (until <= rein_core::time::MAX_MICROS).then(|| {
                     (
                         Block::until(Timestamp::from_micros(until)),
                         reason.to_owned(),

@@ -16,7 +16,8 @@
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
-use rein_core::{KeyError, SourceError, StoreError};
+use rein_core::limiter::SourceError;
+use rein_core::{KeyError, StoreError};
 use thiserror::Error;
 
 /// Why [`state`](crate::RedisStore::state) could not read a key's state.
@@ -33,7 +34,7 @@ pub enum StateError {
     #[error(transparent)]
     Unavailable(#[from] StoreError),
     /// The key is blocked by an operator until this instant (µs since the Unix epoch): it
-    /// holds no limits' states. [`KeyAdmin::inspect`](crate::KeyAdmin::inspect) reads both.
+    /// holds no limits' states. [`KeyAdmin::inspect`](rein_core::admin::KeyAdmin::inspect) reads both.
     #[error("the key is blocked until {} µs since the Unix epoch", .0.as_micros())]
     Blocked(rein_core::Timestamp),
 }

@@ -17,8 +17,9 @@
 //! This module is the Rust half (key tag, decoding for `RedisStore::state`, encoding for
 //! the optimistic store); the script computes the same modulus from the same rule.
 
+use rein_core::time::MAX_MICROS;
 use rein_core::{
-    MAX_MICROS, Timestamp,
+    Timestamp,
     fixed_window::{FixedWindow, FixedWindowState},
 };
 

@@ -62,7 +62,7 @@
 //! # What this crate does not do
 //!
 //! - **No failure policy.** When Redis is slow or down, calls return a typed
-//!   [`StoreError`] (`Timeout`, `Connection`, ...), never a made-up decision. Failing open,
+//!   [`StoreError`](rein_core::StoreError) (`Timeout`, `Connection`, ...), never a made-up decision. Failing open,
 //!   closed or to a local limiter, circuit breaking and caching denials belong in the layer
 //!   above every store: the `rein` crate's `ResilientLimiter` (docs/architecture.md).
 //! - **No in-process limiting.** For limits that need not be shared between processes, use
@@ -113,9 +113,6 @@ pub use error::{ConnectError, SettingsError, StateError};
 pub use optimistic::{OptimisticStats, OptimisticStore, OptimisticStoreBuilder};
 pub use overrides::DEFAULT_OVERRIDES_STALENESS;
 pub use policy::RedisPolicy;
-pub use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
-pub use rein_core::overrides::MAX_OVERRIDES;
-pub use rein_core::{DecideError, KeyError, StoreError};
 pub use script::{SCRIPT_SOURCE, SCRIPTS};
 pub use store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, RedisStore, RedisStoreBuilder};
 

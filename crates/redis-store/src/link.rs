@@ -21,7 +21,8 @@ use redis::{ErrorKind, RedisError, RedisResult};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use rein_core::{SourceError, StoreError};
+use rein_core::StoreError;
+use rein_core::limiter::SourceError;
 
 /// Makes a new connection for a store whose connection may be dead: the closure given to
 /// `RedisStoreBuilder::connect_with`, boxed. Called once when the store is built and again

@@ -42,9 +42,10 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Value};
+use rein_core::limiter::SourceError;
 use rein_core::{
     DecideError, Decision, KeyError, Limiter, NamedPolicy, OverCapacity, PolicyState, PrepareError,
-    SourceError, StoreError, Timestamp,
+    StoreError, Timestamp,
 };
 use tokio::time::Instant;
 use tracing::Instrument;

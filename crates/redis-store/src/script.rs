@@ -10,8 +10,10 @@
 use std::sync::LazyLock;
 
 use redis::{Cmd, Value};
+use rein_core::limiter::SourceError;
+use rein_core::time::MAX_MICROS;
 use rein_core::{
-    Decision, MAX_MICROS, Micros, Outcome, SourceError, StoreError, Timestamp,
+    Decision, Micros, Outcome, StoreError, Timestamp,
     rate_share::{Grant, RateAnswer, RateOp, RateShares, Taken},
 };
 
@@ -409,7 +411,7 @@ fn decode_policy_reply(value: Value) -> Result<(Decision, Timestamp), StoreError
     };
     let limit_index = u8::try_from(index)
         .ok()
-        .filter(|&i| usize::from(i) < rein_core::MAX_LIMITS)
+        .filter(|&i| usize::from(i) < rein_core::policy::MAX_LIMITS)
         .ok_or_else(|| wrong("a limit index beyond the policy"))?;
     let decision = Decision {
         outcome,

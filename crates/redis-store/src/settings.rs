@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rein_core::MAX_MICROS;
+use rein_core::time::MAX_MICROS;
 
 use crate::SettingsError;
 use crate::store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
@@ -23,7 +23,7 @@ impl Shared {
     pub(crate) fn new() -> Self {
         Self {
             prefix: DEFAULT_PREFIX.to_owned(),
-            deadline: rein_core::DEFAULT_DEADLINE,
+            deadline: rein_core::limiter::DEFAULT_DEADLINE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             min_ttl: Duration::ZERO,
         }

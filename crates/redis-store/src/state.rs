@@ -13,8 +13,9 @@
 //! operator blocked holds `B<until>:<reason>` instead (admin.rs).
 
 use redis::{Pipeline, Value};
+use rein_core::time::MAX_MICROS;
 use rein_core::{
-    Limit, LimitState, MAX_MICROS, PolicyState, Timestamp,
+    Limit, LimitState, PolicyState, Timestamp,
     fixed_window::FixedWindowState,
     sliding_counter::SlidingCounterState,
     sliding_log::{LogEntry, SlidingLogState},

@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use rein_core::admin::MAX_REASON_LEN;
+use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
 use rein_core::{Limit, Limiter, Micros, Policy};
-use rein_redis::{
-    AdminError, KeyAdmin, KeyState, OptimisticStore, RedisPolicy, RedisStore, StateError, Until,
-};
+use rein_redis::{OptimisticStore, RedisPolicy, RedisStore, StateError};
 use rein_redis_harness::{RedisCluster, RedisServer};
 
 /// A policy of one limit of each kind whose figures do not move within a test: an hour's

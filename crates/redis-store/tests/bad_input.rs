@@ -7,10 +7,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::FakeServer;
+use rein_core::{DecideError, KeyError, StoreError};
 use rein_core::{Limit, Limiter, Micros, OverCapacity, Policy};
 use rein_redis::{
-    ConnectError, DecideError, KeyError, RedisPolicy, RedisStore, RedisStoreBuilder, SettingsError,
-    StateError, StoreError,
+    ConnectError, RedisPolicy, RedisStore, RedisStoreBuilder, SettingsError, StateError,
 };
 use rein_redis_harness::RedisServer;
 

@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use common::FakeServer;
 use redis::aio::MultiplexedConnection;
+use rein_core::{DecideError, StoreError};
 use rein_core::{Limit, Limiter, Micros, Policy};
-use rein_redis::{
-    ConnectError, DecideError, RedisPolicy, RedisStore, RedisStoreBuilder, StoreError,
-};
+use rein_redis::{ConnectError, RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 
 /// A policy with one limit of each algorithm, so every command the script uses runs.

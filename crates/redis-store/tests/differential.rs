@@ -11,11 +11,12 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use redis::aio::ConnectionManager;
+use rein_core::admin::{KeyAdmin, KeyState};
+use rein_core::time::{MAX_MICROS, MAX_SPAN};
 use rein_core::{
-    Algorithm, Block, Leasable, Limit, Limiter, MAX_MICROS, MAX_SPAN, Micros, OverCapacity, Policy,
-    Timestamp,
+    Algorithm, Block, Leasable, Limit, Limiter, Micros, OverCapacity, Policy, Timestamp,
 };
-use rein_redis::{KeyAdmin, KeyState, RedisPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 
 /// One step: move the clock, then do one operation.
@@ -291,7 +292,7 @@ fn same_outcome(
     i: usize,
     step: &Step,
     core: Result<rein_core::Decision, rein_core::AcquireError>,
-    redis: Result<rein_core::Decision, rein_redis::DecideError>,
+    redis: Result<rein_core::Decision, rein_core::DecideError>,
 ) -> Result<(), TestCaseError> {
     match (core, redis) {
         (Ok(core), Ok(redis)) => {
@@ -299,7 +300,7 @@ fn same_outcome(
         }
         (
             Err(rein_core::AcquireError::InsufficientCapacity(OverCapacity { cost, capacity })),
-            Err(rein_redis::DecideError::InsufficientCapacity(OverCapacity {
+            Err(rein_core::DecideError::InsufficientCapacity(OverCapacity {
                 cost: c2,
                 capacity: k2,
             })),

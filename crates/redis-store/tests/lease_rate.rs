@@ -10,8 +10,9 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
+use rein_core::time::MAX_MICROS;
 use rein_core::{
-    DecideError, Leasable, Limit, Limiter, MAX_MICROS, Micros, Policy, Timestamp,
+    DecideError, Leasable, Limit, Limiter, Micros, Policy, Timestamp,
     rate_share::{
         RateAnswer, RateOp, RateShares, RateState, ReturnRequest, ShareError, TakeRequest, Taken,
     },

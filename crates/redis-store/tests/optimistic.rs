@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
+use rein_core::{DecideError, StoreError};
 use rein_core::{Decision, Limit, Limiter, Micros, OverCapacity, Policy, Timestamp};
-use rein_redis::{DecideError, OptimisticStoreBuilder, RedisPolicy, RedisStoreBuilder, StoreError};
+use rein_redis::{OptimisticStoreBuilder, RedisPolicy, RedisStoreBuilder};
 use rein_redis_harness::RedisServer;
 
 const LIMIT: u64 = 100;

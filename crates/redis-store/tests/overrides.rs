@@ -8,11 +8,11 @@ mod common;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
+use rein_core::admin::{AdminError, KeyAdmin, Until};
+use rein_core::overrides::MAX_OVERRIDES;
 use rein_core::overrides::{KeyMatch, Override};
 use rein_core::{Limit, Limiter, Micros, Policy};
-use rein_redis::{
-    AdminError, KeyAdmin, MAX_OVERRIDES, RedisPolicy, RedisStore, RedisStoreBuilder, Until,
-};
+use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
 
 const STALENESS: Duration = Duration::from_millis(200);
@@ -400,7 +400,7 @@ async fn override_load_worker() {
 async fn an_applications_own_source_feeds_the_same_cache() {
     use std::sync::{Arc, Mutex};
 
-    use rein_core::SourceError;
+    use rein_core::limiter::SourceError;
     use rein_core::overrides::{BoxFuture, OverrideEntry, OverrideSource};
 
     type Shared = Arc<Mutex<Result<Vec<OverrideEntry>, String>>>;

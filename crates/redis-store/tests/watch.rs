@@ -7,9 +7,10 @@ mod common;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use rein_core::admin::AdminError;
 use rein_core::{Limit, Limiter, Micros, Policy};
 use rein_redis::watch::{Counted, MAX_SECONDS_READ, REPORT_EVERY};
-use rein_redis::{AdminError, RedisPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
 
 fn api() -> RedisPolicy {

@@ -27,11 +27,12 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
+use rein_core::DecideError;
 use rein_core::{
     Algorithm, Decision, Leasable, Limit, Limiter, Micros, OverCapacity, Policy, PolicyState,
     Timestamp,
 };
-use rein_redis::{Coalesce, DecideError, RedisPolicy, RedisStore, RedisStoreBuilder};
+use rein_redis::{Coalesce, RedisPolicy, RedisStore, RedisStoreBuilder};
 use sim::redis::{ManualClock, Observer, Reply, Shared, serve_connection_observed};
 
 /// The most keys one of the store's `EVALSHA` calls named: how many decisions it carried.

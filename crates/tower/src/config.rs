@@ -1128,7 +1128,7 @@ fn spanned_segment() -> Option<&'static str> {
 
 /// The Redis store's deadline, named here so that `Config` shows the value in force (defined
 /// once, in rein-core; the prefix and connect timeout come from rein-redis).
-const DEFAULT_DEADLINE: Duration = rein_core::DEFAULT_DEADLINE;
+const DEFAULT_DEADLINE: Duration = rein_core::limiter::DEFAULT_DEADLINE;
 
 #[cfg(test)]
 mod tests {

@@ -44,7 +44,13 @@
 
 use std::fmt::Write as _;
 
+use http::header::HeaderName;
 use rein_core::{Algorithm, Decision, Limit, Micros, NamedPolicy, Policy};
+
+/// The `RateLimit-Policy` header (draft-ietf-httpapi-ratelimit-headers).
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// The `RateLimit` header (draft-ietf-httpapi-ratelimit-headers).
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 /// The limit of `policy` that decided `decision`: the one to name in `RateLimit`.
 ///

@@ -13,15 +13,14 @@ use arc_swap::ArcSwap;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
-use rein_core::{
-    DEADLINE_MARGIN, DecideError, Decision, Limiter, NamedPolicy, OverCapacity, StoreError,
-};
+use rein_core::limiter::DEADLINE_MARGIN;
+use rein_core::{DecideError, Decision, Limiter, NamedPolicy, OverCapacity, StoreError};
 use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Instrument;
 
 use crate::body::RateLimitBody;
-use crate::headers;
+use crate::headers::{self, RATELIMIT, RATELIMIT_POLICY};
 use crate::{KeySource, LayerError, Route};
 
 /// A `tower::Layer` that rate-limits requests through any [`Limiter`]: a
@@ -706,8 +705,3 @@ impl<B, E> std::fmt::Debug for ResponseFuture<B, E> {
         f.write_str("ResponseFuture")
     }
 }
-
-/// The `RateLimit-Policy` header (draft-ietf-httpapi-ratelimit-headers).
-pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// The `RateLimit` header (draft-ietf-httpapi-ratelimit-headers).
-pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");

@@ -73,8 +73,8 @@ pub use body::RateLimitBody;
 pub use config::{BuildError, Config, HttpSettings, LoadError, RedisEndpoint, RedisSettings};
 pub use key::{KeySource, PeerAddr};
 pub use layer::{
-    AdmittedHeaders, Answer, RATELIMIT, RATELIMIT_POLICY, RateLimitLayer, RateLimitLayerBuilder,
-    RateLimitService, ResponseFuture,
+    AdmittedHeaders, Answer, RateLimitLayer, RateLimitLayerBuilder, RateLimitService,
+    ResponseFuture,
 };
 pub use reload::{ConfiguredLayer, ReloadError, Reloader};
 pub use route::Route;

@@ -6,9 +6,8 @@ use std::ops::RangeInclusive;
 use http::HeaderValue;
 use proptest::prelude::*;
 use proptest::strategy::Union;
-use rein_core::{
-    ConfigError, Decision, Limit, MAX_MICROS, MAX_SPAN, Micros, NamedPolicy, Outcome, Policy,
-};
+use rein_core::time::{MAX_MICROS, MAX_SPAN};
+use rein_core::{ConfigError, Decision, Limit, Micros, NamedPolicy, Outcome, Policy};
 use rein_tower::headers::{
     SF_INTEGER_MAX, deciding_limit, longest_reset_secs, render, reset_secs, retry_after_secs,
     window_secs,

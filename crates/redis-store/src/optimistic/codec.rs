@@ -13,7 +13,8 @@
 //! script aborts and retries.
 
 use redis::{Pipeline, Value};
-use rein_core::{AcquireError, LimitState, MAX_MICROS, Micros, PolicyState, Timestamp};
+use rein_core::time::MAX_MICROS;
+use rein_core::{AcquireError, LimitState, Micros, PolicyState, Timestamp};
 
 use crate::RedisPolicy;
 use crate::integer_window::IntegerWindow;

@@ -172,7 +172,7 @@ impl RegionScenario {
     /// The global policy: `L` per `W`, fixed windows.
     ///
     /// # Panics
-    /// If `limit` or `window` is zero (or `window` is beyond `rein_core::MAX_SPAN`): a
+    /// If `limit` or `window` is zero (or `window` is beyond `rein_core::time::MAX_SPAN`): a
     /// scenario is test input, and such a scenario has no limit to check.
     pub fn policy(&self) -> Policy {
         Policy::single(
