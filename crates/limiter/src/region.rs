@@ -91,7 +91,7 @@ pub struct DemandReport {
 /// The quotas of one window, sent from the home to every region. `Σ quotas ≤ L` and each
 /// quota is at least its region's floor.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Grant {
+pub struct QuotaGrant {
     /// The window's index.
     pub window: u64,
     /// What each region may admit in it.
@@ -117,7 +117,7 @@ pub struct Rebalancer {
     /// The next window to grant.
     next: u64,
     latest: Timestamp,
-    grants: VecDeque<Grant>,
+    grants: VecDeque<QuotaGrant>,
 }
 
 /// A region's half: the quota its store enforces at `now`, the demand it reports.
@@ -234,7 +234,7 @@ impl Rebalancer {
         // After a long silence, skip to the window after the current one.
         self.next = self.next.max(self.config.window_of(self.latest) + 1);
         let quotas = self.quotas();
-        self.grants.push_back(Grant {
+        self.grants.push_back(QuotaGrant {
             window: self.next,
             quotas,
         });
@@ -242,7 +242,7 @@ impl Rebalancer {
     }
 
     /// The next grant to send to every region.
-    pub fn poll_grant(&mut self) -> Option<Grant> {
+    pub fn poll_grant(&mut self) -> Option<QuotaGrant> {
         self.grants.pop_front()
     }
 
@@ -306,7 +306,7 @@ impl RegionQuota {
 
     /// A grant arrived. Grants for windows already past are dropped; the home grants each
     /// window once, so a second grant for one window is a duplicate.
-    pub fn handle_grant(&mut self, grant: &Grant) {
+    pub fn handle_grant(&mut self, grant: &QuotaGrant) {
         let current = self.config.window_of(self.latest);
         if grant.window >= current
             && let Some(&quota) = grant.quotas.get(self.region)
@@ -489,7 +489,7 @@ mod tests {
         // Floors 50 each; region 2 asks no more than its floor, region 0 gets the other 150.
         assert_eq!(
             grant,
-            Grant {
+            QuotaGrant {
                 window: 1,
                 quotas: vec![200, 50, 50]
             }
@@ -519,7 +519,7 @@ mod tests {
         home.handle_timeout(at(1_500));
         assert_eq!(
             home.poll_grant(),
-            Some(Grant {
+            Some(QuotaGrant {
                 window: 2,
                 quotas: vec![160, 90, 50]
             })

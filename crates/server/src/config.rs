@@ -10,7 +10,7 @@
 //! (a token bucket's capacity), and `rate_limits`, a list of several limits on one
 //! descriptor decided all or nothing. docs/server.md documents every field.
 //!
-//! Every error is a [`ConfigError`]: the file, line, column and field path, and what is
+//! Every error is a [`RulesError`]: the file, line, column and field path, and what is
 //! wrong ([`Problem`]).
 
 use std::collections::{BTreeMap, HashMap};
@@ -164,7 +164,7 @@ impl Unit {
 /// Why a configuration could not be loaded: where, and what.
 #[derive(Debug, Error)]
 #[error("{}:{line}:{column}: {field}: {problem}", file.display())]
-pub struct ConfigError {
+pub struct RulesError {
     /// The file (the directory itself for a directory that cannot be read).
     pub file: PathBuf,
     /// 1-based line.
@@ -230,12 +230,12 @@ pub enum Problem {
 impl RulesConfig {
     /// Reads every `*.yaml` and `*.yml` file of `dir` (not recursing, skipping dot files),
     /// or the single file `dir` names, and validates them all. The first error stops it.
-    pub fn load(dir: impl AsRef<Path>) -> Result<Self, ConfigError> {
+    pub fn load(dir: impl AsRef<Path>) -> Result<Self, RulesError> {
         let dir = dir.as_ref();
         let files = config_files(dir)?;
         let mut config = RulesConfig::default();
         for file in files {
-            let text = std::fs::read_to_string(&file).map_err(|e| ConfigError {
+            let text = std::fs::read_to_string(&file).map_err(|e| RulesError {
                 file: file.clone(),
                 line: 1,
                 column: 1,
@@ -248,10 +248,10 @@ impl RulesConfig {
     }
 
     /// Adds one file's domain, read from `text`; `file` names it in errors.
-    pub fn add(&mut self, file: &Path, text: &str) -> Result<(), ConfigError> {
+    pub fn add(&mut self, file: &Path, text: &str) -> Result<(), RulesError> {
         let domain = Loader { file }.file(text)?;
         if let Some(other) = self.domains.get(&domain.name) {
-            return Err(ConfigError {
+            return Err(RulesError {
                 file: file.to_owned(),
                 line: 1,
                 column: 1,
@@ -332,8 +332,8 @@ impl Level {
 
 /// The configuration files of `dir`, sorted by name (so errors and duplicate-domain
 /// reports are the same on every run).
-fn config_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
-    let unreadable = |e| ConfigError {
+fn config_files(dir: &Path) -> Result<Vec<PathBuf>, RulesError> {
+    let unreadable = |e| RulesError {
         file: dir.to_owned(),
         line: 1,
         column: 1,
@@ -362,8 +362,8 @@ struct Loader<'a> {
 }
 
 impl Loader<'_> {
-    fn file(&self, text: &str) -> Result<Domain, ConfigError> {
-        let root = yaml::parse(text).map_err(|(message, line, column)| ConfigError {
+    fn file(&self, text: &str) -> Result<Domain, RulesError> {
+        let root = yaml::parse(text).map_err(|(message, line, column)| RulesError {
             file: self.file.to_owned(),
             line,
             column,
@@ -409,7 +409,7 @@ impl Loader<'_> {
         path: &str,
         domain: &str,
         trail: &str,
-    ) -> Result<Level, ConfigError> {
+    ) -> Result<Level, RulesError> {
         let Value::Seq(items) = &list.value else {
             return Err(self.wrong(list, path, "a list of descriptors"));
         };
@@ -459,7 +459,7 @@ impl Loader<'_> {
         path: &str,
         domain: &str,
         trail: &str,
-    ) -> Result<(String, Option<String>, Entry), ConfigError> {
+    ) -> Result<(String, Option<String>, Entry), RulesError> {
         const FIELDS: &str = "key, value, rate_limit, rate_limits, descriptors, shadow_mode, \
                               detailed_metric, value_to_metric, share_threshold";
         let fields = self.map(node, path)?;
@@ -573,7 +573,7 @@ impl Loader<'_> {
         label: &str,
         shadow_mode: bool,
         detailed_metric: bool,
-    ) -> Result<Rule, ConfigError> {
+    ) -> Result<Rule, RulesError> {
         let mut limits = Vec::new();
         let mut name = None;
         let mut replaces = Vec::new();
@@ -663,7 +663,7 @@ impl Loader<'_> {
 
     /// One limit table. In `rate_limits` the rule's `name` and `replaces` are the first
     /// item's.
-    fn limit(&self, node: &Node, path: &str) -> Result<ParsedLimit, ConfigError> {
+    fn limit(&self, node: &Node, path: &str) -> Result<ParsedLimit, RulesError> {
         const FIELDS: &str = "unit, requests_per_unit, name, replaces, unlimited, algorithm, \
                               window, burst";
         let fields = self.map(node, path)?;
@@ -807,7 +807,7 @@ impl Loader<'_> {
         })
     }
 
-    fn replaces(&self, node: &Node, path: &str) -> Result<Vec<String>, ConfigError> {
+    fn replaces(&self, node: &Node, path: &str) -> Result<Vec<String>, RulesError> {
         let Value::Seq(items) = &node.value else {
             return Err(self.wrong(node, path, "a list of `- name: ...`"));
         };
@@ -827,7 +827,7 @@ impl Loader<'_> {
     // Scalars and shapes.
 
     /// A mapping's entries (an empty value reads as no entries).
-    fn map<'n>(&self, node: &'n Node, path: &str) -> Result<Vec<(&'n str, &'n Node)>, ConfigError> {
+    fn map<'n>(&self, node: &'n Node, path: &str) -> Result<Vec<(&'n str, &'n Node)>, RulesError> {
         match &node.value {
             Value::Map(entries) => entries
                 .iter()
@@ -849,7 +849,7 @@ impl Loader<'_> {
         }
     }
 
-    fn string(&self, node: &Node, path: &str) -> Result<String, ConfigError> {
+    fn string(&self, node: &Node, path: &str) -> Result<String, RulesError> {
         match &node.value {
             Value::Str(s) => Ok(s.clone()),
             _ => Err(self.wrong(node, path, "a string")),
@@ -858,7 +858,7 @@ impl Loader<'_> {
 
     /// A descriptor value: YAML may read `value: 42` or `value: true` as non-strings;
     /// envoyproxy/ratelimit reads them as their text. (Quote values with leading zeros.)
-    fn scalar_text(&self, node: &Node, path: &str) -> Result<String, ConfigError> {
+    fn scalar_text(&self, node: &Node, path: &str) -> Result<String, RulesError> {
         match &node.value {
             Value::Str(s) => Ok(s.clone()),
             Value::Int(i) => Ok(i.to_string()),
@@ -868,14 +868,14 @@ impl Loader<'_> {
         }
     }
 
-    fn boolean(&self, node: &Node, path: &str) -> Result<bool, ConfigError> {
+    fn boolean(&self, node: &Node, path: &str) -> Result<bool, RulesError> {
         match node.value {
             Value::Bool(b) => Ok(b),
             _ => Err(self.wrong(node, path, "true or false")),
         }
     }
 
-    fn unsigned(&self, node: &Node, path: &str) -> Result<u64, ConfigError> {
+    fn unsigned(&self, node: &Node, path: &str) -> Result<u64, RulesError> {
         match node.value {
             Value::Int(i) => u64::try_from(i).map_err(|_| {
                 self.error(
@@ -888,7 +888,7 @@ impl Loader<'_> {
         }
     }
 
-    fn wrong(&self, node: &Node, path: &str, expected: &'static str) -> ConfigError {
+    fn wrong(&self, node: &Node, path: &str, expected: &'static str) -> RulesError {
         self.error(
             node,
             path,
@@ -899,12 +899,12 @@ impl Loader<'_> {
         )
     }
 
-    fn unknown(&self, node: &Node, path: &str, expected: &'static str) -> ConfigError {
+    fn unknown(&self, node: &Node, path: &str, expected: &'static str) -> RulesError {
         self.error(node, path, Problem::UnknownField { expected })
     }
 
-    fn error(&self, node: &Node, path: &str, problem: Problem) -> ConfigError {
-        ConfigError {
+    fn error(&self, node: &Node, path: &str, problem: Problem) -> RulesError {
+        RulesError {
             file: self.file.to_owned(),
             line: node.line.max(1),
             column: node.column.max(1),

@@ -37,5 +37,5 @@ pub mod service;
 pub mod tls;
 mod yaml;
 
-pub use config::{ConfigError, Problem, RulesConfig};
-pub use service::{RateLimitService, RequestError, ServiceSettings};
+pub use config::{Problem, RulesConfig, RulesError};
+pub use service::{InvalidRequest, RateLimitService, ServiceSettings};

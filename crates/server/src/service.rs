@@ -73,7 +73,7 @@ pub struct ServiceSettings {
 
 /// A request the server refuses to decide: Envoy sees `INVALID_ARGUMENT`.
 #[derive(Debug, Error, PartialEq, Eq)]
-pub enum RequestError {
+pub enum InvalidRequest {
     /// `domain` is empty or longer than [`MAX_TEXT`].
     #[error("the domain must be 1 to {MAX_TEXT} bytes")]
     Domain,
@@ -246,7 +246,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
     pub async fn should_rate_limit(
         &self,
         request: &RateLimitRequest,
-    ) -> Result<RateLimitResponse, RequestError> {
+    ) -> Result<RateLimitResponse, InvalidRequest> {
         check_bounds(request)?;
         let snapshot = self.snapshot();
         let settings = &self.shared.settings;
@@ -331,7 +331,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         domain: &str,
         plans: Vec<Plan<'_, S>>,
         settings: &ServiceSettings,
-    ) -> Result<RateLimitResponse, RequestError> {
+    ) -> Result<RateLimitResponse, InvalidRequest> {
         let mut statuses = Vec::with_capacity(plans.len());
         // Charged so far: (limiter, prepared, key, cost), refunded if a later one denies.
         let mut charged: Vec<Charge<'_, S>> = Vec::new();
@@ -608,7 +608,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         index: usize,
         unit: i32,
         requests_per_unit: u32,
-    ) -> Result<Arc<OverrideLimiter<S>>, RequestError> {
+    ) -> Result<Arc<OverrideLimiter<S>>, InvalidRequest> {
         let unit = match EnvoyUnit::try_from(unit) {
             Ok(EnvoyUnit::Second) => NamedUnit::Second,
             Ok(EnvoyUnit::Minute) => NamedUnit::Minute,
@@ -617,7 +617,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             Ok(EnvoyUnit::Week) => NamedUnit::Week,
             Ok(EnvoyUnit::Month) => NamedUnit::Month,
             Ok(EnvoyUnit::Year) => NamedUnit::Year,
-            _ => return Err(RequestError::Override(index)),
+            _ => return Err(InvalidRequest::Override(index)),
         };
         let count = u64::from(requests_per_unit);
         let mut overrides = self
@@ -629,27 +629,27 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             return Ok(Arc::clone(found));
         }
         if overrides.len() >= MAX_OVERRIDES {
-            return Err(RequestError::TooManyOverrides);
+            return Err(InvalidRequest::TooManyOverrides);
         }
         // A zero count never reaches here (`Plan::Zero`).
         let limit = Limit::fixed_window(count, Micros::from(unit.duration()))
-            .map_err(|_| RequestError::Override(index))?;
+            .map_err(|_| InvalidRequest::Override(index))?;
         let name = format!(
             "override-{}-{count}",
             format!("{unit:?}").to_ascii_lowercase()
         );
         let policy = NamedPolicy::new(name, Policy::single(limit))
-            .map_err(|_| RequestError::Override(index))?;
+            .map_err(|_| InvalidRequest::Override(index))?;
         let limiter = ResilientLimiter::builder(
             self.shared.store.clone(),
             PolicyTable::new(policy.clone()),
             self.shared.settings.failure,
         )
         .build()
-        .map_err(|_| RequestError::Override(index))?
+        .map_err(|_| InvalidRequest::Override(index))?
         .into();
         let prepared =
-            Limiter::prepare(&limiter, &policy).map_err(|_| RequestError::Override(index))?;
+            Limiter::prepare(&limiter, &policy).map_err(|_| InvalidRequest::Override(index))?;
         let built = Arc::new(OverrideLimiter {
             limiter,
             prepared,
@@ -809,12 +809,12 @@ async fn decide<'a, S: Leasable + Clone + 'static>(
     Ok(decision)
 }
 
-fn check_bounds(request: &RateLimitRequest) -> Result<(), RequestError> {
+fn check_bounds(request: &RateLimitRequest) -> Result<(), InvalidRequest> {
     if request.domain.is_empty() || request.domain.len() > MAX_TEXT {
-        return Err(RequestError::Domain);
+        return Err(InvalidRequest::Domain);
     }
     if request.descriptors.is_empty() || request.descriptors.len() > MAX_DESCRIPTORS {
-        return Err(RequestError::DescriptorCount);
+        return Err(InvalidRequest::DescriptorCount);
     }
     for (index, descriptor) in request.descriptors.iter().enumerate() {
         check_descriptor(index, descriptor)?;
@@ -822,15 +822,15 @@ fn check_bounds(request: &RateLimitRequest) -> Result<(), RequestError> {
     Ok(())
 }
 
-fn check_descriptor(index: usize, descriptor: &RateLimitDescriptor) -> Result<(), RequestError> {
+fn check_descriptor(index: usize, descriptor: &RateLimitDescriptor) -> Result<(), InvalidRequest> {
     if descriptor.entries.is_empty() || descriptor.entries.len() > MAX_ENTRIES {
-        return Err(RequestError::EntryCount(index));
+        return Err(InvalidRequest::EntryCount(index));
     }
     let bad = |e: &envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry| {
         e.key.is_empty() || e.key.len() > MAX_TEXT || e.value.len() > MAX_TEXT
     };
     if descriptor.entries.iter().any(bad) {
-        return Err(RequestError::EntryText(index));
+        return Err(InvalidRequest::EntryText(index));
     }
     Ok(())
 }

@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use rein_server::{ConfigError, Problem, RulesConfig};
+use rein_server::{Problem, RulesConfig, RulesError};
 
-fn load(text: &str) -> Result<RulesConfig, ConfigError> {
+fn load(text: &str) -> Result<RulesConfig, RulesError> {
     let mut config = RulesConfig::default();
     config.add(Path::new("rules.yaml"), text)?;
     Ok(config)

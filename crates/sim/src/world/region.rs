@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use rein::{
     Source,
-    region::{Grant, RebalanceConfig, Rebalancer, RegionQuota, split},
+    region::{QuotaGrant, RebalanceConfig, Rebalancer, RegionQuota, split},
 };
 use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy, Timestamp};
 use rein_redis::RedisPolicy;
@@ -605,7 +605,7 @@ struct Control<'a> {
 #[derive(Clone, Debug)]
 enum Message {
     Report(rein::region::DemandReport),
-    Grant(Grant),
+    Grant(QuotaGrant),
     Count { window: u64, count: u64 },
 }
 
