@@ -45,7 +45,7 @@ use crate::bounded::{BoundedMap, CacheKey, Expiring, WhenFull};
 ///
 /// // At most 4 local reuses per key per 100 ms window on each node.
 /// let config = AllowCacheConfig::new(Duration::from_millis(100), NonZeroU32::new(4).unwrap());
-/// assert_eq!(config.max_reuses_value().get(), 4);
+/// assert_eq!(config.max_reuses().get(), 4);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AllowCacheConfig {
@@ -70,18 +70,18 @@ impl AllowCacheConfig {
 
     /// The most keys cached at once (default 65 536). A full cache caches no new key until
     /// an entry's window ends.
-    pub fn max_entries(mut self, max_entries: NonZeroUsize) -> Self {
+    pub fn with_max_entries(mut self, max_entries: NonZeroUsize) -> Self {
         self.max_entries = max_entries;
         self
     }
 
     /// The window length `ttl`.
-    pub fn ttl_value(&self) -> Duration {
+    pub fn ttl(&self) -> Duration {
         self.ttl.into()
     }
 
     /// Reuses per key per window.
-    pub fn max_reuses_value(&self) -> NonZeroU32 {
+    pub fn max_reuses(&self) -> NonZeroU32 {
         self.max_reuses
     }
 }
@@ -292,7 +292,7 @@ mod tests {
     #[test]
     fn a_full_cache_refuses_new_keys_instead_of_evicting() {
         let config = AllowCacheConfig::new(Duration::from_millis(100), NonZeroU32::MIN)
-            .max_entries(NonZeroUsize::MIN);
+            .with_max_entries(NonZeroUsize::MIN);
         let cache = AllowCache::new(config);
         cache.record(at(0), k(0, b"a"), 1, &allowed(9));
         cache.record(at(0), k(0, b"b"), 1, &allowed(9));

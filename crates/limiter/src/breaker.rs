@@ -54,8 +54,8 @@ use rein_core::{Micros, Timestamp};
 /// use rein::breaker::{Breaker, BreakerState};
 ///
 /// let config = BreakerConfig::new()
-///     .failure_threshold(NonZeroU32::new(2).unwrap())
-///     .backoff(Duration::from_millis(100), Duration::from_secs(1));
+///     .with_failure_threshold(NonZeroU32::new(2).unwrap())
+///     .with_backoff(Duration::from_millis(100), Duration::from_secs(1));
 /// let mut breaker = Breaker::new(config);
 /// let at = |ms: u64| Timestamp::from_micros(ms * 1_000);
 /// for ms in [0, 1] {
@@ -390,7 +390,7 @@ impl BreakerConfig {
     }
 
     /// Consecutive failures that trip a closed breaker (default 5).
-    pub fn failure_threshold(mut self, failures: NonZeroU32) -> Self {
+    pub fn with_failure_threshold(mut self, failures: NonZeroU32) -> Self {
         self.failure_threshold = failures;
         self
     }
@@ -398,7 +398,7 @@ impl BreakerConfig {
     /// The first open period and the longest one (defaults 100 ms and 800 ms). Each
     /// consecutive trip doubles the period up to `max`; a `max` below `base` is raised to
     /// `base`. Periods are kept in whole microseconds.
-    pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
+    pub fn with_backoff(mut self, base: Duration, max: Duration) -> Self {
         self.base_backoff = Micros::from(base);
         self.max_backoff = Micros::from(max).max(self.base_backoff);
         self
@@ -408,7 +408,7 @@ impl BreakerConfig {
     /// it (clamped to 1000), drawn from an RNG seeded with `seed`. Jitter spreads the probes
     /// of many nodes that tripped together; give each node its own seed, since equal seeds
     /// draw equal jitter. Default: no jitter.
-    pub fn jitter(mut self, permille: u16, seed: u64) -> Self {
+    pub fn with_jitter(mut self, permille: u16, seed: u64) -> Self {
         self.jitter_permille = permille.min(1_000);
         self.rng_seed = seed;
         self
@@ -417,28 +417,28 @@ impl BreakerConfig {
     /// How long a probe may run before it counts as failed (default: the stores' default
     /// deadline, [`rein_core::limiter::DEFAULT_DEADLINE`]). The resilient limiter sets it to the
     /// store's own deadline.
-    pub fn probe_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_probe_timeout(mut self, timeout: Duration) -> Self {
         self.probe_timeout = Micros::from(timeout);
         self
     }
 
     /// The failure threshold `K`.
-    pub fn failure_threshold_value(&self) -> NonZeroU32 {
+    pub fn failure_threshold(&self) -> NonZeroU32 {
         self.failure_threshold
     }
 
     /// The first open period `b`.
-    pub fn base_backoff_value(&self) -> Duration {
+    pub fn base_backoff(&self) -> Duration {
         self.base_backoff.into()
     }
 
     /// The longest open period `B`.
-    pub fn max_backoff_value(&self) -> Duration {
+    pub fn max_backoff(&self) -> Duration {
         self.max_backoff.into()
     }
 
     /// The probe timeout.
-    pub fn probe_timeout_value(&self) -> Duration {
+    pub fn probe_timeout(&self) -> Duration {
         self.probe_timeout.into()
     }
 }
@@ -491,9 +491,9 @@ mod tests {
 
     fn config() -> BreakerConfig {
         BreakerConfig::new()
-            .failure_threshold(NonZeroU32::new(3).unwrap())
-            .backoff(Duration::from_millis(100), Duration::from_millis(400))
-            .probe_timeout(Duration::from_millis(50))
+            .with_failure_threshold(NonZeroU32::new(3).unwrap())
+            .with_backoff(Duration::from_millis(100), Duration::from_millis(400))
+            .with_probe_timeout(Duration::from_millis(50))
     }
 
     /// What the test does at one instant.
@@ -704,7 +704,7 @@ mod tests {
     #[test]
     fn jitter_only_shortens_and_is_reproducible_from_the_seed() {
         let jittered = |seed| {
-            let config = config().jitter(500, seed);
+            let config = config().with_jitter(500, seed);
             let mut breaker = Breaker::new(config);
             let mut periods = Vec::new();
             let mut now = at(0);

@@ -460,9 +460,9 @@ mod tests {
             _ => Vec::new(),
         };
         let breaker = BreakerConfig::new()
-            .failure_threshold(NonZeroU32::new(2).unwrap())
-            .backoff(Duration::from_millis(100), Duration::from_secs(1))
-            .probe_timeout(Duration::from_millis(50));
+            .with_failure_threshold(NonZeroU32::new(2).unwrap())
+            .with_backoff(Duration::from_millis(100), Duration::from_secs(1))
+            .with_probe_timeout(Duration::from_millis(50));
         Gate::new(
             "test".into(),
             on_failure,
@@ -721,7 +721,7 @@ mod tests {
         // the open period to reach its maximum.
         let guard = Duration::from_millis(55);
         let mut g = gate(FailurePolicy::FailOpen);
-        g.breaker = Mutex::new(Breaker::new(BreakerConfig::new().probe_timeout(guard)));
+        g.breaker = Mutex::new(Breaker::new(BreakerConfig::new().with_probe_timeout(guard)));
         let t_up = 3_600;
         let mut now = 0;
         let recovered = loop {

@@ -977,12 +977,12 @@ impl<S: Limiter> ResilientLimiterBuilder<S> {
     /// The limiter. Errors if a duration is zero, a policy has no exact share for the
     /// expected node count, or the store cannot prepare a policy.
     pub fn build(self) -> Result<ResilientLimiter<S>, ResilienceConfigError> {
-        if self.breaker.base_backoff_value().is_zero() {
+        if self.breaker.base_backoff().is_zero() {
             return Err(ResilienceConfigError::ZeroDuration("breaker backoff"));
         }
         if self
             .allow_cache
-            .is_some_and(|config| config.ttl_value().is_zero())
+            .is_some_and(|config| config.ttl().is_zero())
         {
             return Err(ResilienceConfigError::ZeroDuration("allow-cache ttl"));
         }
@@ -1039,7 +1039,7 @@ impl<S: Limiter> ResilientLimiterBuilder<S> {
             self.name,
             self.on_failure,
             fallback,
-            self.breaker.probe_timeout(guard_deadline),
+            self.breaker.with_probe_timeout(guard_deadline),
             self.deny_cache,
             self.allow_cache,
         );

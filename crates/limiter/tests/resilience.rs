@@ -57,8 +57,8 @@ fn eon_window(name: &str, limit: u64) -> NamedPolicy {
 /// A breaker that trips after `failures` and is open for `base` doubling to `max`.
 fn breaker(failures: u32, base_ms: u64, max_ms: u64) -> BreakerConfig {
     BreakerConfig::new()
-        .failure_threshold(nonzero(failures))
-        .backoff(
+        .with_failure_threshold(nonzero(failures))
+        .with_backoff(
             Duration::from_millis(base_ms),
             Duration::from_millis(max_ms),
         )

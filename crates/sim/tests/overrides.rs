@@ -209,7 +209,7 @@ fn overrides_changed_during_a_partition_stay_within_their_bound() {
             .back_on_redis(cut[0], until)
             .expect("back on Redis after the heal");
         let recovery = Micros::from(
-            guard.breaker.max_backoff_value()
+            guard.breaker.max_backoff()
                 + 2 * s.deadline
                 + Duration::from_micros(1_500_000 / s.per_node_rate)
                 + 2 * s.tick,

@@ -290,8 +290,8 @@ fn allow_cache_over_admits_within_its_stated_bound() {
         let (per_token, per_micro) = bucket.emission_interval();
         let allow = s.guard.as_ref().unwrap().allow_cache.unwrap();
         let (ttl, m) = (
-            allow.ttl_value().as_micros() as u64,
-            u64::from(allow.max_reuses_value().get()),
+            allow.ttl().as_micros() as u64,
+            u64::from(allow.max_reuses().get()),
         );
         let (exact_form, worst) = every_window_within(&run, |t| {
             let whole = bucket.capacity() + nodes as u64 * m * (t.div_ceil(ttl) + 1);
@@ -319,7 +319,7 @@ fn after_a_partition_heals_every_node_is_back_on_redis_within_max_backoff_plus_o
         // The longest backoff, the probe in flight when Redis came back (probe timeout: the
         // deadline), the successful probe's round trip, and the wait for a request to
         // arrive (at most 1.5 mean gaps of the workload, plus a tick).
-        let bound = breaker.max_backoff_value()
+        let bound = breaker.max_backoff()
             + s.deadline
             + 2 * s.max_latency
             + Duration::from_micros(1_500_000 / s.per_node_rate)
@@ -344,7 +344,7 @@ fn after_recovery_a_healthy_minute_of_saturating_demand_uses_at_least_95_percent
         expected_nodes: NonZeroU32::new(2).unwrap(),
     });
     guard.breaker =
-        BreakerConfig::new().backoff(Duration::from_millis(50), Duration::from_millis(400));
+        BreakerConfig::new().with_backoff(Duration::from_millis(50), Duration::from_millis(400));
     s.guard = Some(guard);
     s.faults = vec![Fault::Partition {
         nodes: vec![0, 1],

@@ -226,10 +226,7 @@ impl OverrideBound {
             Some(guard) => {
                 let gap = Duration::from_micros(1_500_000 / scenario.per_node_rate.max(1));
                 micros(
-                    guard.breaker.max_backoff_value()
-                        + 2 * scenario.deadline
-                        + gap
-                        + 2 * scenario.tick,
+                    guard.breaker.max_backoff() + 2 * scenario.deadline + gap + 2 * scenario.tick,
                 )
             }
             None => Micros::ZERO,

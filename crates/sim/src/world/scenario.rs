@@ -198,11 +198,10 @@ impl Scenario {
                 .unwrap_or(0);
         }
         if let Some(allow) = self.guard.as_ref().and_then(|g| g.allow_cache) {
-            let ttl = allow.ttl_value().as_micros().max(1) as u64;
+            let ttl = allow.ttl().as_micros().max(1) as u64;
             let run = (WARMUP + self.span + Duration::from_secs(1)).as_micros() as u64;
-            extra += self.nodes as u64
-                * u64::from(allow.max_reuses_value().get())
-                * (run.div_ceil(ttl) + 1);
+            extra +=
+                self.nodes as u64 * u64::from(allow.max_reuses().get()) * (run.div_ceil(ttl) + 1);
         }
         if self.persistence == Persistence::LoseData {
             let crashes = self
@@ -286,8 +285,8 @@ impl Scenario {
             return None;
         };
         let (per_token, per_micro) = b.emission_interval();
-        let ttl = allow.ttl_value().as_micros() as u64;
-        let reuses = self.nodes as u64 * u64::from(allow.max_reuses_value().get());
+        let ttl = allow.ttl().as_micros() as u64;
+        let reuses = self.nodes as u64 * u64::from(allow.max_reuses().get());
         Limit::token_bucket(
             b.capacity() + 2 * reuses,
             per_micro * ttl + reuses * per_token,
@@ -328,8 +327,8 @@ impl Scenario {
             if let Some(allow) = guard.allow_cache {
                 g.push_str(&format!(
                     ", allow cache {} per {} ms",
-                    allow.max_reuses_value(),
-                    allow.ttl_value().as_millis()
+                    allow.max_reuses(),
+                    allow.ttl().as_millis()
                 ));
             }
             words.push(g);

@@ -181,8 +181,8 @@ pub fn suite_scenario(name: &str, nodes: usize, seed: u64) -> Option<Scenario> {
             let mut s = Scenario::new(name, seed, nodes, bucket());
             let expected_nodes = NonZeroU32::new(nodes.max(1) as u32).unwrap_or(NonZeroU32::MIN);
             let mut guard = Guard::new(FailurePolicy::LocalFallback { expected_nodes });
-            guard.breaker =
-                BreakerConfig::new().backoff(Duration::from_millis(50), Duration::from_millis(400));
+            guard.breaker = BreakerConfig::new()
+                .with_backoff(Duration::from_millis(50), Duration::from_millis(400));
             s.guard = Some(guard);
             s.span = Duration::from_secs(4);
             s.faults = vec![Fault::Partition {
@@ -324,7 +324,7 @@ fn overrides_during_partition(name: &str, seed: u64, nodes: usize) -> Scenario {
     let mut guard = Guard::new(FailurePolicy::LocalFallback { expected_nodes });
     guard.deny_cache = false;
     guard.breaker =
-        BreakerConfig::new().backoff(Duration::from_millis(50), Duration::from_millis(50));
+        BreakerConfig::new().with_backoff(Duration::from_millis(50), Duration::from_millis(50));
     s.guard = Some(guard);
     s.per_node_rate = 150;
     s.span = Duration::from_millis(4_500);
