@@ -10,11 +10,11 @@
 //!
 //! # Where to start
 //! [`Limit`] (one of the four algorithms, built with its numbers: [`Limit::token_bucket`],
-//! [`Limit::fixed_window`], ...), [`Policy`] (up to [`MAX_LIMITS`](policy::MAX_LIMITS) limits, all or nothing)
-//! and its [`PolicyState`], [`NamedPolicy`] (a policy with the name stores key it by),
-//! [`Decision`], and the time types [`Micros`] and [`Timestamp`]. An operator's changes to
-//! one key are transitions too: [`Policy::penalize`], [`Policy::with_remaining`] and a
-//! [`Block`]. Stores implement
+//! [`Limit::fixed_window`], ...), [`Policy`] (up to [`MAX_LIMITS`](policy::MAX_LIMITS)
+//! limits, all or nothing) and its [`PolicyState`], [`NamedPolicy`] (a policy with the name
+//! stores key it by), [`Decision`], and the time types [`Micros`] and [`Timestamp`]. An
+//! operator's changes to one key are transitions too: [`Policy::penalize`],
+//! [`Policy::with_remaining`] and a [`Block`]. Stores implement
 //! [`Limiter`] (and [`Leasable`] to be leased over, [`admin::KeyAdmin`] for an operator's
 //! changes to one key). Each algorithm's own type and state are
 //! in its module, the rate shares that lease a token bucket in [`rate_share`], and per-key
