@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
-use rein_core::limiter::DEADLINE_MARGIN;
+use rein_core::limiter::{DEADLINE_MARGIN, DEFAULT_DEADLINE};
 use rein_core::{
     DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, OverCapacity,
     PrepareError, StoreError, Timestamp,
@@ -1094,9 +1094,6 @@ impl<S> fmt::Debug for ResilientLimiterBuilder<S> {
 }
 
 const DEFAULT_NAME: &str = "rein";
-
-/// The deadline of a store that states none ([`Limiter::deadline`]).
-const DEFAULT_DEADLINE: Duration = rein_core::limiter::DEFAULT_DEADLINE;
 
 /// 65 536 entries: more keys than one node sees denied within a typical `retry_after`, and
 /// a few MiB at most.

@@ -34,7 +34,8 @@ pub enum StateError {
     #[error(transparent)]
     Unavailable(#[from] StoreError),
     /// The key is blocked by an operator until this instant (µs since the Unix epoch): it
-    /// holds no limits' states. [`KeyAdmin::inspect`](rein_core::admin::KeyAdmin::inspect) reads both.
+    /// holds no limits' states. [`KeyAdmin::inspect`](rein_core::admin::KeyAdmin::inspect)
+    /// reads both.
     #[error("the key is blocked until {} µs since the Unix epoch", .0.as_micros())]
     Blocked(rein_core::Timestamp),
 }

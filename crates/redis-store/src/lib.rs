@@ -62,9 +62,10 @@
 //! # What this crate does not do
 //!
 //! - **No failure policy.** When Redis is slow or down, calls return a typed
-//!   [`StoreError`](rein_core::StoreError) (`Timeout`, `Connection`, ...), never a made-up decision. Failing open,
-//!   closed or to a local limiter, circuit breaking and caching denials belong in the layer
-//!   above every store: the `rein` crate's `ResilientLimiter` (docs/architecture.md).
+//!   [`StoreError`](rein_core::StoreError) (`Timeout`, `Connection`, ...), never a made-up
+//!   decision. Failing open, closed or to a local limiter, circuit breaking and caching
+//!   denials belong in the layer above every store: the `rein` crate's `ResilientLimiter`
+//!   (docs/architecture.md).
 //! - **No in-process limiting.** For limits that need not be shared between processes, use
 //!   `rein-memory`: nanoseconds instead of a network round trip.
 //! - **No retries of an unknown outcome.** A call is resent only after a reply that proves

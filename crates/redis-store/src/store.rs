@@ -272,8 +272,9 @@ where
     /// Sets what `keys` of the policy named `policy` get instead of its limits (another
     /// limit, or none), for every store of the deployment that applies overrides
     /// ([`RedisStoreBuilder::overrides`]); `true` if it replaced one. One atomic write, at
-    /// most [`MAX_OVERRIDES`](rein_core::overrides::MAX_OVERRIDES) per deployment. The policy's name is
-    /// not checked against any table: an override of a name no server uses does nothing.
+    /// most [`MAX_OVERRIDES`](rein_core::overrides::MAX_OVERRIDES) per deployment. The
+    /// policy's name is not checked against any table: an override of a name no server uses
+    /// does nothing.
     pub async fn set_override(
         &self,
         policy: &str,
@@ -1200,7 +1201,8 @@ impl RedisStoreBuilder {
     /// first decision, then at most every `staleness` by the decision that finds the copy
     /// that old, within the store's deadline; a failed read keeps the copy. The whole list
     /// is read each time, so keep it to what fits in memory
-    /// ([`MAX_OVERRIDES`](rein_core::overrides::MAX_OVERRIDES) are kept, the rest left out with a warning).
+    /// ([`MAX_OVERRIDES`](rein_core::overrides::MAX_OVERRIDES) are kept, the rest left out
+    /// with a warning).
     pub fn override_source(mut self, source: impl OverrideSource, staleness: Duration) -> Self {
         self.overrides = Some((overrides::From::Source(Arc::new(source)), staleness));
         self

@@ -42,6 +42,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use hashbrown::HashMap;
+use rein_core::time::MAX_MICROS;
 use rein_core::{
     Decision, Micros, Outcome, Timestamp,
     rate_share::{RateShares, ReturnRequest, ShareBucket, TakeRequest, Taken},
@@ -169,7 +170,7 @@ impl RateBook {
     pub fn new(config: LeaseConfig, node: u64) -> Self {
         Self {
             config,
-            node: (node & rein_core::time::MAX_MICROS).max(1),
+            node: (node & MAX_MICROS).max(1),
             leases: HashMap::new(),
             timers: BTreeSet::new(),
             actions: VecDeque::new(),
@@ -265,8 +266,7 @@ impl RateBook {
         };
         // A take needs a fresh `seq`; with every one used (2^52 − 1 requests), the book
         // takes no more and the key is decided directly.
-        if lease.flight.is_none() && now >= lease.renew_at && self.seq < rein_core::time::MAX_MICROS
-        {
+        if lease.flight.is_none() && now >= lease.renew_at && self.seq < MAX_MICROS {
             self.seq += 1;
             let take = Self::take(config, node, self.seq, now, lease);
             self.actions.push_back(RateAction::Take {
@@ -584,7 +584,7 @@ impl RateBook {
         if lease.flight.is_none() && lease.held != 0 && now >= lease.renew_at {
             if now >= lease.last_request.saturating_add(config.renew_interval) {
                 self.give_back(now, key);
-            } else if self.seq < rein_core::time::MAX_MICROS {
+            } else if self.seq < MAX_MICROS {
                 self.seq += 1;
                 let node = self.node;
                 if let Some(lease) = self.leases.get_mut(key) {
@@ -618,7 +618,7 @@ impl RateBook {
             return;
         };
         // Nothing to give back, or no `seq` left for it (the share then lapses in the store).
-        if lease.held == 0 || self.seq >= rein_core::time::MAX_MICROS {
+        if lease.held == 0 || self.seq >= MAX_MICROS {
             return;
         }
         self.seq += 1;
