@@ -16,10 +16,13 @@
 //! so it can only be early, never late: units are spent inside the window that counted
 //! them. A window grant carries the store's instant of its decision, and its units go back
 //! with `refund_held` to that window only, so a return counts in the window that counted the
-//! units however late it executes (the book still gives back only while `return_guard`
-//! remains before `valid_until`: later, a return is useless). Every failure (a lost reply,
-//! a lost return, a reply after the flight's timeout, a block granted too late to use)
-//! leaves units counted in the store and unused here: it under-admits, never over-admits.
+//! units however late it executes. Where a block's unused units go when the book lets it
+//! go is one rule, `Origin::settle`: back while `return_guard` remains before
+//! `valid_until`, and after it only where a return still lightens a window (a log's stamp,
+//! a sliding counter's previous counter). Every failure (a lost reply, a lost return, a
+//! reply after the flight's timeout, a block granted too late to use) leaves units counted
+//! in the store and unused here, or given back into their own window: it under-admits,
+//! never over-admits.
 //!
 //! # Sliding logs
 //! A sliding-log block ([`LeaseTerms::hold`]) is a held grant: its units are stamped in the
@@ -236,6 +239,13 @@ struct Block {
     origin: Origin,
 }
 
+impl Block {
+    /// Where its unused units go when the book lets it go at `now` ([`Origin::settle`]).
+    fn settle(&self, now: Timestamp, terms: &LeaseTerms, guard: Micros) -> Settled {
+        self.origin.settle(now, self.valid_until, terms, guard)
+    }
+}
+
 /// A block's end-of-block review. A window's block is reviewed once, `2 × return_guard`
 /// before its end, and asks for no block ahead after that; a log's held grant is never
 /// reviewed (its return is exact whenever it runs), and renews ahead until its end.
@@ -325,14 +335,6 @@ impl Origin {
         at.map_or(Origin::Unstamped, Origin::Window)
     }
 
-    /// The instant a return names (`refund_held`'s stamp), if any.
-    fn at(self) -> Option<Timestamp> {
-        match self {
-            Origin::Stamp(at) | Origin::Window(at) => Some(at),
-            Origin::Unstamped => None,
-        }
-    }
-
     /// A window grant's instant; `None` for a log's stamp or an unstamped grant.
     fn window_at(self) -> Option<Timestamp> {
         match self {
@@ -341,14 +343,58 @@ impl Origin {
         }
     }
 
-    /// Where the units go once the block has ended, if anywhere: a log's from its stamp, a
-    /// sliding counter's into the window that counted them (`returns_after_end`); a fixed
-    /// window's strand.
-    fn after_end(self, returns_after_end: bool) -> Option<Timestamp> {
+    /// The end-of-block rule: where the unused units of a block that lives until
+    /// `valid_until` go when the book lets it go at `now` (its end has passed, its key is
+    /// released, a newer held grant takes its place, or its grant came too late to use).
+    /// Before its end, by the return guard, back into its window. After it, a log's from
+    /// its stamp, which is exact whenever it runs, and a sliding counter's into the window
+    /// that counted them (`returns_after_end`: that window lives on as the previous
+    /// counter, which a return lightens); a fixed window's or an unstamped grant's strand.
+    fn settle(
+        self,
+        now: Timestamp,
+        valid_until: Timestamp,
+        terms: &LeaseTerms,
+        guard: Micros,
+    ) -> Settled {
+        let (at, after_end) = match self {
+            Origin::Stamp(at) => (Some(at), true),
+            Origin::Window(at) => (Some(at), terms.returns_after_end()),
+            Origin::Unstamped => (None, false),
+        };
+        let before_end = now < valid_until && returnable(now, valid_until, guard);
+        if after_end || before_end {
+            Settled::Back(at)
+        } else {
+            Settled::Stranded
+        }
+    }
+}
+
+/// Where a let-go block's unused units go ([`Origin::settle`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settled {
+    /// Back to the store, naming this instant (a log's stamp, a window's instant), or as
+    /// a plain refund.
+    Back(Option<Timestamp>),
+    /// Left counted in the store until their window ends.
+    Stranded,
+}
+
+impl Settled {
+    /// Sends `units` back, or counts them stranded.
+    fn carry(
+        self,
+        actions: &mut VecDeque<Action>,
+        stats: &mut LeaseStats,
+        key: &LeaseKey,
+        units: u64,
+        now: Timestamp,
+    ) {
         match self {
-            Origin::Stamp(at) => Some(at),
-            Origin::Window(at) if returns_after_end => Some(at),
-            Origin::Window(_) | Origin::Unstamped => None,
+            _ if units == 0 => {}
+            Settled::Back(at) => give_back(actions, stats, key, units, now, at),
+            Settled::Stranded => stats.units_stranded += units,
         }
     }
 }
@@ -515,37 +561,17 @@ impl LeaseBook {
                     let reset_at = flight.sent_at.saturating_add(d.reset_after);
                     if valid_until <= now {
                         // The reply came after the block's window closed: nothing to use.
-                        // A held grant's units can still go back from their stamp.
-                        match stamp {
-                            Some(stamp) => give_back(
-                                &mut self.actions,
-                                stats,
-                                &entry.key,
-                                flight.units,
-                                now,
-                                Some(stamp),
-                            ),
-                            None => stats.units_stranded += flight.units,
-                        }
+                        // Its units go where an ended block's go.
+                        let origin = stamp.map_or(Origin::window(window), Origin::Stamp);
+                        let to = origin.settle(now, valid_until, &entry.terms, config.return_guard);
+                        to.carry(&mut self.actions, stats, &entry.key, flight.units, now);
                     } else if let Some(stamp) = stamp {
-                        // Two stamps never merge: what is left of the older grant goes
-                        // back from its own stamp, and the new grant becomes the block.
-                        if let Some(old) = entry.block.take().filter(|b| b.units > 0) {
-                            let at = match old.origin {
-                                Origin::Stamp(at) if now < old.valid_until => Some(at),
-                                _ => None,
-                            };
-                            match at {
-                                Some(at) => give_back(
-                                    &mut self.actions,
-                                    stats,
-                                    &entry.key,
-                                    old.units,
-                                    now,
-                                    Some(at),
-                                ),
-                                None => stats.units_stranded += old.units,
-                            }
+                        // Two stamps never merge: what is left of the older grant is let go
+                        // (a log's units go back from their own stamp), and the new grant
+                        // becomes the block.
+                        if let Some(old) = entry.block.take() {
+                            let to = old.settle(now, &entry.terms, config.return_guard);
+                            to.carry(&mut self.actions, stats, &entry.key, old.units, now);
                         }
                         entry.block = Some(Block {
                             units: flight.units,
@@ -847,21 +873,8 @@ impl LeaseBook {
         if let Some(b) = entry.block
             && now >= b.valid_until
         {
-            // A log block's units go back from their stamp, a sliding counter's into the
-            // window that counted them (now the previous one: a return lightens it); a
-            // fixed window's are stranded.
-            let back = b.origin.after_end(entry.terms.returns_after_end());
-            match back.filter(|_| b.units > 0) {
-                Some(stamp) => give_back(
-                    &mut self.actions,
-                    &mut self.stats,
-                    &entry.key,
-                    b.units,
-                    now,
-                    Some(stamp),
-                ),
-                None => self.stats.units_stranded += b.units,
-            }
+            let to = b.settle(now, &entry.terms, config.return_guard);
+            to.carry(&mut self.actions, &mut self.stats, &entry.key, b.units, now);
             entry.block = None;
         }
         if entry.detour.until().is_some_and(|until| now >= until) {
@@ -913,22 +926,9 @@ impl LeaseBook {
         }
         self.index.remove(&entry.key);
         self.free.push(slot);
-        // A block past its end that no timer saw yet is settled here as `service` would:
-        // a log's units go back from their stamp, a window's strand.
-        if let Some(b) = entry.block.filter(|b| b.units > 0) {
-            let after_end = b.origin.after_end(entry.terms.returns_after_end());
-            if after_end.is_some() || returnable(now, b.valid_until, self.config.return_guard) {
-                give_back(
-                    &mut self.actions,
-                    &mut self.stats,
-                    &entry.key,
-                    b.units,
-                    now,
-                    b.origin.at(),
-                );
-            } else {
-                self.stats.units_stranded += b.units;
-            }
+        if let Some(b) = entry.block {
+            let to = b.settle(now, &entry.terms, self.config.return_guard);
+            to.carry(&mut self.actions, &mut self.stats, &entry.key, b.units, now);
         }
     }
 
@@ -1590,6 +1590,45 @@ mod tests {
         }
         assert_eq!(h.book.stats().units_stranded, 0);
         assert_eq!(h.book.stats().units_returned, 11);
+    }
+
+    #[test]
+    fn a_grant_that_lands_after_its_window_closed_goes_where_an_ended_blocks_units_go() {
+        let counter = Limit::sliding_counter(100, Micros::from_secs(1)).unwrap();
+        for (limit, back) in [(counter, Some(at(999))), (window(), None)] {
+            let mut h = harness(limit);
+            let _ = h.request(800, 1);
+            assert_eq!(h.request(801, 10), Admit::Wait);
+            let Some(Action::Reserve { key, id, units, .. }) = h.sent.pop_front() else {
+                panic!("a reservation to deliver");
+            };
+            // Decided 1 ms before the window closes; the reply lands 150 ms after it.
+            let d = h.policy.acquire(at(999), &mut h.store, units).unwrap();
+            h.book
+                .handle_reserved(at(850), &key, id, Reserved::Held(d, at(999)));
+            h.collect();
+            let stats = h.book.stats();
+            assert_eq!(h.held(850), 0, "{limit:?}: nothing to spend");
+            match back {
+                // A sliding counter's: into the window that counted them, as its block's.
+                Some(stamp) => {
+                    match h.sent.pop_front() {
+                        Some(Action::Return {
+                            units: u, stamp: s, ..
+                        }) => {
+                            assert_eq!((u, s), (units, Some(stamp)));
+                        }
+                        other => panic!("expected a return, got {other:?}"),
+                    }
+                    assert_eq!(stats.units_stranded, 0);
+                }
+                // A fixed window's: stranded.
+                None => {
+                    assert!(h.sent.is_empty(), "{:?}", h.sent);
+                    assert_eq!(stats.units_stranded, units);
+                }
+            }
+        }
     }
 
     #[test]
