@@ -692,8 +692,6 @@ impl<S: Limiter, M: Mode<S>> Limiter for ResilientLimiter<S, M> {
     }
 }
 
-/// Leasing through the resilient limiter, for a store that leases: a held acquire and a
-/// direct rate decision go through the gate as [`acquire`](Limiter::acquire) does.
 /// An operator's changes to one key through the resilient limiter: each goes to the store
 /// within its deadline, never through the circuit breaker and never to a failure policy
 /// (while the store is away it fails with [`AdminError::Unavailable`], and nothing is
@@ -796,6 +794,8 @@ impl<S: Limiter> Shared<S> {
     }
 }
 
+/// Leasing through the resilient limiter, for a store that leases: a held acquire and a
+/// direct rate decision go through the gate as [`acquire`](Limiter::acquire) does.
 impl<S: Leasable> Leasable for ResilientLimiter<S> {
     /// The store's held acquire through the gate; an answer that is not the store's (a
     /// failure policy's, a cache's) carries no stamp of the store's, and is given the

@@ -1,11 +1,14 @@
 //! A policy of several limits is decided in one call, all-or-nothing, on a standalone
-//! server and on a Redis Cluster, where all its keys share one hash slot.
+//! server and on a Redis Cluster, where all its keys share one hash slot; and on the
+//! Cluster, the operations a lease runs (held units, rate shares) answer as rein-core does.
 
 mod common;
 
 use redis::aio::ConnectionLike;
-use rein_core::{LimitState, PolicyState};
-use rein_redis::RedisStore;
+use rein_core::rate_share::{RateAnswer, RateOp, RateShares, RateState, ReturnRequest};
+use rein_core::rate_share::{TakeRequest, Taken};
+use rein_core::{Leasable, Limit, LimitState, Micros, Policy, PolicyState, Timestamp};
+use rein_redis::{RedisPolicy, RedisStore};
 use rein_redis_harness::{RedisCluster, RedisServer};
 
 /// Takes 2, then 1 (the window is now full), then asks for 1 more: the window denies, and
@@ -100,5 +103,79 @@ async fn cluster_multi_limit_policy_is_all_or_nothing_in_one_slot() {
             )
             .await
         );
+    }
+}
+
+/// The lease operations on a Cluster: a held acquire of a policy of several limits, its
+/// return from the stamp, and a token bucket's rate shares (take, a direct decision,
+/// return) each answer as rein-core does and leave its state, on keys in several slots.
+#[tokio::test]
+async fn cluster_leases_held_units_and_rate_shares_as_the_core_does() {
+    let cluster = RedisCluster::start().expect("start redis cluster");
+    let store = common::cluster_store(&cluster).await;
+    let named = common::mixed_policy("leased");
+    let policy = named.policy().clone();
+    let t = |s: u64| Timestamp::from_micros(1_900_000_000_000_000 + s * 1_000_000);
+    let hold = Micros::from_secs(2);
+    for user in ["a", "b", "c", "d"] {
+        let mut core = policy.new_state();
+        let expected = policy
+            .acquire_held(t(0), &mut core, 2, hold)
+            .expect("shape");
+        let held = Leasable::acquire_held(&store, Some(t(0)), &named, user.as_ref(), 2, hold)
+            .await
+            .expect("held acquire");
+        assert_eq!((held.decision, held.stamp), (expected, t(2)), "{user}");
+        policy
+            .refund_held(t(1), &mut core, 1, held.stamp)
+            .expect("shape");
+        Leasable::refund_held(&store, Some(t(1)), &named, user.as_ref(), 1, held.stamp)
+            .await
+            .expect("held refund");
+        assert_eq!(
+            store.state(&named, user).await.expect("state"),
+            core,
+            "{user}"
+        );
+    }
+
+    let bucket = Limit::token_bucket(100, 10, Micros::from_secs(1)).expect("valid bucket");
+    let Limit::TokenBucket(tb) = bucket else {
+        unreachable!("a token bucket")
+    };
+    let shares = RateShares::new(&tb).expect("shareable");
+    let named = RedisPolicy::new("shared", Policy::single(bucket)).expect("valid name");
+    for user in ["a", "b", "c", "d"] {
+        let mut core = RateState::default();
+        let take = RateOp::Take(TakeRequest {
+            node: 1,
+            held: 0,
+            seq: 1,
+            applied: 0,
+            demand: 5,
+            validity: Micros::from_secs(1),
+        });
+        let mut ops = vec![(t(0), take), (t(1), RateOp::Direct(3))];
+        let expected = shares.apply(t(0), &mut core.clone(), take).expect("a take");
+        let RateAnswer::Taken(Taken::Granted(grant)) = expected else {
+            panic!("the core grants the first take: {expected:?}")
+        };
+        let give_back = ReturnRequest {
+            node: 1,
+            id: grant.id,
+            seq: 2,
+            units: 1,
+        };
+        ops.push((t(1), RateOp::Return(give_back)));
+        for (at, op) in ops {
+            let expected = shares.apply(at, &mut core, op);
+            let answer = store.share_rate(Some(at), &named, user.as_ref(), op).await;
+            match (expected, answer) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{user} {op:?}"),
+                (a, b) => panic!("{user} {op:?}: core {a:?}, the Cluster {b:?}"),
+            }
+        }
+        let stored = store.rate_state(&named, user).await.expect("shares");
+        assert_eq!(stored.unwrap_or_default(), core, "{user}");
     }
 }

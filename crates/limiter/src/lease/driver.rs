@@ -1004,8 +1004,6 @@ impl<P> fmt::Debug for LeasedPolicy<P> {
     }
 }
 
-/// A node id for rate shares: std's randomly keyed hasher over the process id and the
-/// time, so two processes (or two limiters in one) practically never share one.
 /// Rate-book actions sent when dropped: after the request that made them was decided, or
 /// when its future is dropped first.
 pub(crate) struct Deferred<'a, S: Leasable + 'static> {
@@ -1021,6 +1019,8 @@ impl<S: Leasable + 'static> Drop for Deferred<'_, S> {
     }
 }
 
+/// A node id for rate shares: std's randomly keyed hasher over the process id and the
+/// time, so two processes (or two limiters in one) practically never share one.
 fn node_id() -> u64 {
     use std::hash::BuildHasher;
     let time = std::time::SystemTime::now()
