@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{Criterion, Throughput};
+use rein_core::rng::SplitMix64;
 
 /// Criterion settings short enough for 2 shared cores: 1 s warm-up, 3 s of measurement,
 /// 30 samples. A whole bench target then takes a minute or two.
@@ -199,14 +200,15 @@ pub fn median(values: &[f64]) -> f64 {
     sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// `len` indices below `keys`, uniformly pseudo-random from `seed` (splitmix64).
+/// `len` indices below `keys`, uniformly pseudo-random from `seed` (rein-core's
+/// SplitMix64).
 ///
 /// The length should be a power of two, so a bench can wrap with a mask.
 pub fn key_sequence(keys: u32, len: usize, seed: u64) -> Vec<u32> {
-    let mut state = seed;
+    let mut rng = SplitMix64::new(seed);
     (0..len)
         .map(|_| {
-            let r = splitmix64(&mut state);
+            let r = rng.next_u64();
             // Multiply-shift maps 32 random bits onto 0..keys without a division.
             (((r >> 32) * u64::from(keys)) >> 32) as u32
         })
@@ -219,15 +221,6 @@ pub fn ip_keys(n: u32) -> Vec<String> {
     (0..n)
         .map(|i| format!("10.{}.{}.{}", (i >> 16) & 0xff, (i >> 8) & 0xff, i & 0xff))
         .collect()
-}
-
-/// One step of splitmix64 (Steele, Lea and Flood), enough for benchmark inputs.
-pub fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// The naive scripts rein replaces, as they are usually published; `--bench redis_cost`

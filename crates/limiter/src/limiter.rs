@@ -191,7 +191,7 @@ impl<S: Limiter> ResilientLimiter<S> {
             breaker: BreakerConfig::new(),
             deny_cache: Some(DEFAULT_CACHE_ENTRIES),
             allow_cache: None,
-            fallback_max_keys: DEFAULT_CACHE_ENTRIES,
+            fallback_max_keys: DEFAULT_FALLBACK_KEYS,
             shadow: Vec::new(),
         }
     }
@@ -1098,3 +1098,8 @@ const DEFAULT_NAME: &str = "rein";
 /// 65 536 entries: more keys than one node sees denied within a typical `retry_after`, and
 /// a few MiB at most.
 const DEFAULT_CACHE_ENTRIES: NonZeroUsize = NonZeroUsize::new(1 << 16).expect("nonzero");
+
+/// 65 536 keys per policy, the deny cache's bound for a like reason: memory stays at a few
+/// MiB per policy, and it covers the keys one node sees active during a short outage. An
+/// outage with more active keys evicts (see [`ResilientLimiterBuilder::fallback_max_keys`]).
+const DEFAULT_FALLBACK_KEYS: NonZeroUsize = NonZeroUsize::new(1 << 16).expect("nonzero");

@@ -60,7 +60,7 @@ impl RedisStoreBuilder {
         install_crypto_provider();
         let client = Client::open(url).map_err(ConnectError::InvalidUrl)?;
         let listener = client.clone();
-        let timeout = self.connect_timeout_value();
+        let timeout = self.shared.connect_timeout;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             // The store's deadline bounds every call; a second, shorter timer inside
@@ -131,7 +131,7 @@ impl RedisStoreBuilder {
             Some(url) => Some(Client::open(url.as_str()).map_err(ConnectError::InvalidUrl)?),
             None => None,
         };
-        let timeout = self.connect_timeout_value();
+        let timeout = self.shared.connect_timeout;
         let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
             .retries(0)
             .connection_timeout(timeout)
@@ -247,7 +247,7 @@ fn connect_error(e: RedisError, timeout: Duration) -> ConnectError {
 
 /// redis-rs builds its rustls config with the process-wide default crypto provider; name
 /// `ring` unless the application installed one already.
-fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     #[cfg(feature = "tls")]
     {
         // An error means a provider is installed already, which is what we need.

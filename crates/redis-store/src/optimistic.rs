@@ -41,8 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Value};
-use rein_core::limiter::SourceError;
+use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult, Value};
 use rein_core::{
     DecideError, Decision, KeyError, Limiter, NamedPolicy, OverCapacity, PolicyState, PrepareError,
     StoreError, Timestamp,
@@ -450,12 +449,7 @@ impl OptimisticStoreBuilder {
     /// or `rediss://…` with the `tls` feature). Makes one connection now, to report a wrong
     /// address or password here, and the rest on demand.
     pub async fn connect(self, url: &str) -> Result<OptimisticStore, ConnectError> {
-        #[cfg(feature = "tls")]
-        {
-            // redis-rs's rustls uses the process-wide default provider; an error means the
-            // application installed one already.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
+        crate::connect::install_crypto_provider();
         let client = Client::open(url).map_err(ConnectError::InvalidUrl)?;
         // No response timeout of redis-rs's own: the call's deadline bounds every request.
         let config = AsyncConnectionConfig::new()
@@ -484,22 +478,7 @@ impl OptimisticStoreBuilder {
         self.shared.validate()?;
         let connector: Connector = Arc::new(move || Box::pin(connector()));
         let timeout = self.shared.connect_timeout;
-        let first = match tokio::time::timeout(timeout, connector()).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) if e.kind() == ErrorKind::InvalidClientConfig => {
-                return Err(ConnectError::InvalidUrl(e));
-            }
-            Ok(Err(e))
-                if e.kind() == ErrorKind::AuthenticationFailed
-                    || matches!(e.code(), Some("WRONGPASS" | "NOAUTH")) =>
-            {
-                return Err(ConnectError::Auth(e));
-            }
-            Ok(Err(e)) => {
-                return Err(StoreError::Connection(SourceError::new(e)).into());
-            }
-            Err(_) => return Err(StoreError::Timeout(timeout).into()),
-        };
+        let first = crate::connect::first_connection(timeout, connector()).await?;
         let min_ttl_ms = self.shared.min_ttl_ms();
         Ok(OptimisticStore {
             inner: Arc::new(Inner {

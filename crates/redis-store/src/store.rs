@@ -105,7 +105,7 @@ pub struct RedisStore<C> {
 /// ```
 #[derive(Clone, Debug)]
 pub struct RedisStoreBuilder {
-    shared: crate::settings::Shared,
+    pub(crate) shared: crate::settings::Shared,
     coalesce: Coalesce,
     /// Per-key overrides, where from and at most how stale (overrides.rs); `None`: none.
     overrides: Option<(overrides::From, Duration)>,
@@ -1280,10 +1280,6 @@ impl RedisStoreBuilder {
             return Err(SettingsError::ZeroDuration("the overrides' staleness"));
         }
         self.shared.validate()
-    }
-
-    pub(crate) fn connect_timeout_value(&self) -> Duration {
-        self.shared.connect_timeout
     }
 }
 

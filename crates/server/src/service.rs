@@ -53,7 +53,7 @@ pub const MAX_TEXT: usize = 1_024;
 /// The most distinct per-descriptor `limit` overrides (unit and count) the server keeps a
 /// limiter for; a request with another one is refused (`INVALID_ARGUMENT`) rather than grow
 /// the server without bound.
-pub const MAX_OVERRIDES: usize = 256;
+pub const MAX_LIMIT_OVERRIDES: usize = 256;
 
 /// Server-wide settings of how decisions are made and answered.
 #[derive(Clone, Debug)]
@@ -91,8 +91,8 @@ pub enum InvalidRequest {
     /// A `limit` override with a unit this server does not know, or zero requests.
     #[error("descriptor {0}: the limit override needs a known unit")]
     Override(usize),
-    /// More distinct `limit` overrides than [`MAX_OVERRIDES`].
-    #[error("more than {MAX_OVERRIDES} distinct limit overrides")]
+    /// More distinct `limit` overrides than [`MAX_LIMIT_OVERRIDES`].
+    #[error("more than {MAX_LIMIT_OVERRIDES} distinct limit overrides")]
     TooManyOverrides,
 }
 
@@ -628,7 +628,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         if let Some(found) = overrides.get(&(unit, count)) {
             return Ok(Arc::clone(found));
         }
-        if overrides.len() >= MAX_OVERRIDES {
+        if overrides.len() >= MAX_LIMIT_OVERRIDES {
             return Err(InvalidRequest::TooManyOverrides);
         }
         // A zero count never reaches here (`Plan::Zero`).

@@ -444,7 +444,7 @@ impl Default for LeaseConfig {
 
 impl LeaseConfig {
     /// The most unused units one node holds of a key under `terms`.
-    pub fn fair_share(&self, terms: &LeaseTerms) -> u64 {
+    pub(crate) fn fair_share(&self, terms: &LeaseTerms) -> u64 {
         (terms.capacity() / u64::from(self.expected_nodes.get())).max(1)
     }
 }

@@ -125,7 +125,7 @@ pub struct Run {
 
 impl Scenario {
     /// A healthy scenario: steady demand of 100 requests per second per node for 2 s,
-    /// server time, 1–3 ms latency, 1 ms ticks, 50 ms deadline, no faults.
+    /// server time, 1–3 ms latency, 1 ms ticks, the stores' default deadline (50 ms), no faults.
     pub fn new(name: impl Into<String>, seed: u64, nodes: usize, policy: Policy) -> Self {
         Self {
             name: name.into(),
@@ -142,7 +142,7 @@ impl Scenario {
             min_latency: Duration::from_millis(1),
             max_latency: Duration::from_millis(3),
             tick: Duration::from_millis(1),
-            deadline: Duration::from_millis(50),
+            deadline: rein_core::limiter::DEFAULT_DEADLINE,
             connect_timeout: Duration::from_millis(100),
             persistence: Persistence::LoseData,
             faults: Vec::new(),
