@@ -5,8 +5,7 @@
 mod common;
 
 use redis::aio::ConnectionLike;
-use rein_core::rate_share::{RateAnswer, RateOp, RateShares, RateState, ReturnRequest};
-use rein_core::rate_share::{TakeRequest, Taken};
+use rein_core::rate_share::{RateAnswer, RateOp, RateShares, RateState, ReturnRequest, Taken};
 use rein_core::{Leasable, Limit, LimitState, Micros, Policy, PolicyState, Timestamp};
 use rein_redis::{RedisPolicy, RedisStore};
 use rein_redis_harness::{RedisCluster, RedisServer};
@@ -147,14 +146,7 @@ async fn cluster_leases_held_units_and_rate_shares_as_the_core_does() {
     let named = RedisPolicy::new("shared", Policy::single(bucket)).expect("valid name");
     for user in ["a", "b", "c", "d"] {
         let mut core = RateState::default();
-        let take = RateOp::Take(TakeRequest {
-            node: 1,
-            held: 0,
-            seq: 1,
-            applied: 0,
-            demand: 5,
-            validity: Micros::from_secs(1),
-        });
+        let take = common::first_take(5, Micros::from_secs(1));
         let mut ops = vec![(t(0), take), (t(1), RateOp::Direct(3))];
         let expected = shares.apply(t(0), &mut core.clone(), take).expect("a take");
         let RateAnswer::Taken(Taken::Granted(grant)) = expected else {

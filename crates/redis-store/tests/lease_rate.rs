@@ -153,14 +153,7 @@ fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
         let policy = RedisPolicy::new("p", Policy::single(bucket)).unwrap();
         let key = store.keys(&policy, b"k").unwrap().remove(0);
         let t = Some(Timestamp::from_micros(1_000_000));
-        let take = RateOp::Take(TakeRequest {
-            node: 1,
-            held: 0,
-            seq: 1,
-            applied: 0,
-            demand: 5,
-            validity: Micros::from_millis(100),
-        });
+        let take = common::first_take(5, Micros::from_millis(100));
         for (field, value) in [
             ("s", "1:2"),
             ("s", "99999999999:0:0"),

@@ -11,6 +11,7 @@ use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use redis::FromRedisValue;
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use rein_core::rate_share::{RateOp, TakeRequest};
 use rein_core::time::MAX_SPAN;
 use rein_core::{Limit, Limiter, Micros, Policy};
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
@@ -112,6 +113,18 @@ pub fn mixed_policy(name: &str) -> RedisPolicy {
     ];
     let limits = limits.map(|l| l.expect("valid limit"));
     RedisPolicy::new(name, Policy::new(limits).expect("valid")).expect("valid name")
+}
+
+/// Node 1's first take of a key's rate share: no grant held or applied, `seq` 1.
+pub fn first_take(demand: u64, validity: Micros) -> RateOp {
+    RateOp::Take(TakeRequest {
+        node: 1,
+        held: 0,
+        seq: 1,
+        applied: 0,
+        demand,
+        validity,
+    })
 }
 
 /// Whether `store` admits `cost` for `key` now (the server's clock); an error fails the
