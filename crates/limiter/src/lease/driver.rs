@@ -30,7 +30,7 @@ use std::time::Duration;
 use rein_core::{
     DecideError, Decision, KeyError, Leasable, Limiter, Micros, NamedPolicy, OverCapacity,
     PrepareError, StoreError, Timestamp,
-    rate_share::{RateAnswer, RateOp, RateShares, ReturnRequest},
+    rate_share::{RateAnswer, RateOp, RateShares, ReturnRequest, TakeRequest},
 };
 use rein_memory::Clock;
 use tokio::sync::Notify;
@@ -253,11 +253,11 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
             // dropped. The rate book never waits: without a share, the direct share decides.
             return match admit {
                 Admit::Leased(decision) => {
-                    shared.dispatch_rates(actions);
+                    shared.dispatch(actions);
                     Ok(here(decision, Source::Lease))
                 }
                 Admit::Denied(decision) => {
-                    shared.dispatch_rates(actions);
+                    shared.dispatch(actions);
                     Ok(here(decision, Source::LocalDenial))
                 }
                 Admit::Direct(_) | Admit::Wait => direct(store(Some(actions))).await,
@@ -381,6 +381,47 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
     }
 }
 
+/// A book's action as the driver carries it out (`Shared::carry`, `Shared::carry_rate`): a
+/// reservation or take is one store call whose reply goes back to its book; a return is
+/// one store call.
+trait Carry<S: Leasable + 'static>: Send + Sized + 'static {
+    /// Carries it out in a task of its own.
+    fn spawn(self, shared: &Arc<Shared<S>>);
+    /// If it gives units or a share back (all a closed book emits): that store call.
+    fn into_return(self, shared: &Shared<S>) -> Option<impl Future<Output = ()> + Send + '_>;
+}
+
+impl<S: Leasable + 'static> Carry<S> for Action {
+    fn spawn(self, shared: &Arc<Shared<S>>) {
+        tokio::spawn(Arc::clone(shared).carry(self));
+    }
+
+    fn into_return(self, shared: &Shared<S>) -> Option<impl Future<Output = ()> + Send + '_> {
+        match self {
+            Action::Return {
+                key,
+                units,
+                at,
+                stamp,
+            } => Some(shared.give_back(key, units, at, stamp)),
+            Action::Reserve { .. } => None,
+        }
+    }
+}
+
+impl<S: Leasable + 'static> Carry<S> for RateAction {
+    fn spawn(self, shared: &Arc<Shared<S>>) {
+        tokio::spawn(Arc::clone(shared).carry_rate(self));
+    }
+
+    fn into_return(self, shared: &Shared<S>) -> Option<impl Future<Output = ()> + Send + '_> {
+        match self {
+            RateAction::Return { key, request, at } => Some(shared.return_share(key, request, at)),
+            RateAction::Take { .. } => None,
+        }
+    }
+}
+
 /// A grant being given back after a shutdown ([`Shared::settling`]).
 struct Settling<'a, S: Leasable>(&'a Shared<S>);
 
@@ -465,7 +506,7 @@ impl<S: Leasable + 'static> Shared<S> {
         let ((), actions) = self.with_book(|book| book.handle_timeout(now));
         self.dispatch(actions);
         let ((), actions) = self.with_rates(|rates| rates.handle_timeout(now));
-        self.dispatch_rates(actions);
+        self.dispatch(actions);
     }
 
     /// The next deadline of either book, and whether the limiter was shut down.
@@ -483,50 +524,33 @@ impl<S: Leasable + 'static> Shared<S> {
         self.run_on(&self.rates, f)
     }
 
-    fn dispatch_rates(self: &Arc<Self>, actions: Vec<RateAction>) {
-        if actions.is_empty() || tokio::runtime::Handle::try_current().is_err() {
-            // Outside a runtime (a future dropped as its runtime shuts down) nothing can be
-            // sent: the book presumes the take lost after its flight timeout.
-            return;
-        }
-        for action in actions {
-            tokio::spawn(Arc::clone(self).carry_rate(action));
-        }
-    }
-
     /// Carries out one action of the rate book.
     async fn carry_rate(self: Arc<Self>, action: RateAction) {
         match action {
-            RateAction::Take { key, request, at } => {
-                let reply = match self.policy(key.slot) {
-                    Some(policy) => {
-                        let now = self.store_time(at);
-                        let op = RateOp::Take(request);
-                        match self.store.share_rate(now, &policy, &key.key, op).await {
-                            Ok(RateAnswer::Taken(taken)) => TakeReply::Answered(taken),
-                            _ => TakeReply::Failed,
-                        }
-                    }
-                    None => TakeReply::Failed,
-                };
-                let now = self.clock.now();
-                let (settling, actions) = self.with_rates(|rates| {
-                    rates.handle_taken(now, &key, request.seq, reply);
-                    rates.is_closed().then(|| self.settling())
-                });
-                if let Some(_settling) = settling {
-                    // As for a reservation (`carry`): the share goes back first.
-                    for action in actions {
-                        if let RateAction::Return { key, request, at } = action {
-                            self.return_share(key, request, at).await;
-                        }
-                    }
-                } else {
-                    self.dispatch_rates(actions);
-                }
-            }
+            RateAction::Take { key, request, at } => self.take(key, request, at).await,
             RateAction::Return { key, request, at } => self.return_share(key, request, at).await,
         }
+    }
+
+    /// Sends a take of the rate book and hands its reply back to the book.
+    async fn take(self: Arc<Self>, key: LeaseKey, request: TakeRequest, at: Timestamp) {
+        let reply = match self.policy(key.slot) {
+            Some(policy) => {
+                let now = self.store_time(at);
+                let op = RateOp::Take(request);
+                match self.store.share_rate(now, &policy, &key.key, op).await {
+                    Ok(RateAnswer::Taken(taken)) => TakeReply::Answered(taken),
+                    _ => TakeReply::Failed,
+                }
+            }
+            None => TakeReply::Failed,
+        };
+        let now = self.clock.now();
+        let (settling, actions) = self.with_rates(|rates| {
+            rates.handle_taken(now, &key, request.seq, reply);
+            rates.is_closed().then(|| self.settling())
+        });
+        self.after_reply(settling, actions).await;
     }
 
     /// A reservation (or take) ended after a shutdown, its grant being given back: counted
@@ -583,13 +607,39 @@ impl<S: Leasable + 'static> Shared<S> {
         (result, actions)
     }
 
-    fn dispatch(self: &Arc<Self>, actions: Vec<Action>) {
+    /// Carries out each action in a task of its own. Outside a runtime (a future dropped
+    /// as its runtime shuts down) nothing can be sent: the book presumes a reservation or
+    /// take that never left lost after its flight timeout.
+    fn dispatch<A: Carry<S>>(self: &Arc<Self>, actions: Vec<A>) {
+        if actions.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
         for action in actions {
-            tokio::spawn(Arc::clone(self).carry(action));
+            action.spawn(self);
         }
     }
 
-    /// Carries out one action of the book.
+    /// What follows a book's reply: with a shutdown waiting for it (`settling`), the
+    /// returns the reply emitted (a closed book emits nothing else) are carried before the
+    /// shutdown is told it ended; otherwise every action is dispatched.
+    async fn after_reply<A: Carry<S>>(
+        self: &Arc<Self>,
+        settling: Option<Settling<'_, S>>,
+        actions: Vec<A>,
+    ) {
+        match settling {
+            Some(_settling) => {
+                for action in actions {
+                    if let Some(returned) = action.into_return(self) {
+                        returned.await;
+                    }
+                }
+            }
+            None => self.dispatch(actions),
+        }
+    }
+
+    /// Carries out one action of the lease book.
     async fn carry(self: Arc<Self>, action: Action) {
         match action {
             Action::Reserve {
@@ -598,48 +648,7 @@ impl<S: Leasable + 'static> Shared<S> {
                 units,
                 at,
                 hold,
-            } => {
-                let reply = match self.policy(key.slot) {
-                    // A window's grant is held for no time (`hold` is `None`): the store's
-                    // stamp names the window the units were counted in, and the block's
-                    // returns go to that window only (`refund_held`), however late they
-                    // execute.
-                    Some(policy) => {
-                        let now = self.store_time(at);
-                        let hold = hold.unwrap_or(Micros::ZERO);
-                        let held = self.store.acquire_held(now, &policy, &key.key, units, hold);
-                        match held.await {
-                            Ok(held) => Reserved::Held(held.decision, held.stamp),
-                            Err(_) => Reserved::Failed,
-                        }
-                    }
-                    None => Reserved::Failed,
-                };
-                let now = self.clock.now();
-                let (settling, actions) = self.with_book(|book| {
-                    book.handle_reserved(now, &key, id, reply);
-                    book.is_closed().then(|| self.settling())
-                });
-                self.waker(&key.key).notify_waiters();
-                if let Some(_settling) = settling {
-                    // A shutdown is waiting for this reservation: give back its grant before
-                    // telling it the reservation ended. (A closed book reserves nothing more:
-                    // returns are all it emits.)
-                    for action in actions {
-                        if let Action::Return {
-                            key,
-                            units,
-                            at,
-                            stamp,
-                        } = action
-                        {
-                            self.give_back(key, units, at, stamp).await;
-                        }
-                    }
-                } else {
-                    self.dispatch(actions);
-                }
-            }
+            } => self.reserve(key, id, units, at, hold).await,
             Action::Return {
                 key,
                 units,
@@ -647,6 +656,39 @@ impl<S: Leasable + 'static> Shared<S> {
                 stamp,
             } => self.give_back(key, units, at, stamp).await,
         }
+    }
+
+    /// Sends a reservation of the lease book and hands its reply back to the book.
+    async fn reserve(
+        self: Arc<Self>,
+        key: LeaseKey,
+        id: u64,
+        units: u64,
+        at: Timestamp,
+        hold: Option<Micros>,
+    ) {
+        let reply = match self.policy(key.slot) {
+            // A window's grant is held for no time (`hold` is `None`): the store's stamp
+            // names the window the units were counted in, and the block's returns go to
+            // that window only (`refund_held`), however late they execute.
+            Some(policy) => {
+                let now = self.store_time(at);
+                let hold = hold.unwrap_or(Micros::ZERO);
+                let held = self.store.acquire_held(now, &policy, &key.key, units, hold);
+                match held.await {
+                    Ok(held) => Reserved::Held(held.decision, held.stamp),
+                    Err(_) => Reserved::Failed,
+                }
+            }
+            None => Reserved::Failed,
+        };
+        let now = self.clock.now();
+        let (settling, actions) = self.with_book(|book| {
+            book.handle_reserved(now, &key, id, reply);
+            book.is_closed().then(|| self.settling())
+        });
+        self.waker(&key.key).notify_waiters();
+        self.after_reply(settling, actions).await;
     }
 
     /// Gives `units` of `key` back to the store (from `stamp`, a held grant's), counting a
@@ -1014,7 +1056,7 @@ pub(crate) struct Deferred<'a, S: Leasable + 'static> {
 impl<S: Leasable + 'static> Drop for Deferred<'_, S> {
     fn drop(&mut self) {
         if let Some(actions) = self.actions.take() {
-            self.shared.dispatch_rates(actions);
+            self.shared.dispatch(actions);
         }
     }
 }
