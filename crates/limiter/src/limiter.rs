@@ -634,6 +634,12 @@ impl<S: Limiter> Drop for InFlight<'_, S> {
 /// never fails with [`DecideError::Unavailable`] (the failure policy answers), except a
 /// refund's. A `now` given here is used as the local time and passed to the store. With
 /// leases on, it decides as [`acquire`](ResilientLimiter::acquire) does, leases first.
+///
+/// An application calls the inherent [`acquire`](ResilientLimiter::acquire)`(key, cost)`,
+/// which picks the key's policy itself; this impl is for code written over any `Limiter`
+/// (rein-tower's layer, rein-server, a test), which calls it through the trait bound. The
+/// two share a name on purpose, and method calls on the type find the inherent one: call
+/// this one on the type itself as `Limiter::acquire(&limiter, now, &policy, key, cost)`.
 impl<S: Limiter, M: Mode<S>> Limiter for ResilientLimiter<S, M> {
     type Prepared = TablePolicy;
 

@@ -1,5 +1,14 @@
 //! rein-memory: rein's rate limits for many keys, kept in this process's memory.
 //!
+//! An application reaches this crate as `rein::memory`, through its one dependency `rein`;
+//! the examples here name it `rein_memory` and rein-core `rein_core` (`rein::core`).
+//!
+//! # Where to start
+//! - [`MemoryLimiter`]: one policy over many keys, decided synchronously; the fastest path.
+//! - [`MemoryStore`]: rein-core's `Limiter` (and `Leasable`, `KeyAdmin`) in process, for
+//!   any policy it prepares: what `rein::ResilientLimiter`, the HTTP layer and tests run
+//!   over when the limit is one process's.
+//!
 //! [`MemoryLimiter`] applies one [`rein_core::Policy`] to any number of keys (client IPs,
 //! API tokens, user ids), each with its own state, and decides with rein-core's exact
 //! math: its answers are the ones [`Policy::acquire`](rein_core::Policy::acquire) gives on

@@ -1,5 +1,9 @@
 //! rein-redis: exact rate limits shared through Redis, one atomic script call per decision.
 //!
+//! An application reaches this crate as `rein::redis`, through its one dependency `rein`
+//! (the default `redis` feature); the examples here name it `rein_redis` and rein-core
+//! `rein_core` (`rein::core`).
+//!
 //! Many application servers share a limit by keeping its state in Redis. Each decision,
 //! for any algorithm of [rein-core](rein_core), any cost, a peek, a refund, or a policy of
 //! several limits all-or-nothing, is **one** `EVALSHA` of one Lua script. The script reads

@@ -1,5 +1,8 @@
 //! rein-tower: rate limits for HTTP services, shared through Redis, as a `tower::Layer`.
 //!
+//! An application reaches this crate as `rein::http`, through its one dependency `rein`
+//! (the `http` feature); the examples here name it `rein_tower`.
+//!
 //! [`RateLimitLayer`] puts any rein-core [`Limiter`](rein_core::Limiter) in front of a
 //! tower service (an axum `Router` or route, a hyper service): a `rein::ResilientLimiter`
 //! over Redis so that every server of a deployment counts against one limit and keeps
