@@ -96,8 +96,10 @@ pub struct LeaseConfig {
     /// the current block size (the low watermark).
     pub low_watermark_permille: u32,
     /// A return is sent only if at least this long remains before the block's
-    /// `valid_until`: the longest a return may take to execute in the store. Past it,
-    /// unused units are left to expire (stranded). docs/leases.md, "Returns".
+    /// `valid_until`: the longest a return may take to execute in the store. Past it, a
+    /// fixed window's unused units are left to expire (stranded); a sliding log's and a
+    /// sliding counter's still go back into their own window (`Origin::settle`).
+    /// docs/leases.md, "Returns".
     pub return_guard: Micros,
     /// A key with no request for this long gives its units back and is forgotten.
     pub idle_after: Micros,
@@ -1602,7 +1604,8 @@ mod tests {
             let Some(Action::Reserve { key, id, units, .. }) = h.sent.pop_front() else {
                 panic!("a reservation to deliver");
             };
-            // Decided 1 ms before the window closes; the reply lands 150 ms after it.
+            // Decided 1 ms before the window closes: the block, sent at 801 ms, would have
+            // ended at about 802 ms; the reply lands at 850 ms.
             let d = h.policy.acquire(at(999), &mut h.store, units).unwrap();
             h.book
                 .handle_reserved(at(850), &key, id, Reserved::Held(d, at(999)));

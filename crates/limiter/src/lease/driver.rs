@@ -449,8 +449,8 @@ impl<S: Leasable + 'static> Shared<S> {
     }
 
     /// Waits until no reservation is awaited and no grant is still being given back (each
-    /// reservation's end gives back its grant, see `carry`), at most the flight timeout;
-    /// then presumes what is still in flight lost, which lets its key go.
+    /// reservation's or take's end gives back its grant, see `after_reply`), at most the
+    /// flight timeout; then presumes what is still in flight lost, which lets its key go.
     async fn await_flights(self: &Arc<Self>) {
         let flight_timeout = self.lock().config().flight_timeout;
         let give_up = self.clock.now().saturating_add(flight_timeout);
@@ -609,9 +609,15 @@ impl<S: Leasable + 'static> Shared<S> {
 
     /// Carries out each action in a task of its own. Outside a runtime (a future dropped
     /// as its runtime shuts down) nothing can be sent: the book presumes a reservation or
-    /// take that never left lost after its flight timeout.
+    /// take that never left lost after its flight timeout, and a return counts as failed.
     fn dispatch<A: Carry<S>>(self: &Arc<Self>, actions: Vec<A>) {
-        if actions.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+        if tokio::runtime::Handle::try_current().is_err() {
+            let returns = actions
+                .into_iter()
+                .filter_map(|a| a.into_return(self))
+                .count();
+            self.returns_failed
+                .fetch_add(returns as u64, Ordering::Relaxed);
             return;
         }
         for action in actions {
