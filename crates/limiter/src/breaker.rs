@@ -416,7 +416,7 @@ impl BreakerConfig {
 
     /// How long a probe may run before it counts as failed (default: the stores' default
     /// deadline, [`rein_core::limiter::DEFAULT_DEADLINE`]). The resilient limiter sets it to the
-    /// store's own deadline.
+    /// store's own deadline plus [`DEADLINE_MARGIN`](rein_core::limiter::DEADLINE_MARGIN).
     pub fn with_probe_timeout(mut self, timeout: Duration) -> Self {
         self.probe_timeout = Micros::from(timeout);
         self

@@ -11,7 +11,8 @@
 //! concurrent servers can never both take the last token. A denial counts nothing (it writes
 //! nothing, except a fixed window kept as one integer, which adds first and takes a denial
 //! back in the same script: docs/redis.md, "Stored state"). Under
-//! load, concurrent decisions of one single-limit policy share a call, each still atomic
+//! load, concurrent decisions of a policy of one token bucket, fixed window or sliding log
+//! share a call, each still atomic
 //! ([`Coalesce`]): the server then spends less per decision than on the naive scripts
 //! rein replaces (docs/performance.md).
 //!

@@ -991,7 +991,8 @@ where
     /// servers counted for the key until then is forgotten too: for an operator, not for
     /// refunds. A key overridden by limits of other algorithms is counted in another key
     /// (of the same slot): the same `DEL` forgets both. A token bucket leased as rate keeps
-    /// its rate shares (another key, which holds rate, not a count).
+    /// its rate shares in the bucket's own key, so they go with it; servers spend the
+    /// shares they hold until those end (docs/operations.md).
     async fn reset(&self, policy: &RedisPolicy, key: &[u8]) -> Result<bool, AdminError> {
         let mut keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         let applied = self.applied(policy, key).await;

@@ -88,7 +88,7 @@ pub use route::Route;
 pub type ConfiguredStore = rein_redis::RedisStore<rein_redis::AnyConnection>;
 
 /// The resilient limiter a config file builds over [`ConfiguredStore`], with leases or
-/// without as its `[leases]` says, as one type ([`Config::resilient`]).
+/// without as its `[leases]` says, as one type ([`Config::limiter`]).
 pub type ConfiguredLimiter =
     rein::ResilientLimiter<ConfiguredStore, rein::lease::MaybeLeased<ConfiguredStore>>;
 

@@ -164,7 +164,7 @@ impl RegionScenario {
             cut: None,
             deadline: match strategy {
                 Strategy::Global => Duration::from_millis(400),
-                _ => Duration::from_millis(50),
+                _ => rein_core::limiter::DEFAULT_DEADLINE,
             },
         }
     }
