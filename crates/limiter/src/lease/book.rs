@@ -1,7 +1,7 @@
 //! [`LeaseBook`]: a node's leases, as a pure state machine with explicit time.
 //!
 //! For each hot key the book holds at most one **block**: units this node reserved from the
-//! store in one atomic `acquire(cost k)`, spendable locally until the block's `valid_until`
+//! store in one atomic `acquire_held(cost k)`, spendable locally until the block's `valid_until`
 //! (just before the earliest window boundary of the key's policy, see
 //! [`LeaseTerms::span`]). It decides what it can from the block, asks for the next block
 //! before this one runs out, and gives back what it will not use. It reads no clock,
@@ -157,11 +157,10 @@ pub enum Action {
         at: Timestamp,
         /// For a sliding log: `acquire_held` with this hold. `None`, a window's grant:
         /// `acquire_held` with no hold, to learn the store's instant of the grant (its
-        /// window), or plain `acquire` from a store that cannot say. Report
-        /// [`Reserved::Held`] with the store's stamp when there is one.
+        /// window). Report [`Reserved::Decided`] with the store's stamp.
         hold: Option<Micros>,
     },
-    /// `refund(amount = units)` on the key's policy; nothing to report.
+    /// `refund_held(amount = units, stamp)` on the key's policy; nothing to report.
     Return {
         /// The key.
         key: LeaseKey,
@@ -169,20 +168,19 @@ pub enum Action {
         units: u64,
         /// The instant the return was made at.
         at: Timestamp,
-        /// `refund_held` from this stamp (the grant's): a sliding log's units from that
-        /// stamp, a window's only into the window containing it, while it counts. `None`:
-        /// plain `refund` (a window grant reported without a stamp).
-        stamp: Option<Timestamp>,
+        /// The grant's stamp: a sliding log's units go back from it, a window's only into
+        /// the window containing it, while it counts.
+        stamp: Timestamp,
     },
 }
 
 /// How a reservation ended, for [`LeaseBook::handle_reserved`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reserved {
-    /// The store decided.
-    Decided(Decision),
-    /// The store decided a held reservation (`acquire_held`) and stamped it here.
-    Held(Decision, Timestamp),
+    /// The store (or, over a resilient limiter, its failure policy) decided the
+    /// reservation (`acquire_held`) and stamped it here: a sliding log's grant at its
+    /// hold's end, a window's grant at the instant that names its window.
+    Decided(Decision, Timestamp),
     /// The store gave no answer (timeout, connection, error): the units may have been
     /// taken.
     Failed,
@@ -326,22 +324,13 @@ enum Origin {
     /// A window's grant, at the store's instant of it: returns go into that window only, so
     /// one that executes late never lands in a later window.
     Window(Timestamp),
-    /// A window's grant the store gave no instant for: a plain refund, sent only while the
-    /// return guard holds.
-    Unstamped,
 }
 
 impl Origin {
-    /// A window grant's origin from the store's instant, if it gave one.
-    fn window(at: Option<Timestamp>) -> Self {
-        at.map_or(Origin::Unstamped, Origin::Window)
-    }
-
-    /// A window grant's instant; `None` for a log's stamp or an unstamped grant.
-    fn window_at(self) -> Option<Timestamp> {
+    /// The instant a return names: the log's stamp, or the window's instant.
+    fn at(self) -> Timestamp {
         match self {
-            Origin::Window(at) => Some(at),
-            Origin::Stamp(_) | Origin::Unstamped => None,
+            Origin::Stamp(at) | Origin::Window(at) => at,
         }
     }
 
@@ -351,7 +340,7 @@ impl Origin {
     /// Before its end, by the return guard, back into its window. After it, a log's from
     /// its stamp, which is exact whenever it runs, and a sliding counter's into the window
     /// that counted them (`returns_after_end`: that window lives on as the previous
-    /// counter, which a return lightens); a fixed window's or an unstamped grant's strand.
+    /// counter, which a return lightens); a fixed window's strand.
     fn settle(
         self,
         now: Timestamp,
@@ -359,14 +348,13 @@ impl Origin {
         terms: &LeaseTerms,
         guard: Micros,
     ) -> Settled {
-        let (at, after_end) = match self {
-            Origin::Stamp(at) => (Some(at), true),
-            Origin::Window(at) => (Some(at), terms.returns_after_end()),
-            Origin::Unstamped => (None, false),
+        let after_end = match self {
+            Origin::Stamp(_) => true,
+            Origin::Window(_) => terms.returns_after_end(),
         };
         let before_end = now < valid_until && returnable(now, valid_until, guard);
         if after_end || before_end {
-            Settled::Back(at)
+            Settled::Back(self.at())
         } else {
             Settled::Stranded
         }
@@ -376,9 +364,8 @@ impl Origin {
 /// Where a let-go block's unused units go ([`Origin::settle`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Settled {
-    /// Back to the store, naming this instant (a log's stamp, a window's instant), or as
-    /// a plain refund.
-    Back(Option<Timestamp>),
+    /// Back to the store, naming this instant (a log's stamp, a window's instant).
+    Back(Timestamp),
     /// Left counted in the store until their window ends.
     Stranded,
 }
@@ -537,23 +524,20 @@ impl LeaseBook {
         };
         entry.flight = None;
         let stats = &mut self.stats;
-        let (reply, stamp) = match reply {
-            Reserved::Held(d, stamp) => (Reserved::Decided(d), Some(stamp)),
-            other => (other, None),
-        };
-        // A sliding log's grant is held at its stamp; a window's stamp only names its window.
-        let (stamp, window) = match entry.terms.hold() {
-            Some(_) => (stamp, None),
-            None => (None, stamp),
-        };
         match reply {
             Reserved::Failed => {
                 stats.reservations_failed += 1;
                 stats.units_in_doubt += flight.units;
                 entry.detour = Detour::direct_from(now, &config);
             }
-            Reserved::Decided(d) if d.is_allowed() => match entry.terms.span(&d) {
+            Reserved::Decided(d, stamp) if d.is_allowed() => match entry.terms.span(&d) {
                 Some(span) => {
+                    // A sliding log's grant is held at its stamp; a window's stamp only
+                    // names its window.
+                    let origin = match entry.terms.hold() {
+                        Some(_) => Origin::Stamp(stamp),
+                        None => Origin::Window(stamp),
+                    };
                     stats.reservations_granted += 1;
                     stats.units_reserved += flight.units;
                     // Early by the clock-rate tolerance, never late: see the module docs.
@@ -564,10 +548,9 @@ impl LeaseBook {
                     if valid_until <= now {
                         // The reply came after the block's window closed: nothing to use.
                         // Its units go where an ended block's go.
-                        let origin = stamp.map_or(Origin::window(window), Origin::Stamp);
                         let to = origin.settle(now, valid_until, &entry.terms, config.return_guard);
                         to.carry(&mut self.actions, stats, &entry.key, flight.units, now);
-                    } else if let Some(stamp) = stamp {
+                    } else if let Origin::Stamp(_) = origin {
                         // Two stamps never merge: what is left of the older grant is let go
                         // (a log's units go back from their own stamp), and the new grant
                         // becomes the block.
@@ -581,14 +564,14 @@ impl LeaseBook {
                             valid_until,
                             review: Review::Never,
                             reset_at,
-                            origin: Origin::Stamp(stamp),
+                            origin,
                         });
                     } else {
                         entry.merge(
                             flight.units,
                             (valid_until, reset_at),
                             config.return_guard,
-                            window,
+                            stamp,
                         );
                     }
                 }
@@ -599,16 +582,14 @@ impl LeaseBook {
                     entry.detour = Detour::direct_from(now, &config);
                 }
             },
-            Reserved::Decided(d) if d.retry_after == Micros::ZERO => {
+            Reserved::Decided(d, _) if d.retry_after == Micros::ZERO => {
                 // A denial that names no wait is not the store's (a fail-closed answer while
                 // its breaker is closed): treat it as a failure, and let requests meet the
                 // failure policy directly.
                 stats.reservations_unusable += 1;
                 entry.detour = Detour::direct_from(now, &config);
             }
-            // Mapped to `Decided` above.
-            Reserved::Held(..) => {}
-            Reserved::Decided(d) => {
+            Reserved::Decided(d, _) => {
                 stats.reservations_denied += 1;
                 let held = entry.held(now);
                 // Less is left than asked: ask for what is left now, whatever the wait for
@@ -910,7 +891,7 @@ impl LeaseBook {
                     &entry.key,
                     excess,
                     now,
-                    b.origin.window_at(),
+                    b.origin.at(),
                 );
             }
         }
@@ -1010,7 +991,7 @@ impl LeaseBook {
 
     fn stale_reply(&mut self, reply: Reserved) {
         match reply {
-            Reserved::Decided(d) | Reserved::Held(d, _) if d.is_allowed() => {
+            Reserved::Decided(d, _) if d.is_allowed() => {
                 // The units were granted after the book stopped waiting: unused.
                 self.stats.late_grants += 1;
             }
@@ -1035,7 +1016,7 @@ impl Entry {
         units: u64,
         (valid_until, reset_at): (Timestamp, Timestamp),
         guard: Micros,
-        window: Option<Timestamp>,
+        window: Timestamp,
     ) {
         self.block = Some(match self.block {
             Some(b) => {
@@ -1050,7 +1031,7 @@ impl Entry {
                         _ => Review::before(valid_until, guard),
                     },
                     reset_at: b.reset_at.max(reset_at),
-                    origin: Origin::window(window.or(b.origin.window_at())),
+                    origin: Origin::Window(window),
                 }
             }
             None => Block {
@@ -1059,7 +1040,7 @@ impl Entry {
                 valid_until,
                 review: Review::before(valid_until, guard),
                 reset_at,
-                origin: Origin::window(window),
+                origin: Origin::Window(window),
             },
         });
     }
@@ -1156,7 +1137,7 @@ fn give_back(
     key: &LeaseKey,
     units: u64,
     now: Timestamp,
-    stamp: Option<Timestamp>,
+    stamp: Timestamp,
 ) {
     stats.returns += 1;
     stats.units_returned += units;
@@ -1280,19 +1261,32 @@ mod tests {
             }
         }
 
-        /// Runs the oldest action in the store at `ms` and replies at once. Returns the
-        /// units reserved (`+`) or returned (`−`).
+        /// Runs the oldest action in the store at `ms` as the driver does (`acquire_held`,
+        /// `refund_held`) and replies at once. Returns the units reserved (`+`) or returned
+        /// (`−`).
         fn deliver(&mut self, ms: u64) -> i64 {
             match self.sent.pop_front().expect("an action to deliver") {
-                Action::Reserve { key, id, units, .. } => {
-                    let d = self.policy.acquire(at(ms), &mut self.store, units).unwrap();
-                    self.book
-                        .handle_reserved(at(ms), &key, id, Reserved::Decided(d));
+                Action::Reserve {
+                    key,
+                    id,
+                    units,
+                    hold,
+                    ..
+                } => {
+                    let hold = hold.unwrap_or(Micros::ZERO);
+                    let d = self
+                        .policy
+                        .acquire_held(at(ms), &mut self.store, units, hold);
+                    let reply = Reserved::Decided(d.unwrap(), at(ms).saturating_add(hold));
+                    self.book.handle_reserved(at(ms), &key, id, reply);
                     self.collect();
                     units as i64
                 }
-                Action::Return { units, .. } => {
-                    self.policy.refund(at(ms), &mut self.store, units).unwrap();
+                Action::Return { units, stamp, .. } => {
+                    let store = &mut self.store;
+                    self.policy
+                        .refund_held(at(ms), store, units, stamp)
+                        .unwrap();
                     -(units as i64)
                 }
             }
@@ -1300,19 +1294,6 @@ mod tests {
 
         fn held(&self, ms: u64) -> u64 {
             self.book.held(at(ms), KEY)
-        }
-
-        /// As [`deliver`](Self::deliver) for a reservation, answered as the driver does: with
-        /// the store's stamp of the grant (`acquire_held` with no hold).
-        fn deliver_stamped(&mut self, ms: u64) -> u64 {
-            let Some(Action::Reserve { key, id, units, .. }) = self.sent.pop_front() else {
-                panic!("a reservation to deliver");
-            };
-            let d = self.policy.acquire(at(ms), &mut self.store, units).unwrap();
-            self.book
-                .handle_reserved(at(ms), &key, id, Reserved::Held(d, at(ms)));
-            self.collect();
-            units
         }
     }
 
@@ -1434,7 +1415,7 @@ mod tests {
         };
         let d = h.policy.acquire(at(202), &mut h.store, units).unwrap();
         h.book
-            .handle_reserved(at(202), &key, id, Reserved::Decided(d));
+            .handle_reserved(at(202), &key, id, Reserved::Decided(d, at(202)));
         assert_eq!(h.held(202), 0);
         assert_eq!(h.book.stats().late_grants, 1);
         // A renewal interval later, leases resume once the key is hot again.
@@ -1530,7 +1511,7 @@ mod tests {
         // It lands: its grant goes back with the unit held, and the key is let go.
         let d = h.policy.acquire(at(5), &mut h.store, units).unwrap();
         h.book
-            .handle_reserved(at(5), &key, id, Reserved::Decided(d));
+            .handle_reserved(at(5), &key, id, Reserved::Decided(d, at(5)));
         h.collect();
         assert_eq!(h.deliver(5), -(units as i64 + 1));
         assert!(h.sent.is_empty(), "{:?}", h.sent);
@@ -1564,7 +1545,7 @@ mod tests {
         };
         let d = h.policy.acquire(at(250), &mut h.store, units).unwrap();
         h.book
-            .handle_reserved(at(250), &key, id, Reserved::Held(d, at(250)));
+            .handle_reserved(at(250), &key, id, Reserved::Decided(d, at(250)));
         h.collect();
         assert!(h.sent.is_empty(), "{:?}", h.sent);
         assert_eq!(h.book.stats().late_grants, 1);
@@ -1575,9 +1556,9 @@ mod tests {
         let mut h = harness(Limit::sliding_counter(100, Micros::from_secs(1)).unwrap());
         let _ = h.request(0, 1);
         assert_eq!(h.request(1, 10), Admit::Wait);
-        assert_eq!(h.deliver_stamped(2), 11);
+        assert_eq!(h.deliver(2), 11);
         assert_eq!(leased(h.retry(2, 10)), 1);
-        assert_eq!(h.deliver_stamped(3), 10, "renewed below the low watermark");
+        assert_eq!(h.deliver(3), 10, "renewed below the low watermark");
         // The review ran too late to return within the guard; at the block's end the 11
         // left still go back, into the window stamped at the grant (the previous counter
         // once the boundary has passed), where a fixed window's would strand.
@@ -1586,7 +1567,7 @@ mod tests {
         h.tick(1_000);
         match h.sent.pop_front() {
             Some(Action::Return { units, stamp, .. }) => {
-                assert_eq!((units, stamp), (11, Some(at(3))));
+                assert_eq!((units, stamp), (11, at(3)));
             }
             other => panic!("expected a return, got {other:?}"),
         }
@@ -1608,7 +1589,7 @@ mod tests {
             // ended at about 802 ms; the reply lands at 850 ms.
             let d = h.policy.acquire(at(999), &mut h.store, units).unwrap();
             h.book
-                .handle_reserved(at(850), &key, id, Reserved::Held(d, at(999)));
+                .handle_reserved(at(850), &key, id, Reserved::Decided(d, at(999)));
             h.collect();
             let stats = h.book.stats();
             assert_eq!(h.held(850), 0, "{limit:?}: nothing to spend");
@@ -1619,7 +1600,7 @@ mod tests {
                         Some(Action::Return {
                             units: u, stamp: s, ..
                         }) => {
-                            assert_eq!((u, s), (units, Some(stamp)));
+                            assert_eq!((u, s), (units, stamp));
                         }
                         other => panic!("expected a return, got {other:?}"),
                     }
@@ -1684,7 +1665,7 @@ mod tests {
         let Some(Action::Reserve { key, id, .. }) = h.sent.pop_front() else {
             panic!()
         };
-        let answer = Reserved::Decided(crate::lease::failure_policys(outcome));
+        let answer = Reserved::Decided(crate::lease::failure_policys(outcome), at(2));
         h.book.handle_reserved(at(2), &key, id, answer);
         assert_eq!(h.retry(2, 1), Admit::Direct(DirectReason::StoreTrouble));
         h

@@ -138,8 +138,9 @@ struct Shared<S: Leasable> {
     book: Mutex<LeaseBook>,
     /// The rate leases of token buckets, under their own short lock.
     rates: Mutex<RateBook>,
-    /// Prepared policies by slot, for reservations and returns made away from a request.
-    policies: RwLock<Vec<Arc<S::Prepared>>>,
+    /// Prepared policies by slot, with their names, for reservations and returns made away
+    /// from a request.
+    policies: RwLock<Vec<(String, Arc<S::Prepared>)>>,
     /// Waiters for reservations, sharded by key hash.
     wakers: Box<[Notify]>,
     /// Wakes a shutdown waiting for the reservations in flight, as each one ends.
@@ -367,7 +368,15 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
     /// lose were this node to die now).
     pub fn rate_shares(&self) -> Vec<ShareView> {
         let now = self.shared.clock.now();
-        self.shared.lock_rates().shares(now)
+        let policies = self
+            .shared
+            .policies
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        let name = |slot: u32| policies.get(slot as usize).map(|(n, _)| n.clone());
+        self.shared
+            .lock_rates()
+            .shares(now, |slot| name(slot).unwrap_or_default())
     }
 
     /// The settings.
@@ -682,7 +691,7 @@ impl<S: Leasable + 'static> Shared<S> {
                 let hold = hold.unwrap_or(Micros::ZERO);
                 let held = self.store.acquire_held(now, &policy, &key.key, units, hold);
                 match held.await {
-                    Ok(held) => Reserved::Held(held.decision, held.stamp),
+                    Ok(held) => Reserved::Decided(held.decision, held.stamp),
                     Err(_) => Reserved::Failed,
                 }
             }
@@ -697,18 +706,16 @@ impl<S: Leasable + 'static> Shared<S> {
         self.after_reply(settling, actions).await;
     }
 
-    /// Gives `units` of `key` back to the store (from `stamp`, a held grant's), counting a
+    /// Gives `units` of `key` back to the store (from `stamp`, the grant's), counting a
     /// return that fails.
-    async fn give_back(&self, key: LeaseKey, units: u64, at: Timestamp, stamp: Option<Timestamp>) {
+    async fn give_back(&self, key: LeaseKey, units: u64, at: Timestamp, stamp: Timestamp) {
         let now = self.store_time(at);
-        let store = &self.store;
-        let returned = match (self.policy(key.slot), stamp) {
-            (Some(policy), None) => store.refund(now, &policy, &key.key, units).await.is_ok(),
-            (Some(policy), Some(stamp)) => {
-                let back = store.refund_held(now, &policy, &key.key, units, stamp);
+        let returned = match self.policy(key.slot) {
+            Some(policy) => {
+                let back = self.store.refund_held(now, &policy, &key.key, units, stamp);
                 back.await.is_ok()
             }
-            (None, _) => false,
+            None => false,
         };
         if !returned {
             self.returns_failed.fetch_add(1, Ordering::Relaxed);
@@ -717,7 +724,7 @@ impl<S: Leasable + 'static> Shared<S> {
 
     fn policy(&self, slot: u32) -> Option<Arc<S::Prepared>> {
         let policies = self.policies.read().unwrap_or_else(|p| p.into_inner());
-        policies.get(slot as usize).cloned()
+        policies.get(slot as usize).map(|(_, p)| Arc::clone(p))
     }
 
     /// The `now` a store call gets for a local instant.
@@ -752,7 +759,7 @@ impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
             .write()
             .unwrap_or_else(|p| p.into_inner());
         let slot = policies.len() as u32;
-        policies.push(Arc::clone(&inner));
+        policies.push((policy.name().to_owned(), Arc::clone(&inner)));
         Ok(LeasedPolicy {
             slot,
             inner,

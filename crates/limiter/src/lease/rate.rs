@@ -99,8 +99,10 @@ pub enum RateAction {
 /// visible, the node's own view (the store keeps every node's; each node reports its own).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShareView {
+    /// The name of the key's policy.
+    pub policy: String,
     /// The key.
-    pub key: LeaseKey,
+    pub key: Box<[u8]>,
     /// The share's rate, in thousandths of the bucket's (0 while no share is held).
     pub parts: u64,
     /// The share's burst, tokens.
@@ -130,10 +132,8 @@ pub enum TakeReply {
 struct RateLease {
     shares: RateShares,
     bucket: ShareBucket,
-    /// The grant chain held (0: none).
-    held: u64,
-    /// The `seq` of the take whose grant is spent now (0: none).
-    applied: u64,
+    /// The grant spent now, if any.
+    holding: Option<Holding>,
     flight: Option<Flight>,
     /// The next take is due at this instant.
     renew_at: Timestamp,
@@ -144,15 +144,24 @@ struct RateLease {
     /// from a quiet spell reports at first, rather than its first request's cost over an
     /// interval (issue 23: a node bursting on and off started each burst near the floor).
     remembered: u64,
-    /// The rate (parts) of the grant spent now: a smaller one next is a shrink.
+    last_request: Timestamp,
+    timer: Option<Timestamp>,
+}
+
+/// The grant a node spends now: what its next take names to the store.
+#[derive(Clone, Copy, Debug)]
+struct Holding {
+    /// The grant chain held.
+    id: u64,
+    /// The `seq` of the take whose grant this is.
+    applied: u64,
+    /// Its rate (parts): a smaller one next is a shrink.
     parts: u64,
-    /// The burst of the grant spent now, tokens.
+    /// Its burst, tokens.
     burst: u64,
     /// The next take only confirms a shrink ([`RateBook::handle_taken`]): it reports the
     /// demand reported last and keeps measuring.
     confirm: bool,
-    last_request: Timestamp,
-    timer: Option<Timestamp>,
 }
 
 /// The one take in flight.
@@ -206,16 +215,12 @@ impl RateBook {
             let lease = RateLease {
                 shares: *shares,
                 bucket: ShareBucket::default(),
-                held: 0,
-                applied: 0,
+                holding: None,
                 flight: None,
                 renew_at: now,
                 asked: 0,
                 asked_since: now,
                 remembered: 0,
-                parts: 0,
-                burst: 0,
-                confirm: false,
                 last_request: now,
                 timer: None,
             };
@@ -319,14 +324,18 @@ impl RateBook {
                 // rather than an interval later, so the rate it frees reaches the growing
                 // shares sooner (issue 23: a hot node that cooled down cost 7 of 150 tokens
                 // per shift in the simulator).
-                if grant.continued && grant.parts < lease.parts {
+                let shrunk = lease.holding.is_some_and(|h| grant.parts < h.parts);
+                let confirm = grant.continued && shrunk;
+                if confirm {
                     lease.renew_at = now;
-                    lease.confirm = true;
                 }
-                lease.parts = grant.parts;
-                lease.burst = grant.burst;
-                lease.held = grant.id;
-                lease.applied = flight.seq;
+                lease.holding = Some(Holding {
+                    id: grant.id,
+                    applied: flight.seq,
+                    parts: grant.parts,
+                    burst: grant.burst,
+                    confirm,
+                });
                 self.stats.reservations_granted += 1;
                 self.stats.units_reserved += grant.moved / lease.shares.token_units();
             }
@@ -397,21 +406,23 @@ impl RateBook {
         self.stats
     }
 
-    /// Every key's share as this node holds it at `now` (ascending by key).
-    pub fn shares(&self, now: Timestamp) -> Vec<ShareView> {
+    /// Every key's share as this node holds it at `now` (ascending by policy slot and key),
+    /// naming each key's policy by `policy_name` of its slot.
+    pub fn shares(&self, now: Timestamp, policy_name: impl Fn(u32) -> String) -> Vec<ShareView> {
         let now = now.max(self.latest);
-        let mut views: Vec<ShareView> = self
+        let mut views: Vec<(u32, ShareView)> = self
             .leases
             .iter()
             .map(|(key, lease)| {
                 let mut bucket = lease.bucket;
                 bucket.refill(now);
-                let live = lease.held != 0 && now < bucket.until();
-                let parts = if live { lease.parts } else { 0 };
-                ShareView {
-                    key: key.clone(),
+                let live = lease.holding.filter(|_| now < bucket.until());
+                let parts = live.map_or(0, |h| h.parts);
+                let view = ShareView {
+                    policy: policy_name(key.slot),
+                    key: key.key.clone(),
                     parts,
-                    burst: if live { lease.burst } else { 0 },
+                    burst: live.map_or(0, |h| h.burst),
                     tokens: bucket.tokens(&lease.shares),
                     demand: lease.remembered,
                     valid_until: bucket.until(),
@@ -420,11 +431,12 @@ impl RateBook {
                         parts,
                         bucket.until().saturating_since(now),
                     ),
-                }
+                };
+                (key.slot, view)
             })
             .collect();
-        views.sort_by(|a, b| (a.key.slot, &a.key.key).cmp(&(b.key.slot, &b.key.key)));
-        views
+        views.sort_by(|(a, va), (b, vb)| (a, &va.key).cmp(&(b, &vb.key)));
+        views.into_iter().map(|(_, view)| view).collect()
     }
 
     /// The number of keys held.
@@ -462,7 +474,9 @@ impl RateBook {
         now: Timestamp,
         lease: &mut RateLease,
     ) -> TakeRequest {
-        if std::mem::take(&mut lease.confirm) && lease.held != 0 {
+        if let Some(h) = lease.holding.as_mut()
+            && std::mem::take(&mut h.confirm)
+        {
             let demand = lease.remembered;
             return Self::send(config, node, seq, now, lease, demand);
         }
@@ -479,7 +493,7 @@ impl RateBook {
         // before it: its first request over an interval would claim almost nothing, and the
         // node would get rate only as the others shrink, one renewal at a time. The next
         // renewal reports what it measures.
-        let demand = if lease.held == 0 {
+        let demand = if lease.holding.is_none() {
             measured.max(lease.remembered)
         } else if within_band(measured, lease.remembered) {
             // Noise, not a change: shares sized from each interval's count would wobble,
@@ -521,9 +535,9 @@ impl RateBook {
         lease.renew_at = now.saturating_add(config.renew_interval);
         TakeRequest {
             node,
-            held: lease.held,
+            held: lease.holding.map_or(0, |h| h.id),
             seq,
-            applied: lease.applied,
+            applied: lease.holding.map_or(0, |h| h.applied),
             demand,
             validity,
         }
@@ -552,7 +566,7 @@ impl RateBook {
         let idle = lease.last_request.saturating_add(config.idle_after);
         match lease.flight {
             Some(f) => f.sent_at.saturating_add(take_timeout(config)),
-            None if lease.held != 0 => lease.renew_at.min(idle),
+            None if lease.holding.is_some() => lease.renew_at.min(idle),
             None => idle,
         }
         .max(now)
@@ -581,7 +595,7 @@ impl RateBook {
         // once, its rate to the others' next renewals, rather than stay reserved for
         // nothing until it lapses (issue 23: a node silent for less than `idle_after`
         // kept its share through every silence).
-        if lease.flight.is_none() && lease.held != 0 && now >= lease.renew_at {
+        if lease.flight.is_none() && lease.holding.is_some() && now >= lease.renew_at {
             if now >= lease.last_request.saturating_add(config.renew_interval) {
                 self.give_back(now, key);
             } else if self.seq < MAX_MICROS {
@@ -618,7 +632,10 @@ impl RateBook {
             return;
         };
         // Nothing to give back, or no `seq` left for it (the share then lapses in the store).
-        if lease.held == 0 || self.seq >= MAX_MICROS {
+        let Some(holding) = lease.holding else {
+            return;
+        };
+        if self.seq >= MAX_MICROS {
             return;
         }
         self.seq += 1;
@@ -631,12 +648,12 @@ impl RateBook {
         let idle_until = now.min(lease.bucket.until());
         self.stats.rate_idle += rate_tokens(
             &lease.shares,
-            lease.parts,
+            holding.parts,
             idle_until.saturating_since(lease.last_request),
         );
         lease.bucket.clear();
-        let id = std::mem::take(&mut lease.held);
-        lease.applied = 0;
+        lease.holding = None;
+        let id = holding.id;
         self.stats.returns += 1;
         self.stats.units_returned += units / lease.shares.token_units();
         self.actions.push_back(RateAction::Return {
@@ -942,7 +959,7 @@ mod tests {
         b.handle_taken(ms(202), &key, 4, grant(77, true, 5, 300, 0));
         // The node's share, visible: 3/10 of the rate (0.3 tokens per ms) until 200 ms
         // after the take at 201 ms, less the clock margin: 45 tokens' worth left at 250 ms.
-        let view = &b.shares(ms(250))[0];
+        let view = &b.shares(ms(250), |_| String::new())[0];
         assert_eq!((view.parts, view.burst, view.demand), (300, 5, 400));
         assert_eq!(view.stranded_if_dead, 45);
         // No request after 194 ms: at the renewal (301 ms) the last request is 107 ms
@@ -955,7 +972,7 @@ mod tests {
         }
         assert_eq!(b.len(), 1);
         assert_eq!(b.stats().rate_idle, 32);
-        assert_eq!(b.shares(ms(302))[0].parts, 0);
+        assert_eq!(b.shares(ms(302), |_| String::new())[0].parts, 0);
         // Back after 400 ms of silence: direct, and a fresh take that reports the demand
         // it had (400/s), not one request over an interval (10/s).
         assert_eq!(

@@ -8,9 +8,8 @@
 //! carries the store's stamp and runs as `refund_held`: a sliding log's units go back from
 //! their stamp, a window's only into the window that counted them. Such a return is exact
 //! whenever it executes, so here returns execute whenever the world gets to them, however
-//! late (the return guard is then only about usefulness, not exactness); a plain `refund`
-//! (a grant reported without a stamp) is still modelled as lost past the guard. A second property runs
-//! sliding-log worlds with time in steps finer than the hold and demand that saturates the
+//! late (the return guard is then only about usefulness, not exactness). A second property
+//! runs sliding-log worlds with time in steps finer than the hold and demand that saturates the
 //! log, where a block spent even twice its hold after the grant over-admits.
 
 use std::collections::VecDeque;
@@ -38,7 +37,7 @@ enum Op {
 struct Node {
     book: LeaseBook,
     outbox: VecDeque<Action>,
-    inbox: VecDeque<(LeaseKey, u64, Decision, Option<Timestamp>)>,
+    inbox: VecDeque<(LeaseKey, u64, Decision, Timestamp)>,
     /// Requests waiting for a reservation: (key, cost).
     waiting: Vec<(usize, u64)>,
 }
@@ -46,7 +45,6 @@ struct Node {
 struct World {
     policy: Policy,
     terms: LeaseTerms,
-    guard: Micros,
     store: [PolicyState; 2],
     nodes: Vec<Node>,
     now: Timestamp,
@@ -62,7 +60,6 @@ impl World {
         let terms = LeaseTerms::new(&policy).expect("a leasable policy");
         Self {
             terms,
-            guard: config.return_guard,
             store: [policy.new_state(), policy.new_state()],
             policy,
             nodes: (0..nodes)
@@ -114,56 +111,33 @@ impl World {
                         ..
                     }) => {
                         let k = key_index(&key);
-                        let (d, stamp) = match hold {
-                            Some(hold) => (
-                                self.policy
-                                    .acquire_held(self.now, &mut self.store[k], units, hold)
-                                    .expect("within capacity"),
-                                Some(self.now.saturating_add(hold)),
-                            ),
-                            // A window's grant: held for no time, its stamp names its window.
-                            None => (
-                                self.policy
-                                    .acquire_held(self.now, &mut self.store[k], units, Micros::ZERO)
-                                    .expect("within capacity"),
-                                Some(self.now),
-                            ),
-                        };
+                        // A window's grant is held for no time: its stamp names its window.
+                        let hold = hold.unwrap_or(Micros::ZERO);
+                        let d = self
+                            .policy
+                            .acquire_held(self.now, &mut self.store[k], units, hold)
+                            .expect("within capacity");
+                        let stamp = self.now.saturating_add(hold);
                         self.nodes[node].inbox.push_back((key, id, d, stamp));
                     }
                     // A stamped return is exact whenever it executes: a log's from its stamp,
                     // a window's into the stamp's window only.
                     Some(Action::Return {
-                        key,
-                        units,
-                        stamp: Some(stamp),
-                        ..
+                        key, units, stamp, ..
                     }) => {
                         let k = key_index(&key);
                         self.policy
                             .refund_held(self.now, &mut self.store[k], units, stamp)
                             .expect("shape");
                     }
-                    // Later than the guard a return is lost, by the book's one assumption.
-                    Some(Action::Return { key, units, at, .. })
-                        if self.now <= at.saturating_add(self.guard) =>
-                    {
-                        let k = key_index(&key);
-                        self.policy
-                            .refund(self.now, &mut self.store[k], units)
-                            .expect("shape");
-                    }
-                    Some(Action::Return { .. }) | None => {}
+                    None => {}
                 }
             }
             Op::Reply { node, lose } => {
                 let node = node % n;
                 if let Some((key, id, d, stamp)) = self.nodes[node].inbox.pop_front() {
                     if !lose {
-                        let reply = match stamp {
-                            Some(stamp) => Reserved::Held(d, stamp),
-                            None => Reserved::Decided(d),
-                        };
+                        let reply = Reserved::Decided(d, stamp);
                         self.nodes[node]
                             .book
                             .handle_reserved(self.now, &key, id, reply);
