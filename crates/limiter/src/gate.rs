@@ -106,9 +106,12 @@ pub enum Ask {
     /// Whether `cost` would be admitted, taking nothing: no cache answers or learns from
     /// it, and the local fallback is peeked, not charged.
     Peek,
-    /// A lease's reservation of a block: taken and cached as an acquire, but a call on the
-    /// leases' behalf, not a request's decision, so not counted among decisions (the
-    /// requests the block admits are, as [`Source::Lease`]).
+    /// A lease's reservation of a block: a call on the leases' behalf, not a request's
+    /// decision, so not counted among decisions (the requests the block admits are, as
+    /// [`Source::Lease`]). Only the store grants a block: the deny cache's exact denial
+    /// answers it, the allow cache does not (a reuse is no grant the store counted), and
+    /// the failure policy's answer (the local fallback peeked, not charged) only says why
+    /// the store gave none, which the resilient limiter returns as an error.
     Reserve,
 }
 
@@ -141,7 +144,7 @@ impl<K> Gate<K> {
         // answer: a cached denial or reuse says what an acquire would get, not what is left.
         if cost > 0
             && ask != Ask::Peek
-            && let Some((decision, source)) = self.cached(now, request.cache_key(), cost)
+            && let Some((decision, source)) = self.cached(now, request.cache_key(), cost, ask)
         {
             return Step::Answer(self.count(request, Decided { decision, source }));
         }
@@ -237,11 +240,20 @@ impl<K> Gate<K> {
     }
 
     /// A cache's answer to an acquire: the deny cache's repeated denial, else the allow
-    /// cache's reuse, else none.
-    fn cached(&self, now: Timestamp, at: CacheKey<'_>, cost: u64) -> Option<(Decision, Source)> {
+    /// cache's reuse (not for a reservation), else none.
+    fn cached(
+        &self,
+        now: Timestamp,
+        at: CacheKey<'_>,
+        cost: u64,
+        ask: Ask,
+    ) -> Option<(Decision, Source)> {
         let denied = self.deny_cache.as_ref();
         if let Some(decision) = denied.and_then(|c| c.check(now, at, cost)) {
             return Some((decision, Source::DenyCache));
+        }
+        if ask == Ask::Reserve {
+            return None;
         }
         let decision = self.allow_cache.as_ref()?.check(now, at, cost)?;
         Some((decision, Source::AllowCache))
@@ -328,10 +340,12 @@ impl<K> Gate<K> {
                     .unwrap_or_else(|poisoned| poisoned.into_inner());
                 let now = (*latest).max(now);
                 *latest = now;
-                let local = if ask == Ask::Peek {
-                    limiter.peek_at(now, key, cost)
-                } else {
+                // Only a request's acquire is charged: a peek takes nothing, and a
+                // reservation's answer here is never spent (see `Ask::Reserve`).
+                let local = if ask == Ask::Acquire {
                     limiter.acquire_at(now, key, cost)
+                } else {
+                    limiter.peek_at(now, key, cost)
                 };
                 let decision = match local {
                     Ok(decision) => decision,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
-use rein_core::limiter::{DEADLINE_MARGIN, DEFAULT_DEADLINE};
+use rein_core::limiter::{DEADLINE_MARGIN, DEFAULT_DEADLINE, SourceError};
 use rein_core::{
     DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, OverCapacity,
     PrepareError, StoreError, Timestamp,
@@ -174,8 +174,8 @@ impl<S: Limiter> ResilientLimiter<S> {
     /// Settings for a limiter over `store`, deciding each key by its policy in `table` and
     /// answering with `on_failure` when the store cannot. Defaults: name `rein`, a
     /// [`TokioClock`], the store's clock, [`BreakerConfig::new`] with the store's deadline
-    /// as probe timeout, a deny cache of 65 536 entries, no allow cache, and room for
-    /// 65 536 keys per policy in the fallback limiters.
+    /// plus [`DEADLINE_MARGIN`] as probe timeout, a deny cache of 65 536 entries, no allow
+    /// cache, and room for 65 536 keys per policy in the fallback limiters.
     pub fn builder(
         store: S,
         table: PolicyTable,
@@ -803,10 +803,13 @@ impl<S: Limiter> Shared<S> {
 /// Leasing through the resilient limiter, for a store that leases: a held acquire and a
 /// direct rate decision go through the gate as [`acquire`](Limiter::acquire) does.
 impl<S: Leasable> Leasable for ResilientLimiter<S> {
-    /// The store's held acquire through the gate; an answer that is not the store's (a
-    /// failure policy's, a cache's) carries no stamp of the store's, and is given the
-    /// local instant plus `hold`: its `reset_after` is not one a held grant carries, so a
-    /// lease never spends it (docs/leases.md).
+    /// The store's held acquire through the gate (deadline, breaker, deny cache). Only the
+    /// store grants: when it gives no answer, the failure policy does not answer for it
+    /// (a fallback's or fail-open admission is no grant the store counted, and a block
+    /// spent from it would be returned to a store that never took it), and the call fails
+    /// as [`DecideError::Unavailable`]; the leases then send requests direct, where the
+    /// failure policy answers them. A cached denial carries no stamp of the store's and
+    /// is given the local instant plus `hold` (a denial spends nothing).
     async fn acquire_held(
         &self,
         now: Option<Timestamp>,
@@ -824,6 +827,9 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
             })
             .await
             .map_err(decide_error)?;
+        if let Some(why) = decided.source.unavailable() {
+            return Err(no_grant(why, self.inner.guard_deadline));
+        }
         Ok(Held {
             decision: decided.decision,
             stamp: stamp.unwrap_or_else(|| local.saturating_add(hold)),
@@ -906,6 +912,25 @@ impl<'a> Call<'a> {
 /// A policy of a [`ResilientLimiter`]'s table, prepared with [`Limiter::prepare`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TablePolicy(usize);
+
+/// A reservation the store gave no answer to (`why`), as the store's error; the call ran
+/// under `deadline`.
+fn no_grant(why: Unavailable, deadline: Duration) -> DecideError {
+    let error = match why {
+        Unavailable::Timeout => StoreError::Timeout(deadline),
+        Unavailable::Server => StoreError::Server(SourceError::new(NoGrant(why))),
+        Unavailable::UnexpectedReply => StoreError::UnexpectedReply(NoGrant(why).to_string()),
+        Unavailable::BreakerOpen | Unavailable::Connection => {
+            StoreError::Connection(SourceError::new(NoGrant(why)))
+        }
+    };
+    DecideError::Unavailable(error)
+}
+
+/// Why a reservation got no grant: the store gave none.
+#[derive(Debug, thiserror::Error)]
+#[error("no grant: the store gave no answer ({})", .0.as_str())]
+struct NoGrant(Unavailable);
 
 /// A request error as the trait's. `UnknownPolicy` cannot come through a [`TablePolicy`]
 /// (it names a policy of the table by construction); it is mapped for completeness.

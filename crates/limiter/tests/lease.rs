@@ -1492,6 +1492,53 @@ async fn answers_to_150<M: Mode<rein_memory::MemoryStore>>(
     by_source
 }
 
+/// Leases over a resilient limiter whose store never answers in time, with the local
+/// fallback: the fallback answers the requests, and never a reservation. A fallback's
+/// admission is no grant the store counted (a block spent from it would be this node's
+/// share spent twice, and its return would lighten a store that never took it), so no
+/// request is answered from a lease, no return is sent, and the fallback admits exactly
+/// its share of the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_policys_answer_to_a_reservation_is_never_spent_as_a_lease() {
+    let window = Limit::fixed_window(100, Micros::from_secs(3_600)).expect("valid");
+    let policy = NamedPolicy::new("api", Policy::single(window)).expect("valid");
+    let store = Slow {
+        inner: rein_memory::MemoryStore::new(),
+        // Past the limiter's deadline (the default 50 ms plus its margin): every call
+        // times out, then the breaker keeps the store away.
+        delay: Duration::from_secs(5),
+        shares: true,
+    };
+    let on_failure = FailurePolicy::LocalFallback {
+        expected_nodes: NonZeroU32::new(4).expect("nonzero"),
+    };
+    let limiter = ResilientLimiter::builder(store, PolicyTable::new(policy), on_failure)
+        .leases(LeaseConfig {
+            min_demand: 1,
+            ..config()
+        })
+        .build()
+        .expect("a limiter");
+    let mut by_source: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for _ in 0..60 {
+        let d = limiter.acquire("k", 1).await.expect("a decision");
+        let (answered, admitted) = by_source.entry(d.source.as_str()).or_default();
+        *answered += 1;
+        *admitted += u64::from(d.is_allowed());
+    }
+    let stats = limiter.lease_stats();
+    limiter.shutdown().await;
+    assert_eq!(by_source.get("lease"), None, "{by_source:?} {stats:?}");
+    assert_eq!(stats.returns, 0, "{stats:?}");
+    assert_eq!(stats.reservations_granted, 0, "{stats:?}");
+    // 100 shared by 4 nodes: the fallback's share, charged by requests alone.
+    assert_eq!(
+        by_source.get("fallback"),
+        Some(&(60, 25)),
+        "{by_source:?} {stats:?}"
+    );
+}
+
 /// A token bucket over the memory store: the first request goes to the direct share and
 /// asks for a share, later ones are spent from it. Over a store without rate shares (the
 /// `Slow` double answers `Unsupported`), the same policy is decided by plain `acquire`.
@@ -1520,6 +1567,11 @@ async fn a_token_bucket_is_leased_as_rate_where_the_store_can_and_decided_direct
     }
     assert!(from_lease >= 19, "{from_lease} of 20 from the share");
     assert!(leased.stats().reservations_granted >= 1);
+    // The share as this node holds it, named by its policy and user key.
+    let views = leased.rate_shares();
+    let named: Vec<(&str, &[u8])> = views.iter().map(|v| (&*v.policy, &*v.key)).collect();
+    assert_eq!(named, [("bucket", &b"k"[..])], "{views:?}");
+    assert!(views[0].parts > 0, "{views:?}");
 
     let plain = LeasedLimiter::builder(Slow {
         inner: rein_memory::MemoryStore::new(),

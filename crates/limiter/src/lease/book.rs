@@ -144,7 +144,7 @@ pub enum Admit {
 /// Work for the driver, from [`LeaseBook::poll_action`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// `acquire(cost = units)` on the key's policy, then
+    /// `acquire_held(cost = units, hold)` on the key's policy, then
     /// [`handle_reserved`](LeaseBook::handle_reserved) with `id`.
     Reserve {
         /// The key.
@@ -1130,7 +1130,8 @@ fn reserve(
     });
 }
 
-/// Queues a return of `units` of `key` (from `stamp`, for a log grant) and counts it.
+/// Queues a return of `units` of `key` (from `stamp`: a log grant's stamp, or a window
+/// grant's instant) and counts it.
 fn give_back(
     actions: &mut VecDeque<Action>,
     stats: &mut LeaseStats,
@@ -1190,7 +1191,7 @@ mod tests {
     use super::*;
 
     /// A node's book and, standing in for the store, rein-core's own policy state: a
-    /// reservation is an `acquire` at the instant it is delivered.
+    /// reservation is an `acquire_held` at the instant it is delivered.
     struct Harness {
         book: LeaseBook,
         terms: LeaseTerms,

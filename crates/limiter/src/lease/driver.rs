@@ -365,7 +365,8 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
 
     /// This node's rate share of every token-bucket key it leases, now: per-node shares
     /// made visible (each node reports its own; `stranded_if_dead` is what the others would
-    /// lose were this node to die now).
+    /// lose were this node to die now). Each names its key's policy: a name prepared twice
+    /// here (a [`PolicyTable`](crate::PolicyTable) refuses that) shows as two entries.
     pub fn rate_shares(&self) -> Vec<ShareView> {
         let now = self.shared.clock.now();
         let policies = self

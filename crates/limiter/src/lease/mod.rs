@@ -6,8 +6,8 @@
 //! definition exactly: every unit is counted by the store in the window it is spent in.
 //!
 //! # Layout
-//! - `terms.rs`: [`LeaseTerms`]: which policies can be leased with the store's existing
-//!   `acquire`/`refund` (fixed windows and sliding counters) and how long a grant lives.
+//! - `terms.rs`: [`LeaseTerms`]: which policies can be leased in blocks (fixed windows,
+//!   sliding counters, sliding logs held at a stamp) and how long a grant lives.
 //! - `book.rs`: `LeaseBook`: the per-key lease state machine, sans-IO (tested inside the
 //!   crate, `proptests/book.rs`).
 //! - `rate.rs`: `RateBook`: the per-key rate leases of token buckets (sub-buckets),

@@ -1,7 +1,7 @@
-//! [`LeaseTerms`]: whether a policy can be leased with the store's existing `acquire` and
-//! `refund`, and how long a block it grants stays usable.
+//! [`LeaseTerms`]: whether a policy can be leased in blocks (`acquire_held`, returned with
+//! `refund_held`), and how long a block it grants stays usable.
 //!
-//! A lease of `k` units on a window policy is one `acquire(cost k)`: all-or-nothing across
+//! A lease of `k` units on a window policy is one `acquire_held(cost k, hold 0)`: all-or-nothing across
 //! the policy's limits, counted in each limit's current window. The units are exact only
 //! while they are spent inside that window, so the block must end at the **earliest**
 //! window boundary among the policy's limits. The store does not say where that is: its
@@ -178,7 +178,7 @@ impl LeaseTerms {
         if self.hold > 0 {
             // A held grant's own stamp leaves the window `hold + W` after the decision, and
             // the combined reset is at least that: anything shorter (a failure policy's
-            // answer, a plain acquire's) was not stamped for a lease.
+            // answer from a store that gives one) was not stamped for a lease.
             return (r >= self.hold + self.smallest).then(|| Micros::from_micros(self.hold));
         }
         let big = self.largest;
