@@ -487,9 +487,10 @@ fn check(files: &[PathBuf]) -> Result<Output, (Option<Output>, Failure)> {
                 text.push_str(&format!("{shown}: ok ({kind}: {summary})\n"));
                 results.push(json!({"file": shown.to_string(), "ok": true, "kind": kind, "summary": summary}));
             }
+            // Each error names its file (a rules directory's: the file in it), and where.
             Err(error) => {
                 bad += 1;
-                text.push_str(&format!("{shown}: {error}\n"));
+                text.push_str(&format!("{error}\n"));
                 results.push(json!({"file": shown.to_string(), "ok": false, "error": error}));
             }
         }
@@ -538,7 +539,7 @@ fn config(cli: &Cli) -> Result<Config, Failure> {
             "no config file: pass --config rein.toml (or set REIN_CONFIG)".into(),
         ));
     };
-    Config::load(path).map_err(|e| Failure::Input(format!("{}: {e}", path.display())))
+    Config::load(path).map_err(|e| Failure::Input(e.to_string()))
 }
 
 /// `policy list`.

@@ -43,7 +43,9 @@ use crate::{
 ///   no answer. After [`StoreError::Timeout`] or [`StoreError::Connection`] the call's effect
 ///   is unknown: an implementation never replays it, and neither should the caller.
 /// - An empty key is refused ([`KeyError::Empty`]): it is almost always a missing
-///   identifier, and would make every such request share one limit.
+///   identifier, and would make every such request share one limit. So is a key longer
+///   than [`MAX_KEY_BYTES`] ([`KeyError::TooLong`]): keys are held in memory (caches,
+///   fallbacks, leases), and a client must not choose how much.
 pub trait Limiter: Send + Sync {
     /// A policy in the form this limiter decides with, built once by
     /// [`prepare`](Self::prepare).
@@ -300,10 +302,41 @@ pub enum DecideError {
 pub enum KeyError {
     /// The key is empty. That is almost always a missing identifier (no user id, an absent
     /// header), and would make every such request share one limit. Pass a non-empty key,
-    /// e.g. a fixed `anonymous` if sharing is what you want. Any other byte string, of any
-    /// length, is accepted.
+    /// e.g. a fixed `anonymous` if sharing is what you want.
     #[error("the user key is empty")]
     Empty,
+    /// The key is longer than [`MAX_KEY_BYTES`]. Key by a short identifier (a user or
+    /// tenant id, an address), not by a whole token or document.
+    #[error("the user key is {len} bytes, over the limit of {MAX_KEY_BYTES}")]
+    TooLong {
+        /// The key's length in bytes.
+        len: usize,
+    },
+}
+
+/// The longest user key a limiter takes: 1 KiB. Any byte string from 1 byte to this long
+/// is a key. Keys are held in process memory (the deny and allow caches, the local
+/// fallback, the lease books, the memory store), each bounded by a count of keys: this
+/// bounds their bytes too, whoever chooses the key (a header's value, a descriptor's).
+/// Redis keys are a digest of the user key, whatever its length.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+impl KeyError {
+    /// `key` as a limiter takes it: not empty, at most [`MAX_KEY_BYTES`].
+    ///
+    /// ```
+    /// use rein_core::KeyError;
+    /// assert_eq!(KeyError::check(b"user-42"), Ok(()));
+    /// assert_eq!(KeyError::check(b""), Err(KeyError::Empty));
+    /// assert_eq!(KeyError::check(&[b'x'; 1025]), Err(KeyError::TooLong { len: 1025 }));
+    /// ```
+    pub fn check(key: &[u8]) -> Result<(), KeyError> {
+        match key.len() {
+            0 => Err(KeyError::Empty),
+            len if len > MAX_KEY_BYTES => Err(KeyError::TooLong { len }),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A policy a limiter cannot prepare.

@@ -88,14 +88,13 @@ pub enum OverrideError {
 }
 
 /// Checks what an override is written for: a policy name rein accepts
-/// ([`NamedPolicy::check_name`]) and a key or prefix that is not empty.
+/// ([`NamedPolicy::check_name`]) and a key or prefix a limiter takes ([`KeyError::check`]).
 pub fn check_target(policy: &str, keys: &KeyMatch) -> Result<(), AdminError> {
     NamedPolicy::check_name(policy).map_err(|e| AdminError::InvalidOverride(e.to_string()))?;
     match keys {
-        KeyMatch::Key(k) | KeyMatch::Prefix(k) if k.is_empty() => {
-            Err(AdminError::InvalidKey(KeyError::Empty))
+        KeyMatch::Key(k) | KeyMatch::Prefix(k) => {
+            KeyError::check(k).map_err(AdminError::InvalidKey)
         }
-        _ => Ok(()),
     }
 }
 

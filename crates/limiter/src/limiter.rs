@@ -408,11 +408,9 @@ impl<S: Limiter> Shared<S> {
     /// admitted; otherwise the error, counted.
     pub(crate) fn check(&self, call: Call<'_>) -> Result<u64, RequestError> {
         let capacity = self.table.policies()[call.index].policy().capacity();
-        let admissible = if call.key.is_empty() {
-            Err(RequestError::InvalidKey(rein_core::KeyError::Empty))
-        } else {
-            OverCapacity::check(call.units, capacity).map_err(RequestError::from)
-        };
+        let admissible = rein_core::KeyError::check(call.key)
+            .map_err(RequestError::InvalidKey)
+            .and_then(|()| OverCapacity::check(call.units, capacity).map_err(RequestError::from));
         admissible.inspect_err(|_| self.gate.invalid_request())?;
         Ok(capacity)
     }
@@ -782,9 +780,7 @@ impl<S: Limiter> Shared<S> {
         F: FnOnce(&'a S, &'a S::Prepared) -> Fut,
         Fut: Future<Output = Result<T, AdminError>>,
     {
-        if key.is_empty() {
-            return Err(AdminError::InvalidKey(rein_core::KeyError::Empty));
-        }
+        rein_core::KeyError::check(key).map_err(AdminError::InvalidKey)?;
         // The table holds far fewer than 2^32 policies (each built by hand).
         self.gate.forget(self.clock.now(), index as u32, key);
         let result = tokio::time::timeout(

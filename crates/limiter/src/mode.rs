@@ -54,6 +54,11 @@ pub trait Mode<S: Limiter>: sealed::Sealed + Send + Sync + 'static {
     fn deadline(&self, call: Duration) -> Duration;
 }
 
+/// How many store calls' deadlines a request with leases on may take: a wait for its
+/// key's reservation, then a direct call. A leased limiter's deadline is this many times
+/// its store call's.
+pub const LEASED_CALLS: u32 = 2;
+
 mod sealed {
     pub trait Sealed {}
     impl Sealed for super::Direct {}
@@ -143,7 +148,7 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
 
     /// A request may wait for a reservation, then call directly.
     fn deadline(&self, call: Duration) -> Duration {
-        call * 2
+        call * LEASED_CALLS
     }
 }
 

@@ -44,7 +44,7 @@ use rein::lease::{Leased, LeasedLimiter, MaybeLeased, Mode};
 use rein::{FailurePolicy, LeaseConfig, PolicyTable, ResilientLimiter, Source};
 use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_redis::RedisStoreBuilder;
-use rein_redis_harness::RedisServer;
+use rein_redis_harness::{Fault, Faulty, RedisServer};
 
 /// How a worker is told what to do: environment variables (the test harness owns argv).
 const ENV: &str = "REIN_LEASE_WORKER";
@@ -1011,102 +1011,6 @@ type Store = rein_redis::RedisStore<redis::aio::ConnectionManager>;
 /// 1 s more.
 const MARGIN: Duration = Duration::from_millis(60);
 
-/// The memory store, answering `delay` late: a fault double around the real store.
-struct Slow<S> {
-    inner: S,
-    delay: Duration,
-    /// Whether it shares a token bucket's rate (as late); without, it says it does not.
-    shares: bool,
-}
-
-impl<S: Limiter> Limiter for Slow<S> {
-    type Prepared = S::Prepared;
-
-    fn prepare(&self, policy: &NamedPolicy) -> Result<S::Prepared, rein_core::PrepareError> {
-        self.inner.prepare(policy)
-    }
-
-    async fn acquire(
-        &self,
-        now: Option<rein_core::Timestamp>,
-        policy: &S::Prepared,
-        key: &[u8],
-        cost: u64,
-    ) -> Result<rein_core::Decision, rein_core::DecideError> {
-        tokio::time::sleep(self.delay).await;
-        self.inner.acquire(now, policy, key, cost).await
-    }
-
-    async fn peek(
-        &self,
-        now: Option<rein_core::Timestamp>,
-        policy: &S::Prepared,
-        key: &[u8],
-        cost: u64,
-    ) -> Result<rein_core::Decision, rein_core::DecideError> {
-        self.inner.peek(now, policy, key, cost).await
-    }
-
-    async fn refund(
-        &self,
-        now: Option<rein_core::Timestamp>,
-        policy: &S::Prepared,
-        key: &[u8],
-        amount: u64,
-    ) -> Result<(), rein_core::DecideError> {
-        self.inner.refund(now, policy, key, amount).await
-    }
-
-    fn deadline(&self) -> Option<Duration> {
-        self.inner.deadline()
-    }
-}
-
-/// Held units as the inner store; rate shares only with `shares` (without, said explicitly:
-/// a token bucket over it is decided by plain `acquire`).
-impl<S: rein_core::Leasable> rein_core::Leasable for Slow<S> {
-    async fn acquire_held(
-        &self,
-        now: Option<rein_core::Timestamp>,
-        policy: &S::Prepared,
-        key: &[u8],
-        cost: u64,
-        hold: rein_core::Micros,
-    ) -> Result<rein_core::Held, rein_core::DecideError> {
-        tokio::time::sleep(self.delay).await;
-        self.inner.acquire_held(now, policy, key, cost, hold).await
-    }
-
-    async fn refund_held(
-        &self,
-        now: Option<rein_core::Timestamp>,
-        policy: &S::Prepared,
-        key: &[u8],
-        amount: u64,
-        stamp: rein_core::Timestamp,
-    ) -> Result<(), rein_core::DecideError> {
-        self.inner
-            .refund_held(now, policy, key, amount, stamp)
-            .await
-    }
-
-    async fn share_rate(
-        &self,
-        now: Option<rein_core::Timestamp>,
-        policy: &S::Prepared,
-        key: &[u8],
-        op: rein_core::rate_share::RateOp,
-    ) -> Result<rein_core::rate_share::RateAnswer, rein_core::DecideError> {
-        if !self.shares {
-            return Err(rein_core::DecideError::Unsupported {
-                operation: "share_rate",
-            });
-        }
-        tokio::time::sleep(self.delay).await;
-        self.inner.share_rate(now, policy, key, op).await
-    }
-}
-
 /// Leases with `config` over the memory store answering `delay` late (rate shares too),
 /// every key hot from its first request (`min_demand` 1), and a policy of `limit`.
 fn slow_and_hot(
@@ -1114,14 +1018,10 @@ fn slow_and_hot(
     config: LeaseConfig,
     limit: Limit,
 ) -> (
-    LeasedLimiter<Slow<rein_memory::MemoryStore>>,
+    LeasedLimiter<Faulty<rein_memory::MemoryStore>>,
     Arc<rein::lease::LeasedPolicy<rein_memory::MemoryPolicy>>,
 ) {
-    let store = Slow {
-        inner: rein_memory::MemoryStore::new(),
-        delay,
-        shares: true,
-    };
+    let store = Faulty::new(rein_memory::MemoryStore::new(), Fault::Late(delay));
     let leased = LeasedLimiter::builder(store)
         .config(LeaseConfig {
             min_demand: 1,
@@ -1502,13 +1402,9 @@ async fn answers_to_150<M: Mode<rein_memory::MemoryStore>>(
 async fn a_failure_policys_answer_to_a_reservation_is_never_spent_as_a_lease() {
     let window = Limit::fixed_window(100, Micros::from_secs(3_600)).expect("valid");
     let policy = NamedPolicy::new("api", Policy::single(window)).expect("valid");
-    let store = Slow {
-        inner: rein_memory::MemoryStore::new(),
-        // Past the limiter's deadline (the default 50 ms plus its margin): every call
-        // times out, then the breaker keeps the store away.
-        delay: Duration::from_secs(5),
-        shares: true,
-    };
+    // Never answering: every call times out at the limiter's deadline (the default 50 ms
+    // plus its margin), then the breaker keeps the store away.
+    let store = Faulty::new(rein_memory::MemoryStore::new(), Fault::Hang);
     let on_failure = FailurePolicy::LocalFallback {
         expected_nodes: NonZeroU32::new(4).expect("nonzero"),
     };
@@ -1541,7 +1437,7 @@ async fn a_failure_policys_answer_to_a_reservation_is_never_spent_as_a_lease() {
 
 /// A token bucket over the memory store: the first request goes to the direct share and
 /// asks for a share, later ones are spent from it. Over a store without rate shares (the
-/// `Slow` double answers `Unsupported`), the same policy is decided by plain `acquire`.
+/// `Faulty` double answers `Unsupported`), the same policy is decided by plain `acquire`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_bucket_is_leased_as_rate_where_the_store_can_and_decided_directly_elsewhere() {
     let bucket = Limit::token_bucket(40, 400, Micros::from_secs(1)).expect("valid");
@@ -1573,11 +1469,10 @@ async fn a_token_bucket_is_leased_as_rate_where_the_store_can_and_decided_direct
     assert_eq!(named, [("bucket", &b"k"[..])], "{views:?}");
     assert!(views[0].parts > 0, "{views:?}");
 
-    let plain = LeasedLimiter::builder(Slow {
-        inner: rein_memory::MemoryStore::new(),
-        delay: Duration::ZERO,
-        shares: false,
-    })
+    let plain = LeasedLimiter::builder(
+        Faulty::new(rein_memory::MemoryStore::new(), Fault::Late(Duration::ZERO))
+            .without_rate_shares(),
+    )
     .config(config())
     .build();
     // Refilled once a minute: the burst is all this loop can get.

@@ -219,8 +219,8 @@ where
         key: &[u8],
         call: impl FnOnce(Timestamp) -> Result<T, AcquireError>,
     ) -> Ready<Result<T, DecideError>> {
-        if key.is_empty() {
-            return ready(Err(KeyError::Empty.into()));
+        if let Err(e) = KeyError::check(key) {
+            return ready(Err(e.into()));
         }
         let now = now.unwrap_or_else(|| self.clock.now());
         ready(call(now).map_err(from_core))
@@ -456,9 +456,7 @@ where
         key: &[u8],
         change: impl FnOnce(Timestamp) -> Result<T, AdminError>,
     ) -> Result<T, AdminError> {
-        if key.is_empty() {
-            return Err(KeyError::Empty.into());
-        }
+        KeyError::check(key)?;
         change(self.clock.now())
     }
 }
@@ -506,8 +504,8 @@ where
         key: &[u8],
         op: RateOp,
     ) -> impl Future<Output = Result<RateAnswer, DecideError>> + Send {
-        if key.is_empty() {
-            return ready(Err(KeyError::Empty.into()));
+        if let Err(e) = KeyError::check(key) {
+            return ready(Err(e.into()));
         }
         let now = now.unwrap_or_else(|| self.clock.now());
         ready(policy.0.limiter.share_rate_at(now, &key.to_vec(), op))

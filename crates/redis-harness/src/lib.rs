@@ -9,7 +9,14 @@
 //!
 //! A missing binary is an error whose message says how to install it; tests `expect` it,
 //! so they fail loudly instead of skipping.
+//!
+//! Faults a process cannot give on cue (a store that answers some keys and not others,
+//! late by a set delay, or never) come from [`Faulty`], a double around any rein store.
 #![deny(missing_docs)]
+
+pub mod faulty;
+
+pub use faulty::{Fault, Faulty};
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

@@ -38,9 +38,7 @@ pub(crate) fn state_keys(
     policy: &RedisPolicy,
     user_key: &[u8],
 ) -> Result<Vec<String>, KeyError> {
-    if user_key.is_empty() {
-        return Err(KeyError::Empty);
-    }
+    KeyError::check(user_key)?;
     let digest = sha1_smol::Sha1::from(user_key).digest().bytes();
     let (version, suffix) = (policy.key_version(), policy.key_suffix());
     let mut key =

@@ -59,7 +59,9 @@ async fn ready<S: Leasable + Clone + 'static>(
 }
 
 /// Any content type is read as JSON (`curl -d` sends a form type); a body that is not the
-/// request is `400` with serde's message, which names the line, column and field.
+/// request is `400` with serde's message, which names the line, column and field. The
+/// status says the overall code, as envoyproxy/ratelimit's `/json` does: `429` for
+/// `OVER_LIMIT`, `200` otherwise.
 async fn json<S: Leasable + Clone + 'static>(
     State(service): State<RateLimitService<S>>,
     body: axum::body::Bytes,
@@ -76,12 +78,21 @@ async fn json<S: Leasable + Clone + 'static>(
     };
     let request = request.into_proto();
     match service.should_rate_limit(&request).await {
-        Ok(response) => Json(JsonResponse::from_proto(&response)).into_response(),
+        Ok(response) => {
+            let status = if response.overall_code == Code::OverLimit as i32 {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            (status, Json(JsonResponse::from_proto(&response))).into_response()
+        }
         Err(refused) => (StatusCode::BAD_REQUEST, format!("{refused}\n")).into_response(),
     }
 }
 
-/// `RateLimitRequest` as JSON.
+/// `RateLimitRequest` as JSON, read as protobuf's JSON mapping reads it: each field by its
+/// JSON name (`hitsAddend`) or its proto name (`hits_addend`), an integer as a number or a
+/// decimal string (protobuf writes 64-bit integers as strings), an enum by name or number.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JsonRequest {
@@ -91,7 +102,7 @@ pub struct JsonRequest {
     #[serde(default)]
     pub descriptors: Vec<JsonDescriptor>,
     /// Units each descriptor costs (0 or absent: 1).
-    #[serde(default)]
+    #[serde(default, alias = "hits_addend", deserialize_with = "proto_u32")]
     pub hits_addend: u32,
 }
 
@@ -102,14 +113,69 @@ pub struct JsonDescriptor {
     /// `[{"key": .., "value": ..}]`.
     pub entries: Vec<JsonEntry>,
     /// This descriptor's cost, overriding the request's.
-    #[serde(default)]
+    #[serde(default, alias = "hits_addend", deserialize_with = "proto_opt_u64")]
     pub hits_addend: Option<u64>,
     /// Give `hits_addend` units back instead of taking them.
-    #[serde(default)]
+    #[serde(default, alias = "is_negative_hits")]
     pub is_negative_hits: bool,
     /// A limit that replaces the configured one: `{"requestsPerUnit": 5, "unit": "MINUTE"}`.
     #[serde(default)]
     pub limit: Option<JsonLimit>,
+}
+
+/// A protobuf JSON integer: a number, or a decimal string.
+fn proto_u64<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    struct ProtoInt;
+    impl serde::de::Visitor<'_> for ProtoInt {
+        type Value = u64;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a whole number, or one as a decimal string")
+        }
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<u64, E> {
+            Ok(n)
+        }
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<u64, E> {
+            u64::try_from(n).map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(n), &self))
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<u64, E> {
+            text.parse()
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(text), &self))
+        }
+    }
+    deserializer.deserialize_any(ProtoInt)
+}
+
+/// [`proto_u64`] within `u32`.
+fn proto_u32<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+    let n = proto_u64(deserializer)?;
+    u32::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} is more than a uint32")))
+}
+
+/// [`proto_u64`], or `null` for none.
+fn proto_opt_u64<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    struct Wrapped(#[serde(deserialize_with = "proto_u64")] u64);
+    Ok(Option::<Wrapped>::deserialize(deserializer)?.map(|Wrapped(n)| n))
+}
+
+/// A protobuf JSON enum of `RateLimit.Unit`: its name, or its number.
+fn proto_unit<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NameOrNumber {
+        Name(String),
+        Number(i32),
+    }
+    Ok(match NameOrNumber::deserialize(deserializer)? {
+        NameOrNumber::Name(name) => name,
+        // An unknown number is `UNKNOWN`, which the service refuses.
+        NameOrNumber::Number(n) => rate_limit::Unit::try_from(n)
+            .unwrap_or(rate_limit::Unit::Unknown)
+            .as_str_name()
+            .to_owned(),
+    })
 }
 
 /// One entry.
@@ -128,8 +194,10 @@ pub struct JsonEntry {
 #[serde(rename_all = "camelCase")]
 pub struct JsonLimit {
     /// Requests per unit.
+    #[serde(alias = "requests_per_unit", deserialize_with = "proto_u32")]
     pub requests_per_unit: u32,
-    /// `SECOND`, `MINUTE`, `HOUR`, `DAY`, `WEEK`, `MONTH` or `YEAR`.
+    /// `SECOND`, `MINUTE`, `HOUR`, `DAY`, `WEEK`, `MONTH` or `YEAR` (or its number).
+    #[serde(deserialize_with = "proto_unit")]
     pub unit: String,
     /// The rule's name, in answers.
     #[serde(default, skip_serializing_if = "String::is_empty", skip_deserializing)]

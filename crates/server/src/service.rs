@@ -32,7 +32,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use rein::{FailurePolicy, PolicyTable, ResilienceConfigError, ResilientLimiter, TablePolicy};
+use rein::{
+    FailurePolicy, PolicyTable, RequestError, ResilienceConfigError, ResilientLimiter, Source,
+    TablePolicy,
+};
 use rein::{
     LeaseConfig,
     lease::{LeaseStats, MaybeLeased},
@@ -418,7 +421,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                     negative,
                     label,
                 } => {
-                    let target = Target(&limiter.limiter, &limiter.prepared);
+                    let target = Target(&limiter.limiter, &limiter.prepared, limiter.policy.name());
                     let decision =
                         decide(&target, key, *cost, *negative, denied, &mut charged).await;
                     self.status(
@@ -437,12 +440,14 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             statuses.push(status);
         }
         if denied {
-            // All or nothing: give back what this request took before it was denied.
-            for charge in charged {
+            // All or nothing: give back what this request took before it was denied, all
+            // at once (each bounded by the store's deadline).
+            let refunds = charged.iter().map(|charge| async move {
                 if let Err(error) = charge.target.refund(&charge.key, charge.cost).await {
                     tracing::warn!(%error, "refunding a denied request's charge failed");
                 }
-            }
+            });
+            futures_util::future::join_all(refunds).await;
         }
         let over = denied && !settings.shadow_mode;
         if settings.shadow_mode {
@@ -455,6 +460,10 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             statuses,
             ..Default::default()
         };
+        // A request over a limit that decided nothing (a zero limit, a `deny_all`, a cost no
+        // limit holds) has no decision to show: an admitted descriptor's headers would say
+        // "remaining" on a 429.
+        let shown = shown.filter(|shown| !over || !shown.decision.is_allowed());
         if let Some(shown) = shown {
             response.response_headers_to_add = self.headers(&shown);
         }
@@ -526,7 +535,9 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             Outcome::Within
         };
         metrics.count(label, outcome);
-        let over = !allowed && !shadow;
+        // Shadowed, by the rule or the server: answered OK, charged as admitted, and never
+        // the descriptor the headers show (an OK answer carries no `Retry-After`).
+        let over = !allowed && !shadow && !self.shared.settings.shadow_mode;
         if over {
             *denied = true;
         }
@@ -698,10 +709,8 @@ impl<S: Leasable + Clone + 'static> Snapshot<S> {
 
     /// Where the policy named `name` is decided.
     fn target(&self, name: &str) -> Option<Target<'_, S>> {
-        Some(Target(
-            &self.decider.limiter,
-            self.decider.prepared.get(name)?,
-        ))
+        let (name, prepared) = self.decider.prepared.get_key_value(name)?;
+        Some(Target(&self.decider.limiter, prepared, name))
     }
 
     /// Gives back every unit this snapshot's leases hold and stops their timers (after a
@@ -748,20 +757,37 @@ enum Plan<'a, S: Leasable + Clone + 'static> {
     },
 }
 
-/// Where one descriptor is decided: a limiter and one of its policies. (The trait's methods
-/// are called by path: `ResilientLimiter`'s inherent ones of the same names take a policy
-/// name.)
-struct Target<'a, S: Leasable + Clone + 'static>(&'a Deciding<S>, &'a TablePolicy);
+/// Where one descriptor is decided: a limiter and one of its policies, prepared and by
+/// name. (The trait's methods are called by path: `ResilientLimiter`'s inherent ones of the
+/// same names take a policy name.)
+struct Target<'a, S: Leasable + Clone + 'static>(&'a Deciding<S>, &'a TablePolicy, &'a str);
 
 impl<S: Leasable + Clone + 'static> Clone for Target<'_, S> {
     fn clone(&self) -> Self {
-        Target(self.0, self.1)
+        Target(self.0, self.1, self.2)
     }
 }
 
 impl<S: Leasable + Clone + 'static> Target<'_, S> {
-    async fn acquire(&self, key: &[u8], cost: u64) -> Result<Decision, DecideError> {
-        Limiter::acquire(self.0, None, self.1, key, cost).await
+    /// Charges `cost`: the decision, and whether the store counted it (its own answer, or
+    /// a lease's, whose block it counted). A failure policy's admission, or a reuse of the
+    /// allow cache, was never counted there: a refund of it would give the store units it
+    /// never took.
+    async fn acquire(&self, key: &[u8], cost: u64) -> Result<(Decision, bool), DecideError> {
+        let decided = self
+            .0
+            .acquire_as(self.2, key, cost)
+            .await
+            .map_err(|e| match e {
+                RequestError::InsufficientCapacity(over) => DecideError::InsufficientCapacity(over),
+                RequestError::InvalidKey(key) => DecideError::InvalidKey(key),
+                // Prepared from the same table: every name is in it.
+                other => DecideError::Unavailable(rein_core::StoreError::UnexpectedReply(
+                    other.to_string(),
+                )),
+            })?;
+        let counted = matches!(decided.source, Source::Store | Source::Lease);
+        Ok((decided.decision, counted))
     }
 
     async fn peek(&self, key: &[u8], cost: u64) -> Result<Decision, DecideError> {
@@ -798,8 +824,8 @@ async fn decide<'a, S: Leasable + Clone + 'static>(
     if denied || cost == 0 {
         return target.peek(key, cost).await;
     }
-    let decision = target.acquire(key, cost).await?;
-    if decision.is_allowed() {
+    let (decision, counted) = target.acquire(key, cost).await?;
+    if decision.is_allowed() && counted {
         charged.push(Charge {
             target: target.clone(),
             key: key.to_vec(),

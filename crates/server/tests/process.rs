@@ -90,8 +90,14 @@ fn a_bad_reload_is_refused_a_good_one_taken_and_sigterm_exits_cleanly() {
     for _ in 0..3 {
         let answer = ask(http);
         assert!(answer.contains(r#""overallCode":"OK""#), "{answer}");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     }
-    assert!(ask(http).contains("OVER_LIMIT"));
+    let over = ask(http);
+    assert!(over.contains("OVER_LIMIT"), "{over}");
+    assert!(
+        over.starts_with("HTTP/1.1 429"),
+        "as envoyproxy/ratelimit's /json: {over}"
+    );
 
     signal(child.id(), "TERM");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -166,5 +172,14 @@ fn over_a_redis_cluster_the_limit_is_exact_and_requests_all_or_nothing() {
         "one left before, none now: {answer}"
     );
     assert!(post(user).contains("OVER_LIMIT"));
+    // As protobuf's JSON mapping reads it: proto names, a UInt64Value as a string, a unit
+    // by number (2: MINUTE).
+    let proto = r#"{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"bo"}],"hits_addend":"2","limit":{"requests_per_unit":"3","unit":2}}]}"#;
+    let answer = post(proto);
+    assert!(answer.contains(r#""overallCode":"OK""#), "{answer}");
+    assert!(
+        answer.contains(r#""limitRemaining":1"#),
+        "2 of 3 taken: {answer}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

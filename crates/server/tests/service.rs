@@ -14,6 +14,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::UInt64Value;
 use rein::FailurePolicy;
 use rein_memory::MemoryStore;
+use rein_redis_harness::{Fault, Faulty};
 use rein_server::{RateLimitService, RulesConfig, ServiceSettings};
 use tonic::transport::Channel;
 
@@ -196,6 +197,15 @@ async fn unlimited_blocked_shadow_and_unmatched_rules_answer_as_configured() {
     assert!(answer.statuses[1].current_limit.is_none(), "unmatched");
     let banned = ask(&mut running, request(vec![descriptor(&[("banned", "x")])])).await;
     assert_eq!(codes(&banned), (Code::OverLimit, vec![Code::OverLimit]));
+    // Over a limit of zero beside an admitted descriptor: the 429 shows no admitted
+    // descriptor's `remaining`.
+    let beside = request(vec![
+        descriptor(&[("user", "zed")]),
+        descriptor(&[("banned", "x")]),
+    ]);
+    let beside = ask(&mut running, beside).await;
+    assert_eq!(codes(&beside).0, Code::OverLimit);
+    assert_eq!(header(&beside, "RateLimit"), None, "{beside:?}");
     // An unknown domain limits nothing.
     let mut unknown = request(vec![descriptor(&[("user", "ann")])]);
     unknown.domain = "elsewhere".into();
@@ -332,6 +342,9 @@ async fn global_shadow_mode_decides_and_counts_but_answers_ok() {
     for _ in 0..2 {
         let answer = ask(&mut running, request(vec![descriptor(&[("cart", "c")])])).await;
         assert_eq!(codes(&answer), (Code::Ok, vec![Code::Ok]));
+        // An OK answer, though the second is over the cart's limit of 1: Envoy adds these
+        // headers to the upstream's response, so a denial's wait must not show.
+        assert_eq!(header(&answer, "Retry-After"), None, "{answer:?}");
     }
 }
 
@@ -416,4 +429,50 @@ async fn with_leases_a_hot_key_is_exact_and_shutdown_gives_back_what_leases_hold
         170,
         "30 admitted; every held unit returned"
     );
+}
+
+/// All or nothing gives back only what the store counted: a descriptor the local fallback
+/// admitted while the store gave no answer took nothing there, so its refund would give the
+/// store units it never lost (and admit that many more later).
+#[tokio::test]
+async fn all_or_nothing_refunds_only_what_the_store_counted() {
+    // A descriptor's value is part of its store key: a user `down-…` gets no answer.
+    let store = Faulty::new(MemoryStore::new(), Fault::DownFor(b"down"));
+    let refunds = store.clone();
+    let settings = ServiceSettings {
+        failure: FailurePolicy::LocalFallback {
+            expected_nodes: std::num::NonZeroU32::MIN,
+        },
+        shadow_mode: false,
+        legacy_headers: false,
+        leases: None,
+    };
+    let service = RateLimitService::new(store, rules(RULES), settings).expect("service");
+    let spend = request(vec![descriptor(&[("cart", "c")])]);
+    let answer = service.should_rate_limit(&spend).await.expect("an answer");
+    assert_eq!(codes(&answer), (Code::Ok, vec![Code::Ok]));
+    // The user's key gets no answer from the store (the fallback admits it), then the
+    // spent cart denies the request: nothing to give back to the store.
+    let both = request(vec![
+        descriptor(&[("user", "down-ann")]),
+        descriptor(&[("cart", "c")]),
+    ]);
+    let answer = service.should_rate_limit(&both).await.expect("an answer");
+    assert_eq!(codes(&answer).0, Code::OverLimit);
+    assert_eq!(
+        refunds.refunds(),
+        0,
+        "a fallback's admission refunded to the store"
+    );
+    // A store-counted charge is still given back.
+    let counted = request(vec![
+        descriptor(&[("user", "ann")]),
+        descriptor(&[("cart", "c")]),
+    ]);
+    let answer = service
+        .should_rate_limit(&counted)
+        .await
+        .expect("an answer");
+    assert_eq!(codes(&answer).0, Code::OverLimit);
+    assert_eq!(refunds.refunds(), 1);
 }

@@ -18,8 +18,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode};
-use rein::lease::MaybeLeased;
+use rein::lease::{LEASED_CALLS, MaybeLeased};
 use rein::{FailurePolicy, LeaseConfig, PolicyTable, ResilienceConfigError, ResilientLimiter};
+use rein_core::limiter::DEADLINE_MARGIN;
 use rein_core::{Leasable, Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_redis::{ConnectError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, RedisStoreBuilder};
 use serde::Deserialize;
@@ -128,8 +129,13 @@ pub enum LoadError {
         source: std::io::Error,
     },
     /// The file is not valid TOML (an unclosed string, a duplicate key).
-    #[error("line {line}, column {column}: invalid TOML: {message}")]
+    #[error(
+        "{}line {line}, column {column}: invalid TOML: {message}",
+        in_file(file)
+    )]
     Syntax {
+        /// The file, when the text was read from one ([`Config::load`]).
+        file: Option<PathBuf>,
         /// 1-based line.
         line: usize,
         /// 1-based column.
@@ -139,8 +145,10 @@ pub enum LoadError {
     },
     /// A field is missing, unknown, of the wrong type, or has a value that is not allowed
     /// (a duration that does not parse, a zero deadline, both `url` and `cluster`).
-    #[error("line {line}: {path}: {message}")]
+    #[error("{}line {line}: {path}: {message}", in_file(file))]
     Field {
+        /// The file, when the text was read from one ([`Config::load`]).
+        file: Option<PathBuf>,
         /// The field's path, e.g. `policies.search.limits[1].window`.
         path: String,
         /// 1-based line: the value's, or for a missing field the line of the table that
@@ -150,8 +158,10 @@ pub enum LoadError {
         message: String,
     },
     /// A limit's numbers are rejected by rein-core (zero, or too large to stay exact).
-    #[error("line {line}: {path}: {source}")]
+    #[error("{}line {line}: {path}: {source}", in_file(file))]
     Limit {
+        /// The file, when the text was read from one ([`Config::load`]).
+        file: Option<PathBuf>,
         /// The limit's path, e.g. `policies.search.limits[0]`.
         path: String,
         /// 1-based line.
@@ -161,8 +171,13 @@ pub enum LoadError {
     },
     /// A route or `http.default_policy` names a policy the file does not declare. Declare
     /// it under `[policies.NAME]` or fix the name.
-    #[error("line {line}: {path}: no policy named {name:?}; declare it as [policies.{name}]")]
+    #[error(
+        "{}line {line}: {path}: no policy named {name:?}; declare it as [policies.{name}]",
+        in_file(file)
+    )]
     UnknownPolicy {
+        /// The file, when the text was read from one ([`Config::load`]).
+        file: Option<PathBuf>,
         /// The path of the field naming it.
         path: String,
         /// 1-based line.
@@ -170,6 +185,26 @@ pub enum LoadError {
         /// The name given.
         name: String,
     },
+}
+
+/// `FILE: ` for an error in a file, nothing for one in a string.
+fn in_file(file: &Option<PathBuf>) -> String {
+    file.as_ref()
+        .map_or_else(String::new, |file| format!("{}: ", file.display()))
+}
+
+impl LoadError {
+    /// The error, naming `file` as where it is.
+    fn in_file(mut self, path: &Path) -> Self {
+        match &mut self {
+            LoadError::Read { .. } => {}
+            LoadError::Syntax { file, .. }
+            | LoadError::Field { file, .. }
+            | LoadError::Limit { file, .. }
+            | LoadError::UnknownPolicy { file, .. } => *file = Some(path.to_owned()),
+        }
+        self
+    }
 }
 
 /// Why [`Config::build`] could not give a layer.
@@ -188,14 +223,14 @@ pub enum BuildError {
 }
 
 impl Config {
-    /// Reads and validates the file at `path`.
+    /// Reads and validates the file at `path`. Every error names the file, and where in it.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, LoadError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
             path: path.to_owned(),
             source,
         })?;
-        text.parse()
+        text.parse().map_err(|e: LoadError| e.in_file(path))
     }
 
     /// The policy table of a resilient limiter: every policy, the first (by name) as the
@@ -289,6 +324,7 @@ impl FromStr for Config {
             let path = field_path(e.path());
             let inner = e.into_inner();
             LoadError::Field {
+                file: None,
                 path: if path.is_empty() {
                     // An error about the document as a whole (serde names no field).
                     "(file)".to_owned()
@@ -348,7 +384,7 @@ impl Validator<'_> {
             .routes
             .iter()
             .enumerate()
-            .map(|(index, route)| self.route(index, route, &names))
+            .map(|(index, route)| self.route(index, route, &policies))
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(default) = &raw_http.default_policy {
             self.known_policy("http.default_policy", default, &names)?;
@@ -372,7 +408,9 @@ impl Validator<'_> {
             },
             deadline: match &raw_http.deadline {
                 None => None,
-                Some(deadline) => Some(self.layer_deadline(deadline, redis.deadline)?),
+                Some(deadline) => {
+                    Some(self.layer_deadline(deadline, redis.deadline, leases.is_some())?)
+                }
             },
         };
         Ok(Config {
@@ -397,11 +435,31 @@ impl Validator<'_> {
                  starts every Redis key)",
             ));
         }
+        // Each URL is parsed here, so that a malformed one is a load error with its line,
+        // before anything connects.
+        let parsed = |name: &str, line: usize, url: &str| {
+            redis::IntoConnectionInfo::into_connection_info(url)
+                .map(|_| url.to_owned())
+                .map_err(|e| {
+                    field(
+                        name,
+                        line,
+                        &format!("not a Redis URL (redis://host:port/ or rediss://...): {e}"),
+                    )
+                })
+        };
         let endpoint = match (raw.url, raw.cluster) {
-            (Some(url), None) => RedisEndpoint::Url(url.into_inner()),
-            (None, Some(nodes)) if !nodes.get_ref().is_empty() => {
-                RedisEndpoint::Cluster(nodes.into_inner())
+            (Some(url), None) => {
+                RedisEndpoint::Url(parsed("redis.url", self.line(&url), url.get_ref())?)
             }
+            (None, Some(nodes)) if !nodes.get_ref().is_empty() => RedisEndpoint::Cluster(
+                nodes
+                    .get_ref()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, url)| parsed(&format!("redis.cluster[{i}]"), self.line(&nodes), url))
+                    .collect::<Result<_, _>>()?,
+            ),
             (None, Some(nodes)) => {
                 return Err(field(
                     "redis.cluster",
@@ -522,6 +580,7 @@ impl Validator<'_> {
             .map(|(index, limit)| self.limit(&format!("{path}.limits[{index}]"), limit))
             .collect::<Result<Vec<_>, _>>()?;
         let policy = Policy::new(limits).map_err(|source| LoadError::Limit {
+            file: None,
             path: format!("{path}.limits"),
             line,
             source,
@@ -578,6 +637,7 @@ impl Validator<'_> {
             }
         };
         built.map_err(|source| LoadError::Limit {
+            file: None,
             path: path.to_owned(),
             line: table.line,
             source,
@@ -588,19 +648,42 @@ impl Validator<'_> {
         &self,
         index: usize,
         raw: &Spanned<RawRoute>,
-        policies: &[&str],
+        declared: &[NamedPolicy],
     ) -> Result<Route, LoadError> {
         let path = format!("routes[{index}]");
         let line = self.line(raw);
         let r = raw.get_ref();
+        let names: Vec<&str> = declared.iter().map(NamedPolicy::name).collect();
+        let policies = names.as_slice();
+        // A request's path starts with `/` and holds no query: another pattern never
+        // matches, and the route would be silently unlimited.
+        let url_path = |name: &str, value: &str| {
+            if value.starts_with('/') && !value.contains(['?', '#']) {
+                Ok(value.to_owned())
+            } else {
+                Err(field(
+                    &format!("{path}.{name}"),
+                    line,
+                    "a request path starts with `/` and has no `?` or `#`: this pattern \
+                     would match no request",
+                ))
+            }
+        };
         let mut route = match (&r.path, &r.prefix) {
-            (Some(exact), None) => Route::exact(exact.clone()),
-            (None, Some(prefix)) => Route::prefix(prefix.clone()),
+            (Some(exact), None) => Route::exact(url_path("path", exact)?),
+            (None, Some(prefix)) => Route::prefix(url_path("prefix", prefix)?),
             (None, None) => Route::any(),
             (Some(_), Some(_)) => {
                 return Err(field(&path, line, "set `path` or `prefix`, not both"));
             }
         };
+        if r.methods.as_ref().is_some_and(Vec::is_empty) {
+            return Err(field(
+                &format!("{path}.methods"),
+                line,
+                "list at least one method, or leave `methods` out for every method",
+            ));
+        }
         for (i, method) in r.methods.iter().flatten().enumerate() {
             let parsed = Method::from_bytes(method.get_ref().to_ascii_uppercase().as_bytes())
                 .map_err(|_| {
@@ -633,6 +716,23 @@ impl Validator<'_> {
             }
         };
         if let Some(cost) = r.cost {
+            // A cost no limit of the policy can hold answers every request 413: refused
+            // here rather than served.
+            let capacity = r.policy.as_ref().and_then(|name| {
+                let named = declared.iter().find(|p| p.name() == name.get_ref())?;
+                Some(named.policy().capacity())
+            });
+            if let Some(capacity) = capacity.filter(|&capacity| cost.0 > capacity) {
+                return Err(field(
+                    &format!("{path}.cost"),
+                    line,
+                    &format!(
+                        "{} is more than the policy's capacity ({capacity}): every request \
+                         would be refused",
+                        cost.0
+                    ),
+                ));
+            }
             route = route.cost(cost.0);
         }
         if r.peek == Some(true) {
@@ -717,6 +817,7 @@ impl Validator<'_> {
             Ok(())
         } else {
             Err(LoadError::UnknownPolicy {
+                file: None,
                 path: path.to_owned(),
                 line: self.line(name),
                 name: name.get_ref().clone(),
@@ -724,32 +825,53 @@ impl Validator<'_> {
         }
     }
 
+    /// A duration of at least 1 µs, the unit rein counts in (a shorter one would be zero).
     fn positive(&self, path: &str, duration: &Spanned<Dur>) -> Result<Duration, LoadError> {
-        if duration.get_ref().0.is_zero() {
+        let d = duration.get_ref().0;
+        if d.is_zero() {
             Err(field(path, self.line(duration), "must be longer than zero"))
+        } else if d.as_micros() == 0 {
+            Err(field(
+                path,
+                self.line(duration),
+                "must be at least 1µs (rein counts whole microseconds)",
+            ))
         } else {
-            Ok(duration.get_ref().0)
+            Ok(d)
         }
     }
 
-    /// `http.deadline`: positive, and longer than the store's, or the layer would give up
-    /// on every call to a frozen Redis before the limiter's failure policy could answer
-    /// (the breaker sees only abandoned calls, never opens, and every request fails).
+    /// `http.deadline`: positive, and longer than the limiter's (`redis.deadline` plus
+    /// [`DEADLINE_MARGIN`], times [`LEASED_CALLS`] with `[leases]`), or the layer would give
+    /// up on every call to a frozen Redis before the limiter's failure policy could answer
+    /// (the breaker sees only abandoned calls, never opens, and every request fails). The
+    /// same check as the layer's build, made here so that the file's line is named.
     fn layer_deadline(
         &self,
         deadline: &Spanned<Dur>,
         store: Duration,
+        leased: bool,
     ) -> Result<Duration, LoadError> {
         let layer = self.positive("http.deadline", deadline)?;
-        if layer <= store {
+        let calls = if leased { LEASED_CALLS } else { 1 };
+        let limiter = store.saturating_add(DEADLINE_MARGIN).saturating_mul(calls);
+        if layer <= limiter {
+            let leases = if leased {
+                format!(", times {LEASED_CALLS} with [leases]")
+            } else {
+                String::new()
+            };
             return Err(field(
                 "http.deadline",
                 self.line(deadline),
                 &format!(
-                    "must be longer than redis.deadline ({}): the limiter answers from its \
-                     failure policy when the store's deadline passes, and a layer that gives \
-                     up first never lets it; leave it out for the limiter's deadline plus 5ms",
-                    humantime::format_duration(store)
+                    "must be longer than the limiter's deadline ({}: redis.deadline plus {}\
+                     {leases}): the limiter answers from its failure policy when the store's \
+                     deadline passes, and a layer that gives up first never lets it; leave it \
+                     out for the limiter's deadline plus {}",
+                    humantime::format_duration(limiter),
+                    humantime::format_duration(DEADLINE_MARGIN),
+                    humantime::format_duration(DEADLINE_MARGIN),
                 ),
             ));
         }
@@ -808,6 +930,7 @@ impl Table<'_> {
 
 fn field(path: &str, line: usize, message: &str) -> LoadError {
     LoadError::Field {
+        file: None,
         path: path.to_owned(),
         line,
         message: message.to_owned(),
@@ -822,6 +945,7 @@ fn syntax(text: &str, error: &toml::de::Error) -> LoadError {
         .map_or(before.len(), |nl| before.len() - nl - 1)
         + 1;
     LoadError::Syntax {
+        file: None,
         line: line_of(text, start),
         column,
         message: error.message().to_owned(),
@@ -1079,11 +1203,14 @@ impl<'de> Deserialize<'de> for Answer {
         impl Visitor<'_> for AnswerVisitor {
             type Value = Answer;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str(r#"an HTTP status code such as 503, or "pass""#)
+                f.write_str(r#"an HTTP error status code (400 to 599) such as 503, or "pass""#)
             }
+            // An error status: a success or informational code would tell the client its
+            // request was served when it was not, and break the protocol for some.
             fn visit_i64<E: de::Error>(self, code: i64) -> Result<Answer, E> {
                 u16::try_from(code)
                     .ok()
+                    .filter(|code| (400..=599).contains(code))
                     .and_then(|code| StatusCode::from_u16(code).ok())
                     .map(Answer::Status)
                     .ok_or_else(|| E::invalid_value(de::Unexpected::Signed(code), &self))
@@ -1178,6 +1305,7 @@ limits = [
             path,
             line,
             message,
+            ..
         }) = load(text)
         else {
             panic!("expected a field error");
@@ -1200,7 +1328,10 @@ limits = [
     #[test]
     fn a_route_naming_an_undeclared_policy_is_refused() {
         let text = format!("{MINIMAL}\n[[routes]]\nprefix = \"/x\"\npolicy = \"serach\"\n");
-        let Err(LoadError::UnknownPolicy { path, line, name }) = load(&text) else {
+        let Err(LoadError::UnknownPolicy {
+            path, line, name, ..
+        }) = load(&text)
+        else {
             panic!("expected an unknown policy");
         };
         assert_eq!(

@@ -131,29 +131,13 @@ impl KeySource {
                 .get(name)
                 .map(|value| Cow::Borrowed(value.as_bytes())),
             Source::XForwardedFor(0) | Source::Forwarded(0) => peer_ip(parts).map(ip_key),
-            Source::XForwardedFor(hops) => {
-                let entries = parts
-                    .headers
-                    .get_all(&X_FORWARDED_FOR)
-                    .iter()
-                    .filter_map(|value| value.to_str().ok())
-                    .flat_map(|value| value.split(','));
-                nth_from_right(entries, *hops)
-                    .and_then(parse_ip)
-                    .map(ip_key)
-            }
-            Source::Forwarded(hops) => {
-                let entries = parts
-                    .headers
-                    .get_all(FORWARDED)
-                    .iter()
-                    .filter_map(|value| value.to_str().ok())
-                    .flat_map(|value| value.split(','));
-                nth_from_right(entries, *hops)
-                    .and_then(forwarded_for)
-                    .and_then(parse_ip)
-                    .map(ip_key)
-            }
+            Source::XForwardedFor(hops) => nth_from_right(entries(parts, &X_FORWARDED_FOR), *hops)
+                .and_then(parse_ip)
+                .map(ip_key),
+            Source::Forwarded(hops) => nth_from_right(entries(parts, &FORWARDED), *hops)
+                .and_then(forwarded_for)
+                .and_then(parse_ip)
+                .map(ip_key),
             Source::Fixed(key) => Some(Cow::Borrowed(&key[..])),
             Source::Custom(extract) => extract(parts).map(Cow::Owned),
         }
@@ -212,10 +196,23 @@ fn ip_key(ip: IpAddr) -> Cow<'static, [u8]> {
 }
 
 /// The entry `hops` places from the right (1 is the last), if there are that many.
-fn nth_from_right<'a>(entries: impl Iterator<Item = &'a str>, hops: u8) -> Option<&'a str> {
-    let entries: Vec<&str> = entries.collect();
+fn nth_from_right<'a>(entries: impl Iterator<Item = &'a [u8]>, hops: u8) -> Option<&'a str> {
+    let entries: Vec<&[u8]> = entries.collect();
     let index = entries.len().checked_sub(usize::from(hops))?;
-    entries.get(index).map(|entry| entry.trim())
+    let entry = std::str::from_utf8(entries.get(index)?).ok()?;
+    Some(entry.trim())
+}
+
+/// The comma-separated entries of every `name` header, as bytes. A value is split before
+/// it is decoded: a client can write any byte into the part of a forwarding header it
+/// controls (the left), and that must not cost the entries trusted proxies appended to the
+/// same line. Only the entry chosen must be text.
+fn entries<'a>(parts: &'a Parts, name: &HeaderName) -> impl Iterator<Item = &'a [u8]> {
+    parts
+        .headers
+        .get_all(name)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
 }
 
 /// The `for=` value of one `Forwarded` element, unquoted.
@@ -293,6 +290,25 @@ mod tests {
                 "{source:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_client_written_byte_that_is_not_text_costs_no_trusted_entry() {
+        // The client's own line ends with the address its proxy appended (as nginx's
+        // `$proxy_add_x_forwarded_for` writes it); the client put a byte ≥ 0x80 in its part.
+        let mut request = Request::builder();
+        for (name, value) in [
+            ("x-forwarded-for", &b"6.6.6.6\xff, 198.51.100.7"[..]),
+            ("forwarded", &b"for=\"\xfe\", for=198.51.100.8"[..]),
+        ] {
+            let value = http::HeaderValue::from_bytes(value).unwrap();
+            request = request.header(name, value);
+        }
+        let request = request.body(()).unwrap().into_parts().0;
+        let x = [(1, Some("198.51.100.7")), (2, None)];
+        assert_keys(&request, KeySource::x_forwarded_for, &x);
+        let forwarded = [(1, Some("198.51.100.8")), (2, None)];
+        assert_keys(&request, KeySource::forwarded, &forwarded);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use rein_core::limiter::DEADLINE_MARGIN;
-use rein_core::{DecideError, Decision, Limiter, NamedPolicy, OverCapacity, StoreError};
+use rein_core::{DecideError, Decision, KeyError, Limiter, NamedPolicy, OverCapacity, StoreError};
 use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Instrument;
@@ -466,8 +466,9 @@ impl<L: Limiter> Shared<L> {
             return Verdict::Pass(Vec::new());
         };
         let source = route.route.key.as_ref().unwrap_or(&self.default_key);
+        // Empty, or longer than a limiter takes (`MAX_KEY_BYTES`): no key.
         let key = match source.extract(parts) {
-            Some(key) if !key.is_empty() => key,
+            Some(key) if KeyError::check(&key).is_ok() => key,
             _ => return self.missing_key(route, source),
         };
         let cost = route.route.cost.of(parts);
@@ -561,12 +562,12 @@ impl<L: Limiter> Shared<L> {
                 route = route.route.name(),
                 key = ?source,
                 status = status.as_u16(),
-                "no rate-limit key in the request; answering without calling the service"
+                "no usable rate-limit key in the request (none, empty, or over 1 KiB); answering without calling the service"
             ),
             Answer::Pass => tracing::debug!(
                 route = route.route.name(),
                 key = ?source,
-                "no rate-limit key in the request; passing it unlimited"
+                "no usable rate-limit key in the request (none, empty, or over 1 KiB); passing it unlimited"
             ),
         }
         #[cfg(feature = "metrics")]

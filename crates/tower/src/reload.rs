@@ -73,8 +73,9 @@ struct Inner {
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum ReloadError {
-    /// The file could not be read or is not valid; the error names the line and the field.
-    #[error("{path}: {source}")]
+    /// The file could not be read or is not valid; the error names the file, the line and
+    /// the field.
+    #[error("{source}")]
     Load {
         /// The config file.
         path: PathBuf,

@@ -82,6 +82,8 @@ impl Route {
     }
 
     /// Only requests with this method; call again to add more (default: every method).
+    /// `GET` covers `HEAD` too: a server answers a `HEAD` as the `GET` it mirrors (axum's
+    /// `get` handlers run for both), so a `HEAD` must not slip past a `GET` route's limit.
     pub fn method(mut self, method: Method) -> Self {
         self.methods.push(method);
         self
@@ -149,7 +151,8 @@ impl Route {
 
     /// Whether the route matches a request with this method and path.
     pub fn matches(&self, method: &Method, path: &str) -> bool {
-        (self.methods.is_empty() || self.methods.contains(method))
+        let by_method = |m: &Method| m == method || (m == Method::GET && method == Method::HEAD);
+        (self.methods.is_empty() || self.methods.iter().any(by_method))
             && match &self.path {
                 PathMatch::Any => true,
                 PathMatch::Exact(exact) => path == exact,
@@ -220,5 +223,15 @@ mod tests {
         assert!(login.matches(&Method::PUT, "/login"));
         assert!(!login.matches(&Method::GET, "/login"));
         assert!(!login.matches(&Method::POST, "/login/x"));
+        assert!(!login.matches(&Method::HEAD, "/login"));
+    }
+
+    #[test]
+    fn a_get_route_limits_head_requests_too() {
+        let search = Route::exact("/search").method(Method::GET);
+        assert!(search.matches(&Method::HEAD, "/search"));
+        assert!(!search.matches(&Method::POST, "/search"));
+        let head = Route::exact("/search").method(Method::HEAD);
+        assert!(!head.matches(&Method::GET, "/search"), "HEAD covers no GET");
     }
 }

@@ -81,6 +81,7 @@ fn a_malformed_file_fails_with_the_field_path_and_line() {
     let path = write("malformed", &text);
     let error = Config::load(&path).expect_err("a number is not a duration");
     let LoadError::Field {
+        file,
         path: field,
         line,
         message,
@@ -88,6 +89,7 @@ fn a_malformed_file_fails_with_the_field_path_and_line() {
     else {
         panic!("expected a field error, got {error:?}");
     };
+    assert_eq!(file.as_deref(), Some(path.as_path()), "the file is named");
     assert_eq!(field, "policies.api.limits[1].window");
     let expected_line = text
         .lines()
@@ -99,7 +101,8 @@ fn a_malformed_file_fails_with_the_field_path_and_line() {
     let shown = error.to_string();
     assert!(
         shown.starts_with(&format!(
-            "line {expected_line}: policies.api.limits[1].window: "
+            "{}: line {expected_line}: policies.api.limits[1].window: ",
+            path.display()
         )),
         "{shown}"
     );
@@ -175,6 +178,8 @@ fn every_bad_value_is_refused_at_load_with_its_field_path_and_line() {
         Bad { what: "url and cluster", file: "\n[redis]\nurl = \"redis://h/\"\ncluster = [\"redis://h/\"]\n", path: "redis", line: 2, says: "not both" },
         Bad { what: "an empty cluster", file: "[redis]\n\ncluster = []\n", path: "redis.cluster", line: 3, says: "at least one node URL" },
         Bad { what: "a url that is a number", file: "[redis]\nurl = 6379\n", path: "redis.url", line: 2, says: "expected a string" },
+        Bad { what: "a url that is no Redis URL", file: "[redis]\n\nurl = \"http://h/\"\n", path: "redis.url", line: 3, says: "not a Redis URL" },
+        Bad { what: "a cluster node that is no URL", file: "[redis]\ncluster = [\"redis://a/\", \"b:6379\"]\n", path: "redis.cluster[1]", line: 2, says: "not a Redis URL" },
         Bad { what: "a zero deadline", file: "[redis]\nurl = \"redis://h/\"\n\ndeadline = \"0ms\"\n", path: "redis.deadline", line: 4, says: "must be longer than zero" },
         Bad { what: "a deadline that is no duration", file: "[redis]\nurl = \"redis://h/\"\ndeadline = \"soon\"\n", path: "redis.deadline", line: 3, says: "expected a duration such as" },
         Bad { what: "a zero connect timeout", file: "[redis]\nurl = \"redis://h/\"\nconnect_timeout = \"0s\"\n", path: "redis.connect_timeout", line: 3, says: "must be longer than zero" },
@@ -229,10 +234,13 @@ fn every_bad_http_or_route_value_is_refused_at_load_with_its_field_path_and_line
     let rows = [
         // [http]: lines from 6 on.
         Bad { what: "a zero layer deadline", file: "[http]\ndeadline = \"0ms\"\n", path: "http.deadline", line: 7, says: "must be longer than zero" },
-        Bad { what: "a layer deadline below the store's", file: "[http]\n\ndeadline = \"15ms\"\n", path: "http.deadline", line: 8, says: "must be longer than redis.deadline (40ms)" },
-        Bad { what: "a layer deadline equal to the store's", file: "[http]\ndeadline = \"40ms\"\n", path: "http.deadline", line: 7, says: "must be longer than redis.deadline (40ms)" },
-        Bad { what: "an answer that is no status", file: "[http]\non_unavailable = 42\n", path: "http.on_unavailable", line: 7, says: "expected an HTTP status code" },
-        Bad { what: "an answer word", file: "[http]\non_missing_key = \"deny\"\n", path: "http.on_missing_key", line: 7, says: "string \"deny\", expected an HTTP status code" },
+        Bad { what: "a layer deadline below the store's", file: "[http]\n\ndeadline = \"15ms\"\n", path: "http.deadline", line: 8, says: "must be longer than the limiter's deadline (45ms: redis.deadline plus 5ms)" },
+        Bad { what: "a layer deadline equal to the limiter's", file: "[http]\ndeadline = \"45ms\"\n", path: "http.deadline", line: 7, says: "must be longer than the limiter's deadline (45ms" },
+        Bad { what: "a layer deadline within the leased limiter's", file: "[leases]\nexpected_nodes = 2\n[http]\ndeadline = \"60ms\"\n", path: "http.deadline", line: 9, says: "(90ms: redis.deadline plus 5ms, times 2 with [leases])" },
+        Bad { what: "a layer deadline under a microsecond", file: "[http]\ndeadline = \"500ns\"\n", path: "http.deadline", line: 7, says: "must be at least 1µs" },
+        Bad { what: "an answer that is no status", file: "[http]\non_unavailable = 42\n", path: "http.on_unavailable", line: 7, says: "expected an HTTP error status code" },
+        Bad { what: "an answer that is a success", file: "[http]\non_missing_key = 200\n", path: "http.on_missing_key", line: 7, says: "expected an HTTP error status code (400 to 599)" },
+        Bad { what: "an answer word", file: "[http]\non_missing_key = \"deny\"\n", path: "http.on_missing_key", line: 7, says: "string \"deny\", expected an HTTP error status code" },
         Bad { what: "admitted headers", file: "[http]\nadmitted_headers = \"some\"\n", path: "http.admitted_headers", line: 7, says: "unknown variant `some`" },
         Bad { what: "an undeclared default policy", file: "[http]\ndefault_policy = \"apj\"\n", path: "http.default_policy", line: 7, says: "no policy named \"apj\"" },
         Bad { what: "a key source", file: "[http]\nkey = { from = \"cookie\" }\n", path: "http.key.from", line: 7, says: "unknown variant `cookie`" },
@@ -250,6 +258,10 @@ fn every_bad_http_or_route_value_is_refused_at_load_with_its_field_path_and_line
         Bad { what: "path and prefix", file: "[[routes]]\npath = \"/x\"\nprefix = \"/x\"\npolicy = \"api\"\n", path: "routes[0]", line: 6, says: "set `path` or `prefix`, not both" },
         Bad { what: "exempt with a policy", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nexempt = true\n", path: "routes[0]", line: 6, says: "an exempt route has no `policy`" },
         Bad { what: "a method", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nmethods = [\"GET\",\n  \"P O S T\"]\n", path: "routes[0].methods[1]", line: 10, says: "not an HTTP method" },
+        Bad { what: "no methods", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nmethods = []\n", path: "routes[0].methods", line: 6, says: "list at least one method" },
+        Bad { what: "a path without its slash", file: "[[routes]]\npath = \"login\"\npolicy = \"api\"\n", path: "routes[0].path", line: 6, says: "would match no request" },
+        Bad { what: "a prefix with a query", file: "[[routes]]\nprefix = \"/search?q=\"\npolicy = \"api\"\n", path: "routes[0].prefix", line: 6, says: "has no `?` or `#`" },
+        Bad { what: "a cost over the capacity", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\ncost = 2\n", path: "routes[0].cost", line: 6, says: "2 is more than the policy's capacity (1)" },
         Bad { what: "a negative cost", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\ncost = -1\n", path: "routes[0].cost", line: 9, says: "integer `-1`, expected a whole number, 0 or more" },
         Bad { what: "a route key", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nkey = { from = \"header\", name = \"x\", trusted_hops = 1 }\n", path: "routes[0].key.trusted_hops", line: 9, says: "not a setting of from = \"header\"" },
         Bad { what: "the second route", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\n[[routes]]\nprefix = \"/y\"\npolicy = \"apj\"\n", path: "routes[1].policy", line: 11, says: "no policy named \"apj\"" },

@@ -424,7 +424,8 @@ policy = "{name}"
     match reloader.reload() {
         Err(ReloadError::Load { source, .. }) => {
             let message = source.to_string();
-            assert!(message.starts_with("line 2: redis.url:"), "{message}");
+            let at = format!("{}: line 2: redis.url:", path.display());
+            assert!(message.starts_with(&at), "{message}");
         }
         other => panic!("a bad file must be refused: {other:?}"),
     }

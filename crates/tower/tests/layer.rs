@@ -2,7 +2,6 @@
 //! socket): routes, keys, costs, peeks, answers and headers. The same layer over Redis, on
 //! real sockets, is `tests/http.rs`.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -13,10 +12,9 @@ use http::{HeaderName, Method, Request, StatusCode};
 use metrics::{SharedString, Unit};
 use metrics_util::CompositeKey;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use rein_core::{
-    DecideError, Decision, Limit, Limiter, Micros, NamedPolicy, Policy, PrepareError, Timestamp,
-};
+use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_memory::MemoryStore;
+use rein_redis_harness::{Fault, Faulty};
 use rein_tower::{
     AdmittedHeaders, Answer, KeySource, LayerError, PeerAddr, RateLimitLayer,
     RateLimitLayerBuilder, Route,
@@ -349,51 +347,6 @@ async fn the_layer_and_its_service_are_clone_and_share_one_limit() {
     );
 }
 
-/// A limiter that never answers and states no deadline of its own: a broken store.
-struct Hanging(MemoryStore);
-
-impl Limiter for Hanging {
-    type Prepared = <MemoryStore as Limiter>::Prepared;
-
-    fn prepare(&self, policy: &NamedPolicy) -> Result<Self::Prepared, PrepareError> {
-        self.0.prepare(policy)
-    }
-
-    fn acquire(
-        &self,
-        _: Option<Timestamp>,
-        _: &Self::Prepared,
-        _: &[u8],
-        _: u64,
-    ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
-        std::future::pending()
-    }
-
-    fn peek(
-        &self,
-        _: Option<Timestamp>,
-        _: &Self::Prepared,
-        _: &[u8],
-        _: u64,
-    ) -> impl Future<Output = Result<Decision, DecideError>> + Send {
-        std::future::pending()
-    }
-
-    fn refund(
-        &self,
-        _: Option<Timestamp>,
-        _: &Self::Prepared,
-        _: &[u8],
-        _: u64,
-    ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        std::future::pending()
-    }
-
-    fn deadline(&self) -> Option<Duration> {
-        None
-    }
-}
-
 #[tokio::test]
 async fn a_limiter_that_never_answers_gets_the_configured_answer_at_the_deadline() {
     let deadline = Duration::from_millis(50);
@@ -404,7 +357,7 @@ async fn a_limiter_that_never_answers_gets_the_configured_answer_at_the_deadline
         ),
         (Answer::Pass, StatusCode::OK),
     ] {
-        let layer = RateLimitLayer::builder(Hanging(MemoryStore::new()))
+        let layer = RateLimitLayer::builder(Faulty::new(MemoryStore::new(), Fault::Hang))
             .policy(window("api", 1))
             .route(Route::any().policy("api"))
             .on_unavailable(answer)
@@ -439,9 +392,13 @@ async fn a_layer_deadline_not_above_the_limiters_is_refused_and_the_default_lets
         let fallback = rein::FailurePolicy::LocalFallback {
             expected_nodes: std::num::NonZeroU32::MIN,
         };
-        rein::ResilientLimiter::builder(Hanging(MemoryStore::new()), table, fallback)
-            .build()
-            .expect("limiter")
+        rein::ResilientLimiter::builder(
+            Faulty::new(MemoryStore::new(), Fault::Hang),
+            table,
+            fallback,
+        )
+        .build()
+        .expect("limiter")
     };
     let limiter_deadline = limiter().deadline().expect("the resilient limiter has one");
     for layer_deadline in [Duration::from_millis(15), limiter_deadline] {

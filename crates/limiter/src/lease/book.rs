@@ -33,8 +33,8 @@
 //! merged), when the key goes idle and at shutdown.
 //!
 //! # Call order and time
-//! 1. [`handle_request`](LeaseBook::handle_request) once per request; on
-//!    [`Admit::Wait`], call [`retry_request`](LeaseBook::retry_request) after the key's
+//! 1. [`request`](LeaseBook::request) once per request ([`Attempt::First`]); on
+//!    [`Admit::Wait`], ask again ([`Attempt::Again`]) after the key's
 //!    reservation ended (or after a wait of your choosing: it never double-counts demand).
 //! 2. Drain [`poll_action`](LeaseBook::poll_action) after every call and carry each action
 //!    out; report each reservation with [`handle_reserved`](LeaseBook::handle_reserved).
@@ -125,7 +125,7 @@ pub struct LeaseConfig {
     pub log_hold_divisor: NonZeroU32,
 }
 
-/// What to do with a request, from [`LeaseBook::handle_request`].
+/// What to do with a request, from [`LeaseBook::request`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admit {
     /// Admitted from a block this node holds; nothing is sent.
@@ -136,8 +136,8 @@ pub enum Admit {
     Denied(Decision),
     /// Decide it through the store, for this reason.
     Direct(DirectReason),
-    /// A reservation for this key is in flight: call
-    /// [`retry_request`](LeaseBook::retry_request) once it ends.
+    /// A reservation for this key is in flight: ask again ([`Attempt::Again`]) once it
+    /// ends.
     Wait,
 }
 
@@ -172,6 +172,15 @@ pub enum Action {
         /// the window containing it, while it counts.
         stamp: Timestamp,
     },
+}
+
+/// Which time a request asks the book ([`LeaseBook::request`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// Its first time: its demand is counted.
+    First,
+    /// Again, after [`Admit::Wait`]: decided anew, its demand not counted again.
+    Again,
 }
 
 /// How a reservation ended, for [`LeaseBook::handle_reserved`].
@@ -475,26 +484,20 @@ impl LeaseBook {
     }
 
     /// A request for `cost` units (`0 < cost ≤ terms.capacity()`, checked by the caller) of
-    /// `key` under a leasable policy with `terms`, at `now`. Counts its demand once.
-    pub fn handle_request(
+    /// `key` under a leasable policy with `terms`, at `now`, asked for the `attempt`-th
+    /// time: its demand is counted on the first only.
+    pub fn request(
         &mut self,
         now: Timestamp,
         key: LeaseKeyRef<'_>,
         cost: u64,
         terms: &LeaseTerms,
+        attempt: Attempt,
     ) -> Admit {
-        self.admit(now, key, cost, terms, true)
-    }
-
-    /// The same request again after [`Admit::Wait`]: decided anew, demand not recounted.
-    pub fn retry_request(
-        &mut self,
-        now: Timestamp,
-        key: LeaseKeyRef<'_>,
-        cost: u64,
-        terms: &LeaseTerms,
-    ) -> Admit {
-        self.admit(now, key, cost, terms, false)
+        let now = self.observe(now);
+        let admit = self.decide(now, key, cost, terms, attempt);
+        self.stats.count(&admit);
+        admit
     }
 
     /// The reservation `id` of `key` ended at `now` with `reply`. A reply for a
@@ -691,27 +694,13 @@ impl LeaseBook {
             .map_or(0, |e| e.held(now.max(self.latest)))
     }
 
-    fn admit(
-        &mut self,
-        now: Timestamp,
-        key: LeaseKeyRef<'_>,
-        cost: u64,
-        terms: &LeaseTerms,
-        fresh: bool,
-    ) -> Admit {
-        let now = self.observe(now);
-        let admit = self.decide(now, key, cost, terms, fresh);
-        self.stats.count(&admit);
-        admit
-    }
-
     fn decide(
         &mut self,
         now: Timestamp,
         key: LeaseKeyRef<'_>,
         cost: u64,
         terms: &LeaseTerms,
-        fresh: bool,
+        attempt: Attempt,
     ) -> Admit {
         if self.closed {
             return Admit::Direct(DirectReason::Closed);
@@ -731,7 +720,7 @@ impl LeaseBook {
         };
         entry.terms = *terms;
         entry.last_request = now;
-        if fresh {
+        if attempt == Attempt::First {
             entry.demand.record(now, config.renew_interval, cost);
         }
         let admit = 'decided: {
@@ -1240,13 +1229,17 @@ mod tests {
 
     impl Harness {
         fn request(&mut self, ms: u64, cost: u64) -> Admit {
-            let admit = self.book.handle_request(at(ms), KEY, cost, &self.terms);
+            let admit = self
+                .book
+                .request(at(ms), KEY, cost, &self.terms, Attempt::First);
             self.collect();
             admit
         }
 
         fn retry(&mut self, ms: u64, cost: u64) -> Admit {
-            let admit = self.book.retry_request(at(ms), KEY, cost, &self.terms);
+            let admit = self
+                .book
+                .request(at(ms), KEY, cost, &self.terms, Attempt::Again);
             self.collect();
             admit
         }
@@ -1633,13 +1626,13 @@ mod tests {
         for key in [&b"a"[..], b"b"] {
             let k = LeaseKeyRef { slot: 0, key };
             assert_eq!(
-                h.book.handle_request(at(0), k, 1, &terms),
+                h.book.request(at(0), k, 1, &terms, Attempt::First),
                 Admit::Direct(DirectReason::Cold)
             );
         }
         let c = LeaseKeyRef { slot: 0, key: b"c" };
         assert_eq!(
-            h.book.handle_request(at(0), c, 1, &terms),
+            h.book.request(at(0), c, 1, &terms, Attempt::First),
             Admit::Direct(DirectReason::Untracked)
         );
     }

@@ -35,7 +35,9 @@ use rein_core::{
 use rein_memory::Clock;
 use tokio::sync::Notify;
 
-use super::book::{Action, Admit, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, Reserved};
+use super::book::{
+    Action, Admit, Attempt, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, Reserved,
+};
 use super::rate::{RateAction, RateBook, ShareView, TakeReply};
 use super::terms::{LeaseTerms, Unleasable};
 use super::{Book, LeaseStats};
@@ -277,21 +279,16 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
             key,
         };
         let waker = shared.waker(key);
-        let mut fresh = true;
+        let mut attempt = Attempt::First;
         loop {
             // Registered before asking the book, so a reply between the two is not missed.
             let mut woken = pin!(waker.notified());
             woken.as_mut().enable();
             let t = now.unwrap_or_else(|| shared.clock.now());
-            let (admit, actions) = shared.with_book(|book| {
-                if fresh {
-                    book.handle_request(t, at, cost, terms)
-                } else {
-                    book.retry_request(t, at, cost, terms)
-                }
-            });
+            let (admit, actions) =
+                shared.with_book(|book| book.request(t, at, cost, terms, attempt));
             shared.dispatch(actions);
-            fresh = false;
+            attempt = Attempt::Again;
             match admit {
                 Admit::Leased(decision) => return Ok(here(decision, Source::Lease)),
                 Admit::Denied(decision) => return Ok(here(decision, Source::LocalDenial)),
@@ -951,9 +948,7 @@ impl<P> LeasedPolicy<P> {
 
     /// Whether `cost` of `key` can ever be admitted: a key, and a cost within the capacity.
     fn admissible(&self, key: &[u8], cost: u64) -> Result<(), DecideError> {
-        if key.is_empty() {
-            return Err(KeyError::Empty.into());
-        }
+        KeyError::check(key)?;
         OverCapacity::check(cost, self.capacity)?;
         Ok(())
     }

@@ -15,6 +15,7 @@
 use std::collections::VecDeque;
 use std::num::{NonZeroU32, NonZeroUsize};
 
+use crate::lease::book::Attempt;
 use crate::lease::{
     Action, Admit, Book, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, LeaseTerms, Reserved,
 };
@@ -86,9 +87,10 @@ impl World {
                     slot: 0,
                     key: KEYS[key],
                 };
-                let admit = self.nodes[node]
-                    .book
-                    .handle_request(self.now, k, cost, &self.terms);
+                let admit =
+                    self.nodes[node]
+                        .book
+                        .request(self.now, k, cost, &self.terms, Attempt::First);
                 self.settle(node, key, cost, admit);
             }
             Op::Advance { us, late } => {
@@ -149,10 +151,13 @@ impl World {
                             slot: 0,
                             key: KEYS[key],
                         };
-                        let admit =
-                            self.nodes[node]
-                                .book
-                                .retry_request(self.now, k, cost, &self.terms);
+                        let admit = self.nodes[node].book.request(
+                            self.now,
+                            k,
+                            cost,
+                            &self.terms,
+                            Attempt::Again,
+                        );
                         self.settle(node, key, cost, admit);
                     }
                 }

@@ -1,0 +1,168 @@
+//! A store double for the faults a process cannot give on cue: any rein store, answering
+//! late, never, or with a broken connection for some keys only, and counting the refunds it
+//! passes on. One double for every crate's tests (rein-resilient's leases, rein-tower's
+//! layer, rein-server's all-or-nothing step).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rein_core::limiter::SourceError;
+use rein_core::rate_share::{RateAnswer, RateOp};
+use rein_core::{
+    DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, PrepareError, StoreError,
+    Timestamp,
+};
+
+/// What a [`Faulty`] store does to every call that decides or reads (`acquire`, `peek`,
+/// `acquire_held`, `share_rate`); refunds are passed on at once, and counted.
+#[derive(Clone, Copy, Debug)]
+pub enum Fault {
+    /// Answers this much later (a slow store, or one slower than a deadline).
+    Late(Duration),
+    /// Never answers (a frozen store that states no deadline of its own).
+    Hang,
+    /// Fails as a broken connection for a key holding these bytes, and answers the rest.
+    DownFor(&'static [u8]),
+}
+
+/// `inner` with a [`Fault`]. Clones share the refund count.
+#[derive(Clone, Debug)]
+pub struct Faulty<S> {
+    inner: S,
+    fault: Fault,
+    shares: bool,
+    refunds: Arc<AtomicU64>,
+}
+
+impl<S> Faulty<S> {
+    /// `inner`, with `fault`; rate shares as `inner` has them.
+    pub fn new(inner: S, fault: Fault) -> Self {
+        Self {
+            inner,
+            fault,
+            shares: true,
+            refunds: Arc::default(),
+        }
+    }
+
+    /// Without rate shares, said explicitly (`DecideError::Unsupported`), as a store that
+    /// cannot run them says it.
+    pub fn without_rate_shares(mut self) -> Self {
+        self.shares = false;
+        self
+    }
+
+    /// The refunds (`refund` and `refund_held`) passed on so far, by every clone.
+    pub fn refunds(&self) -> u64 {
+        self.refunds.load(Ordering::Relaxed)
+    }
+
+    /// The fault, before a call on `key` is passed on.
+    async fn strike(&self, key: &[u8]) -> Result<(), DecideError> {
+        match self.fault {
+            Fault::Late(delay) => {
+                tokio::time::sleep(delay).await;
+                Ok(())
+            }
+            Fault::Hang => std::future::pending().await,
+            Fault::DownFor(part) if key.windows(part.len()).any(|w| w == part) => {
+                let gone = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+                Err(StoreError::Connection(SourceError::new(gone)).into())
+            }
+            Fault::DownFor(_) => Ok(()),
+        }
+    }
+
+    fn count_refund(&self) {
+        self.refunds.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl<S: Limiter> Limiter for Faulty<S> {
+    type Prepared = S::Prepared;
+
+    fn prepare(&self, policy: &NamedPolicy) -> Result<S::Prepared, PrepareError> {
+        self.inner.prepare(policy)
+    }
+
+    async fn acquire(
+        &self,
+        now: Option<Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, DecideError> {
+        self.strike(key).await?;
+        self.inner.acquire(now, policy, key, cost).await
+    }
+
+    async fn peek(
+        &self,
+        now: Option<Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decision, DecideError> {
+        self.strike(key).await?;
+        self.inner.peek(now, policy, key, cost).await
+    }
+
+    fn refund(
+        &self,
+        now: Option<Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        amount: u64,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send {
+        self.count_refund();
+        self.inner.refund(now, policy, key, amount)
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        self.inner.deadline()
+    }
+}
+
+impl<S: Leasable> Leasable for Faulty<S> {
+    async fn acquire_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        cost: u64,
+        hold: Micros,
+    ) -> Result<Held, DecideError> {
+        self.strike(key).await?;
+        self.inner.acquire_held(now, policy, key, cost, hold).await
+    }
+
+    fn refund_held(
+        &self,
+        now: Option<Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        amount: u64,
+        stamp: Timestamp,
+    ) -> impl Future<Output = Result<(), DecideError>> + Send {
+        self.count_refund();
+        self.inner.refund_held(now, policy, key, amount, stamp)
+    }
+
+    async fn share_rate(
+        &self,
+        now: Option<Timestamp>,
+        policy: &S::Prepared,
+        key: &[u8],
+        op: RateOp,
+    ) -> Result<RateAnswer, DecideError> {
+        if !self.shares {
+            return Err(DecideError::Unsupported {
+                operation: "share_rate",
+            });
+        }
+        self.strike(key).await?;
+        self.inner.share_rate(now, policy, key, op).await
+    }
+}
