@@ -351,7 +351,23 @@ struct Output {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // A wrong command line is exit 2 either way; with `--json` its message is the
+        // document's "error", as every other failure's (help and version print as asked).
+        Err(error)
+            if std::env::args_os().any(|a| a == "--json")
+                && !matches!(
+                    error.kind(),
+                    clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+                ) =>
+        {
+            let message = error.render().to_string();
+            println!("{}", json!({ "error": message.trim_end() }));
+            return ExitCode::from(2);
+        }
+        Err(error) => error.exit(),
+    };
     let json = cli.json;
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

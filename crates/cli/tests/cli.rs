@@ -166,6 +166,16 @@ fn bad_input_is_a_clear_message_and_a_non_zero_exit_never_a_panic() {
     // A wrong command line: clap's usage error, exit 2.
     assert_eq!(code(&rein(&["key", "inspect", "api"])), 2);
     assert_eq!(code(&rein(&["nonsense"])), 2);
+    // With --json, the usage error is the document's "error", still exit 2.
+    let wrong = rein(&["--json", "key", "penalize", "api", "k", "many"]);
+    assert_eq!(code(&wrong), 2);
+    let document: Value = serde_json::from_str(&stdout(&wrong)).expect("JSON");
+    assert!(
+        document["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("many")),
+        "{document}"
+    );
     for output in [none, unknown, empty] {
         assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
     }

@@ -854,9 +854,13 @@ mod tests {
         for key in 0..80_000 {
             limiter.acquire_at(now, &key, 1).unwrap();
         }
+        // foldhash is seeded anew in every process, and for some seeds its shard bits
+        // spread sequential integers less evenly than chance would: measured, 2 runs in
+        // 360 had a shard 11 % and 16 % under its 10 000 (chance alone: ±1 % at most).
+        // The bound is ±25 %: even, not exact; a broken shard choice fails it at once.
         for len in dispatch!(&limiter.tables, |t| t.shard_lens()) {
             assert!(
-                (9_000..11_000).contains(&len),
+                (7_500..12_500).contains(&len),
                 "a shard holds {len} of 80 000 keys"
             );
         }

@@ -37,12 +37,12 @@ pub struct Domain {
 }
 
 /// The descriptors at one depth of the tree, indexed for matching: an exact `key`+`value`
-/// first, then the longest wildcard prefix, then the `key` alone (any value).
+/// first, then the first declared wildcard prefix that matches, then the `key` alone (any value).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Level {
     /// By key, then value: looked up with borrowed text, no allocation per request.
     pub exact: HashMap<String, HashMap<String, Entry>>,
-    /// `(key, prefix, entry)`, longest prefix first.
+    /// `(key, prefix, entry)`, in the order the file declares them.
     pub wildcard: Vec<(String, String, Entry)>,
     pub any: HashMap<String, Entry>,
 }
@@ -392,7 +392,7 @@ impl Loader<'_> {
         }
         let root_level = match descriptors {
             None => Level::default(),
-            Some(list) => self.level(list, "descriptors", &domain, &domain)?,
+            Some(list) => self.level(list, "descriptors", &domain, &Trail::root(&domain))?,
         };
         Ok(Domain {
             name: domain,
@@ -401,14 +401,13 @@ impl Loader<'_> {
         })
     }
 
-    /// One level of descriptors; `trail` is the path above it (`domain.key_value.key`):
-    /// the stats label of the rules below, and what their policy names hash.
+    /// One level of descriptors; `trail` is the path above it.
     fn level(
         &self,
         list: &Node,
         path: &str,
         domain: &str,
-        trail: &str,
+        trail: &Trail,
     ) -> Result<Level, RulesError> {
         let Value::Seq(items) = &list.value else {
             return Err(self.wrong(list, path, "a list of descriptors"));
@@ -446,10 +445,8 @@ impl Loader<'_> {
                 return Err(self.error(item, &path, Problem::DuplicateKey(shown)));
             }
         }
-        // Longest prefix first: the most specific wildcard wins.
-        level
-            .wildcard
-            .sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.1.cmp(&b.1)));
+        // Wildcards stay in the order the file declares them: the first that matches wins,
+        // as in envoyproxy/ratelimit (declare the most specific first).
         Ok(level)
     }
 
@@ -458,7 +455,7 @@ impl Loader<'_> {
         node: &Node,
         path: &str,
         domain: &str,
-        trail: &str,
+        trail: &Trail,
     ) -> Result<(String, Option<String>, Entry), RulesError> {
         const FIELDS: &str = "key, value, rate_limit, rate_limits, descriptors, shadow_mode, \
                               detailed_metric, value_to_metric, share_threshold";
@@ -470,7 +467,9 @@ impl Loader<'_> {
             let at = format!("{path}.{name}");
             match name {
                 "key" => key = Some(self.string(field, &at)?),
-                "value" => value = Some(self.scalar_text(field, &at)?),
+                // An empty value is no value (any value matches), as in envoyproxy/ratelimit:
+                // a template that renders `value: ""` means the key alone.
+                "value" => value = Some(self.scalar_text(field, &at)?).filter(|v| !v.is_empty()),
                 "rate_limit" => rate_limit = Some(field),
                 "rate_limits" => rate_limits = Some(field),
                 "descriptors" => children = Some(field),
@@ -503,10 +502,7 @@ impl Loader<'_> {
                 Problem::BadValue("only a wildcard value (ending in `*`) can share".into()),
             ));
         }
-        let label = match &value {
-            Some(value) => format!("{trail}.{key}_{value}"),
-            None => format!("{trail}.{key}"),
-        };
+        let trail = trail.child(&key, value.as_deref());
         let rule = match (rate_limit, rate_limits) {
             (Some(_), Some(list)) => {
                 return Err(self.error(
@@ -519,8 +515,7 @@ impl Loader<'_> {
                 std::slice::from_ref(one),
                 &format!("{path}.rate_limit"),
                 false,
-                domain,
-                &label,
+                &trail,
                 shadow,
                 detailed,
             )?),
@@ -539,8 +534,7 @@ impl Loader<'_> {
                     items,
                     &format!("{path}.rate_limits"),
                     true,
-                    domain,
-                    &label,
+                    &trail,
                     shadow,
                     detailed,
                 )?)
@@ -549,7 +543,7 @@ impl Loader<'_> {
         };
         let children = match children {
             None => Level::default(),
-            Some(list) => self.level(list, &format!("{path}.descriptors"), domain, &label)?,
+            Some(list) => self.level(list, &format!("{path}.descriptors"), domain, &trail)?,
         };
         Ok((
             key,
@@ -569,11 +563,11 @@ impl Loader<'_> {
         items: &[Node],
         path: &str,
         listed: bool,
-        domain: &str,
-        label: &str,
+        trail: &Trail,
         shadow_mode: bool,
         detailed_metric: bool,
     ) -> Result<Rule, RulesError> {
+        let label = trail.label.as_str();
         let mut limits = Vec::new();
         let mut name = None;
         let mut replaces = Vec::new();
@@ -645,7 +639,7 @@ impl Loader<'_> {
             let header_policy =
                 named(header_name(name.as_deref().unwrap_or(label)), "header item")?;
             Action::Limit {
-                policy: named(policy_name(domain, label), "policy")?,
+                policy: named(policy_name(trail), "policy")?,
                 policy_header: rein_tower::headers::render_policy(&header_policy),
                 header_policy,
                 limits: units,
@@ -953,12 +947,44 @@ impl Algorithm {
 /// The store's name for a rule's policy: readable, at most 64 characters, and stable for
 /// as long as the rule's place in the tree is (so a reload keeps its counted state). Two
 /// rules whose readable parts collide still differ by the hash of domain and path.
-fn policy_name(domain: &str, label: &str) -> String {
-    let digest = sha1_smol::Sha1::from(format!("{domain}\0{label}"))
-        .digest()
-        .to_string();
-    let readable: String = sanitize(label).chars().take(MAX_NAME - 9).collect();
+fn policy_name(trail: &Trail) -> String {
+    let digest = sha1_smol::Sha1::from(&trail.ident).digest().to_string();
+    let readable: String = sanitize(&trail.label).chars().take(MAX_NAME - 9).collect();
     format!("{readable}-{}", &digest[..8])
+}
+
+/// Where a rule sits in its domain's tree, twice: its stats label (`domain.key_value.key`,
+/// readable, but the same for `key: a_b` and `key: a, value: b`, or for a top-level
+/// `key: a.b` and `a` above `b`), and an unambiguous form of the same path (each part
+/// with its length), which its policy name hashes: two rules never share a policy.
+#[derive(Clone, Debug)]
+struct Trail {
+    label: String,
+    ident: String,
+}
+
+impl Trail {
+    fn root(domain: &str) -> Self {
+        Trail {
+            label: domain.to_owned(),
+            ident: format!("{}:{domain}", domain.len()),
+        }
+    }
+
+    /// The trail of `key` (with `value`, if any) one level below.
+    fn child(&self, key: &str, value: Option<&str>) -> Self {
+        let (label, value) = match value {
+            Some(v) => (
+                format!("{}.{key}_{v}", self.label),
+                format!("{}:{v}", v.len()),
+            ),
+            None => (format!("{}.{key}", self.label), "-".to_owned()),
+        };
+        Trail {
+            label,
+            ident: format!("{}/{}:{key}={value}", self.ident, key.len()),
+        }
+    }
 }
 
 /// A header item name: the rule's `name` or its path, in the characters a policy name may

@@ -55,6 +55,14 @@ async fn ready<S: Leasable + Clone + 'static>(
     State(service): State<RateLimitService<S>>,
 ) -> Response {
     let domains = service.domains();
+    if domains.is_empty() {
+        // Every descriptor would be answered OK without a limit: not what to route to.
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: no domain loaded\n",
+        )
+            .into_response();
+    }
     (StatusCode::OK, format!("OK: {} domain(s)\n", domains.len())).into_response()
 }
 

@@ -440,6 +440,10 @@ async fn watch_rules<S: Leasable + Clone + 'static>(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut seen = fingerprint(&config);
+    // A change seen on one tick, loaded only once the files stay the same for a whole
+    // period: a file being written, or a set of files being replaced, is never read half
+    // done. SIGHUP loads at once.
+    let mut settling = None;
     let period = if interval.is_zero() {
         Duration::from_secs(3_600)
     } else {
@@ -456,11 +460,32 @@ async fn watch_rules<S: Leasable + Clone + 'static>(
             _ = ticks.tick() => false,
         };
         let now = fingerprint(&config);
-        if !forced && (interval.is_zero() || now == seen) {
+        if !forced {
+            if interval.is_zero() || now == seen {
+                settling = None;
+                continue;
+            }
+            if settling.as_ref() != Some(&now) {
+                settling = Some(now);
+                continue;
+            }
+        }
+        settling = None;
+        let loaded = RulesConfig::load(&config);
+        if !forced && fingerprint(&config) != now {
+            // Changed while it was read: looked at again once it settles.
             continue;
         }
         seen = now;
-        match RulesConfig::load(&config) {
+        match loaded {
+            // Every domain gone at once is far likelier a directory being replaced than
+            // the intent: refused unless asked for by SIGHUP.
+            Ok(rules) if !forced && rules.domain_names().next().is_none() => {
+                metrics::counter!("rein_server_config_reload_failures_total").increment(1);
+                tracing::error!(
+                    "reload refused: the rules now hold no domain; send SIGHUP to apply that"
+                );
+            }
             Ok(rules) => {
                 let count = rules.rule_count();
                 match service.reload(rules) {

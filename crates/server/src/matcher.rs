@@ -1,6 +1,6 @@
 //! Matching one request descriptor against a domain's tree, as envoyproxy/ratelimit does:
 //! entry by entry, one level of the tree per entry, at each level the most specific match
-//! (the exact `key`+`value`, then the longest wildcard prefix, then the `key` alone); the
+//! (the exact `key`+`value`, then the first declared wildcard prefix that matches, then the `key` alone); the
 //! descriptor gets the rule of the entry its last entry matched, if it has one. A
 //! descriptor with more entries than the tree has levels, or an entry that matches
 //! nothing, gets no rule.
@@ -104,14 +104,18 @@ mod tests {
     fn the_most_specific_entry_matches_at_each_level() {
         let config = config(TREE);
         type Row<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>);
-        let rows: [Row; 9] = [
+        let rows: [Row; 11] = [
             // Key alone: any value.
             (&[("remote_address", "50.0.0.1")], Some("d.remote_address")),
             // Key and value before key alone.
             (&[("remote_address", "50.0.0.5")], Some("d.remote_address_50.0.0.5")),
-            // The longest wildcard prefix first.
+            // The first declared wildcard that matches, as in envoyproxy/ratelimit: the
+            // file declares `/api/v2/*` before `/api/*`, and `/a*` before `/ab*`.
             (&[("path", "/api/v1/users")], Some("d.path_/api/*")),
             (&[("path", "/api/v2/users")], Some("d.path_/api/v2/*")),
+            (&[("file", "/abc")], Some("d.file_/a*")),
+            // `value: ""` is the key alone: any value.
+            (&[("tenant", "acme")], Some("d.tenant")),
             (&[("path", "/web")], None),
             // Nested: both levels must match, and the rule is the last level's.
             (&[("message_type", "marketing"), ("to_number", "2061111111")], Some("d.message_type_marketing.to_number")),

@@ -965,19 +965,47 @@ impl RuleMetrics {
     }
 
     /// Counts one descriptor of `label` (a rule's, or with `detailed_metric` one naming
-    /// the matched values, registered on first use).
+    /// the matched values, registered on first use: at most [`MAX_DETAILED_LABELS`] of
+    /// those per process, the values past them counted as [`DETAILED_OVERFLOW`]).
     fn count(&self, label: &str, outcome: Outcome) {
-        match self.by_label.get(label) {
-            Some(counters) => counters[outcome as usize].increment(1),
-            None => metrics::counter!(
-                "rein_server_decisions_total",
-                "rule" => label.to_owned(),
-                "outcome" => outcome.as_str()
-            )
-            .increment(1),
+        if let Some(counters) = self.by_label.get(label) {
+            counters[outcome as usize].increment(1);
+            return;
         }
+        let label = {
+            let mut seen = DETAILED_LABELS
+                .get_or_init(Mutex::default)
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if seen.contains(label) || seen.len() < MAX_DETAILED_LABELS {
+                if !seen.contains(label) {
+                    seen.insert(label.to_owned());
+                }
+                label
+            } else {
+                DETAILED_OVERFLOW
+            }
+        };
+        metrics::counter!(
+            "rein_server_decisions_total",
+            "rule" => label.to_owned(),
+            "outcome" => outcome.as_str()
+        )
+        .increment(1);
     }
 }
+
+/// The most distinct `detailed_metric` labels one process exports: each is a series the
+/// exporter keeps for the life of the process, and the values come from requests
+/// (a `remote_address` rule would otherwise grow one per client address).
+pub const MAX_DETAILED_LABELS: usize = 10_000;
+
+/// The `rule` label of the `detailed_metric` counts past [`MAX_DETAILED_LABELS`].
+pub const DETAILED_OVERFLOW: &str = "detailed_overflow";
+
+/// The `detailed_metric` labels exported so far, across reloads (the exporter keeps them).
+static DETAILED_LABELS: std::sync::OnceLock<Mutex<std::collections::HashSet<String>>> =
+    std::sync::OnceLock::new();
 
 /// The table's policy when the rules have none: never decided with.
 fn placeholder_policy() -> NamedPolicy {

@@ -106,10 +106,11 @@ fn envoy_through_two_rein_servers_sharing_redis_limits_exactly() {
             thread::sleep(Duration::from_millis(100));
         }
     }
-    // One server may still be on the old rules (each looks every 100 ms): give both time
-    // to reload before counting exactly. (A 429 from the one not yet reloaded is an
-    // answer, not a failure; seen once in a few runs before this wait.)
-    thread::sleep(Duration::from_millis(400));
+    // One server may still be on the old rules (each looks every 100 ms, and loads a change
+    // once it has stayed the same for a whole look): give both time to reload before
+    // counting exactly. (A 429 from the one not yet reloaded is an answer, not a failure;
+    // seen once in a few runs before this wait.)
+    thread::sleep(Duration::from_millis(600));
     // The new limit, exactly: carl's count carries over (the rule's place is unchanged).
     let mut more = 0;
     while envoy.get("/user", "carl").status == 200 {

@@ -476,3 +476,24 @@ async fn all_or_nothing_refunds_only_what_the_store_counted() {
     assert_eq!(codes(&answer).0, Code::OverLimit);
     assert_eq!(refunds.refunds(), 1);
 }
+
+/// Two rules whose readable paths are the same (`a_b`, and `a` with value `b`) are two
+/// policies, each deciding with its own numbers.
+#[tokio::test]
+async fn rules_whose_labels_collide_keep_their_own_limits() {
+    let text = "domain: shop\ndescriptors:\n  - key: a_b\n    rate_limit: { unit: hour, requests_per_unit: 1 }\n  - key: a\n    value: b\n    rate_limit: { unit: hour, requests_per_unit: 2 }\n";
+    let mut running = start(text, false).await;
+    let mut codes_of = async |entries: &[(&str, &str)]| {
+        let answer = ask(&mut running, request(vec![descriptor(entries)])).await;
+        codes(&answer).0
+    };
+    assert_eq!(codes_of(&[("a_b", "x")]).await, Code::Ok);
+    assert_eq!(
+        codes_of(&[("a_b", "x")]).await,
+        Code::OverLimit,
+        "1 an hour"
+    );
+    assert_eq!(codes_of(&[("a", "b")]).await, Code::Ok);
+    assert_eq!(codes_of(&[("a", "b")]).await, Code::Ok, "2 an hour");
+    assert_eq!(codes_of(&[("a", "b")]).await, Code::OverLimit);
+}
