@@ -113,12 +113,18 @@ mod tests {
 
     #[test]
     fn user_input_never_reaches_the_hash_tag() {
-        for user_key in [&b"}{evil}"[..], b"\0\xff\n", &[b'x'; 1 << 20]] {
+        let longest = [b'x'; rein_core::limiter::MAX_KEY_BYTES];
+        for user_key in [&b"}{evil}"[..], b"\0\xff\n", &longest] {
             for key in state_keys("rein", &policy(), user_key).unwrap() {
                 assert_eq!(key.matches('{').count(), 1, "{key}");
                 assert!(key.len() < 100, "{key}");
             }
         }
+        let over = [b'x'; rein_core::limiter::MAX_KEY_BYTES + 1];
+        assert_eq!(
+            state_keys("rein", &policy(), &over),
+            Err(KeyError::TooLong { len: over.len() })
+        );
     }
 
     #[test]

@@ -45,17 +45,17 @@ async fn connect_to(
 }
 
 #[tokio::test]
-async fn odd_user_keys_are_hashed_and_the_empty_key_is_refused() {
+async fn odd_user_keys_are_hashed_and_the_empty_and_over_long_keys_are_refused() {
     let server = RedisServer::start().expect("start redis-server");
     let store = common::store(&server).await;
     let policy = policy();
-    let huge = vec![b'k'; 1 << 20];
+    let longest = vec![b'k'; rein_core::limiter::MAX_KEY_BYTES];
     let odd: [&[u8]; 6] = [
         b"{",
         b"}{",
         b"{user}",
         b"\0\xff\xfe\r\n",
-        &huge,
+        &longest,
         "ключ 🔑".as_bytes(),
     ];
     for key in odd {
@@ -66,12 +66,18 @@ async fn odd_user_keys_are_hashed_and_the_empty_key_is_refused() {
         assert!(decision.is_allowed());
         assert_eq!(decision.remaining, 9, "each odd key is its own limit");
     }
-    // A megabyte key and its one-byte-shorter sibling do not share a limit.
+    // The longest key and its one-byte-shorter sibling do not share a limit.
     let decision = store
-        .acquire(None, &policy, &huge[1..], 1)
+        .acquire(None, &policy, &longest[1..], 1)
         .await
         .expect("a decision");
     assert_eq!(decision.remaining, 9);
+    // One byte longer is refused: keys are bounded (they are held in process memory).
+    let over = [longest.as_slice(), b"k"].concat();
+    assert!(matches!(
+        store.acquire(None, &policy, &over, 1).await,
+        Err(DecideError::InvalidKey(KeyError::TooLong { len: 1025 }))
+    ));
 
     assert!(matches!(
         store.acquire(None, &policy, b"", 1).await,

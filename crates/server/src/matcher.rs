@@ -20,7 +20,9 @@ pub struct Matched<'a> {
     /// The counter's key: each entry's key and value, each preceded by its length (4 bytes,
     /// little-endian), so that no two different descriptors make the same key whatever
     /// bytes they hold. A wildcard that shares (`share_threshold`) puts its pattern in
-    /// place of the value, so all its matches count together.
+    /// place of the value, so all its matches count together. A key longer than a limiter
+    /// takes ([`MAX_KEY_BYTES`](rein_core::limiter::MAX_KEY_BYTES)) is replaced by its
+    /// digest ([`bounded`]), so a long descriptor is limited like any other.
     pub key: Vec<u8>,
     /// The metrics label: the rule's, or with `detailed_metric` the matched values.
     pub label: Cow<'a, str>,
@@ -69,7 +71,23 @@ pub fn match_descriptor<'a, 'e>(
     } else {
         Cow::Borrowed(rule.label.as_str())
     };
-    Some(Matched { rule, key, label })
+    Some(Matched {
+        rule,
+        key: bounded(key),
+        label,
+    })
+}
+
+/// `key` if a limiter takes it, else a digest of it: four `0xff` bytes (a length no
+/// counted key starts with: no entry is 4 GiB) and the key's SHA-1, 24 bytes. The service
+/// bounds each entry (1 KiB) but not their sum, which the limiter does (1 KiB).
+pub(crate) fn bounded(key: Vec<u8>) -> Vec<u8> {
+    if key.len() <= rein_core::limiter::MAX_KEY_BYTES {
+        return key;
+    }
+    let mut digest = vec![0xff; 4];
+    digest.extend_from_slice(&sha1_smol::Sha1::from(&key).digest().bytes());
+    digest
 }
 
 /// Appends `bytes` after its length. Lengths are bounded by the service's checks (and a
@@ -145,6 +163,19 @@ mod tests {
             key(&[("path", "/api/v2/a")]),
             key(&[("path", "/api/v2/b")]),
             "share_threshold: one counter"
+        );
+        // A descriptor longer than a limiter's key is counted under its digest: limited, and
+        // apart from every other.
+        let long = "v".repeat(1_000);
+        let (a, b) = (
+            key(&[("remote_address", &long)]),
+            key(&[("remote_address", &format!("{long}!"))]),
+        );
+        assert!(a.as_ref().is_some_and(|k| k.len() <= 1024), "{a:?}");
+        assert_ne!(a, b);
+        assert_ne!(
+            key(&[("remote_address", &"w".repeat(2_000))]),
+            key(&[("remote_address", &"w".repeat(2_001))])
         );
         // Lengths, not separators: no value can make two descriptors one counter.
         assert_ne!(

@@ -286,7 +286,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                     }
                     Plan::Override {
                         limiter,
-                        key,
+                        key: crate::matcher::bounded(key),
                         cost,
                         negative: descriptor.is_negative_hits,
                         label: matched.map_or_else(
