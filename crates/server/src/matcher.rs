@@ -22,7 +22,7 @@ pub struct Matched<'a> {
     /// bytes they hold. A wildcard that shares (`share_threshold`) puts its pattern in
     /// place of the value, so all its matches count together. A key longer than a limiter
     /// takes ([`MAX_KEY_BYTES`](rein_core::limiter::MAX_KEY_BYTES)) is replaced by its
-    /// digest ([`bounded`]), so a long descriptor is limited like any other.
+    /// digest (`bounded`), so a long descriptor is limited like any other.
     pub key: Vec<u8>,
     /// The metrics label: the rule's, or with `detailed_metric` the matched values.
     pub label: Cow<'a, str>,
