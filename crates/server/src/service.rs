@@ -972,20 +972,7 @@ impl RuleMetrics {
             counters[outcome as usize].increment(1);
             return;
         }
-        let label = {
-            let mut seen = DETAILED_LABELS
-                .get_or_init(Mutex::default)
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if seen.contains(label) || seen.len() < MAX_DETAILED_LABELS {
-                if !seen.contains(label) {
-                    seen.insert(label.to_owned());
-                }
-                label
-            } else {
-                DETAILED_OVERFLOW
-            }
-        };
+        let label = detailed_label(label);
         metrics::counter!(
             "rein_server_decisions_total",
             "rule" => label.to_owned(),
@@ -1007,6 +994,22 @@ pub const DETAILED_OVERFLOW: &str = "detailed_overflow";
 static DETAILED_LABELS: std::sync::OnceLock<Mutex<std::collections::HashSet<String>>> =
     std::sync::OnceLock::new();
 
+/// `label` if it is exported already or there is room for it, else [`DETAILED_OVERFLOW`].
+fn detailed_label(label: &str) -> &str {
+    let mut seen = DETAILED_LABELS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if seen.contains(label) {
+        label
+    } else if seen.len() < MAX_DETAILED_LABELS {
+        seen.insert(label.to_owned());
+        label
+    } else {
+        DETAILED_OVERFLOW
+    }
+}
+
 /// The table's policy when the rules have none: never decided with.
 fn placeholder_policy() -> NamedPolicy {
     // Valid by construction: a literal name and limit.
@@ -1014,5 +1017,24 @@ fn placeholder_policy() -> NamedPolicy {
     match limit.map(|l| NamedPolicy::new("rein-server-none", Policy::single(l))) {
         Ok(Ok(policy)) => policy,
         _ => unreachable!("a literal policy is valid"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detailed_labels_stop_at_their_bound_and_keep_those_exported() {
+        let label = |i: usize| format!("d.remote_address_10.0.{}.{}", i / 256, i % 256);
+        for i in 0..MAX_DETAILED_LABELS {
+            assert_eq!(detailed_label(&label(i)), label(i));
+        }
+        assert_eq!(detailed_label("d.remote_address_new"), DETAILED_OVERFLOW);
+        assert_eq!(
+            detailed_label(&label(7)),
+            label(7),
+            "one exported stays its own"
+        );
     }
 }
