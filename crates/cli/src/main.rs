@@ -5,7 +5,8 @@
 //! connection a rein-tower config file names. `rein --help`
 //! and each subcommand's `--help` teach it; docs/operations.md is the guide.
 //!
-//! Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key);
+//! Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key or
+//! one over 1 KiB);
 //! 2 a wrong command line (clap's); 3 Redis unavailable.
 
 use std::path::{Path, PathBuf};
@@ -39,8 +40,8 @@ use serde_json::{Value, json};
 ///     rein --config rein.toml override list
 ///     rein --config rein.toml watch api
 ///
-/// Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key, an
-/// override or reason rein refuses); 2 a wrong command line; 3 Redis unavailable (cannot
+/// Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key or
+/// one over 1 KiB, an override or reason rein refuses); 2 a wrong command line; 3 Redis unavailable (cannot
 /// connect, no answer in time, or a key too busy to change).
 #[derive(Debug, Parser)]
 #[command(name = "rein", version, verbatim_doc_comment)]
@@ -583,16 +584,24 @@ fn list(config: &Config) -> Output {
 }
 
 /// The policy `name` of the config, prepared for Redis, and the store to ask about `key`
-/// (which must not be empty).
+/// (which must be one a limiter takes: 1 byte to 1 KiB).
 async fn target(
     cli: &Cli,
     name: &str,
     key: &str,
 ) -> Result<(RedisPolicy, ConfiguredStore), Failure> {
-    if key.is_empty() {
-        return Err(Failure::Input(
-            "the key is empty; no request has an empty key".into(),
-        ));
+    match rein_core::KeyError::check(key.as_bytes()) {
+        Err(rein_core::KeyError::Empty) => {
+            return Err(Failure::Input(
+                "the key is empty; no request has an empty key".into(),
+            ));
+        }
+        Err(error) => {
+            return Err(Failure::Input(format!(
+                "{error}; no request has such a key"
+            )));
+        }
+        Ok(()) => {}
     }
     policy_and_store(cli, name).await
 }

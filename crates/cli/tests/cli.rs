@@ -163,6 +163,10 @@ fn bad_input_is_a_clear_message_and_a_non_zero_exit_never_a_panic() {
     let empty = rein(&["--config", path, "key", "inspect", "api", ""]);
     assert_eq!(code(&empty), 1);
     assert_says(stderr(&empty), "the key is empty");
+    let long_key = "k".repeat(1_025);
+    let long = rein(&["--config", path, "key", "inspect", "api", &long_key]);
+    assert_eq!(code(&long), 1, "bad input, not Redis: {}", stderr(&long));
+    assert_says(stderr(&long), "over the limit of 1024");
     // A wrong command line: clap's usage error, exit 2.
     assert_eq!(code(&rein(&["key", "inspect", "api"])), 2);
     assert_eq!(code(&rein(&["nonsense"])), 2);

@@ -105,7 +105,7 @@ fn describe() {
     metrics::describe_counter!(
         INVALID,
         Unit::Count,
-        "Requests refused as invalid (empty key, cost above capacity, unknown policy)."
+        "Requests refused as invalid (empty or over-long key, cost above capacity, unknown policy)."
     );
     metrics::describe_histogram!(LATENCY, Unit::Seconds, "Latency of each call to the store.");
 }

@@ -204,8 +204,8 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
     /// node's leases first ([`Source::Lease`](crate::Source::Lease),
     /// [`Source::LocalDenial`](crate::Source::LocalDenial)); everything else as without.
     ///
-    /// Errors only for a request that can never be admitted: an empty key, or a cost above
-    /// the policy's capacity.
+    /// Errors only for a request that can never be admitted: an empty key or one over
+    /// 1 KiB, or a cost above the policy's capacity.
     pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decided, RequestError> {
         let key = key.as_ref();
         let index = self.inner.table.classify_index(key);

@@ -67,8 +67,8 @@ pub struct StatsSnapshot {
     pub breaker_half_opened: u64,
     /// Transitions to closed (successful probes).
     pub breaker_closed: u64,
-    /// Requests refused with an `Err` before anything else: an empty key, a cost above the
-    /// capacity, an unknown policy name.
+    /// Requests refused with an `Err` before anything else: an empty key or one over
+    /// 1 KiB, a cost above the capacity, an unknown policy name.
     pub invalid_requests: u64,
     /// Latency of the calls sent to the store, errors and timeouts included.
     pub store_latency: LatencySnapshot,

@@ -450,7 +450,8 @@ impl<C> MemoryStore<C>
 where
     C: Clock + Clone + Send + Sync + 'static,
 {
-    /// An operator's change at the clock's `now`; an empty key is refused.
+    /// An operator's change at the clock's `now`; a key a limiter does not take (empty, or
+    /// over 1 KiB) is refused.
     fn admin<T>(
         &self,
         key: &[u8],

@@ -23,7 +23,8 @@ pub enum Fault {
     Late(Duration),
     /// Never answers (a frozen store that states no deadline of its own).
     Hang,
-    /// Fails as a broken connection for a key holding these bytes, and answers the rest.
+    /// Fails as a broken connection for a key holding these bytes (every key, for none),
+    /// and answers the rest.
     DownFor(&'static [u8]),
 }
 
@@ -67,7 +68,9 @@ impl<S> Faulty<S> {
                 Ok(())
             }
             Fault::Hang => std::future::pending().await,
-            Fault::DownFor(part) if key.windows(part.len()).any(|w| w == part) => {
+            Fault::DownFor(part)
+                if part.is_empty() || key.windows(part.len()).any(|w| w == part) =>
+            {
                 let gone = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
                 Err(StoreError::Connection(SourceError::new(gone)).into())
             }

@@ -21,8 +21,8 @@
 //! kept as one integer has the tag `fw<window µs>` (integer_window.rs), so an integer and
 //! a string never share a key either.
 //!
-//! The user key is hashed, never embedded: any byte string works (binary, braces, a
-//! megabyte), every key has the same bounded length, and user input cannot reach the
+//! The user key is hashed, never embedded: any byte string of 1 byte to 1 KiB works
+//! (binary, braces; `KeyError::check`), every key has the same bounded length, and user input cannot reach the
 //! Cluster hash tag. The tag is the hex SHA-1 of the user key alone, so every key of one
 //! user key (each of its policies) shares a hash slot. SHA-1 is used as a spreading hash,
 //! not for security: a collision would only make two users share a limit.

@@ -232,7 +232,7 @@ impl RulesConfig {
     /// or the single file `dir` names, and validates them all. The first error stops it.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, RulesError> {
         let dir = dir.as_ref();
-        let files = config_files(dir)?;
+        let files = rule_files(dir)?;
         let mut config = RulesConfig::default();
         for file in files {
             let text = std::fs::read_to_string(&file).map_err(|e| RulesError {
@@ -330,9 +330,10 @@ impl Level {
     }
 }
 
-/// The configuration files of `dir`, sorted by name (so errors and duplicate-domain
-/// reports are the same on every run).
-fn config_files(dir: &Path) -> Result<Vec<PathBuf>, RulesError> {
+/// The rule files of `dir` (`*.yaml` and `*.yml`, dot files skipped), or `dir` itself if it
+/// is a file, sorted by name (so errors and duplicate-domain reports are the same on every
+/// run): what [`RulesConfig::load`] reads, and all a watcher needs to look at.
+pub fn rule_files(dir: &Path) -> Result<Vec<PathBuf>, RulesError> {
     let unreadable = |e| RulesError {
         file: dir.to_owned(),
         line: 1,
@@ -424,6 +425,21 @@ impl Loader<'_> {
                             .wildcard
                             .iter()
                             .any(|(k, p, _)| *k == key && p == prefix);
+                        // Declared after a wildcard that takes every value it would: valid
+                        // (envoyproxy/ratelimit takes such files), but never matched.
+                        let shadow = level.wildcard.iter().find(|(k, p, _)| {
+                            *k == key && p != prefix && prefix.starts_with(p.as_str())
+                        });
+                        if let Some((_, earlier, _)) = shadow {
+                            tracing::warn!(
+                                file = %self.file.display(),
+                                line = item.line.max(1),
+                                field = %path,
+                                "`{key}: {prefix}*` never matches: `{earlier}*`, declared \
+                                 before it, takes every value it would (the first declared \
+                                 wildcard that matches wins: declare the most specific first)"
+                            );
+                        }
                         if !taken {
                             level.wildcard.push((key.clone(), prefix.to_owned(), entry));
                         }
@@ -467,9 +483,14 @@ impl Loader<'_> {
             let at = format!("{path}.{name}");
             match name {
                 "key" => key = Some(self.string(field, &at)?),
-                // An empty value is no value (any value matches), as in envoyproxy/ratelimit:
-                // a template that renders `value: ""` means the key alone.
-                "value" => value = Some(self.scalar_text(field, &at)?).filter(|v| !v.is_empty()),
+                // An empty value (`""`, or none at all) is the key alone, any value
+                // matching, as in envoyproxy/ratelimit: what a template renders for it.
+                "value" => {
+                    value = match field.value {
+                        Value::Null => None,
+                        _ => Some(self.scalar_text(field, &at)?).filter(|v| !v.is_empty()),
+                    }
+                }
                 "rate_limit" => rate_limit = Some(field),
                 "rate_limits" => rate_limits = Some(field),
                 "descriptors" => children = Some(field),
@@ -946,11 +967,12 @@ impl Algorithm {
 
 /// The store's name for a rule's policy: readable, at most 64 characters, and stable for
 /// as long as the rule's place in the tree is (so a reload keeps its counted state). Two
-/// rules whose readable parts collide still differ by the hash of domain and path.
+/// rules whose readable parts collide still differ by 64 bits of the hash of their
+/// unambiguous paths.
 fn policy_name(trail: &Trail) -> String {
     let digest = sha1_smol::Sha1::from(&trail.ident).digest().to_string();
-    let readable: String = sanitize(&trail.label).chars().take(MAX_NAME - 9).collect();
-    format!("{readable}-{}", &digest[..8])
+    let readable: String = sanitize(&trail.label).chars().take(MAX_NAME - 17).collect();
+    format!("{readable}-{}", &digest[..16])
 }
 
 /// Where a rule sits in its domain's tree, twice: its stats label (`domain.key_value.key`,

@@ -355,9 +355,7 @@ async fn run<S: Leasable + Clone + 'static>(
     );
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<rein_server::grpc::Grpc<S>>>()
-        .await;
+    report_health::<S>(&health, service.domains().len()).await;
     let mut grpc_builder = tonic::transport::Server::builder();
     let mut https = None;
     if let Some(files) = &args.tls() {
@@ -399,6 +397,7 @@ async fn run<S: Leasable + Clone + 'static>(
     };
     let reloader = tokio::spawn(watch_rules(
         service.clone(),
+        health,
         config,
         args.watch_interval,
         hangup,
@@ -420,6 +419,20 @@ async fn run<S: Leasable + Clone + 'static>(
     Ok(())
 }
 
+/// gRPC health says what `/readyz` says: serving while a domain is loaded. Without one,
+/// every descriptor would be answered OK, unlimited: not a service to route to.
+async fn report_health<S: Leasable + Clone + 'static>(
+    health: &tonic_health::server::HealthReporter,
+    domains: usize,
+) {
+    type Served<S> = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<rein_server::grpc::Grpc<S>>;
+    if domains == 0 {
+        health.set_not_serving::<Served<S>>().await;
+    } else {
+        health.set_serving::<Served<S>>().await;
+    }
+}
+
 /// Resolves on SIGTERM (its handler made before listening) or Ctrl-C.
 async fn wait_for_stop(mut terminate: tokio::signal::unix::Signal) {
     tokio::select! {
@@ -434,6 +447,7 @@ async fn wait_for_stop(mut terminate: tokio::signal::unix::Signal) {
 /// its file, line and field, and the rules in force keep serving.
 async fn watch_rules<S: Leasable + Clone + 'static>(
     service: RateLimitService<S>,
+    health: tonic_health::server::HealthReporter,
     config: PathBuf,
     interval: Duration,
     mut hangup: tokio::signal::unix::Signal,
@@ -492,6 +506,7 @@ async fn watch_rules<S: Leasable + Clone + 'static>(
                     Ok(()) => {
                         metrics::counter!("rein_server_config_reloads_total").increment(1);
                         tracing::info!(rules = count, forced, "rules reloaded");
+                        report_health::<S>(&health, service.domains().len()).await;
                     }
                     Err(error) => {
                         metrics::counter!("rein_server_config_reload_failures_total").increment(1);
@@ -507,21 +522,15 @@ async fn watch_rules<S: Leasable + Clone + 'static>(
     }
 }
 
-/// What changes when a rule file does: each file's name, length and modification time.
+/// What changes when a rule file does: each rule file's name, length and modification time
+/// (only the files a load reads: another file changing is no reason to reload).
 fn fingerprint(config: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
-    let mut files = Vec::new();
-    let entries: Vec<PathBuf> = if config.is_file() {
-        vec![config.to_owned()]
-    } else {
-        std::fs::read_dir(config)
-            .map(|dir| dir.filter_map(|e| e.ok().map(|e| e.path())).collect())
-            .unwrap_or_default()
-    };
-    for path in entries {
-        if let Ok(meta) = std::fs::metadata(&path) {
-            files.push((path, meta.len(), meta.modified().ok()));
-        }
-    }
-    files.sort();
+    let files = rein_server::config::rule_files(config).unwrap_or_default();
     files
+        .into_iter()
+        .filter_map(|path| {
+            let meta = std::fs::metadata(&path).ok()?;
+            Some((path, meta.len(), meta.modified().ok()))
+        })
+        .collect()
 }

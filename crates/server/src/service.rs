@@ -10,13 +10,15 @@
 //!    configurations). A per-descriptor `limit` override replaces the matched rule's numbers.
 //!    A rule that another matched rule `replaces` is dropped.
 //! 3. **All or nothing.** The descriptors' limits are charged in order through the
-//!    resilient limiter. When one denies, every unit already charged for this request is
-//!    refunded and the later descriptors are only peeked (to report them), so a request
-//!    that is over any limit is charged nowhere. Between a charge and its refund another
-//!    request may see those units taken: a refund can make a concurrent request see less,
-//!    never more, than the limit allows (no over-admission; a brief under-admission under
-//!    contention). A `shadow_mode` rule is decided and counted like any other but never
-//!    makes the answer `OVER_LIMIT`.
+//!    resilient limiter. When one denies, every unit already charged for this request in
+//!    the store (not what a failure policy admitted, which the store never took) is
+//!    refunded, all at once, and the later descriptors are only peeked (to report them), so
+//!    a request that is over any limit is charged nowhere. Between a charge and its refund
+//!    another request may see those units taken: a brief under-admission under contention.
+//!    A refund lands in the window current when it runs, and a sliding log's removes its
+//!    newest entries: a charge and refund that straddle a window boundary can give the next
+//!    window up to the cost (docs/server.md, "All or nothing"). A `shadow_mode` rule is
+//!    decided and counted like any other but never makes the answer `OVER_LIMIT`.
 //! 4. The answer: `OVER_LIMIT` if any descriptor is, one status per descriptor in order,
 //!    and the `RateLimit-Policy` / `RateLimit` headers (and `Retry-After` on a denial) of the
 //!    descriptor that decided, rendered by rein-tower's renderer.
@@ -987,15 +989,23 @@ impl RuleMetrics {
 /// (a `remote_address` rule would otherwise grow one per client address).
 pub const MAX_DETAILED_LABELS: usize = 10_000;
 
-/// The `rule` label of the `detailed_metric` counts past [`MAX_DETAILED_LABELS`].
+/// The longest `detailed_metric` label exported: every scrape carries each one.
+pub const MAX_DETAILED_LABEL_BYTES: usize = 256;
+
+/// The `rule` label of the `detailed_metric` counts past [`MAX_DETAILED_LABELS`] or
+/// [`MAX_DETAILED_LABEL_BYTES`].
 pub const DETAILED_OVERFLOW: &str = "detailed_overflow";
 
 /// The `detailed_metric` labels exported so far, across reloads (the exporter keeps them).
 static DETAILED_LABELS: std::sync::OnceLock<Mutex<std::collections::HashSet<String>>> =
     std::sync::OnceLock::new();
 
-/// `label` if it is exported already or there is room for it, else [`DETAILED_OVERFLOW`].
+/// `label` if it is exported already or there is room for it (and it is at most
+/// [`MAX_DETAILED_LABEL_BYTES`] long), else [`DETAILED_OVERFLOW`].
 fn detailed_label(label: &str) -> &str {
+    if label.len() > MAX_DETAILED_LABEL_BYTES {
+        return DETAILED_OVERFLOW;
+    }
     let mut seen = DETAILED_LABELS
         .get_or_init(Mutex::default)
         .lock()
@@ -1031,6 +1041,8 @@ mod tests {
             assert_eq!(detailed_label(&label(i)), label(i));
         }
         assert_eq!(detailed_label("d.remote_address_new"), DETAILED_OVERFLOW);
+        let long = format!("d.path_{}", "x".repeat(MAX_DETAILED_LABEL_BYTES));
+        assert_eq!(detailed_label(&long), DETAILED_OVERFLOW, "too long a label");
         assert_eq!(
             detailed_label(&label(7)),
             label(7),

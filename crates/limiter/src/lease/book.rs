@@ -186,9 +186,10 @@ pub enum Attempt {
 /// How a reservation ended, for [`LeaseBook::handle_reserved`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reserved {
-    /// The store (or, over a resilient limiter, its failure policy) decided the
-    /// reservation (`acquire_held`) and stamped it here: a sliding log's grant at its
-    /// hold's end, a window's grant at the instant that names its window.
+    /// The store decided the reservation (`acquire_held`) and stamped it here: a sliding
+    /// log's grant at its hold's end, a window's grant at the instant that names its
+    /// window. (Over a resilient limiter, a denial its deny cache repeats is stamped
+    /// locally; a failure policy never answers a reservation.)
     Decided(Decision, Timestamp),
     /// The store gave no answer (timeout, connection, error): the units may have been
     /// taken.

@@ -12,10 +12,9 @@
 //! Wrap leases around resilience: `LeasedLimiter<ResilientLimiter<S>>`. Held blocks are
 //! then spent without asking anyone while the store is down, until their validity ends;
 //! reservations and direct requests go through the resilient limiter, whose failure
-//! policy answers when the store cannot. A reservation answered by that failure policy
-//! (fail open's `reset_after` of zero) is recognised as not the store's
-//! ([`LeaseTerms::span`] is `None`) and never spent as a lease: requests go direct and get
-//! the failure policy's per-request answer. The reverse order would let the breaker or a
+//! policy answers requests when the store cannot. It never answers a reservation: only
+//! the store grants a block, so a reservation the store gave no answer to fails, and
+//! requests go direct for an interval and get the failure policy's per-request answer. The reverse order would let the breaker or a
 //! cache answer before the held blocks are consulted. docs/leases.md, "Failures".
 
 use std::collections::hash_map::DefaultHasher;
