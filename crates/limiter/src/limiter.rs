@@ -407,7 +407,15 @@ impl<S: Limiter> Shared<S> {
     /// The capacity of the call's policy, if its key and cost make a request that can be
     /// admitted; otherwise the error, counted.
     pub(crate) fn check(&self, call: Call<'_>) -> Result<u64, RequestError> {
-        let capacity = self.table.policies()[call.index].policy().capacity();
+        // A `TablePolicy` prepared by another limiter may name an index this table lacks.
+        let Some(named) = self.table.policies().get(call.index) else {
+            self.gate.invalid_request();
+            return Err(RequestError::UnknownPolicy(format!(
+                "#{} (a TablePolicy prepared by another limiter)",
+                call.index
+            )));
+        };
+        let capacity = named.policy().capacity();
         let admissible = rein_core::KeyError::check(call.key)
             .map_err(RequestError::InvalidKey)
             .and_then(|()| OverCapacity::check(call.units, capacity).map_err(RequestError::from));
@@ -1122,8 +1130,8 @@ impl<S> fmt::Debug for ResilientLimiterBuilder<S> {
 
 const DEFAULT_NAME: &str = "rein";
 
-/// 65 536 entries: more keys than one node sees denied within a typical `retry_after`, and
-/// a few MiB at most.
+/// 65 536 entries: more keys than one node sees denied within a typical `retry_after`; a
+/// few MiB with short keys, about 70 MiB at most with keys of the longest (1 KiB).
 const DEFAULT_CACHE_ENTRIES: NonZeroUsize = NonZeroUsize::new(1 << 16).expect("nonzero");
 
 /// 65 536 keys per policy, the deny cache's bound for a like reason: memory stays at a few

@@ -148,7 +148,7 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
 
     /// A request may wait for a reservation, then call directly.
     fn deadline(&self, call: Duration) -> Duration {
-        call * LEASED_CALLS
+        call.saturating_mul(LEASED_CALLS)
     }
 }
 

@@ -160,7 +160,7 @@ impl RebalanceConfig {
                 what: "the limit, the window, or the sum of the region weights",
             });
         }
-        let reserve = limit * u64::from(reserve_permille.min(1000)) / 1000;
+        let reserve = muldiv(limit, u64::from(reserve_permille.min(1000)), 1000);
         let floors = weights
             .iter()
             .map(|&w| muldiv(reserve, u64::from(w), total))
@@ -204,10 +204,13 @@ impl Rebalancer {
     }
 
     /// A region's demand arrived. An older report than one already held is ignored (reports
-    /// may arrive out of order over the WAN).
+    /// may arrive out of order over the WAN), and so is one for a window after the next by
+    /// this side's clock (it would be kept, and hide every true report after it).
     pub fn handle_report(&mut self, now: Timestamp, report: DemandReport) {
         self.latest = self.latest.max(now);
+        let begun = self.config.window_of(self.latest);
         if let Some(slot) = self.demand.get_mut(report.region)
+            && report.window <= begun.saturating_add(1)
             && slot.is_none_or(|(w, _)| w <= report.window)
         {
             *slot = Some((report.window, report.demanded));
@@ -262,7 +265,7 @@ impl Rebalancer {
             .demand
             .iter()
             .map(|d| match d {
-                Some((window, demanded)) if window + 2 >= self.next => *demanded,
+                Some((window, demanded)) if window.saturating_add(2) >= self.next => *demanded,
                 _ => 0,
             })
             .collect();
@@ -277,15 +280,17 @@ impl Rebalancer {
             rest -= give;
             left -= 1;
         }
-        let total: u64 = demand.iter().sum();
-        let by: Vec<u64> = if total == 0 {
+        let by: Vec<u64> = if demand.iter().all(|&d| d == 0) {
             self.config.weights.iter().map(|&w| u64::from(w)).collect()
         } else {
             demand
         };
-        let sum = by.iter().sum();
+        // In u128: a region's demand is counted by its own side, up to `u64::MAX` each, and
+        // an exact sum keeps `Σ ≤ L` (a saturated one would not).
+        let sum: u128 = by.iter().map(|&d| u128::from(d)).sum();
         for (quota, share) in quotas.iter_mut().zip(&by) {
-            *quota += muldiv(rest, *share, sum);
+            let part = u128::from(rest) * u128::from(*share) / sum.max(1);
+            *quota += u64::try_from(part).unwrap_or(u64::MAX);
         }
         quotas
     }
@@ -447,6 +452,31 @@ mod tests {
             split(&policy, &[0, 0]),
             Err(ConfigError::Zero { .. })
         ));
+    }
+
+    /// Reports are the network's: demands up to `u64::MAX` still give `Σ ≤ L` (a saturated
+    /// sum gave each region all that was left), and a report for a far-future window is
+    /// ignored (kept, it hid every true report after it).
+    #[test]
+    fn untrusted_reports_keep_the_sum_and_cannot_silence_a_region() {
+        let config = config();
+        let mut home = Rebalancer::new(config.clone(), at(0));
+        let report = |region, window, demanded| DemandReport {
+            region,
+            window,
+            demanded,
+        };
+        home.handle_report(at(100), report(0, 0, u64::MAX));
+        home.handle_report(at(100), report(1, 0, u64::MAX));
+        home.handle_report(at(100), report(2, u64::MAX, 1));
+        home.handle_report(at(101), report(2, 0, 120));
+        home.handle_timeout(at(500));
+        let grant = home.poll_grant().expect("a grant");
+        assert!(grant.quotas.iter().sum::<u64>() <= 300, "{grant:?}");
+        assert!(
+            grant.quotas[2] >= 100,
+            "region 2's true report counts: {grant:?}"
+        );
     }
 
     /// A number line: the home grants window 1 at 500 ms, from demand reported for window 0.

@@ -90,7 +90,9 @@ impl Redirects {
     /// The next step after the attempt sent to `sent_to` failed with `error`, with `left`
     /// before the call's deadline.
     pub(crate) fn next(&mut self, error: &RedisError, sent_to: &Target, left: Duration) -> Step {
-        if self.resends >= MAX_RESENDS {
+        // Too little left to resend within the deadline: the error it has, which says the
+        // call did not run there, rather than a timeout that would leave it unknown.
+        if self.resends >= MAX_RESENDS || left < RESEND_ROOM {
             return Step::GiveUp;
         }
         let step = match error.kind() {

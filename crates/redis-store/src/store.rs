@@ -580,7 +580,7 @@ where
         last: u64,
     ) -> Result<Vec<crate::watch::Counted>, AdminError> {
         NamedPolicy::check_name(policy).map_err(|e| AdminError::InvalidRequest(e.to_string()))?;
-        let span = last.checked_sub(first).map(|n| n + 1);
+        let span = last.checked_sub(first).and_then(|n| n.checked_add(1));
         let Some(span @ 1..=crate::watch::MAX_SECONDS_READ) = span else {
             return Err(AdminError::InvalidRequest(format!(
                 "seconds {first} to {last}: from 1 to {} seconds, the first not after the last",
@@ -762,10 +762,14 @@ where
     /// One call carrying `waiters` (all of `policy`), their answers sent back to each.
     async fn call_for(&self, policy: &RedisPolicy, waiters: Vec<Waiter>) {
         let count = waiters.len();
+        // The latest waiter's: each waiter bounds its own wait (`timeout_at` on its answer),
+        // so the call may run as long as the one with the most time left would wait. The
+        // earliest's would time the whole call out, every decision in it unknown, for one
+        // waiter near its end.
         let deadline = waiters
             .iter()
             .map(|w| w.deadline)
-            .min()
+            .max()
             .unwrap_or_else(Instant::now);
         let (keys, rest): (Vec<String>, Vec<_>) = waiters
             .into_iter()

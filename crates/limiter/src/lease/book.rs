@@ -785,7 +785,8 @@ impl LeaseBook {
                 entry.flight.is_none()
                     && !entry.detour.holds(now)
                     && entry.block.is_some_and(|b| {
-                        b.units * 1_000 < b.size * u64::from(config.low_watermark_permille)
+                        u128::from(b.units) * 1_000
+                            < u128::from(b.size) * u128::from(config.low_watermark_permille)
                             && b.review.renews_ahead(now)
                     })
             }

@@ -141,7 +141,7 @@ struct Shared<S: Leasable> {
     rates: Mutex<RateBook>,
     /// Prepared policies by slot, with their names, for reservations and returns made away
     /// from a request.
-    policies: RwLock<Vec<(String, Arc<S::Prepared>)>>,
+    policies: RwLock<Vec<(NamedPolicy, Arc<S::Prepared>)>>,
     /// Waiters for reservations, sharded by key hash.
     wakers: Box<[Notify]>,
     /// Wakes a shutdown waiting for the reservations in flight, as each one ends.
@@ -287,11 +287,16 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
             let (admit, actions) =
                 shared.with_book(|book| book.request(t, at, cost, terms, attempt));
             shared.dispatch(actions);
+            let waited = attempt == Attempt::Again;
             attempt = Attempt::Again;
             match admit {
                 Admit::Leased(decision) => return Ok(here(decision, Source::Lease)),
                 Admit::Denied(decision) => return Ok(here(decision, Source::LocalDenial)),
                 Admit::Direct(_) => return direct(store(None)).await,
+                // One wait at most: a reservation in flight again (a smaller re-ask, or
+                // another request's) sends this one direct, so it takes at most two store
+                // calls' time, as `deadline` says.
+                Admit::Wait if waited => return direct(store(None)).await,
                 // A bounded wait: the book presumes the flight lost after its timeout, so
                 // asking again after `wait_limit` always makes progress.
                 Admit::Wait => {
@@ -370,7 +375,11 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
             .policies
             .read()
             .unwrap_or_else(|p| p.into_inner());
-        let name = |slot: u32| policies.get(slot as usize).map(|(n, _)| n.clone());
+        let name = |slot: u32| {
+            policies
+                .get(slot as usize)
+                .map(|(n, _)| n.name().to_owned())
+        };
         self.shared
             .lock_rates()
             .shares(now, |slot| name(slot).unwrap_or_default())
@@ -748,15 +757,24 @@ fn lock_book<B>(book: &Mutex<B>) -> MutexGuard<'_, B> {
 impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
     type Prepared = LeasedPolicy<S::Prepared>;
 
+    /// Prepares `policy` once: preparing it again (a layer rebuilt on reload, a policy per
+    /// tenant prepared per call) gives the same slot, so the slots stay as many as the
+    /// distinct policies.
     fn prepare(&self, policy: &NamedPolicy) -> Result<Self::Prepared, PrepareError> {
-        let inner = Arc::new(self.shared.store.prepare(policy)?);
         let mut policies = self
             .shared
             .policies
             .write()
             .unwrap_or_else(|p| p.into_inner());
-        let slot = policies.len() as u32;
-        policies.push((policy.name().to_owned(), Arc::clone(&inner)));
+        let (slot, inner) = match policies.iter().position(|(named, _)| named == policy) {
+            Some(slot) => (slot as u32, Arc::clone(&policies[slot].1)),
+            None => {
+                let inner = Arc::new(self.shared.store.prepare(policy)?);
+                policies.push((policy.clone(), Arc::clone(&inner)));
+                ((policies.len() - 1) as u32, inner)
+            }
+        };
+        drop(policies);
         Ok(LeasedPolicy {
             slot,
             inner,
@@ -811,9 +829,14 @@ impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
             .await
     }
 
-    /// Twice the store's: a request may wait for a reservation, then call directly.
+    /// [`LEASED_CALLS`](crate::lease::LEASED_CALLS) times the store's: a request may wait
+    /// for a reservation, then call directly.
     fn deadline(&self) -> Option<Duration> {
-        self.shared.store.deadline().map(|d| d * 2)
+        let calls = crate::lease::LEASED_CALLS;
+        self.shared
+            .store
+            .deadline()
+            .map(|d| d.saturating_mul(calls))
     }
 }
 
