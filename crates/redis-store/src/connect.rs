@@ -58,7 +58,7 @@ impl RedisStoreBuilder {
     async fn standalone(&self, url: &str) -> Result<(ConnectionManager, Client), ConnectError> {
         self.validate()?;
         install_crypto_provider();
-        let client = Client::open(url).map_err(ConnectError::InvalidUrl)?;
+        let client = client(url)?;
         let listener = client.clone();
         let timeout = self.shared.connect_timeout;
         let config = ConnectionManagerConfig::new()
@@ -128,11 +128,12 @@ impl RedisStoreBuilder {
         install_crypto_provider();
         // A publication reaches every node of a Cluster: one node's subscription hears it.
         let listener = match urls.first() {
-            Some(url) => Some(Client::open(url.as_str()).map_err(ConnectError::InvalidUrl)?),
+            Some(url) => Some(client(url)?),
             None => None,
         };
         let timeout = self.shared.connect_timeout;
         let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+            .tcp_settings(tcp_settings())
             .retries(0)
             .connection_timeout(timeout)
             // Bounds the client's own requests (slot map refreshes, the fan-out of SCRIPT
@@ -247,10 +248,50 @@ fn connect_error(e: RedisError, timeout: Duration) -> ConnectError {
 
 /// redis-rs builds its rustls config with the process-wide default crypto provider; name
 /// `ring` unless the application installed one already.
+/// A client of the server at `url`, its connections made with [`tcp_settings`].
+pub(crate) fn client(url: &str) -> Result<Client, ConnectError> {
+    let info =
+        redis::IntoConnectionInfo::into_connection_info(url).map_err(ConnectError::InvalidUrl)?;
+    Client::open(info.set_tcp_settings(tcp_settings())).map_err(ConnectError::InvalidUrl)
+}
+
+/// How long a peer may leave sent data unacknowledged before the kernel gives the
+/// connection up (`TCP_USER_TIMEOUT`, Linux): a server whose host is lost, or a failover
+/// that only moved its address, answers no more and sends no reset, and without this the
+/// kernel retries for about 15 minutes while every call times out. With it, the
+/// connection fails after 10 s and is made again (a paused or overloaded server's kernel
+/// still acknowledges: it is not given up).
+pub(crate) const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The TCP settings of every connection the stores make ([`TCP_USER_TIMEOUT`] where the
+/// platform has it).
+fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    let settings = redis::io::tcp::TcpSettings::default();
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    let settings = settings.set_user_timeout(TCP_USER_TIMEOUT);
+    settings
+}
+
 pub(crate) fn install_crypto_provider() {
     #[cfg(feature = "tls")]
     {
         // An error means a provider is installed already, which is what we need.
         let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The user timeout reaches the client's connection info (redis-rs applies it to the
+    /// socket it opens).
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    #[test]
+    fn every_client_gives_up_a_silent_peer() {
+        let client = client("redis://127.0.0.1:6399/").expect("a client");
+        let settings = client.get_connection_info().tcp_settings();
+        assert_eq!(settings.user_timeout(), Some(TCP_USER_TIMEOUT));
+        assert_eq!(tcp_settings().user_timeout(), Some(TCP_USER_TIMEOUT));
     }
 }

@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult, Value};
+use redis::{AsyncConnectionConfig, RedisError, RedisResult, Value};
 use rein_core::{
     DecideError, Decision, KeyError, Limiter, NamedPolicy, OverCapacity, PolicyState, PrepareError,
     StoreError, Timestamp,
@@ -450,7 +450,7 @@ impl OptimisticStoreBuilder {
     /// address or password here, and the rest on demand.
     pub async fn connect(self, url: &str) -> Result<OptimisticStore, ConnectError> {
         crate::connect::install_crypto_provider();
-        let client = Client::open(url).map_err(ConnectError::InvalidUrl)?;
+        let client = crate::connect::client(url)?;
         // No response timeout of redis-rs's own: the call's deadline bounds every request.
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.shared.connect_timeout))
