@@ -411,7 +411,7 @@ impl<S: Limiter> Shared<S> {
         let Some(named) = self.table.policies().get(call.index) else {
             self.gate.invalid_request();
             return Err(RequestError::UnknownPolicy(format!(
-                "#{} (a TablePolicy prepared by another limiter)",
+                "#{}: a TablePolicy another limiter prepared",
                 call.index
             )));
         };
@@ -936,8 +936,8 @@ fn no_grant(why: Unavailable, deadline: Duration) -> DecideError {
 #[error("no grant: the store gave no answer ({})", .0.as_str())]
 struct NoGrant(Unavailable);
 
-/// A request error as the trait's. `UnknownPolicy` cannot come through a [`TablePolicy`]
-/// (it names a policy of the table by construction); it is mapped for completeness.
+/// A request error as the trait's. `UnknownPolicy` comes only from a [`TablePolicy`]
+/// another limiter prepared, naming an index this table lacks.
 fn decide_error(error: RequestError) -> DecideError {
     match error {
         RequestError::InsufficientCapacity(over) => over.into(),
@@ -1135,6 +1135,7 @@ const DEFAULT_NAME: &str = "rein";
 const DEFAULT_CACHE_ENTRIES: NonZeroUsize = NonZeroUsize::new(1 << 16).expect("nonzero");
 
 /// 65 536 keys per policy, the deny cache's bound for a like reason: memory stays at a few
-/// MiB per policy, and it covers the keys one node sees active during a short outage. An
+/// MiB per policy with short keys (about 70 MiB with keys of the longest, 1 KiB), and it
+/// covers the keys one node sees active during a short outage. An
 /// outage with more active keys evicts (see [`ResilientLimiterBuilder::fallback_max_keys`]).
 const DEFAULT_FALLBACK_KEYS: NonZeroUsize = NonZeroUsize::new(1 << 16).expect("nonzero");

@@ -160,7 +160,7 @@ impl RebalanceConfig {
                 what: "the limit, the window, or the sum of the region weights",
             });
         }
-        let reserve = muldiv(limit, u64::from(reserve_permille.min(1000)), 1000);
+        let reserve = muldiv(limit, u64::from(reserve_permille.min(1000)), 1000u64);
         let floors = weights
             .iter()
             .map(|&w| muldiv(reserve, u64::from(w), total))
@@ -289,8 +289,7 @@ impl Rebalancer {
         // an exact sum keeps `Σ ≤ L` (a saturated one would not).
         let sum: u128 = by.iter().map(|&d| u128::from(d)).sum();
         for (quota, share) in quotas.iter_mut().zip(&by) {
-            let part = u128::from(rest) * u128::from(*share) / sum.max(1);
-            *quota += u64::try_from(part).unwrap_or(u64::MAX);
+            *quota += muldiv(rest, *share, sum);
         }
         quotas
     }
@@ -402,8 +401,8 @@ fn split_limit(limit: &Limit, w: u64, total: u64) -> Result<Limit, ConfigError> 
 }
 
 /// `⌊a × b / c⌋` without overflow (`c > 0`; the result is at most `a` when `b ≤ c`).
-fn muldiv(a: u64, b: u64, c: u64) -> u64 {
-    u64::try_from(u128::from(a) * u128::from(b) / u128::from(c.max(1))).unwrap_or(u64::MAX)
+fn muldiv(a: u64, b: u64, c: impl Into<u128>) -> u64 {
+    u64::try_from(u128::from(a) * u128::from(b) / c.into().max(1)).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

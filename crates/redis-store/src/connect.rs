@@ -246,8 +246,6 @@ fn connect_error(e: RedisError, timeout: Duration) -> ConnectError {
     }
 }
 
-/// redis-rs builds its rustls config with the process-wide default crypto provider; name
-/// `ring` unless the application installed one already.
 /// A client of the server at `url`, its connections made with [`tcp_settings`].
 pub(crate) fn client(url: &str) -> Result<Client, ConnectError> {
     let info =
@@ -272,6 +270,8 @@ fn tcp_settings() -> redis::io::tcp::TcpSettings {
     settings
 }
 
+/// redis-rs builds its rustls config with the process-wide default crypto provider; name
+/// `ring` unless the application installed one already.
 pub(crate) fn install_crypto_provider() {
     #[cfg(feature = "tls")]
     {

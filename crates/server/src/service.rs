@@ -35,8 +35,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use rein::{
-    FailurePolicy, PolicyTable, RequestError, ResilienceConfigError, ResilientLimiter, Source,
-    TablePolicy,
+    FailurePolicy, PolicyTable, RequestError, ResilienceConfigError, ResilientLimiter, TablePolicy,
 };
 use rein::{
     LeaseConfig,
@@ -788,7 +787,9 @@ impl<S: Leasable + Clone + 'static> Target<'_, S> {
                     other.to_string(),
                 )),
             })?;
-        let counted = matches!(decided.source, Source::Store | Source::Lease);
+        // An admission is the store's own exactly when its source is exact (the store, or
+        // a lease it counted); the callers charge admissions only.
+        let counted = decided.source.is_exact();
         Ok((decided.decision, counted))
     }
 
@@ -997,7 +998,7 @@ pub const MAX_DETAILED_LABEL_BYTES: usize = 256;
 pub const DETAILED_OVERFLOW: &str = "detailed_overflow";
 
 /// The `detailed_metric` labels exported so far, across reloads (the exporter keeps them).
-static DETAILED_LABELS: std::sync::OnceLock<Mutex<std::collections::HashSet<String>>> =
+static DETAILED_LABELS: std::sync::OnceLock<RwLock<std::collections::HashSet<String>>> =
     std::sync::OnceLock::new();
 
 /// `label` if it is exported already or there is room for it (and it is at most
@@ -1006,10 +1007,16 @@ fn detailed_label(label: &str) -> &str {
     if label.len() > MAX_DETAILED_LABEL_BYTES {
         return DETAILED_OVERFLOW;
     }
-    let mut seen = DETAILED_LABELS
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let labels = DETAILED_LABELS.get_or_init(RwLock::default);
+    // A label seen before (the usual case) costs a shared read, not the lock.
+    if labels
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains(label)
+    {
+        return label;
+    }
+    let mut seen = labels.write().unwrap_or_else(PoisonError::into_inner);
     if seen.contains(label) {
         label
     } else if seen.len() < MAX_DETAILED_LABELS {

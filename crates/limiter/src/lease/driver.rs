@@ -626,6 +626,10 @@ impl<S: Leasable + 'static> Shared<S> {
     /// as its runtime shuts down) nothing can be sent: the book presumes a reservation or
     /// take that never left lost after its flight timeout, and a return counts as failed.
     fn dispatch<A: Carry<S>>(self: &Arc<Self>, actions: Vec<A>) {
+        // Most decisions emit nothing: no runtime lookup for them (it clones an `Arc`).
+        if actions.is_empty() {
+            return;
+        }
         if tokio::runtime::Handle::try_current().is_err() {
             let returns = actions
                 .into_iter()
@@ -761,20 +765,28 @@ impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
     /// tenant prepared per call) gives the same slot, so the slots stay as many as the
     /// distinct policies.
     fn prepare(&self, policy: &NamedPolicy) -> Result<Self::Prepared, PrepareError> {
-        let mut policies = self
-            .shared
-            .policies
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        let (slot, inner) = match policies.iter().position(|(named, _)| named == policy) {
-            Some(slot) => (slot as u32, Arc::clone(&policies[slot].1)),
+        let lock = &self.shared.policies;
+        let seen = |policies: &[(NamedPolicy, Arc<S::Prepared>)]| {
+            let slot = policies.iter().position(|(named, _)| named == policy)?;
+            Some((slot as u32, Arc::clone(&policies[slot].1)))
+        };
+        // Prepared before (the usual case): a shared read. Else looked for again under the
+        // write lock (another thread may have just added it), and added.
+        let known = seen(&lock.read().unwrap_or_else(|p| p.into_inner()));
+        let (slot, inner) = match known {
+            Some(known) => known,
             None => {
-                let inner = Arc::new(self.shared.store.prepare(policy)?);
-                policies.push((policy.clone(), Arc::clone(&inner)));
-                ((policies.len() - 1) as u32, inner)
+                let mut policies = lock.write().unwrap_or_else(|p| p.into_inner());
+                match seen(&policies) {
+                    Some(known) => known,
+                    None => {
+                        let inner = Arc::new(self.shared.store.prepare(policy)?);
+                        policies.push((policy.clone(), Arc::clone(&inner)));
+                        ((policies.len() - 1) as u32, inner)
+                    }
+                }
             }
         };
-        drop(policies);
         Ok(LeasedPolicy {
             slot,
             inner,
