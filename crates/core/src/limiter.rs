@@ -290,6 +290,12 @@ pub enum DecideError {
         /// The operation.
         operation: &'static str,
     },
+    /// The prepared policy is not this limiter's: one prepared by another limiter of the
+    /// same type, whose prepared form names a slot of its own (rein's `TablePolicy` and
+    /// `LeasedPolicy`). Nothing was decided. Fix: prepare each policy with the limiter
+    /// that decides it.
+    #[error("the policy was prepared by another limiter")]
+    ForeignPolicy,
     /// The store could not answer; see [`StoreError`]. Whether to admit anyway is the
     /// caller's choice (the resilient limiter makes it by its failure policy).
     #[error(transparent)]

@@ -89,6 +89,7 @@ mod gate;
 pub mod lease;
 mod limiter;
 mod mode;
+mod owner;
 pub mod region;
 pub mod stats;
 mod table;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
-use rein_core::limiter::{DEADLINE_MARGIN, DEFAULT_DEADLINE, SourceError};
+use rein_core::limiter::SourceError;
 use rein_core::{
     DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, OverCapacity,
     PrepareError, StoreError, Timestamp,
@@ -24,6 +24,7 @@ use crate::decided::{Decided, Unavailable};
 use crate::fallback::{FailurePolicy, local_share};
 use crate::gate::{Ask, Gate, Reply, Request, Step};
 use crate::mode::{Direct, Mode};
+use crate::owner::Owner;
 use crate::stats::StatsSnapshot;
 use crate::table::PolicyTable;
 use crate::{RequestError, ResilienceConfigError};
@@ -149,13 +150,15 @@ pub enum TimeSource {
 type SharedClock = Arc<dyn Clock + Send + Sync>;
 
 pub(crate) struct Shared<S: Limiter> {
+    /// This limiter's identity, in each [`TablePolicy`] it prepares.
+    owner: Owner,
     store: S,
     pub(crate) table: PolicyTable,
     /// The table's policies prepared for the store, in the table's order.
     prepared: Vec<S::Prepared>,
     pub(crate) clock: SharedClock,
     pub(crate) time_source: TimeSource,
-    /// The store's deadline plus [`DEADLINE_MARGIN`].
+    /// The store's deadline plus [`DEADLINE_MARGIN`](rein_core::limiter::DEADLINE_MARGIN).
     guard_deadline: Duration,
     pub(crate) gate: Gate<SharedClock>,
     /// Per policy, in the table's order: whether it is in shadow mode, and what it denied.
@@ -174,7 +177,7 @@ impl<S: Limiter> ResilientLimiter<S> {
     /// Settings for a limiter over `store`, deciding each key by its policy in `table` and
     /// answering with `on_failure` when the store cannot. Defaults: name `rein`, a
     /// [`TokioClock`], the store's clock, [`BreakerConfig::new`] with the store's deadline
-    /// plus [`DEADLINE_MARGIN`] as probe timeout, a deny cache of 65 536 entries, no allow
+    /// plus [`DEADLINE_MARGIN`](rein_core::limiter::DEADLINE_MARGIN) as probe timeout, a deny cache of 65 536 entries, no allow
     /// cache, and room for 65 536 keys per policy in the fallback limiters.
     pub fn builder(
         store: S,
@@ -240,6 +243,25 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
             Ask::Acquire,
         )
         .await
+    }
+
+    /// [`acquire`](Limiter::acquire) with where the answer came from: `cost` for `key`
+    /// under a policy this limiter prepared, at `now` (`None`: the limiter's clock). For
+    /// code that holds prepared policies (a service deciding many descriptors a request)
+    /// and needs the [`Source`](crate::Source), to tell the store's counted admissions from
+    /// a failure policy's. Errors as the trait's, and [`DecideError::ForeignPolicy`] for a
+    /// policy another limiter prepared.
+    pub async fn acquire_prepared(
+        &self,
+        now: Option<Timestamp>,
+        policy: &TablePolicy,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Decided, DecideError> {
+        let call = self.call(now, policy, key, cost)?;
+        M::decide(self, call, Ask::Acquire)
+            .await
+            .map_err(decide_error)
     }
 
     /// Gives back up to `amount` to every limit of the policy `key` is classified into, in
@@ -404,18 +426,15 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
 }
 
 impl<S: Limiter> Shared<S> {
+    /// The table index `policy` names, if this limiter prepared it.
+    fn index(&self, policy: &TablePolicy) -> Option<usize> {
+        (policy.owner == self.owner).then_some(policy.index)
+    }
+
     /// The capacity of the call's policy, if its key and cost make a request that can be
     /// admitted; otherwise the error, counted.
     pub(crate) fn check(&self, call: Call<'_>) -> Result<u64, RequestError> {
-        // A `TablePolicy` prepared by another limiter may name an index this table lacks.
-        let Some(named) = self.table.policies().get(call.index) else {
-            self.gate.invalid_request();
-            return Err(RequestError::UnknownPolicy(format!(
-                "#{}: a TablePolicy another limiter prepared",
-                call.index
-            )));
-        };
-        let capacity = named.policy().capacity();
+        let capacity = self.table.policies()[call.index].policy().capacity();
         let admissible = rein_core::KeyError::check(call.key)
             .map_err(RequestError::InvalidKey)
             .and_then(|()| OverCapacity::check(call.units, capacity).map_err(RequestError::from));
@@ -651,7 +670,10 @@ impl<S: Limiter, M: Mode<S>> Limiter for ResilientLimiter<S, M> {
 
     fn prepare(&self, policy: &NamedPolicy) -> Result<TablePolicy, PrepareError> {
         match self.inner.table.index_of(policy.name()) {
-            Some(index) if self.inner.table.policies()[index] == *policy => Ok(TablePolicy(index)),
+            Some(index) if self.inner.table.policies()[index] == *policy => Ok(TablePolicy {
+                owner: self.inner.owner,
+                index,
+            }),
             _ => Err(PrepareError::UnknownPolicy(policy.name().to_owned())),
         }
     }
@@ -663,11 +685,8 @@ impl<S: Limiter, M: Mode<S>> Limiter for ResilientLimiter<S, M> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        let call = Call::new(now, policy.0, key, cost);
-        M::decide(self, call, Ask::Acquire)
-            .await
-            .map(|decided| decided.decision)
-            .map_err(decide_error)
+        let decided = self.acquire_prepared(now, policy, key, cost).await?;
+        Ok(decided.decision)
     }
 
     /// The store's peek through the gate: deadline, breaker and failure policy as for
@@ -680,27 +699,29 @@ impl<S: Limiter, M: Mode<S>> Limiter for ResilientLimiter<S, M> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        let call = Call::new(now, policy.0, key, cost);
+        let call = self.call(now, policy, key, cost)?;
         M::decide(self, call, Ask::Peek)
             .await
             .map(|decided| decided.decision)
             .map_err(decide_error)
     }
 
-    fn refund(
+    async fn refund(
         &self,
         now: Option<Timestamp>,
         policy: &TablePolicy,
         key: &[u8],
         amount: u64,
-    ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        M::refund(self, Call::new(now, policy.0, key, amount))
+    ) -> Result<(), DecideError> {
+        M::refund(self, self.call(now, policy, key, amount)?).await
     }
 
-    /// The guard deadline; with leases on, twice it (a request may wait for a reservation,
-    /// then call directly).
+    /// [`resilient_deadline`](crate::lease::resilient_deadline): the guard deadline, or with
+    /// leases on [`LEASED_CALLS`](crate::lease::LEASED_CALLS) times it (a request may wait
+    /// for a reservation, then call directly).
     fn deadline(&self) -> Option<Duration> {
-        Some(self.mode.deadline(self.inner.guard_deadline))
+        let store = self.inner.store.deadline();
+        Some(crate::mode::resilient_deadline(store, self.mode.leases()))
     }
 }
 
@@ -714,15 +735,13 @@ impl<S: Limiter, M: Mode<S>> Limiter for ResilientLimiter<S, M> {
 impl<S: KeyAdmin> KeyAdmin for ResilientLimiter<S> {
     async fn inspect(&self, policy: &TablePolicy, key: &[u8]) -> Result<KeyState, AdminError> {
         self.inner
-            .admin(policy.0, key, |store, prepared| {
-                store.inspect(prepared, key)
-            })
+            .admin(policy, key, |store, prepared| store.inspect(prepared, key))
             .await
     }
 
     async fn reset(&self, policy: &TablePolicy, key: &[u8]) -> Result<bool, AdminError> {
         self.inner
-            .admin(policy.0, key, |store, prepared| store.reset(prepared, key))
+            .admin(policy, key, |store, prepared| store.reset(prepared, key))
             .await
     }
 
@@ -733,7 +752,7 @@ impl<S: KeyAdmin> KeyAdmin for ResilientLimiter<S> {
         amount: u64,
     ) -> Result<Decision, AdminError> {
         self.inner
-            .admin(policy.0, key, |store, prepared| {
+            .admin(policy, key, |store, prepared| {
                 store.penalize(prepared, key, amount)
             })
             .await
@@ -746,7 +765,7 @@ impl<S: KeyAdmin> KeyAdmin for ResilientLimiter<S> {
         remaining: u64,
     ) -> Result<Decision, AdminError> {
         self.inner
-            .admin(policy.0, key, |store, prepared| {
+            .admin(policy, key, |store, prepared| {
                 store.set_remaining(prepared, key, remaining)
             })
             .await
@@ -760,7 +779,7 @@ impl<S: KeyAdmin> KeyAdmin for ResilientLimiter<S> {
         reason: &str,
     ) -> Result<bool, AdminError> {
         self.inner
-            .admin(policy.0, key, |store, prepared| {
+            .admin(policy, key, |store, prepared| {
                 store.block(prepared, key, until, reason)
             })
             .await
@@ -768,9 +787,7 @@ impl<S: KeyAdmin> KeyAdmin for ResilientLimiter<S> {
 
     async fn unblock(&self, policy: &TablePolicy, key: &[u8]) -> Result<bool, AdminError> {
         self.inner
-            .admin(policy.0, key, |store, prepared| {
-                store.unblock(prepared, key)
-            })
+            .admin(policy, key, |store, prepared| store.unblock(prepared, key))
             .await
     }
 }
@@ -780,7 +797,7 @@ impl<S: Limiter> Shared<S> {
     /// with the key's cached answers forgotten before and after it.
     async fn admin<'a, T, F, Fut>(
         &'a self,
-        index: usize,
+        policy: &TablePolicy,
         key: &[u8],
         call: F,
     ) -> Result<T, AdminError>
@@ -788,6 +805,9 @@ impl<S: Limiter> Shared<S> {
         F: FnOnce(&'a S, &'a S::Prepared) -> Fut,
         Fut: Future<Output = Result<T, AdminError>>,
     {
+        let index = self
+            .index(policy)
+            .ok_or_else(|| AdminError::InvalidRequest(DecideError::ForeignPolicy.to_string()))?;
         rein_core::KeyError::check(key).map_err(AdminError::InvalidKey)?;
         // The table holds far fewer than 2^32 policies (each built by hand).
         self.gate.forget(self.clock.now(), index as u32, key);
@@ -823,7 +843,7 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
         hold: Micros,
     ) -> Result<Held, DecideError> {
         let local = now.unwrap_or_else(|| self.inner.clock.now());
-        let call = Call::new(now, policy.0, key, cost);
+        let call = self.call(now, policy, key, cost)?;
         let (decided, stamp) = self
             .decide(call, Ask::Reserve, move |store, policy, now| async move {
                 let held = store.acquire_held(now, policy, key, cost, hold).await?;
@@ -840,16 +860,16 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
         })
     }
 
-    fn refund_held(
+    async fn refund_held(
         &self,
         now: Option<Timestamp>,
         policy: &TablePolicy,
         key: &[u8],
         amount: u64,
         stamp: Timestamp,
-    ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        self.inner
-            .refund_held(Call::new(now, policy.0, key, amount), stamp)
+    ) -> Result<(), DecideError> {
+        let call = self.call(now, policy, key, amount)?;
+        self.inner.refund_held(call, stamp).await
     }
 
     /// Rate shares of a token bucket (leases as rate): a direct decision goes through the
@@ -863,10 +883,14 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
         key: &[u8],
         op: RateOp,
     ) -> Result<RateAnswer, DecideError> {
+        let call = self.call(now, policy, key, 0)?;
         match op {
             RateOp::Direct(cost) => self
                 .decide(
-                    Call::new(now, policy.0, key, cost),
+                    Call {
+                        units: cost,
+                        ..call
+                    },
                     Ask::Acquire,
                     move |store, policy, now| async move {
                         match store
@@ -883,7 +907,7 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
                 .await
                 .map(|(decided, _)| RateAnswer::Decided(decided.decision))
                 .map_err(decide_error),
-            op => self.inner.share_rate(now, policy.0, key, op).await,
+            op => self.inner.share_rate(now, call.index, key, op).await,
         }
     }
 }
@@ -902,6 +926,20 @@ pub struct Call<'a> {
     pub(crate) units: u64,
 }
 
+impl<S: Limiter, M> ResilientLimiter<S, M> {
+    /// A call on `policy`, if this limiter prepared it.
+    fn call<'a>(
+        &self,
+        now: Option<Timestamp>,
+        policy: &TablePolicy,
+        key: &'a [u8],
+        units: u64,
+    ) -> Result<Call<'a>, DecideError> {
+        let index = self.inner.index(policy).ok_or(DecideError::ForeignPolicy)?;
+        Ok(Call::new(now, index, key, units))
+    }
+}
+
 impl<'a> Call<'a> {
     pub(crate) fn new(now: Option<Timestamp>, index: usize, key: &'a [u8], units: u64) -> Self {
         Self {
@@ -913,9 +951,15 @@ impl<'a> Call<'a> {
     }
 }
 
-/// A policy of a [`ResilientLimiter`]'s table, prepared with [`Limiter::prepare`].
+/// A policy of a [`ResilientLimiter`]'s table, prepared with [`Limiter::prepare`]: its
+/// index in the table, and which limiter prepared it. Given to another limiter, every call
+/// fails with [`DecideError::ForeignPolicy`] (an admin call with
+/// [`AdminError::InvalidRequest`]), even between limiters of the same table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TablePolicy(usize);
+pub struct TablePolicy {
+    owner: Owner,
+    index: usize,
+}
 
 /// A reservation the store gave no answer to (`why`), as the store's error; the call ran
 /// under `deadline`.
@@ -969,7 +1013,7 @@ impl<S: Limiter> ResilientLimiterBuilder<S> {
     }
 
     /// The circuit breaker's settings (default [`BreakerConfig::new`]). Its probe timeout is
-    /// replaced by the store's deadline (plus [`DEADLINE_MARGIN`]).
+    /// replaced by the store's deadline (plus [`DEADLINE_MARGIN`](rein_core::limiter::DEADLINE_MARGIN)).
     pub fn breaker(mut self, config: BreakerConfig) -> Self {
         self.breaker = config;
         self
@@ -1065,11 +1109,7 @@ impl<S: Limiter> ResilientLimiterBuilder<S> {
                 .on
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        let guard_deadline = self
-            .store
-            .deadline()
-            .unwrap_or(DEFAULT_DEADLINE)
-            .saturating_add(DEADLINE_MARGIN);
+        let guard_deadline = crate::mode::resilient_deadline(self.store.deadline(), false);
         let gate = Gate::new(
             self.name,
             self.on_failure,
@@ -1081,6 +1121,7 @@ impl<S: Limiter> ResilientLimiterBuilder<S> {
         Ok(ResilientLimiter {
             mode: Direct,
             inner: Arc::new(Shared {
+                owner: Owner::new(),
                 store: self.store,
                 table: self.table,
                 prepared,

@@ -18,6 +18,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rein_core::limiter::{DEADLINE_MARGIN, DEFAULT_DEADLINE};
 use rein_core::{DecideError, Leasable, Limiter};
 
 use crate::gate::Ask;
@@ -49,15 +50,33 @@ pub trait Mode<S: Limiter>: sealed::Sealed + Send + Sync + 'static {
     where
         Self: Sized;
 
-    /// The longest a decision takes, given the limiter's bound on one store call.
+    /// Whether requests are decided from leases first (and may take [`LEASED_CALLS`]
+    /// store calls).
     #[doc(hidden)]
-    fn deadline(&self, call: Duration) -> Duration;
+    fn leases(&self) -> bool;
 }
 
 /// How many store calls' deadlines a request with leases on may take: a wait for its
 /// key's reservation, then a direct call. A leased limiter's deadline is this many times
 /// its store call's.
 pub const LEASED_CALLS: u32 = 2;
+
+/// The deadline a [`ResilientLimiter`] states ([`Limiter::deadline`]) over a store whose own
+/// is `store`: each store call is bounded by the store's deadline
+/// ([`DEFAULT_DEADLINE`] for a store that states none) plus [`DEADLINE_MARGIN`], and with
+/// `leases` on a request may take [`LEASED_CALLS`] of them. The one statement of the
+/// formula: the limiter bounds its store calls with it, and a layer above (rein-tower's
+/// config check) sizes its own deadline against it.
+pub fn resilient_deadline(store: Option<Duration>, leases: bool) -> Duration {
+    let call = store
+        .unwrap_or(DEFAULT_DEADLINE)
+        .saturating_add(DEADLINE_MARGIN);
+    if leases {
+        call.saturating_mul(LEASED_CALLS)
+    } else {
+        call
+    }
+}
 
 mod sealed {
     pub trait Sealed {}
@@ -125,8 +144,8 @@ impl<S: Limiter> Mode<S> for Direct {
         limiter.inner.refund(call)
     }
 
-    fn deadline(&self, call: Duration) -> Duration {
-        call
+    fn leases(&self) -> bool {
+        false
     }
 }
 
@@ -146,9 +165,8 @@ impl<S: Leasable + 'static> Mode<S> for Leased<S> {
         limiter.mode.refund_in(limiter, call)
     }
 
-    /// A request may wait for a reservation, then call directly.
-    fn deadline(&self, call: Duration) -> Duration {
-        call.saturating_mul(LEASED_CALLS)
+    fn leases(&self) -> bool {
+        true
     }
 }
 
@@ -174,11 +192,8 @@ impl<S: Leasable + 'static> Mode<S> for MaybeLeased<S> {
         }
     }
 
-    fn deadline(&self, call: Duration) -> Duration {
-        match self {
-            MaybeLeased::Direct => <Direct as Mode<S>>::deadline(&Direct, call),
-            MaybeLeased::Leased(leased) => leased.deadline(call),
-        }
+    fn leases(&self) -> bool {
+        matches!(self, MaybeLeased::Leased(_))
     }
 }
 

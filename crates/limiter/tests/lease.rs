@@ -1845,3 +1845,72 @@ fn the_bucket_envelope_check_counts_admissions_surely_inside_an_interval() {
     let vague: Vec<(u64, u64)> = (0..51).map(|_| (0, 1_000_000)).collect();
     assert_eq!(bucket_excess(&vague, &bucket), 0);
 }
+
+/// A prepared policy names a slot of the limiter that prepared it. Given to another limiter
+/// (even one of the same table, where the slot exists), every call is a `ForeignPolicy`
+/// error: before, a resilient limiter panicked in `refund` and the admin calls on a slot its
+/// table lacks, and decided under its own policy of that slot otherwise; a leased limiter
+/// kept the other limiter's slot in its book.
+#[tokio::test]
+async fn a_policy_prepared_by_another_limiter_is_refused_by_every_call() {
+    use rein_core::DecideError;
+    use rein_core::admin::{AdminError, KeyAdmin};
+    let limit = |n| Limit::fixed_window(n, Micros::from_secs(60)).expect("valid");
+    let api = NamedPolicy::new("api", Policy::single(limit(10))).expect("valid");
+    let login = NamedPolicy::new("login", Policy::single(limit(1))).expect("valid");
+    let build = |table: PolicyTable| {
+        ResilientLimiter::builder(
+            rein_memory::MemoryStore::new(),
+            table,
+            FailurePolicy::FailClosed,
+        )
+        .build()
+        .expect("valid")
+    };
+    let two = build(
+        PolicyTable::new(api.clone())
+            .with_policy(login.clone())
+            .expect("distinct"),
+    );
+    let one = build(PolicyTable::new(api.clone()));
+    let foreign = |e: &DecideError| matches!(e, DecideError::ForeignPolicy);
+    // Slot 1: beyond `one`'s table. Slot 0: `one` has it, and still must not use it.
+    for theirs in [&login, &api] {
+        let theirs = two.prepare(theirs).expect("in the table");
+        let acquired = Limiter::acquire(&one, None, &theirs, b"k", 1).await;
+        assert!(acquired.as_ref().is_err_and(foreign), "{acquired:?}");
+        let peeked = Limiter::peek(&one, None, &theirs, b"k", 1).await;
+        assert!(peeked.as_ref().is_err_and(foreign), "{peeked:?}");
+        let refunded = Limiter::refund(&one, None, &theirs, b"k", 1).await;
+        assert!(refunded.as_ref().is_err_and(foreign), "{refunded:?}");
+        let reset = one.reset(&theirs, b"k").await;
+        assert!(
+            matches!(reset, Err(AdminError::InvalidRequest(_))),
+            "{reset:?}"
+        );
+        let held =
+            rein_core::Leasable::acquire_held(&one, None, &theirs, b"k", 1, Micros::ZERO).await;
+        assert!(held.as_ref().is_err_and(foreign), "{held:?}");
+    }
+    let ours = one.prepare(&api).expect("in the table");
+    assert!(
+        Limiter::acquire(&one, None, &ours, b"k", 1)
+            .await
+            .expect("ours")
+            .is_allowed()
+    );
+
+    let leased = || LeasedLimiter::builder(rein_memory::MemoryStore::new()).build();
+    let (mine, other) = (leased(), leased());
+    let theirs = other.prepare(&api).expect("prepare");
+    let decided = mine.acquire_leased(None, &theirs, b"k", 1).await;
+    assert!(
+        matches!(decided, Err(DecideError::ForeignPolicy)),
+        "{decided:?}"
+    );
+    let refunded = mine.refund(None, &theirs, b"k", 1).await;
+    assert!(refunded.as_ref().is_err_and(foreign), "{refunded:?}");
+    let own = mine.prepare(&api).expect("prepare");
+    let decided = mine.acquire_leased(None, &own, b"k", 1).await;
+    assert!(decided.expect("ours").decision.is_allowed());
+}

@@ -34,9 +34,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use rein::{
-    FailurePolicy, PolicyTable, RequestError, ResilienceConfigError, ResilientLimiter, TablePolicy,
-};
+use rein::{FailurePolicy, PolicyTable, ResilienceConfigError, ResilientLimiter, TablePolicy};
 use rein::{
     LeaseConfig,
     lease::{LeaseStats, MaybeLeased},
@@ -343,12 +341,16 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         // The descriptor whose decision the headers show: the first over the limit, else
         // the one with the fewest remaining.
         let mut shown: Option<Shown<'_>> = None;
+        // Shadow mode, the server's or a rule's: decided and counted, answered OK, and never
+        // a denial of the request. The one place the server's flag is read.
+        let shadowed = |rule: bool| rule || settings.shadow_mode;
         for plan in &plans {
             let status = match plan {
                 Plan::Zero => {
-                    denied |= !settings.shadow_mode;
+                    let shadow = shadowed(false);
+                    denied |= !shadow;
                     DescriptorStatus {
-                        code: Code::OverLimit as i32,
+                        code: if shadow { Code::Ok } else { Code::OverLimit } as i32,
                         ..Default::default()
                     }
                 }
@@ -377,7 +379,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                     }
                     Action::DenyAll { unit } => {
                         let status = over_limit_status(rule, *unit, 0);
-                        if rule.shadow_mode || settings.shadow_mode {
+                        if shadowed(rule.shadow_mode) {
                             snapshot.metrics.count(label, Outcome::Shadow);
                             DescriptorStatus {
                                 code: Code::Ok as i32,
@@ -405,7 +407,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                         self.status(
                             &snapshot.metrics,
                             decision,
-                            rule.shadow_mode,
+                            shadowed(rule.shadow_mode),
                             label,
                             rule.name.as_deref(),
                             limits,
@@ -422,13 +424,13 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                     negative,
                     label,
                 } => {
-                    let target = Target(&limiter.limiter, &limiter.prepared, limiter.policy.name());
+                    let target = Target(&limiter.limiter, &limiter.prepared);
                     let decision =
                         decide(&target, key, *cost, *negative, denied, &mut charged).await;
                     self.status(
                         &snapshot.metrics,
                         decision,
-                        false,
+                        shadowed(false),
                         label,
                         None,
                         &[(Unit::Named(limiter.unit), limiter.requests_per_unit)],
@@ -450,12 +452,8 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             });
             futures_util::future::join_all(refunds).await;
         }
-        let over = denied && !settings.shadow_mode;
-        if settings.shadow_mode {
-            for status in &mut statuses {
-                status.code = Code::Ok as i32;
-            }
-        }
+        // Every status is OK under shadow mode, and `denied` only set outside it.
+        let over = denied;
         let mut response = RateLimitResponse {
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
@@ -502,7 +500,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             // A cost no limit of the rule can ever admit: over the limit, as Envoy expects.
             Err(DecideError::InsufficientCapacity(_)) => {
                 metrics.count(label, Outcome::Over);
-                if !shadow && !self.shared.settings.shadow_mode {
+                if !shadow {
                     *denied = true;
                 }
                 return DescriptorStatus {
@@ -524,7 +522,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         };
         let allowed = decision.is_allowed();
         let outcome = if !allowed {
-            if shadow || self.shared.settings.shadow_mode {
+            if shadow {
                 Outcome::Shadow
             } else {
                 Outcome::Over
@@ -538,7 +536,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         metrics.count(label, outcome);
         // Shadowed, by the rule or the server: answered OK, charged as admitted, and never
         // the descriptor the headers show (an OK answer carries no `Retry-After`).
-        let over = !allowed && !shadow && !self.shared.settings.shadow_mode;
+        let over = !allowed && !shadow;
         if over {
             *denied = true;
         }
@@ -710,8 +708,8 @@ impl<S: Leasable + Clone + 'static> Snapshot<S> {
 
     /// Where the policy named `name` is decided.
     fn target(&self, name: &str) -> Option<Target<'_, S>> {
-        let (name, prepared) = self.decider.prepared.get_key_value(name)?;
-        Some(Target(&self.decider.limiter, prepared, name))
+        let prepared = self.decider.prepared.get(name)?;
+        Some(Target(&self.decider.limiter, prepared))
     }
 
     /// Gives back every unit this snapshot's leases hold and stops their timers (after a
@@ -758,14 +756,14 @@ enum Plan<'a, S: Leasable + Clone + 'static> {
     },
 }
 
-/// Where one descriptor is decided: a limiter and one of its policies, prepared and by
-/// name. (The trait's methods are called by path: `ResilientLimiter`'s inherent ones of the
-/// same names take a policy name.)
-struct Target<'a, S: Leasable + Clone + 'static>(&'a Deciding<S>, &'a TablePolicy, &'a str);
+/// Where one descriptor is decided: a limiter and one of its policies, prepared. (The
+/// trait's methods are called by path: `ResilientLimiter`'s inherent ones of the same
+/// names classify the key themselves.)
+struct Target<'a, S: Leasable + Clone + 'static>(&'a Deciding<S>, &'a TablePolicy);
 
 impl<S: Leasable + Clone + 'static> Clone for Target<'_, S> {
     fn clone(&self) -> Self {
-        Target(self.0, self.1, self.2)
+        Target(self.0, self.1)
     }
 }
 
@@ -775,18 +773,7 @@ impl<S: Leasable + Clone + 'static> Target<'_, S> {
     /// allow cache, was never counted there: a refund of it would give the store units it
     /// never took.
     async fn acquire(&self, key: &[u8], cost: u64) -> Result<(Decision, bool), DecideError> {
-        let decided = self
-            .0
-            .acquire_as(self.2, key, cost)
-            .await
-            .map_err(|e| match e {
-                RequestError::InsufficientCapacity(over) => DecideError::InsufficientCapacity(over),
-                RequestError::InvalidKey(key) => DecideError::InvalidKey(key),
-                // Prepared from the same table: every name is in it.
-                other => DecideError::Unavailable(rein_core::StoreError::UnexpectedReply(
-                    other.to_string(),
-                )),
-            })?;
+        let decided = self.0.acquire_prepared(None, self.1, key, cost).await?;
         // An admission is the store's own exactly when its source is exact (the store, or
         // a lease it counted); the callers charge admissions only.
         let counted = decided.source.is_exact();

@@ -18,7 +18,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode};
-use rein::lease::{LEASED_CALLS, MaybeLeased};
+use rein::lease::{LEASED_CALLS, MaybeLeased, resilient_deadline};
 use rein::{FailurePolicy, LeaseConfig, PolicyTable, ResilienceConfigError, ResilientLimiter};
 use rein_core::limiter::DEADLINE_MARGIN;
 use rein_core::{Leasable, Limit, Limiter, Micros, NamedPolicy, Policy};
@@ -841,11 +841,12 @@ impl Validator<'_> {
         }
     }
 
-    /// `http.deadline`: positive, and longer than the limiter's (`redis.deadline` plus
-    /// [`DEADLINE_MARGIN`], times [`LEASED_CALLS`] with `[leases]`), or the layer would give
-    /// up on every call to a frozen Redis before the limiter's failure policy could answer
-    /// (the breaker sees only abandoned calls, never opens, and every request fails). The
-    /// same check as the layer's build, made here so that the file's line is named.
+    /// `http.deadline`: positive, and longer than the limiter's ([`resilient_deadline`]:
+    /// `redis.deadline` plus [`DEADLINE_MARGIN`], times [`LEASED_CALLS`] with `[leases]`),
+    /// or the layer would give up on every call to a frozen Redis before the limiter's
+    /// failure policy could answer (the breaker sees only abandoned calls, never opens, and
+    /// every request fails). The same check as the layer's build, made here so that the
+    /// file's line is named.
     fn layer_deadline(
         &self,
         deadline: &Spanned<Dur>,
@@ -853,8 +854,7 @@ impl Validator<'_> {
         leased: bool,
     ) -> Result<Duration, LoadError> {
         let layer = self.positive("http.deadline", deadline)?;
-        let calls = if leased { LEASED_CALLS } else { 1 };
-        let limiter = store.saturating_add(DEADLINE_MARGIN).saturating_mul(calls);
+        let limiter = resilient_deadline(Some(store), leased);
         if layer <= limiter {
             let leases = if leased {
                 format!(", times {LEASED_CALLS} with [leases]")

@@ -40,6 +40,7 @@ use super::book::{
 use super::rate::{RateAction, RateBook, ShareView, TakeReply};
 use super::terms::{LeaseTerms, Unleasable};
 use super::{Book, LeaseStats};
+use crate::owner::Owner;
 use crate::{Decided, Source, TimeSource, TokioClock};
 
 /// Leases over a store: hot keys decided locally from blocks reserved in the store, exactly
@@ -120,6 +121,8 @@ pub struct LeasedLimiterBuilder<S> {
 
 /// A policy prepared by a [`LeasedLimiter`]: the store's form, and whether it is leased.
 pub struct LeasedPolicy<P> {
+    /// The limiter that prepared it, whose slot `slot` is.
+    owner: Owner,
     slot: u32,
     inner: Arc<P>,
     capacity: u64,
@@ -132,6 +135,8 @@ pub struct LeasedPolicy<P> {
 }
 
 struct Shared<S: Leasable> {
+    /// This limiter's identity, in each [`LeasedPolicy`] it prepares.
+    owner: Owner,
     store: S,
     clock: Box<dyn Clock + Send + Sync>,
     time_source: TimeSource,
@@ -195,7 +200,9 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
         key: &'a [u8],
         cost: u64,
     ) -> impl Future<Output = Result<Decided, DecideError>> + Send + 'a {
-        let valid = policy.admissible(key, cost);
+        let valid = self
+            .owns(policy)
+            .and_then(|()| policy.admissible(key, cost));
         async move {
             valid?;
             self.decide_with(now, policy, key, cost, move |after| async move {
@@ -211,6 +218,15 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
                 })
             })
             .await
+        }
+    }
+
+    /// `Ok` if this limiter prepared `policy`: its slot names this limiter's book.
+    fn owns(&self, policy: &LeasedPolicy<S::Prepared>) -> Result<(), DecideError> {
+        if policy.owner == self.shared.owner {
+            Ok(())
+        } else {
+            Err(DecideError::ForeignPolicy)
         }
     }
 
@@ -788,6 +804,7 @@ impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
             }
         };
         Ok(LeasedPolicy {
+            owner: self.shared.owner,
             slot,
             inner,
             capacity: policy.policy().capacity(),
@@ -818,6 +835,7 @@ impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
+        self.owns(policy)?;
         let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
         let store = &self.shared.store;
         decide_direct(store, &policy.inner, policy, now, key, cost, true).await
@@ -833,6 +851,7 @@ impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
         key: &[u8],
         amount: u64,
     ) -> Result<(), DecideError> {
+        self.owns(policy)?;
         policy.refundable()?;
         let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
         self.shared
@@ -898,6 +917,7 @@ where
         let wait_limit = Duration::from(self.config.flight_timeout);
         let leased = LeasedLimiter {
             shared: Arc::new(Shared {
+                owner: Owner::new(),
                 store: self.store,
                 clock: self.clock.unwrap_or_else(|| Box::new(TokioClock::new())),
                 time_source: self.time_source,

@@ -34,7 +34,9 @@ pub(crate) trait Book {
     fn poll_action(&mut self) -> Option<Self::Action>;
 }
 
-pub use crate::mode::{Direct, LEASED_CALLS, Leased, LeasedBuilder, MaybeLeased, Mode};
+pub use crate::mode::{
+    Direct, LEASED_CALLS, Leased, LeasedBuilder, MaybeLeased, Mode, resilient_deadline,
+};
 pub use book::{DEFAULT_LOG_HOLD_DIVISOR, DEFAULT_SHARE_VALIDITY_INTERVALS, LeaseConfig};
 pub(crate) use driver::decide_direct;
 pub use driver::{LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy};
