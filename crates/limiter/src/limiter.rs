@@ -245,25 +245,6 @@ impl<S: Limiter, M: Mode<S>> ResilientLimiter<S, M> {
         .await
     }
 
-    /// [`acquire`](Limiter::acquire) with where the answer came from: `cost` for `key`
-    /// under a policy this limiter prepared, at `now` (`None`: the limiter's clock). For
-    /// code that holds prepared policies (a service deciding many descriptors a request)
-    /// and needs the [`Source`](crate::Source), to tell the store's counted admissions from
-    /// a failure policy's. Errors as the trait's, and [`DecideError::ForeignPolicy`] for a
-    /// policy another limiter prepared.
-    pub async fn acquire_prepared(
-        &self,
-        now: Option<Timestamp>,
-        policy: &TablePolicy,
-        key: &[u8],
-        cost: u64,
-    ) -> Result<Decided, DecideError> {
-        let call = self.call(now, policy, key, cost)?;
-        M::decide(self, call, Ask::Acquire)
-            .await
-            .map_err(decide_error)
-    }
-
     /// Gives back up to `amount` to every limit of the policy `key` is classified into, in
     /// the store, and forgets any cached denial or reuse for the key (the capacity came
     /// back, so a cached answer would be stale).
@@ -685,8 +666,9 @@ impl<S: Limiter, M: Mode<S>> Limiter for ResilientLimiter<S, M> {
         key: &[u8],
         cost: u64,
     ) -> Result<Decision, DecideError> {
-        let decided = self.acquire_prepared(now, policy, key, cost).await?;
-        Ok(decided.decision)
+        let call = self.call(now, policy, key, cost)?;
+        let decided = M::decide(self, call, Ask::Acquire).await;
+        Ok(decided.map_err(decide_error)?.decision)
     }
 
     /// The store's peek through the gate: deadline, breaker and failure policy as for

@@ -34,7 +34,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use rein::{FailurePolicy, PolicyTable, ResilienceConfigError, ResilientLimiter, TablePolicy};
+use rein::{
+    FailurePolicy, PolicyTable, RequestError, ResilienceConfigError, ResilientLimiter, TablePolicy,
+};
 use rein::{
     LeaseConfig,
     lease::{LeaseStats, MaybeLeased},
@@ -424,7 +426,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                     negative,
                     label,
                 } => {
-                    let target = Target(&limiter.limiter, &limiter.prepared);
+                    let target = Target(&limiter.limiter, &limiter.prepared, limiter.policy.name());
                     let decision =
                         decide(&target, key, *cost, *negative, denied, &mut charged).await;
                     self.status(
@@ -708,8 +710,8 @@ impl<S: Leasable + Clone + 'static> Snapshot<S> {
 
     /// Where the policy named `name` is decided.
     fn target(&self, name: &str) -> Option<Target<'_, S>> {
-        let prepared = self.decider.prepared.get(name)?;
-        Some(Target(&self.decider.limiter, prepared))
+        let (name, prepared) = self.decider.prepared.get_key_value(name)?;
+        Some(Target(&self.decider.limiter, prepared, name))
     }
 
     /// Gives back every unit this snapshot's leases hold and stops their timers (after a
@@ -756,14 +758,14 @@ enum Plan<'a, S: Leasable + Clone + 'static> {
     },
 }
 
-/// Where one descriptor is decided: a limiter and one of its policies, prepared. (The
-/// trait's methods are called by path: `ResilientLimiter`'s inherent ones of the same
-/// names classify the key themselves.)
-struct Target<'a, S: Leasable + Clone + 'static>(&'a Deciding<S>, &'a TablePolicy);
+/// Where one descriptor is decided: a limiter and one of its policies, prepared and by
+/// name. (The trait's methods are called by path: `ResilientLimiter`'s inherent ones of the
+/// same names take a policy name.)
+struct Target<'a, S: Leasable + Clone + 'static>(&'a Deciding<S>, &'a TablePolicy, &'a str);
 
 impl<S: Leasable + Clone + 'static> Clone for Target<'_, S> {
     fn clone(&self) -> Self {
-        Target(self.0, self.1)
+        Target(self.0, self.1, self.2)
     }
 }
 
@@ -773,7 +775,18 @@ impl<S: Leasable + Clone + 'static> Target<'_, S> {
     /// allow cache, was never counted there: a refund of it would give the store units it
     /// never took.
     async fn acquire(&self, key: &[u8], cost: u64) -> Result<(Decision, bool), DecideError> {
-        let decided = self.0.acquire_prepared(None, self.1, key, cost).await?;
+        let decided = self
+            .0
+            .acquire_as(self.2, key, cost)
+            .await
+            .map_err(|e| match e {
+                RequestError::InsufficientCapacity(over) => DecideError::InsufficientCapacity(over),
+                RequestError::InvalidKey(key) => DecideError::InvalidKey(key),
+                // Prepared from the same table: every name is in it.
+                other => DecideError::Unavailable(rein_core::StoreError::UnexpectedReply(
+                    other.to_string(),
+                )),
+            })?;
         // An admission is the store's own exactly when its source is exact (the store, or
         // a lease it counted); the callers charge admissions only.
         let counted = decided.source.is_exact();

@@ -36,6 +36,9 @@
 //! 1. [`request`](LeaseBook::request) once per request ([`Attempt::First`]); on
 //!    [`Admit::Wait`], ask again ([`Attempt::Again`]) after the key's
 //!    reservation ended (or after a wait of your choosing: it never double-counts demand).
+//!    A request's waits are bounded: asked a last time ([`Attempt::Last`], its time to
+//!    wait spent), the book answers it from a block or a denial, or sends it direct
+//!    ([`DirectReason::Waited`]), never [`Admit::Wait`].
 //! 2. Drain [`poll_action`](LeaseBook::poll_action) after every call and carry each action
 //!    out; report each reservation with [`handle_reserved`](LeaseBook::handle_reserved).
 //!    Returns need no report.
@@ -137,7 +140,7 @@ pub enum Admit {
     /// Decide it through the store, for this reason.
     Direct(DirectReason),
     /// A reservation for this key is in flight: ask again ([`Attempt::Again`]) once it
-    /// ends.
+    /// ends. Never to a request's [`Attempt::Last`].
     Wait,
 }
 
@@ -181,6 +184,10 @@ pub enum Attempt {
     First,
     /// Again, after [`Admit::Wait`]: decided anew, its demand not counted again.
     Again,
+    /// A last time, after [`Admit::Wait`], with no time left to wait: as
+    /// [`Again`](Self::Again), but sent direct ([`DirectReason::Waited`]) where it would
+    /// wait again.
+    Last,
 }
 
 /// How a reservation ended, for [`LeaseBook::handle_reserved`].
@@ -821,7 +828,13 @@ impl LeaseBook {
             }
         }
         self.reschedule(slot);
-        admit
+        match (admit, attempt) {
+            // No time left to wait (a reservation in flight again, or too little granted):
+            // the store decides, so the request takes at most two store calls' time, as the
+            // leased limiter's deadline says. The reservation it asked for still goes out.
+            (Admit::Wait, Attempt::Last) => Admit::Direct(DirectReason::Waited),
+            (admit, _) => admit,
+        }
     }
 
     /// Applies `slot`'s due timers at `now`; with `timers`, also the end-of-block review
@@ -1246,6 +1259,14 @@ mod tests {
             admit
         }
 
+        fn last(&mut self, ms: u64, cost: u64) -> Admit {
+            let admit = self
+                .book
+                .request(at(ms), KEY, cost, &self.terms, Attempt::Last);
+            self.collect();
+            admit
+        }
+
         fn tick(&mut self, ms: u64) {
             self.book.handle_timeout(at(ms));
             self.collect();
@@ -1394,6 +1415,34 @@ mod tests {
         h.tick(1_000);
         assert_eq!(h.book.stats().units_stranded, 11);
         assert_eq!(h.book.stats().units_returned, 0);
+    }
+
+    /// A burst on a key: the first block, sized to the demand when it left, serves one
+    /// waiter, and the renewal sized to the burst is in flight. A waiter with time left
+    /// waits for it; one whose time is spent goes direct, and the renewal still serves
+    /// the rest. Demand is counted once per request, whichever attempt.
+    #[test]
+    fn a_request_waits_while_it_has_time_then_goes_direct() {
+        let mut h = harness(window());
+        assert_eq!(h.request(0, 1), Admit::Direct(DirectReason::Cold));
+        for _ in 0..4 {
+            assert_eq!(h.request(10, 1), Admit::Wait);
+        }
+        assert_eq!(h.deliver(11), 2, "sized to the demand when it left");
+        assert_eq!(leased(h.retry(11, 1)), 1);
+        assert_eq!(leased(h.retry(11, 1)), 0);
+        assert_eq!(h.retry(11, 1), Admit::Wait, "the renewal is in flight");
+        assert_eq!(h.sent.len(), 1, "single flight: {:?}", h.sent);
+        assert_eq!(h.last(12, 1), Admit::Direct(DirectReason::Waited));
+        assert_eq!(h.sent.len(), 1, "no second flight: {:?}", h.sent);
+        assert_eq!(h.deliver(13), 5, "sized to the burst: 5 in the interval");
+        assert_eq!(leased(h.last(13, 1)), 4);
+        let stats = h.book.stats();
+        assert_eq!(
+            (stats.leased, stats.direct, stats.waits),
+            (3, 2, 5),
+            "{stats:?}"
+        );
     }
 
     #[test]
@@ -1649,7 +1698,7 @@ mod tests {
         // Jump past the block's end, then back: the book keeps the latest instant.
         assert_eq!(h.held(1_000), 0);
         let _ = h.request(1_000, 1);
-        assert_eq!(h.retry(500, 1), Admit::Wait, "taken at 1 000 ms, not 500");
+        assert_eq!(h.request(500, 1), Admit::Wait, "taken at 1 000 ms, not 500");
     }
 
     /// Two requests, and the reservation they sent answered by a failure policy with

@@ -161,8 +161,11 @@ struct Shared<S: Leasable> {
     /// Whether the timers run on their own task (the default), spawned once.
     auto_timers: bool,
     timers_started: AtomicBool,
-    /// How long a request waits for a reservation before deciding again.
-    wait_limit: Duration,
+    /// How long a request may wait for its key's reservations, all together, before it is
+    /// decided a last time ([`Attempt::Last`]): one store call's deadline, so that with
+    /// the direct call after it a request takes at most
+    /// [`LEASED_CALLS`](crate::lease::LEASED_CALLS) calls' time.
+    wait_budget: Duration,
     direct_unleasable: AtomicU64,
     returns_failed: AtomicU64,
 }
@@ -295,6 +298,7 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
         };
         let waker = shared.waker(key);
         let mut attempt = Attempt::First;
+        let mut give_up = None;
         loop {
             // Registered before asking the book, so a reply between the two is not missed.
             let mut woken = pin!(waker.notified());
@@ -303,20 +307,22 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
             let (admit, actions) =
                 shared.with_book(|book| book.request(t, at, cost, terms, attempt));
             shared.dispatch(actions);
-            let waited = attempt == Attempt::Again;
-            attempt = Attempt::Again;
             match admit {
                 Admit::Leased(decision) => return Ok(here(decision, Source::Lease)),
                 Admit::Denied(decision) => return Ok(here(decision, Source::LocalDenial)),
+                // Also a request whose time to wait is spent (`DirectReason::Waited`).
                 Admit::Direct(_) => return direct(store(None)).await,
-                // One wait at most: a reservation in flight again (a smaller re-ask, or
-                // another request's) sends this one direct, so it takes at most two store
-                // calls' time, as `deadline` says.
-                Admit::Wait if waited => return direct(store(None)).await,
-                // A bounded wait: the book presumes the flight lost after its timeout, so
-                // asking again after `wait_limit` always makes progress.
+                // Waits, all together, within one store call's deadline from the first;
+                // then the book is asked a last time, and never answers `Wait` to that.
                 Admit::Wait => {
-                    let _ = tokio::time::timeout(shared.wait_limit, woken).await;
+                    let give_up = *give_up
+                        .get_or_insert_with(|| tokio::time::Instant::now() + shared.wait_budget);
+                    let _ = tokio::time::timeout_at(give_up, woken).await;
+                    attempt = if tokio::time::Instant::now() < give_up {
+                        Attempt::Again
+                    } else {
+                        Attempt::Last
+                    };
                 }
             }
         }
@@ -914,7 +920,12 @@ where
     /// own (otherwise at the first request), which ends when the limiter is shut down or
     /// its last handle is dropped.
     pub fn build(self) -> LeasedLimiter<S> {
-        let wait_limit = Duration::from(self.config.flight_timeout);
+        // One store call's deadline; for a store that states none, the book's own bound on
+        // a reservation's flight.
+        let wait_budget = self
+            .store
+            .deadline()
+            .unwrap_or(Duration::from(self.config.flight_timeout));
         let leased = LeasedLimiter {
             shared: Arc::new(Shared {
                 owner: Owner::new(),
@@ -933,7 +944,7 @@ where
                 timers: Arc::new(Notify::new()),
                 auto_timers: !self.manual_timers,
                 timers_started: AtomicBool::new(false),
-                wait_limit,
+                wait_budget,
                 direct_unleasable: AtomicU64::new(0),
                 returns_failed: AtomicU64::new(0),
             }),

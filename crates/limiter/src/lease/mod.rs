@@ -88,6 +88,11 @@ pub(crate) enum DirectReason {
     /// A token bucket's key with no valid rate share here (before the first grant, after a
     /// failed renewal, or after the share lapsed): the store's direct share decides.
     NoShare,
+    /// The request waited for its key's reservations as long as it may (one store call's
+    /// deadline), and would wait again (another reservation in flight, or too little
+    /// granted): it goes to the store, so that it takes at most [`LEASED_CALLS`] store
+    /// calls' time.
+    Waited,
 }
 
 /// A [`LeasedLimiter`]'s counters (cumulative since it was built).

@@ -145,19 +145,19 @@ impl World {
                             .handle_reserved(self.now, &key, id, reply);
                         self.collect(node);
                     }
+                    // A waiter whose reply was lost waited its whole time: asked a last
+                    // time, as the driver does at the end of its wait.
+                    let attempt = if lose { Attempt::Last } else { Attempt::Again };
                     let waiting = std::mem::take(&mut self.nodes[node].waiting);
                     for (key, cost) in waiting {
                         let k = LeaseKeyRef {
                             slot: 0,
                             key: KEYS[key],
                         };
-                        let admit = self.nodes[node].book.request(
-                            self.now,
-                            k,
-                            cost,
-                            &self.terms,
-                            Attempt::Again,
-                        );
+                        let admit =
+                            self.nodes[node]
+                                .book
+                                .request(self.now, k, cost, &self.terms, attempt);
                         self.settle(node, key, cost, admit);
                     }
                 }
@@ -355,6 +355,8 @@ fn under_steady_demand_a_sliding_log_is_leased_and_used() {
     steady_demand(policy, 95);
 }
 
+/// 4 nodes at 10× the limit, the store prompt (every reply before a waiter's time is up):
+/// at least `percent` of the limit admitted, and 90 % of the admissions from leases.
 fn steady_demand(policy: Policy, percent: u64) {
     let config = LeaseConfig {
         expected_nodes: NonZeroU32::new(4).unwrap(),
