@@ -917,7 +917,10 @@ impl<S: Limiter, M> ResilientLimiter<S, M> {
         key: &'a [u8],
         units: u64,
     ) -> Result<Call<'a>, DecideError> {
-        let index = self.inner.index(policy).ok_or(DecideError::ForeignPolicy)?;
+        let Some(index) = self.inner.index(policy) else {
+            self.inner.gate.invalid_request();
+            return Err(DecideError::ForeignPolicy);
+        };
         Ok(Call::new(now, index, key, units))
     }
 }
@@ -962,15 +965,14 @@ fn no_grant(why: Unavailable, deadline: Duration) -> DecideError {
 #[error("no grant: the store gave no answer ({})", .0.as_str())]
 struct NoGrant(Unavailable);
 
-/// A request error as the trait's. `UnknownPolicy` comes only from a [`TablePolicy`]
-/// another limiter prepared, naming an index this table lacks.
+/// A request error as the trait's. The trait's calls name their policy by a
+/// [`TablePolicy`], checked before any decision ([`DecideError::ForeignPolicy`]), so
+/// `UnknownPolicy` (a name) does not arise from them; it would be the same error.
 fn decide_error(error: RequestError) -> DecideError {
     match error {
         RequestError::InsufficientCapacity(over) => over.into(),
         RequestError::InvalidKey(e) => DecideError::InvalidKey(e),
-        RequestError::UnknownPolicy(name) => DecideError::Unavailable(StoreError::UnexpectedReply(
-            format!("no policy named {name:?}"),
-        )),
+        RequestError::UnknownPolicy(_) => DecideError::ForeignPolicy,
     }
 }
 

@@ -504,7 +504,10 @@ impl LeaseBook {
     ) -> Admit {
         let now = self.observe(now);
         let admit = self.decide(now, key, cost, terms, attempt);
-        self.stats.count(&admit);
+        // A request's waits count once: at its first.
+        if admit != Admit::Wait || attempt == Attempt::First {
+            self.stats.count(&admit);
+        }
         admit
     }
 
@@ -1440,7 +1443,7 @@ mod tests {
         let stats = h.book.stats();
         assert_eq!(
             (stats.leased, stats.direct, stats.waits),
-            (3, 2, 5),
+            (3, 2, 4),
             "{stats:?}"
         );
     }

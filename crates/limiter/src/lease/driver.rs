@@ -194,8 +194,10 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
     /// there a direct answer carries the resilient limiter's own source, a fallback's too).
     ///
     /// `now`, when given, must advance with real time like the store's clock: a block's
-    /// life is measured from it (docs/leases.md). At most two store calls' time: a
-    /// reservation this request waits for, then (if that failed) a direct call.
+    /// life is measured from it (docs/leases.md). At most two store calls' time: waits for
+    /// its key's reservations, all within one store call's deadline (for a store that
+    /// states none, [`LeaseConfig::flight_timeout`]), then, if no block served it, a direct
+    /// call.
     pub fn acquire_leased<'a>(
         &'a self,
         now: Option<Timestamp>,
@@ -315,8 +317,13 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
                 // Waits, all together, within one store call's deadline from the first;
                 // then the book is asked a last time, and never answers `Wait` to that.
                 Admit::Wait => {
-                    let give_up = *give_up
-                        .get_or_insert_with(|| tokio::time::Instant::now() + shared.wait_budget);
+                    let give_up = *give_up.get_or_insert_with(|| {
+                        let now = tokio::time::Instant::now();
+                        // A budget past the clock's range (a store stating a deadline
+                        // near `Duration::MAX`): a year is as good as forever here.
+                        now.checked_add(shared.wait_budget)
+                            .unwrap_or(now + Duration::from_secs(365 * 86_400))
+                    });
                     let _ = tokio::time::timeout_at(give_up, woken).await;
                     attempt = if tokio::time::Instant::now() < give_up {
                         Attempt::Again

@@ -89,7 +89,8 @@ pub(crate) enum DirectReason {
     /// failed renewal, or after the share lapsed): the store's direct share decides.
     NoShare,
     /// The request waited for its key's reservations as long as it may (one store call's
-    /// deadline), and would wait again (another reservation in flight, or too little
+    /// deadline; for a store that states none, [`LeaseConfig::flight_timeout`]), and would
+    /// wait again (another reservation in flight, or too little
     /// granted): it goes to the store, so that it takes at most [`LEASED_CALLS`] store
     /// calls' time.
     Waited,
@@ -107,7 +108,8 @@ pub struct LeaseStats {
     pub direct: u64,
     /// Of `direct`: because the policy cannot be leased.
     pub direct_unleasable: u64,
-    /// Times a request waited for its key's reservation.
+    /// Requests that waited for their key's reservation (each counted once, however many
+    /// reservations it waited for).
     pub waits: u64,
     /// Reservations sent.
     pub reservations: u64,
