@@ -62,32 +62,3 @@ local function blocked(left)
   end
   return 0, 0, left, left
 end
-
--- Writes a lean script's state: `value` under `key` for `ttl` ms, or for a ttl of 0 (a
--- state with nothing to keep) the key deleted. Returns nil, or Redis's error reply, which
--- the script returns as it is.
-local function put(key, value, ttl)
-  if ttl > 0 then
-    local done = redis.pcall('SET', key, value, 'PX', ttl)
-    if done.err then
-      return done
-    end
-  else
-    local done = redis.pcall('DEL', key)
-    if type(done) == 'table' then
-      return done
-    end
-  end
-  return nil
-end
-
--- Adds one decision (allowed, remaining, retry_after, reset_after) to a lean script's
--- reply `out`, which holds `o` values so far: an error (a table in `allowed`, nothing
--- after it) as itself and three zeros. Returns how many values `out` holds.
-local function answer(out, o, allowed, remaining, retry_after, reset_after)
-  if remaining == nil then
-    remaining, retry_after, reset_after = 0, 0, 0
-  end
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = allowed, remaining, retry_after, reset_after
-  return o + 4
-end

@@ -268,17 +268,23 @@ local function decide(key, op, cost, stamp)
 
   if write then
     -- The key lives until its window ends (rounded up to ms), or min_ttl if longer.
-    local ttl, value = ttl_ms(reset_after), nil
+    local ttl = ttl_ms(reset_after)
     if ttl > 0 then
+      local value
       if integer then
         value = string.format('%d', start / window * modulus + count)
       else
         value = string.format('%d:%d', start, count)
       end
-    end
-    local failed = put(key, value, ttl)
-    if failed then
-      return failed
+      local done = redis.pcall('SET', key, value, 'PX', ttl)
+      if done.err then
+        return done
+      end
+    else
+      local done = redis.pcall('DEL', key)
+      if type(done) == 'table' then
+        return done
+      end
     end
   end
   return allowed, remaining, retry_after, reset_after
@@ -305,6 +311,10 @@ for k = 1, n do
   else
     i = i + 2
   end
-  o = answer(out, o, allowed, remaining, retry_after, reset_after)
+  if remaining == nil then
+    remaining, retry_after, reset_after = 0, 0, 0
+  end
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = allowed, remaining, retry_after, reset_after
+  o = o + 4
 end
 return out

@@ -301,12 +301,16 @@ local function decide(key, op, cost, extra)
     -- if longer; an empty log, or one with no TTL left, is deleted.
     local ttl = reset_after + 999
     ttl = math.max((ttl - math.fmod(ttl, 1000)) / 1000, min_ttl)
-    if value == '' then
-      ttl = 0
-    end
-    local failed = put(key, value, ttl)
-    if failed then
-      return failed
+    if ttl > 0 and value ~= '' then
+      local done = redis.pcall('SET', key, value, 'PX', ttl)
+      if done.err then
+        return done
+      end
+    else
+      local done = redis.pcall('DEL', key)
+      if type(done) == 'table' then
+        return done
+      end
     end
   end
   return allowed, remaining, retry_after, reset_after
@@ -319,11 +323,16 @@ for k = 1, n do
   if op == 'hold' or op == 'settle' then
     extra = ARGV[i + 2] + 0
   end
-  o = answer(out, o, decide(KEYS[k], op, ARGV[i + 1] + 0, extra))
+  local allowed, remaining, retry_after, reset_after = decide(KEYS[k], op, ARGV[i + 1] + 0, extra)
   if op == 'hold' or op == 'settle' then
     i = i + 3
   else
     i = i + 2
   end
+  if remaining == nil then
+    remaining, retry_after, reset_after = 0, 0, 0
+  end
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = allowed, remaining, retry_after, reset_after
+  o = o + 4
 end
 return out

@@ -172,14 +172,21 @@ local function decide(key, op, cost)
     if ttl < min_ttl then
       ttl = min_ttl
     end
-    -- Redis writes a number argument with 17 significant digits: exact below 2^53.
-    local value = tat
-    if tat_units > 0 then
-      value = string.format('%d:%d', tat, tat_units)
-    end
-    local failed = put(key, value, ttl)
-    if failed then
-      return failed
+    if ttl > 0 then
+      -- Redis writes a number argument with 17 significant digits: exact below 2^53.
+      local value = tat
+      if tat_units > 0 then
+        value = string.format('%d:%d', tat, tat_units)
+      end
+      local done = redis.pcall('SET', key, value, 'PX', ttl)
+      if done.err then
+        return done
+      end
+    else
+      local done = redis.pcall('DEL', key)
+      if type(done) == 'table' then
+        return done
+      end
     end
   end
   return allowed, remaining, retry_after, reset_after
@@ -188,6 +195,11 @@ end
 local out, o = { now }, 1
 for k = 1, n do
   local i = 6 + 2 * k
-  o = answer(out, o, decide(KEYS[k], ARGV[i], ARGV[i + 1] + 0))
+  local allowed, remaining, retry_after, reset_after = decide(KEYS[k], ARGV[i], ARGV[i + 1] + 0)
+  if remaining == nil then
+    remaining, retry_after, reset_after = 0, 0, 0
+  end
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = allowed, remaining, retry_after, reset_after
+  o = o + 4
 end
 return out
