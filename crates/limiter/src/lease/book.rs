@@ -1246,28 +1246,23 @@ mod tests {
     }
 
     impl Harness {
-        fn request(&mut self, ms: u64, cost: u64) -> Admit {
-            let admit = self
-                .book
-                .request(at(ms), KEY, cost, &self.terms, Attempt::First);
+        /// A request of `cost` at `ms`, its `attempt`-th time.
+        fn ask(&mut self, ms: u64, cost: u64, attempt: Attempt) -> Admit {
+            let admit = self.book.request(at(ms), KEY, cost, &self.terms, attempt);
             self.collect();
             admit
+        }
+
+        fn request(&mut self, ms: u64, cost: u64) -> Admit {
+            self.ask(ms, cost, Attempt::First)
         }
 
         fn retry(&mut self, ms: u64, cost: u64) -> Admit {
-            let admit = self
-                .book
-                .request(at(ms), KEY, cost, &self.terms, Attempt::Again);
-            self.collect();
-            admit
+            self.ask(ms, cost, Attempt::Again)
         }
 
         fn last(&mut self, ms: u64, cost: u64) -> Admit {
-            let admit = self
-                .book
-                .request(at(ms), KEY, cost, &self.terms, Attempt::Last);
-            self.collect();
-            admit
+            self.ask(ms, cost, Attempt::Last)
         }
 
         fn tick(&mut self, ms: u64) {

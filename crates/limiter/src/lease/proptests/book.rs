@@ -81,18 +81,7 @@ impl World {
     fn apply(&mut self, op: Op) {
         let n = self.nodes.len();
         match op {
-            Op::Request { node, key, cost } => {
-                let node = node % n;
-                let k = LeaseKeyRef {
-                    slot: 0,
-                    key: KEYS[key],
-                };
-                let admit =
-                    self.nodes[node]
-                        .book
-                        .request(self.now, k, cost, &self.terms, Attempt::First);
-                self.settle(node, key, cost, admit);
-            }
+            Op::Request { node, key, cost } => self.ask(node % n, key, cost, Attempt::First),
             Op::Advance { us, late } => {
                 self.now = self.now.saturating_add(Micros::from_micros(us));
                 if !late {
@@ -150,19 +139,24 @@ impl World {
                     let attempt = if lose { Attempt::Last } else { Attempt::Again };
                     let waiting = std::mem::take(&mut self.nodes[node].waiting);
                     for (key, cost) in waiting {
-                        let k = LeaseKeyRef {
-                            slot: 0,
-                            key: KEYS[key],
-                        };
-                        let admit =
-                            self.nodes[node]
-                                .book
-                                .request(self.now, k, cost, &self.terms, attempt);
-                        self.settle(node, key, cost, admit);
+                        self.ask(node, key, cost, attempt);
                     }
                 }
             }
         }
+    }
+
+    /// A request of `node` for `cost` of `key`, its `attempt`-th time, and its answer
+    /// settled.
+    fn ask(&mut self, node: usize, key: usize, cost: u64, attempt: Attempt) {
+        let k = LeaseKeyRef {
+            slot: 0,
+            key: KEYS[key],
+        };
+        let admit = self.nodes[node]
+            .book
+            .request(self.now, k, cost, &self.terms, attempt);
+        self.settle(node, key, cost, admit);
     }
 
     fn settle(&mut self, node: usize, key: usize, cost: u64, admit: Admit) {
