@@ -208,7 +208,7 @@ impl std::fmt::Debug for From {
 pub(crate) struct Cache {
     from: From,
     staleness: Duration,
-    /// Set once the hash was first read: until then every decision waits for that read.
+    /// Set once the first read ended, read or not: until then every decision waits for it.
     first: OnceCell<()>,
     loaded: RwLock<Loaded>,
     /// `true` while no override is cached: a decision then skips the lock.

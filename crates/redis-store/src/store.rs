@@ -407,16 +407,21 @@ where
                 tracing::warn!(error = %e, "overrides not re-read: keeping the ones read before");
             }
         } else {
-            let first = cache
+            // One first read, which the decisions meanwhile wait for; if it fails they go
+            // on without overrides, and the next read is a re-read, `staleness` later (not
+            // one read per waiting decision, one after another).
+            cache
                 .first()
-                .get_or_try_init(|| async {
+                .get_or_init(|| async {
                     cache.claim_read(Instant::now());
-                    self.load_overrides(cache).await
+                    if let Err(e) = self.load_overrides(cache).await {
+                        tracing::warn!(
+                            error = %e,
+                            "overrides not read: deciding without them until the next read"
+                        );
+                    }
                 })
                 .await;
-            if let Err(e) = first {
-                tracing::warn!(error = %e, "overrides not read yet: deciding without them");
-            }
         }
         cache.get(policy.name(), key)
     }
@@ -1192,7 +1197,9 @@ impl RedisStoreBuilder {
     /// `rein override set`), re-read at most every `staleness`: a change applies in this
     /// process within `staleness` plus one round trip, for decisions made after that, and
     /// a process that cannot reach Redis keeps what it read last. The first decision reads
-    /// them; a re-read is one small command while nothing changed. Decisions (`acquire`,
+    /// them, and the decisions made meanwhile wait for that one read; if it fails, they
+    /// decide without overrides until the next read, `staleness` later. A re-read is one
+    /// small command while nothing changed. Decisions (`acquire`,
     /// `peek`), refunds and the operator's changes of an overridden key use its override;
     /// leases (`acquire_held`, `refund_held`, rate shares) keep the policy's own limits.
     /// docs/operations.md, "Overrides", says what a change guarantees meanwhile.

@@ -478,3 +478,60 @@ async fn a_published_change_applies_at_once_not_after_the_staleness() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A first read that fails is made once, not once per decision waiting for it: sixteen
+/// decisions at once over a source that keeps failing cost one read, decide by the policy's
+/// own limit, and the next read is a re-read, a staleness later. (Before, each waiting
+/// decision read again, one after another: 16 reads, each within the store's deadline.)
+#[tokio::test]
+async fn a_failed_first_read_is_made_once_and_decisions_go_on_without_overrides() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use rein_core::limiter::SourceError;
+    use rein_core::overrides::{BoxFuture, OverrideEntry, OverrideSource};
+
+    struct Down(Arc<AtomicUsize>);
+    impl OverrideSource for Down {
+        fn load(&self) -> BoxFuture<'_, Result<Vec<OverrideEntry>, SourceError>> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Err(SourceError::new(std::io::Error::other(
+                    "the database is down",
+                )))
+            })
+        }
+    }
+    let server = RedisServer::start().expect("start redis-server");
+    let reads = Arc::new(AtomicUsize::new(0));
+    let store = RedisStoreBuilder::new()
+        .deadline(Duration::from_secs(5))
+        .override_source(Down(reads.clone()), STALENESS)
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let policy = api();
+    let decisions: Vec<_> = (0..16)
+        .map(|i| {
+            let (store, policy) = (store.clone(), policy.clone());
+            tokio::spawn(async move {
+                store
+                    .acquire(None, &policy, format!("k{i}").as_bytes(), 1)
+                    .await
+                    .expect("a decision")
+            })
+        })
+        .collect();
+    for decision in decisions {
+        assert!(decision.await.expect("a task").is_allowed());
+    }
+    assert_eq!(reads.load(Ordering::Relaxed), 1, "one first read");
+    tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
+    assert_eq!(admitted(&store, "k0", 5).await, 4, "the policy's own 5");
+    assert_eq!(
+        reads.load(Ordering::Relaxed),
+        2,
+        "then a re-read, a staleness later"
+    );
+}
