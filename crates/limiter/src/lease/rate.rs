@@ -231,8 +231,18 @@ impl RateBook {
         let Some((owned, lease)) = self.leases.get_key_value_mut(&key) else {
             return self.count(Admit::Direct(DirectReason::Untracked));
         };
+        // A key never leased here (no share held or asked for, no demand reported) is cold
+        // until it asks for `min_demand` within a renewal interval, as the window book
+        // decides: before, its requests go direct and take no share (a take for a key that
+        // asks once would cost a store call, and a return or a lapse, for nothing).
+        let cold = lease.holding.is_none() && lease.flight.is_none() && lease.remembered == 0;
+        if cold && now >= lease.asked_since.saturating_add(config.renew_interval) {
+            lease.asked = 0;
+            lease.asked_since = now;
+        }
         lease.asked = lease.asked.saturating_add(cost);
         lease.last_request = now;
+        let cold = cold && lease.asked < config.min_demand;
         let admit = if lease.bucket.try_take(now, &lease.shares, cost) {
             // As a direct decision's: the bucket's tokens and its time to full, read off this
             // share (every sub-bucket is the bucket scaled by its share), not the share's own
@@ -266,12 +276,14 @@ impl RateBook {
         } else if now < lease.bucket.until() {
             // Above this node's burst, or a share of no rate: only the store can say.
             Admit::Direct(DirectReason::AboveShare)
+        } else if cold {
+            Admit::Direct(DirectReason::Cold)
         } else {
             Admit::Direct(DirectReason::NoShare)
         };
         // A take needs a fresh `seq`; with every one used (2^52 − 1 requests), the book
         // takes no more and the key is decided directly.
-        if lease.flight.is_none() && now >= lease.renew_at && self.seq < MAX_MICROS {
+        if !cold && lease.flight.is_none() && now >= lease.renew_at && self.seq < MAX_MICROS {
             self.seq += 1;
             let take = Self::take(config, node, self.seq, now, lease);
             self.actions.push_back(RateAction::Take {
@@ -736,8 +748,14 @@ mod tests {
         RateShares::new(&TokenBucket::new(100, 1_000, Micros::from_secs(1)).unwrap()).unwrap()
     }
 
+    /// Every key hot from its first request (`min_demand` 1): a cold key's own test sets
+    /// the default.
     fn book() -> RateBook {
-        RateBook::new(LeaseConfig::default(), 9)
+        let config = LeaseConfig {
+            min_demand: 1,
+            ..LeaseConfig::default()
+        };
+        RateBook::new(config, 9)
     }
 
     fn take_of(book: &mut RateBook) -> (LeaseKey, TakeRequest) {
@@ -763,6 +781,32 @@ mod tests {
             parts,
             moved: moved_tokens * shares().token_units(),
         }))
+    }
+
+    /// With the default `min_demand` of 2, a key asked for once per renewal interval is
+    /// cold: it goes direct and never takes a share. Twice within an interval, it takes one.
+    #[test]
+    fn a_cold_key_goes_direct_and_takes_no_share_until_its_demand_is_min_demand() {
+        let s = shares();
+        let mut b = RateBook::new(LeaseConfig::default(), 9);
+        for i in 0..5 {
+            assert_eq!(
+                b.handle_request(ms(150 * i), KEY, 1, &s),
+                Admit::Direct(DirectReason::Cold)
+            );
+            assert_eq!(b.poll_action(), None, "no take for a cold key");
+        }
+        assert_eq!(
+            b.handle_request(ms(650), KEY, 1, &s),
+            Admit::Direct(DirectReason::NoShare),
+            "the second unit within 100 ms"
+        );
+        let (_, take) = take_of(&mut b);
+        assert_eq!(
+            take.demand, 20,
+            "2 tokens over one renewal interval, per second"
+        );
+        assert_eq!(b.stats().reservations, 1);
     }
 
     #[test]
