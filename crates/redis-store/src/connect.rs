@@ -50,6 +50,7 @@ impl RedisStoreBuilder {
         let (conn, listener) = self.standalone(url).await?;
         let store = self.build(conn)?;
         store.listen_for_overrides(listener);
+        store.read_overrides_first().await;
         Ok(store)
     }
 
@@ -115,6 +116,7 @@ impl RedisStoreBuilder {
         if let Some(listener) = listener {
             store.listen_for_overrides(listener);
         }
+        store.read_overrides_first().await;
         Ok(store)
     }
 
@@ -168,6 +170,7 @@ impl RedisStoreBuilder {
         if let Some(listener) = listener {
             store.listen_for_overrides(listener);
         }
+        store.read_overrides_first().await;
         Ok(store)
     }
 

@@ -407,23 +407,33 @@ where
                 tracing::warn!(error = %e, "overrides not re-read: keeping the ones read before");
             }
         } else {
-            // One first read, which the decisions meanwhile wait for; if it fails they go
-            // on without overrides, and the next read is a re-read, `staleness` later (not
-            // one read per waiting decision, one after another).
-            cache
-                .first()
-                .get_or_init(|| async {
-                    cache.claim_read(Instant::now());
-                    if let Err(e) = self.load_overrides(cache).await {
-                        tracing::warn!(
-                            error = %e,
-                            "overrides not read: deciding without them until the next read"
-                        );
-                    }
-                })
-                .await;
+            self.read_overrides_first().await;
         }
         cache.get(policy.name(), key)
+    }
+
+    /// The overrides' first read, once, within the store's deadline: made as the store
+    /// connects, or for a store built over the caller's connection by its first decision,
+    /// which the decisions meanwhile wait for. If it fails, decisions go by the policies'
+    /// own limits until the next read, a re-read `staleness` later (or when a change is
+    /// published), not one read per waiting decision, one after another. A decision dropped
+    /// while it reads hands the read to the next one waiting.
+    pub(crate) async fn read_overrides_first(&self) {
+        let Some(cache) = self.inner.overrides.as_ref() else {
+            return;
+        };
+        cache
+            .first()
+            .get_or_init(|| async {
+                cache.claim_read(Instant::now());
+                if let Err(e) = self.load_overrides(cache).await {
+                    tracing::warn!(
+                        error = %e,
+                        "overrides not read: deciding without them until the next read"
+                    );
+                }
+            })
+            .await;
     }
 
     /// Redis's clock (`TIME`), the one the scripts decide at when no `now` is given: for
@@ -1196,10 +1206,12 @@ impl RedisStoreBuilder {
     /// Applies the per-key overrides kept in Redis (`RedisStore::set_override`,
     /// `rein override set`), re-read at most every `staleness`: a change applies in this
     /// process within `staleness` plus one round trip, for decisions made after that, and
-    /// a process that cannot reach Redis keeps what it read last. The first decision reads
-    /// them, and the decisions made meanwhile wait for that one read; if it fails, they
-    /// decide without overrides until the next read, `staleness` later. A re-read is one
-    /// small command while nothing changed. Decisions (`acquire`,
+    /// a process that cannot reach Redis keeps what it read last. They are first read as
+    /// the store connects, within its deadline (a store from [`build`](Self::build) or
+    /// [`build_cluster`](Self::build_cluster): by its first decision, which decisions made
+    /// meanwhile wait for); if that read fails, decisions go by the policies' own limits
+    /// until the next read, `staleness` later or when a change is published. A re-read is
+    /// one small command while nothing changed. Decisions (`acquire`,
     /// `peek`), refunds and the operator's changes of an overridden key use its override;
     /// leases (`acquire_held`, `refund_held`, rate shares) keep the policy's own limits.
     /// docs/operations.md, "Overrides", says what a change guarantees meanwhile.
@@ -1209,9 +1221,10 @@ impl RedisStoreBuilder {
     }
 
     /// Applies per-key overrides read from `source` (the application's own database)
-    /// instead of Redis, with the same cache as [`overrides`](Self::overrides): read at the
-    /// first decision, then at most every `staleness` by the decision that finds the copy
-    /// that old, within the store's deadline; a failed read keeps the copy. The whole list
+    /// instead of Redis, with the same cache as [`overrides`](Self::overrides): read as the
+    /// store connects (or at its first decision), then at most every `staleness` by the
+    /// decision that finds the copy that old, within the store's deadline; a failed read
+    /// keeps the copy. The whole list
     /// is read each time, so keep it to what fits in memory
     /// ([`MAX_OVERRIDES`](rein_core::overrides::MAX_OVERRIDES) are kept, the rest left out
     /// with a warning).
@@ -1284,7 +1297,9 @@ impl RedisStoreBuilder {
         let timeout = self.shared.connect_timeout;
         let conn = crate::connect::first_connection(timeout, connector()).await?;
         let link = Link::reconnecting(conn, connector, timeout);
-        Ok(RedisStore::with_link(self, link))
+        let store = RedisStore::with_link(self, link);
+        store.read_overrides_first().await;
+        Ok(store)
     }
 
     pub(crate) fn validate(&self) -> Result<(), SettingsError> {

@@ -479,10 +479,12 @@ async fn a_published_change_applies_at_once_not_after_the_staleness() {
     }
 }
 
-/// A first read that fails is made once, not once per decision waiting for it: sixteen
-/// decisions at once over a source that keeps failing cost one read, decide by the policy's
-/// own limit, and the next read is a re-read, a staleness later. (Before, each waiting
-/// decision read again, one after another: 16 reads, each within the store's deadline.)
+/// A first read that fails is made once, not once per decision waiting for it. A store
+/// that connects reads as it connects; one built over the caller's connection reads at its
+/// first decision: sixteen decisions at once over a source that keeps failing cost one read,
+/// decide by the policy's own limit, and the next read is a re-read, a staleness later.
+/// (Before, each waiting decision read again, one after another: 16 reads, each within the
+/// store's deadline, and a store that connected read at its first decision too.)
 #[tokio::test]
 async fn a_failed_first_read_is_made_once_and_decisions_go_on_without_overrides() {
     use std::sync::Arc;
@@ -505,12 +507,26 @@ async fn a_failed_first_read_is_made_once_and_decisions_go_on_without_overrides(
     }
     let server = RedisServer::start().expect("start redis-server");
     let reads = Arc::new(AtomicUsize::new(0));
-    let store = RedisStoreBuilder::new()
-        .deadline(Duration::from_secs(5))
+    let connected = RedisStoreBuilder::new()
         .override_source(Down(reads.clone()), STALENESS)
         .connect(&server.url())
         .await
         .expect("connect");
+    assert_eq!(reads.load(Ordering::Relaxed), 1, "read as it connected");
+    drop(connected);
+
+    let reads = Arc::new(AtomicUsize::new(0));
+    let conn = redis::Client::open(server.url())
+        .expect("a client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection");
+    let store = RedisStoreBuilder::new()
+        .deadline(Duration::from_secs(5))
+        .override_source(Down(reads.clone()), STALENESS)
+        .build(conn)
+        .expect("valid settings");
+    assert_eq!(reads.load(Ordering::Relaxed), 0, "built: not read yet");
     let policy = api();
     let decisions: Vec<_> = (0..16)
         .map(|i| {

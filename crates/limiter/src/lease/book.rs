@@ -107,7 +107,9 @@ pub struct LeaseConfig {
     /// A key with no request for this long gives its units back and is forgotten.
     pub idle_after: Micros,
     /// A key is leased once it demanded at least this many units within about one
-    /// renewal interval; below that (cold keys) requests go to the store directly.
+    /// renewal interval; below that (cold keys) requests go to the store directly. A
+    /// window's key is checked at every reservation; a token bucket's only before its first
+    /// take (its share's renewals then follow its demand), until it is forgotten.
     pub min_demand: u64,
     /// The most keys tracked; requests for further keys go to the store directly.
     pub max_keys: NonZeroUsize,

@@ -73,7 +73,7 @@ fn failure_policys(outcome: rein_core::Outcome) -> rein_core::Decision {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum DirectReason {
     /// The key's demand is below [`LeaseConfig::min_demand`]: a lease would cost a store
-    /// call per request anyway.
+    /// call per request anyway (a token bucket's key: only before its first take).
     Cold,
     /// [`LeaseConfig::max_keys`] keys are tracked already.
     Untracked,

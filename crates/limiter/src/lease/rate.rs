@@ -140,6 +140,10 @@ struct RateLease {
     /// Demand: cost asked for since `asked_since`.
     asked: u64,
     asked_since: Timestamp,
+    /// Whether a take was sent since the key was tracked. Until then the key is cold while
+    /// its demand over a renewal interval is below `min_demand`; after, it is hot until it
+    /// is forgotten (idle, or a shutdown).
+    taken: bool,
     /// The demand (per second) the last take that saw requests reported: what a node back
     /// from a quiet spell reports at first, rather than its first request's cost over an
     /// interval (issue 23: a node bursting on and off started each burst near the floor).
@@ -220,6 +224,7 @@ impl RateBook {
                 renew_at: now,
                 asked: 0,
                 asked_since: now,
+                taken: false,
                 remembered: 0,
                 last_request: now,
                 timer: None,
@@ -231,11 +236,12 @@ impl RateBook {
         let Some((owned, lease)) = self.leases.get_key_value_mut(&key) else {
             return self.count(Admit::Direct(DirectReason::Untracked));
         };
-        // A key never leased here (no share held or asked for, no demand reported) is cold
-        // until it asks for `min_demand` within a renewal interval, as the window book
-        // decides: before, its requests go direct and take no share (a take for a key that
-        // asks once would cost a store call, and a return or a lapse, for nothing).
-        let cold = lease.holding.is_none() && lease.flight.is_none() && lease.remembered == 0;
+        // A key that sent no take since it was tracked is cold until it asks for
+        // `min_demand` within a renewal interval: before, its requests go direct and take
+        // no share (a take for a key that asks once would cost a store call, and a return
+        // or a lapse, for nothing). The window book checks demand at every reservation;
+        // here only before the first take: a share's renewals follow demand themselves.
+        let cold = !lease.taken;
         if cold && now >= lease.asked_since.saturating_add(config.renew_interval) {
             lease.asked = 0;
             lease.asked_since = now;
@@ -286,6 +292,7 @@ impl RateBook {
         if !cold && lease.flight.is_none() && now >= lease.renew_at && self.seq < MAX_MICROS {
             self.seq += 1;
             let take = Self::take(config, node, self.seq, now, lease);
+            lease.taken = true;
             self.actions.push_back(RateAction::Take {
                 key: owned.clone(),
                 request: take,
@@ -474,10 +481,10 @@ impl RateBook {
     }
 
     /// Take `seq` for `lease`: its demand since the last take, per second, measured over at
-    /// least one renewal interval. A key's first take leaves with the request that created
-    /// it, so its own span is 0: a rate over it would claim about `cost × 10⁶` per second and,
-    /// until the next renewal, shrink every other node's share for a guess. Over an interval
-    /// a new key starts modestly (more of its requests go direct for one interval, which is
+    /// least one renewal interval. A key's first take leaves with the request that made it
+    /// hot, `min_demand` within an interval, often a few µs after its first: a rate over that
+    /// span would claim about `cost × 10⁶` per second and, until the next renewal, shrink
+    /// every other node's share for a guess. Over an interval a new key starts modestly (more of its requests go direct for one interval, which is
     /// exact), and a burst shorter than an interval is not extrapolated.
     fn take(
         config: LeaseConfig,
@@ -801,12 +808,38 @@ mod tests {
             Admit::Direct(DirectReason::NoShare),
             "the second unit within 100 ms"
         );
-        let (_, take) = take_of(&mut b);
+        let (key, take) = take_of(&mut b);
         assert_eq!(
             take.demand, 20,
             "2 tokens over one renewal interval, per second"
         );
         assert_eq!(b.stats().reservations, 1);
+        // A failed first take leaves the key hot: asked once more a renewal interval later,
+        // it takes again.
+        b.handle_taken(ms(651), &key, take.seq, TakeReply::Failed);
+        assert_eq!(
+            b.handle_request(ms(760), KEY, 1, &s),
+            Admit::Direct(DirectReason::NoShare)
+        );
+        let (_, again) = take_of(&mut b);
+        // Forgotten once idle, the key is cold again.
+        b.handle_taken(ms(761), &key, again.seq, TakeReply::Failed);
+        b.handle_timeout(ms(5_000));
+        assert_eq!(
+            b.handle_request(ms(5_001), KEY, 1, &s),
+            Admit::Direct(DirectReason::Cold)
+        );
+        assert_eq!(b.poll_action(), None);
+        // With `min_demand` 0, no key is cold.
+        let mut hot = RateBook::new(
+            LeaseConfig {
+                min_demand: 0,
+                ..LeaseConfig::default()
+            },
+            9,
+        );
+        let _ = hot.handle_request(ms(0), KEY, 1, &s);
+        let _ = take_of(&mut hot);
     }
 
     #[test]
