@@ -428,7 +428,7 @@ async fn an_applications_own_source_feeds_the_same_cache() {
     assert_eq!(
         admitted(&store, "vip", 9).await,
         8,
-        "read at the first decision"
+        "read as the store connected"
     );
     *table.lock().expect("not poisoned") = Ok(vec![entry("vip", per_hour(10))]);
     tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
