@@ -166,6 +166,21 @@ pub enum RequestError {
     UnknownPolicy(String),
 }
 
+/// A request error as [`Limiter`](rein_core::Limiter)'s, for code that decides through
+/// the inherent calls and answers in the trait's terms (rein-server). A policy the table
+/// does not hold is [`DecideError::ForeignPolicy`](rein_core::DecideError::ForeignPolicy):
+/// the trait names policies by a prepared [`TablePolicy`], and refuses one this limiter did
+/// not prepare that way.
+impl From<RequestError> for rein_core::DecideError {
+    fn from(error: RequestError) -> Self {
+        match error {
+            RequestError::InsufficientCapacity(over) => over.into(),
+            RequestError::InvalidKey(e) => Self::InvalidKey(e),
+            RequestError::UnknownPolicy(_) => Self::ForeignPolicy,
+        }
+    }
+}
+
 /// A [`PolicyTable`] or [`ResilientLimiter`] that cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]

@@ -668,7 +668,7 @@ impl<S: Limiter, M: Mode<S>> Limiter for ResilientLimiter<S, M> {
     ) -> Result<Decision, DecideError> {
         let call = self.call(now, policy, key, cost)?;
         let decided = M::decide(self, call, Ask::Acquire).await;
-        Ok(decided.map_err(decide_error)?.decision)
+        Ok(decided.map_err(DecideError::from)?.decision)
     }
 
     /// The store's peek through the gate: deadline, breaker and failure policy as for
@@ -685,7 +685,7 @@ impl<S: Limiter, M: Mode<S>> Limiter for ResilientLimiter<S, M> {
         M::decide(self, call, Ask::Peek)
             .await
             .map(|decided| decided.decision)
-            .map_err(decide_error)
+            .map_err(DecideError::from)
     }
 
     async fn refund(
@@ -832,7 +832,7 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
                 Ok((held.decision, Some(held.stamp)))
             })
             .await
-            .map_err(decide_error)?;
+            .map_err(DecideError::from)?;
         if let Some(why) = decided.source.unavailable() {
             return Err(no_grant(why, self.inner.guard_deadline));
         }
@@ -888,7 +888,7 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
                 )
                 .await
                 .map(|(decided, _)| RateAnswer::Decided(decided.decision))
-                .map_err(decide_error),
+                .map_err(DecideError::from),
             op => self.inner.share_rate(now, call.index, key, op).await,
         }
     }
@@ -964,17 +964,6 @@ fn no_grant(why: Unavailable, deadline: Duration) -> DecideError {
 #[derive(Debug, thiserror::Error)]
 #[error("no grant: the store gave no answer ({})", .0.as_str())]
 struct NoGrant(Unavailable);
-
-/// A request error as the trait's. The trait's calls name their policy by a
-/// [`TablePolicy`], checked before any decision ([`DecideError::ForeignPolicy`]), so
-/// `UnknownPolicy` (a name) does not arise from them; it would be the same error.
-fn decide_error(error: RequestError) -> DecideError {
-    match error {
-        RequestError::InsufficientCapacity(over) => over.into(),
-        RequestError::InvalidKey(e) => DecideError::InvalidKey(e),
-        RequestError::UnknownPolicy(_) => DecideError::ForeignPolicy,
-    }
-}
 
 impl<S: Limiter> ResilientLimiterBuilder<S> {
     /// The `limiter` label of this limiter's metrics and logs (default `rein`).

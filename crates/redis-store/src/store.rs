@@ -788,9 +788,9 @@ where
             .unwrap_or_else(Instant::now);
         let (keys, rest): (Vec<String>, Vec<_>) = waiters
             .into_iter()
-            .map(|w| (w.key, (w.ask, w.reply)))
+            .map(|w| (w.key, (w.ask, w.reply, w.deadline)))
             .unzip();
-        let asks: Vec<Ask> = rest.iter().map(|(ask, _)| *ask).collect();
+        let asks: Vec<Ask> = rest.iter().map(|(ask, ..)| *ask).collect();
         let invocation = Invocation::new(&keys, None, self.inner.min_ttl_ms, policy, &asks);
         let capacity = policy.policy().capacity();
         let span = tracing::debug_span!("rein_redis_call", policy = policy.name(), count);
@@ -802,23 +802,27 @@ where
         .await;
         match result {
             // A Cluster connection given to `build`: the keys were in several slots, so the
-            // script did not run. Each decision goes alone, within its own deadline.
+            // script did not run. Each decision goes alone, within its own deadline, unless
+            // its caller gave up meanwhile (a decision nobody is told of must not be taken).
             Err(e) if count > 1 && crosses_slots(&e) => {
-                for (key, (ask, reply)) in keys.into_iter().zip(rest) {
+                for (key, (ask, reply, deadline)) in keys.into_iter().zip(rest) {
+                    if reply.is_closed() {
+                        continue;
+                    }
                     let keys = [key];
                     let alone = self.invoke(&keys, ask.op, None, ask.cost, policy, deadline);
                     let _ = reply.send(alone.await);
                 }
             }
             Ok((now, decisions)) => {
-                for ((_, reply), decision) in rest.into_iter().zip(decisions) {
+                for ((_, reply, _), decision) in rest.into_iter().zip(decisions) {
                     // A caller that gave up meanwhile is not told.
                     let _ = reply.send(decision.map(|d| (d, now)));
                 }
             }
             Err(e) => {
                 tracing::debug!(error = %e, count, "a coalesced call failed");
-                for (_, reply) in rest {
+                for (_, reply, _) in rest {
                     let _ = reply.send(Err(e.clone()));
                 }
             }

@@ -1,6 +1,6 @@
 //! Matching one request descriptor against a domain's tree, as envoyproxy/ratelimit does:
-//! entry by entry, one level of the tree per entry, at each level the most specific match
-//! (the exact `key`+`value`, then the first declared wildcard prefix that matches, then the `key` alone); the
+//! entry by entry, one level of the tree per entry, at each level the exact `key`+`value`,
+//! then the first declared wildcard prefix that matches, then the `key` alone; the
 //! descriptor gets the rule of the entry its last entry matched, if it has one. A
 //! descriptor with more entries than the tree has levels, or an entry that matches
 //! nothing, gets no rule.

@@ -34,9 +34,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use rein::{
-    FailurePolicy, PolicyTable, RequestError, ResilienceConfigError, ResilientLimiter, TablePolicy,
-};
+use rein::{FailurePolicy, PolicyTable, ResilienceConfigError, ResilientLimiter, TablePolicy};
 use rein::{
     LeaseConfig,
     lease::{LeaseStats, MaybeLeased},
@@ -454,17 +452,16 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             });
             futures_util::future::join_all(refunds).await;
         }
-        // Every status is OK under shadow mode, and `denied` only set outside it.
-        let over = denied;
+        // Every status is OK under shadow mode, and `denied` is only set outside it.
         let mut response = RateLimitResponse {
-            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            overall_code: if denied { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
             ..Default::default()
         };
         // A request over a limit that decided nothing (a zero limit, a `deny_all`, a cost no
         // limit holds) has no decision to show: an admitted descriptor's headers would say
         // "remaining" on a 429.
-        let shown = shown.filter(|shown| !over || !shown.decision.is_allowed());
+        let shown = shown.filter(|shown| !denied || !shown.decision.is_allowed());
         if let Some(shown) = shown {
             response.response_headers_to_add = self.headers(&shown);
         }
@@ -779,14 +776,7 @@ impl<S: Leasable + Clone + 'static> Target<'_, S> {
             .0
             .acquire_as(self.2, key, cost)
             .await
-            .map_err(|e| match e {
-                RequestError::InsufficientCapacity(over) => DecideError::InsufficientCapacity(over),
-                RequestError::InvalidKey(key) => DecideError::InvalidKey(key),
-                // Prepared from the same table: every name is in it.
-                other => DecideError::Unavailable(rein_core::StoreError::UnexpectedReply(
-                    other.to_string(),
-                )),
-            })?;
+            .map_err(DecideError::from)?;
         // An admission is the store's own exactly when its source is exact (the store, or
         // a lease it counted); the callers charge admissions only.
         let counted = decided.source.is_exact();

@@ -111,7 +111,8 @@ pub struct HttpSettings {
     /// `admitted_headers` (default `ratelimit`).
     pub admitted_headers: AdmittedHeaders,
     /// `deadline`: the layer's own bound on a decision (default the limiter's plus 5 ms).
-    /// Longer than `redis.deadline`, so that the failure policy answers first.
+    /// Longer than the limiter's ([`resilient_deadline`]: `redis.deadline` plus 5 ms, times
+    /// 2 with `[leases]`), so that the failure policy answers first.
     pub deadline: Option<Duration>,
 }
 

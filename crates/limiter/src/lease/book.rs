@@ -114,7 +114,9 @@ pub struct LeaseConfig {
     /// The most keys tracked; requests for further keys go to the store directly.
     pub max_keys: NonZeroUsize,
     /// A reservation with no reply after this long is presumed lost: its units count as
-    /// in doubt (possibly taken), and waiting requests go to the store directly. A rate
+    /// in doubt (possibly taken), and requests go to the store directly for a while. It
+    /// also bounds how long a request waits for reservations (with the store's deadline,
+    /// whichever is shorter). A rate
     /// share's take is given up sooner if its validity less one renewal interval is
     /// shorter, so that a lost renewal is retried while the share is still valid.
     pub flight_timeout: Micros,
@@ -160,10 +162,10 @@ pub enum Action {
         units: u64,
         /// The instant the reservation was made at; the store call goes out after it.
         at: Timestamp,
-        /// For a sliding log: `acquire_held` with this hold. `None`, a window's grant:
-        /// `acquire_held` with no hold, to learn the store's instant of the grant (its
-        /// window). Report [`Reserved::Decided`] with the store's stamp.
-        hold: Option<Micros>,
+        /// `acquire_held` with this hold: a sliding log's; zero for a window's grant, asked
+        /// so to learn the store's instant of the grant (its window). Report
+        /// [`Reserved::Decided`] with the store's stamp.
+        hold: Micros,
     },
     /// `refund_held(amount = units, stamp)` on the key's policy; nothing to report.
     Return {
@@ -592,16 +594,17 @@ impl LeaseBook {
                     }
                 }
                 None => {
-                    // Admitted, but not by the store's windows (a failure policy's answer):
-                    // never spent as a lease. Requests go direct and meet that policy.
+                    // Admitted with a reset no store window carries (rein's resilient limiter
+                    // never answers a reservation from its failure policy, but a `Leasable`
+                    // of another's might): never spent as a lease; requests go direct.
                     stats.reservations_unusable += 1;
                     entry.detour = Detour::direct_from(now, &config);
                 }
             },
             Reserved::Decided(d, _) if d.retry_after == Micros::ZERO => {
-                // A denial that names no wait is not the store's (a fail-closed answer while
-                // its breaker is closed): treat it as a failure, and let requests meet the
-                // failure policy directly.
+                // A denial that names no wait is not a store window's (a fail-closed answer
+                // from a `Leasable` that gives one): treat it as a failure, and send
+                // requests direct.
                 stats.reservations_unusable += 1;
                 entry.detour = Detour::direct_from(now, &config);
             }
@@ -1135,7 +1138,7 @@ fn reserve(
         id,
         units,
         at: now,
-        hold: entry.terms.hold(),
+        hold: entry.terms.hold().unwrap_or(Micros::ZERO),
     });
 }
 
@@ -1290,7 +1293,6 @@ mod tests {
                     hold,
                     ..
                 } => {
-                    let hold = hold.unwrap_or(Micros::ZERO);
                     let d = self
                         .policy
                         .acquire_held(at(ms), &mut self.store, units, hold);
@@ -1695,14 +1697,24 @@ mod tests {
         let _ = h.request(991, 1);
         h.deliver(992);
         let _ = h.retry(992, 1);
-        // Jump past the block's end, then back: the book keeps the latest instant.
-        assert_eq!(h.held(1_000), 0);
-        let _ = h.request(1_000, 1);
-        assert_eq!(h.request(500, 1), Admit::Wait, "taken at 1 000 ms, not 500");
+        assert_eq!(
+            h.held(993),
+            1,
+            "one unit left, until the window ends at 1 000 ms"
+        );
+        // The book sees 1 000 ms through another key, then the clock steps back: it judges
+        // at the latest instant, where the block has ended, never at 500 ms.
+        let other = LeaseKeyRef { slot: 0, key: b"x" };
+        let _ = h
+            .book
+            .request(at(1_000), other, 1, &h.terms, Attempt::First);
+        let admit = h.request(500, 1);
+        assert!(!matches!(admit, Admit::Leased(_)), "{admit:?}");
     }
 
-    /// Two requests, and the reservation they sent answered by a failure policy with
-    /// `outcome`: the next request goes direct.
+    /// Two requests, and the reservation they sent answered as a failure policy would
+    /// (`outcome`, no wait, no reset), from a `Leasable` that lets one answer: the next
+    /// request goes direct.
     fn reserved_by_a_failure_policy(outcome: Outcome) -> Harness {
         let mut h = harness(window());
         let _ = h.request(0, 1);

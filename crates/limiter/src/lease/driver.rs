@@ -195,8 +195,8 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
     ///
     /// `now`, when given, must advance with real time like the store's clock: a block's
     /// life is measured from it (docs/leases.md). At most two store calls' time: waits for
-    /// its key's reservations, all within one store call's deadline (for a store that
-    /// states none, [`LeaseConfig::flight_timeout`]), then, if no block served it, a direct
+    /// its key's reservations, all within one store call's deadline (at most
+    /// [`LeaseConfig::flight_timeout`]), then, if no block served it, a direct
     /// call.
     pub fn acquire_leased<'a>(
         &'a self,
@@ -317,13 +317,8 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
                 // Waits, all together, within one store call's deadline from the first;
                 // then the book is asked a last time, and never answers `Wait` to that.
                 Admit::Wait => {
-                    let give_up = *give_up.get_or_insert_with(|| {
-                        let now = tokio::time::Instant::now();
-                        // A budget past the clock's range (a store stating a deadline
-                        // near `Duration::MAX`): a year is as good as forever here.
-                        now.checked_add(shared.wait_budget)
-                            .unwrap_or(now + Duration::from_secs(365 * 86_400))
-                    });
+                    let give_up = *give_up
+                        .get_or_insert_with(|| tokio::time::Instant::now() + shared.wait_budget);
                     let _ = tokio::time::timeout_at(give_up, woken).await;
                     attempt = if tokio::time::Instant::now() < give_up {
                         Attempt::Again
@@ -719,15 +714,14 @@ impl<S: Leasable + 'static> Shared<S> {
         id: u64,
         units: u64,
         at: Timestamp,
-        hold: Option<Micros>,
+        hold: Micros,
     ) {
         let reply = match self.policy(key.slot) {
-            // A window's grant is held for no time (`hold` is `None`): the store's stamp
+            // A window's grant is held for no time (`hold` is zero): the store's stamp
             // names the window the units were counted in, and the block's returns go to
             // that window only (`refund_held`), however late they execute.
             Some(policy) => {
                 let now = self.store_time(at);
-                let hold = hold.unwrap_or(Micros::ZERO);
                 let held = self.store.acquire_held(now, &policy, &key.key, units, hold);
                 match held.await {
                     Ok(held) => Reserved::Decided(held.decision, held.stamp),
@@ -927,12 +921,14 @@ where
     /// own (otherwise at the first request), which ends when the limiter is shut down or
     /// its last handle is dropped.
     pub fn build(self) -> LeasedLimiter<S> {
-        // One store call's deadline; for a store that states none, the book's own bound on
-        // a reservation's flight.
+        // One store call's deadline, and never past the book's own bound on a reservation's
+        // flight (at most 2^52 µs, so the budget always fits the clock): by then the book
+        // presumes the flight lost and sends its waiters direct.
+        let flight = Duration::from(self.config.flight_timeout);
         let wait_budget = self
             .store
             .deadline()
-            .unwrap_or(Duration::from(self.config.flight_timeout));
+            .map_or(flight, |call| call.min(flight));
         let leased = LeasedLimiter {
             shared: Arc::new(Shared {
                 owner: Owner::new(),

@@ -53,8 +53,9 @@ pub(crate) use rate::{RateAction, RateBook, TakeReply};
 #[cfg(test)]
 mod proptests;
 
-/// A failure policy's answer as a reservation may get it: `outcome`, with no wait and no
-/// reset to count a lease from (fail open, fail closed).
+/// A failure policy's answer (fail open, fail closed): `outcome`, with no wait and no reset
+/// to count a lease from. rein's resilient limiter never answers a reservation so; the
+/// tests give it to the book as a `Leasable` that did would.
 #[cfg(test)]
 fn failure_policys(outcome: rein_core::Outcome) -> rein_core::Decision {
     rein_core::Decision {
@@ -79,9 +80,8 @@ pub(crate) enum DirectReason {
     Untracked,
     /// The cost exceeds this node's fair share of the policy.
     AboveShare,
-    /// A recent reservation failed, was lost, or was answered by a failure policy rather
-    /// than by the store's windows: requests go to the store (and its failure policy) for a
-    /// renewal interval.
+    /// A recent reservation failed, was lost, or was answered with figures no store window
+    /// carries: requests go to the store (and its failure policy) for a renewal interval.
     StoreTrouble,
     /// The limiter was shut down.
     Closed,
@@ -89,8 +89,7 @@ pub(crate) enum DirectReason {
     /// failed renewal, or after the share lapsed): the store's direct share decides.
     NoShare,
     /// The request waited for its key's reservations as long as it may (one store call's
-    /// deadline; for a store that states none, [`LeaseConfig::flight_timeout`]), and would
-    /// wait again (another reservation in flight, or too little
+    /// deadline, at most [`LeaseConfig::flight_timeout`]), and would wait again (another reservation in flight, or too little
     /// granted): it goes to the store, so that it takes at most [`LEASED_CALLS`] store
     /// calls' time.
     Waited,
@@ -121,8 +120,8 @@ pub struct LeaseStats {
     pub reservations_failed: u64,
     /// Reservations presumed lost (no reply within the flight timeout).
     pub reservations_lost: u64,
-    /// Reservations answered "allowed" but not by the store's windows (a failure
-    /// policy's answer), never spent as leases.
+    /// Reservations answered "allowed" with figures no store window carries (from a
+    /// `Leasable` that lets a failure policy answer one), never spent as leases.
     pub reservations_unusable: u64,
     /// Grants that arrived after the book stopped waiting for them: their units stay
     /// unused (counted in the store, so under-admission only).

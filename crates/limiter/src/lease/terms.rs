@@ -168,8 +168,9 @@ impl LeaseTerms {
     /// For a grant (an allowed `acquire` of a positive cost) decided at the store's instant
     /// `t`: the time from `t` to the earliest window boundary among the policy's limits,
     /// in `(0, w]`. `None` when `reset_after` is not one a grant of this policy can carry
-    /// (for example a failure policy's answer, whose `reset_after` is zero): such an
-    /// answer did not come from the store's windows and must not be spent as a lease.
+    /// (for example a failure policy's answer, whose `reset_after` is zero, from a
+    /// `Leasable` that gives one): such an answer did not come from the store's windows and
+    /// must not be spent as a lease.
     pub fn span(&self, grant: &Decision) -> Option<Micros> {
         if !grant.is_allowed() {
             return None;

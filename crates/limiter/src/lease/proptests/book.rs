@@ -103,7 +103,6 @@ impl World {
                     }) => {
                         let k = key_index(&key);
                         // A window's grant is held for no time: its stamp names its window.
-                        let hold = hold.unwrap_or(Micros::ZERO);
                         let d = self
                             .policy
                             .acquire_held(self.now, &mut self.store[k], units, hold)
