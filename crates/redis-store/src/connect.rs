@@ -48,10 +48,7 @@ impl RedisStoreBuilder {
     /// by default). Credentials in the URL are sent with `AUTH`.
     pub async fn connect(self, url: &str) -> Result<RedisStore<ConnectionManager>, ConnectError> {
         let (conn, listener) = self.standalone(url).await?;
-        let store = self.build(conn)?;
-        store.listen_for_overrides(listener);
-        store.read_overrides_first().await;
-        Ok(store)
+        Ok(self.build(conn)?.started(Some(listener)).await)
     }
 
     /// A `ConnectionManager` to `url`, its script loaded, and the client that listens for
@@ -112,12 +109,7 @@ impl RedisStoreBuilder {
     {
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
         let (conn, listener) = self.cluster(&urls).await?;
-        let store = self.build_cluster(conn)?;
-        if let Some(listener) = listener {
-            store.listen_for_overrides(listener);
-        }
-        store.read_overrides_first().await;
-        Ok(store)
+        Ok(self.build_cluster(conn)?.started(listener).await)
     }
 
     /// A Cluster connection to the nodes of `urls`, the script loaded on every master, and
@@ -167,11 +159,7 @@ impl RedisStoreBuilder {
                 (self.routed(conn, crate::route::any_router())?, listener)
             }
         };
-        if let Some(listener) = listener {
-            store.listen_for_overrides(listener);
-        }
-        store.read_overrides_first().await;
-        Ok(store)
+        Ok(store.started(listener).await)
     }
 
     /// A store over a Cluster connection the caller built, following `MOVED`, `ASK` and

@@ -412,6 +412,16 @@ where
         cache.get(policy.name(), key)
     }
 
+    /// A store that connected, started: listening for override changes with `listener`,
+    /// and the overrides' first read made.
+    pub(crate) async fn started(self, listener: Option<redis::Client>) -> Self {
+        if let Some(listener) = listener {
+            self.listen_for_overrides(listener);
+        }
+        self.read_overrides_first().await;
+        self
+    }
+
     /// The overrides' first read, once, within the store's deadline: made as the store
     /// connects, or for a store built over the caller's connection by its first decision,
     /// which the decisions meanwhile wait for. If it fails, decisions go by the policies'
@@ -1301,9 +1311,7 @@ impl RedisStoreBuilder {
         let timeout = self.shared.connect_timeout;
         let conn = crate::connect::first_connection(timeout, connector()).await?;
         let link = Link::reconnecting(conn, connector, timeout);
-        let store = RedisStore::with_link(self, link);
-        store.read_overrides_first().await;
-        Ok(store)
+        Ok(RedisStore::with_link(self, link).started(None).await)
     }
 
     pub(crate) fn validate(&self) -> Result<(), SettingsError> {
