@@ -687,7 +687,9 @@ impl ShareBucket {
     }
 }
 
-fn check_node(node: u64) -> Result<(), ShareError> {
+/// Whether `node` can hold shares: 1 to [`MAX_MICROS`] (2^52 − 1, exact in Lua's numbers).
+/// Every operation checks its node with it; a leased limiter's builder checks a given id.
+pub fn check_node(node: u64) -> Result<(), ShareError> {
     if node == 0 || node > MAX_MICROS {
         Err(ShareError::Node(node))
     } else {

@@ -83,7 +83,8 @@ fn setup() -> Setup {
                 // A fair share is capacity / nodes: huge here; the block follows demand.
                 ..LeaseConfig::default()
             })
-            .build();
+            .build()
+            .expect("valid lease settings");
         let [(_, window), (_, bucket)] = policies();
         let table = PolicyTable::new(window)
             .with_policy(bucket)

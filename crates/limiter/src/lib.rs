@@ -211,4 +211,8 @@ pub enum ResilienceConfigError {
         /// Why its share could not be built.
         source: rein_core::ConfigError,
     },
+    /// The leases' settings cannot run over this limiter; see
+    /// [`LeaseConfigError`](crate::lease::LeaseConfigError).
+    #[error(transparent)]
+    Leases(#[from] crate::lease::LeaseConfigError),
 }

@@ -373,7 +373,10 @@ impl<S: Leasable + 'static> LeasedBuilder<S> {
     }
 
     /// The limiter, its leases' timers started (inside a tokio runtime; otherwise at the
-    /// first request). Errors as [`ResilientLimiterBuilder::build`].
+    /// first request). Errors as [`ResilientLimiterBuilder::build`], and
+    /// [`ResilienceConfigError::Leases`] for lease settings
+    /// ([`LeaseConfig::check`](crate::lease::LeaseConfig::check)) that cannot run over this
+    /// limiter's deadline.
     pub fn build(self) -> Result<ResilientLimiter<S, Leased<S>>, ResilienceConfigError> {
         let direct = self.resilient.build()?;
         let mut leases = LeasedLimiter::builder(direct.clone())
@@ -383,7 +386,7 @@ impl<S: Leasable + 'static> LeasedBuilder<S> {
         if let Some(node) = self.node {
             leases = leases.node_id(node);
         }
-        let leases = leases.build();
+        let leases = leases.build()?;
         let policies = direct
             .inner
             .table

@@ -40,8 +40,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rein::lease::{Leased, LeasedLimiter, MaybeLeased, Mode};
-use rein::{FailurePolicy, LeaseConfig, PolicyTable, ResilientLimiter, Source};
+use rein::lease::{LeaseConfigError, Leased, LeasedLimiter, MaybeLeased, Mode};
+use rein::{
+    FailurePolicy, LeaseConfig, PolicyTable, ResilienceConfigError, ResilientLimiter, Source,
+};
 use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_redis::RedisStoreBuilder;
 use rein_redis_harness::{Fault, Faulty, RedisServer};
@@ -525,6 +527,7 @@ async fn worker(run: Run) {
             LeasedLimiter::builder(store.clone())
                 .config(config())
                 .build()
+                .expect("valid lease settings")
         })
         .collect();
     let policies: Vec<_> = run
@@ -1030,7 +1033,8 @@ fn slow_and_hot(
             min_demand: 1,
             ..config
         })
-        .build();
+        .build()
+        .expect("valid lease settings");
     let policy = NamedPolicy::new("flight", Policy::single(limit)).expect("valid");
     let prepared = Arc::new(leased.prepare(&policy).expect("prepare"));
     (leased, prepared)
@@ -1447,7 +1451,8 @@ async fn a_token_bucket_is_leased_as_rate_where_the_store_can_and_decided_direct
     let policy = NamedPolicy::new("bucket", Policy::single(bucket)).expect("valid");
     let leased = LeasedLimiter::builder(rein_memory::MemoryStore::new())
         .config(config())
-        .build();
+        .build()
+        .expect("valid lease settings");
     let prepared = leased.prepare(&policy).expect("prepare");
     // Two within a renewal interval (the default `min_demand`): the second takes a share.
     for _ in 0..2 {
@@ -1480,7 +1485,8 @@ async fn a_token_bucket_is_leased_as_rate_where_the_store_can_and_decided_direct
             .without_rate_shares(),
     )
     .config(config())
-    .build();
+    .build()
+    .expect("valid lease settings");
     // Refilled once a minute: the burst is all this loop can get.
     let slow = Limit::token_bucket(40, 1, Micros::from_secs(60)).expect("valid");
     let policy = NamedPolicy::new("slow", Policy::single(slow)).expect("valid");
@@ -1508,7 +1514,8 @@ async fn a_token_bucket_is_leased_as_rate_where_the_store_can_and_decided_direct
 async fn timers_run_without_being_spawned_and_shutdown_returns_every_held_unit() {
     let leased = LeasedLimiter::builder(rein_memory::MemoryStore::new())
         .config(config())
-        .build();
+        .build()
+        .expect("valid lease settings");
     let long = rein_core::time::MAX_SPAN;
     let limits = [
         (
@@ -1907,7 +1914,11 @@ async fn a_policy_prepared_by_another_limiter_is_refused_by_every_call() {
             .is_allowed()
     );
 
-    let leased = || LeasedLimiter::builder(rein_memory::MemoryStore::new()).build();
+    let leased = || {
+        LeasedLimiter::builder(rein_memory::MemoryStore::new())
+            .build()
+            .expect("valid lease settings")
+    };
     let (mine, other) = (leased(), leased());
     let theirs = other.prepare(&api).expect("prepare");
     let decided = mine.acquire_leased(None, &theirs, b"k", 1).await;
@@ -1920,4 +1931,60 @@ async fn a_policy_prepared_by_another_limiter_is_refused_by_every_call() {
     let own = mine.prepare(&api).expect("prepare");
     let decided = mine.acquire_leased(None, &own, b"k", 1).await;
     assert!(decided.expect("ours").decision.is_allowed());
+}
+
+/// Lease settings that cannot run are refused when the limiter is built, each by a typed
+/// error naming its field: through the front door a flight timeout shorter than the
+/// resilient limiter's deadline (a late grant would be stranded); below it a node id the
+/// store's rate shares do not accept (it was taken as another id before).
+#[tokio::test]
+async fn lease_settings_that_cannot_run_are_refused_at_build() {
+    let api = NamedPolicy::new("api", Policy::single(long_window())).expect("valid");
+    let front = |config: LeaseConfig| {
+        ResilientLimiter::builder(
+            rein_memory::MemoryStore::new(),
+            PolicyTable::new(api.clone()),
+            FailurePolicy::FailClosed,
+        )
+        .leases(config)
+        .build()
+        .map(drop)
+    };
+    let deadline = rein::lease::resilient_deadline(None, false);
+    let short = LeaseConfig {
+        flight_timeout: Micros::from_micros(deadline.as_micros() as u64 - 1),
+        ..LeaseConfig::default()
+    };
+    assert_eq!(
+        front(short),
+        Err(ResilienceConfigError::Leases(
+            LeaseConfigError::FlightTimeout {
+                flight_timeout: deadline - Duration::from_micros(1),
+                deadline,
+            }
+        ))
+    );
+    let zero = LeaseConfig {
+        renew_interval: Micros::ZERO,
+        ..LeaseConfig::default()
+    };
+    assert_eq!(
+        front(zero),
+        Err(ResilienceConfigError::Leases(
+            LeaseConfigError::ZeroDuration("renew_interval")
+        ))
+    );
+    assert_eq!(front(LeaseConfig::default()), Ok(()));
+
+    let with_node = |node: u64| {
+        LeasedLimiter::builder(rein_memory::MemoryStore::new())
+            .node_id(node)
+            .build()
+            .map(drop)
+    };
+    let max = rein_core::time::MAX_MICROS;
+    assert_eq!(with_node(0), Err(LeaseConfigError::NodeId(0)));
+    assert_eq!(with_node(max + 1), Err(LeaseConfigError::NodeId(max + 1)));
+    assert_eq!(with_node(1), Ok(()));
+    assert_eq!(with_node(max), Ok(()));
 }

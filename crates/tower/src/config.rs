@@ -18,7 +18,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode};
-use rein::lease::{LEASED_CALLS, MaybeLeased, resilient_deadline};
+use rein::lease::{LEASED_CALLS, LeaseConfigError, MaybeLeased, resilient_deadline};
 use rein::{FailurePolicy, LeaseConfig, PolicyTable, ResilienceConfigError, ResilientLimiter};
 use rein_core::limiter::DEADLINE_MARGIN;
 use rein_core::{Leasable, Limit, Limiter, Micros, NamedPolicy, Policy};
@@ -360,7 +360,10 @@ impl Validator<'_> {
             None => FailurePolicy::FailOpen,
             Some(failure) => self.failure(failure)?,
         };
-        let leases = raw.leases.map(|leases| self.leases(leases)).transpose()?;
+        let leases = raw
+            .leases
+            .map(|leases| self.leases(leases, redis.deadline))
+            .transpose()?;
         if raw.policies.is_empty() {
             return Err(field(
                 "policies",
@@ -513,7 +516,9 @@ impl Validator<'_> {
         })
     }
 
-    fn leases(&self, raw: Spanned<RawLeases>) -> Result<LeaseConfig, LoadError> {
+    /// `[leases]`, checked ([`LeaseConfig::check`]) against the limiter's deadline over a
+    /// store of deadline `store`, at the table's line: what the limiter's build would refuse.
+    fn leases(&self, raw: Spanned<RawLeases>, store: Duration) -> Result<LeaseConfig, LoadError> {
         let table = self.table("leases", &raw);
         let raw = raw.get_ref();
         let nodes = table.needs(
@@ -528,7 +533,20 @@ impl Validator<'_> {
         if let Some(interval) = &raw.renew_interval {
             config.renew_interval = Micros::from(self.positive("leases.renew_interval", interval)?);
         }
-        Ok(config)
+        let message = match config.check(Some(resilient_deadline(Some(store), false))) {
+            Ok(()) => return Ok(config),
+            // The file does not set the flight timeout: the deadline is what to change.
+            Err(LeaseConfigError::FlightTimeout {
+                flight_timeout,
+                deadline,
+            }) => format!(
+                "redis.deadline with the limiter's margin ({deadline:?}) is longer than the \
+                 leases' flight timeout ({flight_timeout:?}): a grant that comes back later \
+                 would be stranded; shorten redis.deadline"
+            ),
+            Err(other) => other.to_string(),
+        };
+        Err(field("leases", table.line, &message))
     }
 
     fn failure(&self, raw: Spanned<RawFailure>) -> Result<FailurePolicy, LoadError> {

@@ -200,6 +200,7 @@ fn every_bad_value_is_refused_at_load_with_its_field_path_and_line() {
         Bad { what: "zero lease nodes", file: "[redis]\nurl = \"redis://h/\"\n[leases]\nexpected_nodes = 0\n", path: "leases.expected_nodes", line: 4, says: "must be at least 1" },
         Bad { what: "negative lease nodes", file: "[redis]\nurl = \"redis://h/\"\n[leases]\nexpected_nodes = -1\n", path: "leases.expected_nodes", line: 4, says: "integer `-1`, expected a whole number from 0 to 4294967295" },
         Bad { what: "a zero renew interval", file: "[redis]\nurl = \"redis://h/\"\n[leases]\nexpected_nodes = 2\nrenew_interval = \"0ms\"\n", path: "leases.renew_interval", line: 5, says: "must be longer than zero" },
+        Bad { what: "a store deadline past the leases' flight timeout", file: "[redis]\nurl = \"redis://h/\"\ndeadline = \"2s\"\n[leases]\nexpected_nodes = 2\n", path: "leases", line: 4, says: "(2.005s) is longer than the leases' flight timeout (1s): a grant that comes back later would be stranded; shorten redis.deadline" },
         Bad { what: "an unknown leases field", file: "[redis]\nurl = \"redis://h/\"\n[leases]\nexpected_nodes = 2\nblock = 10\n", path: "leases.block", line: 5, says: "unknown field `block`, expected `expected_nodes` or `renew_interval`" },
         Bad { what: "local_fallback without nodes", file: "[redis]\nurl = \"redis://h/\"\n[failure]\npolicy = \"local_fallback\"\n", path: "failure.expected_nodes", line: 3, says: "needs the number of servers" },
         // [policies.*]

@@ -54,9 +54,11 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::num::{NonZeroU32, NonZeroUsize};
+use std::time::Duration;
 
 use hashbrown::{Equivalent, HashMap};
 use rein_core::{Decision, Micros, Outcome, Timestamp};
+use thiserror::Error;
 
 use super::terms::LeaseTerms;
 use super::{Book, DirectReason, LeaseStats};
@@ -130,6 +132,37 @@ pub struct LeaseConfig {
     /// that spends blocks as they arrive the log admits at most `W / (W + V)` of its limit
     /// in the long run; a shorter hold costs a store call per hold per hot node.
     pub log_hold_divisor: NonZeroU32,
+}
+
+/// Settings that leases cannot run with ([`LeaseConfig::check`]), each naming its field.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum LeaseConfigError {
+    /// A duration that must be positive is zero: a zero `renew_interval` would renew
+    /// without pause, a zero `idle_after` forget every key at once, a zero
+    /// `flight_timeout` give up every reservation as it is sent.
+    #[error("leases: {0} must be longer than zero")]
+    ZeroDuration(&'static str),
+    /// `low_watermark_permille` is above 1 000: a block would be renewed before any of it
+    /// is spent.
+    #[error("leases: low_watermark_permille is {0}, above 1000 (a whole block)")]
+    Watermark(u32),
+    /// `flight_timeout` is shorter than the store's deadline: a grant that comes back after
+    /// the book gave it up would be taken from the limit and never used (under-admission).
+    #[error(
+        "leases: flight_timeout ({flight_timeout:?}) is shorter than the store's deadline \
+         ({deadline:?}): a late grant would be stranded; lengthen it or shorten the deadline"
+    )]
+    FlightTimeout {
+        /// The setting.
+        flight_timeout: Duration,
+        /// The store's deadline per call.
+        deadline: Duration,
+    },
+    /// A node id given to the builder is outside 1 to 2^52 − 1, the range the store's
+    /// rate shares accept.
+    #[error("leases: node id {0} is outside 1 to 2^52 - 1")]
+    NodeId(u64),
 }
 
 /// What to do with a request, from [`LeaseBook::request`].
@@ -453,6 +486,45 @@ impl Default for LeaseConfig {
 }
 
 impl LeaseConfig {
+    /// Whether leases can run with these settings over a store whose calls take at most
+    /// `store_deadline` (its [`deadline`](rein_core::Limiter::deadline)): the leased
+    /// limiters' builders refuse what this refuses, and a front end that reads the settings
+    /// from a file can call it at load to name the line.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rein::lease::{LeaseConfig, LeaseConfigError};
+    /// use rein::Micros;
+    ///
+    /// let config = LeaseConfig { flight_timeout: Micros::from_millis(20), ..LeaseConfig::default() };
+    /// assert!(matches!(
+    ///     config.check(Some(Duration::from_millis(55))),
+    ///     Err(LeaseConfigError::FlightTimeout { .. })
+    /// ));
+    /// assert_eq!(LeaseConfig::default().check(Some(Duration::from_millis(55))), Ok(()));
+    /// ```
+    pub fn check(&self, store_deadline: Option<Duration>) -> Result<(), LeaseConfigError> {
+        let positive = [
+            ("renew_interval", self.renew_interval),
+            ("idle_after", self.idle_after),
+            ("flight_timeout", self.flight_timeout),
+        ];
+        if let Some((field, _)) = positive.iter().find(|(_, d)| *d == Micros::ZERO) {
+            return Err(LeaseConfigError::ZeroDuration(field));
+        }
+        if self.low_watermark_permille > 1_000 {
+            return Err(LeaseConfigError::Watermark(self.low_watermark_permille));
+        }
+        let flight_timeout = Duration::from(self.flight_timeout);
+        match store_deadline {
+            Some(deadline) if flight_timeout < deadline => Err(LeaseConfigError::FlightTimeout {
+                flight_timeout,
+                deadline,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// The most unused units one node holds of a key under `terms`.
     pub(crate) fn fair_share(&self, terms: &LeaseTerms) -> u64 {
         (terms.capacity() / u64::from(self.expected_nodes.get())).max(1)
@@ -1231,6 +1303,30 @@ mod tests {
             max_keys: NonZeroUsize::new(2).unwrap(),
             flight_timeout: Micros::from_millis(200),
             ..LeaseConfig::default()
+        }
+    }
+
+    /// What leases cannot run with, each refused naming its field; the edges pass.
+    #[test]
+    #[rustfmt::skip]
+    fn settings_leases_cannot_run_with_are_refused_by_field() {
+        let ms = Micros::from_millis;
+        let deadline = Some(Duration::from_millis(55));
+        type Row = (&'static str, LeaseConfig, Option<Duration>, Result<(), LeaseConfigError>);
+        let rows: [Row; 9] = [
+            ("the defaults", LeaseConfig::default(), deadline, Ok(())),
+            ("zero renewal", LeaseConfig { renew_interval: ms(0), ..config() }, deadline, Err(LeaseConfigError::ZeroDuration("renew_interval"))),
+            ("zero idle", LeaseConfig { idle_after: ms(0), ..config() }, None, Err(LeaseConfigError::ZeroDuration("idle_after"))),
+            ("zero flight", LeaseConfig { flight_timeout: ms(0), ..config() }, None, Err(LeaseConfigError::ZeroDuration("flight_timeout"))),
+            ("a whole block", LeaseConfig { low_watermark_permille: 1_000, ..config() }, deadline, Ok(())),
+            ("past a whole block", LeaseConfig { low_watermark_permille: 1_001, ..config() }, deadline, Err(LeaseConfigError::Watermark(1_001))),
+            ("flight = deadline", LeaseConfig { flight_timeout: ms(55), ..config() }, deadline, Ok(())),
+            ("flight < deadline", LeaseConfig { flight_timeout: ms(54), ..config() }, deadline,
+                Err(LeaseConfigError::FlightTimeout { flight_timeout: Duration::from_millis(54), deadline: Duration::from_millis(55) })),
+            ("no deadline stated", LeaseConfig { flight_timeout: ms(1), ..config() }, None, Ok(())),
+        ];
+        for (label, config, deadline, expected) in rows {
+            assert_eq!(config.check(deadline), expected, "{label}");
         }
     }
 

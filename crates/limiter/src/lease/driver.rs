@@ -29,13 +29,15 @@ use std::time::Duration;
 use rein_core::{
     DecideError, Decision, KeyError, Leasable, Limiter, Micros, NamedPolicy, OverCapacity,
     PrepareError, StoreError, Timestamp,
-    rate_share::{RateAnswer, RateOp, RateShares, ReturnRequest, TakeRequest},
+    rate_share::{RateAnswer, RateOp, RateShares, ReturnRequest, TakeRequest, check_node},
+    time::MAX_MICROS,
 };
 use rein_memory::Clock;
 use tokio::sync::Notify;
 
 use super::book::{
-    Action, Admit, Attempt, LeaseBook, LeaseConfig, LeaseKey, LeaseKeyRef, Reserved,
+    Action, Admit, Attempt, LeaseBook, LeaseConfig, LeaseConfigError, LeaseKey, LeaseKeyRef,
+    Reserved,
 };
 use super::rate::{RateAction, RateBook, ShareView, TakeReply};
 use super::terms::{LeaseTerms, Unleasable};
@@ -61,7 +63,7 @@ use crate::{Decided, Source, TimeSource, TokioClock};
 ///
 /// let store = MemoryStore::new();
 /// // Its timers start with it: nothing to spawn.
-/// let leased = LeasedLimiter::builder(store).config(LeaseConfig::default()).build();
+/// let leased = LeasedLimiter::builder(store).config(LeaseConfig::default()).build()?;
 /// let per_second = Limit::fixed_window(1_000, Micros::from_secs(1))?;
 /// let policy = leased.prepare(&NamedPolicy::new("api", Policy::single(per_second))?)?;
 /// let decided = leased.acquire_leased(None, &policy, b"user-1", 1).await?;
@@ -888,9 +890,10 @@ where
         self
     }
 
-    /// This node's id in the store's rate shares of token buckets: 1 to 2^52 − 1, unique
-    /// among the nodes sharing a store (default: drawn from the process id and the start
-    /// time). Two nodes with one id would be one share's holders: both would spend it.
+    /// This node's id in the store's rate shares of token buckets: 1 to 2^52 − 1 (`build`
+    /// refuses others), unique among the nodes sharing a store (default: drawn from the
+    /// process id and the start time). Two nodes with one id would be one share's holders:
+    /// both would spend it.
     pub fn node_id(mut self, node: u64) -> Self {
         self.node = Some(node);
         self
@@ -920,15 +923,25 @@ where
     /// The limiter. Inside a tokio runtime, its timers start at once on a task of their
     /// own (otherwise at the first request), which ends when the limiter is shut down or
     /// its last handle is dropped.
-    pub fn build(self) -> LeasedLimiter<S> {
-        // One store call's deadline, and never past the book's own bound on a reservation's
-        // flight (at most 2^52 µs, so the budget always fits the clock): by then the book
-        // presumes the flight lost and sends its waiters direct.
+    ///
+    /// Errors: settings that [`LeaseConfig::check`] refuses over this store's deadline, or
+    /// a [`node_id`](Self::node_id) out of range.
+    pub fn build(self) -> Result<LeasedLimiter<S>, LeaseConfigError> {
+        let deadline = self.store.deadline();
+        self.config.check(deadline)?;
+        let node = match self.node {
+            Some(node) => {
+                check_node(node).map_err(|_| LeaseConfigError::NodeId(node))?;
+                node
+            }
+            None => node_id(),
+        };
+        // One store call's deadline (never past the book's own bound on a reservation's
+        // flight, which `check` makes at least as long), or that bound for a store that
+        // states none: by then the book presumes the flight lost and sends its waiters
+        // direct.
         let flight = Duration::from(self.config.flight_timeout);
-        let wait_budget = self
-            .store
-            .deadline()
-            .map_or(flight, |call| call.min(flight));
+        let wait_budget = deadline.map_or(flight, |call| call.min(flight));
         let leased = LeasedLimiter {
             shared: Arc::new(Shared {
                 owner: Owner::new(),
@@ -936,10 +949,7 @@ where
                 clock: self.clock.unwrap_or_else(|| Box::new(TokioClock::new())),
                 time_source: self.time_source,
                 book: Mutex::new(LeaseBook::new(self.config)),
-                rates: Mutex::new(RateBook::new(
-                    self.config,
-                    self.node.unwrap_or_else(node_id),
-                )),
+                rates: Mutex::new(RateBook::new(self.config, node)),
                 policies: RwLock::new(Vec::new()),
                 wakers: (0..WAKER_SHARDS).map(|_| Notify::new()).collect(),
                 settled: Notify::new(),
@@ -953,7 +963,7 @@ where
             }),
         };
         leased.shared.start_timers();
-        leased
+        Ok(leased)
     }
 }
 
@@ -1139,13 +1149,15 @@ impl<S: Leasable + 'static> Drop for Deferred<'_, S> {
 }
 
 /// A node id for rate shares: std's randomly keyed hasher over the process id and the
-/// time, so two processes (or two limiters in one) practically never share one.
+/// time, so two processes (or two limiters in one) practically never share one, taken
+/// into the range the store accepts (1 to 2^52 − 1).
 fn node_id() -> u64 {
     use std::hash::BuildHasher;
     let time = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    std::collections::hash_map::RandomState::new().hash_one((std::process::id(), time))
+    let drawn = std::collections::hash_map::RandomState::new().hash_one((std::process::id(), time));
+    (drawn & MAX_MICROS).max(1)
 }
 
 /// Waiter shards: a reply wakes the waiters of 1/64 of the keys, not all of them.

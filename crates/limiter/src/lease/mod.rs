@@ -37,7 +37,9 @@ pub(crate) trait Book {
 pub use crate::mode::{
     Direct, LEASED_CALLS, Leased, LeasedBuilder, MaybeLeased, Mode, resilient_deadline,
 };
-pub use book::{DEFAULT_LOG_HOLD_DIVISOR, DEFAULT_SHARE_VALIDITY_INTERVALS, LeaseConfig};
+pub use book::{
+    DEFAULT_LOG_HOLD_DIVISOR, DEFAULT_SHARE_VALIDITY_INTERVALS, LeaseConfig, LeaseConfigError,
+};
 pub(crate) use driver::decide_direct;
 pub use driver::{LeasedLimiter, LeasedLimiterBuilder, LeasedPolicy};
 pub use rate::ShareView;

@@ -55,7 +55,7 @@ use super::{Book, DirectReason, LeaseStats};
 #[derive(Debug)]
 pub struct RateBook {
     config: LeaseConfig,
-    /// This node's id in every share (1 to 2^52 − 1).
+    /// This node's id in every share (1 to 2^52 − 1: the driver's builder checks it).
     node: u64,
     leases: HashMap<LeaseKey, RateLease>,
     /// Each lease's next deadline, at most one per lease (`RateLease::timer`).
@@ -183,7 +183,7 @@ impl RateBook {
     pub fn new(config: LeaseConfig, node: u64) -> Self {
         Self {
             config,
-            node: (node & MAX_MICROS).max(1),
+            node,
             leases: HashMap::new(),
             timers: BTreeSet::new(),
             actions: VecDeque::new(),

@@ -218,7 +218,7 @@ async fn run_leased(config: NodeConfig) -> turmoil::Result {
         .clock(NodeClock { skew: config.skew })
         // Unique among the world's nodes, and the same in every run (the default is random).
         .node_id(config.index as u64 + 1)
-        .build();
+        .build()?;
     // The book's timers, stopped while the process is paused, and started again a
     // millisecond after it resumes: the requests that waited are served first (the harsher
     // order: the request path itself must refuse a block whose end passed meanwhile).
