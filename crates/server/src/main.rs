@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use rein::FailurePolicy;
+use rein::lease::LeaseConfigError;
 use rein_core::Leasable;
 use rein_memory::MemoryStore;
 use rein_redis::{Endpoint, RedisStoreBuilder};
@@ -264,6 +265,9 @@ async fn serve(args: Serve) -> Result<(), String> {
             ..rein::LeaseConfig::default()
         }),
     };
+    if let (Some(leases), Some(deadline)) = (&settings.leases, args.redis_deadline) {
+        lease_flags(leases, deadline)?;
+    }
     let metrics = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
@@ -306,6 +310,23 @@ async fn serve(args: Serve) -> Result<(), String> {
             run(MemoryStore::new(), start, &args).await
         }
     }
+}
+
+/// `--leases` over a store of deadline `--redis-deadline`: what the limiter's build would
+/// refuse ([`rein::LeaseConfig::check`]), refused before anything connects, in the flags'
+/// words.
+fn lease_flags(leases: &rein::LeaseConfig, deadline: Duration) -> Result<(), String> {
+    let limiter = rein::lease::resilient_deadline(Some(deadline), false);
+    leases.check(Some(limiter)).map_err(|e| match e {
+        // The flight timeout is not a flag: the deadline is what to change.
+        LeaseConfigError::FlightTimeout { flight_timeout, .. } => format!(
+            "--redis-deadline {} with --leases: with the limiter's margin ({limiter:?}) it \
+             is longer than the leases' flight timeout ({flight_timeout:?}), so a grant that \
+             comes back later would be stranded; shorten --redis-deadline",
+            humantime::format_duration(deadline)
+        ),
+        other => other.to_string(),
+    })
 }
 
 /// What serving starts from, whatever the store.

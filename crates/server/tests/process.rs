@@ -135,6 +135,41 @@ fn check_config_exits_zero_or_one_with_the_position() {
     let _ = std::fs::remove_file(&bad);
 }
 
+/// `--leases` with a `--redis-deadline` longer than the leases' flight timeout: refused at
+/// start, before anything connects (the Redis URL names a port nobody listens on), in the
+/// flags' words; a deadline within it passes the check and fails only at the connection.
+#[test]
+fn leases_over_a_deadline_they_cannot_wait_for_are_refused_before_connecting() {
+    let dir = temp_dir("lease-flags");
+    std::fs::write(dir.join("rules.yaml"), RULES).expect("write");
+    let start = |deadline: &str| {
+        support::server(&dir, free_addr(), free_addr())
+            .args(["--leases", "--redis-deadline", deadline])
+            .args([
+                "--redis-url",
+                &format!("redis://127.0.0.1:{}/", support::free_port()),
+            ])
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run")
+    };
+    let refused = start("2s");
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("--redis-deadline 2s with --leases")
+            && stderr.contains("shorten --redis-deadline"),
+        "{stderr}"
+    );
+    let unreachable = start("50ms");
+    let stderr = String::from_utf8_lossy(&unreachable.stderr);
+    assert!(
+        !unreachable.status.success() && stderr.contains("cannot connect to Redis"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--redis-cluster`: the limits live in a 3-master Redis Cluster (the harness's, on
 /// loopback); two descriptors of one request whose keys hash to different slots are still
 /// decided all or nothing, and a limit is admitted exactly.
