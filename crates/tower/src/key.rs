@@ -195,19 +195,21 @@ fn ip_key(ip: IpAddr) -> Cow<'static, [u8]> {
     Cow::Owned(ip.to_canonical().to_string().into_bytes())
 }
 
-/// The entry `hops` places from the right (1 is the last), if there are that many.
-fn nth_from_right<'a>(entries: impl Iterator<Item = &'a [u8]>, hops: u8) -> Option<&'a str> {
-    let entries: Vec<&[u8]> = entries.collect();
-    let index = entries.len().checked_sub(usize::from(hops))?;
-    let entry = std::str::from_utf8(entries.get(index)?).ok()?;
-    Some(entry.trim())
+/// The entry `hops` places from the right (1 is the last), if there are that many: read
+/// from the right, so a long client-written left part costs nothing.
+fn nth_from_right<'a>(
+    mut entries: impl DoubleEndedIterator<Item = &'a [u8]>,
+    hops: u8,
+) -> Option<&'a str> {
+    let entry = entries.nth_back(usize::from(hops).checked_sub(1)?)?;
+    Some(std::str::from_utf8(entry).ok()?.trim())
 }
 
 /// The comma-separated entries of every `name` header, as bytes. A value is split before
 /// it is decoded: a client can write any byte into the part of a forwarding header it
 /// controls (the left), and that must not cost the entries trusted proxies appended to the
 /// same line. Only the entry chosen must be text.
-fn entries<'a>(parts: &'a Parts, name: &HeaderName) -> impl Iterator<Item = &'a [u8]> {
+fn entries<'a>(parts: &'a Parts, name: &HeaderName) -> impl DoubleEndedIterator<Item = &'a [u8]> {
     parts
         .headers
         .get_all(name)
