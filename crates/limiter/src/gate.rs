@@ -148,15 +148,43 @@ impl<K> Gate<K> {
         {
             return Step::Answer(self.count(request, Decided { decision, source }));
         }
-        match self.with_breaker(|b| b.poll_admit(now)) {
-            Some(ticket) => {
-                self.stats.store_call();
-                Step::Call(ticket)
-            }
+        match self.open_call(now) {
+            Some(ticket) => Step::Call(ticket),
             None => {
-                self.stats.breaker_rejection();
                 let decided = self.degrade(Unavailable::BreakerOpen, request, now);
                 Step::Answer(self.count(request, decided))
+            }
+        }
+    }
+
+    /// The breaker's ticket for a store call at `now`, or `None` while it keeps the store
+    /// away: a request's (from [`begin`](Self::begin)), or a call that no failure policy
+    /// answers and no cache knows (a rate share's take, renewal or return), which fails
+    /// instead.
+    pub(crate) fn open_call(&self, now: Timestamp) -> Option<Ticket> {
+        let ticket = self.with_breaker(|b| b.poll_admit(now));
+        match ticket {
+            Some(_) => self.stats.store_call(),
+            None => self.stats.breaker_rejection(),
+        }
+        ticket
+    }
+
+    /// The call of `ticket`, sent at `sent_at`, ended at `now`: answered (`Ok`), or not
+    /// (`why`), which the breaker counts toward opening.
+    pub(crate) fn close_call(
+        &self,
+        sent_at: Timestamp,
+        now: Timestamp,
+        ticket: Ticket,
+        answer: Result<(), Unavailable>,
+    ) {
+        self.stats.store_latency(now.saturating_since(sent_at));
+        match answer {
+            Ok(()) => self.with_breaker(|b| b.handle_success(now, ticket)),
+            Err(why) => {
+                self.stats.store_error(why);
+                self.with_breaker(|b| b.handle_failure(now, ticket));
             }
         }
     }
@@ -170,10 +198,9 @@ impl<K> Gate<K> {
         request: Request<'_>,
         reply: Reply,
     ) -> Decided {
-        self.stats.store_latency(now.saturating_since(sent_at));
         let why = match reply {
             Reply::Decided(decision) => {
-                self.with_breaker(|b| b.handle_success(now, ticket));
+                self.close_call(sent_at, now, ticket, Ok(()));
                 // A peek took nothing: an allowed peek is no reuse to hand out, and a denied
                 // one is already what the next acquire will ask the store about.
                 if request.cost > 0 && request.ask != Ask::Peek {
@@ -189,8 +216,7 @@ impl<K> Gate<K> {
             }
             Reply::Failed(why) => why,
         };
-        self.stats.store_error(why);
-        self.with_breaker(|b| b.handle_failure(now, ticket));
+        self.close_call(sent_at, now, ticket, Err(why));
         let decided = self.degrade(why, request, now);
         self.count(request, decided)
     }

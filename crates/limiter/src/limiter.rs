@@ -581,9 +581,11 @@ impl<S: Leasable> Shared<S> {
     }
 
     /// A rate-share operation other than a direct decision (a node taking, renewing or
-    /// returning its share), sent to the store within the deadline. No failure policy
-    /// answers for it: without the store's reply a node has no new share, and spends only
-    /// what it was granted before (docs/leases.md).
+    /// returning its share), sent to the store within the deadline, and only when the
+    /// circuit breaker lets a call through: every hot key renews once per renewal interval,
+    /// which must not keep asking a store the breaker keeps away. No failure policy answers
+    /// for it: without the store's reply a node has no new share, and spends only what it
+    /// was granted before (docs/leases.md).
     async fn share_rate(
         &self,
         now: Option<Timestamp>,
@@ -592,10 +594,31 @@ impl<S: Leasable> Shared<S> {
         op: RateOp,
     ) -> Result<RateAnswer, DecideError> {
         let local = now.unwrap_or_else(|| self.clock.now());
+        let Some(ticket) = self.gate.open_call(local) else {
+            return Err(no_grant(Unavailable::BreakerOpen, self.guard_deadline));
+        };
+        let mut in_flight = InFlight {
+            shared: self,
+            ticket: Some(ticket),
+        };
         let store_now = self.store_now(now, local);
         let policy = &self.prepared[index];
-        self.within_deadline(self.store.share_rate(store_now, policy, key, op))
-            .await
+        let result = self
+            .within_deadline(self.store.share_rate(store_now, policy, key, op))
+            .await;
+        let ended = now.unwrap_or_else(|| self.clock.now());
+        let ticket = in_flight.finish();
+        match &result {
+            Ok(_) => self.gate.close_call(local, ended, ticket, Ok(())),
+            Err(DecideError::Unavailable(error)) => {
+                self.gate
+                    .close_call(local, ended, ticket, Err(unavailable(error)));
+            }
+            // Refused (an invalid request, no shares in this store): the breaker learns
+            // nothing from it.
+            Err(_) => self.gate.abandon(ended, ticket),
+        }
+        result
     }
 }
 
@@ -856,8 +879,8 @@ impl<S: Leasable> Leasable for ResilientLimiter<S> {
 
     /// Rate shares of a token bucket (leases as rate): a direct decision goes through the
     /// gate like [`acquire`](Limiter::acquire) (deadline, breaker, failure policy, caches);
-    /// a node's take or return goes to the store within the deadline, and fails as the
-    /// store's error.
+    /// a node's take or return goes to the store within the deadline when the breaker lets
+    /// a call through, and fails as the store's error, or the breaker's.
     async fn share_rate(
         &self,
         now: Option<Timestamp>,
@@ -946,8 +969,8 @@ pub struct TablePolicy {
     index: usize,
 }
 
-/// A reservation the store gave no answer to (`why`), as the store's error; the call ran
-/// under `deadline`.
+/// A reservation or rate-share call the store gave no answer to (`why`), as the store's
+/// error; the call ran under `deadline`.
 fn no_grant(why: Unavailable, deadline: Duration) -> DecideError {
     let error = match why {
         Unavailable::Timeout => StoreError::Timeout(deadline),

@@ -56,8 +56,8 @@ pub struct StatsSnapshot {
     pub server_errors: u64,
     /// Calls answered with a reply of the wrong shape.
     pub unexpected_replies: u64,
-    /// Requests that did not call the store because the circuit breaker was open (or its probe
-    /// was out).
+    /// Requests (and the leases' calls: reservations, rate-share takes and returns) that did
+    /// not call the store because the circuit breaker was open (or its probe was out).
     pub breaker_rejections: u64,
     /// The breaker's state after its latest transition.
     pub breaker_state: BreakerState,

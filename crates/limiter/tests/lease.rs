@@ -1988,3 +1988,60 @@ async fn lease_settings_that_cannot_run_are_refused_at_build() {
     assert_eq!(with_node(1), Ok(()));
     assert_eq!(with_node(max), Ok(()));
 }
+
+/// A token bucket's rate share renews once per renewal interval for every hot key, so its
+/// calls go through the circuit breaker like decisions: a take the store fails counts
+/// toward opening it, and while it is open a take fails at once as the breaker's, without
+/// a call (before, every take went to the store, and a frozen one cost each a deadline).
+#[tokio::test]
+async fn rate_share_calls_go_through_the_circuit_breaker() {
+    use rein::BreakerConfig;
+    use rein::breaker::BreakerState;
+    use rein_core::rate_share::{RateOp, TakeRequest};
+    use rein_core::{DecideError, Leasable, StoreError};
+
+    let bucket = Limit::token_bucket(40, 400, Micros::from_secs(1)).expect("valid");
+    let policy = NamedPolicy::new("bucket", Policy::single(bucket)).expect("valid");
+    let limiter = ResilientLimiter::builder(
+        Faulty::new(rein_memory::MemoryStore::new(), Fault::DownFor(b"down")),
+        PolicyTable::new(policy.clone()),
+        FailurePolicy::FailClosed,
+    )
+    .breaker(BreakerConfig::new().with_failure_threshold(NonZeroU32::new(2).expect("nonzero")))
+    .build()
+    .expect("a limiter");
+    let prepared = limiter.prepare(&policy).expect("in the table");
+    let take = RateOp::Take(TakeRequest {
+        node: 1,
+        held: 0,
+        seq: 1,
+        applied: 0,
+        demand: 100,
+        validity: Micros::from_millis(200),
+    });
+    for _ in 0..2 {
+        let failed = Leasable::share_rate(&limiter, None, &prepared, b"down", take).await;
+        assert!(
+            matches!(
+                failed,
+                Err(DecideError::Unavailable(StoreError::Connection(_)))
+            ),
+            "{failed:?}"
+        );
+    }
+    let stats = limiter.stats();
+    assert_eq!(
+        (
+            stats.store_calls,
+            stats.connection_errors,
+            stats.breaker_state
+        ),
+        (2, 2, BreakerState::Open)
+    );
+    // A key the store would answer: the open breaker refuses the call.
+    let refused = Leasable::share_rate(&limiter, None, &prepared, b"up", take).await;
+    let message = refused.expect_err("the breaker is open").to_string();
+    assert!(message.contains("breaker_open"), "{message}");
+    let stats = limiter.stats();
+    assert_eq!((stats.store_calls, stats.breaker_rejections), (2, 1));
+}
