@@ -13,10 +13,12 @@
 //! tests below walk them on a number line with no runtime.
 //!
 //! # Call order
-//! 1. `begin(now, ..)`; on [`Step::Call`], send the call.
-//! 2. Exactly one of `finish(sent_at, now, ticket, .., reply)`, `refused(now, ticket)` or
-//!    `abandon(now, ticket)` per ticket, when the call ends, is refused by the store before
-//!    any I/O, or is dropped.
+//! 1. `begin(now, ..)`; on [`Step::Call`], send the call. A call that no failure policy
+//!    answers (a rate share's take or return) asks `open_call(now)` instead, and is not
+//!    sent without a ticket.
+//! 2. Exactly one of `finish(sent_at, now, ticket, .., reply)` (for such a call,
+//!    `close_call`), `refused(now, ticket)` or `abandon(now, ticket)` per ticket, when the
+//!    call ends, is refused by the store before any I/O, or is dropped.
 //!
 //! `now` need not be monotonic (the breaker and the caches take the latest instant they
 //! have seen). No error is sticky.
@@ -443,7 +445,7 @@ fn log_transition(limiter: &str, event: &BreakerEvent) {
         BreakerEvent::HalfOpened { at } => tracing::info!(
             limiter,
             at_us = at.as_micros(),
-            "rein: circuit breaker half-open; the next request probes the store"
+            "rein: circuit breaker half-open; the next call (a request's, or a lease's) probes the store"
         ),
         BreakerEvent::Closed { at } => tracing::info!(
             limiter,

@@ -614,8 +614,11 @@ impl<S: Leasable> Shared<S> {
                 self.gate
                     .close_call(local, ended, ticket, Err(unavailable(error)));
             }
-            // Refused (an invalid request, no shares in this store): the breaker learns
-            // nothing from it.
+            // Refused before any call, as `decide` counts it.
+            Err(DecideError::InvalidKey(_) | DecideError::InsufficientCapacity(_)) => {
+                self.gate.refused(ended, ticket);
+            }
+            // No shares in this store, or a request it refused: the breaker learns nothing.
             Err(_) => self.gate.abandon(ended, ticket),
         }
         result

@@ -376,7 +376,7 @@ impl<S: Leasable + 'static> LeasedBuilder<S> {
     /// first request). Errors as [`ResilientLimiterBuilder::build`], and
     /// [`ResilienceConfigError::Leases`] for lease settings
     /// ([`LeaseConfig::check`](crate::lease::LeaseConfig::check)) that cannot run over this
-    /// limiter's deadline.
+    /// limiter's deadline, or a [`node_id`](Self::node_id) outside 1 to 2^52 − 1.
     pub fn build(self) -> Result<ResilientLimiter<S, Leased<S>>, ResilienceConfigError> {
         let direct = self.resilient.build()?;
         let mut leases = LeasedLimiter::builder(direct.clone())

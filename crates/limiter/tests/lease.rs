@@ -1991,26 +1991,37 @@ async fn lease_settings_that_cannot_run_are_refused_at_build() {
 
 /// A token bucket's rate share renews once per renewal interval for every hot key, so its
 /// calls go through the circuit breaker like decisions: a take the store fails counts
-/// toward opening it, and while it is open a take fails at once as the breaker's, without
-/// a call (before, every take went to the store, and a frozen one cost each a deadline).
+/// toward opening it, while it is open a take fails at once as the breaker's, without a
+/// call (before, every take went to the store, and a frozen one cost each a deadline), and
+/// once the open period ends a take may be the probe that closes it. A store with no rate
+/// shares answers no take, which tells the breaker nothing. On the limiter's own fake
+/// clock: the breaker's periods are exact.
 #[tokio::test]
 async fn rate_share_calls_go_through_the_circuit_breaker() {
     use rein::BreakerConfig;
     use rein::breaker::BreakerState;
     use rein_core::rate_share::{RateOp, TakeRequest};
-    use rein_core::{DecideError, Leasable, StoreError};
+    use rein_core::{DecideError, Leasable, StoreError, Timestamp};
+    use rein_memory::FakeClock;
 
     let bucket = Limit::token_bucket(40, 400, Micros::from_secs(1)).expect("valid");
     let policy = NamedPolicy::new("bucket", Policy::single(bucket)).expect("valid");
-    let limiter = ResilientLimiter::builder(
-        Faulty::new(rein_memory::MemoryStore::new(), Fault::DownFor(b"down")),
-        PolicyTable::new(policy.clone()),
-        FailurePolicy::FailClosed,
-    )
-    .breaker(BreakerConfig::new().with_failure_threshold(NonZeroU32::new(2).expect("nonzero")))
-    .build()
-    .expect("a limiter");
-    let prepared = limiter.prepare(&policy).expect("in the table");
+    let clock = FakeClock::new(Timestamp::from_micros(1_000_000));
+    let over = |store: Faulty<rein_memory::MemoryStore>| {
+        ResilientLimiter::builder(
+            store,
+            PolicyTable::new(policy.clone()),
+            FailurePolicy::FailClosed,
+        )
+        .clock(clock.clone())
+        .breaker(
+            BreakerConfig::new()
+                .with_failure_threshold(NonZeroU32::new(2).expect("nonzero"))
+                .with_backoff(Duration::from_millis(100), Duration::from_millis(100)),
+        )
+        .build()
+        .expect("a limiter")
+    };
     let take = RateOp::Take(TakeRequest {
         node: 1,
         held: 0,
@@ -2019,6 +2030,9 @@ async fn rate_share_calls_go_through_the_circuit_breaker() {
         demand: 100,
         validity: Micros::from_millis(200),
     });
+    let store = Faulty::new(rein_memory::MemoryStore::new(), Fault::DownFor(b"down"));
+    let limiter = over(store.clone());
+    let prepared = limiter.prepare(&policy).expect("in the table");
     for _ in 0..2 {
         let failed = Leasable::share_rate(&limiter, None, &prepared, b"down", take).await;
         assert!(
@@ -2044,4 +2058,25 @@ async fn rate_share_calls_go_through_the_circuit_breaker() {
     assert!(message.contains("breaker_open"), "{message}");
     let stats = limiter.stats();
     assert_eq!((stats.store_calls, stats.breaker_rejections), (2, 1));
+    // The open period over: the take is the probe, and its answer closes the breaker.
+    clock.advance(Micros::from_millis(100));
+    let probe = Leasable::share_rate(&limiter, None, &prepared, b"up", take).await;
+    assert!(probe.is_ok(), "{probe:?}");
+    let stats = limiter.stats();
+    assert_eq!(
+        (stats.store_calls, stats.breaker_state),
+        (3, BreakerState::Closed)
+    );
+
+    // No rate shares: every take is refused, and the breaker stays closed.
+    let limiter = over(store.without_rate_shares());
+    let prepared = limiter.prepare(&policy).expect("in the table");
+    for _ in 0..3 {
+        let unsupported = Leasable::share_rate(&limiter, None, &prepared, b"up", take).await;
+        assert!(
+            matches!(unsupported, Err(DecideError::Unsupported { .. })),
+            "{unsupported:?}"
+        );
+    }
+    assert_eq!(limiter.stats().breaker_state, BreakerState::Closed);
 }

@@ -265,9 +265,6 @@ async fn serve(args: Serve) -> Result<(), String> {
             ..rein::LeaseConfig::default()
         }),
     };
-    if let (Some(leases), Some(deadline)) = (&settings.leases, args.redis_deadline) {
-        lease_flags(leases, deadline)?;
-    }
     let metrics = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
@@ -283,6 +280,12 @@ async fn serve(args: Serve) -> Result<(), String> {
         (None, Some(nodes)) => Some(Endpoint::Cluster(nodes.clone())),
         (None, None) => None,
     };
+    // Only Redis calls run under --redis-deadline: the in-process store states none.
+    if let (Some(leases), Some(deadline), Some(_)) =
+        (&settings.leases, args.redis_deadline, &endpoint)
+    {
+        lease_flags(leases, deadline)?;
+    }
     let redis = match endpoint {
         Some(endpoint) => {
             let store = builder()

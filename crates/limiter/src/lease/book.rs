@@ -116,11 +116,12 @@ pub struct LeaseConfig {
     /// The most keys tracked; requests for further keys go to the store directly.
     pub max_keys: NonZeroUsize,
     /// A reservation with no reply after this long is presumed lost: its units count as
-    /// in doubt (possibly taken), and requests go to the store directly for a while. It
-    /// also bounds how long a request waits for reservations (with the store's deadline,
-    /// whichever is shorter). A rate
-    /// share's take is given up sooner if its validity less one renewal interval is
-    /// shorter, so that a lost renewal is retried while the share is still valid.
+    /// in doubt (possibly taken), and requests go to the store directly for a while. At
+    /// least the store's deadline ([`check`](Self::check)), which bounds how long a request
+    /// waits for reservations (this, for a store that states no deadline). A rate share's
+    /// take is given up sooner if its validity less one renewal interval is shorter, on
+    /// purpose: a lost renewal is then retried while the share is still valid (a late
+    /// grant given up only strands its rate for one validity; docs/leases.md, "Sizing").
     pub flight_timeout: Micros,
     /// A token bucket's rate share is valid for this many renewal intervals from before its
     /// take was sent (the validity `V`): `k` renewals in a row may fail before it lapses
@@ -489,7 +490,9 @@ impl LeaseConfig {
     /// Whether leases can run with these settings over a store whose calls take at most
     /// `store_deadline` (its [`deadline`](rein_core::Limiter::deadline)): the leased
     /// limiters' builders refuse what this refuses, and a front end that reads the settings
-    /// from a file can call it at load to name the line.
+    /// from a file can call it at load to name the line. The flight it bounds is a block's
+    /// reservation: a rate share's take is given up sooner on purpose (see
+    /// [`flight_timeout`](Self::flight_timeout)).
     ///
     /// ```
     /// use std::time::Duration;

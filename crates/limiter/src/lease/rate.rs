@@ -177,8 +177,8 @@ struct Flight {
 }
 
 impl RateBook {
-    /// An empty book for node `node` (1 to 2^52 − 1; out-of-range ids are mapped into
-    /// range). The validity of a grant is [`LeaseConfig::share_validity_intervals`] renewal
+    /// An empty book for node `node` (1 to 2^52 − 1, as the driver's builder checks). The
+    /// validity of a grant is [`LeaseConfig::share_validity_intervals`] renewal
     /// intervals.
     pub fn new(config: LeaseConfig, node: u64) -> Self {
         Self {
