@@ -2080,3 +2080,65 @@ async fn rate_share_calls_go_through_the_circuit_breaker() {
     }
     assert_eq!(limiter.stats().breaker_state, BreakerState::Closed);
 }
+
+/// A frozen store under many hot token-bucket keys leased as rate: each key's share renews
+/// every renewal interval, and those renewals must stop when the breaker opens, as
+/// requests do. Over a 2 s freeze with 100 hot keys asked all the while, the store gets at
+/// most the breaker's own bound (docs/failure.md, "Calls to a dead Redis"): `K` failures,
+/// what was in flight when the `K`-th came back (here at most one take per key and one
+/// request), and one probe per open period (at most `T / b`), plus one. Measured at 24c49b7:
+/// 9 calls in each of three runs; with rate-share calls around the breaker (the code
+/// before it), 1 108 in each (5.5 per key per second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_store_gets_no_more_renewals_than_the_breaker_lets_through() {
+    use rein::BreakerConfig;
+
+    const KEYS: usize = 100;
+    const FREEZE: Duration = Duration::from_secs(2);
+    let (failures, open) = (5, Duration::from_millis(100));
+    let bucket = Limit::token_bucket(1_000, 100_000, Micros::from_secs(1)).expect("valid");
+    let policy = NamedPolicy::new("hot", Policy::single(bucket)).expect("valid");
+    let store = Faulty::new(rein_memory::MemoryStore::new(), Fault::Late(Duration::ZERO));
+    let limiter = ResilientLimiter::builder(
+        store.clone(),
+        PolicyTable::new(policy),
+        FailurePolicy::FailClosed,
+    )
+    .breaker(
+        BreakerConfig::new()
+            .with_failure_threshold(NonZeroU32::new(failures).expect("nonzero"))
+            .with_backoff(open, 8 * open),
+    )
+    .leases(LeaseConfig::default())
+    .build()
+    .expect("a limiter");
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("user-{i}")).collect();
+    // Three rounds: every key hot, and holding a share.
+    for _ in 0..3 {
+        for key in &keys {
+            let _ = limiter.acquire(key, 1).await.expect("a decision");
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(limiter.lease_stats().direct_unleasable, 0, "leased as rate");
+
+    store.freeze();
+    let before = store.calls();
+    let frozen = tokio::time::Instant::now();
+    let mut asked = 0;
+    while frozen.elapsed() < FREEZE {
+        for key in &keys {
+            let _ = limiter.acquire(key, 1).await.expect("a decision");
+            asked += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let calls = store.calls() - before;
+    let probes = (frozen.elapsed().as_micros() / open.as_micros()) as u64;
+    let bound = u64::from(failures) + KEYS as u64 + 1 + probes + 1;
+    println!("{asked} requests over the freeze; {calls} calls to the frozen store (bound {bound})");
+    assert!(
+        calls <= bound,
+        "{calls} calls to a frozen store, bound {bound}"
+    );
+}

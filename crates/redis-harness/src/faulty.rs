@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rein_core::limiter::SourceError;
@@ -28,13 +28,17 @@ pub enum Fault {
     DownFor(&'static [u8]),
 }
 
-/// `inner` with a [`Fault`]. Clones share the refund count.
+/// `inner` with a [`Fault`]. Clones share the counts and the freeze.
 #[derive(Clone, Debug)]
 pub struct Faulty<S> {
     inner: S,
     fault: Fault,
     shares: bool,
     refunds: Arc<AtomicU64>,
+    /// Calls that decide or read, counted as they arrive (before the fault).
+    calls: Arc<AtomicU64>,
+    /// Set by [`freeze`](Faulty::freeze): every call from then on never answers.
+    frozen: Arc<AtomicBool>,
 }
 
 impl<S> Faulty<S> {
@@ -45,6 +49,8 @@ impl<S> Faulty<S> {
             fault,
             shares: true,
             refunds: Arc::default(),
+            calls: Arc::default(),
+            frozen: Arc::default(),
         }
     }
 
@@ -60,8 +66,25 @@ impl<S> Faulty<S> {
         self.refunds.load(Ordering::Relaxed)
     }
 
+    /// The calls that decide or read (`acquire`, `peek`, `acquire_held`, `share_rate`)
+    /// made so far, by every clone, whatever the fault did to them.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    /// From now on every call that decides or reads never answers, whatever the fault: a
+    /// store frozen mid-run (a paused process, a partition that drops packets), for every
+    /// clone.
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::Relaxed);
+    }
+
     /// The fault, before a call on `key` is passed on.
     async fn strike(&self, key: &[u8]) -> Result<(), DecideError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if self.frozen.load(Ordering::Relaxed) {
+            std::future::pending::<()>().await;
+        }
         match self.fault {
             Fault::Late(delay) => {
                 tokio::time::sleep(delay).await;
