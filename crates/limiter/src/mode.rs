@@ -23,7 +23,8 @@ use rein_core::{DecideError, Leasable, Limiter};
 
 use crate::gate::Ask;
 use crate::lease::{
-    LeaseConfig, LeaseStats, LeasedLimiter, LeasedPolicy, ShareView, decide_direct,
+    LeaseConfig, LeaseConfigError, LeaseStats, LeasedLimiter, LeasedPolicy, ShareView,
+    decide_direct,
 };
 use crate::limiter::{Call, ResilientLimiter, ResilientLimiterBuilder, TablePolicy};
 use crate::{Decided, RequestError, ResilienceConfigError, Source};
@@ -75,6 +76,16 @@ pub fn resilient_deadline(store: Option<Duration>, leases: bool) -> Duration {
         call.saturating_mul(LEASED_CALLS)
     } else {
         call
+    }
+}
+
+impl LeaseConfig {
+    /// [`check`](Self::check) for leases in front of a [`ResilientLimiter`] over a store
+    /// whose deadline is `store`: what [`LeasedBuilder::build`] refuses, for a front end
+    /// that reads the settings itself and names its own field (rein-tower's file,
+    /// rein-server's flags) before anything connects.
+    pub fn check_over_store(&self, store: Option<Duration>) -> Result<(), LeaseConfigError> {
+        self.check(Some(resilient_deadline(store, false)))
     }
 }
 

@@ -1443,8 +1443,9 @@ async fn a_failure_policys_answer_to_a_reservation_is_never_spent_as_a_lease() {
 }
 
 /// A token bucket over the memory store: the first requests go to the direct share, the
-/// second (the default `min_demand`) asks for a share, later ones are spent from it. Over a store without rate shares (the
-/// `Faulty` double answers `Unsupported`), the same policy is decided by plain `acquire`.
+/// second (the default `min_demand`) asks for a share, later ones are spent from it. Over
+/// a store without rate shares (the `Faulty` double answers `Unsupported`), the same policy
+/// is decided by plain `acquire`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_bucket_is_leased_as_rate_where_the_store_can_and_decided_directly_elsewhere() {
     let bucket = Limit::token_bucket(40, 400, Micros::from_secs(1)).expect("valid");

@@ -316,20 +316,24 @@ async fn serve(args: Serve) -> Result<(), String> {
 }
 
 /// `--leases` over a store of deadline `--redis-deadline`: what the limiter's build would
-/// refuse ([`rein::LeaseConfig::check`]), refused before anything connects, in the flags'
+/// refuse ([`rein::LeaseConfig::check_over_store`]), refused before anything connects, in the flags'
 /// words.
 fn lease_flags(leases: &rein::LeaseConfig, deadline: Duration) -> Result<(), String> {
-    let limiter = rein::lease::resilient_deadline(Some(deadline), false);
-    leases.check(Some(limiter)).map_err(|e| match e {
-        // The flight timeout is not a flag: the deadline is what to change.
-        LeaseConfigError::FlightTimeout { flight_timeout, .. } => format!(
-            "--redis-deadline {} with --leases: with the limiter's margin ({limiter:?}) it \
+    leases
+        .check_over_store(Some(deadline))
+        .map_err(|e| match e {
+            // The flight timeout is not a flag: the deadline is what to change.
+            LeaseConfigError::FlightTimeout {
+                flight_timeout,
+                deadline: limiter,
+            } => format!(
+                "--redis-deadline {} with --leases: with the limiter's margin ({limiter:?}) it \
              is longer than the leases' flight timeout ({flight_timeout:?}), so a grant that \
              comes back later would be stranded; shorten --redis-deadline",
-            humantime::format_duration(deadline)
-        ),
-        other => other.to_string(),
-    })
+                humantime::format_duration(deadline)
+            ),
+            other => other.to_string(),
+        })
 }
 
 /// What serving starts from, whatever the store.

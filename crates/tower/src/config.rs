@@ -516,8 +516,8 @@ impl Validator<'_> {
         })
     }
 
-    /// `[leases]`, checked ([`LeaseConfig::check`]) against the limiter's deadline over a
-    /// store of deadline `store`, at the table's line: what the limiter's build would refuse.
+    /// `[leases]`, checked ([`LeaseConfig::check_over_store`]) over a store of deadline
+    /// `store`, at the table's line: what the limiter's build would refuse.
     fn leases(&self, raw: Spanned<RawLeases>, store: Duration) -> Result<LeaseConfig, LoadError> {
         let table = self.table("leases", &raw);
         let raw = raw.get_ref();
@@ -533,7 +533,7 @@ impl Validator<'_> {
         if let Some(interval) = &raw.renew_interval {
             config.renew_interval = Micros::from(self.positive("leases.renew_interval", interval)?);
         }
-        let message = match config.check(Some(resilient_deadline(Some(store), false))) {
+        let message = match config.check_over_store(Some(store)) {
             Ok(()) => return Ok(config),
             // The file does not set the flight timeout: the deadline is what to change.
             Err(LeaseConfigError::FlightTimeout {

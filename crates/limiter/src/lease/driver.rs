@@ -197,9 +197,9 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
     ///
     /// `now`, when given, must advance with real time like the store's clock: a block's
     /// life is measured from it (docs/leases.md). At most two store calls' time: waits for
-    /// its key's reservations, all within one store call's deadline (at most
-    /// [`LeaseConfig::flight_timeout`]), then, if no block served it, a direct
-    /// call.
+    /// its key's reservations, all within one store call's deadline
+    /// ([`LeaseConfig::flight_timeout`] for a store that states none), then, if no block
+    /// served it, a direct call.
     pub fn acquire_leased<'a>(
         &'a self,
         now: Option<Timestamp>,
@@ -936,12 +936,10 @@ where
             }
             None => node_id(),
         };
-        // One store call's deadline (never past the book's own bound on a reservation's
-        // flight, which `check` makes at least as long), or that bound for a store that
-        // states none: by then the book presumes the flight lost and sends its waiters
-        // direct.
-        let flight = Duration::from(self.config.flight_timeout);
-        let wait_budget = deadline.map_or(flight, |call| call.min(flight));
+        // One store call's deadline (`check` made the book's bound on a reservation's flight
+        // no shorter), or that bound for a store that states none: by then the book
+        // presumes the flight lost and sends its waiters direct.
+        let wait_budget = deadline.unwrap_or(Duration::from(self.config.flight_timeout));
         let leased = LeasedLimiter {
             shared: Arc::new(Shared {
                 owner: Owner::new(),

@@ -91,9 +91,9 @@ pub(crate) enum DirectReason {
     /// failed renewal, or after the share lapsed): the store's direct share decides.
     NoShare,
     /// The request waited for its key's reservations as long as it may (one store call's
-    /// deadline, at most [`LeaseConfig::flight_timeout`]), and would wait again (another reservation in flight, or too little
-    /// granted): it goes to the store, so that it takes at most [`LEASED_CALLS`] store
-    /// calls' time.
+    /// deadline, or [`LeaseConfig::flight_timeout`] for a store that states none), and would
+    /// wait again (another reservation in flight, or too little granted): it goes to the
+    /// store, so that it takes at most [`LEASED_CALLS`] store calls' time.
     Waited,
 }
 

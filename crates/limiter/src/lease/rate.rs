@@ -484,8 +484,9 @@ impl RateBook {
     /// least one renewal interval. A key's first take leaves with the request that made it
     /// hot, `min_demand` within an interval, often a few µs after its first: a rate over that
     /// span would claim about `cost × 10⁶` per second and, until the next renewal, shrink
-    /// every other node's share for a guess. Over an interval a new key starts modestly (more of its requests go direct for one interval, which is
-    /// exact), and a burst shorter than an interval is not extrapolated.
+    /// every other node's share for a guess. Over an interval a new key starts modestly
+    /// (more of its requests go direct for one interval, which is exact), and a burst
+    /// shorter than an interval is not extrapolated.
     fn take(
         config: LeaseConfig,
         node: u64,
