@@ -34,7 +34,7 @@
 //! the admissions surely inside it.
 
 use std::collections::BTreeMap;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1995,13 +1995,14 @@ async fn lease_settings_that_cannot_run_are_refused_at_build() {
 /// toward opening it, while it is open a take fails at once as the breaker's, without a
 /// call (before, every take went to the store, and a frozen one cost each a deadline), and
 /// once the open period ends a take may be the probe that closes it. A store with no rate
-/// shares answers no take, which tells the breaker nothing. On the limiter's own fake
-/// clock: the breaker's periods are exact.
+/// shares answers no take, which tells the breaker nothing, and neither does a memory store
+/// whose rate-share table is full. On the limiter's own fake clock: the breaker's periods
+/// are exact.
 #[tokio::test]
 async fn rate_share_calls_go_through_the_circuit_breaker() {
     use rein::BreakerConfig;
     use rein::breaker::BreakerState;
-    use rein_core::rate_share::{RateOp, TakeRequest};
+    use rein_core::rate_share::{RateAnswer, RateOp, TakeRequest, Taken};
     use rein_core::{DecideError, Leasable, StoreError, Timestamp};
     use rein_memory::FakeClock;
 
@@ -2080,6 +2081,38 @@ async fn rate_share_calls_go_through_the_circuit_breaker() {
         );
     }
     assert_eq!(limiter.stats().breaker_state, BreakerState::Closed);
+
+    // A full rate-share table (room for one key): new keys are told to decide directly,
+    // and denied there until room comes. A bound reached in process is not a store
+    // failure: the breaker stays closed, and no failure policy answers.
+    let one = NonZeroUsize::new(1).expect("nonzero");
+    let limiter = over(Faulty::new(
+        rein_memory::MemoryStore::new().max_keys(one),
+        Fault::DownFor(b"down"),
+    ));
+    let prepared = limiter.prepare(&policy).expect("in the table");
+    let first = Leasable::share_rate(&limiter, None, &prepared, b"held", take).await;
+    assert!(
+        matches!(first, Ok(RateAnswer::Taken(Taken::Granted(_)))),
+        "{first:?}"
+    );
+    for key in [&b"new-1"[..], b"new-2", b"new-3"] {
+        let full = Leasable::share_rate(&limiter, None, &prepared, key, take).await;
+        assert!(
+            matches!(full, Ok(RateAnswer::Taken(Taken::Full))),
+            "{full:?}"
+        );
+        let direct = Leasable::share_rate(&limiter, None, &prepared, key, RateOp::Direct(1)).await;
+        assert!(
+            matches!(direct, Ok(RateAnswer::Decided(d)) if !d.is_allowed() && d.retry_after > Micros::ZERO),
+            "{direct:?}"
+        );
+    }
+    let stats = limiter.stats();
+    assert_eq!(
+        (stats.store_calls, stats.breaker_state),
+        (7, BreakerState::Closed)
+    );
 }
 
 /// A frozen store under many hot token-bucket keys leased as rate: each key's share renews

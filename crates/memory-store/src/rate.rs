@@ -6,16 +6,18 @@
 //! direct decision, so one mutex over one map is enough; it is separate from the shard
 //! tables because the state is another shape (docs/leases.md). Memory is bounded: a state
 //! that may be forgotten ([`RateShares::is_forgettable`]) is dropped when the map is full,
-//! and a new key beyond the bound is refused rather than evicting a key whose shares may
-//! still be spent (evicting one would forget reserved rate: over-admission).
+//! and a new key beyond the bound is answered as one that may reserve nothing (a take is
+//! told to decide directly, a direct decision is denied until room comes) rather than
+//! evicting a key whose shares may still be spent (evicting one would forget reserved
+//! rate: over-admission).
 
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Mutex, PoisonError};
 
 use rein_core::{
-    DecideError, Policy, StoreError, Timestamp,
-    rate_share::{RateAnswer, RateOp, RateShares, RateState, ShareError},
+    DecideError, Decision, Micros, Outcome, Policy, Timestamp,
+    rate_share::{RateAnswer, RateOp, RateShares, RateState, ShareError, Taken},
 };
 
 /// The rate-share states of one policy's keys.
@@ -41,6 +43,12 @@ impl<K> RateTable<K> {
 
 impl<K: Hash + Eq + Clone> RateTable<K> {
     /// Runs `op` on `key`'s state at `now`.
+    ///
+    /// A new key whose state must be kept while every held key may still hold shares is
+    /// not stored, and its request is answered as one that reserves nothing: a take with
+    /// [`Taken::Full`] (decide directly), a direct decision with a denial until the
+    /// soonest held key may be forgotten. A full table is a local bound reached, not a
+    /// store failure: it must not trip a breaker or fall to a failure policy that admits.
     pub(crate) fn apply(
         &self,
         now: Timestamp,
@@ -50,28 +58,163 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
         // No user code runs under the lock but `K`'s Hash and Eq; a poisoned map is still
         // consistent (the core's transitions do not panic), so it is recovered.
         let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
-        if !states.contains_key(key) && states.len() >= self.max_keys {
-            let shares = self.shares;
-            states.retain(|_, state| !shares.is_forgettable(now, state));
-            if states.len() >= self.max_keys {
-                return Err(StoreError::UnexpectedReply(
-                    "rate-share table full: every key may still hold shares".into(),
-                )
-                .into());
-            }
-        }
-        let mut state = states.get(key).cloned().unwrap_or_default();
+        let held = states.get(key).cloned();
+        let is_new = held.is_none();
+        let mut state = held.unwrap_or_default();
         let answer = self.shares.apply(now, &mut state, op)?;
         if self.shares.is_forgettable(now, &state) {
             states.remove(key);
-        } else {
-            states.insert(key.clone(), state);
+            return Ok(answer);
         }
+        if is_new && states.len() >= self.max_keys {
+            let shares = self.shares;
+            states.retain(|_, state| !shares.is_forgettable(now, state));
+            if states.len() >= self.max_keys {
+                return Ok(self.no_room(now, &states, op));
+            }
+        }
+        states.insert(key.clone(), state);
         Ok(answer)
+    }
+
+    /// The answer to `op` for a new key the full table cannot hold: a take is told to
+    /// decide directly, and a direct decision is denied until the first held key may be
+    /// forgotten (its state's TTL after its last write). A return never lands here: a key
+    /// holding nothing has nothing to give back, and it is answered as not applied.
+    fn no_room(&self, now: Timestamp, states: &HashMap<K, RateState>, op: RateOp) -> RateAnswer {
+        match op {
+            RateOp::Take(_) => RateAnswer::Taken(Taken::Full),
+            RateOp::Return(_) => RateAnswer::Returned(false),
+            RateOp::Direct(_) => {
+                let room_at = states
+                    .values()
+                    .map(|s| {
+                        s.at.as_micros()
+                            .saturating_add(self.shares.ttl(s).as_micros())
+                    })
+                    .min()
+                    .unwrap_or(0);
+                let wait = Micros::from_micros(room_at.saturating_sub(now.as_micros()).max(1));
+                RateAnswer::Decided(Decision {
+                    outcome: Outcome::Denied,
+                    limit: self.shares.capacity(),
+                    remaining: 0,
+                    retry_after: wait,
+                    reset_after: wait,
+                    limit_index: 0,
+                })
+            }
+        }
     }
 }
 
 /// For a policy that cannot be shared.
 pub(crate) fn not_shareable() -> DecideError {
     ShareError::NotShareable.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use rein_core::rate_share::{
+        RateAnswer, RateOp, RateShares, RateState, ReturnRequest, ShareError, TakeRequest, Taken,
+    };
+    use rein_core::{DecideError, Limit, Micros, OverCapacity, Policy, Timestamp};
+
+    use super::RateTable;
+
+    fn take(node: u64, seq: u64) -> RateOp {
+        RateOp::Take(TakeRequest {
+            node,
+            held: 0,
+            seq,
+            applied: 0,
+            demand: 10,
+            validity: Micros::from_millis(100),
+        })
+    }
+
+    fn at(micros: u64) -> Timestamp {
+        Timestamp::from_micros(micros)
+    }
+
+    fn denied_for(answer: Result<RateAnswer, DecideError>) -> Option<u64> {
+        match answer {
+            Ok(RateAnswer::Decided(d)) if !d.is_allowed() => Some(d.retry_after.as_micros()),
+            _ => None,
+        }
+    }
+
+    /// A table of two keys, both holding shares. A third key is answered as one that may
+    /// reserve nothing, never as a store failure (which would trip a breaker, or fall to a
+    /// failure policy that admits): its take is told to decide directly, its direct
+    /// decision is denied until the first held key may be forgotten, and at that instant it
+    /// gets in. The held keys are served throughout.
+    #[test]
+    fn a_full_table_answers_a_new_key_as_reserving_nothing() {
+        let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).unwrap();
+        let table = RateTable::new(&Policy::single(bucket), 2).unwrap();
+        let Limit::TokenBucket(tb) = bucket else {
+            unreachable!()
+        };
+        let shares = RateShares::new(&tb).unwrap();
+        let granted = |answer| matches!(answer, Ok(RateAnswer::Taken(Taken::Granted(_))));
+        assert!(granted(table.apply(at(0), &"a", take(1, 1))));
+        assert!(granted(table.apply(at(1_000), &"b", take(1, 1))));
+        // When "a" may be forgotten: its state's TTL after its write, as the core says.
+        let mut a = RateState::default();
+        shares.apply(at(0), &mut a, take(1, 1)).unwrap();
+        let room = a.at.as_micros() + shares.ttl(&a).as_micros();
+        assert!(
+            room > 100_000,
+            "a share of 100 ms holds the key at least that long"
+        );
+
+        let now = at(50_000);
+        assert!(matches!(
+            table.apply(now, &"c", take(2, 1)),
+            Ok(RateAnswer::Taken(Taken::Full))
+        ));
+        assert_eq!(
+            denied_for(table.apply(now, &"c", RateOp::Direct(1))),
+            Some(room - 50_000)
+        );
+        // What keeps no state is answered as for any key.
+        assert!(matches!(
+            table.apply(now, &"c", RateOp::Direct(0)),
+            Ok(RateAnswer::Decided(d)) if d.is_allowed()
+        ));
+        let give_back = RateOp::Return(ReturnRequest {
+            node: 2,
+            id: 1,
+            seq: 2,
+            units: 5,
+        });
+        assert!(matches!(
+            table.apply(now, &"c", give_back),
+            Ok(RateAnswer::Returned(false))
+        ));
+        assert!(matches!(
+            table.apply(now, &"c", RateOp::Direct(11)),
+            Err(DecideError::InvalidShare(ShareError::InsufficientCapacity(
+                OverCapacity {
+                    cost: 11,
+                    capacity: 10
+                }
+            )))
+        ));
+        // The held keys renew while the table is full.
+        assert!(granted(table.apply(now, &"a", take(1, 2))));
+        // A µs before "a" (renewed at 50 ms, now forgettable later) or "b" may go: denied.
+        let mut b = RateState::default();
+        shares.apply(at(1_000), &mut b, take(1, 1)).unwrap();
+        let room = b.at.as_micros() + shares.ttl(&b).as_micros();
+        assert_eq!(
+            denied_for(table.apply(at(room - 1), &"c", RateOp::Direct(1))),
+            Some(1)
+        );
+        assert!(matches!(
+            table.apply(at(room), &"c", RateOp::Direct(1)),
+            Ok(RateAnswer::Decided(d)) if d.is_allowed()
+        ));
+    }
 }
