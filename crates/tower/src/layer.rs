@@ -21,7 +21,6 @@ use tracing::Instrument;
 
 use crate::body::RateLimitBody;
 use crate::headers::{self, RATELIMIT, RATELIMIT_POLICY};
-use crate::route::Cost;
 use crate::{KeySource, LayerError, Route};
 
 /// A `tower::Layer` that rate-limits requests through any [`Limiter`]: a
@@ -355,27 +354,15 @@ impl<L: Limiter> RateLimitLayerBuilder<L> {
             .map(|route| {
                 let policy = match route.policy_name() {
                     None => None,
-                    Some(name) => {
-                        let index = policies
+                    Some(name) => Some(
+                        policies
                             .iter()
                             .position(|p| p.named.name() == name)
                             .ok_or_else(|| LayerError::UnknownPolicy {
                                 route: route.name().to_owned(),
                                 policy: name.to_owned(),
-                            })?;
-                        let capacity = policies[index].named.policy().capacity();
-                        if let Cost::Fixed(cost) = route.cost
-                            && cost > capacity
-                        {
-                            return Err(LayerError::CostOverCapacity {
-                                route: route.name().to_owned(),
-                                policy: name.to_owned(),
-                                cost,
-                                capacity,
-                            });
-                        }
-                        Some(index)
-                    }
+                            })?,
+                    ),
                 };
                 Ok(CompiledRoute {
                     #[cfg(feature = "metrics")]

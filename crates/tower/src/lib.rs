@@ -119,22 +119,6 @@ pub enum LayerError {
     /// the same policies.
     #[error(transparent)]
     Prepare(#[from] rein_core::PrepareError),
-    /// A route's fixed cost is more than its policy's capacity (the smallest of its
-    /// limits): no request could ever be admitted, each would be answered `413`. Lower the
-    /// cost, raise the limit, or use [`Route::cost_fn`] if only some requests cost that much.
-    #[error(
-        "route {route:?} costs {cost}, more than policy {policy:?} can ever admit          ({capacity}): every request would be refused"
-    )]
-    CostOverCapacity {
-        /// The route's name.
-        route: String,
-        /// The policy it names.
-        policy: String,
-        /// The route's cost.
-        cost: u64,
-        /// The policy's capacity.
-        capacity: u64,
-    },
     /// The deadline is zero: every request would time out. Set a positive deadline.
     #[error("the deadline must be longer than zero")]
     ZeroDeadline,

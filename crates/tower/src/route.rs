@@ -114,9 +114,7 @@ impl Route {
         self
     }
 
-    /// Each request costs `cost` units (default 1). Zero makes every request a peek. A cost
-    /// above the policy's capacity could never be admitted: the layer's `build` refuses it
-    /// ([`LayerError::CostOverCapacity`](crate::LayerError::CostOverCapacity)).
+    /// Each request costs `cost` units (default 1). Zero makes every request a peek.
     pub fn cost(mut self, cost: u64) -> Self {
         self.cost = Cost::Fixed(cost);
         self

@@ -308,7 +308,7 @@ async fn a_multi_limit_policy_names_the_limit_that_spoke() {
 }
 
 #[test]
-fn building_refuses_unknown_and_duplicate_policies_and_costs_over_capacity() {
+fn building_refuses_unknown_and_duplicate_policies() {
     let unknown = builder()
         .policy(window("api", 1))
         .route(Route::any().policy("apj"))
@@ -328,30 +328,6 @@ fn building_refuses_unknown_and_duplicate_policies_and_costs_over_capacity() {
         duplicate.err(),
         Some(LayerError::DuplicatePolicy("api".into()))
     );
-    // A fixed cost no request can ever pay; equal to the capacity is fine, and a computed
-    // cost is answered 413 per request.
-    let costly = |cost| {
-        builder()
-            .policy(window("api", 2))
-            .route(Route::any().policy("api").cost(cost))
-            .build()
-            .err()
-    };
-    assert_eq!(
-        costly(3),
-        Some(LayerError::CostOverCapacity {
-            route: "*".into(),
-            policy: "api".into(),
-            cost: 3,
-            capacity: 2
-        })
-    );
-    assert_eq!(costly(2), None);
-    let computed = builder()
-        .policy(window("api", 2))
-        .route(Route::any().policy("api").cost_fn(|_| 3))
-        .build();
-    assert!(computed.is_ok());
 }
 
 #[tokio::test]
