@@ -99,7 +99,8 @@ enum Command {
     Watch {
         /// The policy's name, as in the config (`rein policy list`).
         policy: String,
-        /// How many seconds the totals cover (at most 1h).
+        /// How many seconds the totals cover, from 1s to 118s: Redis keeps each second's
+        /// counts for two minutes, and the newest shown is two seconds old.
         #[arg(long, default_value = "10s", value_parser = parse_window)]
         window: u64,
         /// Stop after this many refreshes (default: until Ctrl-C).
@@ -108,13 +109,16 @@ enum Command {
     },
 }
 
-/// `--window`: whole seconds, from 1 s to an hour.
+/// `--window`: whole seconds, from 1 s to as many as Redis still holds once complete.
 fn parse_window(text: &str) -> Result<u64, String> {
     let span = humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))?;
     let max = rein_redis::watch::MAX_SECONDS_READ;
     match span.as_secs() {
         secs @ 1.. if secs <= max && span.subsec_nanos() == 0 => Ok(secs),
-        _ => Err(format!("{text:?}: whole seconds, from 1s to {max}s")),
+        _ => Err(format!(
+            "{text:?}: whole seconds, from 1s to {max}s (each second's counts are kept two \
+             minutes)"
+        )),
     }
 }
 

@@ -618,12 +618,24 @@ fn watch(server: &RedisServer, path: &std::path::Path) {
     assert_eq!(code(&text), 0, "{}", stderr(&text));
     assert_says(stdout(&text), "window: ");
     assert_says(stdout(&text), "admitted/s");
+    let longest = with_config(
+        path,
+        &["-c"],
+        &["watch", "window", "--window", "118s", "--count", "1"],
+    );
+    assert_eq!(code(&longest), 0, "{}", stderr(&longest));
+    assert_says(stdout(&longest), "last 1m 58s");
     // Bad input: an unknown policy (exit 1), a window rein refuses (clap's exit 2).
     let unknown = with_config(path, &["-c"], &["watch", "apj", "--count", "1"]);
     assert_eq!(code(&unknown), 1);
     assert_says(stderr(&unknown), "its policies");
-    for window in ["0s", "2h", "1.5s", "soon"] {
-        let bad = with_config(path, &["-c"], &["watch", "api", "--window", window]);
+    // 119 s would reach a second whose counts Redis has already let expire.
+    for window in ["0s", "119s", "2h", "1.5s", "soon"] {
+        let bad = with_config(
+            path,
+            &["-c"],
+            &["watch", "api", "--window", window, "--count", "1"],
+        );
         assert_eq!(code(&bad), 2, "--window {window}: {}", stderr(&bad));
     }
 }

@@ -29,8 +29,10 @@ pub const COMPLETE_AFTER: Duration = Duration::from_secs(2);
 /// How long a second's counts are kept.
 pub(crate) const KEEP: Duration = Duration::from_secs(120);
 
-/// The most seconds one read returns.
-pub const MAX_SECONDS_READ: u64 = 3_600;
+/// The most seconds one read returns: as many as are still kept once complete (two minutes
+/// less [`COMPLETE_AFTER`], 118 s). A longer read would count seconds whose counts have
+/// expired as zero and report less than the deployment decided.
+pub const MAX_SECONDS_READ: u64 = KEEP.as_secs() - COMPLETE_AFTER.as_secs();
 
 /// What a deployment's processes counted for one policy in one second
 /// ([`RedisStore::counts`](crate::RedisStore::counts)).
