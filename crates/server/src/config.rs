@@ -602,9 +602,49 @@ impl Loader<'_> {
                 path.to_owned()
             };
             let parsed = self.limit(item, &path)?;
+            if listed {
+                // What a list item cannot say, refused rather than dropped: an unlimited
+                // item would lift every limit beside it, and a later item's name would
+                // name nothing.
+                let refused = [
+                    (
+                        "unlimited",
+                        matches!(parsed.shape, Shape::Unlimited),
+                        "a limit of `rate_limits` cannot be unlimited: use `rate_limit: { unlimited: true }` for a rule without limits",
+                    ),
+                    (
+                        "name",
+                        index > 0 && parsed.name.is_some(),
+                        "only the first item of `rate_limits` names the rule",
+                    ),
+                    (
+                        "replaces",
+                        index > 0 && !parsed.replaces.is_empty(),
+                        "only the first item of `rate_limits` says what the rule replaces",
+                    ),
+                ];
+                if let Some((field, _, why)) = refused.into_iter().find(|(_, bad, _)| *bad) {
+                    let node = self.field(item, field).unwrap_or(item);
+                    return Err(self.error(
+                        node,
+                        &format!("{path}.{field}"),
+                        Problem::BadValue(why.into()),
+                    ));
+                }
+            }
             if index == 0 {
                 name = parsed.name;
                 replaces = parsed.replaces;
+                if let Some(own) = name.as_deref().filter(|n| replaces.iter().any(|r| r == n)) {
+                    let node = self.field(item, "replaces").unwrap_or(item);
+                    return Err(self.error(
+                        node,
+                        &format!("{path}.replaces"),
+                        Problem::BadValue(format!(
+                            "the rule {own:?} replaces itself, so it would never be evaluated"
+                        )),
+                    ));
+                }
             }
             match parsed.shape {
                 Shape::Unlimited => unlimited = true,
@@ -831,7 +871,17 @@ impl Loader<'_> {
             let at = format!("{path}[{index}]");
             for (key, value) in self.map(item, &at)? {
                 match key {
-                    "name" => names.push(self.string(value, &format!("{at}.name"))?),
+                    "name" => {
+                        let name = self.string(value, &format!("{at}.name"))?;
+                        if name.is_empty() {
+                            return Err(self.error(
+                                value,
+                                &format!("{at}.name"),
+                                Problem::BadValue("an empty name replaces nothing".into()),
+                            ));
+                        }
+                        names.push(name);
+                    }
                     _ => return Err(self.unknown(value, &format!("{at}.{key}"), "name")),
                 }
             }
@@ -840,6 +890,17 @@ impl Loader<'_> {
     }
 
     // Scalars and shapes.
+
+    /// The value of `node`'s field `name`, if `node` is a mapping that has it.
+    fn field<'n>(&self, node: &'n Node, name: &str) -> Option<&'n Node> {
+        let Value::Map(entries) = &node.value else {
+            return None;
+        };
+        entries
+            .iter()
+            .find(|(k, _)| matches!(&k.value, Value::Str(key) if key == name))
+            .map(|(_, v)| v)
+    }
 
     /// A mapping's entries (an empty value reads as no entries).
     fn map<'n>(&self, node: &'n Node, path: &str) -> Result<Vec<(&'n str, &'n Node)>, RulesError> {

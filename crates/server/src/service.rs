@@ -90,7 +90,8 @@ pub enum InvalidRequest {
         "descriptor {0}: an entry's key must be 1 to {MAX_TEXT} bytes and its value at most {MAX_TEXT}"
     )]
     EntryText(usize),
-    /// A `limit` override with a unit this server does not know, or zero requests.
+    /// A `limit` override with a unit this server does not know (one of zero requests is
+    /// over the limit whatever its unit, as in a rule, and is not refused).
     #[error("descriptor {0}: the limit override needs a known unit")]
     Override(usize),
     /// More distinct `limit` overrides than [`MAX_LIMIT_OVERRIDES`].
@@ -498,7 +499,14 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             Ok(decision) => decision,
             // A cost no limit of the rule can ever admit: over the limit, as Envoy expects.
             Err(DecideError::InsufficientCapacity(_)) => {
-                metrics.count(label, Outcome::Over);
+                metrics.count(
+                    label,
+                    if shadow {
+                        Outcome::Shadow
+                    } else {
+                        Outcome::Over
+                    },
+                );
                 if !shadow {
                     *denied = true;
                 }

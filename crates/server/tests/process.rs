@@ -1,7 +1,8 @@
 //! The `rein-server` binary as an operator runs it, on the in-process store: it serves,
 //! refuses a bad rules file on SIGHUP while the rules in force keep serving (logging the
-//! file, line and field), takes a good one, and exits cleanly on SIGTERM. `check-config`
-//! exits 0 or 1 with the error's position.
+//! file, line and field), takes a good one, and exits cleanly on SIGTERM; a shadow rule's
+//! would-be refusal is counted as `shadow_mode`. `check-config` exits 0 or 1 with the
+//! error's position.
 
 mod support;
 
@@ -23,6 +24,20 @@ fn ask(http: SocketAddr) -> String {
     )
 }
 
+/// `GET /metrics`: the Prometheus text.
+fn metrics(http: SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(http).expect("connect");
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read");
+    text
+}
+
 fn signal(pid: u32, name: &str) {
     let status = Command::new("kill")
         .args([&format!("-{name}"), &pid.to_string()])
@@ -36,6 +51,11 @@ fn a_bad_reload_is_refused_a_good_one_taken_and_sigterm_exits_cleanly() {
     let dir = temp_dir("ops");
     let file = dir.join("ops.yaml");
     std::fs::write(&file, RULES).expect("write");
+    std::fs::write(
+        dir.join("shadow.yaml"),
+        "domain: shadow\ndescriptors:\n  - key: user\n    shadow_mode: true\n    rate_limit: { unit: hour, requests_per_unit: 2 }\n",
+    )
+    .expect("write");
     let (http, grpc) = (free_addr(), free_addr());
     let log = dir.join("server.log");
     let mut child = Running(
@@ -50,6 +70,28 @@ fn a_bad_reload_is_refused_a_good_one_taken_and_sigterm_exits_cleanly() {
     );
     wait_for_port(http, "rein-server", None);
     assert!(ask(http).contains(r#""overallCode":"OK""#));
+
+    // A shadow rule asked more than its capacity at once: answered OK and counted as what
+    // it would have been refused as, `shadow_mode`, not `over_limit`.
+    let shadow = post_json(
+        http,
+        r#"{"domain":"shadow","descriptors":[{"entries":[{"key":"user","value":"ann"}],"hitsAddend":"5"}]}"#,
+    );
+    assert!(shadow.contains(r#""overallCode":"OK""#), "{shadow}");
+    let scraped = metrics(http);
+    let counted = |outcome: &str| {
+        let series =
+            format!(r#"rein_server_decisions_total{{rule="shadow.user",outcome="{outcome}"}} "#);
+        scraped
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        (counted("shadow_mode"), counted("over_limit")),
+        (Some("1".into()), Some("0".into())),
+        "{scraped}"
+    );
 
     // A bad file: refused, logged with its position, and the old rules still serve.
     std::fs::write(&file, RULES.replace("unit: hour", "unit: fortnight")).expect("write");
