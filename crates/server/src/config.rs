@@ -488,7 +488,7 @@ impl Loader<'_> {
                 "value" => {
                     value = match field.value {
                         Value::Null => None,
-                        _ => Some(self.scalar_text(field, &at)?).filter(|v| !v.is_empty()),
+                        _ => Some(self.string(field, &at)?).filter(|v| !v.is_empty()),
                     }
                 }
                 "rate_limit" => rate_limit = Some(field),
@@ -925,35 +925,27 @@ impl Loader<'_> {
         }
     }
 
+    /// A string field's text. YAML may read `value: 02139`, `key: 404` or `value: true` as a
+    /// number or a boolean; like envoyproxy/ratelimit, whose YAML reader decodes a string
+    /// field from the scalar's source, the field is the text as written (`02139`, not
+    /// `2139`).
     fn string(&self, node: &Node, path: &str) -> Result<String, RulesError> {
         match &node.value {
-            Value::Str(s) => Ok(s.clone()),
-            _ => Err(self.wrong(node, path, "a string")),
-        }
-    }
-
-    /// A descriptor value: YAML may read `value: 42` or `value: true` as non-strings;
-    /// envoyproxy/ratelimit reads them as their text. (Quote values with leading zeros.)
-    fn scalar_text(&self, node: &Node, path: &str) -> Result<String, RulesError> {
-        match &node.value {
-            Value::Str(s) => Ok(s.clone()),
-            Value::Int(i) => Ok(i.to_string()),
-            Value::Bool(b) => Ok(b.to_string()),
-            Value::Float(f) => Ok(f.to_string()),
+            Value::Str(s) | Value::Int(_, s) | Value::Bool(_, s) | Value::Float(s) => Ok(s.clone()),
             _ => Err(self.wrong(node, path, "a string")),
         }
     }
 
     fn boolean(&self, node: &Node, path: &str) -> Result<bool, RulesError> {
         match node.value {
-            Value::Bool(b) => Ok(b),
+            Value::Bool(b, _) => Ok(b),
             _ => Err(self.wrong(node, path, "true or false")),
         }
     }
 
     fn unsigned(&self, node: &Node, path: &str) -> Result<u64, RulesError> {
         match node.value {
-            Value::Int(i) => u64::try_from(i).map_err(|_| {
+            Value::Int(i, _) => u64::try_from(i).map_err(|_| {
                 self.error(
                     node,
                     path,

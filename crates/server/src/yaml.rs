@@ -22,13 +22,16 @@ pub(crate) struct Node {
     pub column: usize,
 }
 
-/// A YAML value. Scalars keep the type YAML gave them; the loader converts.
+/// A YAML value. Scalars keep the type YAML gave them, and those YAML read as a boolean or
+/// a number also keep their text as written (`007`, `1.10`, `0x1F`, `yes`): a field that
+/// wants a string takes that text, as a YAML reader decoding into a string field does.
 #[derive(Debug)]
 pub(crate) enum Value {
     Null,
-    Bool(bool),
-    Int(i128),
-    Float(f64),
+    Bool(bool, String),
+    Int(i128, String),
+    /// No field takes a fractional number: only its text is kept.
+    Float(String),
     Str(String),
     Seq(Vec<Node>),
     /// Entries in document order; keys are strings (the parser refuses duplicate keys).
@@ -40,8 +43,8 @@ impl Value {
     pub fn kind(&self) -> &'static str {
         match self {
             Value::Null => "nothing",
-            Value::Bool(_) => "a boolean",
-            Value::Int(_) => "an integer",
+            Value::Bool(..) => "a boolean",
+            Value::Int(..) => "an integer",
             Value::Float(_) => "a number",
             Value::Str(_) => "a string",
             Value::Seq(_) => "a list",
@@ -53,7 +56,7 @@ impl Value {
 /// Parses `text` into a tree. `Err` carries the parser's message and position.
 pub(crate) fn parse(text: &str) -> Result<Node, (String, usize, usize)> {
     match serde_saphyr::from_str::<Spanned<Raw>>(text) {
-        Ok(root) => Ok(Node::from(root)),
+        Ok(root) => Ok(Node::new(root, text)),
         Err(error) => {
             let (line, column) = error
                 .location()
@@ -81,21 +84,35 @@ enum Raw {
     Map(Vec<(Spanned<Raw>, Spanned<Raw>)>),
 }
 
-impl From<Spanned<Raw>> for Node {
-    fn from(spanned: Spanned<Raw>) -> Self {
+impl Node {
+    /// The node of `spanned`, parsed from `text`.
+    fn new(spanned: Spanned<Raw>, text: &str) -> Self {
         let line = spanned.referenced.line() as usize;
         let column = spanned.referenced.column() as usize;
+        let span = spanned.referenced.span();
+        // A plain scalar's text as written, from its byte span (the parsed value's own text
+        // if the parser gave none).
+        let written = |parsed: String| {
+            let start = span.byte_offset().and_then(|o| usize::try_from(o).ok());
+            let len = span.byte_len().and_then(|l| usize::try_from(l).ok());
+            start
+                .zip(len)
+                .and_then(|(start, len)| text.get(start..start.checked_add(len)?))
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map_or(parsed, str::to_owned)
+        };
         let value = match spanned.value {
             Raw::Null => Value::Null,
-            Raw::Bool(b) => Value::Bool(b),
-            Raw::Int(i) => Value::Int(i),
-            Raw::Float(f) => Value::Float(f),
+            Raw::Bool(b) => Value::Bool(b, written(b.to_string())),
+            Raw::Int(i) => Value::Int(i, written(i.to_string())),
+            Raw::Float(f) => Value::Float(written(f.to_string())),
             Raw::Str(s) => Value::Str(s),
-            Raw::Seq(items) => Value::Seq(items.into_iter().map(Node::from).collect()),
+            Raw::Seq(items) => Value::Seq(items.into_iter().map(|n| Node::new(n, text)).collect()),
             Raw::Map(entries) => Value::Map(
                 entries
                     .into_iter()
-                    .map(|(k, v)| (Node::from(k), Node::from(v)))
+                    .map(|(k, v)| (Node::new(k, text), Node::new(v, text)))
                     .collect(),
             ),
         };

@@ -175,3 +175,53 @@ fn the_shipped_example_is_valid() {
     let config = RulesConfig::load(&dir).expect("examples/config is valid");
     assert_eq!(config.domain_names().collect::<Vec<_>>(), ["example"]);
 }
+
+/// A value YAML reads as a number or a boolean is matched as written, as envoyproxy/ratelimit
+/// matches it (its YAML reader decodes a string field from the scalar's source): a zip code
+/// keeps its leading zero, a version its trailing one, a hex number its form. Before, the
+/// number's own text was matched (`2139`, `1.1`, `31`), and a descriptor Envoy sends with
+/// the header's text matched no rule.
+#[test]
+fn values_yaml_reads_as_numbers_match_as_written() {
+    use rein_server::matcher::match_descriptor;
+    let config = load(
+        "
+domain: d
+descriptors:
+  - key: zip
+    value: 02139
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: version
+    value: 1.10
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: code
+    value: 0x1F   # a comment after it
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: flag
+    value: true
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: 503
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: status
+    descriptors: [{ key: code, value: 0404, rate_limit: { unit: hour, requests_per_unit: 1 } }]
+",
+    )
+    .expect("valid");
+    let domain = config.domain("d").expect("domain");
+    let matches =
+        |entries: &[(&str, &str)]| match_descriptor(domain, entries.iter().copied()).is_some();
+    for (key, written, parsed) in [
+        ("zip", "02139", "2139"),
+        ("version", "1.10", "1.1"),
+        ("code", "0x1F", "31"),
+    ] {
+        assert!(matches(&[(key, written)]), "{key}: {written}");
+        assert!(!matches(&[(key, parsed)]), "{key}: {parsed}");
+    }
+    assert!(matches(&[("flag", "true")]));
+    assert!(matches(&[("503", "any")]), "a key YAML reads as a number");
+    assert!(
+        matches(&[("status", "s"), ("code", "0404")]),
+        "in a flow mapping"
+    );
+}
