@@ -63,7 +63,9 @@ pub enum Source {
     /// `reset_after` are the bucket's, read off this node's share.
     Lease,
     /// Denied by this node's leases: the store said less than a renewal interval ago that
-    /// the limit has nothing left. Exact in the safe direction.
+    /// the limit has nothing left, or, for a token bucket leased as rate, this node's share
+    /// lacks the cost and will have it within a renewal interval (the store's direct share
+    /// might have admitted it). Exact in the safe direction: it may under-admit, never over.
     LocalDenial,
     /// Redis was unavailable; the local fallback limiter decided at this node's share of
     /// the policy ([`FailurePolicy::LocalFallback`](crate::FailurePolicy::LocalFallback)).

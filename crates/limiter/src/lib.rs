@@ -164,6 +164,15 @@ pub enum RequestError {
     /// Fix: add it with [`PolicyTable::with_policy`], or correct the name.
     #[error("no policy named {0:?} in the table")]
     UnknownPolicy(String),
+    /// The store does not run this operation: a leased token bucket's direct decision
+    /// ([`Leasable::share_rate`](rein_core::Leasable::share_rate)) on a store without rate
+    /// shares, which a leased limiter then decides with plain `acquire`. Never a store
+    /// failure: the breaker learns nothing from it, and no failure policy answers it.
+    #[error("the store does not implement {operation}")]
+    Unsupported {
+        /// The operation.
+        operation: &'static str,
+    },
 }
 
 /// A request error as [`Limiter`](rein_core::Limiter)'s, for code that decides through
@@ -177,6 +186,7 @@ impl From<RequestError> for rein_core::DecideError {
             RequestError::InsufficientCapacity(over) => over.into(),
             RequestError::InvalidKey(e) => Self::InvalidKey(e),
             RequestError::UnknownPolicy(_) => Self::ForeignPolicy,
+            RequestError::Unsupported { operation } => Self::Unsupported { operation },
         }
     }
 }

@@ -60,7 +60,10 @@ use crate::{RequestError, ResilienceConfigError};
 /// connection or a reconnect and the round trip), or 50 ms for a store that states none.
 /// Everything else (caches, breaker, fallback, counters) is local work under short locks,
 /// with no await. A second timer, a few milliseconds later, guards that bound should the
-/// store ever overrun its own.
+/// store ever overrun its own. With leases on
+/// ([`leases`](ResilientLimiterBuilder::leases)), a request may first wait, at most that
+/// long, for its key's reservation in flight, then decide directly: twice the bound, which
+/// the leased limiter's [`deadline`](Limiter::deadline) states.
 ///
 /// A call that timed out is never replayed: it may have run in the store, and a replay
 /// could count the request twice. The failure policy answers instead.
@@ -502,6 +505,13 @@ impl<S: Limiter> Shared<S> {
             Ok(Err(DecideError::InvalidKey(e))) => {
                 self.gate.refused(ended, ticket);
                 return Err(RequestError::InvalidKey(e));
+            }
+            // A store without the operation (a rate-share decision on a store that keeps no
+            // shares): not a failure, so the breaker learns nothing, and the caller (the
+            // leases) decides another way.
+            Ok(Err(DecideError::Unsupported { operation })) => {
+                self.gate.abandon(ended, ticket);
+                return Err(RequestError::Unsupported { operation });
             }
             // An error rein-core adds later: no decision, like a failed call.
             Ok(Err(error)) => {

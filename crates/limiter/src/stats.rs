@@ -43,7 +43,10 @@ pub struct StatsSnapshot {
     pub lease: SourceCounts,
     /// Denials by the leases' local denial (with leases on).
     pub local_denial: SourceCounts,
-    /// Calls sent to the store (for Redis, one script call each).
+    /// Calls the circuit breaker let through to the store (for Redis, one script call each):
+    /// decisions, the leases' reservations and rate-share calls. Refunds, the leases'
+    /// returns of blocks and operators' changes go to the store without the breaker and
+    /// are not counted here (nor their failures in `store_errors`).
     pub store_calls: u64,
     /// Calls that gave no decision: `timeouts + connection_errors + server_errors +
     /// unexpected_replies`.

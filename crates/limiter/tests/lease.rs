@@ -1995,8 +1995,9 @@ async fn lease_settings_that_cannot_run_are_refused_at_build() {
 /// toward opening it, while it is open a take fails at once as the breaker's, without a
 /// call (before, every take went to the store, and a frozen one cost each a deadline), and
 /// once the open period ends a take may be the probe that closes it. A store with no rate
-/// shares answers no take, which tells the breaker nothing, and neither does a memory store
-/// whose rate-share table is full. On the limiter's own fake clock: the breaker's periods
+/// shares answers no take and no direct decision, which tells the breaker nothing (the
+/// leases above then decide the bucket with plain `acquire`), and neither does a memory
+/// store whose rate-share table is full. On the limiter's own fake clock: the breaker's periods
 /// are exact.
 #[tokio::test]
 async fn rate_share_calls_go_through_the_circuit_breaker() {
@@ -2071,7 +2072,7 @@ async fn rate_share_calls_go_through_the_circuit_breaker() {
     );
 
     // No rate shares: every take is refused, and the breaker stays closed.
-    let limiter = over(store.without_rate_shares());
+    let limiter = over(store.clone().without_rate_shares());
     let prepared = limiter.prepare(&policy).expect("in the table");
     for _ in 0..3 {
         let unsupported = Leasable::share_rate(&limiter, None, &prepared, b"up", take).await;
@@ -2081,6 +2082,31 @@ async fn rate_share_calls_go_through_the_circuit_breaker() {
         );
     }
     assert_eq!(limiter.stats().breaker_state, BreakerState::Closed);
+    // Nor does a direct decision: the store's `Unsupported` reaches the leases above, which
+    // decide the bucket with plain `acquire` (before, the resilient limiter read it as an
+    // unexpected reply: the failure policy denied, and the breaker opened after two).
+    let unsupported =
+        Leasable::share_rate(&limiter, None, &prepared, b"up", RateOp::Direct(1)).await;
+    assert!(
+        matches!(unsupported, Err(DecideError::Unsupported { .. })),
+        "{unsupported:?}"
+    );
+    let leased = LeasedLimiter::builder(over(store.without_rate_shares()))
+        .build()
+        .expect("valid lease settings");
+    let prepared = leased.prepare(&policy).expect("in the table");
+    for _ in 0..5 {
+        let d = leased
+            .acquire_leased(None, &prepared, b"plain", 1)
+            .await
+            .expect("a decision");
+        assert!(
+            d.source == Source::Store && d.decision.is_allowed(),
+            "{d:?}"
+        );
+    }
+    assert_eq!(leased.store().stats().breaker_state, BreakerState::Closed);
+    leased.shutdown().await;
 
     // A full rate-share table (room for one key): new keys are told to decide directly,
     // and denied there until room comes. A bound reached in process is not a store
