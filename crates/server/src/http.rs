@@ -344,17 +344,21 @@ impl JsonResponse {
 /// Serves `router` over TLS on `listener` until `shutdown` turns true: HTTP/1.1 per
 /// connection, each handshake bounded by [`HANDSHAKE_TIMEOUT`]. A client that fails the
 /// handshake (no certificate when one is required, a plain-text request) is dropped and
-/// logged at debug; the listener keeps serving.
+/// logged at debug; the listener keeps serving. At shutdown it stops accepting, lets each
+/// connection answer the request it is serving and close (an idle one closes at once), and
+/// returns once they have, or after [`HANDSHAKE_TIMEOUT`] at most, as the plain-HTTP
+/// listener and gRPC do (without waiting, the runtime's end would cut those requests off).
 pub async fn serve_tls(
     listener: tokio::net::TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
     router: Router,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         let accepted = tokio::select! {
             biased;
-            _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+            _ = shutdown.wait_for(|stop| *stop) => break,
             accepted = listener.accept() => accepted,
         };
         let stream = match accepted {
@@ -368,6 +372,8 @@ pub async fn serve_tls(
         };
         let acceptor = acceptor.clone();
         let router = router.clone();
+        // Taken before the handshake, so that shutdown also waits for one under way.
+        let watcher = graceful.watcher();
         tokio::spawn(async move {
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
@@ -383,11 +389,19 @@ pub async fn serve_tls(
             let service = hyper_util::service::TowerToHyperService::new(router);
             let connection = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
-            if let Err(error) = connection.await {
+            if let Err(error) = watcher.watch(connection).await {
                 tracing::debug!(%error, "HTTPS connection ended with an error");
             }
         });
     }
+    let open = graceful.count();
+    if tokio::time::timeout(HANDSHAKE_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(open, "HTTPS connections did not all close in time: exiting");
+    }
+    Ok(())
 }
 
 /// The longest a client may take to complete the TLS handshake.

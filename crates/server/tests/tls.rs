@@ -2,7 +2,8 @@
 //! started with `--tls-cert`, `--tls-key` and `--tls-client-ca` (test certificates in
 //! `tests/tls/`: a CA, a server certificate for localhost and 127.0.0.1, a client
 //! certificate). A client with a certificate from the CA is served over gRPC and HTTPS; one
-//! without, or speaking plain text, is not, and the server keeps serving.
+//! without, or speaking plain text, is not, and the server keeps serving. At SIGTERM an
+//! HTTPS request in flight is answered before the process exits.
 
 mod support;
 
@@ -31,7 +32,7 @@ fn tls_file(name: &str) -> PathBuf {
 }
 
 struct Server {
-    _child: Running,
+    child: Running,
     grpc: SocketAddr,
     http: SocketAddr,
 }
@@ -50,7 +51,7 @@ fn start() -> Server {
     wait_for_port(http, "rein-server (HTTPS)", None);
     wait_for_port(grpc, "rein-server (gRPC)", None);
     Server {
-        _child: Running(child),
+        child: Running(child),
         grpc,
         http,
     }
@@ -92,7 +93,11 @@ async fn grpc_client(
 }
 
 /// `POST /json` over TLS; the answer's text, or the error.
-async fn https_json(addr: SocketAddr, with_identity: bool) -> std::io::Result<String> {
+/// A TLS connection to `addr`, with the test client's certificate or without.
+async fn https_connect(
+    addr: SocketAddr,
+    with_identity: bool,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(tls_file("ca.crt")).expect("ca") {
         roots.add(cert.expect("ca cert")).expect("add");
@@ -115,16 +120,22 @@ async fn https_json(addr: SocketAddr, with_identity: bool) -> std::io::Result<St
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let stream = tokio::net::TcpStream::connect(addr).await?;
     let name = ServerName::try_from("localhost").expect("name");
-    let mut tls = connector.connect(name, stream).await?;
-    let body = r#"{"domain":"example","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.2"}]}]}"#;
-    tls.write_all(
-        format!(
-            "POST /json HTTP/1.1\r\nhost: localhost\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
+    connector.connect(name, stream).await
+}
+
+const BODY: &str = r#"{"domain":"example","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.2"}]}]}"#;
+
+/// `POST /json` over a new TLS connection: its head and body, to send.
+fn json_request() -> String {
+    format!(
+        "POST /json HTTP/1.1\r\nhost: localhost\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{BODY}",
+        BODY.len()
     )
-    .await?;
+}
+
+async fn https_json(addr: SocketAddr, with_identity: bool) -> std::io::Result<String> {
+    let mut tls = https_connect(addr, with_identity).await?;
+    tls.write_all(json_request().as_bytes()).await?;
     let mut text = String::new();
     tls.read_to_string(&mut text).await?;
     Ok(text)
@@ -183,6 +194,45 @@ async fn both_listeners_speak_tls_and_require_a_client_certificate() {
     // And it still serves the client that presents its certificate.
     let text = https_json(server.http, true).await.expect("still serving");
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+}
+
+/// SIGTERM while an HTTPS request is half received: the server stops accepting, answers
+/// that request once its body arrives, and exits cleanly. Before, the HTTPS listener
+/// returned at once and the runtime's end cut the connection.
+#[tokio::test]
+async fn sigterm_answers_the_https_request_in_flight_then_exits() {
+    let mut server = start();
+    let mut tls = https_connect(server.http, true).await.expect("connect");
+    let request = json_request();
+    let (head, rest) = request.split_at(request.len() - BODY.len() / 2);
+    tls.write_all(head.as_bytes()).await.expect("send the head");
+    tls.flush().await.expect("flush");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tls.write_all(rest.as_bytes()).await.expect("send the rest");
+    let mut text = String::new();
+    let _ = tls.read_to_string(&mut text).await;
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "the request in flight: {text:?}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let exited = loop {
+        if let Some(status) = server.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "did not exit on SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(exited.success(), "{exited:?}");
 }
 
 #[test]
