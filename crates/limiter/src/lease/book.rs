@@ -124,8 +124,8 @@ pub struct LeaseConfig {
     /// grant given up only strands its rate for one validity; docs/leases.md, "Sizing").
     pub flight_timeout: Micros,
     /// A token bucket's rate share is valid for this many renewal intervals from before its
-    /// take was sent (the validity `V`): `k` renewals in a row may fail before it lapses
-    /// with `k + 1` intervals, and a dead node's share (rate and burst) stays reserved for
+    /// take was sent (the validity `V`), at least 2 ([`check`](Self::check)): `k` renewals
+    /// in a row may fail before it lapses with `k + 1` intervals, and a dead node's share (rate and burst) stays reserved for
     /// up to `V` after its last renewal, capacity no node uses.
     pub share_validity_intervals: NonZeroU32,
     /// A sliding log's block lives (its hold `V`) its smallest window over this: each spent
@@ -160,6 +160,14 @@ pub enum LeaseConfigError {
         /// The store's deadline per call.
         deadline: Duration,
     },
+    /// `share_validity_intervals` is 1: a rate share would lapse as its next renewal is
+    /// sent, and a take would be given up before any reply could arrive (its timeout is the
+    /// validity less one interval), so a token bucket would never be leased.
+    #[error(
+        "leases: share_validity_intervals is 1; a rate share must outlive its next renewal \
+         (2 or more)"
+    )]
+    ShareValidity,
     /// A node id given to the builder is outside 1 to 2^52 − 1, the range the store's
     /// rate shares accept.
     #[error("leases: node id {0} is outside 1 to 2^52 - 1")]
@@ -517,6 +525,9 @@ impl LeaseConfig {
         }
         if self.low_watermark_permille > 1_000 {
             return Err(LeaseConfigError::Watermark(self.low_watermark_permille));
+        }
+        if self.share_validity_intervals.get() < 2 {
+            return Err(LeaseConfigError::ShareValidity);
         }
         let flight_timeout = Duration::from(self.flight_timeout);
         match store_deadline {
@@ -1316,7 +1327,9 @@ mod tests {
         let ms = Micros::from_millis;
         let deadline = Some(Duration::from_millis(55));
         type Row = (&'static str, LeaseConfig, Option<Duration>, Result<(), LeaseConfigError>);
-        let rows: [Row; 9] = [
+        let one = NonZeroU32::MIN;
+        let two = NonZeroU32::new(2).expect("nonzero");
+        let rows: [Row; 11] = [
             ("the defaults", LeaseConfig::default(), deadline, Ok(())),
             ("zero renewal", LeaseConfig { renew_interval: ms(0), ..config() }, deadline, Err(LeaseConfigError::ZeroDuration("renew_interval"))),
             ("zero idle", LeaseConfig { idle_after: ms(0), ..config() }, None, Err(LeaseConfigError::ZeroDuration("idle_after"))),
@@ -1327,6 +1340,8 @@ mod tests {
             ("flight < deadline", LeaseConfig { flight_timeout: ms(54), ..config() }, deadline,
                 Err(LeaseConfigError::FlightTimeout { flight_timeout: Duration::from_millis(54), deadline: Duration::from_millis(55) })),
             ("no deadline stated", LeaseConfig { flight_timeout: ms(1), ..config() }, None, Ok(())),
+            ("a share valid one interval", LeaseConfig { share_validity_intervals: one, ..config() }, deadline, Err(LeaseConfigError::ShareValidity)),
+            ("a share valid two", LeaseConfig { share_validity_intervals: two, ..config() }, deadline, Ok(())),
         ];
         for (label, config, deadline, expected) in rows {
             assert_eq!(config.check(deadline), expected, "{label}");
