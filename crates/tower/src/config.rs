@@ -417,6 +417,29 @@ impl Validator<'_> {
                 }
             },
         };
+        if let Some((first, second)) = crate::route::mixed_key_sources(&routes, &http.default_key) {
+            // The later route names the conflict: `http.default_policy`'s is the last.
+            let (at, line) = match raw.routes.get(second) {
+                Some(route) => (format!("routes[{second}].key"), self.line(route)),
+                None => (
+                    "http.default_policy".to_owned(),
+                    raw_http.default_policy.as_ref().map_or(1, |d| self.line(d)),
+                ),
+            };
+            let key = |route: &Route| route.key.as_ref().unwrap_or(&http.default_key).describe();
+            return Err(field(
+                &at,
+                line,
+                &format!(
+                    "policy {:?} is counted here by {} and by route {:?} by {}: a client could \
+                     send another's key and spend its limit; give each its own policy",
+                    routes[second].policy_name().unwrap_or_default(),
+                    key(&routes[second]),
+                    routes[first].name(),
+                    key(&routes[first]),
+                ),
+            ));
+        }
         Ok(Config {
             redis,
             failure,
@@ -1403,10 +1426,13 @@ on_unavailable = "pass"
 admitted_headers = "all"
 default_policy = "api"
 
+[policies.partner]
+limits = [{ algorithm = "fixed_window", limit = 10, window = "1m" }]
+
 [[routes]]
 path = "/login"
 methods = ["post"]
-policy = "api"
+policy = "partner"
 cost = 2
 key = { from = "header", name = "x-api-key" }
 
@@ -1420,6 +1446,7 @@ exempt = true
         assert!(config.routes[0].matches(&Method::POST, "/login"));
         assert!(!config.routes[0].matches(&Method::GET, "/login"));
         assert_eq!(config.routes[1].policy_name(), None);
+        assert_eq!(config.routes[0].policy_name(), Some("partner"));
         assert_eq!(config.routes[2].policy_name(), Some("api"));
         assert_eq!(config.http.on_unavailable, Answer::Pass);
         assert_eq!(

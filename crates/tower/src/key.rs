@@ -144,6 +144,52 @@ impl KeySource {
     }
 }
 
+/// What a key's bytes name, for [`KeySource::mixes_with`]: a client's address, a header's
+/// value, one fixed key, or whatever a custom function makes.
+#[derive(PartialEq)]
+enum Names<'a> {
+    Address,
+    Header(&'a HeaderName),
+    Fixed(&'a [u8]),
+    Custom,
+}
+
+impl KeySource {
+    fn names(&self) -> Names<'_> {
+        match &self.0 {
+            Source::Peer | Source::XForwardedFor(_) | Source::Forwarded(_) => Names::Address,
+            Source::Header(name) => Names::Header(name),
+            Source::Fixed(key) => Names::Fixed(key),
+            Source::Custom(_) => Names::Custom,
+        }
+    }
+
+    /// Whether keys from `self` and from `other`, counted under one policy, could be the
+    /// same bytes for different clients: a header's value, which the client writes, can be
+    /// another client's address, another header's value or the fixed key, and so spend
+    /// that limit. The peer address and the forwarding headers all name a client by its
+    /// address, and share keys as they should. A custom function's keys are its own to
+    /// keep apart: never reported.
+    pub(crate) fn mixes_with(&self, other: &KeySource) -> bool {
+        match (self.names(), other.names()) {
+            (Names::Custom, _) | (_, Names::Custom) => false,
+            (a, b) => a != b,
+        }
+    }
+
+    /// The source in a config file's words, for error messages.
+    pub(crate) fn describe(&self) -> String {
+        match &self.0 {
+            Source::Peer => "the peer address".into(),
+            Source::Header(name) => format!("header {name}"),
+            Source::XForwardedFor(hops) => format!("x-forwarded-for ({hops} trusted hops)"),
+            Source::Forwarded(hops) => format!("forwarded ({hops} trusted hops)"),
+            Source::Fixed(key) => format!("the fixed key {:?}", String::from_utf8_lossy(key)),
+            Source::Custom(_) => "a key function".into(),
+        }
+    }
+}
+
 impl fmt::Debug for KeySource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {

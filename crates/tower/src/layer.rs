@@ -348,6 +348,16 @@ impl<L: Limiter> RateLimitLayerBuilder<L> {
         {
             return Err(LayerError::UnknownShadowPolicy(unknown.clone()));
         }
+        if let Some((first, second)) =
+            crate::route::mixed_key_sources(&self.routes, &self.default_key)
+        {
+            let (first, second) = (&self.routes[first], &self.routes[second]);
+            return Err(LayerError::MixedKeySources {
+                policy: second.policy_name().unwrap_or_default().to_owned(),
+                first: first.name().to_owned(),
+                second: second.name().to_owned(),
+            });
+        }
         let routes = self
             .routes
             .into_iter()

@@ -119,6 +119,24 @@ pub enum LayerError {
     /// the same policies.
     #[error(transparent)]
     Prepare(#[from] rein_core::PrepareError),
+    /// Two routes count one policy's keys from key sources whose keys could be the same
+    /// bytes for different clients (a header's value and the peer address, two headers, a
+    /// header and a fixed key): a client could write another's key in its header and spend
+    /// that client's limit. Give each key source its own policy (the same limits under
+    /// another name count apart).
+    #[error(
+        "routes {first:?} and {second:?} count policy {policy:?} by key sources whose keys \
+         could be the same for different clients: a client could send another's key and \
+         spend its limit; give each key source its own policy"
+    )]
+    MixedKeySources {
+        /// The policy.
+        policy: String,
+        /// The earlier route.
+        first: String,
+        /// The later route.
+        second: String,
+    },
     /// The deadline is zero: every request would time out. Set a positive deadline.
     #[error("the deadline must be longer than zero")]
     ZeroDeadline,

@@ -60,6 +60,22 @@ pub(crate) enum Cost {
     Computed(Arc<dyn Fn(&Parts) -> u64 + Send + Sync>),
 }
 
+/// The first two routes, by index, that count one policy's keys from key sources that mix
+/// ([`KeySource::mixes_with`]); a route without its own key source uses `default_key`.
+pub(crate) fn mixed_key_sources<'a>(
+    routes: &'a [Route],
+    default_key: &'a KeySource,
+) -> Option<(usize, usize)> {
+    let source = |route: &'a Route| route.key.as_ref().unwrap_or(default_key);
+    routes.iter().enumerate().find_map(|(second, route)| {
+        let policy = route.policy.as_ref()?;
+        let first = routes[..second].iter().position(|earlier| {
+            earlier.policy.as_ref() == Some(policy) && source(earlier).mixes_with(source(route))
+        })?;
+        Some((first, second))
+    })
+}
+
 impl Route {
     /// Every request.
     pub fn any() -> Self {

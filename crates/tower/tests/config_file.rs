@@ -30,7 +30,7 @@ fn the_shipped_example_loads_and_builds_a_layer() {
         FailurePolicy::LocalFallback { .. }
     ));
     let names: Vec<&str> = config.policies.iter().map(|p| p.name()).collect();
-    assert_eq!(names, ["api", "login"]);
+    assert_eq!(names, ["api", "login", "partner"]);
     assert!(
         config.redis.report_counts,
         "servers report for `rein watch` by default"
@@ -39,7 +39,7 @@ fn the_shipped_example_loads_and_builds_a_layer() {
     // Over any limiter: a memory store here, through the resilient limiter as in production.
     let limiter = config.resilient(MemoryStore::new()).expect("limiter");
     let layer = config.layer(limiter).expect("layer");
-    assert_eq!(layer.policies().len(), 2);
+    assert_eq!(layer.policies().len(), 3);
 }
 
 /// `[leases]` turns leases on with its settings; without it, no leases.
@@ -267,6 +267,9 @@ fn every_bad_http_or_route_value_is_refused_at_load_with_its_field_path_and_line
         Bad { what: "a route key", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nkey = { from = \"header\", name = \"x\", trusted_hops = 1 }\n", path: "routes[0].key.trusted_hops", line: 9, says: "not a setting of from = \"header\"" },
         Bad { what: "the second route", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\n[[routes]]\nprefix = \"/y\"\npolicy = \"apj\"\n", path: "routes[1].policy", line: 11, says: "no policy named \"apj\"" },
         Bad { what: "an unknown route field", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nweight = 2\n", path: "routes[0].weight", line: 9, says: "unknown field `weight`" },
+        // One policy counted by keys that could be another client's.
+        Bad { what: "a header and the address under one policy", file: "[[routes]]\nprefix = \"/a\"\npolicy = \"api\"\n[[routes]]\nprefix = \"/b\"\npolicy = \"api\"\nkey = { from = \"header\", name = \"x-api-key\" }\n", path: "routes[1].key", line: 9, says: "policy \"api\" is counted here by header x-api-key and by route \"/a*\" by the peer address" },
+        Bad { what: "a header route and the default policy", file: "[http]\ndefault_policy = \"api\"\n[[routes]]\nprefix = \"/b\"\npolicy = \"api\"\nkey = { from = \"header\", name = \"x-api-key\" }\n", path: "http.default_policy", line: 7, says: "by the peer address and by route \"/b*\" by header x-api-key" },
     ];
     check(&rows, HEAD);
 }

@@ -308,7 +308,7 @@ async fn a_multi_limit_policy_names_the_limit_that_spoke() {
 }
 
 #[test]
-fn building_refuses_unknown_and_duplicate_policies() {
+fn building_refuses_unknown_and_duplicate_policies_and_mixed_key_sources() {
     let unknown = builder()
         .policy(window("api", 1))
         .route(Route::any().policy("apj"))
@@ -328,6 +328,52 @@ fn building_refuses_unknown_and_duplicate_policies() {
         duplicate.err(),
         Some(LayerError::DuplicatePolicy("api".into()))
     );
+    // One policy counted by a header's value and by the peer address: a client could send
+    // another's address as its header. The address sources may share one; so may routes
+    // of one header.
+    let api_key = || KeySource::header(HeaderName::from_static("x-api-key"));
+    let mixed = builder()
+        .policy(window("api", 1))
+        .route(Route::prefix("/partner").policy("api").key(api_key()))
+        .route(Route::any().policy("api"))
+        .build();
+    assert_eq!(
+        mixed.err(),
+        Some(LayerError::MixedKeySources {
+            policy: "api".into(),
+            first: "/partner*".into(),
+            second: "*".into(),
+        })
+    );
+    let forwarded_and_header = builder()
+        .policy(window("api", 1))
+        .route(
+            Route::prefix("/a")
+                .policy("api")
+                .key(KeySource::x_forwarded_for(1)),
+        )
+        .route(Route::prefix("/b").policy("api").key(api_key()))
+        .route(Route::prefix("/c").policy("api").key(api_key()))
+        .route(Route::any().policy("other"))
+        .policy(window("other", 1))
+        .build();
+    assert!(matches!(
+        forwarded_and_header.err(),
+        Some(LayerError::MixedKeySources { .. })
+    ));
+    let apart = builder()
+        .policy(window("api", 1))
+        .policy(window("partner", 1))
+        .route(Route::prefix("/partner").policy("partner").key(api_key()))
+        .route(Route::prefix("/b").policy("partner").key(api_key()))
+        .route(
+            Route::prefix("/fwd")
+                .policy("api")
+                .key(KeySource::x_forwarded_for(1)),
+        )
+        .route(Route::any().policy("api"))
+        .build();
+    assert!(apart.is_ok(), "{:?}", apart.err());
 }
 
 #[tokio::test]
