@@ -23,9 +23,9 @@ pub struct Decision {
     /// How long until the limit is back to full capacity if nothing else is admitted.
     pub reset_after: Micros,
     /// Which limit of the policy `limit` and `remaining` describe: its index in the
-    /// policy's order (0 for a single limit). It is the limit with the fewest remaining,
-    /// the first on a tie: the one that denies first, whose name and quota an HTTP
-    /// `RateLimit` header or a log line should show.
+    /// policy's order (0 for a single limit). On a denial, the denying limit with the fewest
+    /// remaining; otherwise the limit with the fewest remaining; the first on a tie. It is
+    /// the one whose name and quota an HTTP `RateLimit` header or a log line should show.
     pub limit_index: u8,
 }
 

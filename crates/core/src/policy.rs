@@ -325,9 +325,12 @@ struct Combined {
 }
 
 /// Folds one more limit's decision into the policy's: denied if any denies, the longest
-/// wait, the longest reset, and the figures (`limit`, `remaining`, `limit_index`) of the
-/// limit with the fewest remaining; on a tie, one that denies, then the first. So a denial
-/// always names a limit that denied it.
+/// wait, the longest reset, and the figures (`limit`, `remaining`, `limit_index`) of a
+/// denying limit if any denies, else of any limit: the one with the fewest remaining, the
+/// first on a tie. So a denial always names a limit that denied it. (An admitting limit's
+/// `remaining` counts the request as taken, which a denied policy does not take: compared
+/// with a denier's, it could name a limit that admitted, with a `remaining` it does not
+/// have.)
 fn combine(acc: Option<Combined>, index: usize, mut next: Decision) -> Combined {
     // A policy holds at most MAX_LIMITS (8) limits.
     next.limit_index = index as u8;
@@ -347,8 +350,8 @@ fn combine(acc: Option<Combined>, index: usize, mut next: Decision) -> Combined 
     } else {
         Outcome::Denied
     };
-    // `false < true`: a denying limit sorts before an admitting one with as many remaining.
-    let named = if (next.remaining, !next_denied) < (acc.remaining, !deciding_denied) {
+    // `false < true`: a denying limit sorts before every admitting one.
+    let named = if (!next_denied, next.remaining) < (!deciding_denied, acc.remaining) {
         (next, next_denied)
     } else {
         (acc, deciding_denied)
@@ -405,6 +408,22 @@ mod tests {
         let denied = tied.peek(now, &state, 1).unwrap();
         assert_eq!((denied.remaining, denied.limit_index), (0, 1));
         assert!(!denied.is_allowed());
+        // A denial names the limit that denied, with what it has left, though an admitting
+        // limit would have fewer once charged: after 7, 10 a minute denies a cost of 5 (3
+        // left) and 12 a day would admit it (0 left, had it been taken, which it is not).
+        let two = Policy::new([
+            Limit::fixed_window(10, Micros::from_secs(60)).unwrap(),
+            Limit::fixed_window(12, Micros::from_secs(86_400)).unwrap(),
+        ])
+        .unwrap();
+        let mut state = two.new_state();
+        two.acquire(now, &mut state, 7).unwrap();
+        let denied = two.acquire(now, &mut state, 5).unwrap();
+        assert!(!denied.is_allowed());
+        assert_eq!(
+            (denied.limit, denied.remaining, denied.limit_index),
+            (10, 3, 0)
+        );
         let single = Policy::single(Limit::fixed_window(3, Micros::from_secs(1)).unwrap());
         let mut one = single.new_state();
         assert_eq!(single.acquire(now, &mut one, 1).unwrap().limit_index, 0);

@@ -1219,12 +1219,14 @@ fn policy_against_its_limits(
                 prop_assert_eq!(decision.is_allowed(), all);
                 let longest = each.iter().map(|d| d.retry_after).max().unwrap_or_default();
                 prop_assert_eq!(decision.retry_after, longest);
-                // The figures of the limit with the fewest remaining; on a tie one that
-                // denies, then the first (`min_by_key` keeps the first of equal keys).
+                // The figures of a limit that denies if any does, else of any: the one with
+                // the fewest remaining, then the first (`min_by_key` keeps the first of equal
+                // keys). An admitting limit's remaining counts the cost as taken, which a
+                // denied policy does not take, so a denial never names it.
                 let fewest = each
                     .iter()
                     .enumerate()
-                    .min_by_key(|(_, d)| (d.remaining, d.is_allowed()))
+                    .min_by_key(|(_, d)| (d.is_allowed(), d.remaining))
                     .map(|(i, d)| (d.limit, d.remaining, i as u8));
                 prop_assert_eq!(
                     Some((decision.limit, decision.remaining, decision.limit_index)),

@@ -550,8 +550,10 @@ while i <= argc do
   end
 
   all_allowed = all_allowed and allowed
-  if c_remaining < 0 or remaining < c_remaining
-    or (remaining == c_remaining and not allowed and not c_denied) then
+  -- A denying limit is named before any admitting one (whose remaining counts the
+  -- request as taken, which a denied policy does not take), then the fewest remaining.
+  if c_remaining < 0 or (not allowed and not c_denied)
+    or ((not allowed) == c_denied and remaining < c_remaining) then
     c_limit, c_remaining, c_index, c_denied = limit, remaining, k - 1, not allowed
   end
   if retry_after > c_retry then
