@@ -745,7 +745,22 @@ impl Validator<'_> {
                 self.known_policy(&format!("{path}.policy"), policy, policies)?;
                 route.policy(policy.get_ref().clone())
             }
-            (None, Some(true)) => route.exempt(),
+            (None, Some(true)) => {
+                // What only a limited route uses would be silently ignored.
+                let unused = [
+                    ("cost", r.cost.is_some()),
+                    ("peek", r.peek.is_some()),
+                    ("key", r.key.is_some()),
+                ];
+                if let Some((name, _)) = unused.iter().find(|(_, set)| *set) {
+                    return Err(field(
+                        &format!("{path}.{name}"),
+                        line,
+                        "an exempt route is not limited: it has no cost, peek or key",
+                    ));
+                }
+                route.exempt()
+            }
             (Some(_), Some(true)) => {
                 return Err(field(&path, line, "an exempt route has no `policy`"));
             }
@@ -842,7 +857,14 @@ impl Validator<'_> {
                 unused(key.name.is_some(), "name", "fixed")?;
                 unused(key.trusted_hops.is_some(), "trusted_hops", "fixed")?;
                 match key.value.as_deref() {
-                    Some(value) if !value.is_empty() => Ok(KeySource::fixed(value)),
+                    Some(value) if !value.is_empty() => {
+                        match rein_core::KeyError::check(value.as_bytes()) {
+                            Ok(()) => Ok(KeySource::fixed(value)),
+                            // Every request would have no key.
+                            Err(e) => Err(table
+                                .field("value", &format!("{e}: every request would have no key"))),
+                        }
+                    }
                     _ => Err(table.field("value", "missing: the one key every request shares")),
                 }
             }

@@ -311,8 +311,9 @@ impl<L: Limiter> RateLimitLayerBuilder<L> {
     }
 
     /// The layer. Errors if two policies share a name, a route names a policy not added,
-    /// the limiter cannot prepare a policy, or the deadline is zero or not longer than the
-    /// limiter's own.
+    /// routes count one policy by key sources whose keys could be another client's
+    /// ([`LayerError::MixedKeySources`]), the limiter cannot prepare a policy, or the
+    /// deadline is zero or not longer than the limiter's own.
     pub fn build(self) -> Result<RateLimitLayer<L>, LayerError> {
         if self.deadline.is_some_and(|d| d.is_zero()) {
             return Err(LayerError::ZeroDeadline);
@@ -494,9 +495,14 @@ impl<L: Limiter> Shared<L> {
             .instrument(span.clone())
             .await;
         let (outcome, verdict) = match result {
+            // A policy in shadow mode shows clients nothing: a client pacing itself on
+            // `RateLimit` would otherwise be slowed by a limit meant to deny no one.
             Ok(decision) if decision.is_allowed() => (
                 HttpOutcome::Allowed,
-                Verdict::Pass(self.admitted_headers(entry, &decision)),
+                Verdict::Pass(match entry.shadow {
+                    None => self.admitted_headers(entry, &decision),
+                    Some(_) => Vec::new(),
+                }),
             ),
             Ok(decision) => match &entry.shadow {
                 None => (HttpOutcome::Denied, denied(entry, &decision)),

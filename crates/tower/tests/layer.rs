@@ -564,12 +564,9 @@ fn a_policy_in_shadow_mode_passes_what_it_would_deny_and_counts_it() {
                 (answered.status, answered.body.as_str()),
                 (StatusCode::OK, "api")
             );
-            // The first two are admitted (and say so); the rest pass in shadow, saying nothing.
-            assert_eq!(
-                answered.headers.contains_key("ratelimit"),
-                i < 2,
-                "request {i}"
-            );
+            // The first two are admitted, the rest pass in shadow: none shows the trial
+            // policy to the client (a client pacing on `RateLimit` would slow down for it).
+            assert!(!answered.headers.contains_key("ratelimit"), "request {i}");
         }
         let statuses = [
             call(&app, Method::POST, "/login", PEER).await.status,
