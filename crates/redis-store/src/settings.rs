@@ -62,7 +62,8 @@ macro_rules! shared_setters {
         }
 
         /// The longest a call may take (default 50 ms), from asking for a connection to
-        /// decoding the reply, through every attempt and backoff of the optimistic store.
+        /// decoding the reply (a re-read of the overrides the call makes first included),
+        /// through every attempt and backoff of the optimistic store.
         /// On expiry the call fails with a `Timeout` error and is not retried.
         pub fn deadline(mut self, deadline: std::time::Duration) -> Self {
             self.shared.deadline = deadline;

@@ -226,11 +226,11 @@ where
         /// Attempts before [`AdminError::Contended`]: each loses only to a decision that
         /// wrote the key between this change's two calls, well under a millisecond apart.
         const ATTEMPTS: u32 = 16;
-        let applied = self.applied(policy, key).await;
+        let deadline = self.deadline_from_now();
+        let applied = self.applied(policy, key, deadline).await;
         // An unlimited key's counts are the policy's own, which an operator may still set.
         let policy = overridden(applied.as_deref(), policy).unwrap_or(policy);
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
-        let deadline = self.deadline_from_now();
         let span =
             tracing::info_span!("rein_redis_admin", policy = policy.name(), change = ?change);
         async {
@@ -398,16 +398,37 @@ where
 
     /// What the override cache says for `key` under `policy`, reading it first if it is
     /// unread or `staleness` old (see [`RedisStoreBuilder::overrides`]).
-    async fn applied(&self, policy: &RedisPolicy, key: &[u8]) -> Option<std::sync::Arc<Applied>> {
+    ///
+    /// Within the call's `deadline`, which the call itself then goes on under: reading the
+    /// overrides is part of the call's time, not added to it. A read cut short keeps the
+    /// overrides read before (none before the first read ends).
+    async fn applied(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+        deadline: Instant,
+    ) -> Option<std::sync::Arc<Applied>> {
         let cache = self.inner.overrides.as_ref()?;
         if cache.first().initialized() {
-            if cache.claim_read(Instant::now())
-                && let Err(e) = self.load_overrides(cache).await
-            {
-                tracing::warn!(error = %e, "overrides not re-read: keeping the ones read before");
+            if cache.claim_read(Instant::now()) {
+                let read = tokio::time::timeout_at(deadline, self.load_overrides(cache));
+                match read.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(
+                        error = %e,
+                        "overrides not re-read: keeping the ones read before"
+                    ),
+                    Err(_) => tracing::warn!(
+                        "overrides not re-read within the call's deadline: keeping the ones \
+                         read before"
+                    ),
+                }
             }
-        } else {
-            self.read_overrides_first().await;
+        } else if tokio::time::timeout_at(deadline, self.read_overrides_first())
+            .await
+            .is_err()
+        {
+            tracing::debug!("the overrides' first read still runs: deciding without them");
         }
         cache.get(policy.name(), key)
     }
@@ -523,11 +544,12 @@ where
     ) -> Result<Decision, DecideError> {
         // A key's override decides it (only decisions, refunds and an operator's changes
         // apply them; a lease's held units keep the policy's own limits).
-        let applied = self.applied(policy, key).await;
+        let deadline = self.deadline_from_now();
+        let applied = self.applied(policy, key, deadline).await;
         let decided = match overridden(applied.as_deref(), policy) {
             None => Ok(rein_core::overrides::unlimited(policy.policy())),
             Some(limits) => self
-                .decide_at(op, now, limits, key, cost)
+                .decide_at(op, now, limits, key, cost, deadline)
                 .await
                 .map(|(decision, _)| decision),
         };
@@ -643,6 +665,7 @@ where
         policy: &RedisPolicy,
         key: &[u8],
         cost: u64,
+        deadline: Instant,
     ) -> Result<(Decision, Timestamp), DecideError> {
         OverCapacity::check(cost, policy.policy().capacity())?;
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
@@ -661,12 +684,10 @@ where
                     && self.inner.coalesce.batch.get() > 1 =>
                 {
                     let key = keys.into_iter().next().unwrap_or_default();
-                    self.coalesced(key, Ask { op, cost }, policy).await?
-                }
-                _ => {
-                    self.invoke(&keys, op, now, cost, policy, self.deadline_from_now())
+                    self.coalesced(key, Ask { op, cost }, policy, deadline)
                         .await?
                 }
+                _ => self.invoke(&keys, op, now, cost, policy, deadline).await?,
             };
             tracing::debug!(
                 allowed = decision.is_allowed(),
@@ -690,8 +711,9 @@ where
         key: &[u8],
         amount: u64,
     ) -> Result<(), DecideError> {
+        let deadline = self.deadline_from_now();
         let applied = match op {
-            Op::Refund => self.applied(policy, key).await,
+            Op::Refund => self.applied(policy, key, deadline).await,
             _ => None,
         };
         let Some(policy) = overridden(applied.as_deref(), policy) else {
@@ -705,7 +727,7 @@ where
             amount,
             slot_key = keys.first().map(String::as_str),
         );
-        self.invoke(&keys, op, now, amount, policy, self.deadline_from_now())
+        self.invoke(&keys, op, now, amount, policy, deadline)
             .instrument(span)
             .await
             .map(|_| ())
@@ -740,8 +762,8 @@ where
         mut key: String,
         ask: Ask,
         policy: &RedisPolicy,
+        deadline: Instant,
     ) -> Result<(Decision, Timestamp), StoreError> {
-        let deadline = self.deadline_from_now();
         let answer = {
             let mut lanes = self.lanes();
             let lane = lanes.entry(policy.lane()).or_default();
@@ -955,6 +977,11 @@ where
                 .deadline
                 .saturating_sub(deadline.saturating_duration_since(Instant::now()))
         };
+        // A call whose deadline passed before it was sent (the overrides' read took it) is
+        // not sent: a script sent now would run after its caller gave up on it.
+        if Instant::now() >= deadline {
+            return Err(StoreError::Timeout(self.inner.deadline));
+        }
         let mut generation = None;
         let attempt = async {
             let (conn, gen_) = self.inner.link.get().await?;
@@ -1028,7 +1055,8 @@ where
     /// shares they hold until those end (docs/operations.md).
     async fn reset(&self, policy: &RedisPolicy, key: &[u8]) -> Result<bool, AdminError> {
         let mut keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
-        let applied = self.applied(policy, key).await;
+        let deadline = self.deadline_from_now();
+        let applied = self.applied(policy, key, deadline).await;
         if let Some(limits) = overridden(applied.as_deref(), policy) {
             for other in crate::key::state_keys(&self.inner.prefix, limits, key)? {
                 if !keys.contains(&other) {
@@ -1037,7 +1065,7 @@ where
             }
         }
         let deleted: u64 = self
-            .run(self.deadline_from_now(), |mut conn| async move {
+            .run(deadline, |mut conn| async move {
                 redis::cmd("DEL").arg(&keys).query_async(&mut conn).await
             })
             .await?;
@@ -1166,7 +1194,9 @@ where
     ) -> Result<Held, DecideError> {
         let hold = Micros::from_micros(hold.as_micros().min(MAX_MICROS));
         let op = Op::Hold(hold.as_micros());
-        let (decision, now) = self.decide_at(op, now, policy, key, cost).await?;
+        let (decision, now) = self
+            .decide_at(op, now, policy, key, cost, self.deadline_from_now())
+            .await?;
         Ok(Held {
             decision,
             stamp: now.saturating_add(hold),

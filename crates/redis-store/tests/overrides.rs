@@ -551,3 +551,56 @@ async fn a_failed_first_read_is_made_once_and_decisions_go_on_without_overrides(
         "then a re-read, a staleness later"
     );
 }
+
+/// Reading the overrides is part of a decision's deadline, not added to it: a re-read that
+/// takes the whole deadline (a source that hangs) leaves no time for the script, which is
+/// then not sent. The decision is a `Timeout`, and Redis counted nothing. Before, the
+/// script was sent with a deadline of its own after the read: answered up to twice the
+/// deadline late, which a resilient limiter above had cut off at its own deadline, the
+/// request counted in Redis all the same.
+#[tokio::test]
+async fn an_override_read_that_takes_the_deadline_leaves_the_script_unsent() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use rein_core::limiter::SourceError;
+    use rein_core::overrides::{BoxFuture, OverrideEntry, OverrideSource};
+    use rein_core::{DecideError, StoreError};
+
+    /// Answers its first read at once; every later one hangs.
+    struct Hangs(Arc<AtomicUsize>);
+    impl OverrideSource for Hangs {
+        fn load(&self) -> BoxFuture<'_, Result<Vec<OverrideEntry>, SourceError>> {
+            let first = self.0.fetch_add(1, Ordering::Relaxed) == 0;
+            Box::pin(async move {
+                if !first {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                Ok(vec![OverrideEntry {
+                    policy: "api".into(),
+                    keys: key("vip"),
+                    value: per_hour(8),
+                }])
+            })
+        }
+    }
+    let server = RedisServer::start().expect("start redis-server");
+    let reads = Arc::new(AtomicUsize::new(0));
+    let store = RedisStoreBuilder::new()
+        .deadline(Duration::from_millis(100))
+        .override_source(Hangs(reads.clone()), STALENESS)
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let policy = api();
+    tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
+    let late = store.acquire(None, &policy, b"vip", 1).await;
+    assert!(
+        matches!(late, Err(DecideError::Unavailable(StoreError::Timeout(_)))),
+        "{late:?}"
+    );
+    assert_eq!(reads.load(Ordering::Relaxed), 2, "the re-read was made");
+    // The next read is a staleness away: this peek reads Redis, with the copy in force.
+    let left = store.peek(None, &policy, b"vip", 0).await.expect("a peek");
+    assert_eq!(left.remaining, 8, "nothing counted: {left:?}");
+}
