@@ -1028,7 +1028,8 @@ fn admin_failed(e: AdminError) -> Failure {
         AdminError::InvalidKey(_)
         | AdminError::InvalidReason(_)
         | AdminError::InvalidOverride(_)
-        | AdminError::InvalidRequest(_) => Failure::Input(e.to_string()),
+        | AdminError::InvalidRequest(_)
+        | AdminError::NotApplicable(_) => Failure::Input(e.to_string()),
         e => Failure::Redis(e.to_string()),
     }
 }

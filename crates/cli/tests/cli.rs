@@ -465,6 +465,10 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
         "--unlimited",
     ]);
     assert_eq!(set["replaced"], false);
+    // A block of an unlimited key would never be seen: refused (exit 1), nothing written.
+    let block = run(&["key", "block", "api", "internal:svc", "--for", "10m"]);
+    assert_eq!(code(&block), 1, "{}", stderr(&block));
+    assert_says(stderr(&block), "makes it unlimited");
     let set = ok(&[
         "override",
         "set",
@@ -684,6 +688,16 @@ fn rate_shares(server: &RedisServer, path: &std::path::Path) {
     assert_eq!(shares["lapsed_parts"].as_u64(), Some(lapsed), "{seen}");
     let text = with_config(path, &["-c"], &["key", "inspect", "rate", "shared"]);
     assert_says(stdout(&text), "stranded");
+    // Its state is the shares: a block, a penalty or a set cannot change it (exit 1, not
+    // "Redis unavailable"); a reset can.
+    for change in [
+        &["key", "block", "rate", "shared", "--for", "1m"][..],
+        &["key", "penalize", "rate", "shared", "2"],
+    ] {
+        let refused = with_config(path, &["-c"], change);
+        assert_eq!(code(&refused), 1, "{change:?}: {}", stderr(&refused));
+        assert_says(stderr(&refused), "leased as rate");
+    }
     // A key decided without leases reads as counts, as before.
     let plain = json_ok(path, &["-c"], &["key", "inspect", "rate", "plain"]);
     assert_eq!(plain["limits"][0]["remaining"], 10, "{plain}");

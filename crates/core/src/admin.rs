@@ -52,6 +52,13 @@ pub enum AdminError {
     /// range of seconds out of bounds.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// The change cannot apply to the key as it is, so nothing was changed: a block of a
+    /// key whose override makes it unlimited (its decisions read no state, so they would
+    /// never see the block: remove the override, or override it with a limit of 0), or a
+    /// block, penalty or set of a token bucket leased as rate (its state is the servers'
+    /// rate shares: a reset forgets them, a lowered limit or override reaches them).
+    #[error("not changed: {0}")]
+    NotApplicable(String),
     /// The key changed between the read and the write (decisions on it) on every attempt.
     /// Nothing was changed; try again.
     #[error("the key changed under {attempts} attempts to change it; nothing was changed")]
@@ -63,6 +70,19 @@ pub enum AdminError {
     /// not decode (another program wrote under rein's prefix).
     #[error(transparent)]
     Unavailable(#[from] StoreError),
+}
+
+impl AdminError {
+    /// The refusal of a block of a key whose override makes it unlimited: its decisions
+    /// read no state, so they would never see the block. Every store gives it.
+    pub fn unlimited_block() -> Self {
+        Self::NotApplicable(
+            "the key's override makes it unlimited, and its decisions read no state, so they \
+             would never see a block: remove the override, or override the key with a limit \
+             of 0"
+                .to_owned(),
+        )
+    }
 }
 
 /// Checks a block's reason: at most [`MAX_REASON_LEN`] bytes, no control characters.

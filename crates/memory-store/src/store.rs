@@ -428,6 +428,9 @@ where
     ) -> impl Future<Output = Result<bool, AdminError>> + Send {
         ready(check_reason(reason).and_then(|()| {
             self.admin(key, |now| {
+                if matches!(self.route(policy, key, now), Route::Unlimited) {
+                    return Err(AdminError::unlimited_block());
+                }
                 let until = match until {
                     Until::At(at) => at,
                     Until::For(span) => now.saturating_add(span),
@@ -570,6 +573,43 @@ mod tests {
         clock.advance(Micros::from_secs(1));
         assert!(
             block_on(store.peek(None, &a, b"k", 1))
+                .unwrap()
+                .is_allowed()
+        );
+    }
+
+    /// A block of a key overridden as unlimited is refused: its decisions read no state and
+    /// would never see it. Without the override, the same block holds.
+    #[test]
+    fn a_block_of_an_unlimited_key_is_refused() {
+        use rein_core::admin::{AdminError, KeyAdmin, Until};
+        use rein_core::overrides::{KeyMatch, Override};
+        let store = MemoryStore::new();
+        let api = NamedPolicy::new(
+            "api",
+            Policy::single(Limit::fixed_window(5, Micros::from_secs(60)).unwrap()),
+        )
+        .unwrap();
+        let p = store.prepare(&api).unwrap();
+        let vip = KeyMatch::Key(b"vip".as_slice().into());
+        store
+            .set_override("api", &vip, &Override::Unlimited)
+            .unwrap();
+        let block = || block_on(store.block(&p, b"vip", Until::For(Micros::from_secs(60)), "x"));
+        assert!(
+            matches!(block(), Err(AdminError::NotApplicable(_))),
+            "{:?}",
+            block()
+        );
+        assert!(
+            block_on(store.acquire(None, &p, b"vip", 1))
+                .unwrap()
+                .is_allowed()
+        );
+        store.remove_override("api", &vip).unwrap();
+        assert!(matches!(block(), Ok(true)));
+        assert!(
+            !block_on(store.acquire(None, &p, b"vip", 1))
                 .unwrap()
                 .is_allowed()
         );

@@ -228,6 +228,10 @@ where
         const ATTEMPTS: u32 = 16;
         let deadline = self.deadline_from_now();
         let applied = self.applied(policy, key, deadline).await;
+        let unlimited = overridden(applied.as_deref(), policy).is_none();
+        if unlimited && matches!(change, Change::Block { .. }) {
+            return Err(AdminError::unlimited_block());
+        }
         // An unlimited key's counts are the policy's own, which an operator may still set.
         let policy = overridden(applied.as_deref(), policy).unwrap_or(policy);
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
@@ -236,8 +240,15 @@ where
         async {
             for _ in 0..ATTEMPTS {
                 let read = Invocation::script(&keys, ScriptKind::Admin, vec!["read".to_owned()]);
-                let (now, value) = crate::admin::decode_read(self.send(&read, deadline).await?)
-                    .map_err(StoreError::UnexpectedReply)?;
+                let reply = match self.send(&read, deadline).await {
+                    // A token bucket leased as rate holds its shares as a hash.
+                    Err(e) if is_wrong_type(&e) => {
+                        return Err(AdminError::NotApplicable(RATE_SHARED.to_owned()));
+                    }
+                    reply => reply?,
+                };
+                let (now, value) =
+                    crate::admin::decode_read(reply).map_err(StoreError::UnexpectedReply)?;
                 let current = crate::state::decode_value(policy, value.as_deref())
                     .map_err(StoreError::UnexpectedReply)?;
                 let (changed, write) =
@@ -1415,3 +1426,19 @@ pub const DEFAULT_PREFIX: &str = "rein";
 /// another zone, and fails fast enough that a background reconnect loop notices a recovered
 /// server within about a second. The optimistic store and rein-tower's config use it too.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Why a change to a token bucket leased as rate is refused.
+const RATE_SHARED: &str = "the key is a token bucket leased as rate: its state is the servers' \
+                           rate shares, which a block, a penalty or a set cannot change; a \
+                           reset forgets them, and a lowered limit or an override reaches \
+                           them at their next renewal";
+
+/// Whether Redis refused the call because the key holds another type (`WRONGTYPE`).
+fn is_wrong_type(error: &StoreError) -> bool {
+    matches!(error, StoreError::Server(source)
+    if source
+        .inner()
+        .downcast_ref::<redis::RedisError>()
+        .and_then(redis::RedisError::code)
+        == Some("WRONGTYPE"))
+}
