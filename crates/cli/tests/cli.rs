@@ -465,10 +465,6 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
         "--unlimited",
     ]);
     assert_eq!(set["replaced"], false);
-    // A block of an unlimited key would never be seen: refused (exit 1), nothing written.
-    let block = run(&["key", "block", "api", "internal:svc", "--for", "10m"]);
-    assert_eq!(code(&block), 1, "{}", stderr(&block));
-    assert_says(stderr(&block), "makes it unlimited");
     let set = ok(&[
         "override",
         "set",
@@ -487,6 +483,10 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
     let got = ok(&["override", "get", "api", "internal:svc"]);
     assert_eq!(got["unlimited"], true);
     assert_eq!(got["prefix"], "internal:");
+    // A block of an unlimited key would never be seen: refused (exit 1), nothing written.
+    let block = run(&["key", "block", "api", "internal:svc", "--for", "10m"]);
+    assert_eq!(code(&block), 1, "{}", stderr(&block));
+    assert_says(stderr(&block), "makes it unlimited");
     let got = ok(&["override", "get", "api", "tenant-7"]);
     assert_eq!(got["limits"][1]["capacity"], 300);
     assert_eq!(

@@ -408,25 +408,27 @@ mod tests {
         let denied = tied.peek(now, &state, 1).unwrap();
         assert_eq!((denied.remaining, denied.limit_index), (0, 1));
         assert!(!denied.is_allowed());
-        // A denial names the limit that denied, with what it has left, though an admitting
-        // limit would have fewer once charged: after 7, 10 a minute denies a cost of 5 (3
-        // left) and 12 a day would admit it (0 left, had it been taken, which it is not).
-        let two = Policy::new([
-            Limit::fixed_window(10, Micros::from_secs(60)).unwrap(),
-            Limit::fixed_window(12, Micros::from_secs(86_400)).unwrap(),
-        ])
-        .unwrap();
-        let mut state = two.new_state();
-        two.acquire(now, &mut state, 7).unwrap();
-        let denied = two.acquire(now, &mut state, 5).unwrap();
+        let single = Policy::single(Limit::fixed_window(3, Micros::from_secs(1)).unwrap());
+        let mut one = single.new_state();
+        assert_eq!(single.acquire(now, &mut one, 1).unwrap().limit_index, 0);
+    }
+
+    /// A denial names the limit that denied, with what it has left, though an admitting
+    /// limit would have fewer once charged: after 7, 10 a minute denies a cost of 5 (3
+    /// left) and 12 a day would admit it (0 left, had it been taken, which it is not).
+    #[test]
+    fn a_denial_names_a_limit_that_denied() {
+        let minute = Limit::fixed_window(10, Micros::from_secs(60)).unwrap();
+        let day = Limit::fixed_window(12, Micros::from_secs(86_400)).unwrap();
+        let policy = Policy::new([minute, day]).unwrap();
+        let (now, mut state) = (Timestamp::from_micros(0), policy.new_state());
+        assert!(policy.acquire(now, &mut state, 7).unwrap().is_allowed());
+        let denied = policy.acquire(now, &mut state, 5).unwrap();
         assert!(!denied.is_allowed());
         assert_eq!(
             (denied.limit, denied.remaining, denied.limit_index),
             (10, 3, 0)
         );
-        let single = Policy::single(Limit::fixed_window(3, Micros::from_secs(1)).unwrap());
-        let mut one = single.new_state();
-        assert_eq!(single.acquire(now, &mut one, 1).unwrap().limit_index, 0);
     }
 
     #[test]

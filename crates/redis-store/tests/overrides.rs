@@ -140,6 +140,21 @@ where
     assert_eq!(admitted(reader, "tenant-7", 3).await, 3);
 }
 
+/// A store on `server` that applies the overrides `source` gives, read again after
+/// [`STALENESS`], each call within `deadline`.
+async fn sourced(
+    server: &RedisServer,
+    source: impl rein_core::overrides::OverrideSource,
+    deadline: Duration,
+) -> RedisStore<ConnectionManager> {
+    RedisStoreBuilder::new()
+        .deadline(deadline)
+        .override_source(source, STALENESS)
+        .connect(&server.url())
+        .await
+        .expect("connect")
+}
+
 /// A store that applies overrides, read again after `staleness` at the latest.
 fn applying(staleness: Duration) -> RedisStoreBuilder {
     RedisStoreBuilder::new()
@@ -419,12 +434,7 @@ async fn an_applications_own_source_feeds_the_same_cache() {
 
     let server = RedisServer::start().expect("start redis-server");
     let table: Shared = Arc::new(Mutex::new(Ok(vec![entry("vip", per_hour(8))])));
-    let store = RedisStoreBuilder::new()
-        .deadline(Duration::from_secs(5))
-        .override_source(Table(table.clone()), STALENESS)
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let store = sourced(&server, Table(table.clone()), Duration::from_secs(5)).await;
     assert_eq!(
         admitted(&store, "vip", 9).await,
         8,
@@ -586,12 +596,7 @@ async fn an_override_read_that_takes_the_deadline_leaves_the_script_unsent() {
     }
     let server = RedisServer::start().expect("start redis-server");
     let reads = Arc::new(AtomicUsize::new(0));
-    let store = RedisStoreBuilder::new()
-        .deadline(Duration::from_millis(100))
-        .override_source(Hangs(reads.clone()), STALENESS)
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let store = sourced(&server, Hangs(reads.clone()), Duration::from_millis(100)).await;
     let policy = api();
     tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
     let late = store.acquire(None, &policy, b"vip", 1).await;

@@ -24,20 +24,6 @@ fn ask(http: SocketAddr) -> String {
     )
 }
 
-/// `GET /metrics`: the Prometheus text.
-fn metrics(http: SocketAddr) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(http).expect("connect");
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n"
-    )
-    .expect("send");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("read");
-    text
-}
-
 fn signal(pid: u32, name: &str) {
     let status = Command::new("kill")
         .args([&format!("-{name}"), &pid.to_string()])
@@ -78,7 +64,7 @@ fn a_bad_reload_is_refused_a_good_one_taken_and_sigterm_exits_cleanly() {
         r#"{"domain":"shadow","descriptors":[{"entries":[{"key":"user","value":"ann"}],"hitsAddend":"5"}]}"#,
     );
     assert!(shadow.contains(r#""overallCode":"OK""#), "{shadow}");
-    let scraped = metrics(http);
+    let scraped = support::get(http, "/metrics");
     let counted = |outcome: &str| {
         let series =
             format!(r#"rein_server_decisions_total{{rule="shadow.user",outcome="{outcome}"}} "#);

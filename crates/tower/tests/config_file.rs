@@ -227,26 +227,13 @@ fn every_bad_value_is_refused_at_load_with_its_field_path_and_line() {
 }
 
 /// A `[http]` fixed key of 1 025 bytes, one over what a limiter takes.
-const LONG_FIXED_KEY: &str = concat!(
-    "[http]\nkey = { from = \"fixed\", value = \"",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "x\" }\n",
-);
+fn long_fixed_key() -> &'static str {
+    let file = format!(
+        "[http]\nkey = {{ from = \"fixed\", value = \"{}\" }}\n",
+        "k".repeat(1_025)
+    );
+    file.leak()
+}
 
 /// `[http]` and `[[routes]]`: each file below follows a valid `[redis]` and policy (lines 1
 /// to 5).
@@ -291,7 +278,7 @@ fn every_bad_http_or_route_value_is_refused_at_load_with_its_field_path_and_line
         Bad { what: "an unknown route field", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nweight = 2\n", path: "routes[0].weight", line: 9, says: "unknown field `weight`" },
         Bad { what: "an exempt route's cost", file: "[[routes]]\nprefix = \"/h\"\nexempt = true\ncost = 2\n", path: "routes[0].cost", line: 6, says: "an exempt route is not limited" },
         Bad { what: "an exempt route's key", file: "[[routes]]\nprefix = \"/h\"\nexempt = true\nkey = { from = \"peer\" }\n", path: "routes[0].key", line: 6, says: "an exempt route is not limited" },
-        Bad { what: "a fixed key too long to be a key", file: LONG_FIXED_KEY, path: "http.key.value", line: 7, says: "the user key is 1025 bytes, over the limit of 1024" },
+        Bad { what: "a fixed key too long to be a key", file: long_fixed_key(), path: "http.key.value", line: 7, says: "the user key is 1025 bytes, over the limit of 1024" },
         // One policy counted by keys that could be another client's.
         Bad { what: "a header and the address under one policy", file: "[[routes]]\nprefix = \"/a\"\npolicy = \"api\"\n[[routes]]\nprefix = \"/b\"\npolicy = \"api\"\nkey = { from = \"header\", name = \"x-api-key\" }\n", path: "routes[1].key", line: 9, says: "policy \"api\" is counted here by header x-api-key and by route \"/a*\" by the peer address" },
         Bad { what: "a header route and the default policy", file: "[http]\ndefault_policy = \"api\"\n[[routes]]\nprefix = \"/b\"\npolicy = \"api\"\nkey = { from = \"header\", name = \"x-api-key\" }\n", path: "http.default_policy", line: 7, says: "by the peer address and by route \"/b*\" by header x-api-key" },

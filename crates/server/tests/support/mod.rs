@@ -1,5 +1,5 @@
 //! What the tests that run `rein-server` as a process share: ports, waiting for a listener,
-//! a scratch directory, and `POST /json` over plain HTTP.
+//! a scratch directory, and `POST /json` and `GET` over plain HTTP.
 
 #![allow(dead_code)] // Each test binary uses its own part.
 
@@ -61,13 +61,21 @@ pub fn temp_dir(name: &str) -> PathBuf {
 
 /// `POST /json` with `body` on a new plain-HTTP connection; the whole answer as text.
 pub fn post_json(http: SocketAddr, body: &str) -> String {
+    let head = format!("POST /json HTTP/1.1\r\ncontent-length: {}\r\n", body.len());
+    exchange(http, &head, body)
+}
+
+/// `GET path` on a new plain-HTTP connection; the whole answer as text.
+pub fn get(http: SocketAddr, path: &str) -> String {
+    exchange(http, &format!("GET {path} HTTP/1.1\r\n"), "")
+}
+
+/// Sends a request of `head` (its request line and headers but `host` and `connection`)
+/// and `body`, the connection closed after the answer; the whole answer as text.
+fn exchange(http: SocketAddr, head: &str, body: &str) -> String {
     let mut stream = TcpStream::connect(http).expect("connect");
-    write!(
-        stream,
-        "POST /json HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("send");
+    let request = format!("{head}host: t\r\nconnection: close\r\n\r\n{body}");
+    stream.write_all(request.as_bytes()).expect("send");
     let mut text = String::new();
     stream.read_to_string(&mut text).expect("read");
     text
