@@ -99,8 +99,9 @@ enum Command {
     Watch {
         /// The policy's name, as in the config (`rein policy list`).
         policy: String,
-        /// How many seconds the totals cover, from 1s to 118s: Redis keeps each second's
-        /// counts for two minutes, and the newest shown is two seconds old.
+        /// How many seconds the totals cover, from 1s to 117s: Redis keeps each second's
+        /// counts for two minutes, the newest shown is two seconds old, and a server's clock
+        /// may be a second off.
         #[arg(long, default_value = "10s", value_parser = parse_window)]
         window: u64,
         /// Stop after this many refreshes (default: until Ctrl-C).

@@ -625,16 +625,16 @@ fn watch(server: &RedisServer, path: &std::path::Path) {
     let longest = with_config(
         path,
         &["-c"],
-        &["watch", "window", "--window", "118s", "--count", "1"],
+        &["watch", "window", "--window", "117s", "--count", "1"],
     );
     assert_eq!(code(&longest), 0, "{}", stderr(&longest));
-    assert_says(stdout(&longest), "last 1m 58s");
+    assert_says(stdout(&longest), "last 1m 57s");
     // Bad input: an unknown policy (exit 1), a window rein refuses (clap's exit 2).
     let unknown = with_config(path, &["-c"], &["watch", "apj", "--count", "1"]);
     assert_eq!(code(&unknown), 1);
     assert_says(stderr(&unknown), "its policies");
-    // 119 s would reach a second whose counts Redis has already let expire.
-    for window in ["0s", "119s", "2h", "1.5s", "soon"] {
+    // 118 s could reach a second whose counts Redis has already let expire.
+    for window in ["0s", "118s", "2h", "1.5s", "soon"] {
         let bad = with_config(
             path,
             &["-c"],

@@ -54,7 +54,7 @@ pub enum AdminError {
     InvalidRequest(String),
     /// The change cannot apply to the key as it is, so nothing was changed: a block of a
     /// key whose override makes it unlimited (its decisions read no state, so they would
-    /// never see the block: remove the override, or override it with a limit of 0), or a
+    /// never see the block: remove the override first), or a
     /// block, penalty or set of a token bucket leased as rate (its state is the servers'
     /// rate shares: a reset forgets them, a lowered limit or override reaches them).
     #[error("not changed: {0}")]
@@ -78,8 +78,18 @@ impl AdminError {
     pub fn unlimited_block() -> Self {
         Self::NotApplicable(
             "the key's override makes it unlimited, and its decisions read no state, so they \
-             would never see a block: remove the override, or override the key with a limit \
-             of 0"
+             would never see a block: remove the override, then block the key"
+                .to_owned(),
+        )
+    }
+
+    /// The refusal of a block, a penalty or a set of a token bucket leased as rate: its
+    /// state is the servers' rate shares, which these cannot change. Every store gives it.
+    pub fn rate_shared() -> Self {
+        Self::NotApplicable(
+            "the key is a token bucket leased as rate: its state is the servers' rate shares, \
+             which a block, a penalty or a set cannot change; a reset forgets them, and a \
+             lowered limit or an override reaches them at their next renewal"
                 .to_owned(),
         )
     }

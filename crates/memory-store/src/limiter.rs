@@ -381,6 +381,16 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         }
     }
 
+    /// Whether `key` is a token bucket leased as rate with a state in the rate-share table:
+    /// its decisions read that state alone, not the plain bucket's or a block.
+    pub(crate) fn shares_rate<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.rates.as_ref().is_some_and(|rates| rates.holds(key))
+    }
+
     /// A blocked key's answer ([`Block::decide`]), checked before the key's state: `None`
     /// unless a block holds (one relaxed load while no key is blocked). A cost above the
     /// capacity is still an error, as for a key that is not blocked.

@@ -41,6 +41,18 @@ impl<K> RateTable<K> {
     }
 }
 
+impl<K: Hash + Eq> RateTable<K> {
+    /// Whether `key` holds a rate-share state (its shares, or a direct share not yet full).
+    pub(crate) fn holds<Q>(&self, key: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        states.contains_key(key)
+    }
+}
+
 impl<K: Hash + Eq + Clone> RateTable<K> {
     /// Runs `op` on `key`'s state at `now`.
     ///

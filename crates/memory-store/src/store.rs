@@ -384,6 +384,9 @@ where
     ) -> impl Future<Output = Result<Decision, AdminError>> + Send {
         ready(self.admin(key, |now| {
             let own = &policy.0.limiter;
+            if own.shares_rate(key) {
+                return Err(AdminError::rate_shared());
+            }
             match self.route(policy, key, now) {
                 Route::Own | Route::Unlimited => own.penalize_at(now, key, amount),
                 Route::Other(limits, table) => {
@@ -404,6 +407,9 @@ where
     ) -> impl Future<Output = Result<Decision, AdminError>> + Send {
         ready(self.admin(key, |now| {
             let own = &policy.0.limiter;
+            if own.shares_rate(key) {
+                return Err(AdminError::rate_shared());
+            }
             match self.route(policy, key, now) {
                 Route::Own | Route::Unlimited => own.set_remaining_at(now, key, remaining),
                 Route::Other(limits, table) => {
@@ -430,6 +436,9 @@ where
             self.admin(key, |now| {
                 if matches!(self.route(policy, key, now), Route::Unlimited) {
                     return Err(AdminError::unlimited_block());
+                }
+                if policy.0.limiter.shares_rate(key) {
+                    return Err(AdminError::rate_shared());
                 }
                 let until = match until {
                     Until::At(at) => at,
@@ -722,6 +731,20 @@ mod tests {
             block_on(store.share_rate(Some(t), &p, b"k", take)).unwrap(),
             expected
         );
+        // Its state is the shares: a block, a penalty or a set could not change it.
+        {
+            use rein_core::admin::{AdminError, KeyAdmin, Until};
+            let not_applied =
+                |r: Result<(), AdminError>| matches!(r, Err(AdminError::NotApplicable(_)));
+            let block = block_on(store.block(&p, b"k", Until::For(Micros::from_secs(1)), "x"));
+            assert!(not_applied(block.map(|_| ())));
+            assert!(not_applied(
+                block_on(store.penalize(&p, b"k", 1)).map(|_| ())
+            ));
+            assert!(not_applied(
+                block_on(store.set_remaining(&p, b"k", 1)).map(|_| ())
+            ));
+        }
         // The plain bucket is untouched; the direct share has nothing left.
         assert_eq!(
             block_on(store.peek(Some(t), &p, b"k", 0))

@@ -243,7 +243,7 @@ where
                 let reply = match self.send(&read, deadline).await {
                     // A token bucket leased as rate holds its shares as a hash.
                     Err(e) if is_wrong_type(&e) => {
-                        return Err(AdminError::NotApplicable(RATE_SHARED.to_owned()));
+                        return Err(AdminError::rate_shared());
                     }
                     reply => reply?,
                 };
@@ -439,7 +439,10 @@ where
             .await
             .is_err()
         {
-            tracing::debug!("the overrides' first read still runs: deciding without them");
+            tracing::debug!(
+                "the overrides' first read did not end within the call's deadline: the next \
+                 call reads them"
+            );
         }
         cache.get(policy.name(), key)
     }
@@ -1427,18 +1430,8 @@ pub const DEFAULT_PREFIX: &str = "rein";
 /// server within about a second. The optimistic store and rein-tower's config use it too.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Why a change to a token bucket leased as rate is refused.
-const RATE_SHARED: &str = "the key is a token bucket leased as rate: its state is the servers' \
-                           rate shares, which a block, a penalty or a set cannot change; a \
-                           reset forgets them, and a lowered limit or an override reaches \
-                           them at their next renewal";
-
-/// Whether Redis refused the call because the key holds another type (`WRONGTYPE`).
+/// Whether Redis refused the call because the key holds another type (`WRONGTYPE`; Redis 5
+/// and 6 report it inside an `ERR Error running script` reply).
 fn is_wrong_type(error: &StoreError) -> bool {
-    matches!(error, StoreError::Server(source)
-    if source
-        .inner()
-        .downcast_ref::<redis::RedisError>()
-        .and_then(redis::RedisError::code)
-        == Some("WRONGTYPE"))
+    matches!(error, StoreError::Server(source) if source.inner().to_string().contains("WRONGTYPE"))
 }

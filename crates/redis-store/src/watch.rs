@@ -29,10 +29,15 @@ pub const COMPLETE_AFTER: Duration = Duration::from_secs(2);
 /// How long a second's counts are kept.
 pub(crate) const KEEP: Duration = Duration::from_secs(120);
 
-/// The most seconds one read returns: as many as are still kept once complete (two minutes
-/// less [`COMPLETE_AFTER`], 118 s). A longer read would count seconds whose counts have
-/// expired as zero and report less than the deployment decided.
-pub const MAX_SECONDS_READ: u64 = KEEP.as_secs() - COMPLETE_AFTER.as_secs();
+/// The most seconds one read returns: as many as are still kept once complete, for
+/// reporters whose clocks are within a second of Redis's (two minutes less
+/// [`COMPLETE_AFTER`] less that second: 117 s). A longer read would count seconds whose
+/// counts have expired as zero and report less than the deployment decided.
+pub const MAX_SECONDS_READ: u64 = KEEP.as_secs() - COMPLETE_AFTER.as_secs() - CLOCK_SPREAD;
+
+/// How far a reporter's clock may be from Redis's, in seconds, for the counts it reports
+/// to be read complete and kept ([`COMPLETE_AFTER`] waits this long for them too).
+const CLOCK_SPREAD: u64 = 1;
 
 /// What a deployment's processes counted for one policy in one second
 /// ([`RedisStore::counts`](crate::RedisStore::counts)).

@@ -89,7 +89,8 @@ impl Node {
     fn new(spanned: Spanned<Raw>, text: &str) -> Self {
         let line = spanned.referenced.line() as usize;
         let column = spanned.referenced.column() as usize;
-        let span = spanned.referenced.span();
+        // Where the value is defined: an alias (`*z`) takes its anchor's scalar, not `*z`.
+        let span = spanned.defined.span();
         // A plain scalar's text as written, from its byte span (the parsed value's own text
         // if the parser gave none).
         let written = |parsed: String| {

@@ -189,7 +189,10 @@ fn values_yaml_reads_as_numbers_match_as_written() {
 domain: d
 descriptors:
   - key: zip
-    value: 02139
+    value: &boston 02139
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: office
+    value: *boston
     rate_limit: { unit: hour, requests_per_unit: 1 }
   - key: version
     value: 1.10
@@ -219,6 +222,7 @@ descriptors:
         assert!(!matches(&[(key, parsed)]), "{key}: {parsed}");
     }
     assert!(matches(&[("flag", "true")]));
+    assert!(matches(&[("office", "02139")]), "an alias takes its anchor's text");
     assert!(matches(&[("503", "any")]), "a key YAML reads as a number");
     assert!(
         matches(&[("status", "s"), ("code", "0404")]),

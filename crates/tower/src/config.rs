@@ -420,6 +420,10 @@ impl Validator<'_> {
         if let Some((first, second)) = crate::route::mixed_key_sources(&routes, &http.default_key) {
             // The later route names the conflict: `http.default_policy`'s is the last.
             let (at, line) = match raw.routes.get(second) {
+                // A route without its own key counts by `http.key`.
+                Some(route) if route.get_ref().key.is_none() => {
+                    (format!("routes[{second}]"), self.line(route))
+                }
                 Some(route) => (format!("routes[{second}].key"), self.line(route)),
                 None => (
                     "http.default_policy".to_owned(),

@@ -55,7 +55,8 @@ pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// The limit of `policy` that decided `decision`: the one to name in `RateLimit`.
 ///
 /// It is [`Decision::limit_index`]: the limit whose `limit` and `remaining` the decision
-/// reports (the fewest remaining, the first on a tie). An index past the policy's limits
+/// reports (the fewest remaining, among the deniers on a denial, the first on a tie). An
+/// index past the policy's limits
 /// (a decision from another policy) is read as the last limit.
 pub fn deciding_limit(policy: &Policy, decision: &Decision) -> usize {
     usize::from(decision.limit_index).min(policy.limits().len().saturating_sub(1))

@@ -166,14 +166,16 @@ impl KeySource {
 
     /// Whether keys from `self` and from `other`, counted under one policy, could be the
     /// same bytes for different clients: a header's value, which the client writes, can be
-    /// another client's address, another header's value or the fixed key, and so spend
-    /// that limit. The peer address and the forwarding headers all name a client by its
-    /// address, and share keys as they should. A custom function's keys are its own to
-    /// keep apart: never reported.
+    /// another client's address, another header's value or a fixed key, and so spend that
+    /// limit. Addresses and fixed keys are not the client's to choose: the peer address and
+    /// the forwarding headers all name a client by its address, and share keys as they
+    /// should. A custom function's keys are its own to keep apart: never reported.
     pub(crate) fn mixes_with(&self, other: &KeySource) -> bool {
         match (self.names(), other.names()) {
             (Names::Custom, _) | (_, Names::Custom) => false,
-            (a, b) => a != b,
+            (Names::Header(a), Names::Header(b)) => a != b,
+            (Names::Header(_), _) | (_, Names::Header(_)) => true,
+            _ => false,
         }
     }
 

@@ -36,7 +36,7 @@ use crate::{KeySource, LayerError, Route};
 ///
 /// | limiter answer | response |
 /// |---|---|
-/// | admitted | the inner service's, plus `RateLimit` (see [`AdmittedHeaders`]) |
+/// | admitted | the inner service's, plus `RateLimit` (see [`AdmittedHeaders`]; none for a policy in [shadow mode](RateLimitLayerBuilder::shadow)) |
 /// | denied | `429 Too Many Requests`, `Retry-After`, `RateLimit-Policy`, `RateLimit` |
 /// | no key | [`on_missing_key`](RateLimitLayerBuilder::on_missing_key) (default 500, logged) |
 /// | no decision in time | [`on_unavailable`](RateLimitLayerBuilder::on_unavailable) (default 503) |
@@ -255,9 +255,10 @@ impl<L: Limiter> RateLimitLayerBuilder<L> {
     }
 
     /// Puts the policy named `policy` in shadow mode, to try a limit on live traffic
-    /// before it denies anyone: its requests are decided and counted as usual, but a
-    /// request it would deny is passed to the inner service (without rate-limit headers),
-    /// logged at debug level and counted in `rein_http_shadow_denials_total{policy}` (with
+    /// before it denies anyone: its requests are decided and counted as usual, no response
+    /// shows it (no rate-limit headers, admitted or not: a client pacing itself on them
+    /// would slow down for a trial), and a request it would deny is passed to the inner
+    /// service, logged at debug level and counted in `rein_http_shadow_denials_total{policy}` (with
     /// the `metrics` feature; the route's `rein_http_requests_total` counts it as
     /// `shadow_denied`). Such a request takes nothing from the limit, as for any denial.
     /// A config file sets it with `shadow = true` under `[policies.NAME]`; a reload

@@ -119,11 +119,10 @@ pub enum LayerError {
     /// the same policies.
     #[error(transparent)]
     Prepare(#[from] rein_core::PrepareError),
-    /// Two routes count one policy's keys from key sources whose keys could be the same
-    /// bytes for different clients (a header's value and the peer address, two headers, a
-    /// header and a fixed key): a client could write another's key in its header and spend
-    /// that client's limit. Give each key source its own policy (the same limits under
-    /// another name count apart).
+    /// Two routes count one policy's keys by a header and by another source (the peer
+    /// address, another header, a fixed key): a client could write another's key in its
+    /// header and spend that client's limit. Give each its own policy (the same limits
+    /// under another name count apart).
     #[error(
         "routes {first:?} and {second:?} count policy {policy:?} by key sources whose keys \
          could be the same for different clients: a client could send another's key and \

@@ -329,8 +329,8 @@ fn building_refuses_unknown_and_duplicate_policies_and_mixed_key_sources() {
         Some(LayerError::DuplicatePolicy("api".into()))
     );
     // One policy counted by a header's value and by the peer address: a client could send
-    // another's address as its header. The address sources may share one; so may routes
-    // of one header.
+    // another's address as its header. Sources a client does not choose (addresses, fixed
+    // keys) may share one; so may routes of one header.
     let api_key = || KeySource::header(HeaderName::from_static("x-api-key"));
     let mixed = builder()
         .policy(window("api", 1))
@@ -370,6 +370,11 @@ fn building_refuses_unknown_and_duplicate_policies_and_mixed_key_sources() {
             Route::prefix("/fwd")
                 .policy("api")
                 .key(KeySource::x_forwarded_for(1)),
+        )
+        .route(
+            Route::prefix("/g")
+                .policy("api")
+                .key(KeySource::fixed("global")),
         )
         .route(Route::any().policy("api"))
         .build();
