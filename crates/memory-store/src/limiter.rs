@@ -499,7 +499,8 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         }
     }
 
-    /// Forgets `key`: its state and its block. `true` if it had either.
+    /// Forgets `key`: its state, its block and its rate-share state (a token bucket leased
+    /// as rate). `true` if it had any.
     pub fn reset<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
@@ -507,7 +508,8 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
     {
         let counted = dispatch!(&self.tables, |t| t.remove(key));
         let blocked = self.blocks.remove(key).is_some();
-        counted || blocked
+        let shared = self.rates.as_ref().is_some_and(|rates| rates.remove(key));
+        counted || blocked || shared
     }
 
     /// An operator's penalty at `now` ([`Policy::penalize`]): takes up to `amount` from

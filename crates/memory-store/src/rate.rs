@@ -51,6 +51,17 @@ impl<K: Hash + Eq> RateTable<K> {
         let states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         states.contains_key(key)
     }
+
+    /// Forgets `key`'s rate-share state (an operator's reset, as Redis's `DEL`): its
+    /// direct share is full again, while nodes spend the shares they hold until those end.
+    pub(crate) fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        states.remove(key).is_some()
+    }
 }
 
 impl<K: Hash + Eq + Clone> RateTable<K> {

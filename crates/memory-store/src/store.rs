@@ -757,6 +757,27 @@ mod tests {
             direct,
             shares.apply(t, &mut core, RateOp::Direct(1)).unwrap()
         );
+        // A reset forgets the shares, as Redis's `DEL` does: the direct share is full again.
+        {
+            use rein_core::admin::KeyAdmin;
+            let other = Timestamp::from_micros(2_000);
+            let take = |node| {
+                RateOp::Take(TakeRequest {
+                    node,
+                    held: 0,
+                    seq: 1,
+                    applied: 0,
+                    demand: 10,
+                    validity: Micros::from_millis(100),
+                })
+            };
+            block_on(store.share_rate(Some(other), &p, b"r", take(3))).unwrap();
+            let spent = block_on(store.share_rate(Some(other), &p, b"r", RateOp::Direct(10)));
+            assert!(matches!(spent, Ok(RateAnswer::Decided(d)) if !d.is_allowed()));
+            assert!(block_on(store.reset(&p, b"r")).unwrap());
+            let full = block_on(store.share_rate(Some(other), &p, b"r", RateOp::Direct(10)));
+            assert!(matches!(full, Ok(RateAnswer::Decided(d)) if d.is_allowed()));
+        }
         // Long after the share ended, the whole bucket is the direct share's again.
         let later = Timestamp::from_micros(10_000_000);
         let full = block_on(store.share_rate(Some(later), &p, b"k", RateOp::Direct(10))).unwrap();
