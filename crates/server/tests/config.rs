@@ -222,7 +222,10 @@ descriptors:
         assert!(!matches(&[(key, parsed)]), "{key}: {parsed}");
     }
     assert!(matches(&[("flag", "true")]));
-    assert!(matches(&[("office", "02139")]), "an alias takes its anchor's text");
+    assert!(
+        matches(&[("office", "02139")]),
+        "an alias takes its anchor's text"
+    );
     assert!(matches(&[("503", "any")]), "a key YAML reads as a number");
     assert!(
         matches(&[("status", "s"), ("code", "0404")]),
