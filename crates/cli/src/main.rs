@@ -16,7 +16,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use rein_core::admin::{AdminError, KeyAdmin, KeyState, Until};
 use rein_core::overrides::{KeyMatch, Override};
-use rein_core::{Decision, Limit, Limiter, Micros, NamedPolicy, Policy, PolicyState, Timestamp};
+use rein_core::{
+    DecideError, Decision, Limit, Limiter, Micros, NamedPolicy, Policy, PolicyState, Timestamp,
+};
 use rein_redis::RedisPolicy;
 use rein_tower::{Config, ConfiguredStore, RedisEndpoint};
 use serde_json::{Value, json};
@@ -926,7 +928,15 @@ async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure>
             store
                 .refund(None, &policy, k, *amount)
                 .await
-                .map_err(|e| Failure::Redis(format!("changing the key: {e}")))?;
+                .map_err(|e| match e {
+                    // The store cannot give back to this key (a token bucket leased as rate):
+                    // nothing was changed, and Redis answered.
+                    DecideError::Unsupported { .. } => Failure::Input(format!(
+                        "not changed: {e}; its state is the servers' rate shares, which a \
+                         reset forgets"
+                    )),
+                    e => Failure::Redis(format!("changing the key: {e}")),
+                })?;
             let after = store
                 .peek(None, &policy, k, 0)
                 .await

@@ -693,6 +693,7 @@ fn rate_shares(server: &RedisServer, path: &std::path::Path) {
     for change in [
         &["key", "block", "rate", "shared", "--for", "1m"][..],
         &["key", "penalize", "rate", "shared", "2"],
+        &["key", "reward", "rate", "shared", "2"],
     ] {
         let refused = with_config(path, &["-c"], change);
         assert_eq!(code(&refused), 1, "{change:?}: {}", stderr(&refused));

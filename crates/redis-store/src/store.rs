@@ -741,11 +741,19 @@ where
             amount,
             slot_key = keys.first().map(String::as_str),
         );
-        self.invoke(&keys, op, now, amount, policy, deadline)
+        match self
+            .invoke(&keys, op, now, amount, policy, deadline)
             .instrument(span)
             .await
-            .map(|_| ())
-            .map_err(DecideError::from)
+        {
+            Ok(_) => Ok(()),
+            // A token bucket leased as rate holds its shares as a hash: nothing to refund
+            // to, as a leased limiter answers for it.
+            Err(e) if is_wrong_type(&e) => Err(DecideError::Unsupported {
+                operation: "a refund of a token bucket leased as rate",
+            }),
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn invoke(
