@@ -17,20 +17,33 @@ use crate::KeySource;
 /// A rule: the requests it covers and how they are limited.
 ///
 /// ```
-/// use http::Method;
-/// use rein_tower::{KeySource, Route};
+/// use http::{HeaderName, Method};
+/// use rein_core::{Limit, Micros, NamedPolicy, Policy};
+/// use rein_memory::MemoryStore;
+/// use rein_tower::{KeySource, RateLimitLayer, Route};
 ///
+/// let api_key = KeySource::header(HeaderName::from_static("x-api-key"));
 /// let routes = [
 ///     Route::exact("/login").method(Method::POST).policy("login"),
 ///     Route::prefix("/api/search")
 ///         .policy("search")
-///         .key(KeySource::header(http::HeaderName::from_static("x-api-key")))
+///         .key(api_key.clone())
 ///         .cost_fn(|parts| if parts.uri.query().is_some() { 2 } else { 1 }),
-///     Route::exact("/api/quota").policy("search").peek_only(),
+///     // Keyed as the search route is: one policy counts one kind of key.
+///     Route::exact("/api/quota").policy("search").key(api_key).peek_only(),
 ///     Route::prefix("/health").exempt(),
 ///     Route::any().policy("default"),
 /// ];
-/// # let _ = routes;
+/// let mut layer = RateLimitLayer::builder(MemoryStore::new());
+/// for name in ["login", "search", "default"] {
+///     let limit = Limit::fixed_window(10, Micros::from_secs(60))?;
+///     layer = layer.policy(NamedPolicy::new(name, Policy::single(limit))?);
+/// }
+/// for route in routes {
+///     layer = layer.route(route);
+/// }
+/// let _layer = layer.build()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct Route {
