@@ -853,6 +853,11 @@ impl LeaseBook {
                     limit_index: denial.limit_index,
                 });
             }
+            // No block holds more than the fair share: a request above it never waits for
+            // one.
+            if cost > config.fair_share(terms) {
+                break 'decided Admit::Direct(DirectReason::AboveShare);
+            }
             if entry.flight.is_some() {
                 break 'decided Admit::Wait;
             }
@@ -860,9 +865,6 @@ impl LeaseBook {
                 && now < until
             {
                 break 'decided Admit::Direct(DirectReason::StoreTrouble);
-            }
-            if cost > config.fair_share(terms) {
-                break 'decided Admit::Direct(DirectReason::AboveShare);
             }
             if entry.demand.rate(now, config.renew_interval) < config.min_demand {
                 break 'decided Admit::Direct(DirectReason::Cold);
@@ -1452,6 +1454,18 @@ mod tests {
         assert_eq!(h.book.stats().reservations, 2, "the empty block is renewed");
         assert_eq!(h.book.stats().waits, 2);
         assert_eq!(h.deliver(13), 3, "sized to the demand now measured, 3");
+    }
+
+    /// No block holds more than the fair share (25 here), so a request above it goes
+    /// direct at once, even while a reservation is in flight, rather than wait for a block
+    /// that could never serve it.
+    #[test]
+    fn a_request_above_the_fair_share_never_waits_for_a_block() {
+        let mut h = harness(window());
+        let _ = h.request(0, 1);
+        assert_eq!(h.request(10, 1), Admit::Wait);
+        assert_eq!(h.request(11, 26), Admit::Direct(DirectReason::AboveShare));
+        assert_eq!(h.book.stats().waits, 1);
     }
 
     #[test]

@@ -316,14 +316,19 @@ impl RateBook {
     pub fn handle_taken(&mut self, now: Timestamp, key: &LeaseKey, seq: u64, reply: TakeReply) {
         let now = self.observe(now);
         let config = self.config;
+        // Only a grant is a late grant; a late failure or refusal changes nothing.
+        let late = matches!(reply, TakeReply::Answered(Taken::Granted(_)));
         let Some(lease) = self.leases.get_mut(key) else {
-            self.stats.late_grants += 1;
+            self.stats.late_grants += u64::from(late);
             return;
         };
+        // A take past its timeout is given up even if its timer has not fired yet (a late
+        // timer, or one paused): its reply is never applied.
+        give_up_lost(lease, &mut self.stats, now, config);
         let flight = match lease.flight {
             Some(f) if f.seq == seq => f,
             _ => {
-                self.stats.late_grants += 1;
+                self.stats.late_grants += u64::from(late);
                 return;
             }
         };
@@ -598,12 +603,7 @@ impl RateBook {
         let Some(lease) = self.leases.get_mut(key) else {
             return;
         };
-        if let Some(f) = lease.flight
-            && now >= f.sent_at.saturating_add(take_timeout(config))
-        {
-            lease.flight = None;
-            self.stats.reservations_lost += 1;
-        }
+        give_up_lost(lease, &mut self.stats, now, config);
         let idle = now >= lease.last_request.saturating_add(config.idle_after);
         // After a shutdown a key is kept only until its take ends.
         if lease.flight.is_none() && (idle || self.closed) {
@@ -701,6 +701,22 @@ fn take_timeout(config: LeaseConfig) -> Micros {
         .saturating_sub(interval)
         .max(1);
     config.flight_timeout.min(Micros::from_micros(spare))
+}
+
+/// Gives up `lease`'s take if its timeout has passed at `now`: presumed lost, its reply
+/// never applied.
+fn give_up_lost(
+    lease: &mut RateLease,
+    stats: &mut LeaseStats,
+    now: Timestamp,
+    config: LeaseConfig,
+) {
+    if let Some(f) = lease.flight
+        && now >= f.sent_at.saturating_add(take_timeout(config))
+    {
+        lease.flight = None;
+        stats.reservations_lost += 1;
+    }
 }
 
 /// Tokens' worth of rate `parts` refill over `span`.
@@ -995,6 +1011,25 @@ mod tests {
             b.handle_request(ms(1_002), KEY, 1, &s),
             Admit::Direct(_)
         ));
+    }
+
+    /// A reply after the take's timeout is never applied, though the timer that gives the
+    /// take up has not fired (a late timer, or one paused); and a late reply that granted
+    /// nothing (a failure, a full table) is no late grant.
+    #[test]
+    fn a_reply_after_the_take_timeout_is_never_applied_before_the_timer_fires() {
+        let s = shares();
+        let (mut b, key, first) = asked_once(&s);
+        // Due at 100 ms; no timer runs. The reply comes at 100 ms: too late.
+        b.handle_taken(ms(100), &key, first.seq, grant(5, false, 100, 1_000, 100));
+        assert_eq!((b.stats().reservations_lost, b.stats().late_grants), (1, 1));
+        assert!(matches!(
+            b.handle_request(ms(101), KEY, 1, &s),
+            Admit::Direct(_)
+        ));
+        b.handle_taken(ms(102), &key, first.seq, TakeReply::Failed);
+        b.handle_taken(ms(103), &key, first.seq, TakeReply::Answered(Taken::Full));
+        assert_eq!(b.stats().late_grants, 1, "refusals are no grants");
     }
 
     /// Issue 23: shares follow demand on the timer. A renewal goes out every interval
