@@ -135,6 +135,12 @@ pub enum RateOp {
     Direct(u64),
 }
 
+/// The operation a store or limiter names in
+/// [`DecideError::Unsupported`](crate::DecideError::Unsupported) when asked to refund a token
+/// bucket leased as rate: its state is the nodes' shares, which take no refund (not giving
+/// back only under-admits).
+pub const REFUND_UNSUPPORTED: &str = "a refund of a token bucket leased as rate";
+
 /// The answer to a [`RateOp`], of the same kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RateAnswer {

@@ -381,14 +381,16 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         }
     }
 
-    /// Whether `key` is a token bucket leased as rate with a state in the rate-share table:
-    /// its decisions read that state alone, not the plain bucket's or a block.
-    pub(crate) fn shares_rate<Q>(&self, key: &Q) -> bool
+    /// Whether `key` is a token bucket leased as rate with a state in the rate-share table
+    /// at `now`: its decisions read that state alone, not the plain bucket's or a block.
+    pub(crate) fn shares_rate<Q>(&self, now: Timestamp, key: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.rates.as_ref().is_some_and(|rates| rates.holds(key))
+        self.rates
+            .as_ref()
+            .is_some_and(|rates| rates.holds(now, key))
     }
 
     /// A blocked key's answer ([`Block::decide`]), checked before the key's state: `None`
@@ -499,16 +501,20 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         }
     }
 
-    /// Forgets `key`: its state, its block and its rate-share state (a token bucket leased
-    /// as rate). `true` if it had any.
-    pub fn reset<Q>(&self, key: &Q) -> bool
+    /// Forgets `key` at `now`: its state, its block and its rate-share state (a token
+    /// bucket leased as rate). `true` if it had any (a rate-share state that may be
+    /// forgotten at `now` is as none).
+    pub fn reset_at<Q>(&self, now: Timestamp, key: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let counted = dispatch!(&self.tables, |t| t.remove(key));
         let blocked = self.blocks.remove(key).is_some();
-        let shared = self.rates.as_ref().is_some_and(|rates| rates.remove(key));
+        let shared = self
+            .rates
+            .as_ref()
+            .is_some_and(|rates| rates.remove(now, key));
         counted || blocked || shared
     }
 
@@ -634,6 +640,15 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
 }
 
 impl<K: Hash + Eq, C: Clock> MemoryLimiter<K, C> {
+    /// [`reset_at`](Self::reset_at) at the clock's `now`.
+    pub fn reset<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.reset_at(self.clock.now(), key)
+    }
+
     /// [`acquire_at`](Self::acquire_at) at the clock's `now`.
     ///
     /// ```

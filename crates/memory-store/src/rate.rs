@@ -42,25 +42,32 @@ impl<K> RateTable<K> {
 }
 
 impl<K: Hash + Eq> RateTable<K> {
-    /// Whether `key` holds a rate-share state (its shares, or a direct share not yet full).
-    pub(crate) fn holds<Q>(&self, key: &Q) -> bool
+    /// Whether `key` holds a rate-share state at `now` (shares not ended, or a direct share
+    /// not yet full): one that may be forgotten is as none, as its Redis key would have
+    /// expired.
+    pub(crate) fn holds<Q>(&self, now: Timestamp, key: &Q) -> bool
     where
         K: std::borrow::Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
-        states.contains_key(key)
+        states
+            .get(key)
+            .is_some_and(|state| !self.shares.is_forgettable(now, state))
     }
 
     /// Forgets `key`'s rate-share state (an operator's reset, as Redis's `DEL`): its
     /// direct share is full again, while nodes spend the shares they hold until those end.
-    pub(crate) fn remove<Q>(&self, key: &Q) -> bool
+    /// Whether it held one at `now`.
+    pub(crate) fn remove<Q>(&self, now: Timestamp, key: &Q) -> bool
     where
         K: std::borrow::Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
-        states.remove(key).is_some()
+        states
+            .remove(key)
+            .is_some_and(|state| !self.shares.is_forgettable(now, &state))
     }
 }
 

@@ -320,7 +320,14 @@ where
         key: &[u8],
         amount: u64,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        self.decide(now, key, |now| {
+        // A token bucket leased as rate takes no refund, as in Redis.
+        let at = now.unwrap_or_else(|| self.clock.now());
+        if KeyError::check(key).is_ok() && policy.0.limiter.shares_rate(at, key) {
+            return ready(Err(DecideError::Unsupported {
+                operation: rein_core::rate_share::REFUND_UNSUPPORTED,
+            }));
+        }
+        self.decide(Some(at), key, |now| {
             let own = &policy.0.limiter;
             match self.route(policy, key, now) {
                 Route::Own => own.refund_at(now, key, amount),
@@ -372,7 +379,7 @@ where
                 Route::Other(_, Table::Apart(table)) => table.reset(key),
                 _ => false,
             };
-            Ok(policy.0.limiter.reset(key) | apart)
+            Ok(policy.0.limiter.reset_at(now, key) | apart)
         }))
     }
 
@@ -384,7 +391,7 @@ where
     ) -> impl Future<Output = Result<Decision, AdminError>> + Send {
         ready(self.admin(key, |now| {
             let own = &policy.0.limiter;
-            if own.shares_rate(key) {
+            if own.shares_rate(now, key) {
                 return Err(AdminError::rate_shared());
             }
             match self.route(policy, key, now) {
@@ -407,7 +414,7 @@ where
     ) -> impl Future<Output = Result<Decision, AdminError>> + Send {
         ready(self.admin(key, |now| {
             let own = &policy.0.limiter;
-            if own.shares_rate(key) {
+            if own.shares_rate(now, key) {
                 return Err(AdminError::rate_shared());
             }
             match self.route(policy, key, now) {
@@ -437,7 +444,7 @@ where
                 if matches!(self.route(policy, key, now), Route::Unlimited) {
                     return Err(AdminError::unlimited_block());
                 }
-                if policy.0.limiter.shares_rate(key) {
+                if policy.0.limiter.shares_rate(now, key) {
                     return Err(AdminError::rate_shared());
                 }
                 let until = match until {
@@ -706,7 +713,9 @@ mod tests {
         use rein_core::rate_share::{
             RateAnswer, RateOp, RateShares, RateState, TakeRequest, Taken,
         };
-        let store = MemoryStore::new();
+        // Operators' changes read the store's clock: at the decisions' instants here.
+        let clock = FakeClock::new(Timestamp::from_micros(1_000));
+        let store = MemoryStore::with_clock(clock.clone());
         let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).unwrap();
         let p = store
             .prepare(&NamedPolicy::new("p", Policy::single(bucket)).unwrap())
@@ -744,6 +753,11 @@ mod tests {
             assert!(not_applied(
                 block_on(store.set_remaining(&p, b"k", 1)).map(|_| ())
             ));
+            let refund = block_on(store.refund(Some(t), &p, b"k", 1));
+            assert!(
+                matches!(refund, Err(DecideError::Unsupported { .. })),
+                "{refund:?}"
+            );
         }
         // The plain bucket is untouched; the direct share has nothing left.
         assert_eq!(
@@ -778,10 +792,20 @@ mod tests {
             let full = block_on(store.share_rate(Some(other), &p, b"r", RateOp::Direct(10)));
             assert!(matches!(full, Ok(RateAnswer::Decided(d)) if d.is_allowed()));
         }
-        // Long after the share ended, the whole bucket is the direct share's again.
+        // Long after the share ended, the whole bucket is the direct share's again, and a
+        // state that may be forgotten is as none: an operator may block the key.
         let later = Timestamp::from_micros(10_000_000);
         let full = block_on(store.share_rate(Some(later), &p, b"k", RateOp::Direct(10))).unwrap();
         assert!(matches!(full, RateAnswer::Decided(d) if d.is_allowed()));
+        clock.advance(Micros::from_secs(60));
+        let blocked = block_on(rein_core::admin::KeyAdmin::block(
+            &store,
+            &p,
+            b"k",
+            rein_core::admin::Until::For(Micros::from_secs(1)),
+            "x",
+        ));
+        assert!(matches!(blocked, Ok(true)), "{blocked:?}");
         let window = Limit::fixed_window(2, Micros::from_secs(1)).unwrap();
         let w = store
             .prepare(&NamedPolicy::new("w", Policy::single(window)).unwrap())

@@ -749,8 +749,8 @@ where
             Ok(_) => Ok(()),
             // A token bucket leased as rate holds its shares as a hash: nothing to refund
             // to, as a leased limiter answers for it.
-            Err(e) if is_wrong_type(&e) => Err(DecideError::Unsupported {
-                operation: "a refund of a token bucket leased as rate",
+            Err(e) if op == Op::Refund && is_wrong_type(&e) => Err(DecideError::Unsupported {
+                operation: rein_core::rate_share::REFUND_UNSUPPORTED,
             }),
             Err(e) => Err(e.into()),
         }

@@ -29,7 +29,7 @@ use crate::KeySource;
 ///         .policy("search")
 ///         .key(api_key.clone())
 ///         .cost_fn(|parts| if parts.uri.query().is_some() { 2 } else { 1 }),
-///     // Keyed as the search route is: one policy counts one kind of key.
+///     // Keyed as the search route is: a header's value shares a policy with no other source.
 ///     Route::exact("/api/quota").policy("search").key(api_key).peek_only(),
 ///     Route::prefix("/health").exempt(),
 ///     Route::any().policy("default"),

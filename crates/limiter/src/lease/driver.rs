@@ -1034,7 +1034,7 @@ impl<P> LeasedPolicy<P> {
     pub(crate) fn refundable(&self) -> Result<(), DecideError> {
         if self.rate_shares().is_some() {
             return Err(DecideError::Unsupported {
-                operation: "refund of a token bucket leased as rate",
+                operation: rein_core::rate_share::REFUND_UNSUPPORTED,
             });
         }
         Ok(())

@@ -323,8 +323,11 @@ impl RateBook {
             return;
         };
         // A take past its timeout is given up even if its timer has not fired yet (a late
-        // timer, or one paused): its reply is never applied.
-        give_up_lost(lease, &mut self.stats, now, config);
+        // timer, or one paused): its reply is never applied. Not after a shutdown, which
+        // waits for takes up to the flight timeout so that what they grant goes back.
+        if !self.closed {
+            give_up_lost(lease, &mut self.stats, now, config);
+        }
         let flight = match lease.flight {
             Some(f) if f.seq == seq => f,
             _ => {
@@ -1161,6 +1164,17 @@ mod tests {
         b.handle_taken(ms(150), &key, take.seq, grant(42, false, 10, 100, 4));
         assert!(b.poll_action().is_none());
         assert_eq!(b.stats().late_grants, 1);
+        // Landing past the take's timeout with no timer run (a driver stops its timers at
+        // shutdown and waits for takes up to the flight timeout): still given back.
+        let (mut b, key, take) = asked_once(&s);
+        b.handle_shutdown(ms(1));
+        b.handle_taken(ms(150), &key, take.seq, grant(43, false, 10, 100, 4));
+        assert!(
+            matches!(b.poll_action(), Some(RateAction::Return { .. })),
+            "{:?}",
+            b.stats()
+        );
+        assert_eq!(b.stats().reservations_lost, 0);
     }
 
     #[test]
