@@ -931,11 +931,7 @@ async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure>
                 .map_err(|e| match e {
                     // The store cannot give back to this key (a token bucket leased as rate):
                     // nothing was changed, and Redis answered.
-                    DecideError::Unsupported { .. } => Failure::Input(
-                        "not changed: the key is a token bucket leased as rate, which takes \
-                         no reward: its state is the servers' rate shares; a reset forgets them"
-                            .to_owned(),
-                    ),
+                    DecideError::Unsupported { .. } => admin_failed(AdminError::rate_shared()),
                     e => Failure::Redis(format!("changing the key: {e}")),
                 })?;
             let after = store

@@ -83,13 +83,14 @@ impl AdminError {
         )
     }
 
-    /// The refusal of a block, a penalty or a set of a token bucket leased as rate: its
-    /// state is the servers' rate shares, which these cannot change. Every store gives it.
+    /// The refusal of a block, a penalty, a set or a reward of a token bucket leased as
+    /// rate: its state is the servers' rate shares, which these cannot change. Every store
+    /// gives it (a reward, a refund, as [`DecideError::Unsupported`](crate::DecideError)).
     pub fn rate_shared() -> Self {
         Self::NotApplicable(
             "the key is a token bucket leased as rate: its state is the servers' rate shares, \
-             which a block, a penalty or a set cannot change; a reset forgets them, and a \
-             lowered limit or an override reaches them at their next renewal"
+             which a block, a penalty, a set or a reward cannot change; a reset forgets them, \
+             and a lowered limit or an override reaches them at their next renewal"
                 .to_owned(),
         )
     }

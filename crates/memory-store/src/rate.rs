@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use rein_core::{
@@ -25,6 +26,10 @@ pub(crate) struct RateTable<K> {
     shares: RateShares,
     max_keys: usize,
     states: Mutex<HashMap<K, RateState>>,
+    /// Whether any state was ever stored: until then [`holds`](Self::holds) answers without
+    /// the lock, so a plain bucket's refunds and operators' changes (leases off) never take
+    /// it.
+    used: AtomicBool,
 }
 
 impl<K> RateTable<K> {
@@ -37,6 +42,7 @@ impl<K> RateTable<K> {
             shares: RateShares::new(bucket).ok()?,
             max_keys,
             states: Mutex::new(HashMap::new()),
+            used: AtomicBool::new(false),
         })
     }
 }
@@ -50,6 +56,9 @@ impl<K: Hash + Eq> RateTable<K> {
         K: std::borrow::Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        if !self.used.load(Ordering::Relaxed) {
+            return false;
+        }
         let states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         states
             .get(key)
@@ -103,6 +112,7 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
                 return Ok(self.no_room(now, &states, op));
             }
         }
+        self.used.store(true, Ordering::Relaxed);
         states.insert(key.clone(), state);
         Ok(answer)
     }

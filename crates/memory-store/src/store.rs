@@ -320,9 +320,10 @@ where
         key: &[u8],
         amount: u64,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        // A token bucket leased as rate takes no refund, as in Redis.
+        // A token bucket leased as rate takes no refund, as in Redis. (An invalid key is
+        // never in the table; `decide` refuses it.)
         let at = now.unwrap_or_else(|| self.clock.now());
-        if KeyError::check(key).is_ok() && policy.0.limiter.shares_rate(at, key) {
+        if policy.0.limiter.shares_rate(at, key) {
             return ready(Err(DecideError::Unsupported {
                 operation: rein_core::rate_share::REFUND_UNSUPPORTED,
             }));

@@ -228,12 +228,14 @@ where
         const ATTEMPTS: u32 = 16;
         let deadline = self.deadline_from_now();
         let applied = self.applied(policy, key, deadline).await;
-        let unlimited = overridden(applied.as_deref(), policy).is_none();
-        if unlimited && matches!(change, Change::Block { .. }) {
-            return Err(AdminError::unlimited_block());
-        }
-        // An unlimited key's counts are the policy's own, which an operator may still set.
-        let policy = overridden(applied.as_deref(), policy).unwrap_or(policy);
+        let policy = match overridden(applied.as_deref(), policy) {
+            Some(limits) => limits,
+            None if matches!(change, Change::Block { .. }) => {
+                return Err(AdminError::unlimited_block());
+            }
+            // An unlimited key's counts are the policy's own, which an operator may still set.
+            None => policy,
+        };
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         let span =
             tracing::info_span!("rein_redis_admin", policy = policy.name(), change = ?change);

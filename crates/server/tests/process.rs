@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{Running, free_addr, post_json, temp_dir, wait_for_port};
+use support::{Running, exit_status, free_addr, post_json, signal, temp_dir, wait_for_port};
 
 const RULES: &str = "domain: ops\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 2 }\n";
 
@@ -22,14 +22,6 @@ fn ask(http: SocketAddr) -> String {
         http,
         r#"{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}"#,
     )
-}
-
-fn signal(pid: u32, name: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{name}"), &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
 }
 
 #[test]
@@ -128,14 +120,7 @@ fn a_bad_reload_is_refused_a_good_one_taken_and_sigterm_exits_cleanly() {
     );
 
     signal(child.id(), "TERM");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "did not exit on SIGTERM");
-        thread::sleep(Duration::from_millis(50));
-    };
+    let status = exit_status(&mut child, Duration::from_secs(10));
     assert!(status.success(), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -208,11 +208,7 @@ async fn sigterm_answers_the_https_request_in_flight_then_exits() {
     tls.write_all(head.as_bytes()).await.expect("send the head");
     tls.flush().await.expect("flush");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let status = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
+    support::signal(server.child.id(), "TERM");
     tokio::time::sleep(Duration::from_millis(300)).await;
     tls.write_all(rest.as_bytes()).await.expect("send the rest");
     let mut text = String::new();
@@ -221,17 +217,7 @@ async fn sigterm_answers_the_https_request_in_flight_then_exits() {
         text.starts_with("HTTP/1.1 200"),
         "the request in flight: {text:?}"
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    let exited = loop {
-        if let Some(status) = server.child.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "did not exit on SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let exited = support::exit_status(&mut server.child, Duration::from_secs(15));
     assert!(exited.success(), "{exited:?}");
 }
 

@@ -144,26 +144,7 @@ impl KeySource {
     }
 }
 
-/// What a key's bytes name, for [`KeySource::mixes_with`]: a client's address, a header's
-/// value, one fixed key, or whatever a custom function makes.
-#[derive(PartialEq)]
-enum Names<'a> {
-    Address,
-    Header(&'a HeaderName),
-    Fixed(&'a [u8]),
-    Custom,
-}
-
 impl KeySource {
-    fn names(&self) -> Names<'_> {
-        match &self.0 {
-            Source::Peer | Source::XForwardedFor(_) | Source::Forwarded(_) => Names::Address,
-            Source::Header(name) => Names::Header(name),
-            Source::Fixed(key) => Names::Fixed(key),
-            Source::Custom(_) => Names::Custom,
-        }
-    }
-
     /// Whether keys from `self` and from `other`, counted under one policy, could be the
     /// same bytes for different clients: a header's value, which the client writes, can be
     /// another client's address, another header's value or a fixed key, and so spend that
@@ -171,10 +152,10 @@ impl KeySource {
     /// the forwarding headers all name a client by its address, and share keys as they
     /// should. A custom function's keys are its own to keep apart: never reported.
     pub(crate) fn mixes_with(&self, other: &KeySource) -> bool {
-        match (self.names(), other.names()) {
-            (Names::Custom, _) | (_, Names::Custom) => false,
-            (Names::Header(a), Names::Header(b)) => a != b,
-            (Names::Header(_), _) | (_, Names::Header(_)) => true,
+        match (&self.0, &other.0) {
+            (Source::Custom(_), _) | (_, Source::Custom(_)) => false,
+            (Source::Header(a), Source::Header(b)) => a != b,
+            (Source::Header(_), _) | (_, Source::Header(_)) => true,
             _ => false,
         }
     }

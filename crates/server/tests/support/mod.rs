@@ -81,6 +81,27 @@ fn exchange(http: SocketAddr, head: &str, body: &str) -> String {
     text
 }
 
+/// Sends signal `name` (`HUP`, `TERM`) to process `pid`.
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
+/// How `child` exited, waiting at most `within` for it (a failure after that).
+pub fn exit_status(child: &mut std::process::Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "did not exit within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A child process that is killed (and reaped) when dropped, a failing test's included, so
 /// no server outlives its test.
 pub struct Running(pub std::process::Child);
