@@ -6,7 +6,7 @@
 //! and each subcommand's `--help` teach it; docs/operations.md is the guide.
 //!
 //! Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key or
-//! one over 1 KiB);
+//! one over 1 KiB, a Redis URL that does not parse or credentials Redis refuses);
 //! 2 a wrong command line (clap's); 3 Redis unavailable.
 
 use std::path::{Path, PathBuf};
@@ -19,7 +19,7 @@ use rein_core::overrides::{KeyMatch, Override};
 use rein_core::{
     DecideError, Decision, Limit, Limiter, Micros, NamedPolicy, Policy, PolicyState, Timestamp,
 };
-use rein_redis::RedisPolicy;
+use rein_redis::{ConnectError, RedisPolicy};
 use rein_tower::{Config, ConfiguredStore, RedisEndpoint};
 use serde_json::{Value, json};
 
@@ -43,7 +43,8 @@ use serde_json::{Value, json};
 ///     rein --config rein.toml watch api
 ///
 /// Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key or
-/// one over 1 KiB, an override or reason rein refuses); 2 a wrong command line; 3 Redis unavailable (cannot
+/// one over 1 KiB, an override or reason rein refuses, a Redis URL that does not parse or
+/// credentials Redis refuses); 2 a wrong command line; 3 Redis unavailable (cannot
 /// connect, no answer in time, or a key too busy to change).
 #[derive(Debug, Parser)]
 #[command(name = "rein", version, verbatim_doc_comment)]
@@ -94,7 +95,9 @@ enum Command {
     ///
     /// The counts are the servers' decisions through Redis: answers a failure policy gave
     /// locally while Redis was away are not in them, and a report that failed is dropped,
-    /// so a second may read low while Redis is slow, never high.
+    /// so a second may read low while Redis is slow, never high. A refresh Redis does not
+    /// answer within the deadline shows as a line saying so (with --json, an object with
+    /// "error"), and the watch goes on; it exits 3 only if no refresh was answered.
     #[command(
         after_help = "Examples:\n  rein --config rein.toml watch api\n  rein --config rein.toml --json watch login --window 1m --count 5"
     )]
@@ -387,12 +390,17 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Written, not printed: a reader that went away (`rein ... | head`) is no panic.
+    let shown = |text: &str| {
+        use std::io::Write;
+        let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    };
     match runtime.block_on(run(cli)) {
         Ok(output) => {
             if json && !output.json.is_null() {
-                println!("{}", output.json);
+                shown(&format!("{}\n", output.json));
             } else {
-                print!("{}", output.text);
+                shown(&output.text);
             }
             ExitCode::SUCCESS
         }
@@ -400,10 +408,10 @@ fn main() -> ExitCode {
             if json {
                 let mut document = output.map_or_else(|| json!({}), |o| o.json);
                 document["error"] = json!(failure.message());
-                println!("{document}");
+                shown(&format!("{document}\n"));
             } else {
                 if let Some(output) = output {
-                    print!("{}", output.text);
+                    shown(&output.text);
                 }
                 eprintln!("rein: {}", failure.message());
             }
@@ -442,41 +450,40 @@ async fn watch(cli: &Cli, name: &str, window: u64, count: Option<u64>) -> Result
     let complete = rein_redis::watch::COMPLETE_AFTER.as_secs();
     let mut every = tokio::time::interval(Duration::from_secs(1));
     let mut shown = 0;
+    let (mut answered, mut missed) = (false, None);
     while count.is_none_or(|count| shown < count) {
         every.tick().await;
-        let now = store
-            .server_time()
-            .await
-            .map_err(|e| Failure::Redis(format!("reading Redis's clock: {e}")))?;
-        let last = (now.as_micros() / 1_000_000).saturating_sub(complete);
-        let first = last.saturating_sub(window - 1);
-        let seconds = store
-            .counts(policy.name(), first, last)
-            .await
-            .map_err(admin_failed)?;
-        let latest = seconds.last().copied().unwrap_or_default();
-        let admitted: u64 = seconds.iter().map(|c| c.admitted).sum();
-        let denied: u64 = seconds.iter().map(|c| c.denied).sum();
-        let line = if cli.json {
-            json!({
-                "policy": name,
-                "second": latest.second,
-                "admitted": latest.admitted,
-                "denied": latest.denied,
-                "window_s": window,
-                "window_admitted": admitted,
-                "window_denied": denied,
-            })
-            .to_string()
-        } else {
-            let at = std::time::UNIX_EPOCH + Duration::from_secs(latest.second);
-            format!(
-                "{}  {name}: {} admitted/s, {} denied/s; last {}: {admitted} admitted, {denied} denied",
-                humantime::format_rfc3339_seconds(at),
-                latest.admitted,
-                latest.denied,
-                span(Micros::from_secs(window)),
-            )
+        let read = async {
+            let now = store
+                .server_time()
+                .await
+                .map_err(|e| Failure::Redis(format!("reading Redis's clock: {e}")))?;
+            let last = (now.as_micros() / 1_000_000).saturating_sub(complete);
+            let first = last.saturating_sub(window - 1);
+            store
+                .counts(policy.name(), first, last)
+                .await
+                .map_err(admin_failed)
+        };
+        let line = match read.await {
+            Ok(seconds) => {
+                answered = true;
+                counts_line(cli.json, name, window, &seconds)
+            }
+            // Redis slow or away is what a watch is for: say so, and go on.
+            Err(Failure::Redis(why)) => {
+                let line = if cli.json {
+                    json!({ "policy": name, "error": why }).to_string()
+                } else {
+                    format!(
+                        "{}  {name}: no answer from Redis ({why}); still watching",
+                        humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
+                    )
+                };
+                missed = Some(why);
+                line
+            }
+            Err(input) => return Err(input),
         };
         let mut out = std::io::stdout().lock();
         let written = if in_place {
@@ -493,10 +500,48 @@ async fn watch(cli: &Cli, name: &str, window: u64, count: Option<u64>) -> Result
     if in_place {
         println!();
     }
-    Ok(Output {
-        text: String::new(),
-        json: Value::Null,
-    })
+    match missed {
+        Some(why) if !answered => Err(Failure::Redis(format!(
+            "Redis answered no refresh; the last: {why}"
+        ))),
+        _ => Ok(Output {
+            text: String::new(),
+            json: Value::Null,
+        }),
+    }
+}
+
+/// One refresh of `watch`: the latest complete second of `seconds` and their totals.
+fn counts_line(
+    json: bool,
+    name: &str,
+    window: u64,
+    seconds: &[rein_redis::watch::Counted],
+) -> String {
+    let latest = seconds.last().copied().unwrap_or_default();
+    let admitted: u64 = seconds.iter().map(|c| c.admitted).sum();
+    let denied: u64 = seconds.iter().map(|c| c.denied).sum();
+    if json {
+        json!({
+            "policy": name,
+            "second": latest.second,
+            "admitted": latest.admitted,
+            "denied": latest.denied,
+            "window_s": window,
+            "window_admitted": admitted,
+            "window_denied": denied,
+        })
+        .to_string()
+    } else {
+        let at = std::time::UNIX_EPOCH + Duration::from_secs(latest.second);
+        format!(
+            "{}  {name}: {} admitted/s, {} denied/s; last {}: {admitted} admitted, {denied} denied",
+            humantime::format_rfc3339_seconds(at),
+            latest.admitted,
+            latest.denied,
+            span(Micros::from_secs(window)),
+        )
+    }
 }
 
 /// `config check`: every file, then a failure if any was bad.
@@ -639,10 +684,15 @@ async fn connect(cli: &Cli, mut config: Config) -> Result<ConfiguredStore, Failu
         config.redis.endpoint = RedisEndpoint::Cluster(cli.redis_cluster.clone());
     }
     config.connect_store().await.map_err(|e| {
-        Failure::Redis(format!(
-            "cannot connect to Redis ({}): {e}",
-            config.redis.endpoint
-        ))
+        let message = format!("cannot connect to Redis ({}): {e}", config.redis.endpoint);
+        match e {
+            // What the command line or the file said is wrong (a URL, a password): a retry
+            // cannot help.
+            ConnectError::Config(_) | ConnectError::InvalidUrl(_) | ConnectError::Auth(_) => {
+                Failure::Input(message)
+            }
+            _ => Failure::Redis(message),
+        }
     })
 }
 

@@ -2,6 +2,7 @@
 //! `redis-server` and a private Cluster, with bad input and with Redis down. Each case
 //! checks the exit code, and the text or the `--json` document.
 
+use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -222,6 +223,35 @@ fn redis_down_is_exit_3_with_where_it_looked() {
             .as_str()
             .is_some_and(|e| e.contains("cannot connect"))
     );
+    // A password in the URL never reaches the message (it may reach a log).
+    let secret = format!("redis://:s3cret@127.0.0.1:{port}/");
+    let output = with_config(
+        &path,
+        &["--config"],
+        &["--redis-url", &secret, "key", "inspect", "api", "k"],
+    );
+    assert_eq!(code(&output), 3, "{}", stderr(&output));
+    assert_says(
+        stderr(&output),
+        &format!("(redis://:***@127.0.0.1:{port}/)"),
+    );
+    assert!(!stderr(&output).contains("s3cret"), "{}", stderr(&output));
+    // A URL that cannot name a Redis is the operator's input, not Redis down: exit 1, so a
+    // script that retries on 3 does not retry it forever.
+    let output = with_config(
+        &path,
+        &["--config"],
+        &[
+            "--redis-url",
+            "http://127.0.0.1:1/",
+            "key",
+            "inspect",
+            "api",
+            "k",
+        ],
+    );
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert_says(stderr(&output), "invalid Redis URL");
 }
 
 #[test]
@@ -629,6 +659,44 @@ fn watch(server: &RedisServer, path: &std::path::Path) {
     );
     assert_eq!(code(&longest), 0, "{}", stderr(&longest));
     assert_says(stdout(&longest), "last 1m 57s");
+    // Redis frozen for a refresh (the server stopped, its connections open): the refresh
+    // shows as a line with the error, and the watch goes on (before, it exited 3).
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args([
+            "-c",
+            path.to_str().expect("utf-8"),
+            "--json",
+            "watch",
+            "window",
+        ])
+        .args(["--count", "4"])
+        .env_remove("REIN_REDIS_URL")
+        .env_remove("REIN_REDIS_CLUSTER")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run rein");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+    let mut next = || -> Value {
+        let line = lines.next().expect("a line").expect("utf-8");
+        serde_json::from_str(&line).expect("one JSON object per line")
+    };
+    assert_eq!(next()["window_admitted"], 4);
+    server.pause().expect("SIGSTOP");
+    let frozen = next();
+    server.resume().expect("SIGCONT");
+    assert!(
+        frozen["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no reply")),
+        "{frozen}"
+    );
+    let rest: Vec<Value> = (0..2).map(|_| next()).collect();
+    assert!(
+        rest.iter().any(|line| line["window_admitted"] == 4),
+        "{rest:?}"
+    );
+    let status = child.wait().expect("rein exits");
+    assert_eq!(status.code(), Some(0));
     // Bad input: an unknown policy (exit 1), a window rein refuses (clap's exit 2).
     let unknown = with_config(path, &["-c"], &["watch", "apj", "--count", "1"]);
     assert_eq!(code(&unknown), 1);

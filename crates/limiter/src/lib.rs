@@ -173,6 +173,12 @@ pub enum RequestError {
         /// The operation.
         operation: &'static str,
     },
+    /// The store refused a leased token bucket's direct decision as a rate share it does
+    /// not allow (see [`ShareError`](rein_core::rate_share::ShareError)); a share above
+    /// the key's capacity is [`InsufficientCapacity`](Self::InsufficientCapacity). Never a
+    /// store failure: the breaker learns nothing from it, and no failure policy answers it.
+    #[error(transparent)]
+    InvalidShare(rein_core::rate_share::ShareError),
 }
 
 /// A request error as [`Limiter`](rein_core::Limiter)'s, for code that decides through
@@ -187,6 +193,7 @@ impl From<RequestError> for rein_core::DecideError {
             RequestError::InvalidKey(e) => Self::InvalidKey(e),
             RequestError::UnknownPolicy(_) => Self::ForeignPolicy,
             RequestError::Unsupported { operation } => Self::Unsupported { operation },
+            RequestError::InvalidShare(e) => Self::InvalidShare(e),
         }
     }
 }

@@ -12,7 +12,7 @@ use rein_core::limiter::SourceError;
 use rein_core::{
     DecideError, Decision, Held, Leasable, Limiter, Micros, NamedPolicy, OverCapacity,
     PrepareError, StoreError, Timestamp,
-    rate_share::{RateAnswer, RateOp},
+    rate_share::{RateAnswer, RateOp, ShareError},
 };
 use rein_memory::{Clock, MemoryLimiter};
 use tracing::Instrument;
@@ -492,32 +492,20 @@ impl<S: Limiter> Shared<S> {
                 stamp = held_at;
                 Reply::Decided(decision)
             }
-            Ok(Err(DecideError::Unavailable(error))) => {
-                tracing::debug!(error = %error, "the store gave no decision");
-                Reply::Failed(unavailable(&error))
-            }
-            // Checked before the call; if the store refuses what the table accepted, no
-            // call was made.
-            Ok(Err(DecideError::InsufficientCapacity(over))) => {
-                self.gate.refused(ended, ticket);
-                return Err(over.into());
-            }
-            Ok(Err(DecideError::InvalidKey(e))) => {
-                self.gate.refused(ended, ticket);
-                return Err(RequestError::InvalidKey(e));
-            }
-            // A store without the operation (a rate-share decision on a store that keeps no
-            // shares): not a failure, so the breaker learns nothing, and the caller (the
-            // leases) decides another way.
-            Ok(Err(DecideError::Unsupported { operation })) => {
-                self.gate.abandon(ended, ticket);
-                return Err(RequestError::Unsupported { operation });
-            }
-            // An error rein-core adds later: no decision, like a failed call.
-            Ok(Err(error)) => {
-                tracing::debug!(error = %error, "the store gave no decision");
-                Reply::Failed(Unavailable::UnexpectedReply)
-            }
+            Ok(Err(error)) => match Verdict::of(&error) {
+                Verdict::Failed(why) => {
+                    tracing::debug!(error = %error, "the store gave no decision");
+                    Reply::Failed(why)
+                }
+                Verdict::Refused(refusal) => {
+                    self.gate.refused(ended, ticket);
+                    return Err(refusal);
+                }
+                Verdict::NotRun { operation } => {
+                    self.gate.abandon(ended, ticket);
+                    return Err(RequestError::Unsupported { operation });
+                }
+            },
             Err(_) => Reply::Failed(Unavailable::Timeout),
         };
         let decided = self.gate.finish(sent_at, ended, ticket, request, reply);
@@ -618,31 +606,54 @@ impl<S: Leasable> Shared<S> {
             .await;
         let ended = now.unwrap_or_else(|| self.clock.now());
         let ticket = in_flight.finish();
-        match &result {
+        match result.as_ref().map_err(Verdict::of) {
             Ok(_) => self.gate.close_call(local, ended, ticket, Ok(())),
-            Err(DecideError::Unavailable(error)) => {
-                self.gate
-                    .close_call(local, ended, ticket, Err(unavailable(error)));
-            }
-            // Refused before any call, as `decide` counts it.
-            Err(DecideError::InvalidKey(_) | DecideError::InsufficientCapacity(_)) => {
-                self.gate.refused(ended, ticket);
-            }
-            // No shares in this store, or a request it refused: the breaker learns nothing.
-            Err(_) => self.gate.abandon(ended, ticket),
+            Err(Verdict::Failed(why)) => self.gate.close_call(local, ended, ticket, Err(why)),
+            Err(Verdict::Refused(_)) => self.gate.refused(ended, ticket),
+            Err(Verdict::NotRun { .. }) => self.gate.abandon(ended, ticket),
         }
         result
     }
 }
 
-/// The gate's name for why the store gave no decision.
-fn unavailable(error: &StoreError) -> Unavailable {
-    match error {
-        StoreError::Timeout(_) => Unavailable::Timeout,
-        StoreError::Server(_) => Unavailable::Server,
-        StoreError::UnexpectedReply(_) => Unavailable::UnexpectedReply,
-        // A contended optimistic store, like a broken connection, may answer next time.
-        _ => Unavailable::Connection,
+/// What a store's error tells the breaker: the one rule for every call through it (a
+/// request's decision, a rate share's take, renewal or return).
+enum Verdict {
+    /// The store gave no answer: a failure, which the breaker counts toward opening and,
+    /// for a request, the failure policy answers.
+    Failed(Unavailable),
+    /// The store refused the request before calling anything: it can never be decided
+    /// (checked before the call, so a store that refuses what the table accepted made no
+    /// call either). The breaker learns nothing; the caller gets the refusal.
+    Refused(RequestError),
+    /// The store does not run the operation (a rate share on a store that keeps none): not
+    /// a failure, so the breaker learns nothing, and the caller (the leases) decides
+    /// another way.
+    NotRun { operation: &'static str },
+}
+
+impl Verdict {
+    fn of(error: &DecideError) -> Self {
+        match error {
+            DecideError::Unavailable(error) => Self::Failed(match error {
+                StoreError::Timeout(_) => Unavailable::Timeout,
+                StoreError::Server(_) => Unavailable::Server,
+                StoreError::UnexpectedReply(_) => Unavailable::UnexpectedReply,
+                // A contended optimistic store, like a broken connection, may answer next
+                // time.
+                _ => Unavailable::Connection,
+            }),
+            DecideError::InsufficientCapacity(over)
+            | DecideError::InvalidShare(ShareError::InsufficientCapacity(over)) => {
+                Self::Refused(RequestError::InsufficientCapacity(*over))
+            }
+            DecideError::InvalidKey(e) => Self::Refused(RequestError::InvalidKey(*e)),
+            DecideError::InvalidShare(e) => Self::Refused(RequestError::InvalidShare(*e)),
+            DecideError::Unsupported { operation } => Self::NotRun { operation },
+            // Another limiter's policy (the store's own prepared policy never is), or an
+            // error rein-core adds later: no decision, like a failed call.
+            _ => Self::Failed(Unavailable::UnexpectedReply),
+        }
     }
 }
 

@@ -71,7 +71,8 @@ pub struct StatsSnapshot {
     /// Transitions to closed (successful probes).
     pub breaker_closed: u64,
     /// Requests refused with an `Err` before anything else: an empty key or one over
-    /// 1 KiB, a cost above the capacity, an unknown policy name.
+    /// 1 KiB, a cost above the capacity, an unknown policy name, a rate share the store
+    /// does not allow.
     pub invalid_requests: u64,
     /// Latency of the calls sent to the store, errors and timeouts included.
     pub store_latency: LatencySnapshot,

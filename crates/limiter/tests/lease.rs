@@ -2003,7 +2003,7 @@ async fn lease_settings_that_cannot_run_are_refused_at_build() {
 async fn rate_share_calls_go_through_the_circuit_breaker() {
     use rein::BreakerConfig;
     use rein::breaker::BreakerState;
-    use rein_core::rate_share::{RateAnswer, RateOp, TakeRequest, Taken};
+    use rein_core::rate_share::{RateAnswer, RateOp, ShareError, TakeRequest, Taken};
     use rein_core::{DecideError, Leasable, StoreError, Timestamp};
     use rein_memory::FakeClock;
 
@@ -2135,6 +2135,63 @@ async fn rate_share_calls_go_through_the_circuit_breaker() {
     assert_eq!(
         (stats.store_calls, stats.breaker_state),
         (7, BreakerState::Closed)
+    );
+
+    // A share the store refuses before deciding anything (a policy it cannot share, a node
+    // id out of range) is the caller's error, as an invalid key is: counted as an invalid
+    // request, never toward the breaker, and never answered by the failure policy (before,
+    // a direct decision's refusal was read as an unexpected reply: the failure policy
+    // denied, and the breaker opened after two).
+    let window = NamedPolicy::new(
+        "window",
+        Policy::single(Limit::fixed_window(40, Micros::from_secs(1)).expect("valid")),
+    )
+    .expect("valid");
+    let limiter = ResilientLimiter::builder(
+        rein_memory::MemoryStore::new(),
+        PolicyTable::new(policy.clone())
+            .with_policy(window.clone())
+            .expect("distinct names"),
+        FailurePolicy::FailClosed,
+    )
+    .clock(clock.clone())
+    .breaker(BreakerConfig::new().with_failure_threshold(NonZeroU32::new(2).expect("nonzero")))
+    .build()
+    .expect("a limiter");
+    let prepared = limiter.prepare(&window).expect("in the table");
+    for _ in 0..3 {
+        let refused =
+            Leasable::share_rate(&limiter, None, &prepared, b"k", RateOp::Direct(1)).await;
+        assert!(
+            matches!(
+                refused,
+                Err(DecideError::InvalidShare(ShareError::NotShareable))
+            ),
+            "{refused:?}"
+        );
+    }
+    let prepared = limiter.prepare(&policy).expect("in the table");
+    let no_node = RateOp::Take(TakeRequest {
+        node: 0,
+        held: 0,
+        seq: 1,
+        applied: 0,
+        demand: 100,
+        validity: Micros::from_millis(200),
+    });
+    let refused = Leasable::share_rate(&limiter, None, &prepared, b"k", no_node).await;
+    assert!(
+        matches!(refused, Err(DecideError::InvalidShare(ShareError::Node(0)))),
+        "{refused:?}"
+    );
+    let stats = limiter.stats();
+    assert_eq!(
+        (
+            stats.invalid_requests,
+            stats.store_errors,
+            stats.breaker_state
+        ),
+        (4, 0, BreakerState::Closed)
     );
 }
 

@@ -16,13 +16,66 @@ pub enum Endpoint {
 }
 
 /// The URL, or `cluster ` and the nodes' URLs: for a message naming the Redis a program
-/// uses or could not reach.
+/// uses or could not reach. A password in a URL is written `***` (a message may reach a
+/// log), and so is a user name given without one, which may be a token.
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Url(url) => f.write_str(url),
-            Self::Cluster(urls) => write!(f, "cluster {}", urls.join(", ")),
+            Self::Url(url) => f.write_str(&redacted(url)),
+            Self::Cluster(urls) => {
+                f.write_str("cluster ")?;
+                for (i, url) in urls.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    f.write_str(&redacted(url))?;
+                }
+                Ok(())
+            }
         }
+    }
+}
+
+/// `url` with the secret of its user information (`scheme://user:secret@host`) written
+/// `***`.
+fn redacted(url: &str) -> std::borrow::Cow<'_, str> {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.into();
+    };
+    let rest = &url[scheme_end..];
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let Some(at) = authority.rfind('@') else {
+        return url.into();
+    };
+    let user = match authority[..at].split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => "***".to_owned(),
+    };
+    format!("{}{user}{}", &url[..scheme_end], &rest[at..]).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Endpoint;
+
+    #[test]
+    fn a_shown_endpoint_hides_its_secrets() {
+        let shown = |url: &str| Endpoint::Url(url.to_owned()).to_string();
+        assert_eq!(
+            shown("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+        assert_eq!(shown("redis://:s3cret@h:6379/"), "redis://:***@h:6379/");
+        assert_eq!(shown("rediss://app:s3:cret@h/2"), "rediss://app:***@h/2");
+        assert_eq!(shown("redis://token@h"), "redis://***@h");
+        assert_eq!(shown("redis://h/a@b"), "redis://h/a@b");
+        assert_eq!(shown("not a url"), "not a url");
+        let cluster =
+            Endpoint::Cluster(vec!["redis://u:p@a:1".to_owned(), "redis://b:2".to_owned()]);
+        assert_eq!(
+            cluster.to_string(),
+            "cluster redis://u:***@a:1, redis://b:2"
+        );
     }
 }
 
