@@ -131,9 +131,11 @@ fn parse_window(text: &str) -> Result<u64, String> {
 #[derive(Debug, Subcommand)]
 enum OverrideCommand {
     /// Give the keys of POLICY that --key or --prefix selects other limits (--limit, one or
-    /// more, all applying) or none (--unlimited). Replaces their earlier override. What
+    /// more, all applying) or none (--unlimited). Replaces their earlier override. With
+    /// the policy's shape (its algorithms in its order; a lone fixed window's length), what
     /// the key has counted is kept: a raised limit goes on from it, a lowered one applies
-    /// to it at once.
+    /// to it at once. Another shape counts afresh, and leaves a block of the key behind
+    /// (docs/operations.md, "Overrides: one tenant's limit").
     ///
     /// A limit is tb:CAPACITY:REFILL/PERIOD (a token bucket: bursts of CAPACITY, REFILL
     /// tokens every PERIOD), fw:LIMIT/WINDOW (fixed window), sl:LIMIT/WINDOW (sliding log)
@@ -585,7 +587,10 @@ fn check_one(path: &Path) -> Result<(&'static str, String), String> {
     if rules {
         let rules = rein_server::RulesConfig::load(path).map_err(|e| e.to_string())?;
         let domains = rules.domain_names().count();
-        let summary = format!("{domains} domains, {} rules", rules.rule_count());
+        let mut summary = format!("{domains} domains, {} rules", rules.rule_count());
+        for warning in rules.warnings() {
+            summary.push_str(&format!("; warning: {warning}"));
+        }
         Ok(("rein-server rules", summary))
     } else {
         let config = Config::load(path).map_err(|e| e.to_string())?;
@@ -1124,6 +1129,14 @@ async fn set_override(
     );
     let mut json = entry_json(name, &matched, Some(&value));
     json["replaced"] = json!(replaced);
+    let mut text = text;
+    if config(cli)?.leases.is_some() {
+        let note = "the config leases its policies ([leases]): a decision a lease answers \
+                    keeps the policy's own limits, so the override reaches only the key's \
+                    other decisions (docs/operations.md)";
+        text.push_str(&format!("note: {note}\n"));
+        json["note"] = json!(note);
+    }
     Ok(Output { text, json })
 }
 

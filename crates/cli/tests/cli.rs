@@ -268,6 +268,17 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
     inspect_then_reset(&path, &["--config"]);
     change_then_inspect(&path, &["--config"]);
     overrides(&path, &["--config"]);
+    // With leases, an override reaches only what the leases do not answer: said.
+    let leased = config("leased", &format!("url = \"{}\"", server.url()));
+    let text = std::fs::read_to_string(&leased).expect("read config");
+    std::fs::write(&leased, text + "\n[leases]\nexpected_nodes = 2\n").expect("write config");
+    let set = with_config(
+        &leased,
+        &["--config"],
+        &["override", "set", "api", "--key", "t", "--limit", "fw:1/1h"],
+    );
+    assert_eq!(code(&set), 0, "{}", stderr(&set));
+    assert_says(stdout(&set), "note: the config leases its policies");
     watch(&server, &path);
     rate_shares(&server, &path);
     // The integer form of a lone fixed window reads and resets the same way.

@@ -56,7 +56,7 @@ pub enum AdminError {
     /// key whose override makes it unlimited (its decisions read no state, so they would
     /// never see the block: remove the override first), or a
     /// block, penalty or set of a token bucket leased as rate (its state is the servers'
-    /// rate shares: a reset forgets them, a lowered limit or override reaches them).
+    /// rate shares: a reset forgets them, a lowered limit in the config reaches them).
     #[error("not changed: {0}")]
     NotApplicable(String),
     /// The key changed between the read and the write (decisions on it) on every attempt.
@@ -90,7 +90,8 @@ impl AdminError {
         Self::NotApplicable(
             "the key is a token bucket leased as rate: its state is the servers' rate shares, \
              which a block, a penalty, a set or a reward cannot change; a reset forgets them, \
-             and a lowered limit or an override reaches them at their next renewal"
+             and a lowered limit in the config reaches them at their next renewal (an \
+             override does not: leases keep the policy's own limits)"
                 .to_owned(),
         )
     }

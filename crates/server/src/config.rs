@@ -13,6 +13,7 @@
 //! Every error is a [`RulesError`]: the file, line, column and field path, and what is
 //! wrong ([`Problem`]).
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,6 +27,23 @@ use crate::yaml::{self, Node, Value};
 #[derive(Clone, Debug, Default)]
 pub struct RulesConfig {
     domains: BTreeMap<String, Domain>,
+    warnings: Vec<RulesWarning>,
+}
+
+/// Something valid in a rules file that does not do what it seems to (envoyproxy/ratelimit
+/// takes such files, so rein-server does too): a wildcard that never matches. The server
+/// logs each at load; `check-config` and `rein config check` print them.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("{}:{line}: {field}: {problem}", file.display())]
+pub struct RulesWarning {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line.
+    pub line: usize,
+    /// The field's path in the file.
+    pub field: String,
+    /// What it does instead.
+    pub problem: String,
 }
 
 /// One file: a domain and its tree of descriptors.
@@ -249,7 +267,11 @@ impl RulesConfig {
 
     /// Adds one file's domain, read from `text`; `file` names it in errors.
     pub fn add(&mut self, file: &Path, text: &str) -> Result<(), RulesError> {
-        let domain = Loader { file }.file(text)?;
+        let loader = Loader {
+            file,
+            warnings: RefCell::default(),
+        };
+        let domain = loader.file(text)?;
         if let Some(other) = self.domains.get(&domain.name) {
             return Err(RulesError {
                 file: file.to_owned(),
@@ -263,7 +285,13 @@ impl RulesConfig {
             });
         }
         self.domains.insert(domain.name.clone(), domain);
+        self.warnings.extend(loader.warnings.into_inner());
         Ok(())
+    }
+
+    /// What the files say that does not do what it seems to, in the order read.
+    pub fn warnings(&self) -> &[RulesWarning] {
+        &self.warnings
     }
 
     /// The domain named `name`.
@@ -360,6 +388,7 @@ pub fn rule_files(dir: &Path) -> Result<Vec<PathBuf>, RulesError> {
 /// Turns one file's tree into a [`Domain`].
 struct Loader<'a> {
     file: &'a Path,
+    warnings: RefCell<Vec<RulesWarning>>,
 }
 
 impl Loader<'_> {
@@ -431,14 +460,17 @@ impl Loader<'_> {
                             *k == key && p != prefix && prefix.starts_with(p.as_str())
                         });
                         if let Some((_, earlier, _)) = shadow {
-                            tracing::warn!(
-                                file = %self.file.display(),
-                                line = item.line.max(1),
-                                field = %path,
-                                "`{key}: {prefix}*` never matches: `{earlier}*`, declared \
-                                 before it, takes every value it would (the first declared \
-                                 wildcard that matches wins: declare the most specific first)"
-                            );
+                            self.warnings.borrow_mut().push(RulesWarning {
+                                file: self.file.to_owned(),
+                                line: item.line.max(1),
+                                field: path.to_string(),
+                                problem: format!(
+                                    "`{key}: {prefix}*` never matches: `{earlier}*`, declared \
+                                     before it, takes every value it would (the first \
+                                     declared wildcard that matches wins: declare the most \
+                                     specific first)"
+                                ),
+                            });
                         }
                         if !taken {
                             level.wildcard.push((key.clone(), prefix.to_owned(), entry));

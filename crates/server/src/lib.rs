@@ -37,5 +37,5 @@ pub mod service;
 pub mod tls;
 mod yaml;
 
-pub use config::{Problem, RulesConfig, RulesError};
+pub use config::{Problem, RulesConfig, RulesError, RulesWarning};
 pub use service::{InvalidRequest, RateLimitService, ServiceSettings};

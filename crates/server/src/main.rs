@@ -210,6 +210,9 @@ fn main() -> ExitCode {
 fn check_config(dir: &Path) -> ExitCode {
     match RulesConfig::load(dir) {
         Ok(rules) => {
+            for warning in rules.warnings() {
+                eprintln!("warning: {warning}");
+            }
             let domains: Vec<&str> = rules.domain_names().collect();
             println!(
                 "{}: valid: {} domain(s) ({}), {} rule(s)",
@@ -224,6 +227,19 @@ fn check_config(dir: &Path) -> ExitCode {
             eprintln!("{error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Logs what the rules say that does not do what it seems to.
+fn log_warnings(rules: &RulesConfig) {
+    for warning in rules.warnings() {
+        tracing::warn!(
+            file = %warning.file.display(),
+            line = warning.line,
+            field = %warning.field,
+            "{}",
+            warning.problem
+        );
     }
 }
 
@@ -249,6 +265,7 @@ async fn serve(args: Serve) -> Result<(), String> {
         );
     };
     let rules = RulesConfig::load(&config).map_err(|e| format!("cannot load the rules: {e}"))?;
+    log_warnings(&rules);
     let failure = match args.failure {
         Failure::FailOpen => FailurePolicy::FailOpen,
         Failure::FailClosed => FailurePolicy::FailClosed,
@@ -530,6 +547,7 @@ async fn watch_rules<S: Leasable + Clone + 'static>(
             }
             Ok(rules) => {
                 let count = rules.rule_count();
+                log_warnings(&rules);
                 match service.reload(rules) {
                     Ok(()) => {
                         metrics::counter!("rein_server_config_reloads_total").increment(1);

@@ -146,6 +146,13 @@ mod tests {
         for (entries, expected) in rows {
             assert_eq!(label(&config, entries).as_deref(), expected, "{entries:?}");
         }
+        // The shadowed wildcard is valid, and said once, where it stands.
+        let warnings: Vec<String> = config.warnings().iter().map(|w| w.to_string()).collect();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("test.yaml:") && warnings[0].contains("`file: /ab*` never matches"),
+            "{warnings:?}"
+        );
     }
 
     #[test]

@@ -3,8 +3,11 @@
 //!
 //! # A request
 //! 1. Bounds first: at most [`MAX_DESCRIPTORS`] descriptors of at most [`MAX_ENTRIES`]
-//!    entries, keys and values of at most [`MAX_TEXT`] bytes, a non-empty domain. Anything
-//!    else is `INVALID_ARGUMENT` after bounded work.
+//!    entries, entry keys of 1 to [`MAX_TEXT`] bytes, a domain of 1 to [`MAX_TEXT`]. Anything
+//!    else is `INVALID_ARGUMENT` after bounded work. Entry values, which a client may
+//!    choose (a header, a path), are bounded only by the request's size: refusing a long
+//!    one would refuse the whole request, every limit in it, and Envoy's default
+//!    (`failure_mode_deny: false`) would then admit it unlimited.
 //! 2. Each descriptor is matched ([`crate::matcher`]) in the snapshot of the configuration
 //!    taken when the request arrived (a reload never splits a request between two
 //!    configurations). A per-descriptor `limit` override replaces the matched rule's numbers.
@@ -50,7 +53,9 @@ use crate::matcher::match_descriptor;
 pub const MAX_DESCRIPTORS: usize = 64;
 /// The most entries one descriptor may carry.
 pub const MAX_ENTRIES: usize = 32;
-/// The longest domain, key or value, in bytes.
+/// The longest domain or entry key, in bytes: both come from Envoy's configuration. An
+/// entry's value has no bound of its own but the request's size (gRPC's 4 MiB message, the
+/// JSON endpoint's 256 KiB body); a counted key longer than a limiter takes is hashed.
 pub const MAX_TEXT: usize = 1_024;
 /// The most distinct per-descriptor `limit` overrides (unit and count) the server keeps a
 /// limiter for; a request with another one is refused (`INVALID_ARGUMENT`) rather than grow
@@ -85,10 +90,8 @@ pub enum InvalidRequest {
     /// A descriptor with no entries or more than [`MAX_ENTRIES`].
     #[error("descriptor {0} must carry 1 to {MAX_ENTRIES} entries")]
     EntryCount(usize),
-    /// An entry's key is empty, or its key or value is longer than [`MAX_TEXT`].
-    #[error(
-        "descriptor {0}: an entry's key must be 1 to {MAX_TEXT} bytes and its value at most {MAX_TEXT}"
-    )]
+    /// An entry's key is empty, or longer than [`MAX_TEXT`].
+    #[error("descriptor {0}: an entry's key must be 1 to {MAX_TEXT} bytes")]
     EntryText(usize),
     /// A `limit` override with a unit this server does not know (one of zero requests is
     /// over the limit whatever its unit, as in a rule, and is not refused).
@@ -339,8 +342,8 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         // Charged so far: (limiter, prepared, key, cost), refunded if a later one denies.
         let mut charged: Vec<Charge<'_, S>> = Vec::new();
         let mut denied = false;
-        // The descriptor whose decision the headers show: the first over the limit, else
-        // the one with the fewest remaining.
+        // The descriptor whose decision the headers show: of those over their limit, the
+        // one with the longest wait, else the one with the fewest remaining.
         let mut shown: Option<Shown<'_>> = None;
         // Shadow mode, the server's or a rule's: decided and counted, answered OK, and never
         // a denial of the request. The one place the server's flag is read.
@@ -551,10 +554,14 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             None => true,
             Some(Shown {
                 decision: current, ..
-            }) => {
-                (current.is_allowed() && !allowed)
-                    || (current.is_allowed() == allowed && decision.remaining < current.remaining)
-            }
+            }) => match (current.is_allowed(), allowed) {
+                (true, false) => true,
+                (false, true) => false,
+                // The request is all or nothing: a retry can pass only once every denial has
+                // cleared, so the headers show the longest wait.
+                (false, false) => decision.retry_after > current.retry_after,
+                (true, true) => decision.remaining < current.remaining,
+            },
         };
         if better && (over || allowed) {
             *shown = Some(Shown {
@@ -854,7 +861,7 @@ fn check_descriptor(index: usize, descriptor: &RateLimitDescriptor) -> Result<()
         return Err(InvalidRequest::EntryCount(index));
     }
     let bad = |e: &envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry| {
-        e.key.is_empty() || e.key.len() > MAX_TEXT || e.value.len() > MAX_TEXT
+        e.key.is_empty() || e.key.len() > MAX_TEXT
     };
     if descriptor.entries.iter().any(bad) {
         return Err(InvalidRequest::EntryText(index));

@@ -112,6 +112,41 @@ fn header<'a>(response: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
         .map(|h| h.value.as_str())
 }
 
+/// A request over two limits shows the longer wait: it is all or nothing, so a client
+/// retrying at `Retry-After` passes only once both have cleared (before, the headers showed
+/// the first denial, the token bucket's second, and the retry met the hour's window).
+#[tokio::test]
+async fn a_request_over_two_limits_shows_the_longer_wait() {
+    let mut running = start(RULES, false).await;
+    ask(&mut running, request(vec![descriptor(&[("cart", "c")])])).await;
+    for _ in 0..2 {
+        ask(&mut running, request(vec![descriptor(&[("burst", "b")])])).await;
+    }
+    let denied = ask(
+        &mut running,
+        request(vec![
+            descriptor(&[("burst", "b")]),
+            descriptor(&[("cart", "c")]),
+        ]),
+    )
+    .await;
+    assert_eq!(
+        codes(&denied),
+        (Code::OverLimit, vec![Code::OverLimit, Code::OverLimit])
+    );
+    let longest = denied
+        .statuses
+        .iter()
+        .map(|s| {
+            let wait = s.duration_until_reset.expect("a wait");
+            let nanos = u64::try_from(wait.nanos).expect("not negative");
+            u64::try_from(wait.seconds).expect("not negative") + u64::from(nanos > 0)
+        })
+        .max();
+    let retry = header(&denied, "Retry-After").map(|r| r.parse::<u64>().expect("seconds"));
+    assert_eq!(retry, longest, "{denied:?}");
+}
+
 #[tokio::test]
 async fn exactly_the_limit_is_admitted_then_over_limit_with_the_headers() {
     let mut running = start(RULES, false).await;
@@ -320,7 +355,7 @@ async fn malformed_requests_are_invalid_arguments_after_bounded_work() {
             rein_server::service::MAX_DESCRIPTORS + 1
         ]),
         request(vec![descriptor(&[("", "a")])]),
-        request(vec![descriptor(&[("user", long.as_str())])]),
+        request(vec![descriptor(&[(long.as_str(), "a")])]),
         RateLimitRequest {
             domain: String::new(),
             ..request(vec![descriptor(&[("user", "a")])])
@@ -334,6 +369,25 @@ async fn malformed_requests_are_invalid_arguments_after_bounded_work() {
             .expect_err("refused");
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     }
+    // A value a client chose, however long, refuses nothing: it is counted (by a hash of
+    // its key) like any other, and the other descriptors are decided beside it (before,
+    // one value over 1 KiB refused the whole request, which Envoy's default failure mode
+    // admits unlimited).
+    let padded = "p".repeat(64 * 1024);
+    let both = || {
+        request(vec![
+            descriptor(&[("user", &padded)]),
+            descriptor(&[("cart", "c")]),
+        ])
+    };
+    assert_eq!(
+        codes(&ask(&mut running, both()).await),
+        (Code::Ok, vec![Code::Ok, Code::Ok])
+    );
+    assert_eq!(
+        codes(&ask(&mut running, both()).await),
+        (Code::OverLimit, vec![Code::Ok, Code::OverLimit])
+    );
 }
 
 #[tokio::test]
