@@ -85,6 +85,11 @@ pub(crate) fn store_error(e: RedisError, waited: Duration) -> StoreError {
     if e.is_timeout() {
         return StoreError::Timeout(waited);
     }
+    // A script past `lua-time-limit` holds the server: this call did not run, and a later
+    // one may (redis-rs has no kind of its own for it).
+    if e.code() == Some("BUSY") {
+        return StoreError::Connection(SourceError::new(e));
+    }
     match e.kind() {
         ErrorKind::Server(
             ServerErrorKind::Moved

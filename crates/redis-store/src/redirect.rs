@@ -115,9 +115,13 @@ impl Redirects {
                 | ServerErrorKind::MasterDown
                 | ServerErrorKind::BusyLoading,
             ) => self.after_pause(sent_to.clone(), left),
-            // The node was demoted, or the named node is unknown to the client: both make
-            // the client refresh its map, so the slot's owner is found again.
-            ErrorKind::Server(ServerErrorKind::ReadOnly) | ErrorKind::ClusterConnectionNotFound => {
+            // In a Cluster, the node was demoted, or the named node is unknown to the
+            // client: both make the client refresh its map, so the slot's owner is found
+            // again. A standalone server demoted to a replica stays one: resending to it
+            // would only spend the deadline.
+            ErrorKind::Server(ServerErrorKind::ReadOnly) | ErrorKind::ClusterConnectionNotFound
+                if self.by_address =>
+            {
                 self.after_pause(Target::Slot, left)
             }
             // I/O errors, timeouts (the script may have run) and every other reply.
@@ -190,7 +194,7 @@ const FIRST_PAUSE: Duration = Duration::from_millis(2);
 /// (the tests' debug builds on 2 cores) adds some; a resend whose reply comes after the
 /// deadline ends in a timeout, which says less than the reply in hand (the script may have
 /// run) and costs the connection (the store replaces a connection after a timeout).
-const RESEND_ROOM: Duration = Duration::from_millis(2);
+pub(crate) const RESEND_ROOM: Duration = Duration::from_millis(2);
 
 #[cfg(test)]
 mod tests {
@@ -295,6 +299,17 @@ mod tests {
         run(true, vec![
             Row { label: "no connection to the node", sent_to: node("10.0.0.9", 7001, true),
                   error: RedisError::from((ErrorKind::ClusterConnectionNotFound, "Requested connection not found")),
+                  left_ms: 50, expected: resend(Target::Slot, 2) },
+        ]);
+        // A standalone primary demoted to a replica stays one: its READONLY is returned at
+        // once (it spent the deadline on five resends to the same replica before), while
+        // a node coming back is still waited for.
+        run(false, vec![
+            Row { label: "standalone readonly", sent_to: Target::Slot, error: reply("READONLY You can't write against a read only replica."),
+                  left_ms: 50, expected: Step::GiveUp },
+        ]);
+        run(false, vec![
+            Row { label: "standalone loading", sent_to: Target::Slot, error: reply("LOADING Redis is loading the dataset in memory"),
                   left_ms: 50, expected: resend(Target::Slot, 2) },
         ]);
     }

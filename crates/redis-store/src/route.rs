@@ -17,13 +17,15 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use tokio::time::Instant;
+
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
 
 use crate::AnyConnection;
-use crate::redirect::{Node, Target};
+use crate::redirect::{Node, RESEND_ROOM, Target};
 use crate::script::Invocation;
 
 /// Sends `pipeline` to `node` and returns its replies from the `offset`-th on, one
@@ -67,15 +69,20 @@ fn route_cluster<'a>(
 
 /// Sends `invocation` to `target` once, by hash, and once more by source on the same
 /// target if the node answers `NOSCRIPT` (the script had not run; see
-/// `Invocation::by_source`).
+/// `Invocation::by_source`) and the resend has room before `deadline`, as a redirect's
+/// must ([`RESEND_ROOM`]): without it, the `NOSCRIPT` that says "did not run".
 pub(crate) async fn send<C: ConnectionLike>(
     conn: &mut C,
     router: Option<Router<C>>,
     target: &Target,
     invocation: &Invocation<'_>,
+    deadline: Instant,
 ) -> RedisResult<Value> {
     match send_one(conn, router, target, invocation.by_hash()).await {
-        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+        Err(e)
+            if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+                && deadline.saturating_duration_since(Instant::now()) >= RESEND_ROOM =>
+        {
             tracing::debug!(?target, "script not cached: sending its source");
             send_one(conn, router, target, invocation.by_source()).await
         }

@@ -10,7 +10,6 @@
 use std::sync::LazyLock;
 
 use redis::{Cmd, Value};
-use rein_core::limiter::SourceError;
 use rein_core::time::MAX_MICROS;
 use rein_core::{
     Decision, Micros, Outcome, StoreError, Timestamp,
@@ -336,11 +335,14 @@ pub(crate) fn decode_decisions(
     {
         let outcome = match allowed {
             // This decision's own failure (corrupt state, a write refused): its key is as
-            // it was, and the other decisions of the call stand.
+            // it was, and the other decisions of the call stand. Classified as a whole
+            // reply's error would be: a write a demoted primary refuses (`READONLY`) is the
+            // connection's fault, not the deployment's.
             Value::ServerError(e) => {
-                decisions.push(Err(StoreError::Server(SourceError::new(
+                decisions.push(Err(crate::error::store_error(
                     redis::RedisError::from(e),
-                ))));
+                    std::time::Duration::ZERO,
+                )));
                 continue;
             }
             Value::Int(1) => Outcome::Allowed,
@@ -573,6 +575,23 @@ mod tests {
         let denied = decisions[2].as_ref().unwrap();
         assert_eq!(denied.outcome, Outcome::Denied);
         assert_eq!(denied.reset_after, Micros::from_micros(7));
+        // A write a demoted primary refuses, and a server held by a long script, are the
+        // connection's (they may pass elsewhere, or later), not the deployment's.
+        for error in [
+            "READONLY You can't write against a read only replica.",
+            "BUSY Redis is busy running a script.",
+        ] {
+            let reply = redis::parse_redis_value(
+                format!("*5\r\n:1000\r\n-{error}\r\n:0\r\n:0\r\n:0\r\n").as_bytes(),
+            )
+            .unwrap();
+            let (_, decisions) = decode_decisions(reply, ScriptKind::TokenBucket, 1, 5).unwrap();
+            assert!(
+                matches!(decisions[0], Err(StoreError::Connection(_))),
+                "{error}: {:?}",
+                decisions[0]
+            );
+        }
         // A reply of another length than the call's decisions is no answer at all.
         let short = Value::Array(vec![Value::Int(1_000), Value::Int(1)]);
         assert!(matches!(

@@ -818,6 +818,10 @@ where
             }
             Some(answer) => match tokio::time::timeout_at(deadline, answer).await {
                 Ok(Ok(result)) => result,
+                // Dropped from its lane past its deadline, never sent.
+                Ok(Err(_)) if Instant::now() >= deadline => {
+                    Err(StoreError::Timeout(self.inner.deadline))
+                }
                 // The call carrying it was dropped (the runtime shutting down): it may or
                 // may not have run.
                 Ok(Err(_)) => Err(StoreError::Connection(SourceError::new(RedisError::from(
@@ -903,7 +907,12 @@ where
     fn next_call(&self, lane: usize) -> Option<Vec<Waiter>> {
         let mut lanes = self.lanes();
         let entry = lanes.get_mut(&lane)?;
-        let next = entry.next_call(self.inner.coalesce, |w| w.reply.is_closed());
+        // Gone: its caller gave up, or its deadline passed (its timer may not have fired yet:
+        // sent now, it could be counted while its caller is told `Timeout`).
+        let now = Instant::now();
+        let next = entry.next_call(self.inner.coalesce, |w| {
+            w.reply.is_closed() || w.deadline <= now
+        });
         if entry.is_idle() {
             lanes.remove(&lane);
         }
@@ -960,10 +969,11 @@ where
                 let mut redirects = Redirects::new(router.is_some());
                 let mut target = Target::Slot;
                 loop {
-                    let error = match route::send(&mut conn, router, &target, invocation).await {
-                        Err(e) => e,
-                        reply => return reply,
-                    };
+                    let error =
+                        match route::send(&mut conn, router, &target, invocation, deadline).await {
+                            Err(e) => e,
+                            reply => return reply,
+                        };
                     let left = deadline.saturating_duration_since(Instant::now());
                     match redirects.next(&error, &target, left) {
                         Step::GiveUp => return Err(error),
