@@ -11,7 +11,8 @@
 //! # Why the rebalanced quota is exact
 //! A region enforces, for window `w` (fixed windows of the limit's length, aligned to
 //! multiples of it), a fixed-window limit that is never above `q_i(w)`: the grant it received
-//! for `w`, or its floor `f_i` without one. The home grants each window once, with
+//! for `w`, or its floor `f_i` without one. The home grants each window once (a home that
+//! restarts, or a new one, starts after every window an earlier home may have granted), with
 //! `f_i ≤ q_i(w)` and `Σ_i q_i(w) ≤ L`. A store counts cumulatively within a window and
 //! admits only while `count + cost ≤` the quota it is given, so whatever quotas a region
 //! used during `w`, it admitted at most the largest of them, `≤ q_i(w)`; together the regions
@@ -191,11 +192,20 @@ impl RebalanceConfig {
 }
 
 impl Rebalancer {
-    /// The home's half, starting at `now`: the first grant is for the window after `now`'s.
+    /// The home's half, starting at `now`: the first grant is for the first window whose
+    /// grant was not yet due at `now` plus `guard`. A home that restarts, or takes over from
+    /// another, may follow one that already granted the next window (its grant is due half
+    /// a window before it starts); granting it again, with other quotas, could let one
+    /// region use the first grant and another the second, over `L` together. Regions
+    /// without the earlier grant use their floors for that window: under-admission only.
+    /// `guard` covers an offset between the two homes' clocks up to it.
     pub fn new(config: RebalanceConfig, now: Timestamp) -> Self {
         let regions = config.floors.len();
+        let due_by = now
+            .saturating_add(Micros::from_micros(config.window.as_micros() / 2))
+            .saturating_add(config.guard);
         Self {
-            next: config.window_of(now) + 1,
+            next: config.window_of(due_by) + 1,
             config,
             demand: vec![None; regions],
             latest: now,
@@ -619,11 +629,12 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 64, rng_seed: proptest::test_runner::RngSeed::Fixed(12), ..ProptestConfig::default() })]
 
-        /// The contract: whatever grants are lost or late and whatever demand is reported,
-        /// the quotas the regions use in any window sum to at most `L`.
+        /// The contract: whatever grants are lost or late, whatever demand is reported and
+        /// however often the home restarts, the quotas the regions use in any window sum to
+        /// at most `L`.
         #[test]
         fn quotas_used_in_any_window_sum_to_at_most_the_limit(
-            steps in proptest::collection::vec((0u64..400, 0u64..1_000, 0usize..3, any::<bool>()), 1..200),
+            steps in proptest::collection::vec((0u64..400, 0u64..1_000, 0usize..3, any::<bool>(), 0u8..16), 1..200),
             reserve in 0u16..=1000,
         ) {
             let config = RebalanceConfig::new(300, SECOND, &[5, 3, 1], reserve, Micros::from_millis(50)).unwrap();
@@ -633,9 +644,13 @@ mod tests {
             // The largest quota each region used in each window.
             let mut used: BTreeMap<(u64, usize), u64> = BTreeMap::new();
             let mut now = 0;
-            for (advance, demand, region, lose) in steps {
+            for (advance, demand, region, lose, restart) in steps {
                 now += advance;
                 let t = at(now);
+                // The home restarts (or another takes over), its state lost.
+                if restart == 0 {
+                    home = Rebalancer::new(config.clone(), t);
+                }
                 regions[region].record_demand(t, demand);
                 let quota = regions[region].quota(t);
                 // A call sent now may run up to the guard later.
