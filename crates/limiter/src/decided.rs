@@ -97,6 +97,11 @@ pub enum Unavailable {
     Server,
     /// Redis answered with a reply of the wrong shape.
     UnexpectedReply,
+    /// Redis answered, but the key was contended: the optimistic store lost its race to
+    /// other writers on every attempt
+    /// ([`StoreError::Contended`](rein_core::StoreError::Contended)). The failure policy
+    /// answers this request; the breaker counts the call as answered, since Redis is well.
+    Contended,
 }
 
 impl Decided {
@@ -151,7 +156,7 @@ impl Source {
 }
 
 impl Unavailable {
-    /// `breaker_open`, `timeout`, `connection`, `server` or `unexpected_reply`.
+    /// `breaker_open`, `timeout`, `connection`, `server`, `unexpected_reply` or `contended`.
     pub fn as_str(&self) -> &'static str {
         self.error_index()
             .map_or("breaker_open", |index| ERROR_NAMES[index])
@@ -166,6 +171,7 @@ impl Unavailable {
             Unavailable::Connection => Some(1),
             Unavailable::Server => Some(2),
             Unavailable::UnexpectedReply => Some(3),
+            Unavailable::Contended => Some(4),
         }
     }
 }
@@ -187,4 +193,10 @@ pub(crate) const SOURCE_NAMES: [&str; 8] = [
 ];
 
 /// The Redis errors' names, by [`Unavailable::error_index`].
-pub(crate) const ERROR_NAMES: [&str; 4] = ["timeout", "connection", "server", "unexpected_reply"];
+pub(crate) const ERROR_NAMES: [&str; 5] = [
+    "timeout",
+    "connection",
+    "server",
+    "unexpected_reply",
+    "contended",
+];

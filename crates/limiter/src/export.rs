@@ -11,7 +11,7 @@
 //! |---|---|---|---|
 //! | `rein_decisions_total` | counter | `source`, `outcome` | decisions by source (`store`, `deny_cache`, `allow_cache`, `fallback`, `fail_open`, `fail_closed`, with leases on `lease` and `local_denial`) and outcome (`allowed`, `denied`) |
 //! | `rein_store_calls_total` | counter | | calls the circuit breaker let through to the store (for Redis, script calls): decisions, the leases' reservations and rate-share calls; refunds, the leases' returns of blocks and operators' changes are not counted |
-//! | `rein_store_errors_total` | counter | `kind` | calls with no decision: `timeout`, `connection`, `server`, `unexpected_reply` |
+//! | `rein_store_errors_total` | counter | `kind` | calls with no decision: `timeout`, `connection`, `server`, `unexpected_reply`, `contended` |
 //! | `rein_breaker_rejections_total` | counter | | requests, and the leases' reservations and rate-share calls, not sent because the breaker was open |
 //! | `rein_breaker_transitions_total` | counter | `to` | breaker transitions to `open`, `half_open`, `closed` |
 //! | `rein_breaker_state` | gauge | | 0 closed, 1 half-open, 2 open |

@@ -184,6 +184,13 @@ impl<K> Gate<K> {
         self.stats.store_latency(now.saturating_since(sent_at));
         match answer {
             Ok(()) => self.with_breaker(|b| b.handle_success(now, ticket)),
+            // Redis answered: one hot key lost its race, which says nothing of the store
+            // every other key shares (opening the breaker would answer them all by the
+            // failure policy).
+            Err(why @ Unavailable::Contended) => {
+                self.stats.store_error(why);
+                self.with_breaker(|b| b.handle_success(now, ticket));
+            }
             Err(why) => {
                 self.stats.store_error(why);
                 self.with_breaker(|b| b.handle_failure(now, ticket));

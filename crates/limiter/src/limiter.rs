@@ -639,8 +639,7 @@ impl Verdict {
                 StoreError::Timeout(_) => Unavailable::Timeout,
                 StoreError::Server(_) => Unavailable::Server,
                 StoreError::UnexpectedReply(_) => Unavailable::UnexpectedReply,
-                // A contended optimistic store, like a broken connection, may answer next
-                // time.
+                StoreError::Contended { .. } => Unavailable::Contended,
                 _ => Unavailable::Connection,
             }),
             DecideError::InsufficientCapacity(over)
@@ -1000,7 +999,7 @@ fn no_grant(why: Unavailable, deadline: Duration) -> DecideError {
         Unavailable::Timeout => StoreError::Timeout(deadline),
         Unavailable::Server => StoreError::Server(SourceError::new(NoGrant(why))),
         Unavailable::UnexpectedReply => StoreError::UnexpectedReply(NoGrant(why).to_string()),
-        Unavailable::BreakerOpen | Unavailable::Connection => {
+        Unavailable::BreakerOpen | Unavailable::Connection | Unavailable::Contended => {
             StoreError::Connection(SourceError::new(NoGrant(why)))
         }
     };

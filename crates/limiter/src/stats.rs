@@ -49,7 +49,7 @@ pub struct StatsSnapshot {
     /// are not counted here (nor their failures in `store_errors`).
     pub store_calls: u64,
     /// Calls that gave no decision: `timeouts + connection_errors + server_errors +
-    /// unexpected_replies`.
+    /// unexpected_replies + contended`.
     pub store_errors: u64,
     /// Calls with no reply within the deadline.
     pub timeouts: u64,
@@ -59,6 +59,10 @@ pub struct StatsSnapshot {
     pub server_errors: u64,
     /// Calls answered with a reply of the wrong shape.
     pub unexpected_replies: u64,
+    /// Calls of the optimistic store that lost the race for their key on every attempt:
+    /// answered by the failure policy, but not counted toward opening the breaker (Redis
+    /// answered).
+    pub contended: u64,
     /// Requests (and the leases' calls: reservations, rate-share takes and returns) that did
     /// not call the store because the circuit breaker was open (or its probe was out).
     pub breaker_rejections: u64,
@@ -251,6 +255,7 @@ impl Stats {
             connection_errors: errors[1],
             server_errors: errors[2],
             unexpected_replies: errors[3],
+            contended: errors[4],
             breaker_rejections: read(&self.breaker_rejections),
             breaker_state: state_from_code(self.breaker_state.load(Ordering::Relaxed)),
             breaker_opened: read(&self.transitions[0]),

@@ -843,3 +843,41 @@ async fn counters_and_the_metrics_export_agree_with_what_happened() {
     assert_eq!(expect("rein_invalid_requests_total{}"), 1);
     assert_eq!(latencies as u64, stats.store_latency.count());
 }
+
+/// A hot key of the optimistic store that loses its race on every attempt is that key's
+/// trouble, not the store's: the failure policy answers it, counted as `contended`, and the
+/// breaker counts the call as answered, so every other key is still decided by the store
+/// (before, five lost races in a row opened the breaker, and fail closed then denied every
+/// key, and `connection_errors` counted them).
+#[tokio::test]
+async fn a_contended_key_is_answered_by_the_failure_policy_without_opening_the_breaker() {
+    use rein_redis_harness::{Fault, Faulty};
+
+    let clock = FakeClock::new(Timestamp::from_micros(1_700_000_000_000_000));
+    let store = Faulty::new(rein_memory::MemoryStore::new(), Fault::ContendedFor(b"hot"));
+    let limiter = ResilientLimiter::builder(
+        store,
+        PolicyTable::new(bucket("api", 100)),
+        FailurePolicy::FailClosed,
+    )
+    .clock(clock)
+    .breaker(breaker(2, 100, 100))
+    .build()
+    .expect("a limiter");
+    for _ in 0..5 {
+        let hot = limiter.acquire(b"hot", 1).await.expect("a decision");
+        assert_eq!(hot.source, Source::FailClosed(Unavailable::Contended));
+    }
+    let cold = limiter.acquire(b"cold", 1).await.expect("a decision");
+    assert_eq!(cold.source, Source::Store);
+    let stats = limiter.stats();
+    assert_eq!(
+        (
+            stats.contended,
+            stats.connection_errors,
+            stats.store_errors,
+            stats.breaker_state
+        ),
+        (5, 0, 5, BreakerState::Closed)
+    );
+}

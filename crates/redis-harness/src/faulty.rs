@@ -26,6 +26,9 @@ pub enum Fault {
     /// Fails as a broken connection for a key holding these bytes (every key, for none),
     /// and answers the rest.
     DownFor(&'static [u8]),
+    /// Fails as an optimistic store's lost race (`StoreError::Contended`) for a key holding
+    /// these bytes, and answers the rest: a hot key in a healthy store.
+    ContendedFor(&'static [u8]),
 }
 
 /// `inner` with a [`Fault`]. Clones share the counts and the freeze.
@@ -98,6 +101,10 @@ impl<S> Faulty<S> {
                 Err(StoreError::Connection(SourceError::new(gone)).into())
             }
             Fault::DownFor(_) => Ok(()),
+            Fault::ContendedFor(part) if key.windows(part.len()).any(|w| w == part) => {
+                Err(StoreError::Contended { attempts: 3 }.into())
+            }
+            Fault::ContendedFor(_) => Ok(()),
         }
     }
 
