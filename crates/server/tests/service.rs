@@ -551,3 +551,36 @@ async fn rules_whose_labels_collide_keep_their_own_limits() {
     assert_eq!(codes_of(&[("a", "b")]).await, Code::Ok, "2 an hour");
     assert_eq!(codes_of(&[("a", "b")]).await, Code::OverLimit);
 }
+
+/// A request dropped before its answer (Envoy gave up: its `timeout`, a reset stream) is
+/// charged nowhere, as a denied one: what its first descriptor took is given back, by a
+/// task of its own (before, it stayed charged, and the user lost a request's worth).
+#[tokio::test]
+async fn a_request_dropped_before_its_answer_gives_back_what_it_charged() {
+    use std::time::Duration;
+
+    let store = Faulty::new(MemoryStore::new(), Fault::Late(Duration::from_millis(40)));
+    let refunds = store.clone();
+    let settings = ServiceSettings {
+        failure: FailurePolicy::FailClosed,
+        shadow_mode: false,
+        legacy_headers: false,
+        leases: None,
+    };
+    let service = RateLimitService::new(store, rules(RULES), settings).expect("service");
+    let both = request(vec![
+        descriptor(&[("user", "ann")]),
+        descriptor(&[("cart", "c")]),
+    ]);
+    // The user's charge lands at 40 ms; the cart's is in flight when the caller gives up.
+    let gave_up = tokio::time::timeout(Duration::from_millis(60), service.should_rate_limit(&both));
+    assert!(gave_up.await.is_err(), "answered within 60 ms");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(refunds.refunds(), 1);
+    // The user's 3 an hour are whole.
+    let user = request(vec![descriptor(&[("user", "ann")])]);
+    for expected in [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit] {
+        let answer = service.should_rate_limit(&user).await.expect("an answer");
+        assert_eq!(codes(&answer).0, expected);
+    }
+}
