@@ -2,8 +2,10 @@
 //! `envoy-types`, over [`RateLimitService`]. It converts a refused request into
 //! `INVALID_ARGUMENT` and nothing else.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService as Rls, RateLimitServiceServer,
@@ -39,28 +41,49 @@ impl<S: Leasable + Clone + 'static> Rls for Grpc<S> {
 }
 
 /// The connections `listener` accepts, with `TCP_NODELAY` set, as the stream tonic's
-/// `Server::serve_with_incoming_shutdown` takes (no dependency needed for it).
+/// `Server::serve_with_incoming_shutdown` takes (no dependency needed for it). A failed
+/// accept (out of file descriptors and the like) is logged and followed by a pause of
+/// [`ACCEPT_PAUSE`], as on the HTTPS listener: tonic skips such errors at once, so passing
+/// them on would spin a core for as long as the condition lasts.
 pub fn incoming(listener: tokio::net::TcpListener) -> Incoming {
-    Incoming { listener }
+    Incoming {
+        listener,
+        pause: None,
+    }
 }
+
+/// How long a listener waits after a failed accept before the next.
+pub const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 
 /// See [`incoming`].
 pub struct Incoming {
     listener: tokio::net::TcpListener,
+    pause: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Stream for Incoming {
     type Item = std::io::Result<tokio::net::TcpStream>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.listener.poll_accept(cx).map(|accepted| {
-            Some(accepted.map(|(stream, _)| {
-                // Answers are small and sent at once: Nagle's algorithm would hold each one
-                // back waiting for the peer's ACK. A socket that refuses the option still
-                // works, only slower.
-                let _ = stream.set_nodelay(true);
-                stream
-            }))
-        })
+        let this = self.get_mut();
+        loop {
+            if let Some(pause) = &mut this.pause {
+                std::task::ready!(pause.as_mut().poll(cx));
+                this.pause = None;
+            }
+            match std::task::ready!(this.listener.poll_accept(cx)) {
+                Ok((stream, _)) => {
+                    // Answers are small and sent at once: Nagle's algorithm would hold each
+                    // one back waiting for the peer's ACK. A socket that refuses the option
+                    // still works, only slower.
+                    let _ = stream.set_nodelay(true);
+                    return Poll::Ready(Some(Ok(stream)));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accepting a gRPC connection failed");
+                    this.pause = Some(Box::pin(tokio::time::sleep(ACCEPT_PAUSE)));
+                }
+            }
+        }
     }
 }

@@ -366,7 +366,7 @@ pub async fn serve_tls(
             // Out of file descriptors and the like: pause rather than spin.
             Err(error) => {
                 tracing::warn!(%error, "accepting an HTTPS connection failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(crate::grpc::ACCEPT_PAUSE).await;
                 continue;
             }
         };
