@@ -138,13 +138,14 @@ impl<V: Expiring> BoundedMap<V> {
         }
     }
 
-    /// Forgets `at`.
-    pub(crate) fn remove(&self, at: CacheKey<'_>) {
+    /// Forgets `at` if its entry is one `gone` says may go, under one lock.
+    pub(crate) fn remove_if(&self, at: CacheKey<'_>, gone: impl FnOnce(&V) -> bool) {
         let CacheKey { policy, key } = at;
         let hash = self.hash(policy, key);
         if let Ok(entry) = self
             .shard(key)
             .find_entry(hash, |s| s.policy == policy && *s.key == *key)
+            && gone(&entry.get().value)
         {
             entry.remove();
         }
@@ -276,7 +277,13 @@ mod tests {
         });
         assert_eq!(m.len(), 0);
         m.upsert(at(15), k(1, b"k"), |_| Until(16));
-        m.remove(k(1, b"k"));
+        m.remove_if(k(1, b"k"), |v| *v == Until(17));
+        assert_eq!(
+            value(&m, 15, 1, b"k"),
+            Some(16),
+            "kept: not the entry to remove"
+        );
+        m.remove_if(k(1, b"k"), |v| *v == Until(16));
         assert_eq!(value(&m, 15, 1, b"k"), None);
     }
 

@@ -14,6 +14,11 @@
 //! Redis's by a rate `ρ` could stretch it by at most `ρ × d`; with the store's explicit-time
 //! mode the two instants are the same number and the end is exact.
 //!
+//! Capacity this limiter gives back (a refund, a return of held units, an operator's change
+//! through it) forgets the key's denial, and so does a denial still in flight then: one
+//! from a call sent before the give-back may predate it, so it is not cached (the key keeps
+//! a marker until every such call has ended, `in_flight` after the give-back).
+//!
 //! What it cannot see: capacity given back by a refund made elsewhere (through the store
 //! directly, or by another node) ends Redis's denial early while the cached one runs on.
 
@@ -28,7 +33,19 @@ use crate::bounded::{BoundedMap, CacheKey, Expiring, WhenFull};
 /// A full cache evicts the denials that end soonest: it then asks Redis a little more
 /// often, and never denies wrongly.
 pub(crate) struct DenyCache {
-    map: BoundedMap<Denial>,
+    map: BoundedMap<Entry>,
+    /// The longest a call to the store runs (the resilient limiter's deadline): a denial
+    /// from a call sent before a give-back arrives within this of it.
+    in_flight: Micros,
+}
+
+/// What the cache holds for a key.
+enum Entry {
+    /// A denial from Redis, answered locally until it ends.
+    Denied(Denial),
+    /// Capacity came back at `at`: a denial from a call sent at or before `at` may predate
+    /// it, and is not cached. Kept until every such call has ended (`until`).
+    GivenBack { at: Timestamp, until: Timestamp },
 }
 
 /// One denial from Redis, as it was answered.
@@ -44,9 +61,10 @@ struct Denial {
 }
 
 impl DenyCache {
-    pub(crate) fn new(max_entries: NonZeroUsize) -> Self {
+    pub(crate) fn new(max_entries: NonZeroUsize, in_flight: Micros) -> Self {
         Self {
             map: BoundedMap::new(max_entries, WhenFull::EvictSoonest),
+            in_flight,
         }
     }
 
@@ -54,8 +72,9 @@ impl DenyCache {
     /// `retry_after` counted down to the cached end.
     pub(crate) fn check(&self, now: Timestamp, at: CacheKey<'_>, cost: u64) -> Option<Decision> {
         self.map
-            .get(now, at, |denial| {
-                (cost >= denial.cost).then(|| denial.answer(now))
+            .get(now, at, |entry| match entry {
+                Entry::Denied(denial) => (cost >= denial.cost).then(|| denial.answer(now)),
+                Entry::GivenBack { .. } => None,
             })
             .flatten()
     }
@@ -80,14 +99,29 @@ impl DenyCache {
             decision: *decision,
         };
         // The latest denial replaces an older one: it was judged on newer state, and its
-        // end is still no later than Redis's for its own cost.
-        self.map.upsert(now, at, |_| denial);
+        // end is still no later than Redis's for its own cost. One sent before capacity
+        // came back may have been judged before it: the marker stays.
+        self.map.upsert(now, at, |held| match held {
+            Some(&Entry::GivenBack { at, until }) if sent_at <= at => {
+                Entry::GivenBack { at, until }
+            }
+            _ => Entry::Denied(denial),
+        });
     }
 
     /// Forgets the denial of `at`: Redis admitted something for it, so the state is not
-    /// what the denial saw.
+    /// what the denial saw (a give-back's marker stays).
     pub(crate) fn forget(&self, at: CacheKey<'_>) {
-        self.map.remove(at);
+        self.map
+            .remove_if(at, |entry| matches!(entry, Entry::Denied(_)));
+    }
+
+    /// Capacity came back for `at` at `now`: forgets its denial, and refuses one from a
+    /// call sent until now.
+    pub(crate) fn given_back(&self, now: Timestamp, at: CacheKey<'_>) {
+        let until = now.saturating_add(self.in_flight);
+        self.map
+            .upsert(now, at, |_| Entry::GivenBack { at: now, until });
     }
 
     #[cfg(test)]
@@ -117,9 +151,12 @@ impl Denial {
     }
 }
 
-impl Expiring for Denial {
+impl Expiring for Entry {
     fn expires_at(&self) -> Timestamp {
-        self.until
+        match self {
+            Entry::Denied(denial) => denial.until,
+            Entry::GivenBack { until, .. } => *until,
+        }
     }
 }
 
@@ -146,7 +183,7 @@ mod tests {
     }
 
     fn cache() -> DenyCache {
-        DenyCache::new(NonZeroUsize::new(1_000).unwrap())
+        DenyCache::new(NonZeroUsize::new(1_000).unwrap(), Micros::from_millis(50))
     }
 
     #[test]
@@ -196,6 +233,35 @@ mod tests {
         cache.record(at(20), at(21), k(0, b"k"), 1, &denied(100, 100));
         cache.forget(k(0, b"k"));
         assert_eq!(cache.check(at(21), k(0, b"k"), 1), None);
+    }
+
+    /// A denial sent before capacity came back may have been judged before it: it is not
+    /// cached, though its reply arrives after the give-back (before, a refund on this node
+    /// could be hidden for a whole `retry_after` by a denial in flight when it ran).
+    #[test]
+    fn a_denial_in_flight_when_capacity_comes_back_is_not_cached() {
+        let cache = cache();
+        // t=0 a denial is cached; t=10 a refund gives capacity back: forgotten.
+        cache.record(at(0), at(1), k(0, b"k"), 1, &denied(60_000, 60_000));
+        cache.given_back(at(10), k(0, b"k"));
+        assert_eq!(cache.check(at(11), k(0, b"k"), 1), None);
+        // A call sent at t=10 or before, answered at t=30: not cached.
+        cache.record(at(10), at(30), k(0, b"k"), 1, &denied(60_000, 60_000));
+        assert_eq!(cache.check(at(31), k(0, b"k"), 1), None);
+        // An admission does not lift the marker.
+        cache.forget(k(0, b"k"));
+        cache.record(at(5), at(40), k(0, b"k"), 1, &denied(60_000, 60_000));
+        assert_eq!(cache.check(at(41), k(0, b"k"), 1), None);
+        // A call sent after the give-back was judged on what came back: cached.
+        cache.record(at(11), at(42), k(0, b"k"), 1, &denied(60_000, 60_000));
+        assert!(cache.check(at(43), k(0, b"k"), 1).is_some());
+        // The marker lasts as long as a call sent before it can run (50 ms), no longer.
+        cache.given_back(at(100), k(0, b"j"));
+        assert_eq!(cache.len(), 2);
+        cache.record(at(90), at(149), k(0, b"j"), 1, &denied(60_000, 60_000));
+        assert_eq!(cache.check(at(149), k(0, b"j"), 1), None);
+        assert_eq!(cache.check(at(150), k(0, b"j"), 1), None);
+        assert_eq!(cache.len(), 1, "expired at 150 ms, dropped");
     }
 
     #[test]

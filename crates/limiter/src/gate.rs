@@ -25,6 +25,7 @@
 
 use std::num::NonZeroUsize;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use rein_core::{Decision, Micros, Outcome, Timestamp};
 use rein_memory::MemoryLimiter;
@@ -125,6 +126,7 @@ impl<K> Gate<K> {
         breaker: BreakerConfig,
         deny_cache: Option<NonZeroUsize>,
         allow_cache: Option<AllowCacheConfig>,
+        deadline: Duration,
     ) -> Self {
         Self {
             stats: Stats::new(&name),
@@ -133,7 +135,7 @@ impl<K> Gate<K> {
             fallback,
             fallback_clock: Mutex::new(Timestamp::EPOCH),
             breaker: Mutex::new(Breaker::new(breaker)),
-            deny_cache: deny_cache.map(DenyCache::new),
+            deny_cache: deny_cache.map(|max| DenyCache::new(max, Micros::from(deadline))),
             allow_cache: allow_cache.map(AllowCache::new),
         }
     }
@@ -242,11 +244,12 @@ impl<K> Gate<K> {
         self.with_breaker(|b| b.handle_abandoned(now, ticket));
     }
 
-    /// Forgets cached answers for `key` under policy `slot`: its capacity came back.
+    /// Forgets cached answers for `key` under policy `slot`: its capacity came back (a
+    /// denial still in flight is not cached either).
     pub(crate) fn forget(&self, now: Timestamp, slot: u32, key: &[u8]) {
         let at = CacheKey { policy: slot, key };
         if let Some(cache) = &self.deny_cache {
-            cache.forget(at);
+            cache.given_back(now, at);
         }
         if let Some(cache) = &self.allow_cache {
             cache.block(now, at);
@@ -519,6 +522,7 @@ mod tests {
             breaker,
             NonZeroUsize::new(16),
             None,
+            Duration::from_millis(50),
         )
     }
 

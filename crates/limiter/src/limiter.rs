@@ -1136,6 +1136,7 @@ impl<S: Limiter> ResilientLimiterBuilder<S> {
             self.breaker.with_probe_timeout(guard_deadline),
             self.deny_cache,
             self.allow_cache,
+            guard_deadline,
         );
         Ok(ResilientLimiter {
             mode: Direct,
