@@ -11,7 +11,10 @@
 //! eviction picks victims by a total order on their content (expiry, policy, key), never by
 //! table order. So which entries a full cache holds depends only on the calls made, which a
 //! seeded simulation repeats exactly; the per-shard tables still hash with a per-process
-//! random seed, so crafted keys cannot flood one bucket.
+//! random seed, so crafted keys cannot flood one bucket of a table. They can crowd one
+//! shard, whose index is public: up to its bound (1/16 of the whole), where the deny cache
+//! evicts its soonest entries and the allow cache stores no new key. That costs calls to the
+//! store, never a wrong answer.
 
 use std::num::NonZeroUsize;
 use std::sync::{Mutex, MutexGuard};
