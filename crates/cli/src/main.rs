@@ -1167,8 +1167,9 @@ async fn applicable_override(
     key: &str,
 ) -> Result<Option<rein_core::overrides::OverrideEntry>, Failure> {
     let all = store.overrides().await.map_err(admin_failed)?;
+    warn_unreadable(&all.unreadable);
     let mut of_policy = rein_core::overrides::Overrides::default();
-    for entry in all.into_iter().filter(|e| e.policy == name) {
+    for entry in all.entries.into_iter().filter(|e| e.policy == name) {
         of_policy.insert(entry.keys.clone(), entry);
     }
     Ok(of_policy.get(key.as_bytes()).cloned())
@@ -1192,11 +1193,24 @@ async fn get_override(cli: &Cli, name: &str, key: &str) -> Result<Output, Failur
     })
 }
 
+/// Says which override fields no server reads (as the servers do, they are left out).
+fn warn_unreadable(unreadable: &[String]) {
+    for problem in unreadable {
+        eprintln!(
+            "rein: warning: an override no server reads, left out: {problem} (remove it with \
+             `rein override rm`, or write it again with `set`)"
+        );
+    }
+}
+
 async fn list_overrides(store: &ConfiguredStore, policy: Option<&str>) -> Result<Output, Failure> {
-    let mut all = store
+    let list = store
         .overrides()
         .await
         .map_err(|e| Failure::Redis(format!("reading the overrides: {e}")))?;
+    warn_unreadable(&list.unreadable);
+    let unreadable = list.unreadable;
+    let mut all = list.entries;
     all.retain(|e| policy.is_none_or(|p| e.policy == p));
     all.sort_by(|a, b| (&a.policy, &a.keys).cmp(&(&b.policy, &b.keys)));
     let mut text = String::new();
@@ -1217,7 +1231,7 @@ async fn list_overrides(store: &ConfiguredStore, policy: Option<&str>) -> Result
         .collect();
     Ok(Output {
         text,
-        json: json!({ "overrides": rows }),
+        json: json!({ "overrides": rows, "unreadable": unreadable }),
     })
 }
 

@@ -268,6 +268,27 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
     inspect_then_reset(&path, &["--config"]);
     change_then_inspect(&path, &["--config"]);
     overrides(&path, &["--config"]);
+    // An entry no server reads (written by hand): named, left out, and nothing else fails
+    // (before, every inspect and list failed with exit 3, "Redis unavailable").
+    server
+        .command(&[
+            "HSET",
+            &format!("{PREFIX}:overrides"),
+            "api:=broken",
+            "fw:0:1",
+        ])
+        .expect("HSET");
+    let listed = with_config(&path, &["--config"], &["--json", "override", "list"]);
+    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+    assert_says(stderr(&listed), "field \"api:=broken\"");
+    let unreadable = json(&listed)["unreadable"].clone();
+    assert_eq!(unreadable.as_array().map(Vec::len), Some(1), "{unreadable}");
+    let inspect = with_config(&path, &["--config"], &["key", "inspect", "api", "k"]);
+    assert_eq!(code(&inspect), 0, "{}", stderr(&inspect));
+    assert_says(stderr(&inspect), "left out: field \"api:=broken\"");
+    server
+        .command(&["HDEL", &format!("{PREFIX}:overrides"), "api:=broken"])
+        .expect("HDEL");
     // With leases, an override reaches only what the leases do not answer: said.
     let leased = config("leased", &format!("url = \"{}\"", server.url()));
     let text = std::fs::read_to_string(&leased).expect("read config");

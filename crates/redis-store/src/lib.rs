@@ -120,7 +120,9 @@ pub use optimistic::{OptimisticStats, OptimisticStore, OptimisticStoreBuilder};
 pub use overrides::DEFAULT_OVERRIDES_STALENESS;
 pub use policy::RedisPolicy;
 pub use script::{SCRIPT_SOURCE, SCRIPTS};
-pub use store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, RedisStore, RedisStoreBuilder};
+pub use store::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, OverrideList, RedisStore, RedisStoreBuilder,
+};
 
 /// Checks a key prefix as [`RedisStoreBuilder::prefix`] will when the store connects: 1 to
 /// 64 printable ASCII bytes, no spaces or braces ([`SettingsError::InvalidPrefix`]). For

@@ -123,12 +123,17 @@ pub(crate) fn field(policy: &str, keys: &KeyMatch) -> Vec<u8> {
     field
 }
 
-/// Reads a field and its value back; `Err` names what is wrong.
+/// Reads a field and its value back; `Err` names the field and what is wrong with it.
 pub(crate) fn entry(field: &[u8], value: &[u8]) -> Result<OverrideEntry, String> {
+    parse_entry(field, value)
+        .map_err(|problem| format!("field {:?}: {problem}", String::from_utf8_lossy(field)))
+}
+
+fn parse_entry(field: &[u8], value: &[u8]) -> Result<OverrideEntry, String> {
     let colon = field
         .iter()
         .position(|&b| b == b':')
-        .ok_or_else(|| format!("field {:?}: no policy", String::from_utf8_lossy(field)))?;
+        .ok_or_else(|| "no policy".to_owned())?;
     let (policy, rest) = field.split_at(colon);
     let policy = std::str::from_utf8(policy)
         .map_err(|_| "a policy name that is not UTF-8".to_owned())?
@@ -136,12 +141,7 @@ pub(crate) fn entry(field: &[u8], value: &[u8]) -> Result<OverrideEntry, String>
     let keys = match rest.get(1..).and_then(|r| r.split_first()) {
         Some((b'=', key)) if !key.is_empty() => KeyMatch::Key(key.into()),
         Some((b'*', prefix)) if !prefix.is_empty() => KeyMatch::Prefix(prefix.into()),
-        _ => {
-            let field = String::from_utf8_lossy(field);
-            return Err(format!(
-                "field {field:?}: not <policy>:=<key> or <policy>:*<prefix>"
-            ));
-        }
+        _ => return Err("not <policy>:=<key> or <policy>:*<prefix>".to_owned()),
     };
     let value = std::str::from_utf8(value).map_err(|_| "a value that is not UTF-8".to_owned())?;
     let value = Override::decode(value).map_err(|e| e.to_string())?;

@@ -132,6 +132,18 @@ struct Inner<C> {
 }
 
 /// A decision waiting in its policy's lane for a call to carry it.
+/// The deployment's overrides, as [`RedisStore::overrides`] reads them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OverrideList {
+    /// The entries that read.
+    pub entries: Vec<OverrideEntry>,
+    /// The fields that do not (written by hand, or by a later version), each named with
+    /// what is wrong (`field "api:=k": ...`): the servers leave them out. Remove or rewrite
+    /// them (`rein override rm`, `set`).
+    pub unreadable: Vec<String>,
+}
+
 struct Waiter {
     key: String,
     ask: Ask,
@@ -302,15 +314,19 @@ where
         self.write_override(policy, keys, None).await
     }
 
-    /// Every override of the deployment, read now, in no particular order. An entry that
-    /// does not read (written by hand, or by a later version) is an error.
-    pub async fn overrides(&self) -> Result<Vec<OverrideEntry>, AdminError> {
+    /// Every override of the deployment, read now, in no particular order, and the fields
+    /// that do not read (written by hand, or by a later version), which the servers leave
+    /// out.
+    pub async fn overrides(&self) -> Result<OverrideList, AdminError> {
         let (_, entries) = self.read_overrides(None).await?;
-        entries
-            .unwrap_or_default()
-            .into_iter()
-            .map(|e| e.map_err(|what| AdminError::Unavailable(StoreError::UnexpectedReply(what))))
-            .collect()
+        let mut list = OverrideList::default();
+        for entry in entries.unwrap_or_default() {
+            match entry {
+                Ok(entry) => list.entries.push(entry),
+                Err(problem) => list.unreadable.push(problem),
+            }
+        }
+        Ok(list)
     }
 
     async fn write_override(
