@@ -283,7 +283,8 @@ enum KeyCommand {
         amount: u64,
     },
     /// Give AMOUNT back to every limit of KEY, never beyond full (a request charged by
-    /// mistake).
+    /// mistake). Refused (exit 1) where it would change nothing: a key a block holds, or
+    /// one an override makes unlimited.
     #[command(after_help = "Example:\n  rein --config rein.toml key reward api 203.0.113.7 1")]
     Reward {
         /// The policy's name, as in the config (`rein policy list`).
@@ -965,6 +966,14 @@ async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure>
         | KeyCommand::Unblock { policy, key } => (policy.as_str(), key.as_str()),
     };
     let (policy, store) = target(cli, name, key).await?;
+    // A change lands in the key the override in force decides by: read now, or fail
+    // (the read as the store connected may have failed, leaving it no override).
+    if !matches!(command, KeyCommand::Inspect { .. }) {
+        store
+            .refresh_overrides()
+            .await
+            .map_err(|e| Failure::Redis(format!("reading the overrides: {e}")))?;
+    }
     let k = key.as_bytes();
     let head = format!("policy {name}, key {key:?}");
     let (text, done, figures) = match command {
@@ -980,6 +989,30 @@ async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure>
             )
         }
         KeyCommand::Reward { amount, .. } => {
+            // A refund changes nothing of a key whose override makes it unlimited (its
+            // decisions read no state) or that a block holds: refused, not reported done.
+            let unlimited = applicable_override(&store, name, key)
+                .await?
+                .is_some_and(|entry| entry.value == Override::Unlimited);
+            if unlimited {
+                return Err(admin_failed(AdminError::NotApplicable(
+                    "the key's override makes it unlimited: its decisions read no state, so \
+                     there is nothing to reward"
+                        .into(),
+                )));
+            }
+            // (A state the inspection cannot read, a token bucket leased as rate, is left
+            // to the refund, which refuses it.)
+            if let (Ok(KeyState::Blocked { block, .. }), Ok(now)) =
+                (store.inspect(&policy, k).await, store.server_time().await)
+                && block.holds_at(now)
+            {
+                return Err(admin_failed(AdminError::NotApplicable(
+                    "the key is blocked: a reward changes nothing while the block holds; \
+                     `rein key unblock` lifts it"
+                        .into(),
+                )));
+            }
             store
                 .refund(None, &policy, k, *amount)
                 .await

@@ -476,6 +476,10 @@ fn change_then_inspect(path: &std::path::Path, flag: &[&str]) {
     let penalized = remaining(&["key", "penalize", "api", "user-9", "1"]);
     assert_eq!(penalized["remaining"], 0);
     assert!(penalized["retry_after_us"].as_u64() > Some(590_000_000));
+    // A reward of a blocked key changes nothing: refused, exit 1 (before, "rewarded 1").
+    let rewarded = run(&["key", "reward", "api", "user-9", "1"]);
+    assert_eq!(code(&rewarded), 1, "{}", stderr(&rewarded));
+    assert_says(stderr(&rewarded), "the key is blocked");
 
     // Bad input: exit 1 for a reason too long, 2 for what clap refuses; nothing changes.
     let long = "x".repeat(201);
@@ -549,6 +553,10 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
     let block = run(&["key", "block", "api", "internal:svc", "--for", "10m"]);
     assert_eq!(code(&block), 1, "{}", stderr(&block));
     assert_says(stderr(&block), "makes it unlimited");
+    // Nor is there anything to reward (before, "rewarded 1", exit 0).
+    let reward = run(&["key", "reward", "api", "internal:svc", "1"]);
+    assert_eq!(code(&reward), 1, "{}", stderr(&reward));
+    assert_says(stderr(&reward), "nothing to reward");
     let got = ok(&["override", "get", "api", "tenant-7"]);
     assert_eq!(got["limits"][1]["capacity"], 300);
     assert_eq!(

@@ -499,6 +499,20 @@ where
             .await;
     }
 
+    /// Reads the overrides into this store's copy now, or says why it could not: for a
+    /// one-shot tool (`rein key ...`), whose change must land in the key the override in
+    /// force decides by, not in the policy's own because the read as it connected failed
+    /// (decisions instead go on by the copy they have). A store without overrides has
+    /// nothing to read.
+    pub async fn refresh_overrides(&self) -> Result<(), StoreError> {
+        let Some(cache) = self.inner.overrides.as_ref() else {
+            return Ok(());
+        };
+        self.read_overrides_first().await;
+        cache.claim_read(Instant::now());
+        self.load_overrides(cache).await
+    }
+
     /// Redis's clock (`TIME`), the one the scripts decide at when no `now` is given: for
     /// tools that show a stored state's figures as Redis would see them now
     /// (`rein key inspect`). On a Cluster, any node's.
