@@ -51,9 +51,18 @@ if op == 'ovset' and #ARGV == 5 then
     end
     redis.call('HSET', KEYS[1], field, value)
   end
-  local version = redis.call('HINCRBY', KEYS[1], '#v', 1)
+  -- The version counts writes since the hash was made, and names when (µs, Redis's
+  -- clock): a hash lost (a restart without persistence, FLUSHALL, eviction) and written
+  -- again as often is another version, which no store mistakes for the one it read.
+  local prior = redis.call('HGET', KEYS[1], '#v')
+  local writes, made = string.match(prior or '', '^(%d+)@(%d+)$')
+  if not made then
+    writes, made = 0, string.format('%d', clock(''))
+  end
+  local version = string.format('%d@%s', writes + 1, made)
+  redis.call('HSET', KEYS[1], '#v', version)
   redis.call('PUBLISH', ARGV[5], version)
-  return { tostring(version), had }
+  return { version, had }
 end
 if op ~= 'swap' or #ARGV ~= 5 then
   error({ err = 'REIN expected read, ovread, ovset with 4 arguments, or swap with 4' })

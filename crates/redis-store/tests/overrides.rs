@@ -469,6 +469,42 @@ async fn an_applications_own_source_feeds_the_same_cache() {
 
 /// A write is published, and a store that listens re-reads at its next decision: with a
 /// staleness of a minute, the other process applies the change within a round trip or two.
+/// The overrides' hash lost (a restart without persistence, a flush, an eviction) and
+/// written again as often is another version: a store that read the old one re-reads it
+/// (before, the version counted writes only, so the reader kept the lost overrides until
+/// the next write).
+#[tokio::test]
+async fn a_hash_lost_and_written_again_is_never_mistaken_for_the_one_read() {
+    let server = RedisServer::start().expect("start redis-server");
+    let [writer, reader] = stores(&server.url(), STALENESS).await;
+    writer
+        .set_override("api", &key("vip"), &per_hour(8))
+        .await
+        .expect("set");
+    tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
+    assert_eq!(
+        admitted(&reader, "vip", 9).await,
+        8,
+        "read: the first write"
+    );
+    let mut raw = common::raw(&server).await;
+    let _: () = redis::cmd("DEL")
+        .arg("rein:overrides")
+        .query_async(&mut raw)
+        .await
+        .expect("DEL");
+    writer
+        .set_override("api", &key("other"), &per_hour(2))
+        .await
+        .expect("set");
+    tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
+    assert_eq!(
+        admitted(&reader, "other", 3).await,
+        2,
+        "read: the hash written again"
+    );
+}
+
 #[tokio::test]
 async fn a_published_change_applies_at_once_not_after_the_staleness() {
     let server = RedisServer::start().expect("start redis-server");
