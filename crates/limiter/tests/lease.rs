@@ -2185,14 +2185,8 @@ async fn rate_share_calls_go_through_the_circuit_breaker() {
         "{refused:?}"
     );
     let stats = limiter.stats();
-    assert_eq!(
-        (
-            stats.invalid_requests,
-            stats.store_errors,
-            stats.breaker_state
-        ),
-        (4, 0, BreakerState::Closed)
-    );
+    assert_eq!((stats.invalid_requests, stats.store_errors), (4, 0));
+    assert_eq!(stats.breaker_state, BreakerState::Closed);
 }
 
 /// A frozen store under many hot token-bucket keys leased as rate: each key's share renews

@@ -477,31 +477,30 @@ async fn an_applications_own_source_feeds_the_same_cache() {
 async fn a_hash_lost_and_written_again_is_never_mistaken_for_the_one_read() {
     let server = RedisServer::start().expect("start redis-server");
     let [writer, reader] = stores(&server.url(), STALENESS).await;
-    writer
-        .set_override("api", &key("vip"), &per_hour(8))
-        .await
-        .expect("set");
-    tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
-    assert_eq!(
-        admitted(&reader, "vip", 9).await,
-        8,
-        "read: the first write"
-    );
+    // `user` overridden to `limit` an hour: what the reader admits of one more, once it
+    // re-read.
+    let written_then_read = |user: &'static str, limit: u64| {
+        let (writer, reader) = (&writer, &reader);
+        async move {
+            writer
+                .set_override("api", &key(user), &per_hour(limit))
+                .await
+                .expect("set");
+            tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
+            admitted(reader, user, limit + 1).await
+        }
+    };
+    assert_eq!(written_then_read("vip", 8).await, 8, "the first write");
     let mut raw = common::raw(&server).await;
     let _: () = redis::cmd("DEL")
         .arg("rein:overrides")
         .query_async(&mut raw)
         .await
         .expect("DEL");
-    writer
-        .set_override("api", &key("other"), &per_hour(2))
-        .await
-        .expect("set");
-    tokio::time::sleep(STALENESS + Duration::from_millis(50)).await;
     assert_eq!(
-        admitted(&reader, "other", 3).await,
+        written_then_read("other", 2).await,
         2,
-        "read: the hash written again"
+        "the hash written again"
     );
 }
 
