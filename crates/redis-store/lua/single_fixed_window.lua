@@ -269,23 +269,13 @@ local function decide(key, op, cost, stamp)
   if write then
     -- The key lives until its window ends (rounded up to ms), or min_ttl if longer.
     local ttl = ttl_ms(reset_after)
-    if ttl > 0 then
-      local value
-      if integer then
-        value = string.format('%d', start / window * modulus + count)
-      else
-        value = string.format('%d:%d', start, count)
-      end
-      local done = redis.pcall('SET', key, value, 'PX', ttl)
-      if done.err then
-        return done
-      end
-    else
-      local done = redis.pcall('DEL', key)
-      if type(done) == 'table' then
-        return done
-      end
+    local value = ''
+    if ttl > 0 and integer then
+      value = string.format('%d', start / window * modulus + count)
+    elseif ttl > 0 then
+      value = string.format('%d:%d', start, count)
     end
+    return keep(key, value, ttl, allowed, remaining, retry_after, reset_after)
   end
   return allowed, remaining, retry_after, reset_after
 end
@@ -311,10 +301,6 @@ for k = 1, n do
   else
     i = i + 2
   end
-  if remaining == nil then
-    remaining, retry_after, reset_after = 0, 0, 0
-  end
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = allowed, remaining, retry_after, reset_after
-  o = o + 4
+  o = answer(out, o, allowed, remaining, retry_after, reset_after)
 end
 return out

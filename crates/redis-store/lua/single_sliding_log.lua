@@ -301,17 +301,7 @@ local function decide(key, op, cost, extra)
     -- if longer; an empty log, or one with no TTL left, is deleted.
     local ttl = reset_after + 999
     ttl = math.max((ttl - math.fmod(ttl, 1000)) / 1000, min_ttl)
-    if ttl > 0 and value ~= '' then
-      local done = redis.pcall('SET', key, value, 'PX', ttl)
-      if done.err then
-        return done
-      end
-    else
-      local done = redis.pcall('DEL', key)
-      if type(done) == 'table' then
-        return done
-      end
-    end
+    return keep(key, value, ttl, allowed, remaining, retry_after, reset_after)
   end
   return allowed, remaining, retry_after, reset_after
 end
@@ -329,10 +319,6 @@ for k = 1, n do
   else
     i = i + 2
   end
-  if remaining == nil then
-    remaining, retry_after, reset_after = 0, 0, 0
-  end
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = allowed, remaining, retry_after, reset_after
-  o = o + 4
+  o = answer(out, o, allowed, remaining, retry_after, reset_after)
 end
 return out
