@@ -41,6 +41,15 @@ if op == 'ovset' and #ARGV == 5 then
   if field == '#v' or most % 1 ~= 0 or most < 0 then
     error({ err = 'REIN arguments: a field that is not the version, a whole maximum' })
   end
+  -- The version counts on from Redis's clock (µs) when the hash was made: a hash lost (a
+  -- restart without persistence, FLUSHALL, an eviction) and written again as often is
+  -- another version, which no store mistakes for one it read (each write takes a
+  -- microsecond at least, so the old versions stay below the new hash's start). Still an
+  -- integer that HINCRBY counts on, as earlier versions of rein write it. The clock is read
+  -- before any write (Redis 5 and 6 refuse a write before TIME in a verbatim script).
+  if redis.call('HEXISTS', KEYS[1], '#v') == 0 then
+    redis.call('HSET', KEYS[1], '#v', string.format('%d', clock('')))
+  end
   local had = redis.call('HEXISTS', KEYS[1], field)
   if value == '' then
     redis.call('HDEL', KEYS[1], field)
@@ -51,18 +60,9 @@ if op == 'ovset' and #ARGV == 5 then
     end
     redis.call('HSET', KEYS[1], field, value)
   end
-  -- The version counts writes since the hash was made, and names when (µs, Redis's
-  -- clock): a hash lost (a restart without persistence, FLUSHALL, eviction) and written
-  -- again as often is another version, which no store mistakes for the one it read.
-  local prior = redis.call('HGET', KEYS[1], '#v')
-  local writes, made = string.match(prior or '', '^(%d+)@(%d+)$')
-  if not made then
-    writes, made = 0, string.format('%d', clock(''))
-  end
-  local version = string.format('%d@%s', writes + 1, made)
-  redis.call('HSET', KEYS[1], '#v', version)
+  local version = redis.call('HINCRBY', KEYS[1], '#v', 1)
   redis.call('PUBLISH', ARGV[5], version)
-  return { version, had }
+  return { tostring(version), had }
 end
 if op ~= 'swap' or #ARGV ~= 5 then
   error({ err = 'REIN expected read, ovread, ovset with 4 arguments, or swap with 4' })
