@@ -21,6 +21,9 @@ use rein_core::{
 pub enum Fault {
     /// Answers this much later (a slow store, or one slower than a deadline).
     Late(Duration),
+    /// Decides at once, and holds the answer this long (a reply slow on its way back: a
+    /// caller that gives up meanwhile leaves the call done).
+    LateReply(Duration),
     /// Never answers (a frozen store that states no deadline of its own).
     Hang,
     /// Fails as a broken connection for a key holding these bytes (every key, for none),
@@ -93,6 +96,7 @@ impl<S> Faulty<S> {
                 tokio::time::sleep(delay).await;
                 Ok(())
             }
+            Fault::LateReply(_) => Ok(()),
             Fault::Hang => std::future::pending().await,
             Fault::DownFor(part)
                 if part.is_empty() || key.windows(part.len()).any(|w| w == part) =>
@@ -106,6 +110,14 @@ impl<S> Faulty<S> {
             }
             Fault::ContendedFor(_) => Ok(()),
         }
+    }
+
+    /// `answer`, held as [`Fault::LateReply`] says.
+    async fn reply<T>(&self, answer: T) -> T {
+        if let Fault::LateReply(delay) = self.fault {
+            tokio::time::sleep(delay).await;
+        }
+        answer
     }
 
     fn count_refund(&self) {
@@ -128,7 +140,8 @@ impl<S: Limiter> Limiter for Faulty<S> {
         cost: u64,
     ) -> Result<Decision, DecideError> {
         self.strike(key).await?;
-        self.inner.acquire(now, policy, key, cost).await
+        self.reply(self.inner.acquire(now, policy, key, cost).await)
+            .await
     }
 
     async fn peek(
@@ -139,7 +152,8 @@ impl<S: Limiter> Limiter for Faulty<S> {
         cost: u64,
     ) -> Result<Decision, DecideError> {
         self.strike(key).await?;
-        self.inner.peek(now, policy, key, cost).await
+        self.reply(self.inner.peek(now, policy, key, cost).await)
+            .await
     }
 
     fn refund(
@@ -168,7 +182,8 @@ impl<S: Leasable> Leasable for Faulty<S> {
         hold: Micros,
     ) -> Result<Held, DecideError> {
         self.strike(key).await?;
-        self.inner.acquire_held(now, policy, key, cost, hold).await
+        self.reply(self.inner.acquire_held(now, policy, key, cost, hold).await)
+            .await
     }
 
     fn refund_held(
@@ -196,6 +211,7 @@ impl<S: Leasable> Leasable for Faulty<S> {
             });
         }
         self.strike(key).await?;
-        self.inner.share_rate(now, policy, key, op).await
+        self.reply(self.inner.share_rate(now, policy, key, op).await)
+            .await
     }
 }

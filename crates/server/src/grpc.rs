@@ -33,9 +33,10 @@ impl<S: Leasable + Clone + 'static> Rls for Grpc<S> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        match self.0.should_rate_limit(request.get_ref()).await {
-            Ok(response) => Ok(Response::new(response)),
-            Err(refused) => Err(Status::invalid_argument(refused.to_string())),
+        match self.0.detached(request.into_inner()).await {
+            Ok(Ok(response)) => Ok(Response::new(response)),
+            Ok(Err(refused)) => Err(Status::invalid_argument(refused.to_string())),
+            Err(failed) => Err(Status::unavailable(format!("no answer: {failed}"))),
         }
     }
 }

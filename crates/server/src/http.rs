@@ -85,8 +85,13 @@ async fn json<S: Leasable + Clone + 'static>(
         }
     };
     let request = request.into_proto();
-    match service.should_rate_limit(&request).await {
-        Ok(response) => {
+    match service.detached(request).await {
+        Err(failed) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no answer: {failed}\n"),
+        )
+            .into_response(),
+        Ok(Ok(response)) => {
             let status = if response.overall_code == Code::OverLimit as i32 {
                 StatusCode::TOO_MANY_REQUESTS
             } else {
@@ -94,7 +99,7 @@ async fn json<S: Leasable + Clone + 'static>(
             };
             (status, Json(JsonResponse::from_proto(&response))).into_response()
         }
-        Err(refused) => (StatusCode::BAD_REQUEST, format!("{refused}\n")).into_response(),
+        Ok(Err(refused)) => (StatusCode::BAD_REQUEST, format!("{refused}\n")).into_response(),
     }
 }
 

@@ -16,8 +16,9 @@
 //!    resilient limiter. When one denies, every unit already charged for this request in
 //!    the store (not what a failure policy admitted, which the store never took) is
 //!    refunded, all at once, and the later descriptors are only peeked (to report them), so
-//!    a request that is over any limit is charged nowhere; nor is one dropped before its
-//!    answer (`Charges`: Envoy gave up on it). Between a charge and its refund
+//!    a request that is over any limit is charged nowhere. A request Envoy gives up on is
+//!    still decided to its end ([`RateLimitService::detached`]). Between a charge and its
+//!    refund
 //!    another request may see those units taken: a brief under-admission under contention.
 //!    A refund lands in the window current when it runs, and a sliding log's removes its
 //!    newest entries: a charge and refund that straddle a window boundary can give the next
@@ -250,6 +251,21 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         )
     }
 
+    /// [`should_rate_limit`](Self::should_rate_limit) in a task of its own, which the
+    /// front ends await: a request its caller gives up on (Envoy's `timeout`, a reset
+    /// stream) is still decided to its end, so all or nothing holds for it too. Dropped
+    /// halfway, a request would leave the units its earlier descriptors took, or a call
+    /// already sent, charged with no refund; decided to its end, a denial gives them back,
+    /// and an admission stays charged, as for a request answered. The handle's error is the
+    /// task's (a panic, or the runtime shutting down).
+    pub fn detached(
+        &self,
+        request: RateLimitRequest,
+    ) -> tokio::task::JoinHandle<Result<RateLimitResponse, InvalidRequest>> {
+        let service = self.clone();
+        tokio::spawn(async move { service.should_rate_limit(&request).await })
+    }
+
     /// Decides `request` as Envoy's `ShouldRateLimit`.
     pub async fn should_rate_limit(
         &self,
@@ -342,7 +358,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
     ) -> Result<RateLimitResponse, InvalidRequest> {
         let mut statuses = Vec::with_capacity(plans.len());
         // Charged so far: (limiter, prepared, key, cost), refunded if a later one denies.
-        let mut charged = Charges::default();
+        let mut charged: Vec<Charge<'_, S>> = Vec::new();
         let mut denied = false;
         // The descriptor whose decision the headers show: of those over their limit, the
         // one with the longest wait, else the one with the fewest remaining.
@@ -450,11 +466,13 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         }
         if denied {
             // All or nothing: give back what this request took before it was denied, all
-            // at once (each bounded by the store's deadline). Taken first: a refund cut off
-            // by the request being dropped may have run, and is not sent again.
-            Charges::refund(std::mem::take(&mut charged.list)).await;
-        } else {
-            charged.list.clear();
+            // at once (each bounded by the store's deadline).
+            let refunds = charged.iter().map(|charge| async move {
+                if let Err(error) = charge.target.refund(&charge.key, charge.cost).await {
+                    tracing::warn!(%error, "refunding a denied request's charge failed");
+                }
+            });
+            futures_util::future::join_all(refunds).await;
         }
         // Every status is OK under shadow mode, and `denied` is only set outside it.
         let mut response = RateLimitResponse {
@@ -775,6 +793,12 @@ enum Plan<'a, S: Leasable + Clone + 'static> {
 /// same names take a policy name.)
 struct Target<'a, S: Leasable + Clone + 'static>(&'a Deciding<S>, &'a TablePolicy, &'a str);
 
+impl<S: Leasable + Clone + 'static> Clone for Target<'_, S> {
+    fn clone(&self) -> Self {
+        Target(self.0, self.1, self.2)
+    }
+}
+
 impl<S: Leasable + Clone + 'static> Target<'_, S> {
     /// Charges `cost`: the decision, and whether the store counted it (its own answer, or
     /// a lease's, whose block it counted). A failure policy's admission, or a reuse of the
@@ -803,66 +827,10 @@ impl<S: Leasable + Clone + 'static> Target<'_, S> {
     }
 }
 
-/// A unit count the store took for a request, which all or nothing may give back.
-struct Charge<S: Leasable + Clone + 'static> {
-    limiter: Deciding<S>,
-    prepared: TablePolicy,
+struct Charge<'a, S: Leasable + Clone + 'static> {
+    target: Target<'a, S>,
     key: Vec<u8>,
     cost: u64,
-}
-
-/// What a request has charged so far. If the request is dropped before its answer (Envoy
-/// gave up on it: its `timeout`, a reset stream), what it charged is given back by a task
-/// of its own: a request never answered is charged nowhere, as one denied.
-struct Charges<S: Leasable + Clone + 'static> {
-    list: Vec<Charge<S>>,
-}
-
-impl<S: Leasable + Clone + 'static> Default for Charges<S> {
-    fn default() -> Self {
-        Self { list: Vec::new() }
-    }
-}
-
-impl<S: Leasable + Clone + 'static> Charges<S> {
-    async fn refund(list: Vec<Charge<S>>) {
-        let refunds = list.iter().map(|charge| async move {
-            let refunded = Limiter::refund(
-                &charge.limiter,
-                None,
-                &charge.prepared,
-                &charge.key,
-                charge.cost,
-            );
-            if let Err(error) = refunded.await {
-                tracing::warn!(%error, "refunding a request's charge failed");
-            }
-        });
-        futures_util::future::join_all(refunds).await;
-    }
-}
-
-impl<S: Leasable + Clone + 'static> Drop for Charges<S> {
-    fn drop(&mut self) {
-        if self.list.is_empty() {
-            return;
-        }
-        let list = std::mem::take(&mut self.list);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                tracing::debug!(
-                    charges = list.len(),
-                    "a request dropped before its answer: giving back what it charged"
-                );
-                runtime.spawn(Self::refund(list));
-            }
-            // Outside a runtime (it is shutting down): nothing can run them.
-            Err(_) => tracing::warn!(
-                charges = list.len(),
-                "a request dropped outside a runtime: its charges are not given back"
-            ),
-        }
-    }
 }
 
 /// Decides one descriptor: gives `cost` back (`is_negative_hits`), peeks (the request is
@@ -873,7 +841,7 @@ async fn decide<'a, S: Leasable + Clone + 'static>(
     cost: u64,
     negative: bool,
     denied: bool,
-    charged: &mut Charges<S>,
+    charged: &mut Vec<Charge<'a, S>>,
 ) -> Result<Decision, DecideError> {
     if negative {
         target.refund(key, cost).await?;
@@ -884,9 +852,8 @@ async fn decide<'a, S: Leasable + Clone + 'static>(
     }
     let (decision, counted) = target.acquire(key, cost).await?;
     if decision.is_allowed() && counted {
-        charged.list.push(Charge {
-            limiter: target.0.clone(),
-            prepared: *target.1,
+        charged.push(Charge {
+            target: target.clone(),
             key: key.to_vec(),
             cost,
         });
