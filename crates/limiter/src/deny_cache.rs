@@ -15,9 +15,10 @@
 //! mode the two instants are the same number and the end is exact.
 //!
 //! Capacity this limiter gives back (a refund, a return of held units, an operator's change
-//! through it) forgets the key's denial, and so does a denial still in flight then: one
-//! from a call sent before the give-back may predate it, so it is not cached (the key keeps
-//! a marker until every such call has ended, `in_flight` after the give-back).
+//! through it) forgets the key's denial as it starts and again as it ends, and so does a
+//! denial still in flight then: one from a call sent before the give-back ended may predate
+//! it, so it is not cached (the key keeps a marker until every such call has ended, twice
+//! `in_flight` after the give-back).
 //!
 //! What it cannot see: capacity given back by a refund made elsewhere (through the store
 //! directly, or by another node) ends Redis's denial early while the cached one runs on.
@@ -49,6 +50,7 @@ enum Entry {
 }
 
 /// One denial from Redis, as it was answered.
+#[derive(Clone, Copy)]
 struct Denial {
     /// The local instant the denial ends: `sent_at + retry_after`.
     until: Timestamp,
@@ -105,6 +107,8 @@ impl DenyCache {
             Some(&Entry::GivenBack { at, until }) if sent_at <= at => {
                 Entry::GivenBack { at, until }
             }
+            // A reply that overtook an older one keeps its place.
+            Some(Entry::Denied(newer)) if newer.sent_at > sent_at => Entry::Denied(*newer),
             _ => Entry::Denied(denial),
         });
     }
@@ -117,9 +121,12 @@ impl DenyCache {
     }
 
     /// Capacity came back for `at` at `now`: forgets its denial, and refuses one from a
-    /// call sent until now.
+    /// call sent until now. Kept twice the longest call: a call's end is read a little
+    /// after its deadline (the task must run again first).
     pub(crate) fn given_back(&self, now: Timestamp, at: CacheKey<'_>) {
-        let until = now.saturating_add(self.in_flight);
+        let until = now
+            .saturating_add(self.in_flight)
+            .saturating_add(self.in_flight);
         self.map
             .upsert(now, at, |_| Entry::GivenBack { at: now, until });
     }
@@ -255,13 +262,23 @@ mod tests {
         // A call sent after the give-back was judged on what came back: cached.
         cache.record(at(11), at(42), k(0, b"k"), 1, &denied(60_000, 60_000));
         assert!(cache.check(at(43), k(0, b"k"), 1).is_some());
-        // The marker lasts as long as a call sent before it can run (50 ms), no longer.
+        // The marker lasts twice as long as a call sent before it can run (50 ms), no
+        // longer.
         cache.given_back(at(100), k(0, b"j"));
         assert_eq!(cache.len(), 2);
-        cache.record(at(90), at(149), k(0, b"j"), 1, &denied(60_000, 60_000));
-        assert_eq!(cache.check(at(149), k(0, b"j"), 1), None);
-        assert_eq!(cache.check(at(150), k(0, b"j"), 1), None);
-        assert_eq!(cache.len(), 1, "expired at 150 ms, dropped");
+        cache.record(at(90), at(199), k(0, b"j"), 1, &denied(60_000, 60_000));
+        assert_eq!(cache.check(at(199), k(0, b"j"), 1), None);
+        assert_eq!(cache.check(at(200), k(0, b"j"), 1), None);
+        assert_eq!(cache.len(), 1, "expired at 200 ms, dropped");
+        // A reply that overtakes an older one keeps its place: sent at 300 and answered
+        // first, then one sent at 250 (a longer wait, judged on older state).
+        cache.record(at(300), at(301), k(0, b"m"), 1, &denied(10, 10));
+        cache.record(at(250), at(305), k(0, b"m"), 1, &denied(60_000, 60_000));
+        assert_eq!(
+            cache.check(at(306), k(0, b"m"), 1).map(|d| d.retry_after),
+            Some(Micros::from_millis(4)),
+            "the newer, ending at 310"
+        );
     }
 
     #[test]

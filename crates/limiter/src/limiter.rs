@@ -536,14 +536,20 @@ impl<S: Limiter> Shared<S> {
     {
         let local = call.now.unwrap_or_else(|| self.clock.now());
         // The table holds far fewer than 2^32 policies (each built by hand).
-        self.gate.forget(local, call.index as u32, call.key);
+        let slot = call.index as u32;
+        self.gate.forget(local, slot, call.key);
         let store_now = self.store_now(call.now, local);
-        self.within_deadline(give_back(
-            &self.store,
-            &self.prepared[call.index],
-            store_now,
-        ))
-        .await
+        let given = self
+            .within_deadline(give_back(
+                &self.store,
+                &self.prepared[call.index],
+                store_now,
+            ))
+            .await;
+        // Again once it ran: a denial sent while it ran may have been decided before it.
+        self.gate
+            .forget(call.now.unwrap_or_else(|| self.clock.now()), slot, call.key);
+        given
     }
 
     /// A store call that no failure policy answers (returns, rate shares), bounded by the
