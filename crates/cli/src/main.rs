@@ -377,7 +377,7 @@ fn main() -> ExitCode {
                 ) =>
         {
             let message = error.render().to_string();
-            println!("{}", json!({ "error": message.trim_end() }));
+            shown(&format!("{}\n", json!({ "error": message.trim_end() })));
             return ExitCode::from(2);
         }
         Err(error) => error.exit(),
@@ -392,11 +392,6 @@ fn main() -> ExitCode {
             eprintln!("rein: cannot start: {e}");
             return ExitCode::from(1);
         }
-    };
-    // Written, not printed: a reader that went away (`rein ... | head`) is no panic.
-    let shown = |text: &str| {
-        use std::io::Write;
-        let _ = std::io::stdout().lock().write_all(text.as_bytes());
     };
     match runtime.block_on(run(cli)) {
         Ok(output) => {
@@ -421,6 +416,13 @@ fn main() -> ExitCode {
             ExitCode::from(failure.code())
         }
     }
+}
+
+/// Writes `text` to stdout. Written, not printed: a reader that went away
+/// (`rein ... | head`) is no panic.
+fn shown(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
 /// The command's output, or why it failed (with what it printed before failing).

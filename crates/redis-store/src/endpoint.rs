@@ -6,8 +6,8 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-/// Where Redis is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where Redis is. Shown (`Display` and `Debug`) with its secrets written `***`.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Endpoint {
     /// One server: `redis://` or, for TLS, `rediss://`.
     Url(String),
@@ -36,22 +36,52 @@ impl std::fmt::Display for Endpoint {
     }
 }
 
-/// `url` with the secret of its user information (`scheme://user:secret@host`) written
-/// `***`.
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Endpoint({self})")
+    }
+}
+
+/// `url` with its secrets written `***`: the user information's
+/// (`scheme://user:secret@host`, the last `@` before the query ending it, since a secret may
+/// hold an unescaped `/`), and a `pass` or `password` parameter's (`unix` URLs).
 fn redacted(url: &str) -> std::borrow::Cow<'_, str> {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.into();
     };
-    let rest = &url[scheme_end..];
-    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
-    let Some(at) = authority.rfind('@') else {
-        return url.into();
+    let (head, query) = match url.find('?') {
+        Some(q) if q >= scheme_end => url.split_at(q),
+        _ => (url, ""),
     };
-    let user = match authority[..at].split_once(':') {
-        Some((user, _)) => format!("{user}:***"),
-        None => "***".to_owned(),
-    };
-    format!("{}{user}{}", &url[..scheme_end], &rest[at..]).into()
+    let rest = &head[scheme_end..];
+    let mut shown = head[..scheme_end].to_owned();
+    match rest.rfind('@') {
+        Some(at) => {
+            match rest[..at].split_once(':') {
+                Some((user, _)) => shown.push_str(&format!("{user}:***")),
+                None => shown.push_str("***"),
+            }
+            shown.push_str(&rest[at..]);
+        }
+        None => shown.push_str(rest),
+    }
+    for (i, pair) in query.trim_start_matches('?').split('&').enumerate() {
+        if query.is_empty() {
+            break;
+        }
+        shown.push(if i == 0 { '?' } else { '&' });
+        match pair.split_once('=') {
+            Some((name, _)) if name == "pass" || name == "password" => {
+                shown.push_str(&format!("{name}=***"));
+            }
+            _ => shown.push_str(pair),
+        }
+    }
+    if shown == url {
+        url.into()
+    } else {
+        shown.into()
+    }
 }
 
 #[cfg(test)]
@@ -68,8 +98,23 @@ mod tests {
         assert_eq!(shown("redis://:s3cret@h:6379/"), "redis://:***@h:6379/");
         assert_eq!(shown("rediss://app:s3:cret@h/2"), "rediss://app:***@h/2");
         assert_eq!(shown("redis://token@h"), "redis://***@h");
-        assert_eq!(shown("redis://h/a@b"), "redis://h/a@b");
+        // A secret holding an unescaped `/` (such a URL does not parse, and its error
+        // message is where it would show).
+        assert_eq!(shown("redis://:pa/ss@h:6379/0"), "redis://:***@h:6379/0");
+        assert_eq!(
+            shown("redis+unix:///run/redis.sock?db=1&pass=s3cret"),
+            "redis+unix:///run/redis.sock?db=1&pass=***"
+        );
+        assert_eq!(shown("unix:///s?password=x"), "unix:///s?password=***");
+        assert_eq!(
+            shown("redis://h:1/2?protocol=resp3"),
+            "redis://h:1/2?protocol=resp3"
+        );
         assert_eq!(shown("not a url"), "not a url");
+        assert_eq!(
+            format!("{:?}", Endpoint::Url("redis://:s@h".to_owned())),
+            "Endpoint(redis://:***@h)"
+        );
         let cluster =
             Endpoint::Cluster(vec!["redis://u:p@a:1".to_owned(), "redis://b:2".to_owned()]);
         assert_eq!(

@@ -98,7 +98,9 @@ pub(crate) fn store_error(e: RedisError, waited: Duration) -> StoreError {
             | ServerErrorKind::ClusterDown
             | ServerErrorKind::MasterDown
             | ServerErrorKind::BusyLoading
-            | ServerErrorKind::ReadOnly,
+            | ServerErrorKind::ReadOnly
+            // Without room to resend it as `EVAL` (route.rs): the script did not run.
+            | ServerErrorKind::NoScript,
         ) => StoreError::Connection(SourceError::new(e)),
         ErrorKind::Server(_)
         | ErrorKind::Extension

@@ -131,7 +131,6 @@ struct Inner<C> {
     reporter: Option<crate::watch::Reporter>,
 }
 
-/// A decision waiting in its policy's lane for a call to carry it.
 /// The deployment's overrides, as [`RedisStore::overrides`] reads them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -144,6 +143,7 @@ pub struct OverrideList {
     pub unreadable: Vec<String>,
 }
 
+/// A decision waiting in its policy's lane for a call to carry it.
 struct Waiter {
     key: String,
     ask: Ask,

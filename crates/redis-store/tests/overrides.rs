@@ -467,8 +467,6 @@ async fn an_applications_own_source_feeds_the_same_cache() {
     );
 }
 
-/// A write is published, and a store that listens re-reads at its next decision: with a
-/// staleness of a minute, the other process applies the change within a round trip or two.
 /// The overrides' hash lost (a restart without persistence, a flush, an eviction) and
 /// written again as often is another version: a store that read the old one re-reads it
 /// (before, the version counted writes only, so the reader kept the lost overrides until
@@ -504,6 +502,8 @@ async fn a_hash_lost_and_written_again_is_never_mistaken_for_the_one_read() {
     );
 }
 
+/// A write is published, and a store that listens re-reads at its next decision: with a
+/// staleness of a minute, the other process applies the change within a round trip or two.
 #[tokio::test]
 async fn a_published_change_applies_at_once_not_after_the_staleness() {
     let server = RedisServer::start().expect("start redis-server");

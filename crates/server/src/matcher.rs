@@ -80,7 +80,8 @@ pub fn match_descriptor<'a, 'e>(
 
 /// `key` if a limiter takes it, else a digest of it: four `0xff` bytes (a length no
 /// counted key starts with: no entry is 4 GiB) and the key's SHA-1, 24 bytes. The service
-/// bounds each entry (1 KiB) but not their sum, which the limiter does (1 KiB).
+/// bounds an entry's key (1 KiB), not its value (a client's) nor their sum: the limiter
+/// bounds the key it counts (1 KiB), so a longer one is hashed here.
 pub(crate) fn bounded(key: Vec<u8>) -> Vec<u8> {
     if key.len() <= rein_core::limiter::MAX_KEY_BYTES {
         return key;

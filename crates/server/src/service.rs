@@ -539,7 +539,8 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             }
             Err(error) => {
                 // The resilient limiter answers from its failure policy instead of failing;
-                // what is left (a refund's failure) is answered OK and logged.
+                // what is left (a refund's failure, a rate share the store refuses that the
+                // table let through) is the store's refusal, not a limit: OK, and logged.
                 tracing::warn!(%error, "no decision: OK");
                 return DescriptorStatus {
                     code: Code::Ok as i32,
