@@ -871,6 +871,45 @@ mod tests {
         panic!("no lock contention in {ATTEMPTS} attempts: the test proved nothing");
     }
 
+    /// A lease's return lands only in the window that counted its units: one that comes
+    /// after the window ended changes nothing in the next (before, a lone fixed window or
+    /// sliding counter took it as a plain refund, out of the next window's count, and
+    /// over-admitted there), while one in time gives them back. Each in-window shape
+    /// (a lone limit's own table, and a policy of several limits) on one number line.
+    #[test]
+    fn a_late_return_never_lands_in_a_later_window() {
+        let second = Micros::from_secs(1);
+        let at = |ms: u64| Timestamp::from_micros(ms * 1_000);
+        let policies = [
+            Policy::single(Limit::fixed_window(10, second).unwrap()),
+            Policy::single(Limit::sliding_counter(10, second).unwrap()),
+            Policy::new([
+                Limit::fixed_window(10, second).unwrap(),
+                Limit::token_bucket(1_000, 1, Micros::from_secs(3_600)).unwrap(),
+            ])
+            .unwrap(),
+        ];
+        for policy in policies {
+            let limiter = MemoryLimiter::<u64>::new(policy.clone());
+            // 10 held in window 0 (stamped at 100 ms); 4 given back in time.
+            let (_, stamp) = limiter
+                .acquire_held_at(at(100), &1, 10, Micros::ZERO)
+                .unwrap();
+            limiter.refund_held_at(at(900), &1, 4, stamp).unwrap();
+            assert!(
+                limiter.peek_at(at(900), &1, 4).unwrap().is_allowed(),
+                "{policy:?}"
+            );
+            // Window 1 fills; the rest of window 0's comes back late: nothing changes.
+            let remaining = |now| limiter.peek_at(now, &1, 0).unwrap().remaining;
+            let full = limiter.acquire_at(at(2_100), &1, 10).unwrap();
+            assert!(full.is_allowed(), "{policy:?}");
+            let before = remaining(at(2_200));
+            limiter.refund_held_at(at(2_200), &1, 6, stamp).unwrap();
+            assert_eq!(remaining(at(2_200)), before, "{policy:?}");
+        }
+    }
+
     #[test]
     fn keys_spread_evenly_over_shards() {
         let policy = Policy::single(Limit::fixed_window(1, Micros::from_secs(1)).unwrap());

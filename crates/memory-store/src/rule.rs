@@ -84,16 +84,15 @@ pub(crate) trait Rule {
         self.acquire(now, state, cost)
     }
 
-    /// See [`Policy::refund_held`]: a refund, but for a sliding log.
+    /// See [`Policy::refund_held`]: only into what counted the units at `stamp` (no
+    /// default: a plain refund would land a late return in a later window).
     fn refund_held(
         &self,
         now: Timestamp,
         state: &mut Self::State,
         amount: u64,
-        _stamp: Timestamp,
-    ) -> Result<(), AcquireError> {
-        self.refund(now, state, amount)
-    }
+        stamp: Timestamp,
+    ) -> Result<(), AcquireError>;
 }
 
 impl Rule for Policy {
@@ -252,7 +251,41 @@ macro_rules! algorithm_rules {
     )*};
 }
 
-algorithm_rules!(TokenBucket, FixedWindow, SlidingCounter, SlidingLog {
+algorithm_rules!(TokenBucket {
+    /// A bucket has no windows: a plain refund.
+    fn refund_held(
+        &self,
+        now: Timestamp,
+        state: &mut Self::State,
+        amount: u64,
+        _stamp: Timestamp,
+    ) -> Result<(), AcquireError> {
+        Algorithm::refund(self, now, state, amount);
+        Ok(())
+    }
+}, FixedWindow {
+    fn refund_held(
+        &self,
+        now: Timestamp,
+        state: &mut Self::State,
+        amount: u64,
+        stamp: Timestamp,
+    ) -> Result<(), AcquireError> {
+        FixedWindow::refund_in_window(self, now, state, amount, stamp);
+        Ok(())
+    }
+}, SlidingCounter {
+    fn refund_held(
+        &self,
+        now: Timestamp,
+        state: &mut Self::State,
+        amount: u64,
+        stamp: Timestamp,
+    ) -> Result<(), AcquireError> {
+        SlidingCounter::refund_in_window(self, now, state, amount, stamp);
+        Ok(())
+    }
+}, SlidingLog {
     fn acquire_held(
         &self,
         now: Timestamp,
@@ -342,6 +375,17 @@ impl Rule for WholeMicroBucket {
         debug_assert_eq!(state.tat_units, 0);
         *tat = state.tat;
         Ok(())
+    }
+
+    /// A bucket has no windows: a plain refund.
+    fn refund_held(
+        &self,
+        now: Timestamp,
+        tat: &mut Timestamp,
+        amount: u64,
+        _stamp: Timestamp,
+    ) -> Result<(), AcquireError> {
+        self.refund(now, tat, amount)
     }
 
     fn is_full(&self, now: Timestamp, tat: &Timestamp) -> bool {
