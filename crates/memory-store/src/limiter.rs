@@ -38,18 +38,31 @@ macro_rules! dispatch {
 }
 
 /// What decides how a policy's keys are stored, and so which policies can decide on one
-/// key's state: the algorithms in order, and for a lone token bucket whether its refill
-/// interval is a whole number of µs (kept as 8 bytes, with no room for a fraction).
+/// key's state: the algorithms in order with their windows, and for a lone token bucket
+/// whether its refill interval is a whole number of µs (kept as 8 bytes, with no room for
+/// a fraction). The windows, because the table keeps and drops a state by its own
+/// limits' windows: a state of other windows would read as full, and be forgotten.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Form {
-    tags: Vec<&'static str>,
+    limits: Vec<(&'static str, Option<Micros>)>,
     whole_micro_bucket: bool,
 }
 
 impl Form {
     pub(crate) fn of(policy: &Policy) -> Self {
+        let window = |limit: &Limit| match limit {
+            Limit::FixedWindow(l) => Some(l.window()),
+            Limit::SlidingLog(l) => Some(l.window()),
+            Limit::SlidingCounter(l) => Some(l.window()),
+            // A bucket's state is full by its own time alone, whatever its rate.
+            Limit::TokenBucket(_) => None,
+        };
         Self {
-            tags: policy.limits().iter().map(Limit::tag).collect(),
+            limits: policy
+                .limits()
+                .iter()
+                .map(|limit| (limit.tag(), window(limit)))
+                .collect(),
             whole_micro_bucket: matches!(
                 policy.limits(),
                 [Limit::TokenBucket(bucket)] if WholeMicroBucket::new(*bucket).is_some()
@@ -433,7 +446,7 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
     }
 
     /// `true` when a key's stored state is also a state of `limits` (a key's override):
-    /// they have the policy's [`Form`]. Such limits decide on the key's own state
+    /// they have the policy's [`Form`] (algorithms, order and windows). Such limits decide on the key's own state
     /// ([`change_as`](Self::change_as)), so what was counted carries over when they are
     /// set and when they are removed, as in Redis, where they share the key.
     pub(crate) fn shares_state_with(&self, limits: &Policy) -> bool {

@@ -51,9 +51,10 @@ use crate::{Clock, MemoryLimiter, SystemClock};
 /// # Overrides
 /// [`set_override`](Self::set_override) gives the keys of one policy other limits, or none,
 /// while the store serves, as rein-redis does for a deployment: the key's own override
-/// wins, then the longest prefix. Limits of the same algorithms in the same order decide
-/// on the key's own state, so a raised limit keeps what was counted and a lowered one
-/// applies to it; other algorithms count afresh in a table of their own. An unlimited key
+/// wins, then the longest prefix. Limits of the same algorithms in the same order, with
+/// the same windows, decide on the key's own state, so a raised limit keeps what was
+/// counted and a lowered one applies to it; other algorithms or windows count afresh in a
+/// table of their own (Redis shares a sliding log's or counter's state across windows). An unlimited key
 /// is admitted with nothing counted. A change applies to every decision that starts after
 /// it returns, in every clone of the store; a store with no override pays one atomic load
 /// per decision for them. Leases keep the policy's own limits.

@@ -39,9 +39,10 @@ fn limit(algorithm: u8, n: u64) -> Limit {
     .expect("valid")
 }
 
-/// What a policy's state is kept under, the oracle's "key": its algorithms in order, and
-/// for a lone token bucket whether one token takes a whole number of µs (the store keeps
-/// those in 8 bytes, which no other bucket shares; Redis shares every bucket's key).
+/// What a policy's state is kept under, the oracle's "key": its algorithms in order (all of
+/// one window here: the store keeps limits of other windows apart), and for a lone token
+/// bucket whether one token takes a whole number of µs (the store keeps those in 8 bytes,
+/// which no other bucket shares; Redis shares every bucket's key).
 fn shape(policy: &Policy) -> (Vec<&'static str>, bool) {
     let tags = policy.limits().iter().map(Limit::tag).collect();
     let whole = matches!(policy.limits(), [Limit::TokenBucket(b)] if b.emission_interval().1 == 1);
@@ -191,6 +192,31 @@ fn a_key_beats_a_prefix_a_longer_prefix_a_shorter_and_other_policies_are_untouch
             ("api".into(), prefix(b"tenant-"), "fw:3:3600000000".into()),
         ]
     );
+}
+
+/// An override of the policy's algorithm with another window counts apart, and limits:
+/// before, it decided on the policy's table, which dropped each new state as full by the
+/// policy's own window, so every request of a key first seen off that window's start began
+/// afresh (unlimited).
+#[test]
+fn an_override_of_another_window_limits_the_key() {
+    let clock = FakeClock::new(Timestamp::from_micros(3_600_000_000));
+    let store = MemoryStore::with_clock(clock.clone());
+    let minute = Policy::single(Limit::fixed_window(100, Micros::from_secs(60)).expect("valid"));
+    let api = prepared(&store, "api", minute);
+    store
+        .set_override("api", &key(b"k"), &Override::Limits(hourly(3)))
+        .expect("set");
+    // Five minutes into the hour: off the policy's minute windows' start.
+    clock.advance(Micros::from_secs(300));
+    let admitted = (0..5)
+        .filter(|_| {
+            ready(store.acquire(None, &api, b"k", 1))
+                .expect("decided")
+                .is_allowed()
+        })
+        .count();
+    assert_eq!(admitted, 3);
 }
 
 #[test]
