@@ -378,7 +378,10 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
     /// [`Leasable::share_rate`](rein_core::Leasable::share_rate)). Errors with
     /// [`ShareError::NotShareable`](rein_core::rate_share::ShareError::NotShareable) unless the policy
     /// is one token bucket whose share units are exact. The share state is apart from the
-    /// plain bucket's: decide such a key only this way.
+    /// plain bucket's: decide such a key only this way. A key an operator blocked (a block
+    /// of a key holding shares is refused, so it holds none) answers as the block: a direct
+    /// decision its denial, a take no room (its node then decides directly), a return
+    /// nothing given back.
     pub fn share_rate_at(
         &self,
         now: Timestamp,
@@ -388,9 +391,27 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
     where
         K: Clone,
     {
-        match &self.rates {
-            Some(rates) => rates.apply(now, key, op),
-            None => Err(not_shareable()),
+        let Some(rates) = &self.rates else {
+            return Err(not_shareable());
+        };
+        let Some(block) = self.blocks.holding(now, key) else {
+            return rates.apply(now, key, op);
+        };
+        match op {
+            RateOp::Direct(cost) => {
+                OverCapacity::check(cost, self.policy.capacity())
+                    .map_err(|over| DecideError::InvalidShare(over.into()))?;
+                block
+                    .decide(&self.policy, now)
+                    .map(RateAnswer::Decided)
+                    .ok_or_else(|| {
+                        DecideError::Unavailable(rein_core::StoreError::UnexpectedReply(
+                            "a block that holds decided nothing".into(),
+                        ))
+                    })
+            }
+            RateOp::Take(_) => Ok(RateAnswer::Taken(rein_core::rate_share::Taken::Full)),
+            RateOp::Return(_) => Ok(RateAnswer::Returned(false)),
         }
     }
 

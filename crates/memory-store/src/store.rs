@@ -808,6 +808,16 @@ mod tests {
             "x",
         ));
         assert!(matches!(blocked, Ok(true)), "{blocked:?}");
+        // The block holds for the leases too: a direct decision is its denial, a take finds
+        // no room (before, both went on as if the key were not blocked).
+        let now = Some(clock.now());
+        let direct = block_on(store.share_rate(now, &p, b"k", RateOp::Direct(1))).unwrap();
+        assert!(
+            matches!(direct, RateAnswer::Decided(d) if !d.is_allowed() && d.retry_after == Micros::from_secs(1)),
+            "{direct:?}"
+        );
+        let taken = block_on(store.share_rate(now, &p, b"k", take)).unwrap();
+        assert!(matches!(taken, RateAnswer::Taken(Taken::Full)), "{taken:?}");
         let window = Limit::fixed_window(2, Micros::from_secs(1)).unwrap();
         let w = store
             .prepare(&NamedPolicy::new("w", Policy::single(window)).unwrap())

@@ -83,7 +83,27 @@ local function exact(s)
   end
   return x
 end
-local stored = redis.call('HGETALL', key)
+local stored = redis.pcall('HGETALL', key)
+if stored.err then
+  -- Not a hash: a key an operator blocked, 'B<until>:<reason>' (a block of a bucket holding
+  -- shares is refused, so it holds none). A direct decision is the block's denial, a take
+  -- finds no room (its node then decides directly), a return gives back nothing. Another
+  -- value is the error it was.
+  local value = redis.pcall('GET', key)
+  local left = type(value) == 'string' and block_left(value, now) or nil
+  if left == nil then
+    return stored
+  elseif left > 0 and op == 'direct' then
+    return { 0, capacity, 0, left, left, now }
+  elseif left > 0 and op == 'take' then
+    return { 1, 0, 0, 0, 0, 0, now }
+  elseif left > 0 then
+    return { 0, now }
+  end
+  -- A block that ended this microsecond, its key not yet expired: as one never seen.
+  redis.call('DEL', key)
+  stored = {}
+end
 for i = 1, #stored, 2 do
   local field, value = stored[i], stored[i + 1]
   if field == 's' then

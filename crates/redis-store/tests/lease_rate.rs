@@ -10,6 +10,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
+use rein_core::admin::{KeyAdmin, Until};
 use rein_core::time::MAX_MICROS;
 use rein_core::{
     DecideError, Leasable, Limit, Limiter, Micros, Policy, Timestamp,
@@ -183,6 +184,20 @@ fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
         );
         let answer = store.share_rate(t, &policy, b"k", take).await;
         common::assert_matches!(answer, Err(DecideError::Unavailable(_)));
+        // A key an operator blocked holds for the leases: a direct decision is the block's
+        // denial, a take finds no room, a return gives back nothing (before, each failed
+        // with WRONGTYPE, which the resilient limiter above read as Redis failing: its
+        // failure policy answered, fail open admitting the blocked key).
+        let _: () = conn.del(&key).await.unwrap();
+        let blocked = KeyAdmin::block(&store, &policy, b"k", Until::For(Micros::from_secs(60)), "x");
+        assert!(matches!(blocked.await, Ok(true)));
+        let direct = store.share_rate(None, &policy, b"k", RateOp::Direct(1)).await;
+        assert!(
+            matches!(direct, Ok(RateAnswer::Decided(d)) if !d.is_allowed() && d.retry_after > Micros::from_secs(59)),
+            "{direct:?}"
+        );
+        let taken = store.share_rate(None, &policy, b"k", take).await;
+        assert!(matches!(taken, Ok(RateAnswer::Taken(Taken::Full))), "{taken:?}");
         // Bad requests are the core's typed errors, before any call.
         let _: () = conn.del(&key).await.unwrap();
         let bad = RateOp::Take(TakeRequest {
