@@ -704,15 +704,24 @@ impl Validator<'_> {
         // A request's path starts with `/` and holds no query: another pattern never
         // matches, and the route would be silently unlimited.
         let url_path = |name: &str, value: &str| {
-            if value.starts_with('/') && !value.contains(['?', '#']) {
-                Ok(value.to_owned())
-            } else {
+            if !value.starts_with('/') || value.contains(['?', '#']) {
                 Err(field(
                     &format!("{path}.{name}"),
                     line,
                     "a request path starts with `/` and has no `?` or `#`: this pattern \
                      would match no request",
                 ))
+            } else if value.contains(['{', '}', '*']) {
+                // A router's syntax: rein compares paths as written.
+                Err(field(
+                    &format!("{path}.{name}"),
+                    line,
+                    "`{..}` and `*` are a router's syntax; rein matches `path` exactly and \
+                     `prefix` by its start, as written: this pattern would match no request \
+                     (for `/users/{id}`, write `prefix = \"/users/\"`)",
+                ))
+            } else {
+                Ok(value.to_owned())
             }
         };
         let mut route = match (&r.path, &r.prefix) {

@@ -261,7 +261,8 @@ impl<L: Limiter> RateLimitLayerBuilder<L> {
     /// service, logged at debug level and counted in `rein_http_shadow_denials_total{policy}` (with
     /// the `metrics` feature; the route's `rein_http_requests_total` counts it as
     /// `shadow_denied`). Such a request takes nothing from the limit, as for any denial.
-    /// A config file sets it with `shadow = true` under `[policies.NAME]`; a reload
+    /// What it cannot decide passes too, counted as it is (`missing_key`, `too_costly`,
+    /// `unavailable`): a trial refuses no one. A config file sets it with `shadow = true` under `[policies.NAME]`; a reload
     /// ([`crate::Reloader`]) turns it on or off without a restart.
     pub fn shadow(mut self, policy: impl Into<String>) -> Self {
         self.shadow.push(policy.into());
@@ -481,7 +482,7 @@ impl<L: Limiter> Shared<L> {
         // Empty, or longer than a limiter takes (`MAX_KEY_BYTES`): no key.
         let key = match source.extract(parts) {
             Some(key) if KeyError::check(&key).is_ok() => key,
-            _ => return self.missing_key(route, source),
+            _ => return self.missing_key(route, source, entry),
         };
         let cost = route.route.cost.of(parts);
         let span = tracing::debug_span!(
@@ -530,7 +531,7 @@ impl<L: Limiter> Shared<L> {
                 ),
             ),
             Err(DecideError::InvalidKey(_)) => {
-                return self.missing_key(route, source);
+                return self.missing_key(route, source, entry);
             }
             Err(error) => {
                 let _entered = span.enter();
@@ -547,7 +548,7 @@ impl<L: Limiter> Shared<L> {
         span.record("outcome", outcome.as_str());
         #[cfg(feature = "metrics")]
         route.counters.count(outcome);
-        verdict
+        shadowed(entry, verdict)
     }
 
     /// Asks the limiter, bounded by the deadline.
@@ -573,7 +574,12 @@ impl<L: Limiter> Shared<L> {
         }
     }
 
-    fn missing_key(&self, route: &CompiledRoute, source: &KeySource) -> Verdict {
+    fn missing_key(
+        &self,
+        route: &CompiledRoute,
+        source: &KeySource,
+        entry: &PolicyEntry<L::Prepared>,
+    ) -> Verdict {
         match self.on_missing_key {
             Answer::Status(status) => tracing::error!(
                 route = route.route.name(),
@@ -589,9 +595,12 @@ impl<L: Limiter> Shared<L> {
         }
         #[cfg(feature = "metrics")]
         route.counters.count(HttpOutcome::MissingKey);
-        answer(
-            self.on_missing_key,
-            "this request carries no rate-limit key\n",
+        shadowed(
+            entry,
+            answer(
+                self.on_missing_key,
+                "this request carries no rate-limit key\n",
+            ),
         )
     }
 
@@ -637,6 +646,16 @@ fn rate_limit_value<P>(entry: &PolicyEntry<P>, decision: &Decision) -> Option<He
     let deciding = headers::deciding_limit(entry.named.policy(), decision);
     // Rendered text is visible ASCII only, so this never fails; no header beats a panic.
     HeaderValue::try_from(headers::render_rate_limit(&entry.named, deciding, decision)).ok()
+}
+
+/// `verdict`, except that a policy in shadow mode refuses no one: what it could not decide
+/// (no key, a cost above its capacity, no decision in time) passes, counted and logged as
+/// it is, as a denial it would have given does.
+fn shadowed<P>(entry: &PolicyEntry<P>, verdict: Verdict) -> Verdict {
+    match (&entry.shadow, verdict) {
+        (Some(_), Verdict::Respond(..)) => Verdict::Pass(Vec::new()),
+        (_, verdict) => verdict,
+    }
 }
 
 fn answer(answer: Answer, text: &str) -> Verdict {

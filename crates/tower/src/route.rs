@@ -143,7 +143,9 @@ impl Route {
         self
     }
 
-    /// Each request costs `cost` units (default 1). Zero makes every request a peek.
+    /// Each request costs `cost` units (default 1). Zero takes nothing and never denies:
+    /// the request passes with the key's figures ([`peek_only`](Self::peek_only) instead denies once
+    /// the key is spent).
     pub fn cost(mut self, cost: u64) -> Self {
         self.cost = Cost::Fixed(cost);
         self

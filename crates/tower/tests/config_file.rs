@@ -270,6 +270,8 @@ fn every_bad_http_or_route_value_is_refused_at_load_with_its_field_path_and_line
         Bad { what: "a method", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nmethods = [\"GET\",\n  \"P O S T\"]\n", path: "routes[0].methods[1]", line: 10, says: "not an HTTP method" },
         Bad { what: "no methods", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\nmethods = []\n", path: "routes[0].methods", line: 6, says: "list at least one method" },
         Bad { what: "a path without its slash", file: "[[routes]]\npath = \"login\"\npolicy = \"api\"\n", path: "routes[0].path", line: 6, says: "would match no request" },
+        Bad { what: "a router's pattern", file: "[[routes]]\npath = \"/users/{id}\"\npolicy = \"api\"\n", path: "routes[0].path", line: 6, says: "a router's syntax" },
+        Bad { what: "a router's wildcard", file: "[[routes]]\nprefix = \"/api/*\"\npolicy = \"api\"\n", path: "routes[0].prefix", line: 6, says: "a router's syntax" },
         Bad { what: "a prefix with a query", file: "[[routes]]\nprefix = \"/search?q=\"\npolicy = \"api\"\n", path: "routes[0].prefix", line: 6, says: "has no `?` or `#`" },
         Bad { what: "a cost over the capacity", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\ncost = 2\n", path: "routes[0].cost", line: 6, says: "2 is more than the policy's capacity (1)" },
         Bad { what: "a negative cost", file: "[[routes]]\nprefix = \"/x\"\npolicy = \"api\"\ncost = -1\n", path: "routes[0].cost", line: 9, says: "integer `-1`, expected a whole number, 0 or more" },

@@ -597,6 +597,28 @@ fn a_policy_in_shadow_mode_passes_what_it_would_deny_and_counts_it() {
         None,
         "only shadowed policies have the counter"
     );
+    // What a shadow policy cannot decide passes too: a request without its key, and one
+    // costing more than its capacity (before, 500 and 413: a trial refused clients).
+    let layer = builder()
+        .policy(window("keyed", 2))
+        .policy(window("costly", 2))
+        .shadow("keyed")
+        .shadow("costly")
+        .route(
+            Route::exact("/api/keyed")
+                .policy("keyed")
+                .key(KeySource::header(HeaderName::from_static("x-api-key"))),
+        )
+        .route(Route::exact("/api/costly").policy("costly").cost(3))
+        .build()
+        .expect("layer");
+    let trial = self::app(layer);
+    runtime.block_on(async {
+        for path in ["/api/keyed", "/api/costly"] {
+            let answered = call(&trial, Method::GET, path, PEER).await;
+            assert_eq!(answered.status, StatusCode::OK, "{path}");
+        }
+    });
     let unknown = builder().policy(window("api", 1)).shadow("apj").build();
     assert_eq!(
         unknown.err(),
