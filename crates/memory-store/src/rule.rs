@@ -180,10 +180,11 @@ fn one_limit(state: LimitState) -> PolicyState {
     PolicyState::from_states([state]).unwrap_or_else(|| unreachable!("one limit state"))
 }
 
-/// Every algorithm is a rule over its own state (its refund cannot fail). A macro rather
-/// than a blanket impl, which coherence would not allow next to the impl for `Policy`.
+/// Every algorithm is a rule over its own state (its refund cannot fail), each naming how it
+/// gives back units a lease held. A macro rather than a blanket impl, which coherence would
+/// not allow next to the impl for `Policy`.
 macro_rules! algorithm_rules {
-    ($($algorithm:ident $({ $($extra:tt)* })?),*) => {$(
+    ($($algorithm:ident => $refund_held:path $({ $($extra:tt)* })?),*) => {$(
         impl Rule for $algorithm {
             type State = <$algorithm as Algorithm>::State;
 
@@ -231,6 +232,17 @@ macro_rules! algorithm_rules {
                 Ok(())
             }
 
+            fn refund_held(
+                &self,
+                now: Timestamp,
+                state: &mut Self::State,
+                amount: u64,
+                stamp: Timestamp,
+            ) -> Result<(), AcquireError> {
+                $refund_held(self, now, state, amount, stamp);
+                Ok(())
+            }
+
             fn is_full(&self, now: Timestamp, state: &Self::State) -> bool {
                 Algorithm::is_full(self, now, state)
             }
@@ -251,62 +263,33 @@ macro_rules! algorithm_rules {
     )*};
 }
 
-algorithm_rules!(TokenBucket {
-    /// A bucket has no windows: a plain refund.
-    fn refund_held(
-        &self,
-        now: Timestamp,
-        state: &mut Self::State,
-        amount: u64,
-        _stamp: Timestamp,
-    ) -> Result<(), AcquireError> {
-        Algorithm::refund(self, now, state, amount);
-        Ok(())
-    }
-}, FixedWindow {
-    fn refund_held(
-        &self,
-        now: Timestamp,
-        state: &mut Self::State,
-        amount: u64,
-        stamp: Timestamp,
-    ) -> Result<(), AcquireError> {
-        FixedWindow::refund_in_window(self, now, state, amount, stamp);
-        Ok(())
-    }
-}, SlidingCounter {
-    fn refund_held(
-        &self,
-        now: Timestamp,
-        state: &mut Self::State,
-        amount: u64,
-        stamp: Timestamp,
-    ) -> Result<(), AcquireError> {
-        SlidingCounter::refund_in_window(self, now, state, amount, stamp);
-        Ok(())
-    }
-}, SlidingLog {
-    fn acquire_held(
-        &self,
-        now: Timestamp,
-        state: &mut Self::State,
-        cost: u64,
-        hold: Micros,
-    ) -> Result<Decision, AcquireError> {
-        SlidingLog::acquire_held(self, now, state, cost, hold)
-    }
+/// A bucket's return of held units: it has no windows, so a plain refund.
+fn bucket_refund_held(
+    bucket: &TokenBucket,
+    now: Timestamp,
+    state: &mut <TokenBucket as Algorithm>::State,
+    amount: u64,
+    _stamp: Timestamp,
+) {
+    Algorithm::refund(bucket, now, state, amount);
+}
 
-    fn refund_held(
-        &self,
-        now: Timestamp,
-        state: &mut Self::State,
-        amount: u64,
-        stamp: Timestamp,
-    ) -> Result<(), AcquireError> {
-        SlidingLog::refund_held(self, now, state, amount, stamp);
-        Ok(())
+algorithm_rules!(
+    TokenBucket => bucket_refund_held,
+    FixedWindow => FixedWindow::refund_in_window,
+    SlidingCounter => SlidingCounter::refund_in_window,
+    SlidingLog => SlidingLog::refund_held {
+        fn acquire_held(
+            &self,
+            now: Timestamp,
+            state: &mut Self::State,
+            cost: u64,
+            hold: Micros,
+        ) -> Result<Decision, AcquireError> {
+            SlidingLog::acquire_held(self, now, state, cost, hold)
+        }
     }
-});
+);
 
 /// A token bucket whose emission interval is a whole number of µs
 /// ([`TokenBucket::emission_interval`] is `(micros, 1)`), stored as its `tat` alone.

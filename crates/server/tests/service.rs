@@ -34,6 +34,21 @@ struct Running {
     client: RateLimitServiceClient<Channel>,
 }
 
+/// A service over `store` deciding the shop's rules, answering by `failure` when the store
+/// cannot, without headers of the older convention.
+fn shop<S: rein_core::Leasable + Clone + 'static>(
+    store: S,
+    failure: FailurePolicy,
+) -> RateLimitService<S> {
+    let settings = ServiceSettings {
+        failure,
+        shadow_mode: false,
+        legacy_headers: false,
+        leases: None,
+    };
+    RateLimitService::new(store, rules(RULES), settings).expect("service")
+}
+
 async fn start(text: &str, shadow_mode: bool) -> Running {
     start_with(rules(text), shadow_mode).await
 }
@@ -493,15 +508,10 @@ async fn all_or_nothing_refunds_only_what_the_store_counted() {
     // A descriptor's value is part of its store key: a user `down-…` gets no answer.
     let store = Faulty::new(MemoryStore::new(), Fault::DownFor(b"down"));
     let refunds = store.clone();
-    let settings = ServiceSettings {
-        failure: FailurePolicy::LocalFallback {
-            expected_nodes: std::num::NonZeroU32::MIN,
-        },
-        shadow_mode: false,
-        legacy_headers: false,
-        leases: None,
+    let fallback = FailurePolicy::LocalFallback {
+        expected_nodes: std::num::NonZeroU32::MIN,
     };
-    let service = RateLimitService::new(store, rules(RULES), settings).expect("service");
+    let service = shop(store, fallback);
     let spend = request(vec![descriptor(&[("cart", "c")])]);
     let answer = service.should_rate_limit(&spend).await.expect("an answer");
     assert_eq!(codes(&answer), (Code::Ok, vec![Code::Ok]));
@@ -565,13 +575,7 @@ async fn a_request_given_up_on_is_decided_to_its_end() {
         MemoryStore::new(),
         Fault::LateReply(Duration::from_millis(40)),
     );
-    let settings = ServiceSettings {
-        failure: FailurePolicy::FailClosed,
-        shadow_mode: false,
-        legacy_headers: false,
-        leases: None,
-    };
-    let service = RateLimitService::new(store, rules(RULES), settings).expect("service");
+    let service = shop(store, FailurePolicy::FailClosed);
     let cart = request(vec![descriptor(&[("cart", "c")])]);
     let spent = service.should_rate_limit(&cart).await.expect("an answer");
     assert_eq!(codes(&spent).0, Code::Ok);
