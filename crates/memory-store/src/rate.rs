@@ -2,14 +2,16 @@
 //! [`Leasable::share_rate`](rein_core::Leasable::share_rate) for a policy of one token
 //! bucket, one [`RateState`] per key under one lock.
 //!
-//! A leased token bucket's keys are few (the hot ones) and each call is a renewal or a
-//! direct decision, so one mutex over one map is enough; it is separate from the shard
-//! tables because the state is another shape (docs/leases.md). Memory is bounded: a state
-//! that may be forgotten ([`RateShares::is_forgettable`]) is dropped when the map is full,
-//! and a new key beyond the bound is answered as one that may reserve nothing (a take is
-//! told to decide directly, a direct decision is denied until room comes) rather than
-//! evicting a key whose shares may still be spent (evicting one would forget reserved
-//! rate: over-admission).
+//! Every key of a leased token bucket is decided here, the cold ones by direct decisions,
+//! the hot ones by shares; one mutex over one map, separate from the shard tables because
+//! the state is another shape (docs/leases.md). Memory is bounded: when the map is full, a
+//! state that may be forgotten ([`RateShares::is_forgettable`]) is dropped, then a state
+//! holding no shares, the one that drew least (nearest full: the shard tables' eviction,
+//! which forgets that key's draw, so it may be admitted that much again). Only when every
+//! key held holds shares is a new key answered as one that may reserve nothing (a take is
+//! told to decide directly, a direct decision is denied until room comes): evicting a key
+//! whose shares may still be spent would forget reserved rate, over-admission without
+//! bound. (Before, cold keys' draws filled the map too, and every new key was denied.)
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -108,7 +110,7 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
         if is_new && states.len() >= self.max_keys {
             let shares = self.shares;
             states.retain(|_, state| !shares.is_forgettable(now, state));
-            if states.len() >= self.max_keys {
+            if states.len() >= self.max_keys && !evict_nearest_full(&mut states) {
                 return Ok(self.no_room(now, &states, op));
             }
         }
@@ -146,6 +148,17 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
             }
         }
     }
+}
+
+/// Drops the state that holds no shares and drew least, if any: `false` if every state
+/// holds shares.
+fn evict_nearest_full<K: Hash + Eq + Clone>(states: &mut HashMap<K, RateState>) -> bool {
+    let nearest = states
+        .iter()
+        .filter(|(_, state)| state.shares.is_empty())
+        .min_by_key(|(_, state)| state.drawn)
+        .map(|(key, _)| key.clone());
+    nearest.is_some_and(|key| states.remove(&key).is_some())
 }
 
 /// For a policy that cannot be shared.
@@ -256,5 +269,34 @@ mod tests {
             table.apply(at(room), &"c", RateOp::Direct(1)),
             Ok(RateAnswer::Decided(d)) if d.is_allowed()
         ));
+    }
+
+    /// Cold keys, decided directly, hold no shares: a full table drops the one that drew
+    /// least (nearest full) for a new key, as the shard tables evict, so fabricated keys
+    /// cannot lock every new client out (before, each new key was denied once cold keys'
+    /// draws had filled the table). A key holding shares is never dropped.
+    #[test]
+    fn a_full_table_drops_a_cold_key_nearest_full_for_a_new_one() {
+        let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).unwrap();
+        let table = RateTable::new(&Policy::single(bucket), 2).unwrap();
+        let admitted = |answer| matches!(answer, Ok(RateAnswer::Decided(d)) if d.is_allowed());
+        assert!(admitted(table.apply(at(0), &"deep", RateOp::Direct(5))));
+        assert!(admitted(table.apply(at(0), &"shallow", RateOp::Direct(1))));
+        assert!(admitted(table.apply(at(1), &"new", RateOp::Direct(1))));
+        // "shallow" went: its next decision finds a full bucket; "deep" kept its draw.
+        assert!(matches!(
+            table.apply(at(2), &"deep", RateOp::Direct(6)),
+            Ok(RateAnswer::Decided(d)) if !d.is_allowed()
+        ));
+        // A key holding a share stays; with both held keys sharing, a new key waits.
+        assert!(matches!(
+            table.apply(at(3), &"deep", take(1, 1)),
+            Ok(RateAnswer::Taken(Taken::Granted(_)))
+        ));
+        assert!(matches!(
+            table.apply(at(3), &"new", take(1, 1)),
+            Ok(RateAnswer::Taken(Taken::Granted(_)))
+        ));
+        assert!(denied_for(table.apply(at(4), &"other", RateOp::Direct(1))).is_some());
     }
 }
