@@ -34,7 +34,9 @@
 //!   docs/performance.md measures it against governor's DashMap of atomics.
 //! - **Bounded memory.** At most `max_keys` keys are stored. A key whose state is full is
 //!   the same as an absent one, so a full shard first drops those for free, and only then
-//!   evicts the keys nearest to full, an eighth of the shard at a time. See
+//!   evicts the keys nearest to full (soonest full again, then, since every key of one
+//!   fixed window is full again at its end, those that used least), an eighth of the shard
+//!   at a time. See
 //!   [`MemoryLimiter`] for the per-key cost and for what eviction gives up.
 //! - **Time is an input.** Every decision has an `_at(now, …)` form; the clock is an
 //!   adapter: [`SystemClock`] (the default, `SystemTime::now()`), [`QuantaClock`] (the wall

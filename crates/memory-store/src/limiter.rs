@@ -944,6 +944,25 @@ mod tests {
         }
     }
 
+    /// Every key of one fixed window is full again at the window's end: among them a full
+    /// table evicts those that used least, so a flood of fresh keys never makes it forget
+    /// a spent one (before, the tie was broken by table order, and an attacker's flood
+    /// could give a spent key its whole limit back).
+    #[test]
+    fn a_flood_of_fresh_keys_never_evicts_a_spent_one() {
+        let hour = Micros::from_secs(3_600);
+        let limiter =
+            MemoryLimiter::<u64>::builder(Policy::single(Limit::fixed_window(10, hour).unwrap()))
+                .max_keys(NonZeroUsize::new(16).unwrap())
+                .build();
+        let now = Timestamp::from_micros(1_000);
+        assert!(limiter.acquire_at(now, &0, 10).unwrap().is_allowed());
+        for key in 1..1_000 {
+            assert!(limiter.acquire_at(now, &key, 1).unwrap().is_allowed());
+        }
+        assert!(!limiter.acquire_at(now, &0, 1).unwrap().is_allowed());
+    }
+
     #[test]
     fn keys_spread_evenly_over_shards() {
         let policy = Policy::single(Limit::fixed_window(1, Micros::from_secs(1)).unwrap());

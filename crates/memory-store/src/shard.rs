@@ -372,12 +372,17 @@ impl<K, S> ShardState<K, S> {
             return;
         }
         let batch = (capacity / EVICTION_FRACTION).clamp(1, len);
+        // Nearest to full first: the soonest full again, then (every key of one fixed
+        // window is full again at the window's end) the one that used least.
         let reset_after = |state: &S| {
             // A peek of cost zero never fails on a state the rule made.
             rule.peek(now, state, 0)
-                .map_or(Micros::MAX, |d| d.reset_after)
+                .map_or((Micros::MAX, u64::MAX), |d| {
+                    (d.reset_after, d.limit.saturating_sub(d.remaining))
+                })
         };
-        let mut resets: Vec<Micros> = self.table.iter().map(|(_, s)| reset_after(s)).collect();
+        let mut resets: Vec<(Micros, u64)> =
+            self.table.iter().map(|(_, s)| reset_after(s)).collect();
         let (below, &mut threshold, _) = resets.select_nth_unstable(batch - 1);
         // Everything below the threshold goes, then ties at the threshold until `batch`.
         let mut ties = batch - below.iter().filter(|r| **r < threshold).count();
