@@ -82,8 +82,9 @@ pub enum Source {
     FailClosed(Unavailable),
 }
 
-/// Why Redis gave no decision.
+/// Why Redis gave no decision. A later version may add a reason (as `Contended` was).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Unavailable {
     /// The circuit breaker is open (or its single probe is out): Redis was not called.
     BreakerOpen,
