@@ -61,8 +61,10 @@ pub const MAX_ENTRIES: usize = 32;
 /// JSON endpoint's 256 KiB body); a counted key longer than a limiter takes is hashed.
 pub const MAX_TEXT: usize = 1_024;
 /// The most distinct per-descriptor `limit` overrides (unit and count) the server keeps a
-/// limiter for; a request with another one is refused (`INVALID_ARGUMENT`) rather than grow
-/// the server without bound.
+/// limiter for. A descriptor with another one (or one of a unit it does not know) is decided
+/// as if it had none, by its rule, and the server logs it and counts it in
+/// `rein_server_overrides_left_out_total`: refusing the request would refuse every limit in
+/// it, which Envoy's default failure mode then admits.
 pub const MAX_LIMIT_OVERRIDES: usize = 256;
 
 /// Server-wide settings of how decisions are made and answered.
@@ -96,13 +98,6 @@ pub enum InvalidRequest {
     /// An entry's key is empty, or longer than [`MAX_TEXT`].
     #[error("descriptor {0}: an entry's key must be 1 to {MAX_TEXT} bytes")]
     EntryText(usize),
-    /// A `limit` override with a unit this server does not know (one of zero requests is
-    /// over the limit whatever its unit, as in a rule, and is not refused).
-    #[error("descriptor {0}: the limit override needs a known unit")]
-    Override(usize),
-    /// More distinct `limit` overrides than [`MAX_LIMIT_OVERRIDES`].
-    #[error("more than {MAX_LIMIT_OVERRIDES} distinct limit overrides")]
-    TooManyOverrides,
 }
 
 /// Why the service could not start or reload.
@@ -293,12 +288,30 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                 .hits_addend
                 .as_ref()
                 .map_or(request_hits, |h| h.value);
-            let plan = match (&descriptor.limit, matched) {
+            let limiter = match &descriptor.limit {
                 // Zero requests per unit: everything is over the limit, as in a rule.
-                (Some(over), _) if over.requests_per_unit == 0 => Plan::Zero,
-                (Some(over), matched) => {
-                    let limiter =
-                        self.override_limiter(index, over.unit, over.requests_per_unit)?;
+                Some(over) if over.requests_per_unit == 0 => {
+                    plans.push(Plan::Zero);
+                    continue;
+                }
+                Some(over) => match self.override_limiter(over.unit, over.requests_per_unit) {
+                    Ok(limiter) => Some(limiter),
+                    Err(why) => {
+                        tracing::warn!(
+                            domain = %request.domain,
+                            descriptor = index,
+                            unit = over.unit,
+                            requests_per_unit = over.requests_per_unit,
+                            "a descriptor's limit override left out ({why}): decided by its rule"
+                        );
+                        metrics::counter!("rein_server_overrides_left_out_total").increment(1);
+                        None
+                    }
+                },
+                None => None,
+            };
+            let plan = match (limiter, matched) {
+                (Some(limiter), matched) => {
                     let mut key = Vec::new();
                     crate::matcher::push_counted(&mut key, request.domain.as_bytes());
                     for e in &descriptor.entries {
@@ -646,12 +659,12 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         out
     }
 
+    /// The limiter of a descriptor's `limit` override, or why the server keeps none for it.
     fn override_limiter(
         &self,
-        index: usize,
         unit: i32,
         requests_per_unit: u32,
-    ) -> Result<Arc<OverrideLimiter<S>>, InvalidRequest> {
+    ) -> Result<Arc<OverrideLimiter<S>>, &'static str> {
         let unit = match EnvoyUnit::try_from(unit) {
             Ok(EnvoyUnit::Second) => NamedUnit::Second,
             Ok(EnvoyUnit::Minute) => NamedUnit::Minute,
@@ -660,7 +673,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             Ok(EnvoyUnit::Week) => NamedUnit::Week,
             Ok(EnvoyUnit::Month) => NamedUnit::Month,
             Ok(EnvoyUnit::Year) => NamedUnit::Year,
-            _ => return Err(InvalidRequest::Override(index)),
+            _ => return Err("a unit this server does not know"),
         };
         let count = u64::from(requests_per_unit);
         let mut overrides = self
@@ -672,27 +685,27 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             return Ok(Arc::clone(found));
         }
         if overrides.len() >= MAX_LIMIT_OVERRIDES {
-            return Err(InvalidRequest::TooManyOverrides);
+            return Err("more distinct overrides than the server keeps (MAX_LIMIT_OVERRIDES)");
         }
         // A zero count never reaches here (`Plan::Zero`).
         let limit = Limit::fixed_window(count, Micros::from(unit.duration()))
-            .map_err(|_| InvalidRequest::Override(index))?;
+            .map_err(|_| "numbers rein cannot keep exact")?;
         let name = format!(
             "override-{}-{count}",
             format!("{unit:?}").to_ascii_lowercase()
         );
         let policy = NamedPolicy::new(name, Policy::single(limit))
-            .map_err(|_| InvalidRequest::Override(index))?;
+            .map_err(|_| "numbers rein cannot keep exact")?;
         let limiter = ResilientLimiter::builder(
             self.shared.store.clone(),
             PolicyTable::new(policy.clone()),
             self.shared.settings.failure,
         )
         .build()
-        .map_err(|_| InvalidRequest::Override(index))?
+        .map_err(|_| "numbers rein cannot keep exact")?
         .into();
         let prepared =
-            Limiter::prepare(&limiter, &policy).map_err(|_| InvalidRequest::Override(index))?;
+            Limiter::prepare(&limiter, &policy).map_err(|_| "numbers rein cannot keep exact")?;
         let built = Arc::new(OverrideLimiter {
             limiter,
             prepared,

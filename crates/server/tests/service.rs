@@ -326,6 +326,45 @@ async fn hits_addend_negative_hits_and_overrides_are_honoured() {
     );
 }
 
+/// An override the server keeps no limiter for (past `MAX_LIMIT_OVERRIDES` distinct ones,
+/// or of a unit it does not know) is left out: its descriptor is decided by its rule, and
+/// the request's other limits with it (before, the whole request was refused, which
+/// Envoy's default failure mode admits unlimited).
+#[tokio::test]
+async fn an_override_the_server_cannot_keep_is_decided_by_its_rule() {
+    let service = shop(MemoryStore::new(), FailurePolicy::FailClosed);
+    let with_override = |user: &str, unit: rate_limit::Unit, count: u32| {
+        let mut asked = request(vec![descriptor(&[("user", user)])]);
+        asked.descriptors[0].limit = Some(rate_limit_descriptor::RateLimitOverride {
+            requests_per_unit: count,
+            unit: unit as i32,
+        });
+        asked
+    };
+    let max = u32::try_from(rein_server::service::MAX_LIMIT_OVERRIDES).expect("small");
+    for count in 1..=max {
+        let kept = with_override("filler", rate_limit::Unit::Day, 1_000 + count);
+        service.should_rate_limit(&kept).await.expect("an answer");
+    }
+    // The user rule's 3 an hour, not the override's 100 a minute, nor a refusal.
+    for (user, unit) in [
+        ("one-more", rate_limit::Unit::Minute),
+        ("unknown-unit", rate_limit::Unit::Unknown),
+    ] {
+        let asked = with_override(user, unit, 100);
+        let mut answers = Vec::new();
+        for _ in 0..4 {
+            let answer = service.should_rate_limit(&asked).await.expect("an answer");
+            answers.push(codes(&answer).0);
+        }
+        assert_eq!(
+            answers,
+            [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit],
+            "{user}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn an_override_needs_its_domain_in_the_rules_as_in_envoyproxy_ratelimit() {
     let mut config = rules(RULES);
