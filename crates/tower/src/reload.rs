@@ -61,6 +61,9 @@ pub struct Reloader {
 
 struct Inner {
     path: PathBuf,
+    /// The file's length and modification time as `load` found them before reading it: a
+    /// watch started later compares with this, so an edit made in between is applied.
+    loaded: Option<(u64, Option<SystemTime>)>,
     store: ConfiguredStore,
     layer: ConfiguredLayer,
     /// The configuration in force; held while a reload builds, so reloads run one at a
@@ -123,6 +126,7 @@ impl Reloader {
     /// [`Config::load`] then [`Config::build`] do.
     pub async fn load(path: impl AsRef<Path>) -> Result<Self, ReloadError> {
         let path = path.as_ref().to_owned();
+        let loaded = fingerprint(&path);
         let config = Config::load(&path).map_err(|source| ReloadError::Load {
             path: path.clone(),
             source,
@@ -139,6 +143,7 @@ impl Reloader {
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
+                loaded,
                 store,
                 layer,
                 current: Mutex::new(config),
@@ -215,7 +220,7 @@ impl Reloader {
     pub fn watch(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
         let every = every.max(Duration::from_millis(10));
-        let mut seen = fingerprint(&self.inner.path);
+        let mut seen = self.inner.loaded;
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -464,6 +464,30 @@ policy = "{name}"
     let _ = std::fs::remove_file(&path);
 }
 
+/// A watch started after the file changed applies the change: it compares with the file
+/// as `load` read it (before, with the file as it was when the watch started, so an edit
+/// made in between, e.g. by config management during startup, waited for the next one).
+#[tokio::test]
+async fn a_watch_started_after_an_edit_applies_it() {
+    let redis = RedisServer::start().expect("start redis-server");
+    let file = |name: &str| {
+        format!(
+            "[policies.{name}]\nlimits = [{{ algorithm = \"fixed_window\", limit = 1, window = \"1h\" }}]\n\n[[routes]]\nprefix = \"/api\"\npolicy = \"{name}\"\n"
+        )
+    };
+    let path = write_config("late-watch", &redis, &file("first"));
+    let reloader = Reloader::load(&path).await.expect("load and build");
+    // A different length, so the change shows whatever the clock's resolution.
+    write_config("late-watch", &redis, &file("second_one"));
+    let _watching = reloader.watch(Duration::from_millis(20));
+    watched(
+        || reloader.config().policies[0].name() == "second_one",
+        "the edit made before the watch",
+    )
+    .await;
+    let _ = std::fs::remove_file(&path);
+}
+
 /// `[leases]` over a real Redis: requests for one hot key decided mostly from leases
 /// through the layer, every one of the limit's first 60 admitted; a reload gives back what
 /// the replaced limiter's leases held (Redis then counts just the 60), and the new limiter,
