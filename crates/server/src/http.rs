@@ -181,14 +181,19 @@ fn proto_unit<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Strin
         Name(String),
         Number(i32),
     }
-    Ok(match NameOrNumber::deserialize(deserializer)? {
-        NameOrNumber::Name(name) => name,
-        // An unknown number is `UNKNOWN`, which the service refuses.
-        NameOrNumber::Number(n) => rate_limit::Unit::try_from(n)
-            .unwrap_or(rate_limit::Unit::Unknown)
-            .as_str_name()
-            .to_owned(),
-    })
+    let unit = match NameOrNumber::deserialize(deserializer)? {
+        NameOrNumber::Name(name) => rate_limit::Unit::from_str_name(&name),
+        NameOrNumber::Number(n) => rate_limit::Unit::try_from(n).ok(),
+    };
+    // A unit the service cannot count in is the caller's mistake: refused here (400), not
+    // left for the service, which decides such a descriptor by its rule as it must for
+    // Envoy.
+    match unit {
+        Some(unit) if unit != rate_limit::Unit::Unknown => Ok(unit.as_str_name().to_owned()),
+        _ => Err(serde::de::Error::custom(
+            "unknown unit: SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR (or its number)",
+        )),
+    }
 }
 
 /// One entry.
@@ -236,7 +241,7 @@ impl JsonRequest {
                         .collect(),
                     limit: d.limit.map(|l| rate_limit_descriptor::RateLimitOverride {
                         requests_per_unit: l.requests_per_unit,
-                        // An unknown name is `UNKNOWN` (0), which the service refuses.
+                        // A name `proto_unit` took.
                         unit: rate_limit::Unit::from_str_name(&l.unit).map_or(0, |u| u as i32),
                     }),
                     hits_addend: d.hits_addend.map(|value| UInt64Value { value }),

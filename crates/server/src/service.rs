@@ -131,6 +131,11 @@ struct Shared<S: Leasable + Clone + 'static> {
     current: RwLock<Arc<Snapshot<S>>>,
     /// Limiters for per-descriptor `limit` overrides, by (unit, requests per unit).
     overrides: Mutex<Overrides<S>>,
+    /// The requests deciding in tasks of their own ([`RateLimitService::detached`]), which
+    /// shutdown waits for.
+    tasks: tokio_util::task::TaskTracker,
+    /// Whether a left-out override was logged at `warn` already (later ones at `debug`).
+    override_left_out: std::sync::atomic::AtomicBool,
 }
 
 /// The override limiters, by unit and requests per unit.
@@ -182,6 +187,8 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                 settings,
                 current: RwLock::new(Arc::new(snapshot)),
                 overrides: Mutex::new(HashMap::new()),
+                tasks: tokio_util::task::TaskTracker::new(),
+                override_left_out: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -218,6 +225,10 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
 
     /// Gives back every unit the leases hold (with leases on); call before exiting.
     pub async fn shutdown(&self) {
+        // The requests still deciding first (each within its descriptors' deadlines): one
+        // cancelled halfway would leave a charge, or reserve a lease after the release.
+        self.shared.tasks.close();
+        self.shared.tasks.wait().await;
         self.snapshot().release().await;
     }
 
@@ -258,10 +269,14 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         request: RateLimitRequest,
     ) -> tokio::task::JoinHandle<Result<RateLimitResponse, InvalidRequest>> {
         let service = self.clone();
-        tokio::spawn(async move { service.should_rate_limit(&request).await })
+        self.shared
+            .tasks
+            .spawn(async move { service.should_rate_limit(&request).await })
     }
 
-    /// Decides `request` as Envoy's `ShouldRateLimit`.
+    /// Decides `request` as Envoy's `ShouldRateLimit`. Dropped before it ends, it leaves
+    /// what its earlier descriptors charged (or a call already sent) charged, with no
+    /// refund: a caller that may give up calls [`detached`](Self::detached).
     pub async fn should_rate_limit(
         &self,
         request: &RateLimitRequest,
@@ -297,14 +312,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                 Some(over) => match self.override_limiter(over.unit, over.requests_per_unit) {
                     Ok(limiter) => Some(limiter),
                     Err(why) => {
-                        tracing::warn!(
-                            domain = %request.domain,
-                            descriptor = index,
-                            unit = over.unit,
-                            requests_per_unit = over.requests_per_unit,
-                            "a descriptor's limit override left out ({why}): decided by its rule"
-                        );
-                        metrics::counter!("rein_server_overrides_left_out_total").increment(1);
+                        self.override_left_out(&request.domain, index, over, why);
                         None
                     }
                 },
@@ -657,6 +665,41 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             ));
         }
         out
+    }
+
+    /// Logs and counts a descriptor's override left out (`why`): the first at `warn`, the
+    /// rest at `debug` (a client could send one with every request), all counted.
+    fn override_left_out(
+        &self,
+        domain: &str,
+        index: usize,
+        over: &envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride,
+        why: &str,
+    ) {
+        metrics::counter!("rein_server_overrides_left_out_total").increment(1);
+        let first = !self
+            .shared
+            .override_left_out
+            .swap(true, std::sync::atomic::Ordering::Relaxed);
+        let (unit, count) = (over.unit, over.requests_per_unit);
+        if first {
+            tracing::warn!(
+                domain,
+                descriptor = index,
+                unit,
+                requests_per_unit = count,
+                "a descriptor's limit override left out ({why}): decided by its rule (later \
+                 ones are logged at debug; rein_server_overrides_left_out_total counts them)"
+            );
+        } else {
+            tracing::debug!(
+                domain,
+                descriptor = index,
+                unit,
+                requests_per_unit = count,
+                "a descriptor's limit override left out ({why}): decided by its rule"
+            );
+        }
     }
 
     /// The limiter of a descriptor's `limit` override, or why the server keeps none for it.

@@ -229,5 +229,16 @@ fn over_a_redis_cluster_the_limit_is_exact_and_requests_all_or_nothing() {
         answer.contains(r#""limitRemaining":1"#),
         "2 of 3 taken: {answer}"
     );
+    // A unit the service cannot count in is the JSON caller's mistake: 400, naming it.
+    for unit in [r#""FORTNIGHT""#, "9", r#""UNKNOWN""#] {
+        let bad = format!(
+            r#"{{"domain":"ops","descriptors":[{{"entries":[{{"key":"user","value":"cy"}}],"limit":{{"requestsPerUnit":3,"unit":{unit}}}}}]}}"#
+        );
+        let answer = post(&bad);
+        assert!(
+            answer.starts_with("HTTP/1.1 400") && answer.contains("unknown unit"),
+            "{unit}: {answer}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
