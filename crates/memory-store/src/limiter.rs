@@ -397,19 +397,17 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         let Some(block) = self.blocks.holding(now, key) else {
             return rates.apply(now, key, op);
         };
+        // A request the core refuses is refused as for any key (as Redis checks it first).
+        rates.check(now, op)?;
         match op {
-            RateOp::Direct(cost) => {
-                OverCapacity::check(cost, self.policy.capacity())
-                    .map_err(|over| DecideError::InvalidShare(over.into()))?;
-                block
-                    .decide(&self.policy, now)
-                    .map(RateAnswer::Decided)
-                    .ok_or_else(|| {
-                        DecideError::Unavailable(rein_core::StoreError::UnexpectedReply(
-                            "a block that holds decided nothing".into(),
-                        ))
-                    })
-            }
+            RateOp::Direct(_) => block
+                .decide(&self.policy, now)
+                .map(RateAnswer::Decided)
+                .ok_or_else(|| {
+                    DecideError::Unavailable(rein_core::StoreError::UnexpectedReply(
+                        "a block that holds decided nothing".into(),
+                    ))
+                }),
             RateOp::Take(_) => Ok(RateAnswer::Taken(rein_core::rate_share::Taken::Full)),
             RateOp::Return(_) => Ok(RateAnswer::Returned(false)),
         }

@@ -5,9 +5,10 @@
 //! Every key of a leased token bucket is decided here, the cold ones by direct decisions,
 //! the hot ones by shares; one mutex over one map, separate from the shard tables because
 //! the state is another shape (docs/leases.md). Memory is bounded: when the map is full, a
-//! state that may be forgotten ([`RateShares::is_forgettable`]) is dropped, then a state
-//! holding no shares, the one that drew least (nearest full: the shard tables' eviction,
-//! which forgets that key's draw, so it may be admitted that much again). Only when every
+//! state that may be forgotten ([`RateShares::is_forgettable`]) is dropped, then states
+//! holding no live share, those nearest full, an eighth of the table at a time (the shard
+//! tables' eviction, which forgets those keys' draws, so each may be admitted that much
+//! again). Only when every
 //! key held holds shares is a new key answered as one that may reserve nothing (a take is
 //! told to decide directly, a direct decision is denied until room comes): evicting a key
 //! whose shares may still be spent would forget reserved rate, over-admission without
@@ -110,7 +111,7 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
         if is_new && states.len() >= self.max_keys {
             let shares = self.shares;
             states.retain(|_, state| !shares.is_forgettable(now, state));
-            if states.len() >= self.max_keys && !evict_nearest_full(&mut states) {
+            if states.len() >= self.max_keys && !self.evict_nearest_full(now, &mut states) {
                 return Ok(self.no_room(now, &states, op));
             }
         }
@@ -119,20 +120,73 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
         Ok(answer)
     }
 
+    /// Drops the states holding no live share at `now` that are nearest full (the most left
+    /// in their bucket, as of `now`), an eighth of the table at a time as the shard tables
+    /// evict: `false` if every state holds a live share.
+    fn evict_nearest_full(&self, now: Timestamp, states: &mut HashMap<K, RateState>) -> bool
+    where
+        K: Hash + Eq + Clone,
+    {
+        let ended = |share: &rein_core::rate_share::Share| share.until.max(share.hold_until) <= now;
+        let mut cold: Vec<(u64, K)> = states
+            .iter()
+            .filter(|(_, state)| state.shares.iter().all(ended))
+            .map(|(key, state)| {
+                // A zero-cost direct decision: the bucket's level as of now, nothing taken.
+                let left = match self
+                    .shares
+                    .apply(now, &mut state.clone(), RateOp::Direct(0))
+                {
+                    Ok(RateAnswer::Decided(d)) => d.remaining,
+                    _ => 0,
+                };
+                (left, key.clone())
+            })
+            .collect();
+        if cold.is_empty() {
+            return false;
+        }
+        let batch = (self.max_keys / 8).clamp(1, cold.len());
+        cold.select_nth_unstable_by(batch - 1, |a, b| b.0.cmp(&a.0));
+        for (_, key) in cold.drain(..batch) {
+            states.remove(&key);
+        }
+        true
+    }
+
+    /// `Err` if the core refuses `op` whatever the state (a node id, a demand or a cost out
+    /// of range).
+    pub(crate) fn check(&self, now: Timestamp, op: RateOp) -> Result<(), DecideError> {
+        self.shares
+            .apply(now, &mut RateState::default(), op)
+            .map(|_| ())
+            .map_err(DecideError::from)
+    }
+
     /// The answer to `op` for a new key the full table cannot hold: a take is told to
-    /// decide directly, and a direct decision is denied until the first held key may be
-    /// forgotten (its state's TTL after its last write). A return never lands here: a key
+    /// decide directly, and a direct decision is denied until room comes (a held key's last
+    /// share ends, or its state may be forgotten: its TTL after its last write). A return never lands here: a key
     /// holding nothing has nothing to give back, and it is answered as not applied.
     fn no_room(&self, now: Timestamp, states: &HashMap<K, RateState>, op: RateOp) -> RateAnswer {
         match op {
             RateOp::Take(_) => RateAnswer::Taken(Taken::Full),
             RateOp::Return(_) => RateAnswer::Returned(false),
             RateOp::Direct(_) => {
+                // Room comes when a state may be forgotten, or its last share ends (then
+                // it may be evicted), whichever is first.
                 let room_at = states
                     .values()
                     .map(|s| {
-                        s.at.as_micros()
-                            .saturating_add(self.shares.ttl(s).as_micros())
+                        let forgotten =
+                            s.at.as_micros()
+                                .saturating_add(self.shares.ttl(s).as_micros());
+                        let shares_end = s
+                            .shares
+                            .iter()
+                            .map(|share| share.until.max(share.hold_until).as_micros())
+                            .max()
+                            .unwrap_or(0);
+                        forgotten.min(shares_end)
                     })
                     .min()
                     .unwrap_or(0);
@@ -148,17 +202,6 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
             }
         }
     }
-}
-
-/// Drops the state that holds no shares and drew least, if any: `false` if every state
-/// holds shares.
-fn evict_nearest_full<K: Hash + Eq + Clone>(states: &mut HashMap<K, RateState>) -> bool {
-    let nearest = states
-        .iter()
-        .filter(|(_, state)| state.shares.is_empty())
-        .min_by_key(|(_, state)| state.drawn)
-        .map(|(key, _)| key.clone());
-    nearest.is_some_and(|key| states.remove(&key).is_some())
 }
 
 /// For a policy that cannot be shared.
@@ -200,7 +243,7 @@ mod tests {
     /// A table of two keys, both holding shares. A third key is answered as one that may
     /// reserve nothing, never as a store failure (which would trip a breaker, or fall to a
     /// failure policy that admits): its take is told to decide directly, its direct
-    /// decision is denied until the first held key may be forgotten, and at that instant it
+    /// decision is denied until the first held key's last share ends, and at that instant it
     /// gets in. The held keys are served throughout.
     #[test]
     fn a_full_table_answers_a_new_key_as_reserving_nothing() {
@@ -213,13 +256,13 @@ mod tests {
         let granted = |answer| matches!(answer, Ok(RateAnswer::Taken(Taken::Granted(_))));
         assert!(granted(table.apply(at(0), &"a", take(1, 1))));
         assert!(granted(table.apply(at(1_000), &"b", take(1, 1))));
-        // When "a" may be forgotten: its state's TTL after its write, as the core says.
+        // When "a" may go: its share's end (its state may be forgotten only later).
         let mut a = RateState::default();
         shares.apply(at(0), &mut a, take(1, 1)).unwrap();
-        let room = a.at.as_micros() + shares.ttl(&a).as_micros();
+        let room = a.shares[0].until.max(a.shares[0].hold_until).as_micros();
         assert!(
-            room > 100_000,
-            "a share of 100 ms holds the key at least that long"
+            room >= 100_000 && room < a.at.as_micros() + shares.ttl(&a).as_micros(),
+            "a share of 100 ms holds the key that long, and its state longer"
         );
 
         let now = at(50_000);
@@ -257,10 +300,11 @@ mod tests {
         ));
         // The held keys renew while the table is full.
         assert!(granted(table.apply(now, &"a", take(1, 2))));
-        // A µs before "a" (renewed at 50 ms, now forgettable later) or "b" may go: denied.
+        // A µs before "b"'s share ends ("a"'s, renewed at 50 ms, ends later): denied; then
+        // "b", holding no live share, is dropped for the new key.
         let mut b = RateState::default();
         shares.apply(at(1_000), &mut b, take(1, 1)).unwrap();
-        let room = b.at.as_micros() + shares.ttl(&b).as_micros();
+        let room = b.shares[0].until.max(b.shares[0].hold_until).as_micros();
         assert_eq!(
             denied_for(table.apply(at(room - 1), &"c", RateOp::Direct(1))),
             Some(1)
@@ -271,8 +315,8 @@ mod tests {
         ));
     }
 
-    /// Cold keys, decided directly, hold no shares: a full table drops the one that drew
-    /// least (nearest full) for a new key, as the shard tables evict, so fabricated keys
+    /// Cold keys, decided directly, hold no shares: a full table drops the one nearest full
+    /// (the most left) for a new key, as the shard tables evict, so fabricated keys
     /// cannot lock every new client out (before, each new key was denied once cold keys'
     /// draws had filled the table). A key holding shares is never dropped.
     #[test]

@@ -62,7 +62,8 @@ if op == 'ovset' and #ARGV == 5 then
   end
   local version = redis.call('HINCRBY', KEYS[1], '#v', 1)
   redis.call('PUBLISH', ARGV[5], version)
-  return { tostring(version), had }
+  -- '%d': the version has 16 digits, which `tostring` (14 significant) would round.
+  return { string.format('%d', version), had }
 end
 if op ~= 'swap' or #ARGV ~= 5 then
   error({ err = 'REIN expected read, ovread, ovset with 4 arguments, or swap with 4' })

@@ -43,28 +43,25 @@ impl std::fmt::Debug for Endpoint {
 }
 
 /// `url` with its secrets written `***`: the user information's
-/// (`scheme://user:secret@host`, the last `@` before the query ending it, since a secret may
-/// hold an unescaped `/`), and a `pass` or `password` parameter's (`unix` URLs).
+/// (`scheme://user:secret@host`, up to the URL's last `@`, since a secret may hold an
+/// unescaped `/` or `?`), and a `pass` or `password` parameter's (`unix` URLs).
 fn redacted(url: &str) -> std::borrow::Cow<'_, str> {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.into();
     };
-    let (head, query) = match url.find('?') {
-        Some(q) if q >= scheme_end => url.split_at(q),
-        _ => (url, ""),
-    };
-    let rest = &head[scheme_end..];
-    let mut shown = head[..scheme_end].to_owned();
-    match rest.rfind('@') {
+    let mut shown = url[..scheme_end].to_owned();
+    let rest = match url[scheme_end..].rfind('@') {
         Some(at) => {
-            match rest[..at].split_once(':') {
+            match url[scheme_end..scheme_end + at].split_once(':') {
                 Some((user, _)) => shown.push_str(&format!("{user}:***")),
                 None => shown.push_str("***"),
             }
-            shown.push_str(&rest[at..]);
+            &url[scheme_end + at..]
         }
-        None => shown.push_str(rest),
-    }
+        None => &url[scheme_end..],
+    };
+    let (head, query) = rest.split_at(rest.find('?').unwrap_or(rest.len()));
+    shown.push_str(head);
     for (i, pair) in query.trim_start_matches('?').split('&').enumerate() {
         if query.is_empty() {
             break;
@@ -101,6 +98,7 @@ mod tests {
         // A secret holding an unescaped `/` (such a URL does not parse, and its error
         // message is where it would show).
         assert_eq!(shown("redis://:pa/ss@h:6379/0"), "redis://:***@h:6379/0");
+        assert_eq!(shown("redis://:pa?ss@h:6379/0"), "redis://:***@h:6379/0");
         assert_eq!(
             shown("redis+unix:///run/redis.sock?db=1&pass=s3cret"),
             "redis+unix:///run/redis.sock?db=1&pass=***"

@@ -95,7 +95,9 @@ impl Route {
         Self::new(PathMatch::Any, "*")
     }
 
-    /// Requests for exactly `path` (no query).
+    /// Requests for exactly `path` (no query), compared as written: a router's `{id}` or
+    /// `*` is no pattern here (the config loader refuses them; in code, use
+    /// [`prefix`](Self::prefix)).
     pub fn exact(path: impl Into<String>) -> Self {
         let path = path.into();
         let name = path.clone();
