@@ -198,6 +198,14 @@ fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
         );
         let taken = store.share_rate(None, &policy, b"k", take).await;
         assert!(matches!(taken, Ok(RateAnswer::Taken(Taken::Full))), "{taken:?}");
+        let give_back = RateOp::Return(ReturnRequest {
+            node: 1,
+            id: 1,
+            seq: 2,
+            units: 5,
+        });
+        let returned = store.share_rate(None, &policy, b"k", give_back).await;
+        assert!(matches!(returned, Ok(RateAnswer::Returned(false))), "{returned:?}");
         // Bad requests are the core's typed errors, before any call.
         let _: () = conn.del(&key).await.unwrap();
         let bad = RateOp::Take(TakeRequest {
