@@ -17,7 +17,8 @@
 -- Reply    { now_us, then per decision: allowed (1 or 0), remaining, retry_after_us,
 --          reset_after_us }, with per-decision errors as in single_token_bucket.lua.
 
--- `MAX` and `clock`: preamble.lua, which script.rs puts before this file.
+-- `MAX` and `clock`: preamble.lua; `keep` and `answer`: lean.lua; script.rs puts both
+-- before this file.
 local now = clock(ARGV[1])
 -- `+ 0` rather than `tonumber` (see single_token_bucket.lua): a string that is not a number
 -- stops the script here with Lua's arithmetic error, before any write.

@@ -172,7 +172,7 @@ local function decide(key, op, cost)
     if ttl < min_ttl then
       ttl = min_ttl
     end
-    -- Written out, not through the preamble's `keep` (nor the reply through `answer`):
+    -- Written out, not through lean.lua's `keep` (nor the reply through `answer`):
     -- this is the cheapest script, and those two calls cost it about 6% of its time
     -- (alternating rounds, docs/performance.md).
     if ttl > 0 then

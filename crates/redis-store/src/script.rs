@@ -18,12 +18,21 @@ use rein_core::{
 
 use crate::RedisPolicy;
 
-/// A script as it is sent: the preamble every script shares (`MAX`, `clock`), then its own
-/// text. Still one script per algorithm, one `EVALSHA` per call.
+/// A script as it is sent: the preamble every script shares (`MAX`, `clock`), for a lean
+/// script of the fixed window or the sliding log the steps they share (`lua/lean.lua`:
+/// `keep`, `answer`), then its own text. Still one script per algorithm, one `EVALSHA` per
+/// call.
 macro_rules! script {
     ($file:literal) => {
         concat!(
             include_str!("../lua/preamble.lua"),
+            include_str!(concat!("../lua/", $file))
+        )
+    };
+    (lean $file:literal) => {
+        concat!(
+            include_str!("../lua/preamble.lua"),
+            include_str!("../lua/lean.lua"),
             include_str!(concat!("../lua/", $file))
         )
     };
@@ -49,8 +58,8 @@ pub const SCRIPT_SOURCE: &str = script!("policy.lua");
 pub const SCRIPTS: [(&str, &str); 6] = [
     ("policy", SCRIPT_SOURCE),
     ("token_bucket", script!("single_token_bucket.lua")),
-    ("fixed_window", script!("single_fixed_window.lua")),
-    ("sliding_log", script!("single_sliding_log.lua")),
+    ("fixed_window", script!(lean "single_fixed_window.lua")),
+    ("sliding_log", script!(lean "single_sliding_log.lua")),
     ("lease_rate", script!("lease_rate.lua")),
     ("admin", script!("admin.lua")),
 ];
