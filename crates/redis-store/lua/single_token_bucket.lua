@@ -173,8 +173,8 @@ local function decide(key, op, cost)
       ttl = min_ttl
     end
     -- Written out, not through lean.lua's `keep` (nor the reply through `answer`):
-    -- this is the cheapest script, and those two calls cost it about 6% of its time
-    -- (alternating rounds, docs/performance.md).
+    -- this is the cheapest script, and through them it read slower in 10 of 11
+    -- alternating rounds (docs/performance.md, "The lean scripts' shared steps").
     if ttl > 0 then
       -- Redis writes a number argument with 17 significant digits: exact below 2^53.
       local value = tat
