@@ -163,6 +163,13 @@ impl Unavailable {
             .map_or("breaker_open", |index| ERROR_NAMES[index])
     }
 
+    /// Whether the store failed, which the breaker counts toward opening: every reason but
+    /// a lost race (`Contended`), where Redis answered and only one hot key is in trouble
+    /// (opening would answer every other key by the failure policy).
+    pub(crate) fn store_failed(self) -> bool {
+        !matches!(self, Unavailable::Contended)
+    }
+
     /// A dense index of the Redis errors (everything but `BreakerOpen`), in the order of
     /// [`ERROR_NAMES`], for counters.
     pub(crate) fn error_index(&self) -> Option<usize> {

@@ -175,7 +175,8 @@ impl<K> Gate<K> {
     }
 
     /// The call of `ticket`, sent at `sent_at`, ended at `now`: answered (`Ok`), or not
-    /// (`why`), which the breaker counts toward opening.
+    /// (`why`), which the breaker counts toward opening if the store failed
+    /// ([`Unavailable::store_failed`]).
     pub(crate) fn close_call(
         &self,
         sent_at: Timestamp,
@@ -184,19 +185,14 @@ impl<K> Gate<K> {
         answer: Result<(), Unavailable>,
     ) {
         self.stats.store_latency(now.saturating_since(sent_at));
+        if let Err(why) = answer {
+            self.stats.store_error(why);
+        }
         match answer {
-            Ok(()) => self.with_breaker(|b| b.handle_success(now, ticket)),
-            // Redis answered: one hot key lost its race, which says nothing of the store
-            // every other key shares (opening the breaker would answer them all by the
-            // failure policy).
-            Err(why @ Unavailable::Contended) => {
-                self.stats.store_error(why);
-                self.with_breaker(|b| b.handle_success(now, ticket));
-            }
-            Err(why) => {
-                self.stats.store_error(why);
+            Err(why) if why.store_failed() => {
                 self.with_breaker(|b| b.handle_failure(now, ticket));
             }
+            _ => self.with_breaker(|b| b.handle_success(now, ticket)),
         }
     }
 

@@ -400,14 +400,11 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         // A request the core refuses is refused as for any key (as Redis checks it first).
         rates.check(now, op)?;
         match op {
-            RateOp::Direct(_) => block
-                .decide(&self.policy, now)
-                .map(RateAnswer::Decided)
-                .ok_or_else(|| {
-                    DecideError::Unavailable(rein_core::StoreError::UnexpectedReply(
-                        "a block that holds decided nothing".into(),
-                    ))
-                }),
+            RateOp::Direct(_) => {
+                Ok(RateAnswer::Decided(block.decide(&self.policy, now).expect(
+                    "`holding` returns only a block that holds at `now`",
+                )))
+            }
             RateOp::Take(_) => Ok(RateAnswer::Taken(rein_core::rate_share::Taken::Full)),
             RateOp::Return(_) => Ok(RateAnswer::Returned(false)),
         }

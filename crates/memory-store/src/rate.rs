@@ -127,7 +127,7 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
     where
         K: Hash + Eq + Clone,
     {
-        let ended = |share: &rein_core::rate_share::Share| share.until.max(share.hold_until) <= now;
+        let ended = |share: &rein_core::rate_share::Share| share.end() <= now;
         let mut cold: Vec<(u64, K)> = states
             .iter()
             .filter(|(_, state)| state.shares.iter().all(ended))
@@ -146,7 +146,7 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
         if cold.is_empty() {
             return false;
         }
-        let batch = (self.max_keys / 8).clamp(1, cold.len());
+        let batch = (self.max_keys / crate::shard::EVICTION_FRACTION).clamp(1, cold.len());
         cold.select_nth_unstable_by(batch - 1, |a, b| b.0.cmp(&a.0));
         for (_, key) in cold.drain(..batch) {
             states.remove(&key);
@@ -183,7 +183,7 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
                         let shares_end = s
                             .shares
                             .iter()
-                            .map(|share| share.until.max(share.hold_until).as_micros())
+                            .map(|share| share.end().as_micros())
                             .max()
                             .unwrap_or(0);
                         forgotten.min(shares_end)
@@ -259,7 +259,7 @@ mod tests {
         // When "a" may go: its share's end (its state may be forgotten only later).
         let mut a = RateState::default();
         shares.apply(at(0), &mut a, take(1, 1)).unwrap();
-        let room = a.shares[0].until.max(a.shares[0].hold_until).as_micros();
+        let room = a.shares[0].end().as_micros();
         assert!(
             room >= 100_000 && room < a.at.as_micros() + shares.ttl(&a).as_micros(),
             "a share of 100 ms holds the key that long, and its state longer"
@@ -304,7 +304,7 @@ mod tests {
         // "b", holding no live share, is dropped for the new key.
         let mut b = RateState::default();
         shares.apply(at(1_000), &mut b, take(1, 1)).unwrap();
-        let room = b.shares[0].until.max(b.shares[0].hold_until).as_micros();
+        let room = b.shares[0].end().as_micros();
         assert_eq!(
             denied_for(table.apply(at(room - 1), &"c", RateOp::Direct(1))),
             Some(1)

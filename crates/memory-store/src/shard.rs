@@ -433,4 +433,4 @@ const SHARD_SHIFT: u32 = 40;
 
 /// An eviction frees this fraction of the shard (1/8), so one scan of the shard pays for
 /// the next `capacity / 8` new keys.
-const EVICTION_FRACTION: usize = 8;
+pub(crate) const EVICTION_FRACTION: usize = 8;

@@ -443,7 +443,11 @@ where
     ) -> impl Future<Output = Result<bool, AdminError>> + Send {
         ready(check_reason(reason).and_then(|()| {
             self.admin(key, |now| {
-                if matches!(self.route(policy, key, now), Route::Unlimited) {
+                // The override alone: routing would build another shape's table for nothing.
+                if matches!(
+                    self.overrides.get(&policy.0.name, key),
+                    Some(Kept::Unlimited)
+                ) {
                     return Err(AdminError::unlimited_block());
                 }
                 if policy.0.limiter.shares_rate(now, key) {

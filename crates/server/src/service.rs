@@ -730,25 +730,25 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         if overrides.len() >= MAX_LIMIT_OVERRIDES {
             return Err("more distinct overrides than the server keeps (MAX_LIMIT_OVERRIDES)");
         }
+        // Limits, names and limiters rein refuses: numbers too large to stay exact.
+        const NOT_KEPT: &str = "numbers rein cannot keep exact";
         // A zero count never reaches here (`Plan::Zero`).
-        let limit = Limit::fixed_window(count, Micros::from(unit.duration()))
-            .map_err(|_| "numbers rein cannot keep exact")?;
+        let limit =
+            Limit::fixed_window(count, Micros::from(unit.duration())).map_err(|_| NOT_KEPT)?;
         let name = format!(
             "override-{}-{count}",
             format!("{unit:?}").to_ascii_lowercase()
         );
-        let policy = NamedPolicy::new(name, Policy::single(limit))
-            .map_err(|_| "numbers rein cannot keep exact")?;
+        let policy = NamedPolicy::new(name, Policy::single(limit)).map_err(|_| NOT_KEPT)?;
         let limiter = ResilientLimiter::builder(
             self.shared.store.clone(),
             PolicyTable::new(policy.clone()),
             self.shared.settings.failure,
         )
         .build()
-        .map_err(|_| "numbers rein cannot keep exact")?
+        .map_err(|_| NOT_KEPT)?
         .into();
-        let prepared =
-            Limiter::prepare(&limiter, &policy).map_err(|_| "numbers rein cannot keep exact")?;
+        let prepared = Limiter::prepare(&limiter, &policy).map_err(|_| NOT_KEPT)?;
         let built = Arc::new(OverrideLimiter {
             limiter,
             prepared,

@@ -497,14 +497,10 @@ impl<L: Limiter> Shared<L> {
             .instrument(span.clone())
             .await;
         let (outcome, verdict) = match result {
-            // A policy in shadow mode shows clients nothing: a client pacing itself on
-            // `RateLimit` would otherwise be slowed by a limit meant to deny no one.
+            // (A policy in shadow mode shows clients nothing: `shadowed` below.)
             Ok(decision) if decision.is_allowed() => (
                 HttpOutcome::Allowed,
-                Verdict::Pass(match entry.shadow {
-                    None => self.admitted_headers(entry, &decision),
-                    Some(_) => Vec::new(),
-                }),
+                Verdict::Pass(self.admitted_headers(entry, &decision)),
             ),
             Ok(decision) => match &entry.shadow {
                 None => (HttpOutcome::Denied, denied(entry, &decision)),
@@ -648,13 +644,14 @@ fn rate_limit_value<P>(entry: &PolicyEntry<P>, decision: &Decision) -> Option<He
     HeaderValue::try_from(headers::render_rate_limit(&entry.named, deciding, decision)).ok()
 }
 
-/// `verdict`, except that a policy in shadow mode refuses no one: what it could not decide
-/// (no key, a cost above its capacity, no decision in time) passes, counted and logged as
-/// it is, as a denial it would have given does.
+/// `verdict`, except that a policy in shadow mode shows clients nothing: it refuses no one
+/// (what it could not decide, no key, a cost above its capacity, no decision in time,
+/// passes, counted and logged as it is, as a denial it would have given does), and adds no
+/// headers (a client pacing itself on `RateLimit` would be slowed by a trial).
 fn shadowed<P>(entry: &PolicyEntry<P>, verdict: Verdict) -> Verdict {
-    match (&entry.shadow, verdict) {
-        (Some(_), Verdict::Respond(..)) => Verdict::Pass(Vec::new()),
-        (_, verdict) => verdict,
+    match entry.shadow {
+        Some(_) => Verdict::Pass(Vec::new()),
+        None => verdict,
     }
 }
 
