@@ -184,7 +184,9 @@ pub trait Leasable: Limiter {
     /// of one token bucket ([`RateShares`]): a node taking, renewing or returning its
     /// share of the rate, or a request decided against what the shares leave (leases of a
     /// token bucket, docs/leases.md). A key decided this way must be decided only this way:
-    /// its state is not the plain bucket's.
+    /// its state is not the plain bucket's. A plain bucket's state the shares meet first
+    /// (an operator's change of a key not yet shared) is adopted,
+    /// [`RateShares::adopt`], and dropped.
     fn share_rate(
         &self,
         now: Option<Timestamp>,

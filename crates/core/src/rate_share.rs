@@ -42,7 +42,7 @@ use thiserror::Error;
 
 use crate::{
     Algorithm, ConfigError, Decision, MAX_MICROS, MAX_SPAN, Micros, OverCapacity, Timestamp,
-    token_bucket::TokenBucket,
+    token_bucket::{TokenBucket, TokenBucketState},
 };
 
 /// A token bucket prepared for rate shares: its capacity and rate in share units.
@@ -274,6 +274,40 @@ impl RateShares {
     /// a store drops it then.
     pub fn is_forgettable(&self, now: Timestamp, state: &RateState) -> bool {
         now.as_micros().saturating_sub(state.at.as_micros()) >= self.ttl(state).as_micros()
+    }
+
+    /// The rate-share state of a key whose plain bucket held `bucket` (an operator's
+    /// penalty or set remaining of a key not yet shared, or a node that decided it with
+    /// leases off): no share, and the direct share as full at `now` as that bucket, exactly
+    /// (`drawn` is the bucket's used units, `C × units_per_token` less what it has left, in
+    /// share units). A store adopts the plain state this way the first time a rate-share
+    /// operation meets it, then forgets it, so a change an operator made holds for the
+    /// leases too. (Before, Redis refused the plain state as another type, read above as
+    /// Redis failing, and the memory store decided beside it as if it were full.)
+    pub fn adopt(&self, now: Timestamp, bucket: &TokenBucketState) -> RateState {
+        // The bucket's used units: `max(tat, now) − now` as whole µs and a remainder, as the
+        // bucket itself reads it (a full bucket has used none).
+        let (used_us, used_units) = if bucket.is_full_at(now) {
+            (0, 0)
+        } else {
+            (bucket.tat.as_micros() - now.as_micros(), bucket.tat_units)
+        };
+        let full = self.full_units();
+        // Checked before multiplying, as the bucket's own `remaining` is: a state written by
+        // another bucket, or before a clock regression, may stand far ahead. Below the
+        // bound both terms are at most `full`, so the sum is exact (in Lua's doubles too).
+        let drawn = if used_us > full / (RATE_PARTS * self.part_rate) {
+            full
+        } else {
+            (used_us * self.part_rate * RATE_PARTS + used_units.saturating_mul(RATE_PARTS))
+                .min(full)
+        };
+        RateState {
+            drawn,
+            at: now,
+            next_id: 0,
+            shares: Vec::new(),
+        }
     }
 
     /// Grants `request.node` its share, or renews it: see [`Taken`]. Always writes (the

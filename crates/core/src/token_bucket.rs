@@ -67,6 +67,14 @@ pub struct TokenBucketState {
     pub tat_units: u64,
 }
 
+impl TokenBucketState {
+    /// `true` when `tat` is behind `now` (not ahead by a unit): the bucket, whatever its
+    /// size, holds all its tokens. [`TokenBucket`]'s `is_full`.
+    pub fn is_full_at(&self, now: Timestamp) -> bool {
+        self.tat < now || (self.tat == now && self.tat_units == 0)
+    }
+}
+
 impl TokenBucket {
     /// A bucket of `capacity` tokens gaining `refill` tokens every `period`.
     ///
@@ -302,7 +310,7 @@ impl Algorithm for TokenBucket {
     /// `true` when the bucket holds all its tokens at `now`, so the state carries no
     /// information and a store may forget it.
     fn is_full(&self, now: Timestamp, state: &TokenBucketState) -> bool {
-        state.tat < now || (state.tat == now && state.tat_units == 0)
+        state.is_full_at(now)
     }
 
     /// One token every `units_per_token / units_per_micro` µs; `nodes` times slower is

@@ -353,3 +353,49 @@ fn every_admission_of_shares_and_direct_path_together_conforms_to_the_bucket() {
     assert!(LOCAL.load(Ordering::Relaxed) > 1_000);
     assert!(DIRECT.load(Ordering::Relaxed) > 100);
 }
+
+/// A plain bucket's state adopted by the rate shares ([`RateShares::adopt`]) is the same
+/// bucket: from the instant of adoption, direct decisions (no share taken) admit, deny and
+/// count what the plain bucket would have, request for request, including the fraction of
+/// a token a rate of uneven emission interval leaves (`tat_units`). So an operator's
+/// penalty of a key not yet shared holds for the leases, no more and no less.
+#[test]
+fn an_adopted_plain_bucket_decides_as_the_bucket_would_have() {
+    let config = Config {
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "tests/rate_share.proptest-regressions",
+        ))),
+        ..Config::with_cases(500)
+    };
+    let plan = (
+        1u64..=40,
+        1u64..=9,
+        1u64..=5_000_000,
+        proptest::collection::vec((0u64..300_000, 0u64..=40), 0..12),
+        0u64..2_000_000,
+        proptest::collection::vec((0u64..300_000, 0u64..=40), 1..20),
+    );
+    proptest!(config, |((capacity, refill, period_us, before, gap, after) in plan)| {
+        let bucket = TokenBucket::new(capacity, refill, Micros::from_micros(period_us))
+            .expect("valid bucket");
+        let shares = RateShares::new(&bucket).expect("shareable");
+        let mut plain = TokenBucketState::default();
+        let mut now = 1_000_000u64;
+        for (dt, cost) in before {
+            now += dt;
+            let _ = bucket.acquire(Timestamp::from_micros(now), &mut plain, cost.min(capacity));
+        }
+        now += gap;
+        let mut state = shares.adopt(Timestamp::from_micros(now), &plain);
+        for (dt, cost) in after {
+            now += dt;
+            let t = Timestamp::from_micros(now);
+            let cost = cost.min(capacity);
+            let want = bucket.acquire(t, &mut plain, cost).expect("within capacity");
+            let got = shares.direct(t, &mut state, cost).expect("within capacity");
+            prop_assert_eq!(got.is_allowed(), want.is_allowed(), "cost {} at {}", cost, now);
+            prop_assert_eq!(got.remaining, want.remaining, "cost {} at {}", cost, now);
+            prop_assert_eq!(got.retry_after, want.retry_after, "cost {} at {}", cost, now);
+        }
+    });
+}

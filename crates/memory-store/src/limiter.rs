@@ -7,18 +7,18 @@ use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 
 use rein_core::{
-    AcquireError, Block, DecideError, Decision, Limit, Micros, Outcome, OverCapacity, Policy,
-    Timestamp,
+    AcquireError, Block, DecideError, Decision, Limit, LimitState, Micros, Outcome, OverCapacity,
+    Policy, Timestamp,
     admin::KeyState,
     fixed_window::FixedWindow,
     rate_share::{RateAnswer, RateOp},
     sliding_counter::SlidingCounter,
     sliding_log::SlidingLog,
-    token_bucket::TokenBucket,
+    token_bucket::{TokenBucket, TokenBucketState},
 };
 
 use crate::block::Blocks;
-use crate::rate::{RateTable, not_shareable};
+use crate::rate::{PlainBucket, RateTable, not_shareable};
 use crate::rule::WholeMicroBucket;
 use crate::shard::Shards;
 use crate::{Clock, SystemClock};
@@ -378,7 +378,8 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
     /// [`Leasable::share_rate`](rein_core::Leasable::share_rate)). Errors with
     /// [`ShareError::NotShareable`](rein_core::rate_share::ShareError::NotShareable) unless the policy
     /// is one token bucket whose share units are exact. The share state is apart from the
-    /// plain bucket's: decide such a key only this way. A key an operator blocked (a block
+    /// plain bucket's: decide such a key only this way (a plain state the shares meet first,
+    /// an operator's change of a key not yet shared, is adopted and dropped). A key an operator blocked (a block
     /// of a key holding shares is refused, so it holds none) answers as the block: a direct
     /// decision its denial, a take no room (its node then decides directly), a return
     /// nothing given back.
@@ -394,11 +395,16 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         let Some(rates) = &self.rates else {
             return Err(not_shareable());
         };
-        let Some(block) = self.blocks.holding(now, key) else {
-            return rates.apply(now, key, op);
-        };
-        // A request the core refuses is refused as for any key (as Redis checks it first).
+        // A request the core refuses is refused as for any key (as Redis checks it first),
+        // before a plain state is read.
         rates.check(now, op)?;
+        let Some(block) = self.blocks.holding(now, key) else {
+            let plain = PlainOf {
+                tables: &self.tables,
+                key,
+            };
+            return rates.apply(now, key, op, plain);
+        };
         match op {
             RateOp::Direct(_) => {
                 Ok(RateAnswer::Decided(block.decide(&self.policy, now).expect(
@@ -807,6 +813,27 @@ impl<K, C: fmt::Debug> fmt::Debug for MemoryLimiterBuilder<K, C> {
 
 /// The shard tables, holding each algorithm's own state when the policy has one limit
 /// (see the `rule` module for why).
+/// A key's plain bucket in the shard tables, which the rate-share table adopts
+/// ([`PlainBucket`]): only a policy of one token bucket has a rate-share table.
+struct PlainOf<'a, K> {
+    tables: &'a Tables<K>,
+    key: &'a K,
+}
+
+impl<K: Hash + Eq> PlainBucket for PlainOf<'_, K> {
+    fn read(&self) -> TokenBucketState {
+        let state = dispatch!(self.tables, |t| t.policy_state(self.key));
+        match state.iter().next() {
+            Some(LimitState::TokenBucket(bucket)) => *bucket,
+            _ => TokenBucketState::default(),
+        }
+    }
+
+    fn forget(self) {
+        dispatch!(self.tables, |t| t.remove(self.key));
+    }
+}
+
 enum Tables<K> {
     WholeMicroBucket(Shards<K, WholeMicroBucket>),
     TokenBucket(Shards<K, TokenBucket>),

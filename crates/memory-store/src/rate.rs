@@ -22,7 +22,17 @@ use std::sync::{Mutex, PoisonError};
 use rein_core::{
     DecideError, Decision, Micros, Outcome, Policy, Timestamp,
     rate_share::{RateAnswer, RateOp, RateShares, RateState, ShareError, Taken},
+    token_bucket::TokenBucketState,
 };
+
+/// Where a key's plain bucket state lives (the shard tables), for a key the rate-share table
+/// meets first: see [`RateTable::apply`]. Both run under the table's lock.
+pub(crate) trait PlainBucket {
+    /// The key's plain state (a full bucket's for a key it does not hold).
+    fn read(&self) -> TokenBucketState;
+    /// Drops the key's plain state.
+    fn forget(self);
+}
 
 /// The rate-share states of one policy's keys.
 pub(crate) struct RateTable<K> {
@@ -91,32 +101,47 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
     /// [`Taken::Full`] (decide directly), a direct decision with a denial until the
     /// soonest held key may be forgotten. A full table is a local bound reached, not a
     /// store failure: it must not trip a breaker or fall to a failure policy that admits.
+    ///
+    /// A key this table does not hold starts from its plain bucket's state, `plain.read()`
+    /// ([`RateShares::adopt`]: an operator's penalty of a key not yet shared holds for the
+    /// leases); once the adopted state is kept (or may be forgotten), `plain.forget()`
+    /// drops the plain one, so that the key has one state. `op` must have passed
+    /// [`check`](Self::check): the core's refusals depend on `op` alone, so none comes after
+    /// the plain state was read.
     pub(crate) fn apply(
         &self,
         now: Timestamp,
         key: &K,
         op: RateOp,
+        plain: impl PlainBucket,
     ) -> Result<RateAnswer, DecideError> {
         // No user code runs under the lock but `K`'s Hash and Eq; a poisoned map is still
         // consistent (the core's transitions do not panic), so it is recovered.
         let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         let held = states.get(key).cloned();
         let is_new = held.is_none();
-        let mut state = held.unwrap_or_default();
+        let mut state = held.unwrap_or_else(|| self.shares.adopt(now, &plain.read()));
         let answer = self.shares.apply(now, &mut state, op)?;
         if self.shares.is_forgettable(now, &state) {
             states.remove(key);
+            if is_new {
+                plain.forget();
+            }
             return Ok(answer);
         }
         if is_new && states.len() >= self.max_keys {
             let shares = self.shares;
             states.retain(|_, state| !shares.is_forgettable(now, state));
             if states.len() >= self.max_keys && !self.evict_nearest_full(now, &mut states) {
+                // The plain state stays where it is, read again when room comes.
                 return Ok(self.no_room(now, &states, op));
             }
         }
         self.used.store(true, Ordering::Relaxed);
         states.insert(key.clone(), state);
+        if is_new {
+            plain.forget();
+        }
         Ok(answer)
     }
 
@@ -216,7 +241,20 @@ mod tests {
     };
     use rein_core::{DecideError, Limit, Micros, OverCapacity, Policy, Timestamp};
 
-    use super::RateTable;
+    use rein_core::token_bucket::TokenBucketState;
+
+    use super::{PlainBucket, RateTable};
+
+    /// A key with no plain state.
+    struct NoPlain;
+
+    impl PlainBucket for NoPlain {
+        fn read(&self) -> TokenBucketState {
+            TokenBucketState::default()
+        }
+
+        fn forget(self) {}
+    }
 
     fn take(node: u64, seq: u64) -> RateOp {
         RateOp::Take(TakeRequest {
@@ -254,8 +292,8 @@ mod tests {
         };
         let shares = RateShares::new(&tb).unwrap();
         let granted = |answer| matches!(answer, Ok(RateAnswer::Taken(Taken::Granted(_))));
-        assert!(granted(table.apply(at(0), &"a", take(1, 1))));
-        assert!(granted(table.apply(at(1_000), &"b", take(1, 1))));
+        assert!(granted(table.apply(at(0), &"a", take(1, 1), NoPlain)));
+        assert!(granted(table.apply(at(1_000), &"b", take(1, 1), NoPlain)));
         // When "a" may go: its share's end (its state may be forgotten only later).
         let mut a = RateState::default();
         shares.apply(at(0), &mut a, take(1, 1)).unwrap();
@@ -267,16 +305,16 @@ mod tests {
 
         let now = at(50_000);
         assert!(matches!(
-            table.apply(now, &"c", take(2, 1)),
+            table.apply(now, &"c", take(2, 1), NoPlain),
             Ok(RateAnswer::Taken(Taken::Full))
         ));
         assert_eq!(
-            denied_for(table.apply(now, &"c", RateOp::Direct(1))),
+            denied_for(table.apply(now, &"c", RateOp::Direct(1), NoPlain)),
             Some(room - 50_000)
         );
         // What keeps no state is answered as for any key.
         assert!(matches!(
-            table.apply(now, &"c", RateOp::Direct(0)),
+            table.apply(now, &"c", RateOp::Direct(0), NoPlain),
             Ok(RateAnswer::Decided(d)) if d.is_allowed()
         ));
         let give_back = RateOp::Return(ReturnRequest {
@@ -286,11 +324,11 @@ mod tests {
             units: 5,
         });
         assert!(matches!(
-            table.apply(now, &"c", give_back),
+            table.apply(now, &"c", give_back, NoPlain),
             Ok(RateAnswer::Returned(false))
         ));
         assert!(matches!(
-            table.apply(now, &"c", RateOp::Direct(11)),
+            table.apply(now, &"c", RateOp::Direct(11), NoPlain),
             Err(DecideError::InvalidShare(ShareError::InsufficientCapacity(
                 OverCapacity {
                     cost: 11,
@@ -299,18 +337,18 @@ mod tests {
             )))
         ));
         // The held keys renew while the table is full.
-        assert!(granted(table.apply(now, &"a", take(1, 2))));
+        assert!(granted(table.apply(now, &"a", take(1, 2), NoPlain)));
         // A µs before "b"'s share ends ("a"'s, renewed at 50 ms, ends later): denied; then
         // "b", holding no live share, is dropped for the new key.
         let mut b = RateState::default();
         shares.apply(at(1_000), &mut b, take(1, 1)).unwrap();
         let room = b.shares[0].end().as_micros();
         assert_eq!(
-            denied_for(table.apply(at(room - 1), &"c", RateOp::Direct(1))),
+            denied_for(table.apply(at(room - 1), &"c", RateOp::Direct(1), NoPlain)),
             Some(1)
         );
         assert!(matches!(
-            table.apply(at(room), &"c", RateOp::Direct(1)),
+            table.apply(at(room), &"c", RateOp::Direct(1), NoPlain),
             Ok(RateAnswer::Decided(d)) if d.is_allowed()
         ));
     }
@@ -324,23 +362,38 @@ mod tests {
         let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).unwrap();
         let table = RateTable::new(&Policy::single(bucket), 2).unwrap();
         let admitted = |answer| matches!(answer, Ok(RateAnswer::Decided(d)) if d.is_allowed());
-        assert!(admitted(table.apply(at(0), &"deep", RateOp::Direct(5))));
-        assert!(admitted(table.apply(at(0), &"shallow", RateOp::Direct(1))));
-        assert!(admitted(table.apply(at(1), &"new", RateOp::Direct(1))));
+        assert!(admitted(table.apply(
+            at(0),
+            &"deep",
+            RateOp::Direct(5),
+            NoPlain
+        )));
+        assert!(admitted(table.apply(
+            at(0),
+            &"shallow",
+            RateOp::Direct(1),
+            NoPlain
+        )));
+        assert!(admitted(table.apply(
+            at(1),
+            &"new",
+            RateOp::Direct(1),
+            NoPlain
+        )));
         // "shallow" went: its next decision finds a full bucket; "deep" kept its draw.
         assert!(matches!(
-            table.apply(at(2), &"deep", RateOp::Direct(6)),
+            table.apply(at(2), &"deep", RateOp::Direct(6), NoPlain),
             Ok(RateAnswer::Decided(d)) if !d.is_allowed()
         ));
         // A key holding a share stays; with both held keys sharing, a new key waits.
         assert!(matches!(
-            table.apply(at(3), &"deep", take(1, 1)),
+            table.apply(at(3), &"deep", take(1, 1), NoPlain),
             Ok(RateAnswer::Taken(Taken::Granted(_)))
         ));
         assert!(matches!(
-            table.apply(at(3), &"new", take(1, 1)),
+            table.apply(at(3), &"new", take(1, 1), NoPlain),
             Ok(RateAnswer::Taken(Taken::Granted(_)))
         ));
-        assert!(denied_for(table.apply(at(4), &"other", RateOp::Direct(1))).is_some());
+        assert!(denied_for(table.apply(at(4), &"other", RateOp::Direct(1), NoPlain)).is_some());
     }
 }

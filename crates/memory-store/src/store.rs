@@ -712,6 +712,49 @@ mod tests {
         ));
     }
 
+    /// An operator's change of a key not yet shared holds for the leases: the rate shares
+    /// adopt the plain bucket's state ([`RateShares::adopt`]) the first time they meet the
+    /// key, and the key keeps one state. Before, the rate shares decided beside it, as if
+    /// the bucket were full: a penalty did nothing.
+    ///
+    /// [`RateShares::adopt`]: rein_core::rate_share::RateShares::adopt
+    #[test]
+    fn a_penalty_of_a_key_not_yet_shared_holds_for_the_rate_shares() {
+        use rein_core::admin::KeyAdmin;
+        use rein_core::rate_share::{RateAnswer, RateOp};
+        let clock = FakeClock::new(Timestamp::from_micros(1_000));
+        let store = MemoryStore::with_clock(clock.clone());
+        let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).unwrap();
+        let p = store
+            .prepare(&NamedPolicy::new("p", Policy::single(bucket)).unwrap())
+            .unwrap();
+        let now = Some(clock.now());
+        let direct = |cost| match block_on(store.share_rate(now, &p, b"k", RateOp::Direct(cost))) {
+            Ok(RateAnswer::Decided(d)) => d,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(block_on(store.penalize(&p, b"k", 8)).unwrap().remaining, 2);
+        let denied = direct(3);
+        assert!(!denied.is_allowed() && denied.remaining == 2, "{denied:?}");
+        assert!(direct(2).is_allowed());
+        assert!(!direct(1).is_allowed());
+        // One state: the plain one is forgotten once adopted, so an inspection or a plain
+        // decision does not read a second, stale count.
+        assert_eq!(
+            block_on(store.peek(now, &p, b"k", 0)).unwrap().remaining,
+            10
+        );
+        // So does a set remaining, here of a key the shares had never met.
+        assert_eq!(
+            block_on(store.set_remaining(&p, b"j", 1))
+                .unwrap()
+                .remaining,
+            1
+        );
+        let second = block_on(store.share_rate(now, &p, b"j", RateOp::Direct(1)));
+        assert!(matches!(second, Ok(RateAnswer::Decided(d)) if d.is_allowed() && d.remaining == 0));
+    }
+
     /// The core's transitions per key, a state apart from the plain bucket's, and a typed
     /// error for a policy that is not one token bucket.
     #[test]

@@ -11,7 +11,10 @@
 -- State    field 's' = '<drawn>:<at>:<next_id>'; per share, field 'n<node>' =
 --          '<id>:<burst>:<parts>:<until>:<demand>:<seq>:<hold_burst>:<hold_parts>:<hold_until>'.
 --          The key expires when every share has ended and the direct share is full again
---          (RateShares::ttl), or after min_ttl, whichever is later.
+--          (RateShares::ttl), or after min_ttl, whichever is later. A plain bucket's
+--          '<tat>[:<tat_units>]' under the key (an operator's change of a key not yet
+--          shared) is adopted as the direct share (RateShares::adopt) and replaced by the
+--          hash; a block, 'B<until>:<reason>', answers as the block.
 -- Reply    take    { kind (0 granted, 1 full, 2 stale), id, continued, burst, parts, moved,
 --                    now }
 --          return  { applied (1 or 0), now }
@@ -83,15 +86,43 @@ local function exact(s)
   end
   return x
 end
+-- Whether the state is a plain bucket's, adopted below: written whatever the operation
+-- answers, so that the key holds one state, and a later call at an earlier instant reads
+-- the adopted one, as the core's store keeps it.
+local adopted = false
 local stored = redis.pcall('HGETALL', key)
 if stored.err then
   -- Not a hash: a key an operator blocked, 'B<until>:<reason>' (a block of a bucket holding
-  -- shares is refused, so it holds none). A direct decision is the block's denial, a take
-  -- finds no room (its node then decides directly), a return gives back nothing. Another
-  -- value is the error it was.
+  -- shares is refused, so it holds none), or a plain bucket's '<tat>[:<tat_units>]'.
   local value = redis.pcall('GET', key)
   local left = type(value) == 'string' and block_left(value, now) or nil
-  if left == nil then
+  local tat, tat_units
+  if left == nil and type(value) == 'string' then
+    tat, tat_units = string.match(value, '^(%d+):(%d+)$')
+    if tat == nil then
+      tat, tat_units = string.match(value, '^(%d+)$'), '0'
+    end
+  end
+  if tat ~= nil then
+    -- RateShares::adopt: no share, the direct share as full as the bucket (an operator's
+    -- penalty of a key not yet shared, or a node deciding with leases off). The bucket's
+    -- used units, `max(tat, now) - now` as whole µs and a remainder, in share units.
+    tat, tat_units = exact(tat), exact(tat_units)
+    if tat_units >= part_rate then
+      corrupt()
+    end
+    local used_us, used_units = 0, 0
+    if tat > now or (tat == now and tat_units > 0) then
+      used_us, used_units = tat - now, tat_units
+    end
+    -- Checked before multiplying: below the bound both terms are at most `full`.
+    if used_us > div(full, PARTS * part_rate) then
+      drawn = full
+    else
+      drawn = math.min(used_us * part_rate * PARTS + used_units * PARTS, full)
+    end
+    at, adopted, stored = now, true, {}
+  elseif left == nil then
     return stored
   elseif left > 0 and op == 'direct' then
     return { 0, capacity, 0, left, left, now }
@@ -99,10 +130,11 @@ if stored.err then
     return { 1, 0, 0, 0, 0, 0, now }
   elseif left > 0 then
     return { 0, now }
+  else
+    -- A block that ended this microsecond, its key not yet expired: as one never seen.
+    redis.call('DEL', key)
+    stored = {}
   end
-  -- A block that ended this microsecond, its key not yet expired: as one never seen.
-  redis.call('DEL', key)
-  stored = {}
 end
 for i = 1, #stored, 2 do
   local field, value = stored[i], stored[i + 1]
@@ -241,7 +273,7 @@ if op == 'direct' then
   if level >= need then
     drawn = drawn + need
     local reply = { 1, capacity, div(level - need, token_units), 0, ttl(), now }
-    if cost > 0 then
+    if cost > 0 or adopted then
       write()
     end
     return reply
@@ -260,6 +292,9 @@ if op == 'direct' then
       end
     end
     retry_after = math.max(retry_after or 1, 1)
+  end
+  if adopted then
+    write()
   end
   return { 0, capacity, div(level, token_units), retry_after, ttl(), now }
 end

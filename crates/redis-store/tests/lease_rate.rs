@@ -12,8 +12,9 @@ use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use rein_core::admin::{KeyAdmin, Until};
 use rein_core::time::MAX_MICROS;
+use rein_core::token_bucket::TokenBucketState;
 use rein_core::{
-    DecideError, Leasable, Limit, Limiter, Micros, Policy, Timestamp,
+    Algorithm, DecideError, Leasable, Limit, Limiter, Micros, Policy, Timestamp,
     rate_share::{
         RateAnswer, RateOp, RateShares, RateState, ReturnRequest, ShareError, TakeRequest, Taken,
     },
@@ -27,6 +28,10 @@ struct Case {
     refill: u64,
     period_us: u64,
     start: u64,
+    /// Plain decisions (`acquire`, leases off, or an operator's change) before the first
+    /// rate-share operation, each this many µs after the last, of this cost: the rate
+    /// shares adopt that state.
+    plain: Vec<(u64, u64)>,
     steps: Vec<(i64, Step)>,
 }
 
@@ -76,6 +81,21 @@ async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<
     // Per node: its latest grant id, its seq, and the seq of its latest grant.
     let mut nodes = [(0u64, 0u64, 0u64); 6];
     let mut now = case.start;
+    // The plain bucket's state, until the first operation the core runs adopts it (Redis
+    // keeps the plain string until then).
+    let mut plain = None;
+    for &(dt, cost) in &case.plain {
+        now = now.saturating_add(dt).min(MAX_MICROS);
+        let t = Timestamp::from_micros(now);
+        let cost = cost.min(case.capacity);
+        let bucket_state = plain.get_or_insert_with(TokenBucketState::default);
+        let core = tb.acquire(t, bucket_state, cost).expect("within capacity");
+        let redis = store
+            .acquire(Some(t), &policy, b"user", cost)
+            .await
+            .map_err(|e| TestCaseError::fail(format!("plain acquire: {e}")))?;
+        prop_assert_eq!(core, redis, "plain acquire of {} at {}", cost, now);
+    }
     for (i, &(dt, step)) in case.steps.iter().enumerate() {
         now = now.saturating_add_signed(dt).min(MAX_MICROS);
         let t = Timestamp::from_micros(now);
@@ -116,8 +136,16 @@ async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<
             }
             Step::Direct(cost) => RateOp::Direct(cost),
         };
-        let before = format!("{state:?}");
-        let core = shares.apply(t, &mut state, op);
+        let before = format!("{state:?} (plain {plain:?})");
+        let mut next = match plain {
+            Some(bucket_state) => shares.adopt(t, &bucket_state),
+            None => state.clone(),
+        };
+        let core = shares.apply(t, &mut next, op);
+        if core.is_ok() {
+            state = next;
+            plain = None;
+        }
         let redis = store.share_rate(Some(t), &policy, b"user", op).await;
         match (&core, &redis) {
             (Ok(a), Ok(b)) => prop_assert_eq!(a, b, "step {} {:?} from {}", i, op, before),
@@ -131,6 +159,9 @@ async fn run_case(store: &RedisStore<ConnectionManager>, case: &Case) -> Result<
         if let (Ok(RateAnswer::Taken(Taken::Granted(g))), RateOp::Take(r)) = (core, op) {
             nodes[r.node as usize].0 = g.id;
             nodes[r.node as usize].2 = r.seq;
+        }
+        if plain.is_some() {
+            continue;
         }
         let stored = store
             .rate_state(&policy, b"user")
@@ -168,22 +199,26 @@ fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
             let answer = store.share_rate(t, &policy, b"k", take).await;
             common::assert_matches!(answer, Err(DecideError::Unavailable(_)), "{field}={value}");
         }
-        // A plain bucket's string under the key: refused (WRONGTYPE), not read as empty.
+        // A plain bucket's string that is not one: refused, not read as a full bucket.
+        for value in ["12:x", "12:", "-5", "12:1000000", "99999999999999999"] {
+            let _: () = conn.set(&key, value).await.unwrap();
+            let answer = store.share_rate(t, &policy, b"k", take).await;
+            common::assert_matches!(answer, Err(DecideError::Unavailable(_)), "{value}");
+        }
+        // A plain bucket's state is adopted: an operator's penalty of a key not yet shared
+        // holds for the leases (before, the script failed with WRONGTYPE until the plain
+        // state expired, which the resilient limiter read as Redis failing: fail open
+        // admitted the key). A denial writes the adopted state too.
         let _: () = conn.del(&key).await.unwrap();
+        let penalized = KeyAdmin::penalize(&store, &policy, b"k", 8).await;
+        assert!(matches!(penalized, Ok(d) if d.remaining == 2), "{penalized:?}");
+        let direct = store.share_rate(None, &policy, b"k", RateOp::Direct(3)).await;
         assert!(
-            store
-                .acquire(
-                    Some(Timestamp::from_micros(1_000_000)),
-                    &policy,
-                    b"k".as_ref(),
-                    1
-                )
-                .await
-                .unwrap()
-                .is_allowed()
+            matches!(direct, Ok(RateAnswer::Decided(d)) if !d.is_allowed() && d.remaining == 2),
+            "{direct:?}"
         );
-        let answer = store.share_rate(t, &policy, b"k", take).await;
-        common::assert_matches!(answer, Err(DecideError::Unavailable(_)));
+        let kind: String = redis::cmd("TYPE").arg(&key).query_async(&mut conn).await.unwrap();
+        assert_eq!(kind, "hash");
         // A key an operator blocked holds for the leases: a direct decision is the block's
         // denial, a take finds no room, a return gives back nothing (before, each failed
         // with WRONGTYPE, which the resilient limiter above read as Redis failing: its
@@ -274,12 +309,17 @@ fn case() -> impl Strategy<Value = Case> {
             .is_some()
     });
     let start = prop_oneof![Just(0u64), 1u64..=2_000_000_000_000_000];
-    (bucket, start, prop::collection::vec(step(), 30..=60)).prop_map(
-        |((capacity, refill, period_us), start, steps)| Case {
+    let plain = prop_oneof![
+        Just(vec![]),
+        prop::collection::vec((0u64..=200_000, 0u64..=13), 1..=6),
+    ];
+    (bucket, start, plain, prop::collection::vec(step(), 30..=60)).prop_map(
+        |((capacity, refill, period_us), start, plain, steps)| Case {
             capacity,
             refill,
             period_us,
             start,
+            plain,
             steps,
         },
     )
