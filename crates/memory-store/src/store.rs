@@ -712,6 +712,23 @@ mod tests {
         ));
     }
 
+    /// A store whose clock (operators' changes read it) stands at the decisions' instants
+    /// here, 1 ms, with a policy of one bucket of 10 a second.
+    fn ten_a_second() -> (
+        FakeClock,
+        MemoryStore<FakeClock>,
+        <MemoryStore<FakeClock> as Limiter>::Prepared,
+        Limit,
+    ) {
+        let clock = FakeClock::new(Timestamp::from_micros(1_000));
+        let store = MemoryStore::with_clock(clock.clone());
+        let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).unwrap();
+        let p = store
+            .prepare(&NamedPolicy::new("p", Policy::single(bucket)).unwrap())
+            .unwrap();
+        (clock, store, p, bucket)
+    }
+
     /// An operator's change of a key not yet shared holds for the leases: the rate shares
     /// adopt the plain bucket's state ([`RateShares::adopt`]) the first time they meet the
     /// key, and the key keeps one state. Before, the rate shares decided beside it, as if
@@ -722,12 +739,7 @@ mod tests {
     fn a_penalty_of_a_key_not_yet_shared_holds_for_the_rate_shares() {
         use rein_core::admin::KeyAdmin;
         use rein_core::rate_share::{RateAnswer, RateOp};
-        let clock = FakeClock::new(Timestamp::from_micros(1_000));
-        let store = MemoryStore::with_clock(clock.clone());
-        let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).unwrap();
-        let p = store
-            .prepare(&NamedPolicy::new("p", Policy::single(bucket)).unwrap())
-            .unwrap();
+        let (clock, store, p, _) = ten_a_second();
         let now = Some(clock.now());
         let direct = |cost| match block_on(store.share_rate(now, &p, b"k", RateOp::Direct(cost))) {
             Ok(RateAnswer::Decided(d)) => d,
@@ -762,13 +774,7 @@ mod tests {
         use rein_core::rate_share::{
             RateAnswer, RateOp, RateShares, RateState, TakeRequest, Taken,
         };
-        // Operators' changes read the store's clock: at the decisions' instants here.
-        let clock = FakeClock::new(Timestamp::from_micros(1_000));
-        let store = MemoryStore::with_clock(clock.clone());
-        let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).unwrap();
-        let p = store
-            .prepare(&NamedPolicy::new("p", Policy::single(bucket)).unwrap())
-            .unwrap();
+        let (clock, store, p, bucket) = ten_a_second();
         let Limit::TokenBucket(tb) = bucket else {
             unreachable!()
         };
