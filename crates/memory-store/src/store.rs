@@ -391,21 +391,17 @@ where
         key: &[u8],
         amount: u64,
     ) -> impl Future<Output = Result<Decision, AdminError>> + Send {
-        ready(self.admin(key, |now| {
-            let own = &policy.0.limiter;
-            if own.shares_rate(now, key) {
-                return Err(AdminError::rate_shared());
-            }
-            match self.route(policy, key, now) {
-                Route::Own | Route::Unlimited => own.penalize_at(now, key, amount),
-                Route::Other(limits, table) => {
-                    own.blocked_as(now, key, 0, &limits).unwrap_or_else(|| {
-                        table.change_as(now, key, |at, s| limits.penalize(at, s, amount))
-                    })
-                }
-            }
-            .map_err(admin_error)
-        }))
+        let own = &policy.0.limiter;
+        ready(self.change_count(
+            policy,
+            key,
+            |now| own.penalize_at(now, key, amount),
+            |now, limits, table| {
+                own.blocked_as(now, key, 0, limits).unwrap_or_else(|| {
+                    table.change_as(now, key, |at, s| limits.penalize(at, s, amount))
+                })
+            },
+        ))
     }
 
     fn set_remaining(
@@ -414,24 +410,20 @@ where
         key: &[u8],
         remaining: u64,
     ) -> impl Future<Output = Result<Decision, AdminError>> + Send {
-        ready(self.admin(key, |now| {
-            let own = &policy.0.limiter;
-            if own.shares_rate(now, key) {
-                return Err(AdminError::rate_shared());
-            }
-            match self.route(policy, key, now) {
-                Route::Own | Route::Unlimited => own.set_remaining_at(now, key, remaining),
-                Route::Other(limits, table) => {
-                    own.forget_block(key);
-                    table.change_as(now, key, |at, s| {
-                        let (set, figures) = limits.with_remaining(at, remaining)?;
-                        *s = set;
-                        Ok(figures)
-                    })
-                }
-            }
-            .map_err(admin_error)
-        }))
+        let own = &policy.0.limiter;
+        ready(self.change_count(
+            policy,
+            key,
+            |now| own.set_remaining_at(now, key, remaining),
+            |now, limits, table| {
+                own.forget_block(key);
+                table.change_as(now, key, |at, s| {
+                    let (set, figures) = limits.with_remaining(at, remaining)?;
+                    *s = set;
+                    Ok(figures)
+                })
+            },
+        ))
     }
 
     fn block(
@@ -484,6 +476,30 @@ where
     ) -> Result<T, AdminError> {
         KeyError::check(key)?;
         change(self.clock.now())
+    }
+
+    /// An operator's change of what `key` has counted (a penalty, a set remaining): `own` on
+    /// the policy's table, or `other` on an override's limits and the table they count in,
+    /// at the clock's `now`. Refused while the key's token bucket shares rate: the shares
+    /// are its count then, and a change of the plain bucket would not be read (a plain
+    /// state the shares meet later is adopted).
+    fn change_count(
+        &self,
+        policy: &MemoryPolicy<C>,
+        key: &[u8],
+        own: impl FnOnce(Timestamp) -> Result<Decision, AcquireError>,
+        other: impl FnOnce(Timestamp, &Policy, Table<'_, C>) -> Result<Decision, AcquireError>,
+    ) -> Result<Decision, AdminError> {
+        self.admin(key, |now| {
+            if policy.0.limiter.shares_rate(now, key) {
+                return Err(AdminError::rate_shared());
+            }
+            match self.route(policy, key, now) {
+                Route::Own | Route::Unlimited => own(now),
+                Route::Other(limits, table) => other(now, &limits, table),
+            }
+            .map_err(admin_error)
+        })
     }
 }
 
