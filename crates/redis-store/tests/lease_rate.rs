@@ -241,6 +241,19 @@ fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
         });
         let returned = store.share_rate(None, &policy, b"k", give_back).await;
         assert!(matches!(returned, Ok(RateAnswer::Returned(false))), "{returned:?}");
+        // At and after its end, before Redis expires its key, the block is as a key never
+        // seen: a full bucket, whose state the decision writes in the block's place.
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970");
+        let ended = Timestamp::from_micros(wall.as_micros() as u64 + 3_600_000_000);
+        let direct = store.share_rate(Some(ended), &policy, b"k", RateOp::Direct(1)).await;
+        assert!(
+            matches!(direct, Ok(RateAnswer::Decided(d)) if d.is_allowed() && d.remaining == 9),
+            "{direct:?}"
+        );
+        let kind: String = redis::cmd("TYPE").arg(&key).query_async(&mut conn).await.unwrap();
+        assert_eq!(kind, "hash");
         // Bad requests are the core's typed errors, before any call.
         let _: () = conn.del(&key).await.unwrap();
         let bad = RateOp::Take(TakeRequest {
