@@ -289,6 +289,31 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
     server
         .command(&["HDEL", &format!("{PREFIX}:overrides"), "api:=broken"])
         .expect("HDEL");
+    // Overrides that cannot be read at all: a key change is refused, exit 3, rather than
+    // made to the policy's own key when an override may name another.
+    let hash = format!("{PREFIX}:overrides");
+    server.command(&["RENAME", &hash, "kept"]).expect("RENAME");
+    server.command(&["SET", &hash, "not a hash"]).expect("SET");
+    let refused = with_config(
+        &path,
+        &["--config"],
+        &["key", "penalize", "api", "u-3", "2"],
+    );
+    assert_eq!(code(&refused), 3, "{}", stderr(&refused));
+    assert_says(stderr(&refused), "reading the overrides");
+    server.command(&["DEL", &hash]).expect("DEL");
+    server.command(&["RENAME", "kept", &hash]).expect("RENAME");
+    let untouched = with_config(
+        &path,
+        &["--config"],
+        &["--json", "key", "inspect", "api", "u-3"],
+    );
+    assert_eq!(
+        json(&untouched)["limits"][0]["remaining"],
+        5,
+        "{}",
+        stdout(&untouched)
+    );
     // With leases, an override reaches only what the leases do not answer: said.
     let leased = config("leased", &format!("url = \"{}\"", server.url()));
     let text = std::fs::read_to_string(&leased).expect("read config");
