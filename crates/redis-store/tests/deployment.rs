@@ -404,3 +404,40 @@ async fn a_connection_lost_with_its_server_is_replaced_once_the_server_is_back()
     }
     assert!(connects.load(Ordering::SeqCst) >= 2);
 }
+
+/// A standalone primary demoted to a replica (a failover moved the primary elsewhere, and
+/// the store was given this address alone) refuses every write with `READONLY`. The store
+/// answers that call at once as a connection error, one `EVALSHA` sent: before, it resent
+/// the call up to five times, spending the caller's whole deadline on a server that stays a
+/// replica.
+#[tokio::test]
+async fn a_primary_demoted_to_a_replica_is_a_connection_error_sent_once() {
+    let primary = RedisServer::start().expect("start redis-server");
+    let demoted = RedisServer::start().expect("start redis-server");
+    let store = RedisStoreBuilder::new()
+        .deadline(Duration::from_secs(2))
+        .build(
+            redis::Client::open(demoted.url())
+                .expect("client")
+                .get_connection_manager()
+                .await
+                .expect("connect"),
+        )
+        .expect("store");
+    let policy = policy();
+    assert!(common::admits(&store, &policy, b"u", 1).await);
+    let port = primary.port().to_string();
+    demoted
+        .command(&["REPLICAOF", "127.0.0.1", &port])
+        .expect("REPLICAOF");
+    let sent = demoted.commandstat_calls("evalsha").expect("INFO");
+    let refused = store.acquire(None, &policy, b"u", 1).await;
+    common::assert_matches!(
+        refused,
+        Err(DecideError::Unavailable(StoreError::Connection(_)))
+    );
+    assert_eq!(
+        demoted.commandstat_calls("evalsha").expect("INFO"),
+        sent + 1
+    );
+}
