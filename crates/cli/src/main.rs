@@ -284,7 +284,7 @@ enum KeyCommand {
     },
     /// Give AMOUNT back to every limit of KEY, never beyond full (a request charged by
     /// mistake). Refused (exit 1) where it would change nothing: a key a block holds, or
-    /// one an override makes unlimited.
+    /// one an override makes unlimited. Running it again after a failure may give it twice.
     #[command(after_help = "Example:\n  rein --config rein.toml key reward api 203.0.113.7 1")]
     Reward {
         /// The policy's name, as in the config (`rein policy list`).

@@ -631,6 +631,36 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
     );
     ok(&["override", "rm", "api", "--key", "tenant-8"]);
 
+    // A block made under an override of another shape is seen where the key's decisions
+    // read: a reward of it is refused (before, the check read the policy's own key, and the
+    // reward reported done, giving nothing back).
+    ok(&[
+        "override", "set", "api", "--key", "tenant-9", "--limit", "sl:5/1m",
+    ]);
+    ok(&["key", "block", "api", "tenant-9", "--for", "10m"]);
+    let reward = run(&["key", "reward", "api", "tenant-9", "1"]);
+    assert_eq!(code(&reward), 1, "{}", stderr(&reward));
+    assert_says(stderr(&reward), "the key is blocked");
+    assert_eq!(
+        ok(&["key", "unblock", "api", "tenant-9"])["unblocked"],
+        true
+    );
+    // A block made before such an override stays in the policy's own key, where decisions
+    // go back once the override goes: an unblock under the override lifts it too (before,
+    // "was not blocked", and the key was denied again once the override was removed).
+    ok(&["override", "rm", "api", "--key", "tenant-9"]);
+    ok(&["key", "block", "api", "tenant-9", "--for", "10m"]);
+    ok(&[
+        "override", "set", "api", "--key", "tenant-9", "--limit", "sl:5/1m",
+    ]);
+    assert_eq!(
+        ok(&["key", "unblock", "api", "tenant-9"])["unblocked"],
+        true
+    );
+    ok(&["override", "rm", "api", "--key", "tenant-9"]);
+    let seen = ok(&["key", "inspect", "api", "tenant-9"]);
+    assert_eq!(seen["blocked"], Value::Null, "{seen}");
+
     // Bad input.
     for (bad, exit) in [
         (

@@ -235,9 +235,6 @@ where
         key: &[u8],
         change: Change<'_>,
     ) -> Result<Changed, AdminError> {
-        /// Attempts before [`AdminError::Contended`]: each loses only to a decision that
-        /// wrote the key between this change's two calls, well under a millisecond apart.
-        const ATTEMPTS: u32 = 16;
         let deadline = self.deadline_from_now();
         let applied = self.applied(policy, key, deadline).await;
         let policy = match overridden(applied.as_deref(), policy) {
@@ -248,6 +245,21 @@ where
             // An unlimited key's counts are the policy's own, which an operator may still set.
             None => policy,
         };
+        self.change_in(policy, key, change, deadline).await
+    }
+
+    /// [`change`](Self::change) of the state `policy` (the one that applies) keeps for
+    /// `key`, within `deadline`.
+    async fn change_in(
+        &self,
+        policy: &RedisPolicy,
+        key: &[u8],
+        change: Change<'_>,
+        deadline: Instant,
+    ) -> Result<Changed, AdminError> {
+        /// Attempts before [`AdminError::Contended`]: each loses only to a decision that
+        /// wrote the key between this change's two calls, well under a millisecond apart.
+        const ATTEMPTS: u32 = 16;
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
         let span =
             tracing::info_span!("rein_redis_admin", policy = policy.name(), change = ?change);
@@ -1102,8 +1114,13 @@ impl<C> KeyAdmin for RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// One `GET`, so the read is atomic.
+    /// One `GET`, so the read is atomic, of the state the key's decisions read: its
+    /// override's, if the store applies overrides (an unlimited key's: what the policy's own
+    /// limits counted), as the other changes. (Before, the policy's own key, always: a tool
+    /// that checked for a block there missed one made under an override of another shape.)
     async fn inspect(&self, policy: &RedisPolicy, key: &[u8]) -> Result<KeyState, AdminError> {
+        let applied = self.applied(policy, key, self.deadline_from_now()).await;
+        let policy = overridden(applied.as_deref(), policy).unwrap_or(policy);
         self.read_key(policy, key).await.map_err(|e| match e {
             StateError::InvalidKey(e) => AdminError::InvalidKey(e),
             StateError::Unavailable(e) => AdminError::Unavailable(e),
@@ -1176,8 +1193,28 @@ where
         )
     }
 
+    /// Lifts the block in the state the key's decisions read, and one left in the policy's
+    /// own key by an override of another shape made after it (decisions go back there once
+    /// the override goes), as [`reset`](KeyAdmin::reset) forgets both.
     async fn unblock(&self, policy: &RedisPolicy, key: &[u8]) -> Result<bool, AdminError> {
-        done(self.change(policy, key, Change::Unblock).await?)
+        let deadline = self.deadline_from_now();
+        let applied = self.applied(policy, key, deadline).await;
+        let mut lifted = false;
+        let prefix = &self.inner.prefix;
+        if let Some(limits) = overridden(applied.as_deref(), policy)
+            && crate::key::state_keys(prefix, limits, key)?
+                != crate::key::state_keys(prefix, policy, key)?
+        {
+            lifted = done(
+                self.change_in(limits, key, Change::Unblock, deadline)
+                    .await?,
+            )?;
+        }
+        let own = done(
+            self.change_in(policy, key, Change::Unblock, deadline)
+                .await?,
+        )?;
+        Ok(lifted | own)
     }
 }
 
