@@ -44,6 +44,28 @@ impl Decision {
         self.outcome == Outcome::Allowed
     }
 
+    /// An admission that knows nothing of the limit: a failure policy's "fail open", made
+    /// because the store gave no answer. Its figures are `limit` (the policy's capacity),
+    /// nothing left and full again now, which no limit's admission gives (one that leaves
+    /// nothing is full again only later): [`is_blind`](Self::is_blind) tells it apart, and
+    /// a layer shows no figures for it (rein-tower sends no `RateLimit` header, rein-server
+    /// no `limit_remaining`).
+    pub const fn blind(limit: u64) -> Self {
+        Self {
+            outcome: Outcome::Allowed,
+            limit,
+            remaining: 0,
+            retry_after: Micros::ZERO,
+            reset_after: Micros::ZERO,
+            limit_index: 0,
+        }
+    }
+
+    /// `true` for an admission whose figures say nothing ([`blind`](Self::blind)).
+    pub fn is_blind(&self) -> bool {
+        self.is_allowed() && self.remaining == 0 && self.reset_after == Micros::ZERO
+    }
+
     pub(crate) fn allowed(limit: u64, remaining: u64, reset_after: Micros) -> Self {
         Self {
             outcome: Outcome::Allowed,

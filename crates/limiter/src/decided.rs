@@ -57,9 +57,10 @@ pub enum Source {
     /// did not count it. `remaining` is what Redis last reported minus local reuses since.
     AllowCache,
     /// Admitted from a block of the limit this node holds (leases, docs/leases.md): no
-    /// store call. Exact: the store counted the block when it granted it. `limit` is the
-    /// policy's capacity and `remaining` the units this node still holds (a lower bound of
-    /// what the store has left); for a token bucket leased as rate, `remaining` and
+    /// store call. Exact: the store counted the block when it granted it. `limit`,
+    /// `remaining` and `limit_index` name the policy's tightest limit as the store's last
+    /// grant reported it, plus the units this node still holds unspent (other nodes'
+    /// spending since is not seen); for a token bucket leased as rate, `remaining` and
     /// `reset_after` are the bucket's, read off this node's share.
     Lease,
     /// Denied by this node's leases: the store said less than a renewal interval ago that
@@ -72,8 +73,9 @@ pub enum Source {
     /// Its figures are the share's: `limit` is the share's capacity.
     Fallback(Unavailable),
     /// Redis was unavailable; admitted by [`FailurePolicy::FailOpen`](crate::FailurePolicy).
-    /// Nothing is known about the limit: `limit` is the policy's capacity, `remaining`,
-    /// `retry_after` and `reset_after` are zero.
+    /// Nothing is known about the limit: the decision is [`Decision::blind`] (`limit` the
+    /// policy's capacity, `remaining`, `retry_after` and `reset_after` zero), which the
+    /// HTTP layer and the server show no figures for.
     FailOpen(Unavailable),
     /// Redis was unavailable; denied by [`FailurePolicy::FailClosed`](crate::FailurePolicy).
     /// `limit` is the policy's capacity, `remaining` zero, and `retry_after` (= `reset_after`)

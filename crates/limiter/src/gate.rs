@@ -339,14 +339,7 @@ impl<K> Gate<K> {
         } = request;
         match self.on_failure {
             FailurePolicy::FailOpen => Decided {
-                decision: Decision {
-                    outcome: Outcome::Allowed,
-                    limit: capacity,
-                    remaining: 0,
-                    retry_after: Micros::ZERO,
-                    reset_after: Micros::ZERO,
-                    limit_index: 0,
-                },
+                decision: Decision::blind(capacity),
                 source: Source::FailOpen(why),
             },
             FailurePolicy::FailClosed => {

@@ -570,6 +570,18 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                 };
             }
         };
+        if decision.is_blind() {
+            // A failure policy's "fail open": nothing is known of the limit. OK with no
+            // figures, never the descriptor the headers show, and not counted as near the
+            // limit (before, `limit_remaining: 0`, `r=0;t=0` and `near_limit` for every
+            // request while Redis was away). The limiter counts it by its source.
+            metrics.count(label, Outcome::Within);
+            return DescriptorStatus {
+                code: Code::Ok as i32,
+                current_limit,
+                ..Default::default()
+            };
+        }
         let allowed = decision.is_allowed();
         let outcome = if !allowed {
             if shadow {

@@ -580,6 +580,27 @@ async fn all_or_nothing_refunds_only_what_the_store_counted() {
     assert_eq!(refunds.refunds(), 1);
 }
 
+/// An admission of the failure policy's "fail open" knows nothing of the limit: OK, with no
+/// figures and no `RateLimit` header (before, `limit_remaining: 0`, `r=0;t=0` and a
+/// `near_limit` count for every request while Redis was away).
+#[tokio::test]
+async fn fail_open_admissions_carry_no_figures() {
+    let store = Faulty::new(MemoryStore::new(), Fault::DownFor(b"down"));
+    let service = shop(store, FailurePolicy::FailOpen);
+    let answer = service
+        .should_rate_limit(&request(vec![descriptor(&[("user", "down-ann")])]))
+        .await
+        .expect("an answer");
+    assert_eq!(codes(&answer), (Code::Ok, vec![Code::Ok]));
+    let status = &answer.statuses[0];
+    assert!(status.current_limit.is_some(), "{status:?}");
+    assert_eq!(
+        (status.limit_remaining, status.duration_until_reset),
+        (0, None)
+    );
+    assert_eq!(header(&answer, "ratelimit"), None, "{answer:?}");
+}
+
 /// Two rules whose readable paths are the same (`a_b`, and `a` with value `b`) are two
 /// policies, each deciding with its own numbers.
 #[tokio::test]

@@ -557,7 +557,18 @@ impl<L: Limiter> Shared<L> {
     ) -> Result<Decision, DecideError> {
         let call = async {
             if peek {
-                self.limiter.peek(None, &entry.prepared, key, cost).await
+                // A peek's figures are those of the admission it would be; nothing was
+                // taken, so an admitted one shows what is left now: the named limit had
+                // `cost` more (every limit had at least `cost`, and each loses the same).
+                // (Its `t` stays the admission's: never earlier than the limit's reset.)
+                let peeked = self.limiter.peek(None, &entry.prepared, key, cost).await;
+                peeked.map(|mut decision| {
+                    if decision.is_allowed() && !decision.is_blind() {
+                        decision.remaining =
+                            decision.remaining.saturating_add(cost).min(decision.limit);
+                    }
+                    decision
+                })
             } else {
                 self.limiter.acquire(None, &entry.prepared, key, cost).await
             }
@@ -639,6 +650,11 @@ fn denied<P>(entry: &PolicyEntry<P>, decision: &Decision) -> Verdict {
 }
 
 fn rate_limit_value<P>(entry: &PolicyEntry<P>, decision: &Decision) -> Option<HeaderValue> {
+    // A failure policy's "fail open" knows nothing of the limit: no figures rather than
+    // `r=0;t=0` ("nothing left, full now") on every response while Redis is away.
+    if decision.is_blind() {
+        return None;
+    }
     let deciding = headers::deciding_limit(entry.named.policy(), decision);
     // Rendered text is visible ASCII only, so this never fails; no header beats a panic.
     HeaderValue::try_from(headers::render_rate_limit(&entry.named, deciding, decision)).ok()

@@ -197,12 +197,16 @@ async fn peek_only_routes_stop_when_spent_but_take_nothing() {
         .build()
         .expect("layer");
     let app = app(layer);
+    // A quota check shows what is left now, not what its own admission would leave (before,
+    // `r=1` of a fresh 2: the figures of a take that never happened).
     for _ in 0..5 {
         let quota = call(&app, Method::GET, "/api/quota", PEER).await;
         assert_eq!(quota.status, StatusCode::OK);
-        assert!(quota.headers["ratelimit"].to_str().unwrap().contains("r=1"));
+        assert!(quota.headers["ratelimit"].to_str().unwrap().contains("r=2"));
     }
     assert_eq!(status(&app, Method::GET, "/api/x").await, StatusCode::OK);
+    let quota = call(&app, Method::GET, "/api/quota", PEER).await;
+    assert!(quota.headers["ratelimit"].to_str().unwrap().contains("r=1"));
     assert_eq!(status(&app, Method::GET, "/api/x").await, StatusCode::OK);
     assert_eq!(
         status(&app, Method::GET, "/api/quota").await,
@@ -484,6 +488,38 @@ async fn a_layer_deadline_not_above_the_limiters_is_refused_and_the_default_lets
         (first.status, second.status),
         (StatusCode::OK, StatusCode::TOO_MANY_REQUESTS)
     );
+}
+
+/// With the store away and the failure policy failing open, admissions carry no `RateLimit`
+/// header: nothing is known of the limit (before, `r=0;t=0`, "nothing left, full again
+/// now", on every response while Redis was away).
+#[tokio::test]
+async fn fail_open_admissions_show_no_rate_limit_figures() {
+    let policy = window("api", 1);
+    let limiter = rein::ResilientLimiter::builder(
+        Faulty::new(MemoryStore::new(), Fault::Hang),
+        rein::PolicyTable::new(policy.clone()),
+        rein::FailurePolicy::FailOpen,
+    )
+    .build()
+    .expect("limiter");
+    let layer = RateLimitLayer::builder(limiter)
+        .policy(policy)
+        .route(Route::any().policy("api"))
+        .build()
+        .expect("layer");
+    let app = Router::new()
+        .route("/api/{*rest}", get(|| async { "api" }))
+        .layer(layer);
+    for _ in 0..3 {
+        let answered = call(&app, Method::GET, "/api/x", PEER).await;
+        assert_eq!(answered.status, StatusCode::OK);
+        assert!(
+            !answered.headers.contains_key("ratelimit"),
+            "{:?}",
+            answered.headers
+        );
+    }
 }
 
 #[test]

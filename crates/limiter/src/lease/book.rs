@@ -300,6 +300,28 @@ struct Block {
     reset_at: Timestamp,
     /// Where its unused units go back to.
     origin: Origin,
+    /// What the store's last grant said of the policy's tightest limit, after taking the
+    /// grant: a leased admission reports that limit, with this node's unspent units added
+    /// back, on the scale of a direct decision.
+    seen: Seen,
+}
+
+/// The store's figures in a grant ([`Block::seen`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Seen {
+    limit: u64,
+    remaining: u64,
+    limit_index: u8,
+}
+
+impl Seen {
+    fn of(decision: &Decision) -> Self {
+        Self {
+            limit: decision.limit,
+            remaining: decision.remaining,
+            limit_index: decision.limit_index,
+        }
+    }
 }
 
 impl Block {
@@ -669,6 +691,7 @@ impl LeaseBook {
                             review: Review::Never,
                             reset_at,
                             origin,
+                            seen: Seen::of(&d),
                         });
                     } else {
                         entry.merge(
@@ -676,6 +699,7 @@ impl LeaseBook {
                             (valid_until, reset_at),
                             config.return_guard,
                             stamp,
+                            Seen::of(&d),
                         );
                     }
                 }
@@ -828,15 +852,19 @@ impl LeaseBook {
         let admit = 'decided: {
             if let Some(block) = entry.block.as_mut().filter(|b| b.units >= cost) {
                 block.units -= cost;
+                // On a direct decision's scale: the tightest limit as the store last saw it
+                // (it counted this node's blocks as taken) plus what this node holds unspent,
+                // so a client is not told `0 left` while the limit has plenty (before, the
+                // node's block alone, reported against the first limit). Other nodes' spending
+                // since the grant is not seen: it may be less.
+                let seen = block.seen;
                 let decision = Decision {
                     outcome: Outcome::Allowed,
-                    limit: terms.capacity(),
-                    remaining: block.units,
+                    limit: seen.limit,
+                    remaining: seen.remaining.saturating_add(block.units).min(seen.limit),
                     retry_after: Micros::ZERO,
                     reset_after: block.reset_at.saturating_since(now),
-                    // The block spends the whole policy's units: its figures are its own,
-                    // reported against the first limit.
-                    limit_index: 0,
+                    limit_index: seen.limit_index,
                 };
                 break 'decided Admit::Leased(decision);
             }
@@ -1117,6 +1145,7 @@ impl Entry {
         (valid_until, reset_at): (Timestamp, Timestamp),
         guard: Micros,
         window: Timestamp,
+        seen: Seen,
     ) {
         self.block = Some(match self.block {
             Some(b) => {
@@ -1132,6 +1161,8 @@ impl Entry {
                     },
                     reset_at: b.reset_at.max(reset_at),
                     origin: Origin::Window(window),
+                    // The store's latest word: it counted every earlier grant.
+                    seen,
                 }
             }
             None => Block {
@@ -1141,6 +1172,7 @@ impl Entry {
                 review: Review::before(valid_until, guard),
                 reset_at,
                 origin: Origin::Window(window),
+                seen,
             },
         });
     }
@@ -1386,6 +1418,26 @@ mod tests {
             self.ask(ms, cost, Attempt::Last)
         }
 
+        /// A request that must be a lease hit: the units this node's block holds after it.
+        fn leased(&mut self, ms: u64, cost: u64, attempt: Attempt) -> u64 {
+            match self.ask(ms, cost, attempt) {
+                Admit::Leased(_) => self.held(ms),
+                other => panic!("expected a lease hit, got {other:?}"),
+            }
+        }
+
+        fn leased_request(&mut self, ms: u64, cost: u64) -> u64 {
+            self.leased(ms, cost, Attempt::First)
+        }
+
+        fn leased_retry(&mut self, ms: u64, cost: u64) -> u64 {
+            self.leased(ms, cost, Attempt::Again)
+        }
+
+        fn leased_last(&mut self, ms: u64, cost: u64) -> u64 {
+            self.leased(ms, cost, Attempt::Last)
+        }
+
         fn tick(&mut self, ms: u64) {
             self.book.handle_timeout(at(ms));
             self.collect();
@@ -1432,13 +1484,6 @@ mod tests {
         }
     }
 
-    fn leased(admit: Admit) -> u64 {
-        match admit {
-            Admit::Leased(d) => d.remaining,
-            other => panic!("expected a lease hit, got {other:?}"),
-        }
-    }
-
     #[test]
     fn a_cold_key_goes_direct_then_one_reservation_serves_every_waiting_request() {
         let mut h = harness(window());
@@ -1449,11 +1494,42 @@ mod tests {
         assert_eq!(h.request(11, 1), Admit::Wait);
         assert_eq!(h.sent.len(), 1, "single flight: {:?}", h.sent);
         assert_eq!(h.deliver(12), 2);
-        assert_eq!(leased(h.retry(12, 1)), 1);
-        assert_eq!(leased(h.retry(12, 1)), 0);
+        assert_eq!(h.leased_retry(12, 1), 1);
+        assert_eq!(h.leased_retry(12, 1), 0);
         assert_eq!(h.book.stats().reservations, 2, "the empty block is renewed");
         assert_eq!(h.book.stats().waits, 2);
         assert_eq!(h.deliver(13), 3, "sized to the demand now measured, 3");
+    }
+
+    /// A leased admission reports the policy's tightest limit on a direct decision's scale:
+    /// what the store's last grant left, plus what this node holds unspent, named by the
+    /// grant's limit. Before, the node's block alone, against the first limit: a client was
+    /// told `0 left`, wait for the window's end, while the limit had most of it.
+    #[test]
+    fn a_leased_admission_reports_the_limit_as_the_store_last_saw_it() {
+        let limits = [
+            Limit::fixed_window(1_000, Micros::from_secs(10)).unwrap(),
+            Limit::fixed_window(100, Micros::from_secs(1)).unwrap(),
+        ];
+        let mut h = harness(limits[0]);
+        h.policy = Policy::new(limits).unwrap();
+        h.terms = LeaseTerms::new(&h.policy).unwrap();
+        h.store = h.policy.new_state();
+        let _ = h.request(0, 1);
+        assert_eq!(h.request(1, 8), Admit::Wait);
+        // The store grants 9 of the second limit's 100, and has 91 left.
+        assert_eq!(h.deliver(2), 9);
+        let Admit::Leased(d) = h.retry(2, 8) else {
+            panic!("a lease hit")
+        };
+        assert_eq!((d.limit, d.limit_index), (100, 1));
+        assert_eq!(
+            d.remaining,
+            91 + 1,
+            "the store's 91 and the node's 1 unspent"
+        );
+        // Full again when both windows have ended: the policy's reset, as a direct decision.
+        assert!(d.reset_after > Micros::from_secs(1) && d.reset_after <= Micros::from_secs(10));
     }
 
     /// No block holds more than the fair share (25 here), so a request above it goes
@@ -1475,9 +1551,9 @@ mod tests {
         assert_eq!(h.request(1, 8), Admit::Wait);
         assert_eq!(h.deliver(2), 9, "demand 9 in this interval");
         // 1 left of 9 is below half: renew while the last unit is still there.
-        assert_eq!(leased(h.retry(2, 8)), 1);
+        assert_eq!(h.leased_retry(2, 8), 1);
         assert_eq!(h.sent.len(), 1);
-        assert_eq!(leased(h.request(3, 1)), 0);
+        assert_eq!(h.leased_request(3, 1), 0);
         assert_eq!(
             h.deliver(4),
             8,
@@ -1492,7 +1568,7 @@ mod tests {
         let _ = h.request(900, 1);
         let _ = h.request(901, 25);
         assert_eq!(h.deliver(902), 25, "capped at the fair share, 100 / 4");
-        assert_eq!(leased(h.retry(902, 25)), 0);
+        assert_eq!(h.leased_retry(902, 25), 0);
         let _ = h.request(950, 1);
         // Granted at 951 in the window ending at 1000: usable until 1 000 ppm early.
         assert!(h.deliver(951) > 0);
@@ -1514,7 +1590,7 @@ mod tests {
         let _ = h.request(0, 1);
         assert_eq!(h.request(1, 10), Admit::Wait);
         assert_eq!(h.deliver(2), 11);
-        assert_eq!(leased(h.retry(2, 10)), 1);
+        assert_eq!(h.leased_retry(2, 10), 1);
         assert_eq!(h.deliver(3), 10, "renewed below the low watermark");
         assert_eq!(h.held(3), 11);
         h
@@ -1559,14 +1635,14 @@ mod tests {
             assert_eq!(h.request(10, 1), Admit::Wait);
         }
         assert_eq!(h.deliver(11), 2, "sized to the demand when it left");
-        assert_eq!(leased(h.retry(11, 1)), 1);
-        assert_eq!(leased(h.retry(11, 1)), 0);
+        assert_eq!(h.leased_retry(11, 1), 1);
+        assert_eq!(h.leased_retry(11, 1), 0);
         assert_eq!(h.retry(11, 1), Admit::Wait, "the renewal is in flight");
         assert_eq!(h.sent.len(), 1, "single flight: {:?}", h.sent);
         assert_eq!(h.last(12, 1), Admit::Direct(DirectReason::Waited));
         assert_eq!(h.sent.len(), 1, "no second flight: {:?}", h.sent);
         assert_eq!(h.deliver(13), 5, "sized to the burst: 5 in the interval");
-        assert_eq!(leased(h.last(13, 1)), 4);
+        assert_eq!(h.leased_last(13, 1), 4);
         let stats = h.book.stats();
         assert_eq!(
             (stats.leased, stats.direct, stats.waits),
@@ -1672,7 +1748,7 @@ mod tests {
         let _ = h.request(0, 1);
         assert_eq!(h.request(1, 10), Admit::Wait);
         assert_eq!(h.deliver(2), 11);
-        assert_eq!(leased(h.retry(2, 10)), 1);
+        assert_eq!(h.leased_retry(2, 10), 1);
         // The renewal is in flight when the node shuts down: the key, and the one unit it
         // holds, are kept until the renewal ends.
         h.book.handle_shutdown(at(3));
@@ -1732,7 +1808,7 @@ mod tests {
         let _ = h.request(0, 1);
         assert_eq!(h.request(1, 10), Admit::Wait);
         assert_eq!(h.deliver(2), 11);
-        assert_eq!(leased(h.retry(2, 10)), 1);
+        assert_eq!(h.leased_retry(2, 10), 1);
         assert_eq!(h.deliver(3), 10, "renewed below the low watermark");
         // The review ran too late to return within the guard; at the block's end the 11
         // left still go back, into the window stamped at the grant (the previous counter
