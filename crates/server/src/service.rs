@@ -752,11 +752,15 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             format!("{unit:?}").to_ascii_lowercase()
         );
         let policy = NamedPolicy::new(name, Policy::single(limit)).map_err(|_| NOT_KEPT)?;
+        // Its own name in the limiter metrics (`limiter="override-minute-100"`): its breaker
+        // is its own, and under the default name it wrote the rules' `rein_breaker_state`
+        // (a new override's limiter set it to closed while Redis was down).
         let limiter = ResilientLimiter::builder(
             self.shared.store.clone(),
             PolicyTable::new(policy.clone()),
             self.shared.settings.failure,
         )
+        .name(policy.name())
         .build()
         .map_err(|_| NOT_KEPT)?
         .into();

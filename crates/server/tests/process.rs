@@ -242,3 +242,58 @@ fn over_a_redis_cluster_the_limit_is_exact_and_requests_all_or_nothing() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// gRPC health answers what `/readyz` does, for the rate limit service's name and for the
+/// server as a whole (`""`, what Envoy's `grpc_health_check` asks by default): not serving
+/// with no domain loaded (every descriptor would be answered OK, unlimited), serving once
+/// one is. Before, `""` was SERVING from the start, whatever the rules.
+#[test]
+fn grpc_health_for_the_whole_server_follows_the_rules_loaded() {
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
+    let dir = temp_dir("health");
+    let (http, grpc) = (free_addr(), free_addr());
+    let mut child = Running(
+        support::server(&dir, grpc, http)
+            .args(["--watch-interval", "0s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start rein-server"),
+    );
+    wait_for_port(grpc, "rein-server", None);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let status = |service: &str| {
+        runtime.block_on(async {
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+                .expect("endpoint")
+                .connect()
+                .await
+                .expect("connect");
+            let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
+            let request = HealthCheckRequest {
+                service: service.to_owned(),
+            };
+            let answer = client.check(request).await.expect("an answer");
+            ServingStatus::try_from(answer.into_inner().status).expect("a known status")
+        })
+    };
+    const RLS: &str = "envoy.service.ratelimit.v3.RateLimitService";
+    assert_eq!(status(""), ServingStatus::NotServing);
+    assert_eq!(status(RLS), ServingStatus::NotServing);
+    std::fs::write(dir.join("ops.yaml"), RULES).expect("write");
+    signal(child.id(), "HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status("") != ServingStatus::Serving {
+        assert!(Instant::now() < deadline, "not serving after the reload");
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(status(RLS), ServingStatus::Serving);
+    // The clients' connections close with their runtime: a graceful stop waits for them.
+    drop(runtime);
+    signal(child.id(), "TERM");
+    assert!(exit_status(&mut child, Duration::from_secs(10)).success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -601,6 +601,39 @@ async fn fail_open_admissions_carry_no_figures() {
     assert_eq!(header(&answer, "ratelimit"), None, "{answer:?}");
 }
 
+/// A request's `limit` override is decided by a limiter of its own, with its own breaker,
+/// named apart in the limiter metrics: building one leaves the rules' breaker gauge alone
+/// (before, every limiter was `limiter="rein"`, and a new override's set the gauge to
+/// closed while Redis was down and the rules' breaker open).
+#[tokio::test(flavor = "current_thread")]
+async fn an_override_limiter_keeps_to_its_own_breaker_gauge() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let scrape = recorder.handle();
+    let _installed = metrics::set_default_local_recorder(&recorder);
+    let store = Faulty::new(MemoryStore::new(), Fault::DownFor(b"down"));
+    let service = shop(store, FailurePolicy::FailClosed);
+    let gauge = |limiter: &str| {
+        let series = format!("rein_breaker_state{{limiter=\"{limiter}\"}} ");
+        scrape
+            .render()
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str()).map(str::to_owned))
+    };
+    for _ in 0..20 {
+        let down = request(vec![descriptor(&[("user", "down-ann")])]);
+        let _ = service.should_rate_limit(&down).await;
+    }
+    assert_eq!(gauge("rein").as_deref(), Some("2"), "open");
+    let mut overridden = request(vec![descriptor(&[("user", "down-bob")])]);
+    overridden.descriptors[0].limit = Some(rate_limit_descriptor::RateLimitOverride {
+        requests_per_unit: 7,
+        unit: rate_limit::Unit::Minute as i32,
+    });
+    let _ = service.should_rate_limit(&overridden).await;
+    assert_eq!(gauge("rein").as_deref(), Some("2"), "still open");
+    assert!(gauge("override-minute-7").is_some(), "{}", scrape.render());
+}
+
 /// Two rules whose readable paths are the same (`a_b`, and `a` with value `b`) are two
 /// policies, each deciding with its own numbers.
 #[tokio::test]
