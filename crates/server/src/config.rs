@@ -24,7 +24,7 @@ use thiserror::Error;
 use crate::yaml::{self, Node, Value};
 
 /// Every domain of a configuration directory, validated.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RulesConfig {
     domains: BTreeMap<String, Domain>,
     warnings: Vec<RulesWarning>,
@@ -47,7 +47,7 @@ pub struct RulesWarning {
 }
 
 /// One file: a domain and its tree of descriptors.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Domain {
     pub(crate) name: String,
     pub(crate) file: PathBuf,
@@ -56,7 +56,7 @@ pub struct Domain {
 
 /// The descriptors at one depth of the tree, indexed for matching: an exact `key`+`value`
 /// first, then the first declared wildcard prefix that matches, then the `key` alone (any value).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Level {
     /// By key, then value: looked up with borrowed text, no allocation per request.
     pub exact: HashMap<String, HashMap<String, Entry>>,
@@ -66,7 +66,7 @@ pub(crate) struct Level {
 }
 
 /// One configured descriptor entry.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Entry {
     /// What a request matching down to here gets; `None`: no limit (only nested entries).
     pub rule: Option<Rule>,
@@ -76,7 +76,7 @@ pub(crate) struct Entry {
 }
 
 /// What a descriptor that matches down to an entry gets.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
     /// The rule's path as envoyproxy/ratelimit's stats name it: `domain.key_value.key`.
     pub(crate) label: String,
@@ -91,7 +91,7 @@ pub struct Rule {
 }
 
 /// What a rule does with a request.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Action {
     /// `unlimited: true`: always OK, counted, never sent to the store.
     Unlimited,

@@ -38,4 +38,4 @@ pub mod tls;
 mod yaml;
 
 pub use config::{Problem, RulesConfig, RulesError, RulesWarning};
-pub use service::{InvalidRequest, RateLimitService, ServiceSettings};
+pub use service::{InvalidRequest, RateLimitService, Reload, ServiceSettings};

@@ -582,10 +582,13 @@ async fn watch_rules<S: Leasable + Clone + 'static>(
                 let count = rules.rule_count();
                 log_warnings(&rules);
                 match service.reload(rules) {
-                    Ok(()) => {
+                    Ok(rein_server::Reload::Applied) => {
                         metrics::counter!("rein_server_config_reloads_total").increment(1);
                         tracing::info!(rules = count, forced, "rules reloaded");
                         report_health::<S>(&health, service.domains().len()).await;
+                    }
+                    Ok(rein_server::Reload::Unchanged) => {
+                        tracing::info!(rules = count, forced, "rules unchanged: kept as they are");
                     }
                     Err(error) => {
                         metrics::counter!("rein_server_config_reload_failures_total").increment(1);

@@ -148,6 +148,17 @@ struct Snapshot<S: Leasable + Clone + 'static> {
     decider: Decider<S>,
 }
 
+/// What [`RateLimitService::reload`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "an unchanged reload applied nothing"]
+pub enum Reload {
+    /// The new rules decide from now on.
+    Applied,
+    /// The rules are those in force: kept, with their limiters' state (fallback counts,
+    /// breaker, leases).
+    Unchanged,
+}
+
 /// The resilient limiter, with leases off or on (one type either way).
 type Deciding<S> = ResilientLimiter<S, MaybeLeased<S>>;
 
@@ -196,8 +207,16 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
     /// Swaps in `rules` (already validated whole): requests that arrived before keep
     /// deciding on the old rules, later ones on the new, none on a mix. A rule whose place
     /// in the tree is unchanged keeps its counted state in the store (its policy keeps its
-    /// name). The limiter's breaker and caches start afresh.
-    pub fn reload(&self, rules: RulesConfig) -> Result<(), ServiceError> {
+    /// name). The limiter's breaker and caches start afresh, and so do the local
+    /// fallback's counts and the leases; rules equal to those in force are kept as they are
+    /// ([`Reload::Unchanged`]).
+    pub fn reload(&self, rules: RulesConfig) -> Result<Reload, ServiceError> {
+        // The same rules again (a file touched, or written with what it held): nothing to
+        // do. Building anew would forget the local fallback's counts and the breaker's
+        // state, and give back and lease again every lease, for no change.
+        if self.snapshot().rules == rules {
+            return Ok(Reload::Unchanged);
+        }
         let snapshot = Snapshot::build(
             self.shared.store.clone(),
             rules,
@@ -220,7 +239,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move { old.release().await });
         }
-        Ok(())
+        Ok(Reload::Applied)
     }
 
     /// Gives back every unit the leases hold (with leases on); call before exiting.

@@ -15,7 +15,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use rein::FailurePolicy;
 use rein_memory::MemoryStore;
 use rein_redis_harness::{Fault, Faulty};
-use rein_server::{RateLimitService, RulesConfig, ServiceSettings};
+use rein_server::{RateLimitService, Reload, RulesConfig, ServiceSettings};
 use tonic::transport::Channel;
 
 /// Every kind of entry the service reads, one rule each.
@@ -463,13 +463,14 @@ async fn a_reload_changes_the_limit_and_keeps_what_unchanged_rules_counted() {
         ask(&mut running, request(vec![descriptor(&[("user", "gus")])])).await;
     }
     // The user rule unchanged, the cart raised to 3.
-    running
+    let reloaded = running
         .service
         .reload(rules(&RULES.replace(
             "key: cart\n    rate_limit: { unit: hour, requests_per_unit: 1 }",
             "key: cart\n    rate_limit: { unit: hour, requests_per_unit: 3 }",
         )))
         .expect("reload");
+    assert_eq!(reloaded, Reload::Applied);
     assert_eq!(
         remaining(&mut running, &[("user", "gus")]).await,
         0,
@@ -632,6 +633,37 @@ async fn an_override_limiter_keeps_to_its_own_breaker_gauge() {
     let _ = service.should_rate_limit(&overridden).await;
     assert_eq!(gauge("rein").as_deref(), Some("2"), "still open");
     assert!(gauge("override-minute-7").is_some(), "{}", scrape.render());
+}
+
+/// Rules equal to those in force (a file touched, or saved unchanged) are kept as they are:
+/// while Redis is away, the local fallback's counts go on (before, each such reload built a
+/// new limiter, and every key got a fresh fallback share: 2 more an hour per touch).
+#[tokio::test]
+async fn an_unchanged_reload_keeps_the_fallbacks_counts() {
+    let text = "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 2 }\n";
+    let store = Faulty::new(MemoryStore::new(), Fault::DownFor(b"down"));
+    let fallback = FailurePolicy::LocalFallback {
+        expected_nodes: std::num::NonZeroU32::MIN,
+    };
+    let settings = ServiceSettings {
+        failure: fallback,
+        shadow_mode: false,
+        legacy_headers: false,
+        leases: None,
+    };
+    let service = RateLimitService::new(store, rules(text), settings).expect("service");
+    let ask = async || {
+        let down = request(vec![descriptor(&[("user", "down-ann")])]);
+        codes(&service.should_rate_limit(&down).await.expect("an answer")).0
+    };
+    assert_eq!(ask().await, Code::Ok);
+    assert_eq!(ask().await, Code::Ok);
+    assert_eq!(ask().await, Code::OverLimit);
+    assert_eq!(
+        service.reload(rules(text)).expect("reload"),
+        Reload::Unchanged
+    );
+    assert_eq!(ask().await, Code::OverLimit, "the fallback's count kept");
 }
 
 /// Two rules whose readable paths are the same (`a_b`, and `a` with value `b`) are two
