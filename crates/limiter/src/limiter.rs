@@ -605,12 +605,23 @@ impl<S: Leasable> Shared<S> {
             shared: self,
             ticket: Some(ticket),
         };
+        // A return gives the direct share tokens and rate: a cached denial of a direct
+        // decision would hide them, as one would hide a refund (`give_back`), so it is
+        // forgotten before and after the call (before, kept until its `retry_after`).
+        let returns = matches!(op, RateOp::Return(_));
+        let slot = index as u32;
+        if returns {
+            self.gate.forget(local, slot, key);
+        }
         let store_now = self.store_now(now, local);
         let policy = &self.prepared[index];
         let result = self
             .within_deadline(self.store.share_rate(store_now, policy, key, op))
             .await;
         let ended = now.unwrap_or_else(|| self.clock.now());
+        if returns {
+            self.gate.forget(ended, slot, key);
+        }
         let ticket = in_flight.finish();
         match result.as_ref().map_err(Verdict::of) {
             Ok(_) => self.gate.close_call(local, ended, ticket, Ok(())),

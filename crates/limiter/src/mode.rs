@@ -268,8 +268,14 @@ impl<S: Leasable + 'static> Leased<S> {
         limiter: &ResilientLimiter<S, M>,
         call: Call<'_>,
     ) -> Result<(), DecideError> {
-        self.policies[call.index].refundable()?;
-        limiter.inner.refund(call).await
+        let policy = &self.policies[call.index];
+        policy.refundable()?;
+        // The leases' local denial is forgotten as the gate's caches are: before the refund,
+        // and again once it ran (before, it hid the refunded units until it ended).
+        self.leases.forget_denial(policy, call.key);
+        let refunded = limiter.inner.refund(call).await;
+        self.leases.forget_denial(policy, call.key);
+        refunded
     }
 }
 

@@ -2250,3 +2250,104 @@ async fn a_frozen_store_gets_no_more_renewals_than_the_breaker_lets_through() {
         "{calls} calls to a frozen store, bound {bound}"
     );
 }
+
+/// A node's return gives the direct share its tokens and rate back: a denial of a direct
+/// decision the deny cache holds is forgotten, as a refund's is, and the next direct
+/// decision reaches the store (before, the cache repeated the denial until its
+/// `retry_after`, with the returned tokens in the store).
+#[tokio::test]
+async fn a_returned_rate_share_clears_a_cached_direct_denial() {
+    use rein_core::rate_share::{
+        RateAnswer, RateOp, RateShares, ReturnRequest, TakeRequest, Taken,
+    };
+    use rein_core::{Leasable, Timestamp};
+    use rein_memory::FakeClock;
+
+    let bucket = Limit::token_bucket(10, 10, Micros::from_secs(1)).expect("valid");
+    let Limit::TokenBucket(tb) = bucket else {
+        unreachable!()
+    };
+    let token_units = RateShares::new(&tb).expect("shareable").token_units();
+    let policy = NamedPolicy::new("bucket", Policy::single(bucket)).expect("valid");
+    let clock = FakeClock::new(Timestamp::from_micros(1_000_000));
+    let limiter = ResilientLimiter::builder(
+        rein_memory::MemoryStore::new(),
+        PolicyTable::new(policy.clone()),
+        FailurePolicy::FailClosed,
+    )
+    .clock(clock.clone())
+    .build()
+    .expect("a limiter");
+    let prepared = limiter.prepare(&policy).expect("in the table");
+    let now = Some(Timestamp::from_micros(1_000_000));
+    let share = |op| Leasable::share_rate(&limiter, now, &prepared, b"k", op);
+    let direct = async || match share(RateOp::Direct(5)).await {
+        Ok(RateAnswer::Decided(d)) => d.is_allowed(),
+        other => panic!("{other:?}"),
+    };
+    // One node takes the whole bucket: the direct share is empty, and its denial cached.
+    let taken = share(RateOp::Take(TakeRequest {
+        node: 1,
+        held: 0,
+        seq: 1,
+        applied: 0,
+        demand: 100,
+        validity: Micros::from_millis(200),
+    }))
+    .await;
+    let Ok(RateAnswer::Taken(Taken::Granted(grant))) = taken else {
+        panic!("{taken:?}")
+    };
+    assert_eq!(grant.burst, 10);
+    assert!(!direct().await);
+    let calls = limiter.stats().store_calls;
+    assert!(!direct().await);
+    assert_eq!(
+        limiter.stats().store_calls,
+        calls,
+        "repeated by the deny cache"
+    );
+    // The node returns its share with its 10 tokens unspent.
+    let returned = share(RateOp::Return(ReturnRequest {
+        node: 1,
+        id: grant.id,
+        seq: 2,
+        units: 10 * token_units,
+    }))
+    .await;
+    assert!(
+        matches!(returned, Ok(RateAnswer::Returned(true))),
+        "{returned:?}"
+    );
+    assert!(direct().await, "the returned tokens admit it");
+}
+
+/// A refund lifts the leases' local denial, as it clears the deny cache: the next request
+/// asks the store, which has the refunded units (before, the leases kept denying locally
+/// until their denial ended, hiding what the refund gave back).
+#[tokio::test]
+async fn a_refund_lifts_the_leases_local_denial() {
+    let window = Limit::fixed_window(100, Micros::from_secs(3_600)).expect("valid");
+    let api = NamedPolicy::new("api", Policy::single(window)).expect("valid");
+    let limiter = ResilientLimiter::builder(
+        rein_memory::MemoryStore::new(),
+        PolicyTable::new(api),
+        FailurePolicy::FailClosed,
+    )
+    .leases(config())
+    .build()
+    .expect("a limiter");
+    let mut denied_locally = false;
+    for _ in 0..200 {
+        let d = limiter.acquire("k", 1).await.expect("a decision");
+        if d.source == Source::LocalDenial {
+            denied_locally = true;
+            break;
+        }
+    }
+    assert!(denied_locally, "the limit spent, the leases deny locally");
+    limiter.refund("k", 5).await.expect("refunded");
+    let after = limiter.acquire("k", 1).await.expect("a decision");
+    assert!(after.is_allowed(), "{after:?}");
+    limiter.shutdown().await;
+}

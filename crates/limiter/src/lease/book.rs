@@ -623,6 +623,20 @@ impl LeaseBook {
         admit
     }
 
+    /// Lifts `key`'s local denial, if it has one: a refund gave the store units back, and
+    /// a denial repeated locally would hide them until it ends (the deny cache forgets its
+    /// own for the same reason). The next request asks the store again.
+    pub fn forget_denial(&mut self, key: LeaseKeyRef<'_>) {
+        let Some(&slot) = self.index.get(&key) else {
+            return;
+        };
+        if let Some(entry) = self.slots[slot].as_mut()
+            && matches!(entry.detour, Detour::Deny(_))
+        {
+            entry.detour = Detour::None;
+        }
+    }
+
     /// The reservation `id` of `key` ended at `now` with `reply`. A reply for a
     /// reservation the book no longer waits for (presumed lost, or the key released) is
     /// counted as stranded: its units, if granted, stay unused.

@@ -332,6 +332,17 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
         }
     }
 
+    /// Lifts the local denial the book holds for `key` of `policy`, if any (see
+    /// [`LeaseBook::forget_denial`]): a refund is about to give, or gave, the store units.
+    pub(crate) fn forget_denial(&self, policy: &LeasedPolicy<S::Prepared>, key: &[u8]) {
+        let at = LeaseKeyRef {
+            slot: policy.slot,
+            key,
+        };
+        let ((), actions) = self.shared.with_book(|book| book.forget_denial(at));
+        self.shared.dispatch(actions);
+    }
+
     /// Runs the book's timers until [`shutdown`](Self::shutdown): returns unused units
     /// before their window ends, renews and gives back rate shares, releases idle keys,
     /// expires lost reservations. Only with
@@ -862,11 +873,16 @@ impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
     ) -> Result<(), DecideError> {
         self.owns(policy)?;
         policy.refundable()?;
+        self.forget_denial(policy, key);
         let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
-        self.shared
+        let refunded = self
+            .shared
             .store
             .refund(now, &policy.inner, key, amount)
-            .await
+            .await;
+        // Again once it ran: a reservation denied while it ran may have been decided before.
+        self.forget_denial(policy, key);
+        refunded
     }
 
     /// [`LEASED_CALLS`](crate::lease::LEASED_CALLS) times the store's: a request may wait
