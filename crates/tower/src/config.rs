@@ -33,6 +33,11 @@ use crate::{
     RateLimitLayer, Route,
 };
 
+/// The methods a config file's route may name: RFC 9110's, PATCH (RFC 5789) and QUERY.
+const STANDARD_METHODS: [&str; 10] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "QUERY",
+];
+
 /// A validated configuration: what a file declares, in rein's types.
 ///
 /// ```
@@ -711,6 +716,15 @@ impl Validator<'_> {
                     "a request path starts with `/` and has no `?` or `#`: this pattern \
                      would match no request",
                 ))
+            } else if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                // A request target holds none: the path is compared as sent, encoded.
+                Err(field(
+                    &format!("{path}.{name}"),
+                    line,
+                    "a request path holds no spaces or control characters (they arrive \
+                     percent-encoded: write `%20` for a space): this pattern would match no \
+                     request",
+                ))
             } else if value.contains(['{', '}', '*']) {
                 // A router's syntax: rein compares paths as written.
                 Err(field(
@@ -740,12 +754,23 @@ impl Validator<'_> {
             ));
         }
         for (i, method) in r.methods.iter().flatten().enumerate() {
-            let parsed = Method::from_bytes(method.get_ref().to_ascii_uppercase().as_bytes())
-                .map_err(|_| {
+            // Any token is an HTTP method to the `http` crate, so a misspelling (`PSOT`)
+            // would load and match nothing, leaving the route unlimited: only the standard
+            // methods are taken here (another one is for a route made in code).
+            let upper = method.get_ref().to_ascii_uppercase();
+            let parsed = STANDARD_METHODS
+                .contains(&upper.as_str())
+                .then(|| Method::from_bytes(upper.as_bytes()).ok())
+                .flatten()
+                .ok_or_else(|| {
                     field(
                         &format!("{path}.methods[{i}]"),
                         self.line(method),
-                        "not an HTTP method",
+                        &format!(
+                            "not a standard HTTP method (one of {}); a route for another \
+                             method is made in code, with `Route::method`",
+                            STANDARD_METHODS.join(", ")
+                        ),
                     )
                 })?;
             route = route.method(parsed);

@@ -178,8 +178,7 @@ enum Verdict {
 pub(crate) enum HttpOutcome {
     Allowed,
     Denied,
-    /// Only counted (no decision, so no span): unused without the `metrics` feature.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    /// No usable key: no decision (the span records it, the metrics count it).
     MissingKey,
     Unavailable,
     TooCostly,
@@ -479,19 +478,20 @@ impl<L: Limiter> Shared<L> {
             return Verdict::Pass(Vec::new());
         };
         let source = route.route.key.as_ref().unwrap_or(&self.default_key);
-        // Empty, or longer than a limiter takes (`MAX_KEY_BYTES`): no key.
-        let key = match source.extract(parts) {
-            Some(key) if KeyError::check(&key).is_ok() => key,
-            _ => return self.missing_key(route, source, entry),
-        };
-        let cost = route.route.cost.of(parts);
         let span = tracing::debug_span!(
             "rein_http",
             route = route.route.name(),
             policy = entry.named.name(),
-            cost,
+            cost = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
+        // Empty, or longer than a limiter takes (`MAX_KEY_BYTES`): no key.
+        let key = match source.extract(parts) {
+            Some(key) if KeyError::check(&key).is_ok() => key,
+            _ => return self.missing_key(&span, route, source, entry),
+        };
+        let cost = route.route.cost.of(parts);
+        span.record("cost", cost);
         let result = self
             .decide(route.route.peek, entry, &key, cost)
             .instrument(span.clone())
@@ -527,7 +527,7 @@ impl<L: Limiter> Shared<L> {
                 ),
             ),
             Err(DecideError::InvalidKey(_)) => {
-                return self.missing_key(route, source, entry);
+                return self.missing_key(&span, route, source, entry);
             }
             Err(error) => {
                 let _entered = span.enter();
@@ -583,10 +583,12 @@ impl<L: Limiter> Shared<L> {
 
     fn missing_key(
         &self,
+        span: &tracing::Span,
         route: &CompiledRoute,
         source: &KeySource,
         entry: &PolicyEntry<L::Prepared>,
     ) -> Verdict {
+        span.record("outcome", HttpOutcome::MissingKey.as_str());
         match self.on_missing_key {
             Answer::Status(status) => tracing::error!(
                 route = route.route.name(),

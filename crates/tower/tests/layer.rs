@@ -721,6 +721,8 @@ fn each_decision_has_a_span_with_route_policy_and_outcome() {
         runtime.block_on(async {
             call(&app, Method::GET, "/api/x", PEER).await;
             call(&app, Method::GET, "/api/x", PEER).await;
+            // No peer, so no key: a span too (before, none, though docs named the outcome).
+            call(&app, Method::GET, "/api/x", None).await;
         });
     });
     let output = String::from_utf8(captured.0.lock().expect("lock").clone()).expect("utf-8");
@@ -728,8 +730,8 @@ fn each_decision_has_a_span_with_route_policy_and_outcome() {
         .lines()
         .filter(|line| line.contains("rein_http") && line.contains("close"))
         .collect();
-    assert_eq!(closed.len(), 2, "{output}");
-    for (line, outcome) in closed.iter().zip(["allowed", "denied"]) {
+    assert_eq!(closed.len(), 3, "{output}");
+    for (line, outcome) in closed.iter().zip(["allowed", "denied", "missing_key"]) {
         for field in [
             "route=\"search\"".to_owned(),
             "policy=\"api\"".to_owned(),
