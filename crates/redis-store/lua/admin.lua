@@ -41,15 +41,16 @@ if op == 'ovset' and #ARGV == 5 then
   if field == '#v' or most % 1 ~= 0 or most < 0 then
     error({ err = 'REIN arguments: a field that is not the version, a whole maximum' })
   end
-  -- The version counts on from Redis's clock (µs) when the hash was made: a hash lost (a
-  -- restart without persistence, FLUSHALL, an eviction) and written again as often is
-  -- another version, which no store mistakes for one it read (each write takes a
-  -- microsecond at least, so the old versions stay below the new hash's start). Still an
-  -- integer that HINCRBY counts on, as earlier versions of rein write it. The clock is read
-  -- before any write (Redis 5 and 6 refuse a write before TIME in a verbatim script).
-  if redis.call('HEXISTS', KEYS[1], '#v') == 0 then
-    redis.call('HSET', KEYS[1], '#v', string.format('%d', clock('')))
-  end
+  -- Each write's version is the larger of the last one plus one and Redis's clock (µs):
+  -- a hash lost (a restart without persistence, FLUSHALL, an eviction) or rolled back (a
+  -- replica promoted, a backup restored) and written again gets a version no store has
+  -- read, since each write takes a microsecond at least, so every earlier version stays
+  -- below the clock. (Counted from the old version, a rolled-back hash's next write took
+  -- the version a store already held, with other contents.) Still an integer that HINCRBY
+  -- counts on, as earlier versions of rein write it. The clock is read before any write
+  -- (Redis 5 and 6 refuse a write before TIME in a verbatim script).
+  local now = clock('')
+  local last = tonumber(redis.call('HGET', KEYS[1], '#v') or '0') or 0
   local had = redis.call('HEXISTS', KEYS[1], field)
   if value == '' then
     redis.call('HDEL', KEYS[1], field)
@@ -60,10 +61,11 @@ if op == 'ovset' and #ARGV == 5 then
     end
     redis.call('HSET', KEYS[1], field, value)
   end
-  local version = redis.call('HINCRBY', KEYS[1], '#v', 1)
-  redis.call('PUBLISH', ARGV[5], version)
   -- '%d': the version has 16 digits, which `tostring` (14 significant) would round.
-  return { string.format('%d', version), had }
+  local version = string.format('%d', math.max(last + 1, now))
+  redis.call('HSET', KEYS[1], '#v', version)
+  redis.call('PUBLISH', ARGV[5], version)
+  return { version, had }
 end
 if op ~= 'swap' or #ARGV ~= 5 then
   error({ err = 'REIN expected read, ovread, ovset with 4 arguments, or swap with 4' })

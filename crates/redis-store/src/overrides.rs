@@ -5,10 +5,10 @@
 //! **Layout.** One hash per deployment, `<prefix>:overrides`: a field per override,
 //! `<policy>:=<key>` for one key or `<policy>:*<prefix>` for a key prefix (a policy's name
 //! holds no `:`, so the first one ends it), whose value is `Override::encode`'s text; and
-//! the field `#v`, a version every write increments in the same script (lua/admin.lua,
-//! `ovset`), counted from Redis's clock in µs when the hash was made, so a hash lost and
-//! written again is never a version a store read before. One key, so a Cluster keeps it in
-//! one slot and a write is atomic.
+//! the field `#v`, a version every write sets in the same script (lua/admin.lua, `ovset`)
+//! to the larger of the last one plus one and Redis's clock in µs, so a hash lost or rolled
+//! back and written again is never a version a store read before. One key, so a Cluster
+//! keeps it in one slot and a write is atomic.
 //!
 //! **Cache.** Each store reads the hash whole at its first decision and then at most once
 //! per `staleness`: the decision that finds the cache that old re-reads it (one `HGET` of

@@ -500,6 +500,35 @@ async fn a_hash_lost_and_written_again_is_never_mistaken_for_the_one_read() {
         2,
         "the hash written again"
     );
+    // Rolled back (a replica promoted, a backup restored): the hash one write older, then
+    // written once. The new version is one no store has read (before, the write counted on
+    // from the old version to the one the reader held, with other contents, and the reader
+    // kept what it had until the next write).
+    assert_eq!(written_then_read("third", 4).await, 4);
+    let version: u64 = redis::cmd("HGET")
+        .arg("rein:overrides")
+        .arg("#v")
+        .query_async(&mut raw)
+        .await
+        .expect("HGET");
+    let _: () = redis::cmd("HDEL")
+        .arg("rein:overrides")
+        .arg("api:=third")
+        .query_async(&mut raw)
+        .await
+        .expect("HDEL");
+    let _: () = redis::cmd("HSET")
+        .arg("rein:overrides")
+        .arg("#v")
+        .arg(version - 1)
+        .query_async(&mut raw)
+        .await
+        .expect("HSET");
+    assert_eq!(
+        written_then_read("fourth", 3).await,
+        3,
+        "the hash rolled back and written"
+    );
 }
 
 /// A write is published, and a store that listens re-reads at its next decision: with a

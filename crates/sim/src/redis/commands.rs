@@ -5,7 +5,7 @@
 //! of arguments or may not run inside a script; [`resolve`] produces those errors for each.
 //!
 //! Only what rein's scripts (the rate-lease script's `HSET` and `PEXPIRE` included, and the
-//! overrides' `HGET`, `HEXISTS`, `HLEN`, `HDEL`, `HINCRBY` and `PUBLISH` in `admin.lua`), its
+//! overrides' `HGET`, `HEXISTS`, `HLEN`, `HDEL` and `PUBLISH` in `admin.lua`), its
 //! store, the naive baseline and the simulator's tests send is here; options those never use (`SET NX`, `EX`, ...) are a syntax error.
 
 use bytes::Bytes;
@@ -369,33 +369,6 @@ fn hdel(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
     Reply::Integer(deleted as i64)
 }
 
-/// `HINCRBY key field increment`: the new value. A missing key or field counts from 0 (a
-/// new field goes last); Redis's checks in its order: the increment, the key's type, the
-/// field's value, overflow.
-fn hincrby(ctx: &mut Context<'_>, args: &[Bytes]) -> Reply {
-    let now_ms = ctx.now_ms();
-    let Some(increment) = parse_i64(&args[3]) else {
-        return Reply::error("ERR value is not an integer or out of range");
-    };
-    let hash = match ctx.keyspace.hash_or_create(&args[1], now_ms) {
-        Ok(hash) => hash,
-        Err(wrong) => return wrong.into(),
-    };
-    // A new hash gets its field below: it is never left empty.
-    let current = match hash.get(&args[2]) {
-        None => 0,
-        Some(value) => match parse_i64(value) {
-            Some(n) => n,
-            None => return Reply::error("ERR hash value is not an integer"),
-        },
-    };
-    let Some(new) = current.checked_add(increment) else {
-        return Reply::error("ERR increment or decrement would overflow");
-    };
-    hash.set(&args[2], &Bytes::from(new.to_string()));
-    Reply::Integer(new)
-}
-
 /// `PUBLISH channel message`: how many clients received it, always 0 here, since the
 /// simulated Redis has no `SUBSCRIBE` (a simulated node never subscribes: it re-reads what
 /// it caches at its staleness instead).
@@ -420,7 +393,6 @@ static TABLE: &[Spec] = &[
     data("hexists", 3, hexists),
     data("hlen", 2, hlen),
     data("hdel", -3, hdel),
-    data("hincrby", 4, hincrby),
     data("publish", 3, publish),
     data("pexpire", -3, pexpire),
     scripting("eval", -3, &[]),
@@ -615,58 +587,6 @@ mod tests {
         assert_eq!(run(&mut ks, 0, &["HEXISTS", "h"]), arity_error("hexists"));
         assert_eq!(run(&mut ks, 0, &["HLEN", "h", "a"]), arity_error("hlen"));
         assert_eq!(run(&mut ks, 0, &["HDEL", "h"]), arity_error("hdel"));
-    }
-
-    #[test]
-    fn hincrby_counts_from_zero_and_checks_like_redis_7() {
-        let mut ks = Keyspace::default();
-        assert_eq!(
-            run(&mut ks, 0, &["HINCRBY", "h", "#v", "1"]),
-            Reply::Integer(1)
-        );
-        assert_eq!(
-            run(&mut ks, 0, &["HINCRBY", "h", "#v", "-5"]),
-            Reply::Integer(-4)
-        );
-        assert_eq!(
-            run(&mut ks, 0, &["HSET", "h", "f", "1.5"]),
-            Reply::Integer(1)
-        );
-        assert_eq!(
-            run(&mut ks, 0, &["HINCRBY", "h", "g", "0"]),
-            Reply::Integer(0)
-        );
-        let all = ["#v", "-4", "f", "1.5", "g", "0"].map(Reply::bulk).to_vec();
-        assert_eq!(run(&mut ks, 0, &["HGETALL", "h"]), Reply::Array(all));
-        let not_integer = Reply::error("ERR value is not an integer or out of range");
-        assert_eq!(run(&mut ks, 0, &["HINCRBY", "h", "#v", "1.0"]), not_integer);
-        assert_eq!(run(&mut ks, 0, &["HINCRBY", "h", "#v", "+1"]), not_integer);
-        // The increment is checked before the key: a bad one creates nothing.
-        assert_eq!(run(&mut ks, 0, &["HINCRBY", "n", "f", "x"]), not_integer);
-        assert_eq!(run(&mut ks, 0, &["HLEN", "n"]), Reply::Integer(0));
-        assert_eq!(
-            run(&mut ks, 0, &["HINCRBY", "h", "f", "1"]),
-            Reply::error("ERR hash value is not an integer")
-        );
-        let max = i64::MAX.to_string();
-        assert_eq!(
-            run(&mut ks, 0, &["HINCRBY", "h", "g", max.as_str()]),
-            Reply::Integer(i64::MAX)
-        );
-        assert_eq!(
-            run(&mut ks, 0, &["HINCRBY", "h", "g", "1"]),
-            Reply::error("ERR increment or decrement would overflow")
-        );
-        assert_eq!(
-            run(&mut ks, 0, &["HGET", "h", "g"]),
-            Reply::bulk(max.as_str())
-        );
-        assert_eq!(run(&mut ks, 0, &["SET", "s", "1"]), Reply::ok());
-        assert!(run(&mut ks, 0, &["HINCRBY", "s", "f", "1"]).error_code() == Some(b"WRONGTYPE"));
-        assert_eq!(
-            run(&mut ks, 0, &["HINCRBY", "h", "f"]),
-            arity_error("hincrby")
-        );
     }
 
     #[test]
