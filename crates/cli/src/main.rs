@@ -52,7 +52,7 @@ struct Cli {
     /// The rein-tower config file (TOML) that names the policies and their Redis.
     #[arg(long, short, env = "REIN_CONFIG", global = true)]
     config: Option<PathBuf>,
-    /// Ask this Redis instead of the config's [redis] (the same key prefix and deadline),
+    /// Ask this Redis instead of the config's [redis] (the same key prefix),
     /// e.g. a port-forward: redis://host:port/ or rediss://... .
     #[arg(
         long,
@@ -62,9 +62,15 @@ struct Cli {
     )]
     redis_url: Option<String>,
     /// Ask this Redis Cluster instead of the config's [redis]: one or more of its nodes'
-    /// URLs, comma-separated (the same key prefix and deadline).
+    /// URLs, comma-separated (the same key prefix).
     #[arg(long, env = "REIN_REDIS_CLUSTER", global = true, value_delimiter = ',')]
     redis_cluster: Vec<String>,
+    /// How long one Redis call may take before the command gives up (exit 3): the config's
+    /// `deadline` is the servers' hot path (50 ms by default), too short for a port-forward
+    /// or a tunnel, over which a change would be made and reported failed. A change that
+    /// timed out may have been made: see `key penalize --help`.
+    #[arg(long, env = "REIN_TIMEOUT", global = true, default_value = "2s", value_parser = parse_timeout)]
+    timeout: Duration,
     /// Print one JSON document instead of text, for scripts (errors too, with "error").
     #[arg(long, global = true)]
     json: bool,
@@ -96,7 +102,7 @@ enum Command {
     /// The counts are the servers' decisions through Redis: answers a failure policy gave
     /// locally while Redis was away are not in them, and a report that failed is dropped,
     /// so a second may read low while Redis is slow, never high. A refresh Redis does not
-    /// answer within the deadline shows as a line saying so (with --json, an object with
+    /// answer within --timeout shows as a line saying so (with --json, an object with
     /// "error"), and the watch goes on; it exits 3 only if no refresh was answered.
     #[command(
         after_help = "Examples:\n  rein --config rein.toml watch api\n  rein --config rein.toml --json watch login --window 1m --count 5"
@@ -113,6 +119,16 @@ enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
+}
+
+/// `--timeout`: from 1 ms to a minute.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let span = humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))?;
+    if (Duration::from_millis(1)..=Duration::from_secs(60)).contains(&span) {
+        Ok(span)
+    } else {
+        Err(format!("{text:?}: from 1ms to 1m"))
+    }
 }
 
 /// `--window`: whole seconds, from 1 s to as many as Redis still holds once complete.
@@ -691,6 +707,7 @@ async fn connect(cli: &Cli, mut config: Config) -> Result<ConfiguredStore, Failu
     if !cli.redis_cluster.is_empty() {
         config.redis.endpoint = RedisEndpoint::Cluster(cli.redis_cluster.clone());
     }
+    config.redis.deadline = cli.timeout;
     config.connect_store().await.map_err(|e| {
         let message = format!("cannot connect to Redis ({}): {e}", config.redis.endpoint);
         match e {

@@ -5,6 +5,7 @@
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use rein_core::{Limit, Limiter, Micros, NamedPolicy, Policy};
 use rein_redis::{RedisPolicy, RedisStore, RedisStoreBuilder};
@@ -76,6 +77,39 @@ limits = [{{ algorithm = "token_bucket", capacity = 10, refill = 10, period = "1
     );
     std::fs::write(&path, text).expect("write config");
     path
+}
+
+/// A loopback proxy to `target` that holds each chunk a client sends for `delay`: a slow
+/// tunnel. Its threads live as long as the test process.
+fn slow_proxy(target: std::net::SocketAddr, delay: Duration) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = TcpStream::connect(target) else {
+                continue;
+            };
+            let (Ok(mut from_client), Ok(mut to_server)) = (client.try_clone(), server.try_clone())
+            else {
+                continue;
+            };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                while let Ok(n @ 1..) = from_client.read(&mut buf) {
+                    std::thread::sleep(delay);
+                    if to_server.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = to_server.shutdown(Shutdown::Write);
+            });
+            let (mut from_server, mut to_client) = (server, client);
+            std::thread::spawn(move || std::io::copy(&mut from_server, &mut to_client));
+        }
+    });
+    addr
 }
 
 /// A lone fixed window, which Redis keeps as one integer (its own key format).
@@ -171,6 +205,10 @@ fn bad_input_is_a_clear_message_and_a_non_zero_exit_never_a_panic() {
     // A wrong command line: clap's usage error, exit 2.
     assert_eq!(code(&rein(&["key", "inspect", "api"])), 2);
     assert_eq!(code(&rein(&["nonsense"])), 2);
+    for timeout in ["0s", "2m", "soon"] {
+        let refused = rein(&["--timeout", timeout, "--config", path, "policy", "list"]);
+        assert_eq!(code(&refused), 2, "{timeout}: {}", stderr(&refused));
+    }
     // With --json, the usage error is the document's "error", still exit 2.
     let wrong = rein(&["--json", "key", "penalize", "api", "k", "many"]);
     assert_eq!(code(&wrong), 2);
@@ -327,6 +365,24 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
     assert_says(stdout(&set), "note: the config leases its policies");
     watch(&server, &path);
     rate_shares(&server, &path);
+    // Through a tunnel slower than the config's 50 ms deadline (a proxy holding each
+    // command 80 ms): within --timeout's default 2 s, the change is made once and reported
+    // (before, the servers' deadline applied: exit 3, for a change Redis then made); under
+    // a --timeout shorter than the tunnel, exit 3.
+    let tunnel = format!(
+        "redis://{}/",
+        slow_proxy(server.addr(), Duration::from_millis(80))
+    );
+    let through = |timeout: &[&str]| {
+        let mut args = vec!["--redis-url", tunnel.as_str()];
+        args.extend_from_slice(timeout);
+        args.extend(["--json", "key", "penalize", "api", "slow-1", "1"]);
+        with_config(&path, &["--config"], &args)
+    };
+    let slow = through(&[]);
+    assert_eq!(code(&slow), 0, "{}", stderr(&slow));
+    assert_eq!(json(&slow)["remaining"], 4, "{}", stdout(&slow));
+    assert_eq!(code(&through(&["--timeout", "20ms"])), 3);
     // The integer form of a lone fixed window reads and resets the same way.
     let path = path.to_str().expect("utf-8");
     let inspect = || {
