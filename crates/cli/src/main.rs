@@ -679,6 +679,18 @@ async fn target(
         }
         Ok(()) => {}
     }
+    // rein-tower keys a client by its address's canonical text: another spelling of the
+    // same address (an IPv4-mapped `::ffff:203.0.113.7`, upper case, a zero run written
+    // out) is a key no request uses, and a change to it would do nothing.
+    if let Ok(ip) = key.parse::<std::net::IpAddr>() {
+        let canonical = ip.to_canonical().to_string();
+        if canonical != key {
+            eprintln!(
+                "rein: warning: the HTTP layer keys this client as {canonical:?}, not {key:?}: \
+                 a request keyed by its address never uses this key"
+            );
+        }
+    }
     policy_and_store(cli, name).await
 }
 
@@ -995,6 +1007,20 @@ async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure>
     }
     let k = key.as_bytes();
     let head = format!("policy {name}, key {key:?}");
+    // A count changed under an unlimited override is the policy's own, which decisions
+    // read only once the override goes: done, and said (the figures shown are that count).
+    if matches!(
+        command,
+        KeyCommand::Penalize { .. } | KeyCommand::Set { .. }
+    ) && applicable_override(&store, name, key)
+        .await?
+        .is_some_and(|entry| entry.value == Override::Unlimited)
+    {
+        eprintln!(
+            "rein: note: the key's override makes it unlimited: its decisions read no state \
+             until the override goes; this changes what the policy's own limits count then"
+        );
+    }
     let (text, done, figures) = match command {
         KeyCommand::Penalize { amount, .. } => {
             let after = store

@@ -205,6 +205,18 @@ fn bad_input_is_a_clear_message_and_a_non_zero_exit_never_a_panic() {
     // A wrong command line: clap's usage error, exit 2.
     assert_eq!(code(&rein(&["key", "inspect", "api"])), 2);
     assert_eq!(code(&rein(&["nonsense"])), 2);
+    // An address spelt otherwise than the HTTP layer keys it: said (the key is still the
+    // operator's to name; here Redis is down, which comes after).
+    for spelt in ["::ffff:203.0.113.7", "2001:DB8:0::1"] {
+        let other = rein(&["--config", path, "key", "inspect", "api", spelt]);
+        assert_says(stderr(&other), "the HTTP layer keys this client as");
+    }
+    let canonical = rein(&["--config", path, "key", "inspect", "api", "203.0.113.7"]);
+    assert!(
+        !stderr(&canonical).contains("keys this client"),
+        "{}",
+        stderr(&canonical)
+    );
     for timeout in ["0s", "2m", "soon"] {
         let refused = rein(&["--timeout", timeout, "--config", path, "policy", "list"]);
         assert_eq!(code(&refused), 2, "{timeout}: {}", stderr(&refused));
@@ -638,6 +650,10 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
     let reward = run(&["key", "reward", "api", "internal:svc", "1"]);
     assert_eq!(code(&reward), 1, "{}", stderr(&reward));
     assert_says(stderr(&reward), "nothing to reward");
+    // A penalty changes the policy's own count, read once the override goes: said.
+    let penalty = run(&["key", "penalize", "api", "internal:svc", "1"]);
+    assert_eq!(code(&penalty), 0, "{}", stderr(&penalty));
+    assert_says(stderr(&penalty), "makes it unlimited");
     let got = ok(&["override", "get", "api", "tenant-7"]);
     assert_eq!(got["limits"][1]["capacity"], 300);
     assert_eq!(
