@@ -51,6 +51,8 @@ pub struct RulesWarning {
 pub struct Domain {
     pub(crate) name: String,
     pub(crate) file: PathBuf,
+    /// Where `domain:`'s value stands in the file (line, column), for an error naming it.
+    pub(crate) at: (usize, usize),
     pub(crate) root: Level,
 }
 
@@ -275,8 +277,8 @@ impl RulesConfig {
         if let Some(other) = self.domains.get(&domain.name) {
             return Err(RulesError {
                 file: file.to_owned(),
-                line: 1,
-                column: 1,
+                line: domain.at.0,
+                column: domain.at.1,
                 field: "domain".into(),
                 problem: Problem::DuplicateDomain {
                     domain: domain.name,
@@ -402,10 +404,14 @@ impl Loader<'_> {
         })?;
         let fields = self.map(&root, "(file)")?;
         let mut domain = None;
+        let mut at = (1, 1);
         let mut descriptors = None;
         for (key, value) in fields {
             match key {
-                "domain" => domain = Some(self.string(value, "domain")?),
+                "domain" => {
+                    domain = Some(self.string(value, "domain")?);
+                    at = (value.line.max(1), value.column.max(1));
+                }
                 "descriptors" => descriptors = Some(value),
                 _ => return Err(self.unknown(value, key, "domain, descriptors")),
             }
@@ -427,6 +433,7 @@ impl Loader<'_> {
         Ok(Domain {
             name: domain,
             file: self.file.to_owned(),
+            at,
             root: root_level,
         })
     }

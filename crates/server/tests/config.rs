@@ -157,11 +157,13 @@ fn a_domain_defined_twice_names_both_files() {
     let dir = std::env::temp_dir().join(format!("rein-server-dup-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     std::fs::write(dir.join("a.yaml"), "domain: d\n").expect("write");
-    std::fs::write(dir.join("b.yml"), "domain: d\n").expect("write");
+    // At `domain:`'s line and column (before, always 1:1).
+    std::fs::write(dir.join("b.yml"), "# shop limits\n\ndomain: d\n").expect("write");
     std::fs::write(dir.join(".hidden.yaml"), "not: [valid").expect("write");
     std::fs::write(dir.join("notes.txt"), "not yaml: [").expect("write");
     let error = RulesConfig::load(&dir).expect_err("a duplicate domain");
     assert_eq!(error.file, dir.join("b.yml"));
+    assert_eq!((error.line, error.column), (3, 9), "{error}");
     assert!(
         matches!(&error.problem, Problem::DuplicateDomain { domain, other } if domain == "d" && *other == dir.join("a.yaml")),
         "{error}"
