@@ -176,6 +176,11 @@ impl Expiring for Grant {
     fn expires_at(&self) -> Timestamp {
         self.window_end
     }
+
+    /// A full allow cache stores nothing new and evicts nothing.
+    fn guards(&self) -> bool {
+        false
+    }
 }
 
 /// 65 536 keys: about 10 MiB with short keys, and more keys than one node usually admits

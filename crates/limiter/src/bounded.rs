@@ -4,7 +4,8 @@
 //! Every entry carries the instant it stops being useful ([`Expiring`]); an entry past it is
 //! the same as an absent one, and is dropped when met. What happens when a shard is full of
 //! live entries is the cache's choice ([`WhenFull`]): the deny cache evicts the entries that
-//! expire soonest (it loses only cache hits), the allow cache refuses to store (so its
+//! expire soonest, those that guard against a wrong answer last ([`Expiring::guards`]: a
+//! give-back's mark), so it loses only cache hits; the allow cache refuses to store (so its
 //! over-admission bound never depends on memory pressure).
 //!
 //! Determinism: the shard of a key comes from FNV-1a, a fixed function of its bytes, and
@@ -26,12 +27,17 @@ use rein_core::Timestamp;
 pub(crate) trait Expiring {
     /// The first instant at which the entry no longer answers anything.
     fn expires_at(&self) -> Timestamp;
+
+    /// Whether losing the entry early could make the cache answer wrongly (not only ask the
+    /// store more often): a full shard evicts such entries after every other.
+    fn guards(&self) -> bool;
 }
 
 /// What to do when a new key meets a shard full of live entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WhenFull {
-    /// Evict an eighth of the shard (at least one entry), soonest to expire first.
+    /// Evict an eighth of the shard (at least one entry), soonest to expire first, entries
+    /// that [guard](Expiring::guards) after every other.
     EvictSoonest,
     /// Store nothing: the new key stays uncached until entries expire.
     Refuse,
@@ -142,15 +148,28 @@ impl<V: Expiring> BoundedMap<V> {
     }
 
     /// Forgets `at` if its entry is one `gone` says may go, under one lock.
-    pub(crate) fn remove_if(&self, at: CacheKey<'_>, gone: impl FnOnce(&V) -> bool) {
+    /// Replaces the live entry of `at` by `change(entry)`, or removes it for `None`; an
+    /// absent or expired key stays absent.
+    pub(crate) fn update(
+        &self,
+        now: Timestamp,
+        at: CacheKey<'_>,
+        change: impl FnOnce(&V) -> Option<V>,
+    ) {
         let CacheKey { policy, key } = at;
         let hash = self.hash(policy, key);
-        if let Ok(entry) = self
-            .shard(key)
-            .find_entry(hash, |s| s.policy == policy && *s.key == *key)
-            && gone(&entry.get().value)
+        let mut shard = self.shard(key);
+        let Ok(mut entry) = shard.find_entry(hash, |s| s.policy == policy && *s.key == *key) else {
+            return;
+        };
+        match (entry.get().value.expires_at() > now)
+            .then(|| change(&entry.get().value))
+            .flatten()
         {
-            entry.remove();
+            Some(value) if value.expires_at() > now => entry.get_mut().value = value,
+            _ => {
+                entry.remove();
+            }
         }
     }
 
@@ -181,15 +200,15 @@ impl<V: Expiring> BoundedMap<V> {
         }
         // Victims by content, not by table order: the same calls evict the same entries.
         let count = (self.per_shard / EVICT_FRACTION).max(1);
-        let mut order: Vec<(Timestamp, u32, &[u8])> = shard
+        let mut order: Vec<(bool, Timestamp, u32, &[u8])> = shard
             .iter()
-            .map(|s| (s.value.expires_at(), s.policy, &*s.key))
+            .map(|s| (s.value.guards(), s.value.expires_at(), s.policy, &*s.key))
             .collect();
         order.sort_unstable();
         let victims: Vec<(u32, Box<[u8]>)> = order
             .into_iter()
             .take(count)
-            .map(|(_, policy, key)| (policy, key.into()))
+            .map(|(_, _, policy, key)| (policy, key.into()))
             .collect();
         for (policy, key) in victims {
             let hash = self.hash(policy, &key);
@@ -222,7 +241,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// FNV-1a, 64-bit: a fixed function of the key's bytes, so shard choice is reproducible.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
         hash ^= u64::from(b);
@@ -233,7 +252,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// Shards per map at most: enough that two cores, or sixteen, rarely wait on one lock, few
 /// enough that a small cache is not split into slivers.
-const MAX_SHARDS: usize = 16;
+pub(crate) const MAX_SHARDS: usize = 16;
 
 /// A full shard evicts this fraction of itself at once, so the sort that picks victims is
 /// paid once per eighth of a shard's worth of new keys.
@@ -243,12 +262,16 @@ const EVICT_FRACTION: usize = 8;
 mod tests {
     use super::*;
 
-    #[derive(Debug, PartialEq)]
+    #[derive(Clone, Copy, Debug, PartialEq)]
     struct Until(u64);
 
     impl Expiring for Until {
         fn expires_at(&self) -> Timestamp {
             Timestamp::from_micros(self.0)
+        }
+
+        fn guards(&self) -> bool {
+            false
         }
     }
 
@@ -280,13 +303,13 @@ mod tests {
         });
         assert_eq!(m.len(), 0);
         m.upsert(at(15), k(1, b"k"), |_| Until(16));
-        m.remove_if(k(1, b"k"), |v| *v == Until(17));
+        m.update(at(15), k(1, b"k"), |v| (*v != Until(17)).then_some(*v));
         assert_eq!(
             value(&m, 15, 1, b"k"),
             Some(16),
             "kept: not the entry to remove"
         );
-        m.remove_if(k(1, b"k"), |v| *v == Until(16));
+        m.update(at(15), k(1, b"k"), |v| (*v != Until(16)).then_some(*v));
         assert_eq!(value(&m, 15, 1, b"k"), None);
     }
 

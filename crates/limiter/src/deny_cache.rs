@@ -44,9 +44,18 @@ pub(crate) struct DenyCache {
 enum Entry {
     /// A denial from Redis, answered locally until it ends.
     Denied(Denial),
-    /// Capacity came back at `at`: a denial from a call sent at or before `at` may predate
-    /// it, and is not cached. Kept until every such call has ended (`until`).
-    GivenBack { at: Timestamp, until: Timestamp },
+    /// Capacity came back ([`Mark`]), and `after` is the latest denial from a call sent
+    /// since, if any, answered while it holds. The mark stays under it: replaced, forgotten
+    /// or ended, that denial must not let an older one in (before, it did).
+    GivenBack { mark: Mark, after: Option<Denial> },
+}
+
+/// Capacity came back at `at`: a denial from a call sent at or before `at` may predate it,
+/// and is not cached. Kept until every such call has ended (`until`).
+#[derive(Clone, Copy)]
+struct Mark {
+    at: Timestamp,
+    until: Timestamp,
 }
 
 /// One denial from Redis, as it was answered.
@@ -74,9 +83,13 @@ impl DenyCache {
     /// `retry_after` counted down to the cached end.
     pub(crate) fn check(&self, now: Timestamp, at: CacheKey<'_>, cost: u64) -> Option<Decision> {
         self.map
-            .get(now, at, |entry| match entry {
-                Entry::Denied(denial) => (cost >= denial.cost).then(|| denial.answer(now)),
-                Entry::GivenBack { .. } => None,
+            .get(now, at, |entry| {
+                let denial = match entry {
+                    Entry::Denied(denial) => denial,
+                    Entry::GivenBack { after, .. } => after.as_ref()?,
+                };
+                // (Under a mark the entry may outlive its denial.)
+                (cost >= denial.cost && now < denial.until).then(|| denial.answer(now))
             })
             .flatten()
     }
@@ -104,20 +117,29 @@ impl DenyCache {
         // end is still no later than Redis's for its own cost. One sent before capacity
         // came back may have been judged before it: the marker stays.
         self.map.upsert(now, at, |held| match held {
-            Some(&Entry::GivenBack { at, until }) if sent_at <= at => {
-                Entry::GivenBack { at, until }
-            }
-            // A reply that overtook an older one keeps its place.
-            Some(Entry::Denied(newer)) if newer.sent_at > sent_at => Entry::Denied(*newer),
-            _ => Entry::Denied(denial),
+            Some(&Entry::GivenBack { mark, after }) => Entry::GivenBack {
+                mark,
+                after: if sent_at <= mark.at {
+                    after
+                } else {
+                    Some(newest(after, denial))
+                },
+            },
+            Some(&Entry::Denied(held)) => Entry::Denied(newest(Some(held), denial)),
+            None => Entry::Denied(denial),
         });
     }
 
     /// Forgets the denial of `at`: Redis admitted something for it, so the state is not
-    /// what the denial saw (a give-back's marker stays).
-    pub(crate) fn forget(&self, at: CacheKey<'_>) {
-        self.map
-            .remove_if(at, |entry| matches!(entry, Entry::Denied(_)));
+    /// what the denial saw. A give-back's mark stays.
+    pub(crate) fn forget(&self, now: Timestamp, at: CacheKey<'_>) {
+        self.map.update(now, at, |entry| match entry {
+            Entry::Denied(_) => None,
+            Entry::GivenBack { mark, .. } => Some(Entry::GivenBack {
+                mark: *mark,
+                after: None,
+            }),
+        });
     }
 
     /// Capacity came back for `at` at `now`: forgets its denial, and refuses one from a
@@ -127,13 +149,24 @@ impl DenyCache {
         let until = now
             .saturating_add(self.in_flight)
             .saturating_add(self.in_flight);
-        self.map
-            .upsert(now, at, |_| Entry::GivenBack { at: now, until });
+        self.map.upsert(now, at, |_| Entry::GivenBack {
+            mark: Mark { at: now, until },
+            after: None,
+        });
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.map.len()
+    }
+}
+
+/// Of a held denial and a new one, the one from the later call: a reply that overtook an
+/// older one keeps its place (the newer was judged on newer state).
+fn newest(held: Option<Denial>, new: Denial) -> Denial {
+    match held {
+        Some(held) if held.sent_at > new.sent_at => held,
+        _ => new,
     }
 }
 
@@ -162,8 +195,16 @@ impl Expiring for Entry {
     fn expires_at(&self) -> Timestamp {
         match self {
             Entry::Denied(denial) => denial.until,
-            Entry::GivenBack { until, .. } => *until,
+            Entry::GivenBack { mark, after } => {
+                after.map_or(mark.until, |denial| denial.until.max(mark.until))
+            }
         }
+    }
+
+    /// A mark keeps a denial that predates a give-back out: lost to a full shard, it would
+    /// let one in (a wrong answer, where losing a denial only costs a call).
+    fn guards(&self) -> bool {
+        matches!(self, Entry::GivenBack { .. })
     }
 }
 
@@ -238,7 +279,7 @@ mod tests {
         assert_eq!(cache.check(at(12), k(0, b"k"), 3), None);
         // An admission forgets it.
         cache.record(at(20), at(21), k(0, b"k"), 1, &denied(100, 100));
-        cache.forget(k(0, b"k"));
+        cache.forget(at(21), k(0, b"k"));
         assert_eq!(cache.check(at(21), k(0, b"k"), 1), None);
     }
 
@@ -256,7 +297,7 @@ mod tests {
         cache.record(at(10), at(30), k(0, b"k"), 1, &denied(60_000, 60_000));
         assert_eq!(cache.check(at(31), k(0, b"k"), 1), None);
         // An admission does not lift the marker.
-        cache.forget(k(0, b"k"));
+        cache.forget(at(35), k(0, b"k"));
         cache.record(at(5), at(40), k(0, b"k"), 1, &denied(60_000, 60_000));
         assert_eq!(cache.check(at(41), k(0, b"k"), 1), None);
         // A call sent after the give-back was judged on what came back: cached.
@@ -279,6 +320,55 @@ mod tests {
             Some(Micros::from_millis(4)),
             "the newer, ending at 310"
         );
+    }
+
+    /// The mark outlives what stands over it: a later denial that replaced it, an
+    /// admission that forgot that denial, that denial's end, and a full shard (which evicts
+    /// marks last). In each case a reply from a call sent before the give-back, arriving
+    /// after, is still not cached (before, each let it in, and it repeated a denial Redis no
+    /// longer gave for its whole `retry_after`).
+    #[test]
+    fn a_mark_outlives_the_denials_and_evictions_over_it() {
+        let cache = cache();
+        let long = denied(60_000, 60_000);
+        // Sent at 90, in flight over a give-back at 100; a call sent at 105 denied, then an
+        // admission at 110 forgets that denial.
+        cache.given_back(at(100), k(0, b"k"));
+        cache.record(at(105), at(106), k(0, b"k"), 4, &denied(60_000, 60_000));
+        assert!(
+            cache.check(at(107), k(0, b"k"), 4).is_some(),
+            "judged after it"
+        );
+        cache.forget(at(110), k(0, b"k"));
+        cache.record(at(90), at(140), k(0, b"k"), 1, &long);
+        assert_eq!(cache.check(at(141), k(0, b"k"), 1), None, "forgotten");
+        // A later denial that ended (at 115) before the old reply arrived.
+        cache.given_back(at(100), k(0, b"j"));
+        cache.record(at(105), at(106), k(0, b"j"), 1, &denied(10, 10));
+        assert_eq!(cache.check(at(120), k(0, b"j"), 1), None);
+        cache.record(at(90), at(125), k(0, b"j"), 1, &long);
+        assert_eq!(cache.check(at(126), k(0, b"j"), 1), None, "ended");
+        // A full shard of two: a mark (until 200) and a denial (until 300 ms), then a third
+        // key. The denial goes, though it ends later; the mark stays.
+        let keys: Vec<Vec<u8>> = (0u32..)
+            .map(|i| format!("key-{i}").into_bytes())
+            .filter(|key| {
+                (crate::bounded::fnv1a(key) as usize).is_multiple_of(crate::bounded::MAX_SHARDS)
+            })
+            .take(3)
+            .collect();
+        let small = DenyCache::new(
+            NonZeroUsize::new(2 * crate::bounded::MAX_SHARDS).unwrap(),
+            Micros::from_millis(50),
+        );
+        let (marked, held, third) = (k(0, &keys[0]), k(0, &keys[1]), k(0, &keys[2]));
+        small.given_back(at(100), marked);
+        small.record(at(100), at(101), held, 1, &denied(200, 200));
+        small.record(at(102), at(103), third, 1, &long);
+        assert_eq!(small.len(), 2);
+        assert!(small.check(at(104), held, 1).is_none(), "evicted");
+        small.record(at(90), at(150), marked, 1, &long);
+        assert_eq!(small.check(at(151), marked, 1), None, "the mark held");
     }
 
     #[test]

@@ -311,7 +311,7 @@ impl<K> Gate<K> {
         let (at, cost) = (request.cache_key(), request.cost);
         if d.is_allowed() {
             if let Some(cache) = &self.deny_cache {
-                cache.forget(at);
+                cache.forget(now, at);
             }
             if let Some(cache) = &self.allow_cache {
                 cache.record(now, at, cost, d);
