@@ -586,6 +586,9 @@ impl<S: Leasable + 'static> Shared<S> {
 
     /// Sends a take of the rate book and hands its reply back to the book.
     async fn take(self: Arc<Self>, key: LeaseKey, request: TakeRequest, at: Timestamp) {
+        let left = self.clock.now();
+        let ((), actions) = self.with_rates(|rates| rates.take_left(left, &key, request.seq));
+        self.dispatch(actions);
         let reply = match self.policy(key.slot) {
             Some(policy) => {
                 let now = self.store_time(at);

@@ -172,7 +172,12 @@ struct Holding {
 #[derive(Clone, Copy, Debug)]
 struct Flight {
     seq: u64,
+    /// When the book asked for it: the grant's validity counts from here (the store's
+    /// instant is no earlier).
     sent_at: Timestamp,
+    /// When it left for the store (a take a request triggered waits for that request's
+    /// direct decision, [`RateBook::take_left`]): its give-up counts from here.
+    left_at: Timestamp,
     validity: Micros,
 }
 
@@ -309,6 +314,23 @@ impl RateBook {
             self.arm(now, &owned);
         }
         self.count(admit)
+    }
+
+    /// The take `seq` of `key` left for the store at `now`: its give-up counts from here. A
+    /// take a request triggered is held back until that request's direct decision is made
+    /// (so that it cannot move the direct share's tokens first); timed from the request, a
+    /// store answering in about half a renewal interval had every such take given up as it
+    /// landed, and the key was never leased, each grant reserving rate nobody spent.
+    pub fn take_left(&mut self, now: Timestamp, key: &LeaseKey, seq: u64) {
+        let now = self.observe(now);
+        if let Some(flight) = self
+            .leases
+            .get_mut(key)
+            .and_then(|lease| lease.flight.as_mut())
+            .filter(|flight| flight.seq == seq)
+        {
+            flight.left_at = flight.left_at.max(now);
+        }
     }
 
     /// The take `seq` of `key` ended at `now` with `reply`. A reply the book no longer waits
@@ -558,6 +580,7 @@ impl RateBook {
         lease.flight = Some(Flight {
             seq,
             sent_at: now,
+            left_at: now,
             validity,
         });
         lease.renew_at = now.saturating_add(config.renew_interval);
@@ -593,7 +616,7 @@ impl RateBook {
     fn due(config: LeaseConfig, now: Timestamp, lease: &RateLease) -> Timestamp {
         let idle = lease.last_request.saturating_add(config.idle_after);
         match lease.flight {
-            Some(f) => f.sent_at.saturating_add(take_timeout(config)),
+            Some(f) => f.left_at.saturating_add(take_timeout(config)),
             None if lease.holding.is_some() => lease.renew_at.min(idle),
             None => idle,
         }
@@ -715,7 +738,7 @@ fn give_up_lost(
     config: LeaseConfig,
 ) {
     if let Some(f) = lease.flight
-        && now >= f.sent_at.saturating_add(take_timeout(config))
+        && now >= f.left_at.saturating_add(take_timeout(config))
     {
         lease.flight = None;
         stats.reservations_lost += 1;
@@ -808,6 +831,30 @@ mod tests {
             parts,
             moved: moved_tokens * shares().token_units(),
         }))
+    }
+
+    /// A take a request triggered waits for that request's direct decision: its give-up
+    /// counts from when it left, not from the request. Asked at 0, sent at 60 ms (a slow
+    /// direct call), granted at 120 ms: applied (before, given up at 100 ms as it landed, a
+    /// late grant; at such latencies the key was never leased).
+    #[test]
+    fn a_take_held_back_by_its_direct_call_is_timed_from_when_it_left() {
+        let s = shares();
+        let (mut b, key, take) = asked_once(&s);
+        b.take_left(ms(60), &key, take.seq);
+        b.handle_timeout(ms(100));
+        b.handle_taken(ms(120), &key, take.seq, grant(1, false, 50, 500, 50));
+        assert_eq!(b.stats().late_grants, 0);
+        assert!(matches!(
+            b.handle_request(ms(120), KEY, 1, &s),
+            Admit::Leased(_)
+        ));
+        // Still given up once its own timeout has passed from when it left.
+        let (mut late, key, take) = asked_once(&s);
+        late.take_left(ms(60), &key, take.seq);
+        late.handle_timeout(ms(160));
+        late.handle_taken(ms(161), &key, take.seq, grant(1, false, 50, 500, 50));
+        assert_eq!(late.stats().late_grants, 1);
     }
 
     /// With the default `min_demand` of 2, a key asked for once per renewal interval is
