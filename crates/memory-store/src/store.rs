@@ -435,11 +435,10 @@ where
     ) -> impl Future<Output = Result<bool, AdminError>> + Send {
         ready(check_reason(reason).and_then(|()| {
             self.admin(key, |now| {
-                // The override alone: routing would build another shape's table for nothing.
-                if matches!(
-                    self.overrides.get(&policy.0.name, key),
-                    Some(Kept::Unlimited)
-                ) {
+                // The override alone first: routing would build another shape's table for
+                // nothing.
+                let overridden = self.overrides.get(&policy.0.name, key);
+                if matches!(overridden, Some(Kept::Unlimited)) {
                     return Err(AdminError::unlimited_block());
                 }
                 if policy.0.limiter.shares_rate(now, key) {
@@ -449,7 +448,18 @@ where
                     Until::At(at) => at,
                     Until::For(span) => now.saturating_add(span),
                 };
-                Ok(policy.0.limiter.block_at(now, key, until, reason))
+                let blocked = policy.0.limiter.block_at(now, key, until, reason);
+                // A block replaces what was counted (the key is as one never seen at its
+                // end), in the state the key's decisions read: an override of another form
+                // counts apart, as Redis's other key, which its block replaces. (Before, that
+                // count resumed when the block ended.)
+                if blocked
+                    && overridden.is_some()
+                    && let Route::Other(_, Table::Apart(table)) = self.route(policy, key, now)
+                {
+                    table.reset(key);
+                }
+                Ok(blocked)
             })
         }))
     }

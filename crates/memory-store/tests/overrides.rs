@@ -221,7 +221,8 @@ fn an_override_of_another_window_limits_the_key() {
 
 #[test]
 fn an_unlimited_key_counts_nothing_and_a_block_still_denies_an_overridden_key() {
-    let store = MemoryStore::with_clock(FakeClock::new(Timestamp::EPOCH));
+    let clock = FakeClock::new(Timestamp::EPOCH);
+    let store = MemoryStore::with_clock(clock.clone());
     let api = prepared(&store, "api", hourly(2));
     store
         .set_override("api", &key(b"vip"), &Override::Unlimited)
@@ -275,6 +276,21 @@ fn an_unlimited_key_counts_nothing_and_a_block_still_denies_an_overridden_key() 
             .expect("peeked")
             .remaining,
         3
+    );
+    // A block replaces what that state counted, as Redis's block replaces the other key's:
+    // once it ends the key is as one never seen (before, the count resumed).
+    let _ = ready(store.acquire(None, &api, b"ann", 2)).expect("decided");
+    assert!(
+        ready(store.block(&api, b"ann", Until::For(Micros::from_secs(1)), "abuse"))
+            .expect("blocked")
+    );
+    clock.advance(Micros::from_secs(2));
+    assert_eq!(
+        ready(store.peek(None, &api, b"ann", 0))
+            .expect("peeked")
+            .remaining,
+        3,
+        "full after the block"
     );
 }
 
