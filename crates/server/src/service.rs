@@ -940,7 +940,16 @@ async fn decide<'a, S: Leasable + Clone + 'static>(
         return target.peek(key, 0).await;
     }
     if denied || cost == 0 {
-        return target.peek(key, cost).await;
+        // Nothing is taken. A check (a cost of zero) asks whether one more would be
+        // admitted, so it can answer OVER_LIMIT, as envoyproxy/ratelimit's "check only"
+        // can (before, a cost of zero was always admitted); an admitted look shows what is
+        // left now, not after a cost it did not take.
+        let asked = cost.max(1);
+        let mut decision = target.peek(key, asked).await?;
+        if decision.is_allowed() && !decision.is_blind() {
+            decision.remaining = decision.remaining.saturating_add(asked).min(decision.limit);
+        }
+        return Ok(decision);
     }
     let (decision, counted) = target.acquire(key, cost).await?;
     if decision.is_allowed() && counted {

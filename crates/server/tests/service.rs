@@ -666,6 +666,33 @@ async fn an_unchanged_reload_keeps_the_fallbacks_counts() {
     assert_eq!(ask().await, Code::OverLimit, "the fallback's count kept");
 }
 
+/// A descriptor of `hits_addend: 0` checks without taking: admitted while one more would
+/// be, showing what is left, and over the limit once nothing is (Envoy's budget pattern
+/// checks this way at the request and charges at the stream's end; before, a cost of zero
+/// was always admitted, so the check could never reject).
+#[tokio::test]
+async fn a_zero_hits_check_takes_nothing_and_rejects_once_nothing_is_left() {
+    let text = "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 3 }\n";
+    let mut running = start(text, false).await;
+    let check = || {
+        let mut check = request(vec![descriptor(&[("user", "ann")])]);
+        check.descriptors[0].hits_addend = Some(UInt64Value { value: 0 });
+        check
+    };
+    let charge = || request(vec![descriptor(&[("user", "ann")])]);
+    let answer = ask(&mut running, check()).await;
+    assert_eq!(
+        (codes(&answer).0, answer.statuses[0].limit_remaining),
+        (Code::Ok, 3),
+        "nothing taken"
+    );
+    for _ in 0..3 {
+        assert_eq!(codes(&ask(&mut running, charge()).await).0, Code::Ok);
+    }
+    let answer = ask(&mut running, check()).await;
+    assert_eq!(codes(&answer).0, Code::OverLimit, "{answer:?}");
+}
+
 /// Two rules whose readable paths are the same (`a_b`, and `a` with value `b`) are two
 /// policies, each deciding with its own numbers.
 #[tokio::test]
