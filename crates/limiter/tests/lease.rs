@@ -2025,14 +2025,7 @@ async fn rate_share_calls_go_through_the_circuit_breaker() {
         .build()
         .expect("a limiter")
     };
-    let take = RateOp::Take(TakeRequest {
-        node: 1,
-        held: 0,
-        seq: 1,
-        applied: 0,
-        demand: 100,
-        validity: Micros::from_millis(200),
-    });
+    let take = first_take();
     let store = Faulty::new(rein_memory::MemoryStore::new(), Fault::DownFor(b"down"));
     let limiter = over(store.clone());
     let prepared = limiter.prepare(&policy).expect("in the table");
@@ -2257,9 +2250,7 @@ async fn a_frozen_store_gets_no_more_renewals_than_the_breaker_lets_through() {
 /// `retry_after`, with the returned tokens in the store).
 #[tokio::test]
 async fn a_returned_rate_share_clears_a_cached_direct_denial() {
-    use rein_core::rate_share::{
-        RateAnswer, RateOp, RateShares, ReturnRequest, TakeRequest, Taken,
-    };
+    use rein_core::rate_share::{RateAnswer, RateOp, RateShares, ReturnRequest, Taken};
     use rein_core::{Leasable, Timestamp};
     use rein_memory::FakeClock;
 
@@ -2286,15 +2277,7 @@ async fn a_returned_rate_share_clears_a_cached_direct_denial() {
         other => panic!("{other:?}"),
     };
     // One node takes the whole bucket: the direct share is empty, and its denial cached.
-    let taken = share(RateOp::Take(TakeRequest {
-        node: 1,
-        held: 0,
-        seq: 1,
-        applied: 0,
-        demand: 100,
-        validity: Micros::from_millis(200),
-    }))
-    .await;
+    let taken = share(first_take()).await;
     let Ok(RateAnswer::Taken(Taken::Granted(grant))) = taken else {
         panic!("{taken:?}")
     };
@@ -2350,4 +2333,16 @@ async fn a_refund_lifts_the_leases_local_denial() {
     let after = limiter.acquire("k", 1).await.expect("a decision");
     assert!(after.is_allowed(), "{after:?}");
     limiter.shutdown().await;
+}
+
+/// Node 1's first take of a rate share, for a demand of 100 a second, valid 200 ms.
+fn first_take() -> rein_core::rate_share::RateOp {
+    rein_core::rate_share::RateOp::Take(rein_core::rate_share::TakeRequest {
+        node: 1,
+        held: 0,
+        seq: 1,
+        applied: 0,
+        demand: 100,
+        validity: Micros::from_millis(200),
+    })
 }

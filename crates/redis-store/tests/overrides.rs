@@ -505,24 +505,19 @@ async fn a_hash_lost_and_written_again_is_never_mistaken_for_the_one_read() {
     // from the old version to the one the reader held, with other contents, and the reader
     // kept what it had until the next write).
     assert_eq!(written_then_read("third", 4).await, 4);
-    let version: u64 = redis::cmd("HGET")
-        .arg("rein:overrides")
-        .arg("#v")
-        .query_async(&mut raw)
-        .await
-        .expect("HGET");
-    let _: () = redis::cmd("HDEL")
-        .arg("rein:overrides")
-        .arg("api:=third")
-        .query_async(&mut raw)
-        .await
+    let version: u64 = server
+        .command(&["HGET", "rein:overrides", "#v"])
+        .expect("HGET")
+        .lines()
+        .last()
+        .and_then(|line| line.parse().ok())
+        .expect("a version (RESP: its length, then it)");
+    let older = (version - 1).to_string();
+    server
+        .command(&["HDEL", "rein:overrides", "api:=third"])
         .expect("HDEL");
-    let _: () = redis::cmd("HSET")
-        .arg("rein:overrides")
-        .arg("#v")
-        .arg(version - 1)
-        .query_async(&mut raw)
-        .await
+    server
+        .command(&["HSET", "rein:overrides", "#v", &older])
         .expect("HSET");
     assert_eq!(
         written_then_read("fourth", 3).await,

@@ -30,7 +30,7 @@ fn builder() -> RateLimitLayerBuilder<MemoryStore> {
     RateLimitLayer::builder(MemoryStore::new())
 }
 
-fn app(layer: RateLimitLayer<MemoryStore>) -> Router {
+fn app<L: rein_core::Limiter + 'static>(layer: RateLimitLayer<L>) -> Router {
     Router::new()
         .route("/api/{*rest}", get(|| async { "api" }))
         .route("/login", post(|| async { "welcome" }))
@@ -503,14 +503,11 @@ async fn fail_open_admissions_show_no_rate_limit_figures() {
     )
     .build()
     .expect("limiter");
-    let layer = RateLimitLayer::builder(limiter)
+    let app = app(RateLimitLayer::builder(limiter)
         .policy(policy)
         .route(Route::any().policy("api"))
         .build()
-        .expect("layer");
-    let app = Router::new()
-        .route("/api/{*rest}", get(|| async { "api" }))
-        .layer(layer);
+        .expect("layer"));
     for _ in 0..3 {
         let answered = call(&app, Method::GET, "/api/x", PEER).await;
         assert_eq!(answered.status, StatusCode::OK);

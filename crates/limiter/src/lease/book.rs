@@ -1440,18 +1440,6 @@ mod tests {
             }
         }
 
-        fn leased_request(&mut self, ms: u64, cost: u64) -> u64 {
-            self.leased(ms, cost, Attempt::First)
-        }
-
-        fn leased_retry(&mut self, ms: u64, cost: u64) -> u64 {
-            self.leased(ms, cost, Attempt::Again)
-        }
-
-        fn leased_last(&mut self, ms: u64, cost: u64) -> u64 {
-            self.leased(ms, cost, Attempt::Last)
-        }
-
         fn tick(&mut self, ms: u64) {
             self.book.handle_timeout(at(ms));
             self.collect();
@@ -1508,8 +1496,8 @@ mod tests {
         assert_eq!(h.request(11, 1), Admit::Wait);
         assert_eq!(h.sent.len(), 1, "single flight: {:?}", h.sent);
         assert_eq!(h.deliver(12), 2);
-        assert_eq!(h.leased_retry(12, 1), 1);
-        assert_eq!(h.leased_retry(12, 1), 0);
+        assert_eq!(h.leased(12, 1, Attempt::Again), 1);
+        assert_eq!(h.leased(12, 1, Attempt::Again), 0);
         assert_eq!(h.book.stats().reservations, 2, "the empty block is renewed");
         assert_eq!(h.book.stats().waits, 2);
         assert_eq!(h.deliver(13), 3, "sized to the demand now measured, 3");
@@ -1565,9 +1553,9 @@ mod tests {
         assert_eq!(h.request(1, 8), Admit::Wait);
         assert_eq!(h.deliver(2), 9, "demand 9 in this interval");
         // 1 left of 9 is below half: renew while the last unit is still there.
-        assert_eq!(h.leased_retry(2, 8), 1);
+        assert_eq!(h.leased(2, 8, Attempt::Again), 1);
         assert_eq!(h.sent.len(), 1);
-        assert_eq!(h.leased_request(3, 1), 0);
+        assert_eq!(h.leased(3, 1, Attempt::First), 0);
         assert_eq!(
             h.deliver(4),
             8,
@@ -1582,7 +1570,7 @@ mod tests {
         let _ = h.request(900, 1);
         let _ = h.request(901, 25);
         assert_eq!(h.deliver(902), 25, "capped at the fair share, 100 / 4");
-        assert_eq!(h.leased_retry(902, 25), 0);
+        assert_eq!(h.leased(902, 25, Attempt::Again), 0);
         let _ = h.request(950, 1);
         // Granted at 951 in the window ending at 1000: usable until 1 000 ppm early.
         assert!(h.deliver(951) > 0);
@@ -1604,7 +1592,7 @@ mod tests {
         let _ = h.request(0, 1);
         assert_eq!(h.request(1, 10), Admit::Wait);
         assert_eq!(h.deliver(2), 11);
-        assert_eq!(h.leased_retry(2, 10), 1);
+        assert_eq!(h.leased(2, 10, Attempt::Again), 1);
         assert_eq!(h.deliver(3), 10, "renewed below the low watermark");
         assert_eq!(h.held(3), 11);
         h
@@ -1649,14 +1637,14 @@ mod tests {
             assert_eq!(h.request(10, 1), Admit::Wait);
         }
         assert_eq!(h.deliver(11), 2, "sized to the demand when it left");
-        assert_eq!(h.leased_retry(11, 1), 1);
-        assert_eq!(h.leased_retry(11, 1), 0);
+        assert_eq!(h.leased(11, 1, Attempt::Again), 1);
+        assert_eq!(h.leased(11, 1, Attempt::Again), 0);
         assert_eq!(h.retry(11, 1), Admit::Wait, "the renewal is in flight");
         assert_eq!(h.sent.len(), 1, "single flight: {:?}", h.sent);
         assert_eq!(h.last(12, 1), Admit::Direct(DirectReason::Waited));
         assert_eq!(h.sent.len(), 1, "no second flight: {:?}", h.sent);
         assert_eq!(h.deliver(13), 5, "sized to the burst: 5 in the interval");
-        assert_eq!(h.leased_last(13, 1), 4);
+        assert_eq!(h.leased(13, 1, Attempt::Last), 4);
         let stats = h.book.stats();
         assert_eq!(
             (stats.leased, stats.direct, stats.waits),
@@ -1762,7 +1750,7 @@ mod tests {
         let _ = h.request(0, 1);
         assert_eq!(h.request(1, 10), Admit::Wait);
         assert_eq!(h.deliver(2), 11);
-        assert_eq!(h.leased_retry(2, 10), 1);
+        assert_eq!(h.leased(2, 10, Attempt::Again), 1);
         // The renewal is in flight when the node shuts down: the key, and the one unit it
         // holds, are kept until the renewal ends.
         h.book.handle_shutdown(at(3));
@@ -1822,7 +1810,7 @@ mod tests {
         let _ = h.request(0, 1);
         assert_eq!(h.request(1, 10), Admit::Wait);
         assert_eq!(h.deliver(2), 11);
-        assert_eq!(h.leased_retry(2, 10), 1);
+        assert_eq!(h.leased(2, 10, Attempt::Again), 1);
         assert_eq!(h.deliver(3), 10, "renewed below the low watermark");
         // The review ran too late to return within the guard; at the block's end the 11
         // left still go back, into the window stamped at the grant (the previous counter
