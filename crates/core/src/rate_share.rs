@@ -290,7 +290,12 @@ impl RateShares {
         let (used_us, used_units) = if bucket.is_full_at(now) {
             (0, 0)
         } else {
-            (bucket.tat.as_micros() - now.as_micros(), bucket.tat_units)
+            // A remainder beyond this bucket's µs (a state its rate, since changed, wrote)
+            // counts as the bucket reads it: at most one unit short of a whole µs.
+            (
+                bucket.tat.as_micros() - now.as_micros(),
+                bucket.tat_units.min(self.part_rate - 1),
+            )
         };
         let full = self.full_units();
         // Checked before multiplying, as the bucket's own `remaining` is: a state written by

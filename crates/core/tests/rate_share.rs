@@ -399,3 +399,19 @@ fn an_adopted_plain_bucket_decides_as_the_bucket_would_have() {
         }
     });
 }
+
+/// A plain state's remainder beyond the bucket's µs (written under another rate) is read as
+/// the bucket reads it, at most a unit short of a µs, as `lease_rate.lua` reads it.
+#[test]
+fn an_adopted_remainder_beyond_the_bucket_is_clamped() {
+    let bucket = TokenBucket::new(10, 10, Micros::from_secs(1)).expect("valid");
+    let shares = RateShares::new(&bucket).expect("shareable");
+    let now = Timestamp::from_micros(1_000_000);
+    let plain = |tat_units| TokenBucketState {
+        tat: Timestamp::from_micros(1_050_000),
+        tat_units,
+    };
+    // One unit a µs: no remainder at all.
+    assert_eq!(shares.adopt(now, &plain(7)), shares.adopt(now, &plain(0)));
+    assert_eq!(shares.adopt(now, &plain(0)).drawn, 50_000 * 1_000);
+}

@@ -147,7 +147,6 @@ impl<V: Expiring> BoundedMap<V> {
         }
     }
 
-    /// Forgets `at` if its entry is one `gone` says may go, under one lock.
     /// Replaces the live entry of `at` by `change(entry)`, or removes it for `None`; an
     /// absent or expired key stays absent.
     pub(crate) fn update(

@@ -316,6 +316,11 @@ impl<S: Leasable + 'static> ResilientLimiter<S, MaybeLeased<S>> {
         }
     }
 
+    /// Whether leases are on.
+    pub fn is_leased(&self) -> bool {
+        matches!(self.mode, MaybeLeased::Leased(_))
+    }
+
     /// The leases' counters, or `None` with leases off.
     pub fn lease_stats(&self) -> Option<LeaseStats> {
         match &self.mode {

@@ -811,8 +811,6 @@ impl<K, C: fmt::Debug> fmt::Debug for MemoryLimiterBuilder<K, C> {
     }
 }
 
-/// The shard tables, holding each algorithm's own state when the policy has one limit
-/// (see the `rule` module for why).
 /// A key's plain bucket in the shard tables, which the rate-share table adopts
 /// ([`PlainBucket`]): only a policy of one token bucket has a rate-share table.
 struct PlainOf<'a, K> {
@@ -834,6 +832,8 @@ impl<K: Hash + Eq> PlainBucket for PlainOf<'_, K> {
     }
 }
 
+/// The shard tables, holding each algorithm's own state when the policy has one limit
+/// (see the `rule` module for why).
 enum Tables<K> {
     WholeMicroBucket(Shards<K, WholeMicroBucket>),
     TokenBucket(Shards<K, TokenBucket>),

@@ -118,13 +118,19 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
         // No user code runs under the lock but `K`'s Hash and Eq; a poisoned map is still
         // consistent (the core's transitions do not panic), so it is recovered.
         let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
-        let held = states.get(key).cloned();
-        let is_new = held.is_none();
+        // A state that may be forgotten is as none (its Redis key would have expired): the
+        // key's plain state, if an operator changed it since, is adopted.
+        let is_new = !states.contains_key(key);
+        let held = states
+            .get(key)
+            .filter(|state| !self.shares.is_forgettable(now, state))
+            .cloned();
+        let adopting = held.is_none();
         let mut state = held.unwrap_or_else(|| self.shares.adopt(now, &plain.read()));
         let answer = self.shares.apply(now, &mut state, op)?;
         if self.shares.is_forgettable(now, &state) {
             states.remove(key);
-            if is_new {
+            if adopting {
                 plain.forget();
             }
             return Ok(answer);
@@ -139,7 +145,7 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
         }
         self.used.store(true, Ordering::Relaxed);
         states.insert(key.clone(), state);
-        if is_new {
+        if adopting {
             plain.forget();
         }
         Ok(answer)

@@ -791,6 +791,17 @@ mod tests {
         );
         let second = block_on(store.share_rate(now, &p, b"j", RateOp::Direct(1)));
         assert!(matches!(second, Ok(RateAnswer::Decided(d)) if d.is_allowed() && d.remaining == 0));
+        // And a penalty of a key whose shares' state may be forgotten (full, no share: as a
+        // Redis key expired) but is still in the table (before, that stale state was used,
+        // and the penalty never read).
+        clock.advance(Micros::from_secs(60));
+        let later = Some(clock.now());
+        assert_eq!(block_on(store.penalize(&p, b"k", 9)).unwrap().remaining, 1);
+        let after = block_on(store.share_rate(later, &p, b"k", RateOp::Direct(2)));
+        assert!(
+            matches!(after, Ok(RateAnswer::Decided(d)) if !d.is_allowed()),
+            "{after:?}"
+        );
     }
 
     /// The core's transitions per key, a state apart from the plain bucket's, and a typed

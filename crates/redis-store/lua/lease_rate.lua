@@ -107,10 +107,9 @@ if stored.err then
     -- RateShares::adopt: no share, the direct share as full as the bucket (an operator's
     -- penalty of a key not yet shared, or a node deciding with leases off). The bucket's
     -- used units, `max(tat, now) - now` as whole µs and a remainder, in share units.
-    tat, tat_units = exact(tat), exact(tat_units)
-    if tat_units >= part_rate then
-      corrupt()
-    end
+    -- A remainder beyond this bucket's µs (a state its rate, since changed, wrote) counts
+    -- as the bucket script reads it: at most one unit short of a whole µs.
+    tat, tat_units = exact(tat), math.min(exact(tat_units), part_rate - 1)
     local used_us, used_units = 0, 0
     if tat > now or (tat == now and tat_units > 0) then
       used_us, used_units = tat - now, tat_units

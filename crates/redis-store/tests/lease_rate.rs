@@ -200,11 +200,20 @@ fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
             common::assert_matches!(answer, Err(DecideError::Unavailable(_)), "{field}={value}");
         }
         // A plain bucket's string that is not one: refused, not read as a full bucket.
-        for value in ["12:x", "12:", "-5", "12:1000000", "99999999999999999"] {
+        for value in ["12:x", "12:", "-5", "99999999999999999"] {
             let _: () = conn.set(&key, value).await.unwrap();
             let answer = store.share_rate(t, &policy, b"k", take).await;
             common::assert_matches!(answer, Err(DecideError::Unavailable(_)), "{value}");
         }
+        // A remainder beyond this bucket's µs (its rate changed since) reads as the bucket
+        // script reads it, clamped: adopted, not refused as corrupt (a refusal reads as
+        // Redis failing, and fail open would admit the key).
+        let _: () = conn.set(&key, "1050000:7").await.unwrap();
+        let direct = store.share_rate(t, &policy, b"k", RateOp::Direct(1)).await;
+        assert!(
+            matches!(direct, Ok(RateAnswer::Decided(d)) if d.is_allowed() && d.remaining == 8),
+            "{direct:?}"
+        );
         // A plain bucket's state is adopted: an operator's penalty of a key not yet shared
         // holds for the leases (before, the script failed with WRONGTYPE until the plain
         // state expired, which the resilient limiter read as Redis failing: fail open

@@ -453,7 +453,6 @@ async fn run<S: Leasable + Clone + 'static>(
             }
         }
     };
-    let stopping = health.clone();
     let reloader = tokio::spawn(watch_rules(
         service.clone(),
         health,
@@ -465,8 +464,6 @@ async fn run<S: Leasable + Clone + 'static>(
     let signals = tokio::spawn(async move {
         wait_for_stop(terminate).await;
         tracing::info!("stopping: answering the requests in flight, then exiting");
-        // Health checks steer traffic away first (before, SERVING through shutdown).
-        set_health::<S>(&stopping, ServingStatus::NotServing).await;
         let _ = shutdown_tx.send(true);
     });
     let (grpc_result, http_result) = tokio::join!(grpc_server, http_server);
@@ -547,9 +544,16 @@ async fn watch_rules<S: Leasable + Clone + 'static>(
         let hup = hangup.recv();
         let forced = tokio::select! {
             biased;
-            _ = stop.wait_for(|stop| *stop) => return,
-            _ = hup => true,
-            _ = ticks.tick() => false,
+            _ = stop.wait_for(|stop| *stop) => None,
+            _ = hup => Some(true),
+            _ = ticks.tick() => Some(false),
+        };
+        let Some(forced) = forced else {
+            // Health checks steer traffic away as the listeners drain (before, SERVING
+            // through shutdown). Here, where reloads report health, so none of them can
+            // report SERVING after it.
+            set_health::<S>(&health, ServingStatus::NotServing).await;
+            return;
         };
         let now = fingerprint(&config);
         if !forced {

@@ -943,8 +943,14 @@ async fn decide<'a, S: Leasable + Clone + 'static>(
         // Nothing is taken. A check (a cost of zero) asks whether one more would be
         // admitted, so it can answer OVER_LIMIT, as envoyproxy/ratelimit's "check only"
         // can (before, a cost of zero was always admitted); an admitted look shows what is
-        // left now, not after a cost it did not take.
-        let asked = cost.max(1);
+        // left now, not after a cost it did not take. With leases on, a look asks the store,
+        // which counts the units servers hold as taken: a check there only looks (it would
+        // refuse while this server holds units).
+        let asked = if cost == 0 && target.0.is_leased() {
+            0
+        } else {
+            cost.max(1)
+        };
         let mut decision = target.peek(key, asked).await?;
         if decision.is_allowed() && !decision.is_blind() {
             decision.remaining = decision.remaining.saturating_add(asked).min(decision.limit);

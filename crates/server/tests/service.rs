@@ -691,6 +691,41 @@ async fn a_zero_hits_check_takes_nothing_and_rejects_once_nothing_is_left() {
     }
     let answer = ask(&mut running, check()).await;
     assert_eq!(codes(&answer).0, Code::OverLimit, "{answer:?}");
+
+    // With leases on, the store counts the units this server holds as taken: a check only
+    // looks, rather than refuse while this server still holds what it reserved.
+    let settings = ServiceSettings {
+        failure: FailurePolicy::FailClosed,
+        shadow_mode: false,
+        legacy_headers: false,
+        leases: Some(rein::LeaseConfig {
+            expected_nodes: std::num::NonZeroU32::MIN,
+            min_demand: 1,
+            ..rein::LeaseConfig::default()
+        }),
+    };
+    let leased = RateLimitService::new(MemoryStore::new(), rules(text), settings).expect("service");
+    for _ in 0..2 {
+        let answer = leased
+            .should_rate_limit(&charge())
+            .await
+            .expect("an answer");
+        assert_eq!(codes(&answer).0, Code::Ok);
+    }
+    // The renewal then in flight reserves the last unit: the store has none left, this
+    // server holds one.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while leased.lease_stats().is_none_or(|s| s.units_reserved < 3) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            leased.lease_stats()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let answer = leased.should_rate_limit(&check()).await.expect("an answer");
+    assert_eq!(codes(&answer).0, Code::Ok, "{answer:?}");
+    leased.shutdown().await;
 }
 
 /// Two rules whose readable paths are the same (`a_b`, and `a` with value `b`) are two

@@ -1110,8 +1110,13 @@ pub(crate) async fn decide_direct<S: Leasable, P>(
         }
         Err(e) => return Err(e),
     };
-    if peek && cost > 0 && decision.remaining < cost {
+    // As every store's peek: the figures of the admission it would be (what is left after
+    // `cost`), or a denial.
+    if peek && decision.remaining < cost {
         decision.outcome = rein_core::Outcome::Denied;
+        decision.retry_after = decision.retry_after.max(Micros::from_micros(1));
+    } else if peek {
+        decision.remaining -= cost;
     }
     Ok(decision)
 }

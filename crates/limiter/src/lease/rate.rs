@@ -263,7 +263,15 @@ impl RateBook {
                 limit: lease.shares.capacity(),
                 remaining: lease.bucket.scaled_tokens(&lease.shares),
                 retry_after: Micros::ZERO,
-                reset_after: lease.bucket.full_after().unwrap_or(Micros::ZERO),
+                // A share of no rate never fills: until it ends, then (never "full now",
+                // which is what a fail open's blind admission says).
+                reset_after: lease.bucket.full_after().unwrap_or_else(|| {
+                    lease
+                        .bucket
+                        .until()
+                        .saturating_since(now)
+                        .max(Micros::from_micros(1))
+                }),
                 limit_index: 0,
             })
         } else if now < lease.bucket.until()

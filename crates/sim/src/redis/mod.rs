@@ -30,7 +30,7 @@
 //!
 //! Commands: only what rein sends and the simulator's tests use. From scripts: GET,
 //! SET key value [PX ms], DEL, TIME; the overrides' (`admin.lua`): HGET, HGETALL, HEXISTS,
-//! HLEN, HSET, HDEL, HINCRBY, PUBLISH (which reaches no one: there is no SUBSCRIBE). From
+//! HLEN, HSET, HDEL, PUBLISH (which reaches no one: there is no SUBSCRIBE). From
 //! rein's store: EVALSHA, EVAL, SCRIPT LOAD, GET.
 //! From the naive read-modify-write baseline: HGETALL, HMSET. From the optimistic store:
 //! WATCH, UNWATCH, MULTI, EXEC, DISCARD, TIME, GET, SET (a transaction per connection;
