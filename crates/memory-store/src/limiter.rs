@@ -395,9 +395,6 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         let Some(rates) = &self.rates else {
             return Err(not_shareable());
         };
-        // A request the core refuses is refused as for any key (as Redis checks it first),
-        // before a plain state is read.
-        rates.check(now, op)?;
         let Some(block) = self.blocks.holding(now, key) else {
             let plain = PlainOf {
                 tables: &self.tables,
@@ -405,6 +402,8 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
             };
             return rates.apply(now, key, op, plain);
         };
+        // A request the core refuses is refused as for any key (as Redis checks it first).
+        rates.check(now, op)?;
         match op {
             RateOp::Direct(_) => {
                 Ok(RateAnswer::Decided(block.decide(&self.policy, now).expect(

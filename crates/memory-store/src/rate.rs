@@ -105,9 +105,8 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
     /// A key this table does not hold starts from its plain bucket's state, `plain.read()`
     /// ([`RateShares::adopt`]: an operator's penalty of a key not yet shared holds for the
     /// leases); once the adopted state is kept (or may be forgotten), `plain.forget()`
-    /// drops the plain one, so that the key has one state. `op` must have passed
-    /// [`check`](Self::check): the core's refusals depend on `op` alone, so none comes after
-    /// the plain state was read.
+    /// drops the plain one, so that the key has one state (an `op` the core refuses leaves
+    /// both as they were).
     pub(crate) fn apply(
         &self,
         now: Timestamp,
