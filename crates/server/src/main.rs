@@ -62,7 +62,7 @@ enum Command {
 struct Serve {
     /// The rules: a directory of envoyproxy/ratelimit YAML files (`*.yaml`, `*.yml`), one
     /// domain each, or a single file. Reloaded when a file changes and on SIGHUP.
-    #[arg(long, env = "REIN_CONFIG", value_name = "DIR")]
+    #[arg(long, env = "REIN_RULES", value_name = "DIR")]
     config: Option<PathBuf>,
 
     /// Where Envoy's gRPC `ShouldRateLimit` (and `grpc.health.v1`) is served.
@@ -261,7 +261,7 @@ async fn serve(args: Serve) -> Result<(), String> {
     let Some(config) = args.config.clone() else {
         return Err(
             "no rules: pass --config DIR (a directory of envoyproxy/ratelimit YAML \
-                    files), or set REIN_CONFIG; `rein-server --help` shows every setting"
+                    files), or set REIN_RULES; `rein-server --help` shows every setting"
                 .into(),
         );
     };
