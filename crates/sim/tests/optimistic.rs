@@ -44,6 +44,28 @@ fn the_optimistic_store_stays_exact_while_its_retries_storm_as_contention_grows(
         );
         rows.push((nodes, failed * 1_000 / decisions.max(1), p99));
     }
+    // Exact where the limit binds: 6 nodes asking 1 200 a second of a limit of 300, so every
+    // window fills and a store that lost a race's write would over-admit (the limit above is
+    // out of the demand's reach, so its check alone could not fail).
+    let limit = Limit::fixed_window(300, Micros::from_secs(1)).expect("valid");
+    let mut s = Scenario::new("optimistic-exact", 954, 6, Policy::single(limit));
+    s.limiter = LimiterKind::Optimistic;
+    s.workload = Workload::HotKey { keys: 1 };
+    s.per_node_rate = 200;
+    s.span = Duration::from_millis(2_000);
+    let run = run(&s);
+    let result = run.result_with_allowance(0);
+    assert!(
+        result.is_within_bound(),
+        "over-admission {}",
+        result.over_admission()
+    );
+    let denied = run.events.len() as u64 - run.failures() as u64 - run.admitted();
+    assert!(
+        denied > run.admitted() / 2 && run.admitted() >= 450,
+        "the limit bound and was used: {} admitted, {denied} denied",
+        run.admitted()
+    );
     // The storm: with more writers on the key, more decisions run out of attempts and the
     // slowest ones wait longer.
     let (few, many) = (rows[0], rows[2]);

@@ -677,6 +677,7 @@ impl Run {
                         extra_allowance: 0,
                         worst,
                         against_exact_log: None,
+                        aligned: None,
                     })
                     .into_iter()
                     .collect(),
