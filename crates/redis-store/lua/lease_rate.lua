@@ -248,7 +248,11 @@ end
 
 local function write()
   redis.call('DEL', key)
-  local ms = math.max(div_ceil(ttl(), 1000), min_ttl)
+  -- RateShares::ttl counts from `at`, which a clock behind the state's (a failover to a
+  -- replica whose clock is behind, a node's own clock with `LocalClock`) leaves after
+  -- `now`; PEXPIRE counts from now: the difference is added, or the key, and the rate its
+  -- shares still hold, would go that much early.
+  local ms = math.max(div_ceil(ttl() + (at - now), 1000), min_ttl)
   if count == 0 and drawn == 0 and min_ttl == 0 then
     return
   end

@@ -90,8 +90,8 @@ impl RedisStoreBuilder {
 
     /// Connects to a Redis Cluster, given one or more of its nodes.
     ///
-    /// URLs are as for [`connect`](Self::connect); TLS and credentials are taken from the
-    /// first.
+    /// URLs are as for [`connect`](Self::connect), each with the same credentials and scheme
+    /// (redis-rs refuses nodes that differ: `InvalidUrl`).
     ///
     /// redis-rs's own retries are off (`retries(0)`): they resend after a broken
     /// connection too, when the script may have run, and would count it twice. The store

@@ -263,6 +263,24 @@ fn corrupt_state_bad_arguments_and_unshareable_policies_are_refused() {
         );
         let kind: String = redis::cmd("TYPE").arg(&key).query_async(&mut conn).await.unwrap();
         assert_eq!(kind, "hash");
+        // A state ahead of the request's clock (a clock behind: a failover, a node's own
+        // clock) keeps its key as long as its shares hold rate, counted from that clock
+        // (before, from the state's own instant: the key went early, and the rate its
+        // shares held with it, to be granted again).
+        let _: () = conn.del(&key).await.unwrap();
+        let ahead = Timestamp::from_micros(5_000_000);
+        let taken = store.share_rate(Some(ahead), &policy, b"k", take).await;
+        assert!(matches!(taken, Ok(RateAnswer::Taken(Taken::Granted(_)))), "{taken:?}");
+        let mut second = take;
+        if let RateOp::Take(request) = &mut second {
+            request.node = 2;
+        }
+        let behind = Timestamp::from_micros(1_000_000);
+        let answer = store.share_rate(Some(behind), &policy, b"k", second).await;
+        assert!(matches!(answer, Ok(RateAnswer::Taken(_))), "{answer:?}");
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await.unwrap();
+        // The first share runs to 5.1 s on the requests' clock: 4.1 s from `behind`.
+        assert!(ttl >= 4_100, "PTTL {ttl} ms");
         // Bad requests are the core's typed errors, before any call.
         let _: () = conn.del(&key).await.unwrap();
         let bad = RateOp::Take(TakeRequest {
