@@ -1474,26 +1474,55 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     fn drop(&mut self) {
-        let lane = self.policy.lane();
-        let Some(waiters) = self.store.next_call(lane) else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime to send it on: the waiters' senders drop with it, and each is told
-            // its call was dropped; the lane forgets the call.
-            drop(waiters);
-            while self.store.next_call(lane).is_some() {}
-            return;
-        };
-        let (store, policy) = (self.store.clone(), self.policy.clone());
-        runtime.spawn(async move {
-            let _turn = Turn {
-                store: &store,
-                policy: &policy,
-            };
-            store.call_for(&policy, waiters).await;
-        });
+        next_turn(self.store, self.policy);
     }
+}
+
+/// The lane's next call, owned by the task that makes it: released when the task ends, or
+/// when it is dropped before it ever ran (a runtime shutting down drops it unpolled; a turn
+/// made inside it would never exist, and the lane would wait for it forever).
+struct NextTurn<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    store: RedisStore<C>,
+    policy: RedisPolicy,
+}
+
+impl<C> Drop for NextTurn<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn drop(&mut self) {
+        next_turn(&self.store, &self.policy);
+    }
+}
+
+/// Sends the decisions that waited for `policy`'s lane as its next call, in a task of its
+/// own, once a call of it ended.
+fn next_turn<C>(store: &RedisStore<C>, policy: &RedisPolicy)
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let lane = policy.lane();
+    let Some(waiters) = store.next_call(lane) else {
+        return;
+    };
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // No runtime to send it on: the waiters' senders drop with it, and each is told its
+        // call was dropped; the lane forgets the call.
+        drop(waiters);
+        while store.next_call(lane).is_some() {}
+        return;
+    };
+    let turn = NextTurn {
+        store: store.clone(),
+        policy: policy.clone(),
+    };
+    runtime.spawn(async move {
+        turn.store.call_for(&turn.policy, waiters).await;
+        drop(turn);
+    });
 }
 
 /// Whether `e` says a call's keys were in several Cluster slots (so it did not run).
