@@ -141,6 +141,7 @@ fn redis_restart_keeping_data_over_admits_nothing() {
     let mut s = suite_scenario("redis-crash-data-loss", 3, 33).unwrap();
     s.persistence = Persistence::KeepData;
     let run = run(&s);
+    assert!(run.failures() > 0, "the crash was felt");
     assert!(run.result().facts.extra_allowance == 0 && run.result().is_within_bound());
 }
 
