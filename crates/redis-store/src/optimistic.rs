@@ -482,7 +482,7 @@ impl OptimisticStoreBuilder {
         let min_ttl_ms = self.shared.min_ttl_ms();
         Ok(OptimisticStore {
             inner: Arc::new(Inner {
-                pool: Pool::new(self.max_connections.get(), connector, first),
+                pool: Pool::new(self.max_connections.get(), connector, first, timeout),
                 prefix: self.shared.prefix,
                 deadline: self.shared.deadline,
                 min_ttl_ms,

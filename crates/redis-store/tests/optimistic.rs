@@ -615,3 +615,47 @@ async fn bad_input_fails_before_redis() {
     ));
     assert_eq!(store.stats().transactions, 0);
 }
+
+/// A connect that takes longer than a call's deadline (a TLS handshake to a Redis a few
+/// milliseconds away, here a connector that waits 80 ms against a deadline of 50) still
+/// completes, in a task of its own, and waits in the pool for the next call. Before, it was
+/// made inside the call and dropped with it: once Redis had closed the pooled connections,
+/// every call timed out, for good.
+#[tokio::test]
+async fn a_connect_slower_than_the_deadline_lands_in_the_pool_for_the_next_call() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let store = OptimisticStoreBuilder::new()
+        .deadline(Duration::from_millis(50))
+        .connect_with(move || {
+            let client = redis::Client::open(url.as_str()).expect("client");
+            async move {
+                tokio::time::sleep(Duration::from_millis(80)).await;
+                client.get_multiplexed_async_connection().await
+            }
+        })
+        .await
+        .expect("the first connection");
+    let policy = RedisPolicy::new(
+        "slow",
+        Policy::single(Limit::fixed_window(100, Micros::from_secs(60)).expect("valid")),
+    )
+    .expect("policy");
+    assert!(store.acquire(None, &policy, b"k", 1).await.is_ok());
+    // Redis closes its clients (a restart, or its idle `timeout`).
+    server
+        .command(&["CLIENT", "KILL", "TYPE", "normal"])
+        .expect("CLIENT KILL");
+    let mut answered = None;
+    for _ in 0..20 {
+        if let Ok(decision) = store.acquire(None, &policy, b"k", 1).await {
+            answered = Some(decision);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        answered.is_some_and(|d| d.is_allowed()),
+        "never reconnected"
+    );
+}

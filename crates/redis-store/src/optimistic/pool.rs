@@ -20,6 +20,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use redis::RedisResult;
 use redis::aio::MultiplexedConnection;
@@ -41,9 +42,14 @@ pub(crate) struct Conn {
 }
 
 pub(crate) struct Pool {
-    idle: Mutex<Vec<Conn>>,
+    /// Shared with the connects in flight, which leave their connection here when the call
+    /// that asked for it has gone.
+    idle: Arc<Mutex<Vec<Conn>>>,
     permits: Semaphore,
+    size: usize,
     connector: Connector,
+    /// How long a connect may take, apart from any call's deadline.
+    connect_timeout: Duration,
 }
 
 /// A connection lent to one call. Dropped without [`release`](Self::release), the
@@ -55,14 +61,21 @@ pub(crate) struct Lease<'a> {
 }
 
 impl Pool {
-    pub(crate) fn new(size: usize, connector: Connector, first: MultiplexedConnection) -> Self {
+    pub(crate) fn new(
+        size: usize,
+        connector: Connector,
+        first: MultiplexedConnection,
+        connect_timeout: Duration,
+    ) -> Self {
         Self {
-            idle: Mutex::new(vec![Conn {
+            idle: Arc::new(Mutex::new(vec![Conn {
                 conn: first,
                 watching: false,
-            }]),
+            }])),
             permits: Semaphore::new(size),
+            size,
             connector,
+            connect_timeout,
         }
     }
 
@@ -79,7 +92,7 @@ impl Pool {
         let conn = match idle {
             Some(conn) => conn,
             None => Conn {
-                conn: (self.connector)().await?,
+                conn: self.connect().await?,
                 watching: false,
             },
         };
@@ -90,15 +103,53 @@ impl Pool {
         })
     }
 
+    /// A new connection, made in a task of its own within `connect_timeout`: a call whose
+    /// deadline ends first gives up waiting, and the connection, once made, waits in the
+    /// pool for the next call. (Made inside the call, a connect longer than the deadline,
+    /// a TLS handshake to a Redis a few milliseconds away, was dropped with each call, and
+    /// the store never connected again.)
+    async fn connect(&self) -> RedisResult<MultiplexedConnection> {
+        let (sent, made) = tokio::sync::oneshot::channel();
+        let (connector, idle) = (Arc::clone(&self.connector), Arc::clone(&self.idle));
+        let (size, timeout) = (self.size, self.connect_timeout);
+        tokio::spawn(async move {
+            let made = match tokio::time::timeout(timeout, connector()).await {
+                Ok(made) => made,
+                Err(_) => Err(redis::RedisError::from(std::io::Error::from(
+                    std::io::ErrorKind::TimedOut,
+                ))),
+            };
+            if let Err(Ok(conn)) = sent.send(made) {
+                let mut idle = lock(&idle);
+                if idle.len() < size {
+                    idle.push(Conn {
+                        conn,
+                        watching: false,
+                    });
+                }
+            }
+        });
+        made.await.unwrap_or_else(|_| {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "the connect task ended without a reply",
+            )))
+        })
+    }
+
     pub(crate) fn idle(&self) -> usize {
         self.lock().len()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
-        // A std mutex, not tokio's: it is held for one push or pop and never across an
-        // await. A panic cannot leave the Vec half-changed, so poisoning is ignored.
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.idle)
     }
+}
+
+fn lock(idle: &Mutex<Vec<Conn>>) -> std::sync::MutexGuard<'_, Vec<Conn>> {
+    // A std mutex, not tokio's: it is held for one push or pop and never across an await.
+    // A panic cannot leave the Vec half-changed, so poisoning is ignored.
+    idle.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Lease<'_> {
