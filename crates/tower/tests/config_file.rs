@@ -40,6 +40,58 @@ fn the_shipped_example_loads_and_builds_a_layer() {
     let limiter = config.resilient(MemoryStore::new()).expect("limiter");
     let layer = config.layer(limiter).expect("layer");
     assert_eq!(layer.policies().len(), 3);
+
+    // What README promises of `cargo run -p rein-tower --example axum`, request by request,
+    // over the memory store (the example's handlers, this file's routes).
+    use axum::routing::{get, post};
+    use tower::ServiceExt;
+    let app = axum::Router::new()
+        .route("/api/{*rest}", get(|| async { "api" }))
+        .route("/login", post(|| async { "welcome" }))
+        .layer(layer);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let ask = |method: Method, path: &str, api_key: Option<&str>| {
+        let mut request = http::Request::builder().method(method).uri(path);
+        if let Some(key) = api_key {
+            request = request.header("x-api-key", key);
+        }
+        let request = request
+            .extension(rein_tower::PeerAddr(([203, 0, 113, 7], 40_000).into()))
+            .body(axum::body::Body::empty())
+            .expect("request");
+        runtime.block_on(app.clone().oneshot(request)).expect("infallible")
+    };
+    let header = |response: &http::Response<_>, name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().expect("ASCII").to_owned())
+    };
+    // A peek spends nothing: the same figures each time.
+    let quota = ask(Method::GET, "/api/quota", None);
+    assert_eq!(quota.status(), 200);
+    let seen = header(&quota, "ratelimit");
+    assert_eq!(header(&ask(Method::GET, "/api/quota", None), "ratelimit"), seen);
+    // 200 with RateLimit, ten times (a bucket of 10), then 429 with Retry-After.
+    for _ in 0..10 {
+        let search = ask(Method::GET, "/api/search", None);
+        assert_eq!(search.status(), 200);
+        assert!(header(&search, "ratelimit").is_some());
+    }
+    let spent = ask(Method::GET, "/api/search", None);
+    assert_eq!(spent.status(), 429);
+    assert!(header(&spent, "retry-after").is_some());
+    // Five logins a minute.
+    for _ in 0..5 {
+        assert_eq!(ask(Method::POST, "/login", None).status(), 200);
+    }
+    assert_eq!(ask(Method::POST, "/login", None).status(), 429);
+    // The partner API is keyed by its header: 500 without it.
+    assert_eq!(ask(Method::GET, "/api/partner/x", None).status(), 500);
+    assert_eq!(ask(Method::GET, "/api/partner/x", Some("k1")).status(), 200);
 }
 
 /// `[leases]` turns leases on with its settings; without it, no leases.
