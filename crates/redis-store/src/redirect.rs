@@ -22,7 +22,8 @@
 //!
 //! At most [`MAX_RESENDS`] resends per call. A redirect is followed at once; a transient
 //! state waits [`FIRST_PAUSE`], doubling with each wait, and the last wait uses what is
-//! left of the deadline (less [`RESEND_ROOM`] for the resend itself): the one that would
+//! left of the deadline (less the resend's own time: the call's longest attempt so far, at
+//! least [`RESEND_ROOM`]): the one that would
 //! not fit doubled, or the one before the last resend allowed. Giving up earlier (issue 22:
 //! after 33.5–36.2 ms of a 50 ms deadline) failed calls that a migration would have let
 //! through in time. A call with no time left to resend returns the reply it has (a
@@ -71,6 +72,9 @@ pub(crate) struct Redirects {
     by_address: bool,
     resends: u32,
     waits: u32,
+    /// What a resend keeps of the deadline for itself: [`RESEND_ROOM`], or the longest
+    /// attempt of this call so far if longer ([`observe`](Self::observe)).
+    room: Duration,
 }
 
 impl Redirects {
@@ -79,7 +83,16 @@ impl Redirects {
             by_address,
             resends: 0,
             waits: 0,
+            room: RESEND_ROOM,
         }
+    }
+
+    /// An attempt of this call took `took`: a resend needs about as long, so no resend is
+    /// made (or waited for) with less than that left. (With a fixed 2 ms, a Redis a few
+    /// milliseconds away got a resend whose reply came after the deadline: a timeout, the
+    /// script's effect unknown, where the reply in hand said it had not run.)
+    pub(crate) fn observe(&mut self, took: Duration) {
+        self.room = self.room.max(took);
     }
 
     /// Resends so far: the hop count for tracing.
@@ -92,7 +105,7 @@ impl Redirects {
     pub(crate) fn next(&mut self, error: &RedisError, sent_to: &Target, left: Duration) -> Step {
         // Too little left to resend within the deadline: the error it has, which says the
         // call did not run there, rather than a timeout that would leave it unknown.
-        if self.resends >= MAX_RESENDS || left < RESEND_ROOM {
+        if self.resends >= MAX_RESENDS || left < self.room {
             return Step::GiveUp;
         }
         let step = match error.kind() {
@@ -141,7 +154,7 @@ impl Redirects {
     }
 
     /// A wait, then a resend to `to`: [`FIRST_PAUSE`] doubled per earlier wait, except the
-    /// last wait, which is sized to what is left (less [`RESEND_ROOM`]). A wait is the last
+    /// last wait, which is sized to what is left (less the room a resend keeps). A wait is the last
     /// when the doubled one would not fit before the deadline, or when no resend may follow
     /// this one ([`MAX_RESENDS`]): a shorter wait then would leave time unused that could
     /// only end in an error, and a split call that its migration joins again before the
@@ -149,7 +162,7 @@ impl Redirects {
     fn after_pause(&mut self, to: Target, left: Duration) -> Step {
         // Sleeping to the deadline itself would turn a known "did not run" into a timeout:
         // the resend needs time to reach the node and come back.
-        let Some(usable) = left.checked_sub(RESEND_ROOM).filter(|d| !d.is_zero()) else {
+        let Some(usable) = left.checked_sub(self.room).filter(|d| !d.is_zero()) else {
             return Step::GiveUp;
         };
         let doubled = FIRST_PAUSE.saturating_mul(1 << self.waits.min(16));
@@ -237,6 +250,38 @@ mod tests {
             let step = redirects.next(&row.error, &row.sent_to, Duration::from_millis(row.left_ms));
             assert_eq!(step, row.expected, "row {:?}", row.label);
         }
+    }
+
+    /// A resend keeps as much of the deadline as an attempt of the call took: from a Redis
+    /// 5 ms away, 4 ms left is a give-up with the reply in hand ("did not run"), not a resend
+    /// whose reply would come after the deadline (before: a 2 ms wait and a resend, then a
+    /// timeout, the script's effect unknown).
+    #[test]
+    fn a_resend_keeps_as_much_as_an_attempt_took() {
+        let tryagain = reply("TRYAGAIN Multiple keys request during rehashing of slot");
+        let ms = Duration::from_millis;
+        let mut redirects = Redirects::new(true);
+        redirects.observe(ms(5));
+        assert_eq!(
+            redirects.next(&tryagain, &Target::Slot, ms(4)),
+            Step::GiveUp
+        );
+        let mut redirects = Redirects::new(true);
+        redirects.observe(ms(5));
+        assert_eq!(
+            redirects.next(&tryagain, &Target::Slot, ms(8)),
+            resend(Target::Slot, 2)
+        );
+        // The last wait leaves the attempt's time, not 2 ms.
+        let mut redirects = Redirects::new(true);
+        redirects.observe(ms(5));
+        for _ in 0..MAX_RESENDS - 1 {
+            let _ = redirects.next(&tryagain, &Target::Slot, ms(40));
+        }
+        assert_eq!(
+            redirects.next(&tryagain, &Target::Slot, ms(20)),
+            resend(Target::Slot, 15)
+        );
     }
 
     #[rustfmt::skip]

@@ -78,10 +78,13 @@ pub(crate) async fn send<C: ConnectionLike>(
     invocation: &Invocation<'_>,
     deadline: Instant,
 ) -> RedisResult<Value> {
+    let sent = Instant::now();
     match send_one(conn, router, target, invocation.by_hash()).await {
+        // As long as the first attempt took (at least `RESEND_ROOM`) must be left.
         Err(e)
             if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
-                && deadline.saturating_duration_since(Instant::now()) >= RESEND_ROOM =>
+                && deadline.saturating_duration_since(Instant::now())
+                    >= sent.elapsed().max(RESEND_ROOM) =>
         {
             tracing::debug!(?target, "script not cached: sending its source");
             send_one(conn, router, target, invocation.by_source()).await

@@ -1011,11 +1011,13 @@ where
                 let mut redirects = Redirects::new(router.is_some());
                 let mut target = Target::Slot;
                 loop {
+                    let sent = Instant::now();
                     let error =
                         match route::send(&mut conn, router, &target, invocation, deadline).await {
                             Err(e) => e,
                             reply => return reply,
                         };
+                    redirects.observe(sent.elapsed());
                     let left = deadline.saturating_duration_since(Instant::now());
                     match redirects.next(&error, &target, left) {
                         Step::GiveUp => return Err(error),

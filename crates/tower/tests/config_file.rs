@@ -62,7 +62,9 @@ fn the_shipped_example_loads_and_builds_a_layer() {
             .extension(rein_tower::PeerAddr(([203, 0, 113, 7], 40_000).into()))
             .body(axum::body::Body::empty())
             .expect("request");
-        runtime.block_on(app.clone().oneshot(request)).expect("infallible")
+        runtime
+            .block_on(app.clone().oneshot(request))
+            .expect("infallible")
     };
     let header = |response: &http::Response<_>, name: &str| {
         response
@@ -74,7 +76,10 @@ fn the_shipped_example_loads_and_builds_a_layer() {
     let quota = ask(Method::GET, "/api/quota", None);
     assert_eq!(quota.status(), 200);
     let seen = header(&quota, "ratelimit");
-    assert_eq!(header(&ask(Method::GET, "/api/quota", None), "ratelimit"), seen);
+    assert_eq!(
+        header(&ask(Method::GET, "/api/quota", None), "ratelimit"),
+        seen
+    );
     // 200 with RateLimit, ten times (a bucket of 10), then 429 with Retry-After.
     for _ in 0..10 {
         let search = ask(Method::GET, "/api/search", None);
