@@ -19,19 +19,7 @@ fn the_optimistic_store_stays_exact_while_its_retries_storm_as_contention_grows(
     for (seed, nodes) in [(951, 2), (952, 6), (953, 12)] {
         // A limit far above the demand: every decision admits, so every one writes, and
         // every write aborts the transactions that read before it.
-        let limit = Limit::fixed_window(100_000, Micros::from_secs(1)).expect("valid");
-        let mut s = Scenario::new("optimistic-storm", seed, nodes, Policy::single(limit));
-        s.limiter = LimiterKind::Optimistic;
-        s.workload = Workload::HotKey { keys: 1 };
-        s.per_node_rate = 200;
-        s.span = Duration::from_millis(1_000);
-        let run = run(&s);
-        let result = run.result_with_allowance(0);
-        assert!(
-            result.is_within_bound(),
-            "seed {seed}: over-admission {}",
-            result.over_admission()
-        );
+        let run = exact_on_a_hot_key("optimistic-storm", seed, nodes, 100_000, 1_000);
         let decisions = run.events.len();
         let failed = run.failures();
         let mut latencies = run.latencies();
@@ -47,19 +35,7 @@ fn the_optimistic_store_stays_exact_while_its_retries_storm_as_contention_grows(
     // Exact where the limit binds: 6 nodes asking 1 200 a second of a limit of 300, so every
     // window fills and a store that lost a race's write would over-admit (the limit above is
     // out of the demand's reach, so its check alone could not fail).
-    let limit = Limit::fixed_window(300, Micros::from_secs(1)).expect("valid");
-    let mut s = Scenario::new("optimistic-exact", 954, 6, Policy::single(limit));
-    s.limiter = LimiterKind::Optimistic;
-    s.workload = Workload::HotKey { keys: 1 };
-    s.per_node_rate = 200;
-    s.span = Duration::from_millis(2_000);
-    let run = run(&s);
-    let result = run.result_with_allowance(0);
-    assert!(
-        result.is_within_bound(),
-        "over-admission {}",
-        result.over_admission()
-    );
+    let run = exact_on_a_hot_key("optimistic-exact", 954, 6, 300, 2_000);
     let denied = run.events.len() as u64 - run.failures() as u64 - run.admitted();
     assert!(
         denied > run.admitted() / 2 && run.admitted() >= 450,
@@ -74,4 +50,29 @@ fn the_optimistic_store_stays_exact_while_its_retries_storm_as_contention_grows(
         "failures per 1000 grew with contention: {rows:?}"
     );
     assert!(many.2 > few.2, "p99 latency grew with contention: {rows:?}");
+}
+
+/// `nodes` optimistic stores, 200 requests a second each, on a hot key of a fixed window of
+/// `limit` a second for `span_ms`: the run, every window checked with no allowance.
+fn exact_on_a_hot_key(
+    name: &str,
+    seed: u64,
+    nodes: usize,
+    limit: u64,
+    span_ms: u64,
+) -> sim::world::Run {
+    let limit = Limit::fixed_window(limit, Micros::from_secs(1)).expect("valid");
+    let mut s = Scenario::new(name, seed, nodes, Policy::single(limit));
+    s.limiter = LimiterKind::Optimistic;
+    s.workload = Workload::HotKey { keys: 1 };
+    s.per_node_rate = 200;
+    s.span = Duration::from_millis(span_ms);
+    let run = run(&s);
+    let result = run.result_with_allowance(0);
+    assert!(
+        result.is_within_bound(),
+        "{name}, seed {seed}: over-admission {}",
+        result.over_admission()
+    );
+    run
 }

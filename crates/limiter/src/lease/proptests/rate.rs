@@ -310,6 +310,31 @@ struct Case {
     seed: u64,
 }
 
+impl Case {
+    /// A world of a bucket `(capacity, refill, period µs)` shared by `nodes`.
+    fn of(
+        (capacity, refill, period_us): (u64, u64, u64),
+        nodes: usize,
+        renew_ms: u64,
+        network: Network,
+        late_permille: u64,
+        seed: u64,
+        requests: Vec<(u64, usize, u64)>,
+    ) -> Self {
+        Self {
+            capacity,
+            refill,
+            period_us,
+            nodes,
+            renew_ms,
+            network,
+            late_permille,
+            requests,
+            seed,
+        }
+    }
+}
+
 fn cases() -> impl Strategy<Value = Case> {
     (
         (1u64..=20, 1u64..=50, 1_000u64..=100_000),
@@ -325,21 +350,15 @@ fn cases() -> impl Strategy<Value = Case> {
                     (0u64..=3_000, 0..nodes, 1u64..=capacity.min(4)),
                     50..400,
                 );
-                requests.prop_map(move |requests| Case {
-                    capacity,
-                    refill,
-                    period_us,
-                    nodes,
-                    renew_ms,
-                    network: Network {
-                        fast: net.0,
-                        slow: net.1,
-                        slow_permille: net.2,
-                        lost_permille: net.3,
-                    },
-                    late_permille: late,
-                    requests,
-                    seed,
+                let network = Network {
+                    fast: net.0,
+                    slow: net.1,
+                    slow_permille: net.2,
+                    lost_permille: net.3,
+                };
+                let bucket = (capacity, refill, period_us);
+                requests.prop_map(move |requests| {
+                    Case::of(bucket, nodes, renew_ms, network, late, seed, requests)
                 })
             },
         )
@@ -387,22 +406,14 @@ fn lossy_cases() -> impl Strategy<Value = Case> {
                             })
                         })
                         .collect();
-                    Case {
-                        capacity,
-                        refill,
-                        period_us,
-                        nodes,
-                        renew_ms,
-                        network: Network {
-                            fast: renew_ms * net.0,
-                            slow: net.1,
-                            slow_permille: net.2,
-                            lost_permille: net.3,
-                        },
-                        late_permille: late,
-                        requests,
-                        seed,
-                    }
+                    let network = Network {
+                        fast: renew_ms * net.0,
+                        slow: net.1,
+                        slow_permille: net.2,
+                        lost_permille: net.3,
+                    };
+                    let bucket = (capacity, refill, period_us);
+                    Case::of(bucket, nodes, renew_ms, network, late, seed, requests)
                 })
             },
         )
