@@ -26,7 +26,9 @@ use crate::{Clock, MemoryLimiter, SystemClock};
 /// [`Limiter`].
 ///
 /// Each [`prepare`](Limiter::prepare)d policy gets its own keyed table (at most
-/// [`max_keys`](Self::max_keys) keys), so two policies never share state; the same policy
+/// [`max_keys`](Self::max_keys) keys, and as many again in each of its other tables:
+/// blocks, rate shares, override limits of another form), so two policies never share
+/// state; the same policy
 /// prepared again while it is held gets the same table ([`MemoryPolicy`]), as in Redis.
 /// Calls never wait: the futures are ready when returned. A `None` for `now` reads the
 /// store's clock.
@@ -201,8 +203,11 @@ impl<C> MemoryStore<C> {
         self.overrides.entries()
     }
 
-    /// At most `max_keys` keys per prepared policy (see [`MemoryLimiter`] for eviction).
-    /// The store it returns prepares its own tables: none of those prepared before.
+    /// At most `max_keys` keys in each table of a prepared policy (see [`MemoryLimiter`] for
+    /// eviction): its own, one per form of override limits that count apart, its blocks,
+    /// and, for a lone token bucket, its rate shares. So a policy holds at most
+    /// `(3 + forms) × max_keys` key states; each table is bounded alone. The store it
+    /// returns prepares its own tables: none of those prepared before.
     pub fn max_keys(mut self, max_keys: NonZeroUsize) -> Self {
         self.max_keys = max_keys;
         self.prepared = Arc::default();
