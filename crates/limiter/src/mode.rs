@@ -270,12 +270,9 @@ impl<S: Leasable + 'static> Leased<S> {
     ) -> Result<(), DecideError> {
         let policy = &self.policies[call.index];
         policy.refundable()?;
-        // The leases' local denial is forgotten as the gate's caches are: before the refund,
-        // and again once it ran (before, it hid the refunded units until it ended).
-        self.leases.forget_denial(policy, call.key);
-        let refunded = limiter.inner.refund(call).await;
-        self.leases.forget_denial(policy, call.key);
-        refunded
+        // The leases' local denial is forgotten as the gate's caches are.
+        let refund = async { limiter.inner.refund(call).await };
+        self.leases.refunding(policy, call.key, refund).await
     }
 }
 

@@ -332,15 +332,28 @@ impl<S: Leasable + 'static> LeasedLimiter<S> {
         }
     }
 
-    /// Lifts the local denial the book holds for `key` of `policy`, if any (see
-    /// [`LeaseBook::forget_denial`]): a refund is about to give, or gave, the store units.
-    pub(crate) fn forget_denial(&self, policy: &LeasedPolicy<S::Prepared>, key: &[u8]) {
-        let at = LeaseKeyRef {
-            slot: policy.slot,
-            key,
+    /// Runs `refund` of `key` under `policy`, lifting the local denial the book holds for
+    /// the key ([`LeaseBook::forget_denial`]) before it and again once it ran (a reservation
+    /// denied while it ran may have been decided before it), as the deny cache forgets its
+    /// own: before, the denial hid the refunded units until it ended.
+    pub(crate) async fn refunding<T>(
+        &self,
+        policy: &LeasedPolicy<S::Prepared>,
+        key: &[u8],
+        refund: impl Future<Output = T>,
+    ) -> T {
+        let forget = || {
+            let at = LeaseKeyRef {
+                slot: policy.slot,
+                key,
+            };
+            let ((), actions) = self.shared.with_book(|book| book.forget_denial(at));
+            self.shared.dispatch(actions);
         };
-        let ((), actions) = self.shared.with_book(|book| book.forget_denial(at));
-        self.shared.dispatch(actions);
+        forget();
+        let refunded = refund.await;
+        forget();
+        refunded
     }
 
     /// Runs the book's timers until [`shutdown`](Self::shutdown): returns unused units
@@ -876,16 +889,15 @@ impl<S: Leasable + 'static> Limiter for LeasedLimiter<S> {
     ) -> Result<(), DecideError> {
         self.owns(policy)?;
         policy.refundable()?;
-        self.forget_denial(policy, key);
         let now = now.or_else(|| self.shared.store_time(self.shared.clock.now()));
-        let refunded = self
-            .shared
-            .store
-            .refund(now, &policy.inner, key, amount)
-            .await;
-        // Again once it ran: a reservation denied while it ran may have been decided before.
-        self.forget_denial(policy, key);
-        refunded
+        // Made inside the future: a store may run it as it is called.
+        let refund = async {
+            self.shared
+                .store
+                .refund(now, &policy.inner, key, amount)
+                .await
+        };
+        self.refunding(policy, key, refund).await
     }
 
     /// [`LEASED_CALLS`](crate::lease::LEASED_CALLS) times the store's: a request may wait
