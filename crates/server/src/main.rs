@@ -501,11 +501,9 @@ async fn set_health<S: Leasable + Clone + 'static>(
     status: ServingStatus,
 ) {
     type Served<S> = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<rein_server::grpc::Grpc<S>>;
-    match status {
-        ServingStatus::Serving => health.set_serving::<Served<S>>().await,
-        _ => health.set_not_serving::<Served<S>>().await,
+    for service in [<Served<S> as tonic::server::NamedService>::NAME, ""] {
+        health.set_service_status(service, status).await;
     }
-    health.set_service_status("", status).await;
 }
 
 /// Resolves on SIGTERM (its handler made before listening) or Ctrl-C.
