@@ -79,39 +79,6 @@ limits = [{{ algorithm = "token_bucket", capacity = 10, refill = 10, period = "1
     path
 }
 
-/// A loopback proxy to `target` that holds each chunk a client sends for `delay`: a slow
-/// tunnel. Its threads live as long as the test process.
-fn slow_proxy(target: std::net::SocketAddr, delay: Duration) -> std::net::SocketAddr {
-    use std::io::{Read, Write};
-    use std::net::{Shutdown, TcpListener, TcpStream};
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            let Ok(server) = TcpStream::connect(target) else {
-                continue;
-            };
-            let (Ok(mut from_client), Ok(mut to_server)) = (client.try_clone(), server.try_clone())
-            else {
-                continue;
-            };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 16 * 1024];
-                while let Ok(n @ 1..) = from_client.read(&mut buf) {
-                    std::thread::sleep(delay);
-                    if to_server.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = to_server.shutdown(Shutdown::Write);
-            });
-            let (mut from_server, mut to_client) = (server, client);
-            std::thread::spawn(move || std::io::copy(&mut from_server, &mut to_client));
-        }
-    });
-    addr
-}
-
 /// A lone fixed window, which Redis keeps as one integer (its own key format).
 fn window() -> RedisPolicy {
     let limit = Limit::fixed_window(4, Micros::from_secs(3_600)).expect("valid");
@@ -383,7 +350,7 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
     // a --timeout shorter than the tunnel, exit 3.
     let tunnel = format!(
         "redis://{}/",
-        slow_proxy(server.addr(), Duration::from_millis(80))
+        rein_redis_harness::slow_proxy(server.addr(), Duration::from_millis(80))
     );
     let through = |timeout: &[&str]| {
         let mut args = vec!["--redis-url", tunnel.as_str()];

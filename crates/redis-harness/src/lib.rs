@@ -25,6 +25,39 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
+/// A loopback proxy to `target` that holds each chunk a client sends for `delay`: a slow
+/// tunnel. Its threads live as long as the test process; a refused bind is a panic, as for a
+/// test fixture.
+pub fn slow_proxy(target: SocketAddr, delay: Duration) -> SocketAddr {
+    use std::net::Shutdown;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = TcpStream::connect(target) else {
+                continue;
+            };
+            let (Ok(mut from_client), Ok(mut to_server)) = (client.try_clone(), server.try_clone())
+            else {
+                continue;
+            };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                while let Ok(n @ 1..) = from_client.read(&mut buf) {
+                    std::thread::sleep(delay);
+                    if to_server.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = to_server.shutdown(Shutdown::Write);
+            });
+            let (mut from_server, mut to_client) = (server, client);
+            std::thread::spawn(move || std::io::copy(&mut from_server, &mut to_client));
+        }
+    });
+    addr
+}
+
 /// `command`'s figures in the text of `INFO commandstats` (lower case, e.g. `"evalsha"`):
 /// zeros when the section has no line for it (never run), an error when the text is not that
 /// section or the line does not read as `cmdstat_<command>:calls=N,usec=N,...`, so that a

@@ -59,6 +59,7 @@ impl RedisStoreBuilder {
         let client = client(url)?;
         let listener = client.clone();
         let timeout = self.shared.connect_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             // The store's deadline bounds every call; a second, shorter timer inside
@@ -84,7 +85,7 @@ impl RedisStoreBuilder {
             client.get_connection_manager_with_config(config).await
         })
         .await?;
-        load_script(conn.clone(), timeout).await?;
+        load_script(conn.clone(), deadline, timeout).await?;
         Ok((conn, listener))
     }
 
@@ -126,6 +127,7 @@ impl RedisStoreBuilder {
             None => None,
         };
         let timeout = self.shared.connect_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
         let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
             .tcp_settings(tcp_settings())
             .retries(0)
@@ -137,7 +139,7 @@ impl RedisStoreBuilder {
             .map_err(ConnectError::InvalidUrl)?;
         let conn =
             first_connection(timeout, async move { client.get_async_connection().await }).await?;
-        load_script(conn.clone(), timeout).await?;
+        load_script(conn.clone(), deadline, timeout).await?;
         Ok((conn, listener))
     }
 
@@ -204,13 +206,16 @@ pub(crate) async fn first_connection<C>(
 }
 
 /// `SCRIPT LOAD` of every script (on every master, for a Cluster connection), checking the
-/// SHA-1 each returns.
+/// SHA-1 each returns, all by `deadline`: the end of the connect's `timeout`, which bounds
+/// the connect as a whole (each load with a timeout of its own made a slow server's
+/// connect take several times the setting).
 async fn load_script<C: ConnectionLike>(
     mut conn: C,
+    deadline: tokio::time::Instant,
     timeout: Duration,
 ) -> Result<(), ConnectError> {
     for (load, sha1) in crate::script::load_commands() {
-        match tokio::time::timeout(timeout, load.query_async::<Value>(&mut conn)).await {
+        match tokio::time::timeout_at(deadline, load.query_async::<Value>(&mut conn)).await {
             Ok(Ok(reply)) => crate::script::check_load_reply(&reply, sha1)?,
             Ok(Err(e)) if is_auth_error(&e) => return Err(ConnectError::Auth(e)),
             Ok(Err(e)) => return Err(store_error(e, timeout).into()),

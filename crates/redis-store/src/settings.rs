@@ -70,10 +70,11 @@ macro_rules! shared_setters {
             self
         }
 
-        /// The longest a connect may take (default 1 s): the first one, and each background
-        /// reconnect of a `RedisStore` built with `connect_with`. The optimistic store's
-        /// later connects, made when a call finds no idle connection, are bounded by that
-        /// call's deadline.
+        /// The longest a connect may take (default 1 s), from the first byte to the scripts
+        /// loaded: the first one, each background reconnect of a `RedisStore` built with
+        /// `connect_with`, and each connect the optimistic store makes in the background when
+        /// a call finds no idle connection (the call itself waits no longer than its
+        /// deadline).
         pub fn connect_timeout(mut self, timeout: std::time::Duration) -> Self {
             self.shared.connect_timeout = timeout;
             self

@@ -318,6 +318,25 @@ async fn multiplexed(port: u16) -> redis::RedisResult<MultiplexedConnection> {
     Ok(conn)
 }
 
+/// `connect_timeout` bounds the connect as a whole. Through a tunnel that holds each
+/// command for a fifth of it, every step (the connection, each of the six `SCRIPT LOAD`s)
+/// fits in the setting but all of them do not: the connect is a timeout, not a store
+/// that took several times the setting to build.
+#[tokio::test]
+async fn connect_timeout_bounds_the_whole_connect_not_each_step() {
+    let server = RedisServer::start().expect("start redis-server");
+    let timeout = Duration::from_secs(1);
+    let tunnel = rein_redis_harness::slow_proxy(server.addr(), timeout / 5);
+    let connected = RedisStoreBuilder::new()
+        .connect_timeout(timeout)
+        .connect(&format!("redis://{tunnel}/"))
+        .await;
+    common::assert_matches!(
+        connected,
+        Err(ConnectError::Unavailable(StoreError::Timeout(t))) if *t == timeout
+    );
+}
+
 #[tokio::test]
 async fn a_connection_that_went_silent_is_replaced_after_a_timeout() {
     let server = RedisServer::start().expect("start redis-server");
