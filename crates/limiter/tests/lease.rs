@@ -1073,6 +1073,43 @@ async fn concurrent_requests_on_a_hot_key_share_one_reservation() {
     assert_eq!(s.direct, 0, "{s:?}");
 }
 
+/// Shutdown gives every held key's units back at once, not one store call after another:
+/// with each return answered 200 ms late, the eight keys' returns are awaited together.
+/// (Before, one at a time: a shutdown holding ten thousand keys took minutes with the store
+/// away, past any orchestrator's grace period.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_gives_every_held_key_back_at_once() {
+    let store = Faulty::new(rein_memory::MemoryStore::new(), Fault::Late(Duration::ZERO))
+        .late_refunds(Duration::from_millis(200));
+    let leased = LeasedLimiter::builder(store.clone())
+        .config(LeaseConfig {
+            min_demand: 1,
+            ..config()
+        })
+        .build()
+        .expect("valid lease settings");
+    let policy = NamedPolicy::new("window", Policy::single(long_window())).expect("valid");
+    let prepared = leased.prepare(&policy).expect("prepare");
+    let keys: Vec<String> = (0..8).map(|k| format!("k{k}")).collect();
+    for key in &keys {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while leased
+            .acquire_leased(None, &prepared, key.as_bytes(), 1)
+            .await
+            .expect("a decision")
+            .source
+            != Source::Lease
+        {
+            assert!(tokio::time::Instant::now() < deadline, "{key} never leased");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    assert_eq!(store.refunds(), 0, "nothing given back before the shutdown");
+    leased.shutdown().await;
+    assert_eq!(store.refunds(), keys.len() as u64, "one return a key");
+    assert_eq!(store.refunds_at_once(), keys.len() as u64, "all at once");
+}
+
 /// A shutdown while a reservation (a window's block, a token bucket's rate share) is in
 /// flight waits for it and gives back what it grants when it lands: afterwards the store
 /// counts exactly what was admitted. (Before, the book let the key go at once and the late

@@ -41,6 +41,11 @@ pub struct Faulty<S> {
     fault: Fault,
     shares: bool,
     refunds: Arc<AtomicU64>,
+    /// How long each refund waits before its answer ([`late_refunds`](Faulty::late_refunds)).
+    refund_delay: Duration,
+    /// Refunds awaited now, and the most ever awaited at once.
+    refunds_in_flight: Arc<AtomicU64>,
+    refunds_at_once: Arc<AtomicU64>,
     /// Calls that decide or read, counted as they arrive (before the fault).
     calls: Arc<AtomicU64>,
     /// Set by [`freeze`](Faulty::freeze): every call from then on never answers.
@@ -55,6 +60,9 @@ impl<S> Faulty<S> {
             fault,
             shares: true,
             refunds: Arc::default(),
+            refund_delay: Duration::ZERO,
+            refunds_in_flight: Arc::default(),
+            refunds_at_once: Arc::default(),
             calls: Arc::default(),
             frozen: Arc::default(),
         }
@@ -65,6 +73,19 @@ impl<S> Faulty<S> {
     pub fn without_rate_shares(mut self) -> Self {
         self.shares = false;
         self
+    }
+
+    /// Each refund (`refund`, `refund_held`) passed on at once, as always, but answered
+    /// `delay` later: a store far away, for seeing how many a caller awaits at once
+    /// ([`refunds_at_once`](Self::refunds_at_once)).
+    pub fn late_refunds(mut self, delay: Duration) -> Self {
+        self.refund_delay = delay;
+        self
+    }
+
+    /// The most refunds awaited at the same time so far, by every clone.
+    pub fn refunds_at_once(&self) -> u64 {
+        self.refunds_at_once.load(Ordering::Relaxed)
     }
 
     /// The refunds (`refund` and `refund_held`) passed on so far, by every clone.
@@ -120,8 +141,17 @@ impl<S> Faulty<S> {
         answer
     }
 
-    fn count_refund(&self) {
-        self.refunds.fetch_add(1, Ordering::Relaxed);
+    /// A refund passed on (`refund`, already made: a store may run it as it is called),
+    /// counted, and answered as [`late_refunds`](Self::late_refunds) says.
+    async fn returning<T>(&self, refund: impl Future<Output = T>) -> T {
+        let at_once = self.refunds_in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.refunds_at_once.fetch_max(at_once, Ordering::Relaxed);
+        if !self.refund_delay.is_zero() {
+            tokio::time::sleep(self.refund_delay).await;
+        }
+        let answer = refund.await;
+        self.refunds_in_flight.fetch_sub(1, Ordering::Relaxed);
+        answer
     }
 }
 
@@ -163,8 +193,8 @@ impl<S: Limiter> Limiter for Faulty<S> {
         key: &[u8],
         amount: u64,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        self.count_refund();
-        self.inner.refund(now, policy, key, amount)
+        self.refunds.fetch_add(1, Ordering::Relaxed);
+        self.returning(self.inner.refund(now, policy, key, amount))
     }
 
     fn deadline(&self) -> Option<Duration> {
@@ -194,8 +224,8 @@ impl<S: Leasable> Leasable for Faulty<S> {
         amount: u64,
         stamp: Timestamp,
     ) -> impl Future<Output = Result<(), DecideError>> + Send {
-        self.count_refund();
-        self.inner.refund_held(now, policy, key, amount, stamp)
+        self.refunds.fetch_add(1, Ordering::Relaxed);
+        self.returning(self.inner.refund_held(now, policy, key, amount, stamp))
     }
 
     async fn share_rate(

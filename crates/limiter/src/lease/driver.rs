@@ -549,20 +549,35 @@ impl<S: Leasable + 'static> Shared<S> {
     }
 
     /// Takes one step of each book (`window`, then `rate`) and carries out every action
-    /// they emit, awaiting each.
+    /// they emit, all at once, awaiting them all: a shutdown holding many keys used to wait
+    /// out one store call after another (minutes for ten thousand keys with the store
+    /// away, past any orchestrator's grace period). They are at most the books' keys
+    /// (`max_keys` each). Outside a runtime, where nothing can be spawned, one after the
+    /// other.
     async fn step_both(
         self: &Arc<Self>,
         window: impl FnOnce(&mut LeaseBook),
         rate: impl FnOnce(&mut RateBook),
     ) {
         let ((), actions) = self.with_book(window);
-        for action in actions {
-            Arc::clone(self).carry(action).await;
+        let ((), rate_actions) = self.with_rates(rate);
+        if tokio::runtime::Handle::try_current().is_err() {
+            for action in actions {
+                Arc::clone(self).carry(action).await;
+            }
+            for action in rate_actions {
+                Arc::clone(self).carry_rate(action).await;
+            }
+            return;
         }
-        let ((), actions) = self.with_rates(rate);
+        let mut carried = tokio::task::JoinSet::new();
         for action in actions {
-            Arc::clone(self).carry_rate(action).await;
+            carried.spawn(Arc::clone(self).carry(action));
         }
+        for action in rate_actions {
+            carried.spawn(Arc::clone(self).carry_rate(action));
+        }
+        while carried.join_next().await.is_some() {}
     }
 
     /// One pass of the timers at the clock's now: what is due, handled and dispatched.
