@@ -77,6 +77,10 @@ pub enum SettingsError {
     /// A duration that must be positive is zero (the deadline or the connect timeout).
     #[error("{0} must be longer than zero")]
     ZeroDuration(&'static str),
+    /// A duration is longer than [`MAX_DURATION`](crate::MAX_DURATION), an hour (the
+    /// deadline, the connect timeout or the overrides' staleness).
+    #[error("{0} must be at most an hour")]
+    TooLong(&'static str),
 }
 
 /// Sorts a redis-rs error by what the caller can do about it. `waited` is how long the

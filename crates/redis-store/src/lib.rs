@@ -121,7 +121,8 @@ pub use overrides::DEFAULT_OVERRIDES_STALENESS;
 pub use policy::RedisPolicy;
 pub use script::{SCRIPT_SOURCE, SCRIPTS};
 pub use store::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, OverrideList, RedisStore, RedisStoreBuilder,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_DURATION, OverrideList, RedisStore,
+    RedisStoreBuilder,
 };
 
 /// Checks a key prefix as [`RedisStoreBuilder::prefix`] will when the store connects: 1 to

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rein_core::time::MAX_MICROS;
 
 use crate::SettingsError;
-use crate::store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
+use crate::store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_DURATION};
 
 /// The settings both builders hold.
 #[derive(Clone, Debug)]
@@ -29,15 +29,11 @@ impl Shared {
         }
     }
 
-    /// The prefix by the store's key rule, and neither duration zero.
+    /// The prefix by the store's key rule, and each duration [`bounded`].
     pub(crate) fn validate(&self) -> Result<(), SettingsError> {
         crate::key::validate_prefix(&self.prefix)?;
-        if self.deadline.is_zero() {
-            return Err(SettingsError::ZeroDuration("deadline"));
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(SettingsError::ZeroDuration("connect timeout"));
-        }
+        bounded("deadline", self.deadline)?;
+        bounded("connect timeout", self.connect_timeout)?;
         Ok(())
     }
 
@@ -45,6 +41,17 @@ impl Shared {
     pub(crate) fn min_ttl_ms(&self) -> u64 {
         let ms = self.min_ttl.as_nanos().div_ceil(1_000_000);
         u64::try_from(ms).unwrap_or(u64::MAX).min(MAX_MICROS)
+    }
+}
+
+/// A setting's duration, `name`d in the error: longer than zero, at most [`MAX_DURATION`].
+pub(crate) fn bounded(name: &'static str, duration: Duration) -> Result<(), SettingsError> {
+    if duration.is_zero() {
+        Err(SettingsError::ZeroDuration(name))
+    } else if duration > MAX_DURATION {
+        Err(SettingsError::TooLong(name))
+    } else {
+        Ok(())
     }
 }
 

@@ -1448,8 +1448,8 @@ impl RedisStoreBuilder {
     }
 
     pub(crate) fn validate(&self) -> Result<(), SettingsError> {
-        if self.overrides.as_ref().is_some_and(|(_, s)| s.is_zero()) {
-            return Err(SettingsError::ZeroDuration("the overrides' staleness"));
+        if let Some((_, staleness)) = &self.overrides {
+            crate::settings::bounded("the overrides' staleness", *staleness)?;
         }
         self.shared.validate()
     }
@@ -1547,6 +1547,12 @@ pub const DEFAULT_PREFIX: &str = "rein";
 /// another zone, and fails fast enough that a background reconnect loop notices a recovered
 /// server within about a second. The optimistic store and rein-tower's config use it too.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The longest a store's deadline, connect timeout or overrides' staleness may be: an hour,
+/// far past any use for a limit's decision, and short enough that an instant that far off
+/// is always representable (a longer one, such as `300000000000y` in a file, would overflow
+/// the clock at the first call). rein-tower's config checks its durations against it too.
+pub const MAX_DURATION: Duration = Duration::from_secs(3_600);
 
 /// Whether Redis refused the call because the key holds another type (`WRONGTYPE`; Redis 5
 /// and 6 report it inside an `ERR Error running script` reply).

@@ -10,7 +10,8 @@ use common::FakeServer;
 use rein_core::{DecideError, KeyError, StoreError};
 use rein_core::{Limit, Limiter, Micros, OverCapacity, Policy};
 use rein_redis::{
-    ConnectError, RedisPolicy, RedisStore, RedisStoreBuilder, SettingsError, StateError,
+    ConnectError, MAX_DURATION, RedisPolicy, RedisStore, RedisStoreBuilder, SettingsError,
+    StateError,
 };
 use rein_redis_harness::RedisServer;
 
@@ -145,6 +146,16 @@ fn invalid_settings_are_typed_config_errors() {
             (
                 RedisStoreBuilder::new().connect_timeout(Duration::ZERO),
                 SettingsError::ZeroDuration("connect timeout"),
+            ),
+            // A year would overflow no clock, but `300000000000y` in a file would; an hour
+            // is the bound.
+            (
+                RedisStoreBuilder::new().deadline(MAX_DURATION + Duration::from_nanos(1)),
+                SettingsError::TooLong("deadline"),
+            ),
+            (
+                RedisStoreBuilder::new().connect_timeout(Duration::from_secs(u64::MAX)),
+                SettingsError::TooLong("connect timeout"),
             ),
         ] {
             // Port 1 is never a Redis: a config check that let this through would fail

@@ -927,11 +927,15 @@ impl Validator<'_> {
         }
     }
 
-    /// A duration of at least 1 µs, the unit rein counts in (a shorter one would be zero).
+    /// A duration of at least 1 µs, the unit rein counts in (a shorter one would be zero),
+    /// and at most [`MAX_DURATION`](rein_redis::MAX_DURATION), an hour (a longer one would
+    /// overflow the clock at the first call).
     fn positive(&self, path: &str, duration: &Spanned<Dur>) -> Result<Duration, LoadError> {
         let d = duration.get_ref().0;
         if d.is_zero() {
             Err(field(path, self.line(duration), "must be longer than zero"))
+        } else if d > rein_redis::MAX_DURATION {
+            Err(field(path, self.line(duration), "must be at most an hour"))
         } else if d.as_micros() == 0 {
             Err(field(
                 path,

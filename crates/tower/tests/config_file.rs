@@ -240,6 +240,7 @@ fn every_bad_value_is_refused_at_load_with_its_field_path_and_line() {
         Bad { what: "a zero deadline", file: "[redis]\nurl = \"redis://h/\"\n\ndeadline = \"0ms\"\n", path: "redis.deadline", line: 4, says: "must be longer than zero" },
         Bad { what: "a deadline that is no duration", file: "[redis]\nurl = \"redis://h/\"\ndeadline = \"soon\"\n", path: "redis.deadline", line: 3, says: "expected a duration such as" },
         Bad { what: "a zero connect timeout", file: "[redis]\nurl = \"redis://h/\"\nconnect_timeout = \"0s\"\n", path: "redis.connect_timeout", line: 3, says: "must be longer than zero" },
+        Bad { what: "a connect timeout that would overflow the clock", file: "[redis]\nurl = \"redis://h/\"\nconnect_timeout = \"300000000000y\"\n", path: "redis.connect_timeout", line: 3, says: "must be at most an hour" },
         Bad { what: "a key prefix with a brace", file: "[redis]\nurl = \"redis://h/\"\nkey_prefix = \"my{app}\"\n", path: "redis.key_prefix", line: 3, says: "no spaces or braces" },
         Bad { what: "an empty key prefix", file: "[redis]\nurl = \"redis://h/\"\n\nkey_prefix = \"\"\n", path: "redis.key_prefix", line: 4, says: "1 to 64 printable ASCII bytes" },
         Bad { what: "a key prefix with a space", file: "[redis]\nurl = \"redis://h/\"\nkey_prefix = \"my app\"\n", path: "redis.key_prefix", line: 3, says: "no spaces or braces" },
