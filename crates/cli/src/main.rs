@@ -131,6 +131,16 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// `--for` of a block: at least 1 µs, the unit rein counts in (a block of no time would
+/// block nothing, and a script reading only the exit code would think the key blocked).
+fn parse_block(text: &str) -> Result<Duration, String> {
+    let span = humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))?;
+    if span.as_micros() == 0 {
+        return Err(format!("{text:?}: a block lasts at least 1us"));
+    }
+    Ok(span)
+}
+
 /// `--window`: whole seconds, from 1 s to as many as Redis still holds once complete.
 fn parse_window(text: &str) -> Result<u64, String> {
     let span = humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))?;
@@ -333,7 +343,7 @@ enum KeyCommand {
         /// The key, as the layer extracts it.
         key: String,
         /// How long, from Redis's clock: 90s, 10m, 1h 30m, 2d.
-        #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
+        #[arg(long = "for", value_name = "DURATION", value_parser = parse_block)]
         duration: Duration,
         /// Why, kept with the block and shown by `key inspect` (at most 200 bytes of text).
         #[arg(long, default_value = "")]
@@ -1023,6 +1033,7 @@ async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure>
     }
     let (text, done, figures) = match command {
         KeyCommand::Penalize { amount, .. } => {
+            refuse_while_blocked(&store, &policy, k, "a penalty").await?;
             let after = store
                 .penalize(&policy, k, *amount)
                 .await
@@ -1046,18 +1057,7 @@ async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure>
                         .into(),
                 )));
             }
-            // (A state the inspection cannot read, a token bucket leased as rate, is left
-            // to the refund, which refuses it.)
-            if let (Ok(KeyState::Blocked { block, .. }), Ok(now)) =
-                (store.inspect(&policy, k).await, store.server_time().await)
-                && block.holds_at(now)
-            {
-                return Err(admin_failed(AdminError::NotApplicable(
-                    "the key is blocked: a reward changes nothing while the block holds; \
-                     `rein key unblock` lifts it"
-                        .into(),
-                )));
-            }
+            refuse_while_blocked(&store, &policy, k, "a reward").await?;
             store
                 .refund(None, &policy, k, *amount)
                 .await
@@ -1102,7 +1102,7 @@ async fn key_command(cli: &Cli, command: &KeyCommand) -> Result<Output, Failure>
                 ),
                 false => format!("{head}: a block of no time blocks nothing"),
             };
-            let done = json!({"blocked": blocked, "for_us": duration.as_micros() as u64, "reason": reason});
+            let done = json!({"blocked": blocked, "for_us": micros(*duration).as_micros(), "reason": reason});
             (text, done, None)
         }
         KeyCommand::Unblock { .. } => {
@@ -1235,6 +1235,28 @@ async fn remove_override(cli: &Cli, name: &str, keys: &Keys) -> Result<Output, F
     let mut json = entry_json(name, &matched, None);
     json["removed"] = json!(removed);
     Ok(Output { text, json })
+}
+
+/// Refuses `change` (a penalty, a reward) of a key a block holds: it would change nothing
+/// the block's denial does not hide, and the key is as one never seen when the block ends,
+/// so reporting it done would lose it. (A state the inspection cannot read, a token bucket
+/// leased as rate, is left to the change, which refuses it or applies.)
+async fn refuse_while_blocked(
+    store: &ConfiguredStore,
+    policy: &RedisPolicy,
+    key: &[u8],
+    change: &str,
+) -> Result<(), Failure> {
+    if let (Ok(KeyState::Blocked { block, .. }), Ok(now)) =
+        (store.inspect(policy, key).await, store.server_time().await)
+        && block.holds_at(now)
+    {
+        return Err(admin_failed(AdminError::NotApplicable(format!(
+            "the key is blocked: {change} changes nothing while the block holds, and the key \
+             starts afresh when it ends; `rein key unblock` lifts it"
+        ))));
+    }
+    Ok(())
 }
 
 /// The override that applies to `key` of the policy `name` now, as the servers look it up

@@ -532,14 +532,16 @@ fn change_then_inspect(path: &std::path::Path, flag: &[&str]) {
     assert_eq!(document["blocked"]["reason"], "ticket 9");
     let left = document["blocked"]["for_us"].as_u64().expect("a number");
     assert!((590_000_000..=600_000_000).contains(&left), "{left}");
-    // A penalty on a blocked key leaves the block, and says how long it lasts.
-    let penalized = remaining(&["key", "penalize", "api", "user-9", "1"]);
-    assert_eq!(penalized["remaining"], 0);
-    assert!(penalized["retry_after_us"].as_u64() > Some(590_000_000));
-    // A reward of a blocked key changes nothing: refused, exit 1 (before, "rewarded 1").
-    let rewarded = run(&["key", "reward", "api", "user-9", "1"]);
-    assert_eq!(code(&rewarded), 1, "{}", stderr(&rewarded));
-    assert_says(stderr(&rewarded), "the key is blocked");
+    // A penalty or a reward of a blocked key changes nothing the block does not hide, and
+    // the key starts afresh when it ends: refused, exit 1 (before, "penalized by 1" and
+    // "rewarded 1", exit 0), and the block is left as it was.
+    for change in ["penalize", "reward"] {
+        let refused = run(&["key", change, "api", "user-9", "1"]);
+        assert_eq!(code(&refused), 1, "{change}: {}", stderr(&refused));
+        assert_says(stderr(&refused), "the key is blocked");
+    }
+    let still = remaining(&["key", "inspect", "api", "user-9"]);
+    assert_eq!(still["blocked"]["reason"], "ticket 9");
 
     // Bad input: exit 1 for a reason too long, 2 for what clap refuses; nothing changes.
     let long = "x".repeat(201);
@@ -550,6 +552,8 @@ fn change_then_inspect(path: &std::path::Path, flag: &[&str]) {
     assert_says(stderr(&refused), "at most 200");
     for bad in [
         &["key", "block", "api", "user-9", "--for", "soon"][..],
+        // A block of no time would block nothing (before, exit 0).
+        &["key", "block", "api", "user-9", "--for", "0s"],
         &["key", "block", "api", "user-9"],
         &["key", "set", "api", "user-9", "-1"],
         &["key", "penalize", "api", "user-9", "many"],

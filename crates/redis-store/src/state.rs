@@ -197,18 +197,13 @@ pub(crate) const PART_SEPARATOR: char = ';';
 pub(crate) fn decode_rate_state(
     fields: Vec<(String, String)>,
 ) -> Result<rein_core::rate_share::RateState, String> {
-    use rein_core::rate_share::{RateState, Share};
+    use rein_core::rate_share::{RATE_PARTS, RateState, Share};
 
-    let numbers = |field: &str, value: &str, count: usize| -> Result<Vec<u64>, String> {
-        let parsed: Option<Vec<u64>> = value.split(':').map(|n| n.parse().ok()).collect();
-        parsed
-            .filter(|n| n.len() == count)
-            .ok_or_else(|| format!("rate share field {field:?} holds {value:?}"))
-    };
+    let in_field = |field: &str, e: String| format!("rate share field {field:?}: {e}");
     let mut state = RateState::default();
     for (field, value) in fields {
         if field == "s" {
-            let n = numbers(&field, &value, 3)?;
+            let n = integers::<3>(Some(&value)).map_err(|e| in_field(&field, e))?;
             (state.drawn, state.at, state.next_id) = (n[0], Timestamp::from_micros(n[1]), n[2]);
             continue;
         }
@@ -216,7 +211,13 @@ pub(crate) fn decode_rate_state(
             .strip_prefix('n')
             .and_then(|n| n.parse().ok())
             .ok_or_else(|| format!("rate share field {field:?} names no node"))?;
-        let n = numbers(&field, &value, 9)?;
+        let n = integers::<9>(Some(&value)).map_err(|e| in_field(&field, e))?;
+        // A share is a part of the whole rate, in thousandths: never more than all of it.
+        if n[2] > RATE_PARTS || n[7] > RATE_PARTS {
+            return Err(format!(
+                "rate share field {field:?} holds more than the whole rate"
+            ));
+        }
         state.shares.push(Share {
             node,
             id: n[0],
@@ -254,6 +255,30 @@ mod tests {
             ("3:9:1|9:1,5:2", "entries out of order"),
         ] {
             assert!(sliding_log(Some(stored)).is_err(), "{why}: {stored:?} read");
+        }
+    }
+
+    #[test]
+    fn a_rate_share_reads_only_stored_integers_and_parts_of_the_whole_rate() {
+        let field = |f: &str, v: &str| vec![(f.to_owned(), v.to_owned())];
+        let state = decode_rate_state(field("n2", "1:5:400:9:3:1:0:0:0")).expect("a share");
+        assert_eq!((state.shares[0].node, state.shares[0].parts), (2, 400));
+        for (fields, why) in [
+            (
+                field("n2", "1:5:1001:9:3:1:0:0:0"),
+                "parts past the whole rate",
+            ),
+            (
+                field("n2", "1:5:0:9:3:1:0:1001:0"),
+                "held parts past the whole rate",
+            ),
+            (field("n2", "1:5:+4:9:3:1:0:0:0"), "a sign"),
+            (field("n2", "1:5:4:9:3:1:0:0"), "too few numbers"),
+            (field("s", "1:2:3:4"), "too many numbers"),
+            (field("s", "9007199254740993:0:0"), "past 2^53"),
+            (field("x2", "1:5:4:9:3:1:0:0:0"), "no node"),
+        ] {
+            assert!(decode_rate_state(fields).is_err(), "{why} read");
         }
     }
 }
