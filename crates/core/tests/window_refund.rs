@@ -6,11 +6,13 @@
 //! replayed in time order through a fresh limit of the same kind, are all admitted.
 //!
 //! A plain `refund` at the return's arrival fails this as soon as a return arrives in a
-//! later window than the one that counted its units (checked by hand: pass `world` a
-//! `give_back` that calls `refund(now, state, unused)` instead of `refund_in_window`).
+//! later window than the one that counted its units: the last test shows the property
+//! bites, finding such a world among the generated ones for each kind.
 
 use proptest::collection::vec;
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestRunner;
 use rein_core::{
     Algorithm, Micros, Timestamp, fixed_window::FixedWindow, sliding_counter::SlidingCounter,
 };
@@ -129,4 +131,34 @@ proptest! {
         let sc = SlidingCounter::new(limit, Micros::from_micros(window)).unwrap();
         prop_assert_eq!(world(sc, window, &ops, SlidingCounter::refund_in_window), 0);
     }
+}
+
+/// The negative control: with a plain `refund` at the return's arrival in place of
+/// `refund_in_window`, some generated world over-admits, for each kind. (A property that
+/// no give-back could fail would pass the tests above for nothing.)
+#[test]
+fn a_plain_refund_at_arrival_fails_the_property_for_both_kinds() {
+    fn plain<A: Algorithm>(
+        limit: &A,
+        now: Timestamp,
+        state: &mut A::State,
+        unused: u64,
+        _: Timestamp,
+    ) {
+        limit.refund(now, state, unused);
+    }
+    let mut runner = TestRunner::deterministic();
+    let mut failed = [false; 2];
+    for _ in 0..512 {
+        let (limit, window, ops) = worlds().new_tree(&mut runner).expect("a world").current();
+        let span = Micros::from_micros(window);
+        let fw = FixedWindow::new(limit, span).expect("valid");
+        let sc = SlidingCounter::new(limit, span).expect("valid");
+        failed[0] |= world(fw, window, &ops, plain) > 0;
+        failed[1] |= world(sc, window, &ops, plain) > 0;
+        if failed == [true; 2] {
+            return;
+        }
+    }
+    panic!("no world caught a plain refund (fixed window, sliding counter): {failed:?}");
 }

@@ -613,7 +613,14 @@ async fn bad_input_fails_before_redis() {
         store.acquire(None, &policy, b"", 1).await,
         Err(DecideError::InvalidKey(_))
     ));
+    // Not a read either: `transactions` counts only the `EXEC`s that follow one.
     assert_eq!(store.stats().transactions, 0);
+    for command in ["watch", "get", "time"] {
+        let calls = server
+            .commandstat_calls(command)
+            .expect("INFO commandstats");
+        assert_eq!(calls, 0, "the store sent {command}");
+    }
 }
 
 /// A connect that takes longer than a call's deadline (a TLS handshake to a Redis a few

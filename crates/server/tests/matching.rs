@@ -188,7 +188,9 @@ fn check_against_counters(
                 expected.push(code as i32);
             }
             if leases.is_some() {
-                // Under-admission is allowed; over-admission and a partial charge are not.
+                // Under-admission is allowed, and with it this cannot tell a partial charge
+                // of a denied request (it only under-admits later; the case without leases
+                // checks all or nothing). Over-admission is not.
                 if answer.overall_code == Code::Ok as i32 {
                     for (entries, cost) in &request {
                         if let Some((counter, limit)) = oracle_counter(entries) {

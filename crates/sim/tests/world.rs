@@ -30,7 +30,9 @@ proptest! {
     #[test]
     fn healthy_redis_admits_no_more_than_any_exact_limit(
         seed in 0u64..1_000,
-        nodes in 1usize..=5,
+        // Two nodes or more, so that the demand on the busiest key is past its limit and the
+        // bound is tested where it binds.
+        nodes in 2usize..=5,
         algorithm in 0usize..3,
         max_latency_ms in 1u64..=8,
         hot in any::<bool>(),
@@ -45,6 +47,11 @@ proptest! {
         let result = run.result_with_allowance(0);
         prop_assert_eq!(run.failures(), 0);
         prop_assert!(result.is_within_bound(), "over-admission {}", result.over_admission());
+        // Not vacuous: the limit denied some of the demand, and what it admitted is what one
+        // exact limiter would have (a limiter denying everything would pass the bound).
+        let (admitted, exact) = (run.admitted(), run.exact_admitted());
+        prop_assert!(admitted < run.demanded(), "the limit never bound");
+        prop_assert!(admitted * 100 >= exact * 97, "admitted {} of an exact {}", admitted, exact);
     }
 }
 
@@ -133,6 +140,12 @@ fn redis_crash_with_data_loss_over_admits_at_most_one_capacity_per_crash() {
         let result = run.result();
         assert_eq!(result.facts.extra_allowance, crashes * s.policy.capacity());
         assert!(result.is_within_bound(), "{}", result.over_admission());
+        // Not vacuous: the crash lost the counts, so the limit alone is exceeded.
+        let lost = run.result_with_allowance(0);
+        assert!(
+            !lost.is_within_bound(),
+            "the lost counts over-admitted nothing"
+        );
     }
 }
 
