@@ -15,6 +15,10 @@
 //! one request twice. `NOSCRIPT` is not handled here: it is answered on the same node by
 //! resending the call as `EVAL` (see `Invocation::by_source`), inside one attempt.
 //!
+//! A call that the importing node twice sends back with `MOVED` after `ASKING` is ended
+//! with an error naming `+asking` ([`asking_ignored`]): the node did not take the flag, and
+//! the call would bounce between it and the source until its resends ran out.
+//!
 //! The decision is taken from the reply's kind (`ErrorKind::Server(ServerErrorKind::..)`)
 //! and, for a redirect, its `redirect_node()`: never from message text.
 //!
@@ -60,6 +64,22 @@ pub(crate) enum Step {
     Resend { to: Target, after: Duration },
     /// Return the attempt's error.
     GiveUp,
+    /// Return [`asking_ignored`]: the importing node answered `MOVED` to the call sent with
+    /// `ASKING`, twice.
+    AskingIgnored,
+}
+
+/// The call's error once the importing node twice answered `MOVED` to a call sent with
+/// `ASKING`: it did not take the flag, most likely because the ACL user may not send
+/// `ASKING` (its refusal is hidden: redis-rs hands over a pipeline's redirect as its error),
+/// and the call would bounce between the two nodes until its resends ran out. A server
+/// error, not transient: it names the fix.
+pub(crate) fn asking_ignored() -> RedisError {
+    RedisError::from((
+        ErrorKind::Server(ServerErrorKind::NoPerm),
+        "the importing node of a migrating slot answered MOVED to ASKING twice: the ACL user \
+         may lack +asking (docs/redis.md, the least-privilege user)",
+    ))
 }
 
 /// The resends of one call so far. Create one per call; feed it each failed attempt in
@@ -75,6 +95,9 @@ pub(crate) struct Redirects {
     /// What a resend keeps of the deadline for itself: [`RESEND_ROOM`], or the longest
     /// attempt of this call so far if longer ([`observe`](Self::observe)).
     room: Duration,
+    /// `MOVED` replies to a call sent with `ASKING`: once is a migration undone or ended;
+    /// twice, the flag was not taken ([`Step::AskingIgnored`]).
+    moved_after_asking: u32,
 }
 
 impl Redirects {
@@ -84,6 +107,7 @@ impl Redirects {
             resends: 0,
             waits: 0,
             room: RESEND_ROOM,
+            moved_after_asking: 0,
         }
     }
 
@@ -107,6 +131,14 @@ impl Redirects {
         // call did not run there, rather than a timeout that would leave it unknown.
         if self.resends >= MAX_RESENDS || left < self.room {
             return Step::GiveUp;
+        }
+        if error.kind() == ErrorKind::Server(ServerErrorKind::Moved)
+            && matches!(sent_to, Target::Node(Node { asking: true, .. }))
+        {
+            self.moved_after_asking += 1;
+            if self.moved_after_asking >= 2 {
+                return Step::AskingIgnored;
+            }
         }
         let step = match error.kind() {
             ErrorKind::Server(ServerErrorKind::Moved) => match self.redirect(error, false) {
@@ -307,6 +339,39 @@ mod tests {
             Row { label: "bound", sent_to: node("127.0.0.1", 7002, false), error: reply("MOVED 3999 127.0.0.1:7003"),
                   left_ms: 30, expected: Step::GiveUp },
         ]);
+    }
+
+    /// An importing node that does not take `ASKING` (an ACL user without `+asking`) sends
+    /// the call back with `MOVED`, and the source sends it there again with `ASK`: the
+    /// second such `MOVED` ends the call with an error naming the cause (before, the bounce
+    /// spent every resend and ended as a connection error). One `MOVED` after `ASKING`, a
+    /// migration ended or undone, is followed.
+    #[test]
+    fn a_bounce_between_source_and_importing_node_is_named() {
+        let source = || node("127.0.0.1", 7000, false);
+        let importing = || node("127.0.0.1", 7001, true);
+        let mut redirects = Redirects::new(true);
+        for (sent_to, error, expected) in [
+            (
+                Target::Slot,
+                "ASK 3999 127.0.0.1:7001",
+                resend(importing(), 0),
+            ),
+            (
+                importing(),
+                "MOVED 3999 127.0.0.1:7000",
+                resend(source(), 0),
+            ),
+            (source(), "ASK 3999 127.0.0.1:7001", resend(importing(), 0)),
+            (
+                importing(),
+                "MOVED 3999 127.0.0.1:7000",
+                Step::AskingIgnored,
+            ),
+        ] {
+            let step = redirects.next(&reply(error), &sent_to, Duration::from_millis(50));
+            assert_eq!(step, expected, "{error} from {sent_to:?}");
+        }
     }
 
     #[rustfmt::skip]

@@ -1021,6 +1021,7 @@ where
                     let left = deadline.saturating_duration_since(Instant::now());
                     match redirects.next(&error, &target, left) {
                         Step::GiveUp => return Err(error),
+                        Step::AskingIgnored => return Err(crate::redirect::asking_ignored()),
                         Step::Resend { to, after } => {
                             tracing::debug!(
                                 hop = redirects.resends(),

@@ -34,28 +34,6 @@ async fn auth_from_the_url_and_a_wrong_password_is_an_auth_error() {
     common::assert_matches!(missing, Err(ConnectError::Auth(_)));
 }
 
-/// The least-privilege user docs/redis.md recommends (its "TLS, AUTH and a
-/// least-privilege user").
-const LEAST_PRIVILEGE: [&str; 17] = [
-    "ACL",
-    "SETUSER",
-    "rein",
-    "reset",
-    "on",
-    ">pw",
-    "~rein:*",
-    "-@all",
-    "+evalsha",
-    "+eval",
-    "+script|load",
-    "+time",
-    "+get",
-    "+set",
-    "+del",
-    "+incrby",
-    "+pexpire",
-];
-
 /// Everything the store sends after connecting (which loads its scripts): decisions of
 /// every algorithm, the first after the server lost its scripts (a restart, a failover:
 /// `EVAL` of the source), a peek, refunds (one back to full, which deletes its key),
@@ -132,7 +110,9 @@ async fn every_command_the_store_sends(
 async fn a_least_privilege_acl_user_can_decide_on_its_prefix_only() {
     let server = RedisServer::start().expect("start redis-server");
     assert_eq!(
-        server.command(&LEAST_PRIVILEGE).expect("ACL SETUSER"),
+        server
+            .command(&common::LEAST_PRIVILEGE)
+            .expect("ACL SETUSER"),
         "+OK\r\n"
     );
     let url = format!("redis://rein:pw@127.0.0.1:{}/", server.port());
@@ -152,13 +132,13 @@ async fn a_least_privilege_acl_user_can_decide_on_its_prefix_only() {
         "only the `deploy` policy's one key and the window's two"
     );
     let gets_with_everything = server.commandstat_calls("get").expect("INFO");
-    for (i, removed) in LEAST_PRIVILEGE
+    for (i, removed) in common::LEAST_PRIVILEGE
         .iter()
         .filter(|part| part.starts_with('+'))
         .enumerate()
     {
         let user = format!("without{i}");
-        let acl: Vec<&str> = LEAST_PRIVILEGE
+        let acl: Vec<&str> = common::LEAST_PRIVILEGE
             .iter()
             .map(|part| if *part == "rein" { user.as_str() } else { part })
             .filter(|part| part != removed)
@@ -210,7 +190,7 @@ async fn a_least_privilege_acl_user_can_decide_on_its_prefix_only() {
 #[tokio::test]
 async fn a_refused_ttl_takes_the_fixed_windows_count_back() {
     let server = RedisServer::start().expect("start redis-server");
-    let acl: Vec<&str> = LEAST_PRIVILEGE
+    let acl: Vec<&str> = common::LEAST_PRIVILEGE
         .into_iter()
         .filter(|command| *command != "+pexpire")
         .collect();

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rein_core::{DecideError, Limit, LimitState, Limiter, Micros, Policy};
+use rein_core::{DecideError, Limit, LimitState, Limiter, Micros, Policy, StoreError};
 use rein_redis::{Endpoint, RedisPolicy, RedisStoreBuilder};
 use rein_redis_harness::{RedisCluster, RedisServer};
 
@@ -537,6 +537,57 @@ const TRIO_CAPACITY: u64 = 50_000;
 
 /// How many slots `redis-cli --cluster reshard` moves, the keys' among them.
 const RESHARD_SLOTS: u64 = 20;
+
+/// The least-privilege user of docs/redis.md on a Cluster follows a migration: a decision
+/// on a key already moved is served by the importing node after `ASKING`. Without
+/// `+asking` the call bounces between the two nodes (the importing node answers the
+/// unflagged script with `MOVED`), and ends with a server error naming `+asking` (before, a
+/// connection error once its resends ran out, which named nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_least_privilege_user_follows_a_migration_and_a_refused_asking_is_named() {
+    let cluster = RedisCluster::start().expect("start redis cluster");
+    let nodes = cluster.nodes();
+    // ACLs are each node's own.
+    for node in nodes {
+        for (user, asking) in [("rein", true), ("noask", false)] {
+            let acl: Vec<&str> = common::LEAST_PRIVILEGE
+                .iter()
+                .chain(&common::CLUSTER_PRIVILEGE)
+                .map(|part| if *part == "rein" { user } else { part })
+                .filter(|part| asking || *part != "+asking")
+                .collect();
+            assert_ok(admin(node, &acl));
+        }
+    }
+    let connect = |user: &'static str| {
+        let urls: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("redis://{user}:pw@127.0.0.1:{}/", n.port()))
+            .collect();
+        RedisStoreBuilder::new()
+            .deadline(Duration::from_secs(5))
+            .connect_cluster(urls)
+    };
+    let asks = connect("rein").await.expect("connect as the ACL user");
+    let refused = connect("noask").await.expect("connect without +asking");
+    let bucket = Limit::token_bucket(10, 1, Micros::from_secs(600)).expect("valid");
+    let policy = RedisPolicy::new("acl", Policy::single(bucket)).expect("valid name");
+    assert!(common::admits(&asks, &policy, b"moved", 1).await);
+    let keys = asks.keys(&policy, "moved").expect("valid key");
+    let migration = Migration::of(nodes, &keys[0]);
+    migration.begin();
+    migration.migrate(&[&keys[0]]);
+    assert!(
+        common::admits(&asks, &policy, b"moved", 1).await,
+        "served by the importing node"
+    );
+    match refused.acquire(None, &policy, b"moved", 1).await {
+        Err(DecideError::Unavailable(StoreError::Server(e)))
+            if e.to_string().contains("+asking") => {}
+        other => panic!("expected an error naming +asking: {other:?}"),
+    }
+    migration.finish();
+}
 
 /// Moving one slot by hand, in the order Redis documents: `IMPORTING` on the target,
 /// `MIGRATING` on the source, `MIGRATE` of its keys, then `NODE` on every node, the
