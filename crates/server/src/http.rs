@@ -351,18 +351,23 @@ impl JsonResponse {
     }
 }
 
-/// Serves `router` over TLS on `listener` until `shutdown` turns true: HTTP/1.1 per
-/// connection, each handshake bounded by [`HANDSHAKE_TIMEOUT`]. A client that fails the
-/// handshake (no certificate when one is required, a plain-text request) is dropped and
-/// logged at debug; the listener keeps serving. At shutdown it stops accepting, lets each
-/// connection answer the request it is serving and close (an idle one closes at once), and
-/// returns once they have, or after [`HANDSHAKE_TIMEOUT`] at most, as the plain-HTTP
-/// listener and gRPC do (without waiting, the runtime's end would cut those requests off).
-pub async fn serve_tls(
+/// Serves `router` on `listener`, over TLS with `tls`, until `shutdown` turns true:
+/// HTTP/1.1 per connection. A client has [`CLIENT_TIMEOUT`] to complete the TLS handshake,
+/// and `header_timeout` ([`CLIENT_TIMEOUT`] in the server) to send each request's headers,
+/// the first or the next on a kept-alive connection: a client that sends nothing, or half a
+/// request, holds no connection longer (one that never timed out could be held forever,
+/// and kept shutdown waiting for it). A client that fails the handshake (no certificate when
+/// one is required, a plain-text request) is dropped and logged at debug; the listener
+/// keeps serving. At shutdown it stops accepting, lets each connection answer the request it
+/// is serving and close (an idle one closes at once), and returns once they have, or after
+/// [`CLIENT_TIMEOUT`] at most, as gRPC does (without waiting, the runtime's end would cut
+/// those requests off).
+pub async fn serve(
     listener: tokio::net::TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     router: Router,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
+    header_timeout: std::time::Duration,
 ) -> std::io::Result<()> {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
@@ -375,47 +380,61 @@ pub async fn serve_tls(
             Ok((stream, _)) => stream,
             // Out of file descriptors and the like: pause rather than spin.
             Err(error) => {
-                tracing::warn!(%error, "accepting an HTTPS connection failed");
+                tracing::warn!(%error, "accepting an HTTP connection failed");
                 tokio::time::sleep(crate::grpc::ACCEPT_PAUSE).await;
                 continue;
             }
         };
-        let acceptor = acceptor.clone();
-        let router = router.clone();
+        // Answers are small and wanted at once.
+        let _ = stream.set_nodelay(true);
+        let (tls, router) = (tls.clone(), router.clone());
         // Taken before the handshake, so that shutdown also waits for one under way.
         let watcher = graceful.watcher();
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(header_timeout);
+        let service = hyper_util::service::TowerToHyperService::new(router);
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(error)) => {
-                    tracing::debug!(%error, "TLS handshake refused");
-                    return;
+            let served = match tls {
+                None => {
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    watcher.watch(http.serve_connection(io, service)).await
                 }
-                Err(_) => {
-                    tracing::debug!("TLS handshake timed out");
-                    return;
+                Some(acceptor) => {
+                    let tls =
+                        match tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(stream)).await {
+                            Ok(Ok(tls)) => tls,
+                            Ok(Err(error)) => {
+                                tracing::debug!(%error, "TLS handshake refused");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!("TLS handshake timed out");
+                                return;
+                            }
+                        };
+                    let io = hyper_util::rt::TokioIo::new(tls);
+                    watcher.watch(http.serve_connection(io, service)).await
                 }
             };
-            let service = hyper_util::service::TowerToHyperService::new(router);
-            let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
-            if let Err(error) = watcher.watch(connection).await {
-                tracing::debug!(%error, "HTTPS connection ended with an error");
+            if let Err(error) = served {
+                tracing::debug!(%error, "HTTP connection ended with an error");
             }
         });
     }
     let open = graceful.count();
-    if tokio::time::timeout(HANDSHAKE_TIMEOUT, graceful.shutdown())
+    if tokio::time::timeout(CLIENT_TIMEOUT, graceful.shutdown())
         .await
         .is_err()
     {
-        tracing::warn!(open, "HTTPS connections did not all close in time: exiting");
+        tracing::warn!(open, "HTTP connections did not all close in time: exiting");
     }
     Ok(())
 }
 
-/// The longest a client may take to complete the TLS handshake.
-pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The longest an HTTP client may take to complete the TLS handshake, and to send a
+/// request's headers; and the longest shutdown waits for the connections' last answers.
+pub const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The largest `/json` body: far above what [`crate::service::MAX_DESCRIPTORS`] descriptors
 /// of [`crate::service::MAX_ENTRIES`] short entries need, and bounded.

@@ -438,21 +438,14 @@ async fn run<S: Leasable + Clone + 'static>(
             let _ = grpc_shutdown.wait_for(|stop| *stop).await;
         });
     let router = rein_server::http::router(service.clone(), Some(metrics));
-    let mut http_shutdown = shutdown_rx.clone();
-    let http_server = async move {
-        match https {
-            Some(acceptor) => {
-                rein_server::http::serve_tls(http, acceptor, router, http_shutdown).await
-            }
-            None => {
-                axum::serve(http, router)
-                    .with_graceful_shutdown(async move {
-                        let _ = http_shutdown.wait_for(|stop| *stop).await;
-                    })
-                    .await
-            }
-        }
-    };
+    let http_shutdown = shutdown_rx.clone();
+    let http_server = rein_server::http::serve(
+        http,
+        https,
+        router,
+        http_shutdown,
+        rein_server::http::CLIENT_TIMEOUT,
+    );
     let reloader = tokio::spawn(watch_rules(
         service.clone(),
         health,

@@ -781,3 +781,58 @@ async fn a_request_given_up_on_is_decided_to_its_end() {
         assert_eq!(codes(&answer).0, expected);
     }
 }
+
+/// The HTTP listener closes a connection whose client sends no complete request headers in
+/// time, whether it sent half a request or went quiet after an answer on a kept-alive
+/// connection, and shutdown does not wait for one. (Before, the plain-HTTP listener had no
+/// such timeout: a client sending half a request held its connection, and kept shutdown
+/// waiting, for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_clients_that_send_no_headers_in_time_are_closed_and_hold_no_shutdown() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let router =
+        rein_server::http::router(shop(MemoryStore::new(), FailurePolicy::FailClosed), None);
+    let timeout = std::time::Duration::from_millis(200);
+    let server = tokio::spawn(rein_server::http::serve(
+        listener, None, router, stopped, timeout,
+    ));
+    let connect = || async { tokio::net::TcpStream::connect(addr).await.expect("connect") };
+    let mut half = connect().await;
+    half.write_all(b"GET /healthz HT").await.expect("write");
+    let mut quiet = connect().await;
+    quiet
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: rein\r\n\r\n")
+        .await
+        .expect("write");
+    // Both are closed by the server: reading to the end returns, the kept-alive one after
+    // its answer. (A guard far past the timeout, so that a hang fails rather than waits.)
+    let guard = std::time::Duration::from_secs(5);
+    for (what, connection) in [
+        ("half a request", &mut half),
+        ("quiet after an answer", &mut quiet),
+    ] {
+        let mut read = Vec::new();
+        let closed = tokio::time::timeout(guard, connection.read_to_end(&mut read)).await;
+        assert!(closed.is_ok(), "{what}: still open");
+        if what.starts_with("quiet") {
+            assert!(
+                read.starts_with(b"HTTP/1.1 200"),
+                "{}",
+                String::from_utf8_lossy(&read)
+            );
+        }
+    }
+    // One more client sending half a request as the server stops: shutdown returns.
+    let mut last = connect().await;
+    last.write_all(b"POST /json HTTP/1.1\r\n")
+        .await
+        .expect("write");
+    stop.send(true).expect("the server listens");
+    let stopped = tokio::time::timeout(guard, server).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+}
