@@ -171,4 +171,5 @@ impl<C: Clone + Send + 'static> Link<C> {
 /// How long after a failed connect calls fail at once instead of connecting again. Long
 /// enough that thousands of calls per second against a dead server cost ten connects per
 /// second, short enough that a restarted server is back in use within a tenth of a second.
-const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
+/// The optimistic store's pool waits as long between failed connects.
+pub(crate) const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);

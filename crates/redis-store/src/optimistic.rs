@@ -85,7 +85,10 @@ use rein_core::admin::KeyState;
 ///
 /// Standalone Redis (or a Cluster node that owns the key's slot: a call has one key). Each
 /// connection is a `MultiplexedConnection` used by one call at a time; at most
-/// [`max_connections`](OptimisticStoreBuilder::max_connections) are open.
+/// [`max_connections`](OptimisticStoreBuilder::max_connections) are lent at once, as many
+/// wait idle, and as many connects are in flight (each in a task of its own, which a call
+/// stops waiting for at its deadline); after a failed connect, none is tried for 100 ms,
+/// and calls that find no connection fail at once (`StoreError::Connection`).
 ///
 /// It reads and writes the [`RedisStore`](crate::RedisStore)'s keys and values, under the
 /// same default prefix, so the two serve one limit together and stay exact (on a hot key
@@ -413,9 +416,9 @@ impl OptimisticStoreBuilder {
 
     crate::settings::shared_setters!();
 
-    /// The most connections open at once (default 16): also the most calls in flight,
-    /// since each holds one for its whole duration. Further calls wait, within their
-    /// deadline.
+    /// The most connections lent at once (default 16), and the most kept idle: also the
+    /// most calls in flight, since each holds one for its whole duration. Further calls
+    /// wait, within their deadline.
     pub fn max_connections(mut self, n: NonZeroUsize) -> Self {
         self.max_connections = n;
         self

@@ -666,3 +666,78 @@ async fn a_connect_slower_than_the_deadline_lands_in_the_pool_for_the_next_call(
         "never reconnected"
     );
 }
+
+/// The pool's connects are bounded: against a Redis gone silent (a partition that drops
+/// packets), at most `max_connections` are in flight however many calls find no
+/// connection; against one that refuses them, none is tried for 100 ms after one failed,
+/// the calls between failing at once. (Before, every call that found no idle connection
+/// started one: a connect per call.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connects_are_bounded_in_flight_and_paced_after_a_failure() {
+    use std::sync::atomic::AtomicUsize;
+    let server = RedisServer::start().expect("start redis-server");
+    let policy = RedisPolicy::new(
+        "paced",
+        Policy::single(Limit::fixed_window(100, Micros::from_secs(60)).expect("valid")),
+    )
+    .expect("policy");
+    for silent in [true, false] {
+        // The first connect reaches Redis; the later ones hang, or are refused (port 1).
+        let url = server.url();
+        let (made, in_flight, most) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let counters = (Arc::clone(&made), Arc::clone(&in_flight), Arc::clone(&most));
+        let store = OptimisticStoreBuilder::new()
+            .deadline(Duration::from_millis(20))
+            .connect_timeout(Duration::from_secs(1))
+            .max_connections(NonZeroUsize::new(2).expect("nonzero"))
+            .connect_with(move || {
+                let (made, in_flight, most) = counters.clone();
+                let first = made.fetch_add(1, Ordering::SeqCst) == 0;
+                let url = if first || !silent {
+                    url.clone()
+                } else {
+                    String::new()
+                };
+                async move {
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    let made = if first {
+                        redis::Client::open(url.as_str())?
+                            .get_multiplexed_async_connection()
+                            .await
+                    } else if silent {
+                        tokio::time::sleep(Duration::from_secs(10)).await;
+                        Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into())
+                    } else {
+                        redis::Client::open("redis://127.0.0.1:1/")?
+                            .get_multiplexed_async_connection()
+                            .await
+                    };
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    made
+                }
+            })
+            .await
+            .expect("the first connection");
+        assert!(store.acquire(None, &policy, b"k", 1).await.is_ok());
+        // Redis closes its clients: the pooled connection fails its next call and is closed.
+        server
+            .command(&["CLIENT", "KILL", "TYPE", "normal"])
+            .expect("CLIENT KILL");
+        for _ in 0..30 {
+            assert!(store.acquire(None, &policy, b"k", 1).await.is_err());
+        }
+        let (made, most) = (made.load(Ordering::SeqCst), most.load(Ordering::SeqCst));
+        eprintln!("silent {silent}: {made} connects, at most {most} at once");
+        if silent {
+            assert!(most <= 2, "{most} connects in flight at once");
+        } else {
+            // The first, then one after each 100 ms of failing calls (these take far less).
+            assert!(made <= 3, "{made} connects for 30 calls");
+        }
+    }
+}

@@ -26,6 +26,8 @@ use redis::RedisResult;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
+use crate::link::RECONNECT_BACKOFF;
+
 /// Makes a new connection: called whenever a call finds no idle one.
 pub(crate) type Connector = Arc<
     dyn Fn() -> Pin<Box<dyn Future<Output = RedisResult<MultiplexedConnection>> + Send>>
@@ -50,6 +52,18 @@ pub(crate) struct Pool {
     connector: Connector,
     /// How long a connect may take, apart from any call's deadline.
     connect_timeout: Duration,
+    /// The connects in flight, and when the next may start after one failed.
+    connects: Arc<Mutex<Connects>>,
+}
+
+/// What bounds the pool's connects: at most as many in flight as the pool holds
+/// connections, and none for [`RECONNECT_BACKOFF`] after one failed. (Each call that found
+/// none idle started its own, unbounded: against a server that drops packets, a connect a
+/// call for as long as each took, and against a dead one, a connect a call.)
+#[derive(Default)]
+struct Connects {
+    in_flight: usize,
+    retry_at: Option<std::time::Instant>,
 }
 
 /// A connection lent to one call. Dropped without [`release`](Self::release), the
@@ -76,6 +90,7 @@ impl Pool {
             size,
             connector,
             connect_timeout,
+            connects: Arc::default(),
         }
     }
 
@@ -109,8 +124,26 @@ impl Pool {
     /// a TLS handshake to a Redis a few milliseconds away, was dropped with each call, and
     /// the store never connected again.)
     async fn connect(&self) -> RedisResult<MultiplexedConnection> {
+        {
+            let mut connects = lock(&self.connects);
+            if connects
+                .retry_at
+                .is_some_and(|at| std::time::Instant::now() < at)
+            {
+                return Err(not_connected(
+                    "the last connect failed: waiting before the next",
+                ));
+            }
+            if connects.in_flight >= self.size {
+                return Err(not_connected(
+                    "as many connects in flight as the pool holds",
+                ));
+            }
+            connects.in_flight += 1;
+        }
         let (sent, made) = tokio::sync::oneshot::channel();
         let (connector, idle) = (Arc::clone(&self.connector), Arc::clone(&self.idle));
+        let connects = Arc::clone(&self.connects);
         let (size, timeout) = (self.size, self.connect_timeout);
         tokio::spawn(async move {
             let made = match tokio::time::timeout(timeout, connector()).await {
@@ -119,6 +152,13 @@ impl Pool {
                     std::io::ErrorKind::TimedOut,
                 ))),
             };
+            {
+                let mut connects = lock(&connects);
+                connects.in_flight -= 1;
+                connects.retry_at = made
+                    .is_err()
+                    .then(|| std::time::Instant::now() + RECONNECT_BACKOFF);
+            }
             if let Err(Ok(conn)) = sent.send(made) {
                 let mut idle = lock(&idle);
                 if idle.len() < size {
@@ -146,10 +186,15 @@ impl Pool {
     }
 }
 
-fn lock(idle: &Mutex<Vec<Conn>>) -> std::sync::MutexGuard<'_, Vec<Conn>> {
-    // A std mutex, not tokio's: it is held for one push or pop and never across an await.
-    // A panic cannot leave the Vec half-changed, so poisoning is ignored.
-    idle.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A std mutex, not tokio's: it is held for one push, pop or count and never across an
+    // await. A panic cannot leave what it guards half-changed, so poisoning is ignored.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A call's error when the pool makes no connect for it: the store is not connected.
+fn not_connected(why: &'static str) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::NotConnected, why))
 }
 
 impl Lease<'_> {
@@ -160,10 +205,15 @@ impl Lease<'_> {
             .expect("a lease holds its connection until released")
     }
 
-    /// Returns the connection for reuse: only after a complete, understood exchange.
+    /// Returns the connection for reuse: only after a complete, understood exchange, and
+    /// only while the pool holds fewer than its size idle (a connect whose call had gone
+    /// may have filled it meanwhile); else it is closed.
     pub(crate) fn release(mut self) {
         if let Some(conn) = self.conn.take() {
-            self.pool.lock().push(conn);
+            let mut idle = self.pool.lock();
+            if idle.len() < self.pool.size {
+                idle.push(conn);
+            }
         }
     }
 }
