@@ -350,7 +350,7 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
     // a --timeout shorter than the tunnel, exit 3.
     let tunnel = format!(
         "redis://{}/",
-        rein_redis_harness::slow_proxy(server.addr(), Duration::from_millis(80))
+        rein_redis_harness::Proxy::start(server.addr(), Duration::from_millis(80)).addr()
     );
     let through = |timeout: &[&str]| {
         let mut args = vec!["--redis-url", tunnel.as_str()];

@@ -25,37 +25,69 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-/// A loopback proxy to `target` that holds each chunk a client sends for `delay`: a slow
-/// tunnel. Its threads live as long as the test process; a refused bind is a panic, as for a
-/// test fixture.
-pub fn slow_proxy(target: SocketAddr, delay: Duration) -> SocketAddr {
-    use std::net::Shutdown;
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            let Ok(server) = TcpStream::connect(target) else {
-                continue;
-            };
-            let (Ok(mut from_client), Ok(mut to_server)) = (client.try_clone(), server.try_clone())
-            else {
-                continue;
-            };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 16 * 1024];
-                while let Ok(n @ 1..) = from_client.read(&mut buf) {
-                    std::thread::sleep(delay);
-                    if to_server.write_all(&buf[..n]).is_err() {
-                        break;
+/// A loopback TCP proxy for tests. Each connection made through it goes to its target of
+/// the moment ([`retarget`](Self::retarget): a managed failover moving an address to a new
+/// primary, while connections already made stay with the old one), and each chunk a client
+/// sends is held for `delay` (a slow tunnel). Its threads live as long as the test
+/// process; a refused bind is a panic, as for a test fixture.
+#[derive(Debug)]
+pub struct Proxy {
+    addr: SocketAddr,
+    target: std::sync::Arc<std::sync::Mutex<SocketAddr>>,
+}
+
+impl Proxy {
+    /// A proxy to `target`, holding each chunk a client sends for `delay`.
+    pub fn start(target: SocketAddr, delay: Duration) -> Self {
+        use std::net::Shutdown;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let target = std::sync::Arc::new(std::sync::Mutex::new(target));
+        let now = std::sync::Arc::clone(&target);
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let to = *now
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let Ok(server) = TcpStream::connect(to) else {
+                    continue;
+                };
+                let (Ok(mut from_client), Ok(mut to_server)) =
+                    (client.try_clone(), server.try_clone())
+                else {
+                    continue;
+                };
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 16 * 1024];
+                    while let Ok(n @ 1..) = from_client.read(&mut buf) {
+                        if !delay.is_zero() {
+                            std::thread::sleep(delay);
+                        }
+                        if to_server.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
                     }
-                }
-                let _ = to_server.shutdown(Shutdown::Write);
-            });
-            let (mut from_server, mut to_client) = (server, client);
-            std::thread::spawn(move || std::io::copy(&mut from_server, &mut to_client));
-        }
-    });
-    addr
+                    let _ = to_server.shutdown(Shutdown::Write);
+                });
+                let (mut from_server, mut to_client) = (server, client);
+                std::thread::spawn(move || std::io::copy(&mut from_server, &mut to_client));
+            }
+        });
+        Self { addr, target }
+    }
+
+    /// Where clients connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Sends the connections made from now on to `target`.
+    pub fn retarget(&self, target: SocketAddr) {
+        *self
+            .target
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = target;
+    }
 }
 
 /// `command`'s figures in the text of `INFO commandstats` (lower case, e.g. `"evalsha"`):

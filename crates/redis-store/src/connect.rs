@@ -5,6 +5,7 @@
 //! is not Redis, or an ACL user that may not load scripts, is reported when the store is
 //! built rather than on the first decision.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -15,7 +16,7 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, V
 use rein_core::StoreError;
 
 use crate::error::store_error;
-use crate::link::Link;
+use crate::link::{Connector, Link, Replace};
 use crate::route::Router;
 use crate::{AnyConnection, ConnectError, Endpoint, RedisStore, RedisStoreBuilder, SettingsError};
 
@@ -46,14 +47,26 @@ impl RedisStoreBuilder {
     /// `url` is `redis://[[user]:password@]host[:port][/db]`, or `rediss://...` for TLS
     /// (verified against the platform's root certificates; requires the `tls` feature, on
     /// by default). Credentials in the URL are sent with `AUTH`.
+    ///
+    /// The manager replaces its socket after an I/O error. When the server refuses a write
+    /// as a replica (`READONLY`: the primary was demoted in place, and a managed failover
+    /// moved the URL's name or address to the new one), the store makes a new manager to
+    /// the same URL, once at a time, within the connect timeout.
     pub async fn connect(self, url: &str) -> Result<RedisStore<ConnectionManager>, ConnectError> {
-        let (conn, listener) = self.standalone(url).await?;
-        Ok(self.build(conn)?.started(Some(listener)).await)
+        let (conn, listener, connector) = self.standalone(url).await?;
+        let timeout = self.shared.connect_timeout;
+        let link = Link::new(conn, Replace::WhenDemoted(connector), timeout);
+        Ok(RedisStore::with_link(self, link)
+            .started(Some(listener))
+            .await)
     }
 
-    /// A `ConnectionManager` to `url`, its script loaded, and the client that listens for
-    /// override changes.
-    async fn standalone(&self, url: &str) -> Result<(ConnectionManager, Client), ConnectError> {
+    /// A `ConnectionManager` to `url`, its script loaded, the client that listens for
+    /// override changes, and how to make another manager to `url`.
+    async fn standalone(
+        &self,
+        url: &str,
+    ) -> Result<(ConnectionManager, Client, Connector<ConnectionManager>), ConnectError> {
         self.validate()?;
         install_crypto_provider();
         let client = client(url)?;
@@ -69,6 +82,11 @@ impl RedisStoreBuilder {
             // capped at 100 ms, a restarted server is back in use within about half a
             // second (measured in tests/resilience.rs; docs/failure.md).
             .set_max_delay(Duration::from_millis(100));
+        let again = (client.clone(), config.clone());
+        let connector: Connector<ConnectionManager> = Arc::new(move || {
+            let (client, config) = again.clone();
+            Box::pin(async move { client.get_connection_manager_with_config(config).await })
+        });
         let conn = first_connection(timeout, async move {
             // One plain connection first: the manager retries a failed connect with backoff,
             // which would turn a wrong password or an untrusted certificate into a timeout.
@@ -86,7 +104,7 @@ impl RedisStoreBuilder {
         })
         .await?;
         load_script(conn.clone(), deadline, timeout).await?;
-        Ok((conn, listener))
+        Ok((conn, listener, connector))
     }
 
     /// Connects to a Redis Cluster, given one or more of its nodes.
@@ -152,8 +170,18 @@ impl RedisStoreBuilder {
     ) -> Result<RedisStore<AnyConnection>, ConnectError> {
         let (store, listener) = match endpoint {
             Endpoint::Url(url) => {
-                let (conn, listener) = self.standalone(url).await?;
-                (self.build(AnyConnection::Standalone(conn))?, Some(listener))
+                let (conn, listener, connector) = self.standalone(url).await?;
+                let connector: Connector<AnyConnection> = Arc::new(move || {
+                    let made = connector();
+                    Box::pin(async move { made.await.map(AnyConnection::Standalone) })
+                });
+                let replace = Replace::WhenDemoted(connector);
+                let timeout = self.shared.connect_timeout;
+                let conn = AnyConnection::Standalone(conn);
+                (
+                    RedisStore::with_link(self, Link::new(conn, replace, timeout)),
+                    Some(listener),
+                )
             }
             Endpoint::Cluster(urls) => {
                 let (conn, listener) = self.cluster(urls).await?;

@@ -4,7 +4,13 @@
 //! plain `MultiplexedConnection` over a caller's stream does not, and a stream cut by a
 //! partition may never report an error: calls just stop being answered. So a store built
 //! with a connector forgets its connection after a timeout or a connection error and
-//! asks the connector for a new one.
+//! asks the connector for a new one ([`Replace::WhenSuspect`]).
+//!
+//! A `ConnectionManager` replaces its socket after an I/O error, but keeps one to a primary
+//! demoted in place for ever: every write is refused with `READONLY`, while a managed
+//! failover has moved the address (a DNS name, a virtual IP) to the new primary. A store
+//! that connected by URL asks for a new manager then, and only then
+//! ([`Replace::WhenDemoted`]).
 //!
 //! Reconnecting runs in a spawned task, one at a time, with its own timeout. Calls that
 //! find no connection wait for it within their own deadline, so a slow connect never
@@ -24,18 +30,40 @@ use tokio::time::Instant;
 use rein_core::StoreError;
 use rein_core::limiter::SourceError;
 
-/// Makes a new connection for a store whose connection may be dead: the closure given to
-/// `RedisStoreBuilder::connect_with`, boxed. Called once when the store is built and again
-/// after a call timed out or hit a connection error.
+/// Makes a new connection for a store whose connection may be dead or demoted: the
+/// closure given to `RedisStoreBuilder::connect_with`, boxed (called once when the store is
+/// built and again after a call timed out or hit a connection error), or a new
+/// `ConnectionManager` to the URL a store connected to (after a refused write).
 pub(crate) type Connector<C> = Arc<dyn Fn() -> ConnectFuture<C> + Send + Sync>;
 
 /// The future a [`Connector`] returns.
 pub(crate) type ConnectFuture<C> = Pin<Box<dyn Future<Output = RedisResult<C>> + Send>>;
 
+/// When a link asks its connector for a new connection.
+pub(crate) enum Replace<C> {
+    /// Never: a connection that heals itself or not at all (a `ClusterConnection`, one the
+    /// caller built).
+    Never,
+    /// After a call on it timed out or failed as a connection (`connect_with`).
+    WhenSuspect(Connector<C>),
+    /// Only when the server it reaches refused a write as a replica (`READONLY`): a
+    /// `ConnectionManager` made from a URL.
+    WhenDemoted(Connector<C>),
+}
+
+/// Why a call's connection is suspect, for [`Link::suspect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Suspicion {
+    /// A timeout or a connection error.
+    Failed,
+    /// The server refused a write as a replica (`READONLY`).
+    Demoted,
+}
+
 /// The connection in use, and how to replace it.
 pub(crate) struct Link<C> {
     slot: Mutex<Slot<C>>,
-    connector: Option<Connector<C>>,
+    replace: Replace<C>,
     connect_timeout: Duration,
     /// Bumped after every connect attempt, so waiting calls look again.
     attempts: watch::Sender<u64>,
@@ -54,24 +82,20 @@ struct Slot<C> {
 impl<C: Clone + Send + 'static> Link<C> {
     /// A link over a connection that is never replaced.
     pub(crate) fn fixed(conn: C) -> Self {
-        Self::new(Some(conn), None, Duration::MAX)
+        Self::new(conn, Replace::Never, Duration::MAX)
     }
 
-    /// A link over `conn` that replaces it through `connector` when it may be dead.
-    pub(crate) fn reconnecting(conn: C, connector: Connector<C>, timeout: Duration) -> Self {
-        Self::new(Some(conn), Some(connector), timeout)
-    }
-
-    fn new(conn: Option<C>, connector: Option<Connector<C>>, connect_timeout: Duration) -> Self {
+    /// A link over `conn`, replaced as `replace` says, each connect within `timeout`.
+    pub(crate) fn new(conn: C, replace: Replace<C>, connect_timeout: Duration) -> Self {
         Self {
             slot: Mutex::new(Slot {
-                conn,
+                conn: Some(conn),
                 generation: 0,
                 connecting: false,
                 retry_at: None,
                 last_error: None,
             }),
-            connector,
+            replace,
             connect_timeout,
             attempts: watch::Sender::new(0),
         }
@@ -108,11 +132,15 @@ impl<C: Clone + Send + 'static> Link<C> {
         }
     }
 
-    /// Forgets the connection of `generation` after a call on it failed in a way that
-    /// suggests it is dead, so the next call reconnects. A link without a connector keeps
-    /// its connection: it heals itself or not at all.
-    pub(crate) fn suspect(&self, generation: u64) {
-        if self.connector.is_none() {
+    /// Forgets the connection of `generation` after a call on it failed as `why` says, if
+    /// the link replaces a connection for that, so the next call reconnects.
+    pub(crate) fn suspect(&self, generation: u64, why: Suspicion) {
+        let replaced = match self.replace {
+            Replace::Never => false,
+            Replace::WhenSuspect(_) => true,
+            Replace::WhenDemoted(_) => why == Suspicion::Demoted,
+        };
+        if !replaced {
             return;
         }
         let mut slot = self.lock();
@@ -132,8 +160,11 @@ impl<C: Clone + Send + 'static> Link<C> {
             }
         }
         let _attempt = Attempt(&self);
-        let Some(connector) = self.connector.clone() else {
-            return;
+        let connector = match &self.replace {
+            Replace::Never => return,
+            Replace::WhenSuspect(connector) | Replace::WhenDemoted(connector) => {
+                Arc::clone(connector)
+            }
         };
         let result = match tokio::time::timeout(self.connect_timeout, connector()).await {
             Ok(result) => result,

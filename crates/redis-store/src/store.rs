@@ -21,7 +21,7 @@ use tracing::Instrument;
 use crate::admin::{Change, Changed};
 use crate::coalesce::{Coalesce, Lane};
 use crate::error::{store_error, suspects_connection};
-use crate::link::{Connector, Link};
+use crate::link::{Connector, Link, Suspicion};
 use crate::overrides::{self, Applied};
 use crate::redirect::{Redirects, Step, Target};
 use crate::route::{self, Router};
@@ -1015,7 +1015,15 @@ where
                     let error =
                         match route::send(&mut conn, router, &target, invocation, deadline).await {
                             Err(e) => e,
-                            reply => return reply,
+                            // A lean script's decisions each answer their own failure: one
+                            // refused as a replica's (`READONLY`) means the server is one,
+                            // and every write of the call was refused. The call's error,
+                            // then: the redirects wait for a Cluster's new primary, and a
+                            // store connected by URL replaces its connection.
+                            Ok(reply) => match refused_as_replica(&reply) {
+                                Some(refused) => refused,
+                                None => return Ok(reply),
+                            },
                         };
                     redirects.observe(sent.elapsed());
                     let left = deadline.saturating_duration_since(Instant::now());
@@ -1062,10 +1070,16 @@ where
             return Err(StoreError::Timeout(self.inner.deadline));
         }
         let mut generation = None;
+        let mut why = Suspicion::Failed;
         let attempt = async {
             let (conn, gen_) = self.inner.link.get().await?;
             generation = Some(gen_);
-            request(conn).await.map_err(|e| store_error(e, waited()))
+            request(conn).await.map_err(|e| {
+                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
+                    why = Suspicion::Demoted;
+                }
+                store_error(e, waited())
+            })
         };
         let result = match tokio::time::timeout_at(deadline, attempt).await {
             Ok(result) => result,
@@ -1074,12 +1088,12 @@ where
         if let (Err(e), Some(generation)) = (&result, generation)
             && suspects_connection(e)
         {
-            self.inner.link.suspect(generation);
+            self.inner.link.suspect(generation, why);
         }
         result
     }
 
-    fn with_link(builder: RedisStoreBuilder, link: Link<C>) -> Self {
+    pub(crate) fn with_link(builder: RedisStoreBuilder, link: Link<C>) -> Self {
         Self::routed(builder, link, None)
     }
 
@@ -1444,7 +1458,7 @@ impl RedisStoreBuilder {
         let connector: Connector<C> = Arc::new(move || Box::pin(connector()));
         let timeout = self.shared.connect_timeout;
         let conn = crate::connect::first_connection(timeout, connector()).await?;
-        let link = Link::reconnecting(conn, connector, timeout);
+        let link = Link::new(conn, crate::link::Replace::WhenSuspect(connector), timeout);
         Ok(RedisStore::with_link(self, link).started(None).await)
     }
 
@@ -1554,6 +1568,20 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// is always representable (a longer one, such as `300000000000y` in a file, would overflow
 /// the clock at the first call). rein-tower's config checks its durations against it too.
 pub const MAX_DURATION: Duration = Duration::from_secs(3_600);
+
+/// The `READONLY` refusal among a lean script's replies, one element per figure: a write
+/// of one of its decisions refused because the server is a replica.
+fn refused_as_replica(reply: &Value) -> Option<redis::RedisError> {
+    let Value::Array(items) = reply else {
+        return None;
+    };
+    items.iter().find_map(|item| match item {
+        Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::ReadOnly) => {
+            Some(redis::RedisError::from(e.clone()))
+        }
+        _ => None,
+    })
+}
 
 /// Whether Redis refused the call because the key holds another type (`WRONGTYPE`; Redis 5
 /// and 6 report it inside an `ERR Error running script` reply).

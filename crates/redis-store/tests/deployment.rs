@@ -306,7 +306,7 @@ async fn multiplexed(port: u16) -> redis::RedisResult<MultiplexedConnection> {
 async fn connect_timeout_bounds_the_whole_connect_not_each_step() {
     let server = RedisServer::start().expect("start redis-server");
     let timeout = Duration::from_secs(1);
-    let tunnel = rein_redis_harness::slow_proxy(server.addr(), timeout / 5);
+    let tunnel = rein_redis_harness::Proxy::start(server.addr(), timeout / 5).addr();
     let connected = RedisStoreBuilder::new()
         .connect_timeout(timeout)
         .connect(&format!("redis://{tunnel}/"))
@@ -439,4 +439,54 @@ async fn a_primary_demoted_to_a_replica_is_a_connection_error_sent_once() {
         demoted.commandstat_calls("evalsha").expect("INFO"),
         sent + 1
     );
+}
+
+/// A managed failover: the primary is demoted in place (it stays up, a replica, and keeps
+/// its clients), and the address the store connected to now leads to the new primary. A
+/// store connected by URL sees its writes refused (`READONLY`), makes a new connection to
+/// the URL, and decides on the new primary. Before, its `ConnectionManager` kept the
+/// socket to the demoted server, and every admission failed until the process restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_managed_failover_the_store_reaches_the_new_primary() {
+    // A policy of several limits (one script, whose refused write fails the call) and a
+    // lone token bucket (a lean script, whose decisions each answer their own refusal).
+    let bucket = Limit::token_bucket(10, 1, Micros::from_secs(60)).expect("valid");
+    let lean = RedisPolicy::new("lean", Policy::single(bucket)).expect("valid name");
+    for policy in [policy(), lean] {
+        let old = RedisServer::start().expect("start redis-server");
+        let new = RedisServer::start().expect("start redis-server");
+        let address = rein_redis_harness::Proxy::start(old.addr(), Duration::ZERO);
+        let store = RedisStoreBuilder::new()
+            .deadline(Duration::from_secs(1))
+            .connect(&format!("redis://{}/", address.addr()))
+            .await
+            .expect("connect through the address");
+        assert!(common::admits(&store, &policy, b"u", 1).await);
+        // The failover: the old primary follows the new one, and the address moves.
+        let port = new.port().to_string();
+        old.command(&["REPLICAOF", "127.0.0.1", &port])
+            .expect("REPLICAOF");
+        address.retarget(new.addr());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let mut refused = 0;
+        loop {
+            match store.acquire(None, &policy, b"u", 1).await {
+                Ok(decision) => {
+                    assert!(decision.is_allowed(), "{decision:?}");
+                    break;
+                }
+                Err(DecideError::Unavailable(StoreError::Connection(_)))
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    refused += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("{}: still failing after the failover: {e}", policy.name()),
+            }
+        }
+        assert!(refused >= 1, "the demoted server refused a write first");
+        let decided = new.commandstat_calls("evalsha").expect("INFO")
+            + new.commandstat_calls("eval").expect("INFO");
+        assert!(decided > 0, "{}: decided on the new primary", policy.name());
+    }
 }
