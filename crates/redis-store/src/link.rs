@@ -76,6 +76,8 @@ struct Slot<C> {
     connecting: bool,
     /// After a failed connect: no new attempt before this instant.
     retry_at: Option<Instant>,
+    /// When the connection in use was made by a reconnect (`None`: the first one).
+    made_at: Option<Instant>,
     last_error: Option<RedisError>,
 }
 
@@ -93,6 +95,7 @@ impl<C: Clone + Send + 'static> Link<C> {
                 generation: 0,
                 connecting: false,
                 retry_at: None,
+                made_at: None,
                 last_error: None,
             }),
             replace,
@@ -135,15 +138,23 @@ impl<C: Clone + Send + 'static> Link<C> {
     /// Forgets the connection of `generation` after a call on it failed as `why` says, if
     /// the link replaces a connection for that, so the next call reconnects.
     pub(crate) fn suspect(&self, generation: u64, why: Suspicion) {
+        let mut slot = self.lock();
         let replaced = match self.replace {
             Replace::Never => false,
             Replace::WhenSuspect(_) => true,
-            Replace::WhenDemoted(_) => why == Suspicion::Demoted,
+            // Not again within RECONNECT_BACKOFF of the last replacement: while a failover's
+            // address still leads to the demoted server, each new connection reaches it
+            // again, and replacing each at once would be a connect per call.
+            Replace::WhenDemoted(_) => {
+                why == Suspicion::Demoted
+                    && slot
+                        .made_at
+                        .is_none_or(|at| at.elapsed() >= RECONNECT_BACKOFF)
+            }
         };
         if !replaced {
             return;
         }
-        let mut slot = self.lock();
         if slot.generation == generation && slot.conn.is_some() {
             tracing::debug!(generation, "rein-redis: dropping a suspect connection");
             slot.conn = None;
@@ -180,6 +191,7 @@ impl<C: Clone + Send + 'static> Link<C> {
                 slot.generation += 1;
                 slot.conn = Some(conn);
                 slot.retry_at = None;
+                slot.made_at = Some(Instant::now());
                 slot.last_error = None;
                 tracing::debug!(generation = slot.generation, "rein-redis: reconnected");
             }

@@ -77,8 +77,9 @@ pub(crate) enum Step {
 pub(crate) fn asking_ignored() -> RedisError {
     RedisError::from((
         ErrorKind::Server(ServerErrorKind::NoPerm),
-        "the importing node of a migrating slot answered MOVED to ASKING twice: the ACL user \
-         may lack +asking (docs/redis.md, the least-privilege user)",
+        "the importing node of a migrating slot answered MOVED to ASKING twice: it did not \
+         take ASKING (an ACL user without +asking, see docs/redis.md; or a slot set \
+         MIGRATING on its source before IMPORTING on its target)",
     ))
 }
 

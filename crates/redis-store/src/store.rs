@@ -1075,7 +1075,7 @@ where
             let (conn, gen_) = self.inner.link.get().await?;
             generation = Some(gen_);
             request(conn).await.map_err(|e| {
-                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
+                if refused_by_a_replica(&e) {
                     why = Suspicion::Demoted;
                 }
                 store_error(e, waited())
@@ -1085,8 +1085,10 @@ where
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout(self.inner.deadline)),
         };
+        // (A replica's refusal inside a Redis 5 or 6 script error reads as the server's,
+        // which suspects no connection by itself.)
         if let (Err(e), Some(generation)) = (&result, generation)
-            && suspects_connection(e)
+            && (suspects_connection(e) || why == Suspicion::Demoted)
         {
             self.inner.link.suspect(generation, why);
         }
@@ -1569,6 +1571,18 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// the clock at the first call). rein-tower's config checks its durations against it too.
 pub const MAX_DURATION: Duration = Duration::from_secs(3_600);
 
+/// Whether `error` is a write refused because the server is a replica: `READONLY`, or on
+/// Redis 5 and 6 a script's error that holds it (a `redis.call` refused inside a script
+/// came back as `ERR Error running script … READONLY …` before Redis 7). Read from the
+/// text only to replace a connection, never to resend a call.
+fn refused_by_a_replica(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+        || (error.code() == Some("ERR")
+            && error
+                .detail()
+                .is_some_and(|d| d.contains("READONLY You can't write against a read only")))
+}
+
 /// The `READONLY` refusal among a lean script's replies, one element per figure: a write
 /// of one of its decisions refused because the server is a replica.
 fn refused_as_replica(reply: &Value) -> Option<redis::RedisError> {
@@ -1587,4 +1601,39 @@ fn refused_as_replica(reply: &Value) -> Option<redis::RedisError> {
 /// and 6 report it inside an `ERR Error running script` reply).
 fn is_wrong_type(error: &StoreError) -> bool {
     matches!(error, StoreError::Server(source) if source.inner().to_string().contains("WRONGTYPE"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(resp: &str) -> redis::RedisError {
+        let value = redis::parse_redis_value(format!("-{resp}\r\n").as_bytes())
+            .expect("a well-formed error reply");
+        value.extract_error().expect_err("an error reply")
+    }
+
+    /// A replica's refusal, as Redis 7 sends it and as Redis 5 and 6 wrapped it in a
+    /// script's error; nothing else.
+    #[test]
+    fn a_replicas_refusal_is_read_in_either_form() {
+        for (resp, replica) in [
+            (
+                "READONLY You can't write against a read only replica.",
+                true,
+            ),
+            (
+                "ERR Error running script (call to f_0a1b): @user_script:12: -READONLY You can't \
+                 write against a read only replica.",
+                true,
+            ),
+            (
+                "ERR Error running script (call to f_0a1b): @user_script:12: bad",
+                false,
+            ),
+            ("NOPERM this user has no permissions", false),
+        ] {
+            assert_eq!(refused_by_a_replica(&reply(resp)), replica, "{resp}");
+        }
+    }
 }

@@ -462,10 +462,31 @@ async fn after_a_managed_failover_the_store_reaches_the_new_primary() {
             .await
             .expect("connect through the address");
         assert!(common::admits(&store, &policy, b"u", 1).await);
-        // The failover: the old primary follows the new one, and the address moves.
+        // The failover: the old primary follows the new one, and the address moves, late:
+        // meanwhile each new connection reaches the demoted server again, and is not
+        // replaced at once (a connect per call), but at most once in 100 ms.
         let port = new.port().to_string();
         old.command(&["REPLICAOF", "127.0.0.1", &port])
             .expect("REPLICAOF");
+        let connections = || {
+            let stats = old.command(&["INFO", "stats"]).expect("INFO");
+            let field = "total_connections_received:";
+            stats
+                .lines()
+                .find_map(|line| line.strip_prefix(field)?.trim().parse::<u64>().ok())
+                .expect("a connection count")
+        };
+        let (before, lagging) = (connections(), std::time::Instant::now());
+        for _ in 0..20 {
+            assert!(store.acquire(None, &policy, b"u", 1).await.is_err());
+        }
+        let made = connections() - before;
+        let allowed = 2 + lagging.elapsed().as_millis() as u64 / 100;
+        assert!(
+            made <= allowed,
+            "{made} connections in {:?}",
+            lagging.elapsed()
+        );
         address.retarget(new.addr());
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         let mut refused = 0;
