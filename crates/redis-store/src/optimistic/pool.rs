@@ -141,9 +141,27 @@ impl Pool {
             }
             connects.in_flight += 1;
         }
+        // Counted out however the connect ends: a connector that panics, a task dropped
+        // unpolled by a runtime shutting down, must not leave the pool believing a connect
+        // is still on its way.
+        struct InFlight {
+            connects: Arc<Mutex<Connects>>,
+            made: bool,
+        }
+        impl Drop for InFlight {
+            fn drop(&mut self) {
+                let mut connects = lock(&self.connects);
+                connects.in_flight -= 1;
+                connects.retry_at =
+                    (!self.made).then(|| std::time::Instant::now() + RECONNECT_BACKOFF);
+            }
+        }
+        let mut in_flight = InFlight {
+            connects: Arc::clone(&self.connects),
+            made: false,
+        };
         let (sent, made) = tokio::sync::oneshot::channel();
         let (connector, idle) = (Arc::clone(&self.connector), Arc::clone(&self.idle));
-        let connects = Arc::clone(&self.connects);
         let (size, timeout) = (self.size, self.connect_timeout);
         tokio::spawn(async move {
             let made = match tokio::time::timeout(timeout, connector()).await {
@@ -152,13 +170,8 @@ impl Pool {
                     std::io::ErrorKind::TimedOut,
                 ))),
             };
-            {
-                let mut connects = lock(&connects);
-                connects.in_flight -= 1;
-                connects.retry_at = made
-                    .is_err()
-                    .then(|| std::time::Instant::now() + RECONNECT_BACKOFF);
-            }
+            in_flight.made = made.is_ok();
+            drop(in_flight);
             if let Err(Ok(conn)) = sent.send(made) {
                 let mut idle = lock(&idle);
                 if idle.len() < size {
