@@ -549,35 +549,54 @@ impl<S: Leasable + 'static> Shared<S> {
     }
 
     /// Takes one step of each book (`window`, then `rate`) and carries out every action
-    /// they emit, all at once, awaiting them all: a shutdown holding many keys used to wait
-    /// out one store call after another (minutes for ten thousand keys with the store
-    /// away, past any orchestrator's grace period). They are at most the books' keys
-    /// (`max_keys` each). Outside a runtime, where nothing can be spawned, one after the
-    /// other.
+    /// they emit, [`CARRIED_AT_ONCE`] at a time, awaiting them all: a shutdown holding many
+    /// keys used to wait out one store call after another (minutes for ten thousand keys
+    /// with the store away, past any orchestrator's grace period), and all at once they
+    /// would queue past a short store deadline. A panic in one is raised here once the rest
+    /// are done. Outside a runtime, where nothing can be spawned, one after the other.
     async fn step_both(
         self: &Arc<Self>,
         window: impl FnOnce(&mut LeaseBook),
         rate: impl FnOnce(&mut RateBook),
     ) {
+        type Carried = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
         let ((), actions) = self.with_book(window);
         let ((), rate_actions) = self.with_rates(rate);
+        let carried = actions
+            .into_iter()
+            .map(|action| Box::pin(Arc::clone(self).carry(action)) as Carried)
+            .chain(
+                rate_actions
+                    .into_iter()
+                    .map(|action| Box::pin(Arc::clone(self).carry_rate(action)) as Carried),
+            );
         if tokio::runtime::Handle::try_current().is_err() {
-            for action in actions {
-                Arc::clone(self).carry(action).await;
-            }
-            for action in rate_actions {
-                Arc::clone(self).carry_rate(action).await;
+            for action in carried {
+                action.await;
             }
             return;
         }
-        let mut carried = tokio::task::JoinSet::new();
-        for action in actions {
-            carried.spawn(Arc::clone(self).carry(action));
+        let mut running = tokio::task::JoinSet::new();
+        let mut panicked = None;
+        let mut joined = |done: Option<Result<(), tokio::task::JoinError>>| {
+            if let Some(Err(error)) = done
+                && error.is_panic()
+            {
+                panicked.get_or_insert(error.into_panic());
+            }
+        };
+        for action in carried {
+            if running.len() >= CARRIED_AT_ONCE {
+                joined(running.join_next().await);
+            }
+            running.spawn(action);
         }
-        for action in rate_actions {
-            carried.spawn(Arc::clone(self).carry_rate(action));
+        while let Some(done) = running.join_next().await {
+            joined(Some(done));
         }
-        while carried.join_next().await.is_some() {}
+        if let Some(panic) = panicked {
+            std::panic::resume_unwind(panic);
+        }
     }
 
     /// One pass of the timers at the clock's now: what is due, handled and dispatched.
@@ -1208,6 +1227,11 @@ fn node_id() -> u64 {
     let drawn = std::collections::hash_map::RandomState::new().hash_one((std::process::id(), time));
     (drawn & MAX_MICROS).max(1)
 }
+
+/// How many of a step's store calls (a shutdown's returns) [`Shared::step_both`] has in
+/// flight at once: enough that ten thousand keys are given back in well under a second
+/// from a healthy store, few enough that the last do not queue past a short deadline.
+const CARRIED_AT_ONCE: usize = 64;
 
 /// Waiter shards: a reply wakes the waiters of 1/64 of the keys, not all of them.
 const WAKER_SHARDS: usize = 64;
