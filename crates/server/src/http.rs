@@ -353,7 +353,7 @@ impl JsonResponse {
 
 /// Serves `router` on `listener`, over TLS with `tls`, until `shutdown` turns true:
 /// HTTP/1.1 per connection. A client has [`CLIENT_TIMEOUT`] to complete the TLS handshake,
-/// and `header_timeout` ([`CLIENT_TIMEOUT`] in the server) to send each request's headers,
+/// and `header_timeout` ([`HEADER_TIMEOUT`] in the server) to send each request's headers,
 /// the first or the next on a kept-alive connection: a client that sends nothing, or half a
 /// request, holds no connection longer (one that never timed out could be held forever,
 /// and kept shutdown waiting for it). A client that fails the handshake (no certificate when
@@ -432,9 +432,16 @@ pub async fn serve(
     Ok(())
 }
 
-/// The longest an HTTP client may take to complete the TLS handshake, and to send a
-/// request's headers; and the longest shutdown waits for the connections' last answers.
+/// The longest an HTTP client may take to complete the TLS handshake; and the longest
+/// shutdown waits for the connections' last answers.
 pub const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The longest an HTTP connection waits for a request's headers, the first or the next on
+/// a kept-alive connection (hyper's one timer covers both): longer than the idle timeout of
+/// the proxies and load balancers that keep connections to a server (60 s for most), so
+/// that they, not the server, close an idle one (a server closing first races a request
+/// sent on it, which the proxy answers 502).
+pub const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(75);
 
 /// The largest `/json` body: far above what [`crate::service::MAX_DESCRIPTORS`] descriptors
 /// of [`crate::service::MAX_ENTRIES`] short entries need, and bounded.

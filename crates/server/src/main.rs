@@ -444,7 +444,7 @@ async fn run<S: Leasable + Clone + 'static>(
         https,
         router,
         http_shutdown,
-        rein_server::http::CLIENT_TIMEOUT,
+        rein_server::http::HEADER_TIMEOUT,
     );
     let reloader = tokio::spawn(watch_rules(
         service.clone(),
