@@ -410,6 +410,11 @@ async fn a_restarted_redis_is_used_again_within_a_second() {
         if decided.source == Source::Store {
             break decided;
         }
+        // A recovery that never comes fails, rather than hangs.
+        assert!(
+            ready.elapsed() < Duration::from_secs(10),
+            "never back on Redis"
+        );
         tokio::time::sleep(GAP).await;
     };
     let recovered_in = ready.elapsed();
@@ -442,6 +447,10 @@ async fn a_restarted_redis_behind_the_default_connection_manager_is_used_again_w
     tokio::task::block_in_place(|| server.restart()).expect("restart redis-server");
     let ready = Instant::now();
     while timed(&limiter, "k", 1).await.source != Source::Store {
+        assert!(
+            ready.elapsed() < Duration::from_secs(10),
+            "never back on Redis"
+        );
         tokio::time::sleep(GAP).await;
     }
     // The longest open period (200 ms), the manager's longest sleep between connects

@@ -306,7 +306,11 @@ fn leases_keep_95_percent_occupancy_under_bursty_shifting_and_killed_demand_with
             let run = run(&s);
             let result = run.result_with_allowance(0);
             let steady = run.steady_occupancy().expect("a measurable run");
-            let after = s.killed_at().and_then(|at| run.occupancy(at));
+            // The killed shape measures after its kill: a run too short to, fails.
+            let after = s.killed_at().map(|at| {
+                run.occupancy(at)
+                    .expect("occupancy measurable after the kill")
+            });
             eprintln!(
                 "{name}: occupancy {:.3}{}, admitted {} ({} from leases), over-admission {}",
                 steady.to_f64(),

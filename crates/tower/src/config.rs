@@ -493,7 +493,13 @@ impl Validator<'_> {
                     .get_ref()
                     .iter()
                     .enumerate()
-                    .map(|(i, url)| parsed(&format!("redis.cluster[{i}]"), self.line(&nodes), url))
+                    .map(|(i, url)| {
+                        parsed(
+                            &format!("redis.cluster[{i}]"),
+                            self.line(url),
+                            url.get_ref(),
+                        )
+                    })
                     .collect::<Result<_, _>>()?,
             ),
             (None, Some(nodes)) => {
@@ -1107,7 +1113,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawRedis {
     url: Option<Spanned<String>>,
-    cluster: Option<Spanned<Vec<String>>>,
+    cluster: Option<Spanned<Vec<Spanned<String>>>>,
     deadline: Option<Spanned<Dur>>,
     connect_timeout: Option<Spanned<Dur>>,
     key_prefix: Option<Spanned<String>>,

@@ -237,6 +237,8 @@ fn every_bad_value_is_refused_at_load_with_its_field_path_and_line() {
         Bad { what: "a url that is a number", file: "[redis]\nurl = 6379\n", path: "redis.url", line: 2, says: "expected a string" },
         Bad { what: "a url that is no Redis URL", file: "[redis]\n\nurl = \"http://h/\"\n", path: "redis.url", line: 3, says: "not a Redis URL" },
         Bad { what: "a cluster node that is no URL", file: "[redis]\ncluster = [\"redis://a/\", \"b:6379\"]\n", path: "redis.cluster[1]", line: 2, says: "not a Redis URL" },
+        // Named at its own line, not the list's.
+        Bad { what: "a cluster node that is no URL, on a line of its own", file: "[redis]\ncluster = [\n  \"redis://a/\",\n  \"b:6379\",\n]\n", path: "redis.cluster[1]", line: 4, says: "not a Redis URL" },
         Bad { what: "a zero deadline", file: "[redis]\nurl = \"redis://h/\"\n\ndeadline = \"0ms\"\n", path: "redis.deadline", line: 4, says: "must be longer than zero" },
         Bad { what: "a deadline that is no duration", file: "[redis]\nurl = \"redis://h/\"\ndeadline = \"soon\"\n", path: "redis.deadline", line: 3, says: "expected a duration such as" },
         Bad { what: "a zero connect timeout", file: "[redis]\nurl = \"redis://h/\"\nconnect_timeout = \"0s\"\n", path: "redis.connect_timeout", line: 3, says: "must be longer than zero" },
