@@ -7,7 +7,8 @@
 //! window, bursts and several limits per descriptor; each decision goes through
 //! `rein::ResilientLimiter` (a deadline, a circuit breaker and a failure policy) over Redis
 //! (standalone or Cluster) or, with no Redis configured, the in-process store
-//! (`rein_memory::MemoryStore`; one process's limit, which a reload keeps as Redis does).
+//! (`rein_memory::MemoryStore`; one process's limit: a reload keeps an unchanged rule's
+//! counts, and starts a rule whose numbers changed afresh, where Redis carries them over).
 //!
 //! Start with the binary (`rein-server --config DIR`, `--help` lists every setting) or, in
 //! code, [`RateLimitService`] with [`grpc::server`] and [`http::router`].
