@@ -236,6 +236,11 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
+        Self::from_text(path, &text)
+    }
+
+    /// Validates `text`, read from the file at `path` (which errors name).
+    pub(crate) fn from_text(path: &Path, text: &str) -> Result<Self, LoadError> {
         text.parse().map_err(|e: LoadError| e.in_file(path))
     }
 

@@ -589,19 +589,15 @@ impl<L: Limiter> Shared<L> {
         entry: &PolicyEntry<L::Prepared>,
     ) -> Verdict {
         span.record("outcome", HttpOutcome::MissingKey.as_str());
-        match self.on_missing_key {
-            Answer::Status(status) => tracing::error!(
-                route = route.route.name(),
-                key = ?source,
-                status = status.as_u16(),
-                "no usable rate-limit key in the request (none, empty, or over 1 KiB); answering without calling the service"
-            ),
-            Answer::Pass => tracing::debug!(
-                route = route.route.name(),
-                key = ?source,
-                "no usable rate-limit key in the request (none, empty, or over 1 KiB); passing it unlimited"
-            ),
-        }
+        // Debug, not error: any client can send a request without the header, and one line
+        // each would let it fill the log (a missing peer address, the deployment's fault,
+        // is logged at error once by the key's extraction). Counted as `missing_key`.
+        tracing::debug!(
+            route = route.route.name(),
+            key = ?source,
+            on_missing_key = ?self.on_missing_key,
+            "no usable rate-limit key in the request (none, empty, or over 1 KiB)"
+        );
         #[cfg(feature = "metrics")]
         route.counters.count(HttpOutcome::MissingKey);
         shadowed(

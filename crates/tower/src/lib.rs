@@ -79,7 +79,7 @@ pub use layer::{
     AdmittedHeaders, Answer, RateLimitLayer, RateLimitLayerBuilder, RateLimitService,
     ResponseFuture,
 };
-pub use reload::{ConfiguredLayer, ReloadError, Reloader};
+pub use reload::{ConfiguredLayer, Reload, ReloadError, Reloader};
 pub use route::Route;
 
 /// The Redis store a config file names, standalone or Cluster, as one type, so that a

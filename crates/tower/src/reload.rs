@@ -66,9 +66,27 @@ struct Inner {
     loaded: Option<(u64, Option<SystemTime>)>,
     store: ConfiguredStore,
     layer: ConfiguredLayer,
-    /// The configuration in force; held while a reload builds, so reloads run one at a
-    /// time.
-    current: Mutex<Config>,
+    /// The configuration in force and the text it was read from; held while a reload
+    /// builds, so reloads run one at a time.
+    current: Mutex<InForce>,
+}
+
+/// The configuration in force, and the file's text it was read from.
+struct InForce {
+    config: Config,
+    text: String,
+}
+
+/// What a [`Reloader::reload`] that refused nothing did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reload {
+    /// A layer built from the file now serves.
+    Applied,
+    /// The file's text is the one in force (touched, or saved unchanged): the layer in
+    /// force keeps serving, with its limiter's breaker, caches, local fallback counts and
+    /// leases (a rebuild would start them afresh: during an outage, each touch gave every
+    /// key one more fallback share).
+    Unchanged,
 }
 
 /// Why a layer could not be built from its file, or a reload was refused (the layer in
@@ -127,10 +145,7 @@ impl Reloader {
     pub async fn load(path: impl AsRef<Path>) -> Result<Self, ReloadError> {
         let path = path.as_ref().to_owned();
         let loaded = fingerprint(&path);
-        let config = Config::load(&path).map_err(|source| ReloadError::Load {
-            path: path.clone(),
-            source,
-        })?;
+        let (config, text) = read(&path)?;
         let built = async {
             let store = config.connect_store().await?;
             let layer = config.layer(config.limiter(store.clone())?)?;
@@ -146,7 +161,7 @@ impl Reloader {
                 loaded,
                 store,
                 layer,
-                current: Mutex::new(config),
+                current: Mutex::new(InForce { config, text }),
             }),
         })
     }
@@ -159,7 +174,7 @@ impl Reloader {
 
     /// The configuration in force.
     pub fn config(&self) -> Config {
-        self.current().clone()
+        self.current().config.clone()
     }
 
     /// The config file.
@@ -168,17 +183,27 @@ impl Reloader {
     }
 
     /// Reads the file again and, if all of it is valid and its `[redis]` table is the one
-    /// in force, puts a layer built from it in the place of the serving one. Otherwise the
-    /// layer in force keeps serving, unchanged, and the error says why. Blocks while it
-    /// reads the file (no call to Redis); reloads run one at a time.
-    pub fn reload(&self) -> Result<(), ReloadError> {
+    /// in force, puts a layer built from it in the place of the serving one
+    /// ([`Reload::Applied`]). A file whose text is the one in force changes nothing
+    /// ([`Reload::Unchanged`]). Otherwise the layer in force keeps serving, unchanged, and
+    /// the error says why. Blocks while it reads the file (no call to Redis); reloads run
+    /// one at a time.
+    pub fn reload(&self) -> Result<Reload, ReloadError> {
         let path = &self.inner.path;
         let mut current = self.current();
-        let config = Config::load(path).map_err(|source| ReloadError::Load {
+        let text = std::fs::read_to_string(path).map_err(|source| ReloadError::Load {
             path: path.clone(),
-            source,
+            source: LoadError::Read {
+                path: path.clone(),
+                source,
+            },
         })?;
-        if config.redis != current.redis {
+        if text == current.text {
+            tracing::debug!(path = %path.display(), "rate-limit config unchanged");
+            return Ok(Reload::Unchanged);
+        }
+        let config = parse(path, &text)?;
+        if config.redis != current.config.redis {
             return Err(ReloadError::RedisChanged { path: path.clone() });
         }
         let limiter =
@@ -207,13 +232,14 @@ impl Reloader {
             routes = config.routes.len(),
             "rate-limit config reloaded"
         );
-        *current = config;
-        Ok(())
+        *current = InForce { config, text };
+        Ok(Reload::Applied)
     }
 
     /// Looks at the file every `every` (its length and modification time) and reloads it
-    /// when it changed, logging each reload (`info`) and each refusal (`error`, with the
-    /// line and field; the layer in force keeps serving). With the `metrics` feature it
+    /// once a change has stayed the same for a whole `every` (a file being written in
+    /// place is not read half done), logging each reload (`info`) and each refusal
+    /// (`error`, with the line and field; the layer in force keeps serving). With the `metrics` feature it
     /// counts them in `rein_http_config_reloads_total{outcome="reloaded"|"refused"}`. The
     /// task ends when the last clone of this `Reloader` is dropped, or when the returned
     /// handle is aborted. Needs a tokio runtime.
@@ -221,6 +247,8 @@ impl Reloader {
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
         let every = every.max(Duration::from_millis(10));
         let mut seen = self.inner.loaded;
+        // A change seen at the last look, applied if it is still the same at this one.
+        let mut settling = None;
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -232,14 +260,22 @@ impl Reloader {
                 let now = fingerprint(&inner.path);
                 // Unreadable for a moment (an editor's rename): look again next time.
                 if now == seen || now.is_none() {
+                    settling = None;
                     continue;
                 }
+                // Still being written, maybe: applied once it stays the same for a look.
+                if settling != Some(now) {
+                    settling = Some(now);
+                    continue;
+                }
+                settling = None;
                 seen = now;
                 let reloader = Reloader { inner };
                 // Reading a small file and building: short, but off the runtime's threads.
                 let outcome = tokio::task::spawn_blocking(move || reloader.reload()).await;
                 match outcome {
-                    Ok(Ok(())) => count("reloaded"),
+                    Ok(Ok(Reload::Applied)) => count("reloaded"),
+                    Ok(Ok(Reload::Unchanged)) => count("unchanged"),
                     Ok(Err(error)) => {
                         count("refused");
                         tracing::error!(%error, "rate-limit config reload refused");
@@ -250,7 +286,7 @@ impl Reloader {
         })
     }
 
-    fn current(&self) -> std::sync::MutexGuard<'_, Config> {
+    fn current(&self) -> std::sync::MutexGuard<'_, InForce> {
         // A reload that panicked left the config in force as it was.
         self.inner
             .current
@@ -266,6 +302,26 @@ impl std::fmt::Debug for Reloader {
             .field("layer", &self.inner.layer)
             .finish_non_exhaustive()
     }
+}
+
+/// The file at `path` read and validated, with its text.
+fn read(path: &Path) -> Result<(Config, String), ReloadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ReloadError::Load {
+        path: path.to_owned(),
+        source: LoadError::Read {
+            path: path.to_owned(),
+            source,
+        },
+    })?;
+    Ok((parse(path, &text)?, text))
+}
+
+/// `text`, the file at `path`, validated: [`Config::load`] on text already read.
+fn parse(path: &Path, text: &str) -> Result<Config, ReloadError> {
+    Config::from_text(path, text).map_err(|source| ReloadError::Load {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// What changes when the file does: its length and modification time (`None` while it

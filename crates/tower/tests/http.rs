@@ -23,7 +23,7 @@ use hyper_util::rt::TokioExecutor;
 use rein_core::{Decision, Limiter};
 use rein_redis::{RedisPolicy, RedisStore};
 use rein_redis_harness::RedisServer;
-use rein_tower::{Config, ReloadError, Reloader};
+use rein_tower::{Config, Reload, ReloadError, Reloader};
 
 /// The Redis store's deadline in the config files here.
 const DEADLINE: Duration = Duration::from_millis(50);
@@ -416,8 +416,13 @@ policy = "{name}"
     // Raised to 10 while requests run: the 3 counted stay counted, whatever the order.
     write_config("reload", &redis, &policy(10, "api"));
     let (during, reloaded) = tokio::join!(burst(6), async { reloader.reload() });
-    reloaded.expect("a valid file reloads");
+    assert_eq!(reloaded.expect("a valid file reloads"), Reload::Applied);
     assert_eq!(during + burst(6).await, 7, "10 in all, 3 already counted");
+    // The same text again (a touch, a save unchanged): the limiter in force keeps serving,
+    // its counts (and breaker, caches, fallback) as they were; a rebuild started them afresh.
+    let decided = reloader.layer().limiter().stats().decisions;
+    assert_eq!(reloader.reload().expect("the same file"), Reload::Unchanged);
+    assert_eq!(reloader.layer().limiter().stats().decisions, decided);
 
     // A bad file: refused with its line and field, and the limit in force keeps deciding.
     std::fs::write(&path, "[redis]\nurl = 7\n").expect("write");
