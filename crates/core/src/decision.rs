@@ -61,9 +61,27 @@ impl Decision {
         }
     }
 
-    /// `true` for an admission whose figures say nothing ([`blind`](Self::blind)).
+    /// A denial that knows nothing of the limit: a failure policy's "fail closed", made
+    /// because the store gave no answer. `retry_after` is when to ask again (the circuit
+    /// breaker's wait); `limit` the policy's capacity, nothing left, and full again now,
+    /// which no limit's denial gives (a limit that denies is not full):
+    /// [`is_blind`](Self::is_blind) tells it apart, and a layer shows no figures for it.
+    pub const fn blind_denial(limit: u64, retry_after: Micros) -> Self {
+        Self {
+            outcome: Outcome::Denied,
+            limit,
+            remaining: 0,
+            retry_after,
+            reset_after: Micros::ZERO,
+            limit_index: 0,
+        }
+    }
+
+    /// `true` for a decision whose figures say nothing of the limit: nothing left and full
+    /// again now, which no limit's decision gives ([`blind`](Self::blind),
+    /// [`blind_denial`](Self::blind_denial)).
     pub fn is_blind(&self) -> bool {
-        self.is_allowed() && self.remaining == 0 && self.reset_after == Micros::ZERO
+        self.remaining == 0 && self.reset_after == Micros::ZERO
     }
 
     pub(crate) fn allowed(limit: u64, remaining: u64, reset_after: Micros) -> Self {

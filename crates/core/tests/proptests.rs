@@ -1017,6 +1017,9 @@ fn drive(config: Config, start: u64, ops: &[Op]) -> Result<Vec<(u64, u64)>, Test
                 }
                 let decision = result?;
                 prop_assert_eq!(decision.limit, capacity);
+                // Never what a failure policy answers with (nothing left and full now): the
+                // layers show no figures for that.
+                prop_assert!(!decision.is_blind(), "{:?} reads as blind", decision);
                 // What an acquire leaves behind; a peek answers exactly what it would.
                 let mut after = before.clone();
                 prop_assert_eq!(limit.acquire(at(now), &mut after, cost)?, decision);

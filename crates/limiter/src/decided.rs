@@ -78,9 +78,10 @@ pub enum Source {
     /// HTTP layer and the server show no figures for.
     FailOpen(Unavailable),
     /// Redis was unavailable; denied by [`FailurePolicy::FailClosed`](crate::FailurePolicy).
-    /// `limit` is the policy's capacity, `remaining` zero, and `retry_after` (= `reset_after`)
-    /// the time until the circuit breaker lets a call to Redis through again (zero when it is
-    /// closed: the next request tries Redis).
+    /// Nothing is known about the limit: the decision is [`Decision::blind_denial`] (`limit`
+    /// the policy's capacity, `remaining` and `reset_after` zero), its `retry_after` the time
+    /// until the circuit breaker lets a call to Redis through again (zero when it is closed:
+    /// the next request tries Redis). The HTTP layer and the server show no figures for it.
     FailClosed(Unavailable),
 }
 

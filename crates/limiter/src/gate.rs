@@ -342,20 +342,10 @@ impl<K> Gate<K> {
                 decision: Decision::blind(capacity),
                 source: Source::FailOpen(why),
             },
-            FailurePolicy::FailClosed => {
-                let wait = self.breaker_wait(now);
-                Decided {
-                    decision: Decision {
-                        outcome: Outcome::Denied,
-                        limit: capacity,
-                        remaining: 0,
-                        retry_after: wait,
-                        reset_after: wait,
-                        limit_index: 0,
-                    },
-                    source: Source::FailClosed(why),
-                }
-            }
+            FailurePolicy::FailClosed => Decided {
+                decision: Decision::blind_denial(capacity, self.breaker_wait(now)),
+                source: Source::FailClosed(why),
+            },
             FailurePolicy::LocalFallback { .. } => {
                 // The builder made one fallback limiter per table policy.
                 let limiter = &self.fallback[slot as usize];

@@ -589,7 +589,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                 };
             }
         };
-        if decision.is_blind() {
+        if decision.is_blind() && decision.is_allowed() {
             // A failure policy's "fail open": nothing is known of the limit. OK with no
             // figures, never the descriptor the headers show, and not counted as near the
             // limit (before, `limit_remaining: 0`, `r=0;t=0` and `near_limit` for every
@@ -658,7 +658,8 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             code: if over { Code::OverLimit } else { Code::Ok } as i32,
             current_limit,
             limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
-            duration_until_reset: Some(proto_duration(until)),
+            // A failure policy's "fail closed" knows no reset of the limit.
+            duration_until_reset: (!decision.is_blind()).then(|| proto_duration(until)),
             ..Default::default()
         }
     }
@@ -671,18 +672,19 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             value,
             ..Default::default()
         };
-        let mut out = vec![
-            header("RateLimit-Policy", shown.policy_header.to_owned()),
-            header(
-                "RateLimit",
-                headers::render_rate_limit(policy, deciding, decision),
-            ),
-        ];
+        let mut out = vec![header("RateLimit-Policy", shown.policy_header.to_owned())];
+        // A failure policy's "fail closed" knows nothing of the limit: no figures (before,
+        // `r=0;t=0` and `Retry-After: 0` while the breaker was closed).
+        let blind = decision.is_blind();
+        if !blind {
+            let figures = headers::render_rate_limit(policy, deciding, decision);
+            out.push(header("RateLimit", figures));
+        }
         if !decision.is_allowed() {
             let seconds = headers::retry_after_secs(decision);
             out.push(header("Retry-After", seconds.to_string()));
         }
-        if self.shared.settings.legacy_headers {
+        if self.shared.settings.legacy_headers && !blind {
             let limits = policy.policy().limits();
             let limit = limits.get(deciding).map_or(decision.limit, Limit::capacity);
             out.push(header("X-RateLimit-Limit", limit.to_string()));

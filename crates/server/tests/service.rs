@@ -581,25 +581,42 @@ async fn all_or_nothing_refunds_only_what_the_store_counted() {
     assert_eq!(refunds.refunds(), 1);
 }
 
-/// An admission of the failure policy's "fail open" knows nothing of the limit: OK, with no
-/// figures and no `RateLimit` header (before, `limit_remaining: 0`, `r=0;t=0` and a
-/// `near_limit` count for every request while Redis was away).
+/// A failure policy's answer knows nothing of the limit: no figures and no `RateLimit`
+/// header. Failing open, OK (before, `limit_remaining: 0`, `r=0;t=0` and a `near_limit`
+/// count for every request while Redis was away); failing closed, `OVER_LIMIT` with a
+/// `Retry-After` of a second at least (before, `r=0;t=0` and `Retry-After: 0` while the
+/// breaker was closed).
 #[tokio::test]
-async fn fail_open_admissions_carry_no_figures() {
-    let store = Faulty::new(MemoryStore::new(), Fault::DownFor(b"down"));
-    let service = shop(store, FailurePolicy::FailOpen);
-    let answer = service
-        .should_rate_limit(&request(vec![descriptor(&[("user", "down-ann")])]))
-        .await
-        .expect("an answer");
-    assert_eq!(codes(&answer), (Code::Ok, vec![Code::Ok]));
-    let status = &answer.statuses[0];
-    assert!(status.current_limit.is_some(), "{status:?}");
-    assert_eq!(
-        (status.limit_remaining, status.duration_until_reset),
-        (0, None)
-    );
-    assert_eq!(header(&answer, "ratelimit"), None, "{answer:?}");
+async fn failure_policy_answers_carry_no_figures() {
+    for (failure, code) in [
+        (FailurePolicy::FailOpen, Code::Ok),
+        (FailurePolicy::FailClosed, Code::OverLimit),
+    ] {
+        let store = Faulty::new(MemoryStore::new(), Fault::DownFor(b"down"));
+        let service = shop(store, failure);
+        // Past the breaker's five failures: while closed and once open.
+        for _ in 0..6 {
+            let down = request(vec![descriptor(&[("user", "down-ann")])]);
+            let _ = service.should_rate_limit(&down).await;
+        }
+        let answer = service
+            .should_rate_limit(&request(vec![descriptor(&[("user", "down-ann")])]))
+            .await
+            .expect("an answer");
+        assert_eq!(codes(&answer), (code, vec![code]), "{failure:?}");
+        let status = &answer.statuses[0];
+        assert!(status.current_limit.is_some(), "{status:?}");
+        assert_eq!(
+            (status.limit_remaining, status.duration_until_reset),
+            (0, None),
+            "{failure:?}"
+        );
+        assert_eq!(header(&answer, "ratelimit"), None, "{answer:?}");
+        if code == Code::OverLimit {
+            let retry = header(&answer, "retry-after").expect("a Retry-After");
+            assert!(retry.parse::<u64>().expect("seconds") >= 1, "{answer:?}");
+        }
+    }
 }
 
 /// A request's `limit` override is decided by a limiter of its own, with its own breaker,

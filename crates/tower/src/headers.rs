@@ -183,7 +183,14 @@ pub fn reset_secs(policy: &Policy, deciding: usize, decision: &Decision) -> u64 
 /// `Retry-After` in whole seconds: `retry_after` rounded up, so that a client waiting that
 /// long is admitted.
 pub fn retry_after_secs(decision: &Decision) -> u64 {
-    ceil_secs(decision.retry_after)
+    let secs = ceil_secs(decision.retry_after);
+    // A failure policy's denial ([`Decision::is_blind`]): at least a second, never "retry
+    // now" at a store that just failed (its wait is zero while the breaker is closed).
+    if decision.is_blind() {
+        secs.max(1)
+    } else {
+        secs
+    }
 }
 
 /// The window a limit's quota refers to, in whole seconds (rounded up, at least 1): a

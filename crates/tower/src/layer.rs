@@ -630,8 +630,12 @@ impl<L: Limiter> Shared<L> {
     }
 }
 
-/// The 429 for a denial: `Retry-After`, `RateLimit-Policy`, `RateLimit`.
+/// The 429 for a denial: `Retry-After`, `RateLimit-Policy`, `RateLimit`. A failure
+/// policy's "fail closed" ([`Decision::is_blind`]) knows nothing of the limit: no
+/// `RateLimit`, and a `Retry-After` of at least a second (before, `0` and `r=0;t=0` while
+/// the breaker was closed, which sent clients straight back at a struggling Redis).
 fn denied<P>(entry: &PolicyEntry<P>, decision: &Decision) -> Verdict {
+    let blind = decision.is_blind();
     let retry_after = headers::retry_after_secs(decision);
     let mut out = vec![(RETRY_AFTER, HeaderValue::from(retry_after))];
     if let Some(policy) = &entry.policy_header {
@@ -640,15 +644,15 @@ fn denied<P>(entry: &PolicyEntry<P>, decision: &Decision) -> Verdict {
     if let Some(value) = rate_limit_value(entry, decision) {
         out.push((RATELIMIT.clone(), value));
     }
-    Verdict::Respond(
-        StatusCode::TOO_MANY_REQUESTS,
-        out,
-        format!("rate limit exceeded; retry in {retry_after} s\n"),
-    )
+    let body = match blind {
+        true => format!("the rate limit cannot be checked now; retry in {retry_after} s\n"),
+        false => format!("rate limit exceeded; retry in {retry_after} s\n"),
+    };
+    Verdict::Respond(StatusCode::TOO_MANY_REQUESTS, out, body)
 }
 
 fn rate_limit_value<P>(entry: &PolicyEntry<P>, decision: &Decision) -> Option<HeaderValue> {
-    // A failure policy's "fail open" knows nothing of the limit: no figures rather than
+    // A failure policy's answer knows nothing of the limit: no figures rather than
     // `r=0;t=0` ("nothing left, full now") on every response while Redis is away.
     if decision.is_blind() {
         return None;

@@ -490,32 +490,47 @@ async fn a_layer_deadline_not_above_the_limiters_is_refused_and_the_default_lets
     );
 }
 
-/// With the store away and the failure policy failing open, admissions carry no `RateLimit`
-/// header: nothing is known of the limit (before, `r=0;t=0`, "nothing left, full again
-/// now", on every response while Redis was away).
+/// With the store away, a failure policy's answers carry no `RateLimit` header: nothing is
+/// known of the limit (before, `r=0;t=0`, "nothing left, full again now", on every
+/// response while Redis was away). Failing closed, the 429 says to retry in a second at
+/// least (before, `Retry-After: 0` while the breaker was closed: straight back at Redis).
 #[tokio::test]
-async fn fail_open_admissions_show_no_rate_limit_figures() {
-    let policy = window("api", 1);
-    let limiter = rein::ResilientLimiter::builder(
-        Faulty::new(MemoryStore::new(), Fault::Hang),
-        rein::PolicyTable::new(policy.clone()),
-        rein::FailurePolicy::FailOpen,
-    )
-    .build()
-    .expect("limiter");
-    let app = app(RateLimitLayer::builder(limiter)
-        .policy(policy)
-        .route(Route::any().policy("api"))
+async fn failure_policy_answers_show_no_rate_limit_figures() {
+    for (failure, status) in [
+        (rein::FailurePolicy::FailOpen, StatusCode::OK),
+        (
+            rein::FailurePolicy::FailClosed,
+            StatusCode::TOO_MANY_REQUESTS,
+        ),
+    ] {
+        let policy = window("api", 1);
+        let limiter = rein::ResilientLimiter::builder(
+            Faulty::new(MemoryStore::new(), Fault::Hang),
+            rein::PolicyTable::new(policy.clone()),
+            failure,
+        )
         .build()
-        .expect("layer"));
-    for _ in 0..3 {
-        let answered = call(&app, Method::GET, "/api/x", PEER).await;
-        assert_eq!(answered.status, StatusCode::OK);
-        assert!(
-            !answered.headers.contains_key("ratelimit"),
-            "{:?}",
-            answered.headers
-        );
+        .expect("limiter");
+        let app = app(RateLimitLayer::builder(limiter)
+            .policy(policy)
+            .route(Route::any().policy("api"))
+            .build()
+            .expect("layer"));
+        // Past the breaker's five failures: while closed and once open (its wait then
+        // the `Retry-After`).
+        for _ in 0..7 {
+            let answered = call(&app, Method::GET, "/api/x", PEER).await;
+            assert_eq!(answered.status, status, "{failure:?}");
+            let headers = &answered.headers;
+            assert!(
+                !headers.contains_key("ratelimit"),
+                "{failure:?}: {headers:?}"
+            );
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                let retry = headers["retry-after"].to_str().expect("ascii");
+                assert!(retry.parse::<u64>().expect("seconds") >= 1, "{headers:?}");
+            }
+        }
     }
 }
 
