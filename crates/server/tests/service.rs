@@ -594,27 +594,25 @@ async fn failure_policy_answers_carry_no_figures() {
     ] {
         let store = Faulty::new(MemoryStore::new(), Fault::DownFor(b"down"));
         let service = shop(store, failure);
-        // Past the breaker's five failures: while closed and once open.
-        for _ in 0..6 {
-            let down = request(vec![descriptor(&[("user", "down-ann")])]);
-            let _ = service.should_rate_limit(&down).await;
-        }
-        let answer = service
-            .should_rate_limit(&request(vec![descriptor(&[("user", "down-ann")])]))
-            .await
-            .expect("an answer");
-        assert_eq!(codes(&answer), (code, vec![code]), "{failure:?}");
-        let status = &answer.statuses[0];
-        assert!(status.current_limit.is_some(), "{status:?}");
-        assert_eq!(
-            (status.limit_remaining, status.duration_until_reset),
-            (0, None),
-            "{failure:?}"
-        );
-        assert_eq!(header(&answer, "ratelimit"), None, "{answer:?}");
-        if code == Code::OverLimit {
-            let retry = header(&answer, "retry-after").expect("a Retry-After");
-            assert!(retry.parse::<u64>().expect("seconds") >= 1, "{answer:?}");
+        // Past the breaker's five failures: while closed (its wait zero) and once open.
+        for _ in 0..7 {
+            let answer = service
+                .should_rate_limit(&request(vec![descriptor(&[("user", "down-ann")])]))
+                .await
+                .expect("an answer");
+            assert_eq!(codes(&answer), (code, vec![code]), "{failure:?}");
+            let status = &answer.statuses[0];
+            assert!(status.current_limit.is_some(), "{status:?}");
+            assert_eq!(
+                (status.limit_remaining, status.duration_until_reset),
+                (0, None),
+                "{failure:?}"
+            );
+            assert_eq!(header(&answer, "ratelimit"), None, "{answer:?}");
+            if code == Code::OverLimit {
+                let retry = header(&answer, "retry-after").expect("a Retry-After");
+                assert!(retry.parse::<u64>().expect("seconds") >= 1, "{answer:?}");
+            }
         }
     }
 }

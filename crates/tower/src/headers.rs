@@ -38,7 +38,8 @@
 //!
 //! # Rounding
 //! Every time is rounded **up** to whole seconds: a client that waits `Retry-After` or `t`
-//! seconds never arrives early. Zero stays zero. Numbers beyond the structured-field integer
+//! seconds never arrives early. Zero stays zero, but for a failure policy's denial
+//! ([`Decision::is_blind`]), told to wait a second at least. Numbers beyond the structured-field integer
 //! range (15 digits) are clamped to its maximum; no rein quantity comes close in practice
 //! (the largest is 2^52 µs, about 4.5 × 10^9 s).
 
@@ -103,7 +104,7 @@ pub fn render(policy: &NamedPolicy, deciding: usize, decision: &Decision) -> Ren
     RenderedHeaders {
         policy: render_policy(policy),
         rate_limit: render_rate_limit(policy, deciding, decision),
-        retry_after: (!decision.is_allowed()).then(|| ceil_secs(decision.retry_after)),
+        retry_after: (!decision.is_allowed()).then(|| retry_after_secs(decision)),
     }
 }
 

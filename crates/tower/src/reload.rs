@@ -237,10 +237,11 @@ impl Reloader {
     }
 
     /// Looks at the file every `every` (its length and modification time) and reloads it
-    /// once a change has stayed the same for a whole `every` (a file being written in
-    /// place is not read half done), logging each reload (`info`) and each refusal
+    /// once a change has stayed the same for a whole `every` (a file written in place in
+    /// one go is not read half done; rename a new file over the old one to be sure), logging each reload (`info`) and each refusal
     /// (`error`, with the line and field; the layer in force keeps serving). With the `metrics` feature it
-    /// counts them in `rein_http_config_reloads_total{outcome="reloaded"|"refused"}`. The
+    /// counts them in `rein_http_config_reloads_total{outcome}`, `reloaded`, `unchanged` or
+    /// `refused`. The
     /// task ends when the last clone of this `Reloader` is dropped, or when the returned
     /// handle is aborted. Needs a tokio runtime.
     pub fn watch(&self, every: Duration) -> tokio::task::JoinHandle<()> {

@@ -157,8 +157,13 @@ proptest! {
             Some(seconds) => {
                 prop_assert!(!decision.is_allowed());
                 prop_assert_eq!(seconds, retry_after_secs(&decision));
-                prop_assert!(is_ceiling(seconds, decision.retry_after));
-                prop_assert_eq!(seconds == 0, decision.retry_after == Micros::ZERO);
+                if decision.is_blind() {
+                    // A failure policy's denial: a second at least, never "now".
+                    prop_assert!(seconds >= 1);
+                } else {
+                    prop_assert!(is_ceiling(seconds, decision.retry_after));
+                    prop_assert_eq!(seconds == 0, decision.retry_after == Micros::ZERO);
+                }
             }
         }
     }
@@ -248,12 +253,16 @@ fn zero_and_the_largest_values_render() {
         limit: 0,
         remaining: 0,
         retry_after: Micros::ZERO,
-        reset_after: Micros::ZERO,
+        reset_after: Micros::from_micros(1),
         limit_index: 0,
     };
     let headers = render(&policy, 0, &zero);
     assert_eq!(headers.retry_after, Some(0));
     assert_eq!(headers.rate_limit, "\"p\";r=0;t=0");
+    // Full again now as well: a failure policy's denial, which knows no wait but is told
+    // to take a second.
+    let blind = Decision::blind_denial(0, Micros::ZERO);
+    assert_eq!(render(&policy, 0, &blind).retry_after, Some(1));
 }
 
 /// A limit small enough that random histories exhaust it, with windows and periods that are
