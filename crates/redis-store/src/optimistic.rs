@@ -86,9 +86,10 @@ use rein_core::admin::KeyState;
 /// Standalone Redis (or a Cluster node that owns the key's slot: a call has one key). Each
 /// connection is a `MultiplexedConnection` used by one call at a time; at most
 /// [`max_connections`](OptimisticStoreBuilder::max_connections) are lent at once, as many
-/// wait idle, and as many connects are in flight (each in a task of its own, which a call
-/// stops waiting for at its deadline); after a failed connect, none is tried for 100 ms,
-/// and calls that find no connection fail at once (`StoreError::Connection`).
+/// wait idle, and as many connects are in flight (each in a task of its own; a call that
+/// finds as many in flight waits for one to end, all within its deadline); after a failed
+/// connect, none is tried for 100 ms, and calls that find no connection then fail at once
+/// (`StoreError::Connection`).
 ///
 /// It reads and writes the [`RedisStore`](crate::RedisStore)'s keys and values, under the
 /// same default prefix, so the two serve one limit together and stay exact (on a hot key

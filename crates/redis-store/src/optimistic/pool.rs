@@ -54,6 +54,19 @@ pub(crate) struct Pool {
     connect_timeout: Duration,
     /// The connects in flight, and when the next may start after one failed.
     connects: Arc<Mutex<Connects>>,
+    /// Woken when a connect ends: a call that found as many in flight as the pool holds
+    /// waits for one to land (or fail) rather than failing at once.
+    ended: Arc<tokio::sync::Notify>,
+}
+
+/// What [`Pool::start_connect`] did.
+enum Connect {
+    /// A connect is on its way, in a task of its own: its connection, or its error.
+    Started(tokio::sync::oneshot::Receiver<RedisResult<MultiplexedConnection>>),
+    /// As many connects are in flight as the pool holds: wait for one to end.
+    Busy,
+    /// The last connect failed under [`RECONNECT_BACKOFF`] ago.
+    Paced,
 }
 
 /// What bounds the pool's connects: at most as many in flight as the pool holds
@@ -91,11 +104,13 @@ impl Pool {
             connector,
             connect_timeout,
             connects: Arc::default(),
+            ended: Arc::default(),
         }
     }
 
-    /// Waits for a free slot, then lends an idle connection or makes a new one. The
-    /// caller's deadline bounds both waits.
+    /// Waits for a free slot, then lends an idle connection or makes a new one (or waits
+    /// for one on its way, when as many are as the pool holds). The caller's deadline
+    /// bounds every wait.
     pub(crate) async fn lease(&self) -> RedisResult<Lease<'_>> {
         let permit = self
             .permits
@@ -103,13 +118,35 @@ impl Pool {
             .await
             // The semaphore lives as long as the pool and is never closed.
             .map_err(|_| redis::RedisError::from((redis::ErrorKind::Client, "pool closed")))?;
-        let idle = self.lock().pop();
-        let conn = match idle {
-            Some(conn) => conn,
-            None => Conn {
-                conn: self.connect().await?,
-                watching: false,
-            },
+        let conn = loop {
+            // Listening before looking, so that a connect ending in between is heard.
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if let Some(conn) = self.lock().pop() {
+                break conn;
+            }
+            match self.start_connect() {
+                Connect::Started(made) => {
+                    let made = made.await.unwrap_or_else(|_| {
+                        Err(redis::RedisError::from((
+                            redis::ErrorKind::Client,
+                            "the connect task ended without a reply",
+                        )))
+                    });
+                    break Conn {
+                        conn: made?,
+                        watching: false,
+                    };
+                }
+                // It lands in the pool (its caller gone) or fails: look again.
+                Connect::Busy => ended.await,
+                Connect::Paced => {
+                    return Err(not_connected(
+                        "the last connect failed: waiting before the next",
+                    ));
+                }
+            }
         };
         Ok(Lease {
             conn: Some(conn),
@@ -118,46 +155,49 @@ impl Pool {
         })
     }
 
-    /// A new connection, made in a task of its own within `connect_timeout`: a call whose
-    /// deadline ends first gives up waiting, and the connection, once made, waits in the
-    /// pool for the next call. (Made inside the call, a connect longer than the deadline,
-    /// a TLS handshake to a Redis a few milliseconds away, was dropped with each call, and
-    /// the store never connected again.)
-    async fn connect(&self) -> RedisResult<MultiplexedConnection> {
+    /// Starts a new connection in a task of its own, within `connect_timeout`, unless as
+    /// many are in flight as the pool holds or the last failed under [`RECONNECT_BACKOFF`]
+    /// ago (each call that found none idle used to start its own: a connect per call
+    /// against a dead or silent Redis). A call whose deadline ends first stops waiting, and
+    /// the connection, once made, waits in the pool for the next call. (Made inside the
+    /// call, a connect longer than the deadline, a TLS handshake to a Redis a few
+    /// milliseconds away, was dropped with each call, and the store never connected again.)
+    fn start_connect(&self) -> Connect {
         {
             let mut connects = lock(&self.connects);
             if connects
                 .retry_at
                 .is_some_and(|at| std::time::Instant::now() < at)
             {
-                return Err(not_connected(
-                    "the last connect failed: waiting before the next",
-                ));
+                return Connect::Paced;
             }
             if connects.in_flight >= self.size {
-                return Err(not_connected(
-                    "as many connects in flight as the pool holds",
-                ));
+                return Connect::Busy;
             }
             connects.in_flight += 1;
         }
         // Counted out however the connect ends: a connector that panics, a task dropped
         // unpolled by a runtime shutting down, must not leave the pool believing a connect
-        // is still on its way.
+        // is still on its way; and the calls waiting for one to end are woken.
         struct InFlight {
             connects: Arc<Mutex<Connects>>,
+            ended: Arc<tokio::sync::Notify>,
             made: bool,
         }
         impl Drop for InFlight {
             fn drop(&mut self) {
-                let mut connects = lock(&self.connects);
-                connects.in_flight -= 1;
-                connects.retry_at =
-                    (!self.made).then(|| std::time::Instant::now() + RECONNECT_BACKOFF);
+                {
+                    let mut connects = lock(&self.connects);
+                    connects.in_flight -= 1;
+                    connects.retry_at =
+                        (!self.made).then(|| std::time::Instant::now() + RECONNECT_BACKOFF);
+                }
+                self.ended.notify_waiters();
             }
         }
         let mut in_flight = InFlight {
             connects: Arc::clone(&self.connects),
+            ended: Arc::clone(&self.ended),
             made: false,
         };
         let (sent, made) = tokio::sync::oneshot::channel();
@@ -171,7 +211,6 @@ impl Pool {
                 ))),
             };
             in_flight.made = made.is_ok();
-            drop(in_flight);
             if let Err(Ok(conn)) = sent.send(made) {
                 let mut idle = lock(&idle);
                 if idle.len() < size {
@@ -181,13 +220,10 @@ impl Pool {
                     });
                 }
             }
+            // Counted out, and the waiting calls woken, once the connection is in the pool.
+            drop(in_flight);
         });
-        made.await.unwrap_or_else(|_| {
-            Err(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "the connect task ended without a reply",
-            )))
-        })
+        Connect::Started(made)
     }
 
     pub(crate) fn idle(&self) -> usize {
