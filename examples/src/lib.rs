@@ -14,8 +14,8 @@
 use std::error::Error;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use rein::core::{Decision, Micros, Timestamp};
+use rein::redis::client::aio::ConnectionManager;
 use rein::redis::{
     ConnectError, OptimisticStore, OptimisticStoreBuilder, RedisStore, RedisStoreBuilder,
 };
@@ -57,10 +57,13 @@ pub async fn optimistic_store(url: &str, prefix: &str) -> Result<OptimisticStore
 
 /// Deletes `keys`, so that a demo run twice against the same Redis prints the same thing.
 pub async fn delete_keys(url: &str, keys: &[String]) -> DemoResult {
-    let client = redis::Client::open(url)?;
+    let client = rein::redis::client::Client::open(url)?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     if !keys.is_empty() {
-        let () = redis::cmd("DEL").arg(keys).query_async(&mut conn).await?;
+        let () = rein::redis::client::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut conn)
+            .await?;
     }
     Ok(())
 }

@@ -113,6 +113,13 @@ mod state;
 mod store;
 pub mod watch;
 
+/// redis-rs, the client these stores are built on, at the version they use: its
+/// connection types name a store (`RedisStore<client::aio::ConnectionManager>` is what
+/// [`RedisStore::connect`] returns, to keep in a struct or an axum `State`), and its
+/// `Client` makes a connection of your own for [`RedisStoreBuilder::build`] or
+/// [`RedisStoreBuilder::connect_with`], with no `redis` dependency to keep in step.
+pub use redis as client;
+
 pub use coalesce::Coalesce;
 pub use endpoint::{AnyConnection, Endpoint};
 pub use error::{ConnectError, SettingsError, StateError};

@@ -80,7 +80,7 @@ async fn main() -> DemoResult {
 
 async fn both(
     optimistic: &rein::redis::OptimisticStore,
-    lua: &rein::redis::RedisStore<redis::aio::ConnectionManager>,
+    lua: &rein::redis::RedisStore<rein::redis::client::aio::ConnectionManager>,
     now: Timestamp,
     policy: &RedisPolicy,
     client: &str,
