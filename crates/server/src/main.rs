@@ -311,6 +311,12 @@ async fn serve(args: Serve) -> Result<(), String> {
         (None, None) => None,
     };
     // Only Redis calls run under --redis-deadline: the in-process store states none.
+    if args.redis_deadline.is_some() && endpoint.is_none() {
+        tracing::warn!(
+            "--redis-deadline (REIN_REDIS_DEADLINE) is set but no Redis is: it bounds nothing \
+             on the in-process store"
+        );
+    }
     if let (Some(leases), Some(deadline), Some(_)) =
         (&settings.leases, args.redis_deadline, &endpoint)
     {
