@@ -12,7 +12,7 @@
 //! like an empty part, reads as each state's default (a full limit, an empty log). A key an
 //! operator blocked holds `B<until>:<reason>` instead (admin.rs).
 
-use redis::{Pipeline, Value};
+use redis::Value;
 use rein_core::time::MAX_MICROS;
 use rein_core::{
     Limit, LimitState, PolicyState, Timestamp,
@@ -26,16 +26,8 @@ use crate::RedisPolicy;
 use crate::integer_window::IntegerWindow;
 use rein_core::admin::KeyState;
 
-/// One `GET` of the policy's key.
-pub(crate) fn read_pipeline(keys: &[String]) -> Pipeline {
-    let mut pipe = redis::pipe();
-    for key in keys {
-        pipe.cmd("GET").arg(key);
-    }
-    pipe
-}
-
-/// Decodes the replies of [`read_pipeline`]: the policy's one value, as [`decode_value`].
+/// Decodes the replies of the optimistic store's read: the policy's one value (its `GET`),
+/// as [`decode_value`].
 pub(crate) fn decode(policy: &RedisPolicy, replies: Vec<Value>) -> Result<KeyState, String> {
     let [reply] = <[Value; 1]>::try_from(replies)
         .map_err(|replies| format!("expected 1 reply, got {}", replies.len()))?;

@@ -200,22 +200,23 @@ where
     }
 
     /// What Redis holds for `policy` and `key`: [`KeyAdmin::inspect`], with a
-    /// [`StateError`] for tools that read state.
+    /// [`StateError`] for tools that read state. Read by the operators' script (its `read`,
+    /// the key's value and Redis's clock) through [`send`](Self::send), so that it follows
+    /// a Cluster's redirects as decisions and changes do (a plain `GET` failed with `ASK`
+    /// or `MOVED` while the key's slot migrated).
     async fn read_key(&self, policy: &RedisPolicy, key: &[u8]) -> Result<KeyState, StateError> {
         let keys = crate::key::state_keys(&self.inner.prefix, policy, key)?;
-        let pipeline = crate::state::read_pipeline(&keys);
-        let replies: Vec<Value> = self
-            .run(self.deadline_from_now(), |mut conn| async move {
-                pipeline.query_async(&mut conn).await
-            })
-            .await?;
-        crate::state::decode(policy, replies)
-            .map_err(|what| StateError::Unavailable(StoreError::UnexpectedReply(what)))
+        let read = Invocation::script(&keys, ScriptKind::Admin, vec!["read".to_owned()]);
+        let reply = self.send(&read, self.deadline_from_now()).await?;
+        let unexpected = |what| StateError::Unavailable(StoreError::UnexpectedReply(what));
+        let (_, value) = crate::admin::decode_read(reply).map_err(unexpected)?;
+        crate::state::decode_value(policy, value.as_deref()).map_err(unexpected)
     }
 
     /// Reads the stored state of `policy` for `key`, decoded into rein-core's types: for
     /// debugging, tests and tools. A missing key reads as full limits; a blocked key is
-    /// [`StateError::Blocked`] ([`KeyAdmin::inspect`] reads both). One `GET`.
+    /// [`StateError::Blocked`] ([`KeyAdmin::inspect`] reads both). One script call (its
+    /// `GET`), following a Cluster's redirects.
     pub async fn state(
         &self,
         policy: &RedisPolicy,
@@ -1133,7 +1134,8 @@ impl<C> KeyAdmin for RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// One `GET`, so the read is atomic, of the state the key's decisions read: its
+    /// One script call (its `GET`, following a Cluster's redirects), so the read is
+    /// atomic, of the state the key's decisions read: its
     /// override's, if the store applies overrides (an unlimited key's: what the policy's own
     /// limits counted), as the other changes. (Before, the policy's own key, always: a tool
     /// that checked for a block there missed one made under an override of another shape.)

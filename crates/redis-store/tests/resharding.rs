@@ -10,7 +10,7 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use rein_core::{DecideError, Limit, LimitState, Limiter, Micros, Policy, StoreError};
 use rein_redis::{Endpoint, RedisPolicy, RedisStoreBuilder};
@@ -581,6 +581,24 @@ async fn the_least_privilege_user_follows_a_migration_and_a_refused_asking_is_na
         common::admits(&asks, &policy, b"moved", 1).await,
         "served by the importing node"
     );
+    // Reading the key follows the migration too (before, a plain `GET`, answered `ASK`):
+    // two tokens taken of ten.
+    let read = asks
+        .state(&policy, "moved")
+        .await
+        .expect("the moved key's state");
+    let now = rein_core::Timestamp::from_micros(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_micros() as u64,
+    );
+    let left = policy
+        .policy()
+        .peek(now, &read, 0)
+        .expect("a peek")
+        .remaining;
+    assert!((8..=9).contains(&left), "{left} left");
     match refused.acquire(None, &policy, b"moved", 1).await {
         Err(DecideError::Unavailable(StoreError::Server(e)))
             if e.to_string().contains("+asking") => {}
