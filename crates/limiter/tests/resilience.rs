@@ -140,6 +140,27 @@ async fn timed<S: Limiter>(limiter: &ResilientLimiter<S>, key: &str, cost: u64) 
     decided
 }
 
+/// Requests for `key`, [`GAP`] apart, each within the deadline bound, until one is decided
+/// by Redis: that decision and how long it took from `ready`. A recovery that never comes
+/// fails after 10 s rather than hangs.
+async fn back_on_redis<S: Limiter>(
+    limiter: &ResilientLimiter<S>,
+    key: &str,
+    ready: Instant,
+) -> (Decided, Duration) {
+    loop {
+        let decided = timed(limiter, key, 1).await;
+        if decided.source == Source::Store {
+            return (decided, ready.elapsed());
+        }
+        assert!(
+            ready.elapsed() < Duration::from_secs(10),
+            "never back on Redis"
+        );
+        tokio::time::sleep(GAP).await;
+    }
+}
+
 /// What an outage phase saw.
 struct Outage {
     decisions: Vec<Decided>,
@@ -404,20 +425,7 @@ async fn a_restarted_redis_is_used_again_within_a_second() {
     let connects_down = connects.load(Ordering::SeqCst);
     assert!(connects_down <= 1 + limiter.stats().store_calls as usize - 5);
     tokio::task::block_in_place(|| server.restart()).expect("restart redis-server");
-    let ready = Instant::now();
-    let decided = loop {
-        let decided = timed(&limiter, "k", 1).await;
-        if decided.source == Source::Store {
-            break decided;
-        }
-        // A recovery that never comes fails, rather than hangs.
-        assert!(
-            ready.elapsed() < Duration::from_secs(10),
-            "never back on Redis"
-        );
-        tokio::time::sleep(GAP).await;
-    };
-    let recovered_in = ready.elapsed();
+    let (decided, recovered_in) = back_on_redis(&limiter, "k", Instant::now()).await;
     // docs/failure.md quotes what this prints (`-- --nocapture`).
     eprintln!("recovered in {recovered_in:?} behind connect_with's reconnecting store");
     // The longest open period (400 ms) plus a probe: well within a second.
@@ -445,18 +453,10 @@ async fn a_restarted_redis_behind_the_default_connection_manager_is_used_again_w
     let down = outage(&limiter, "k", 150).await;
     assert!(down.took >= Duration::from_millis(750));
     tokio::task::block_in_place(|| server.restart()).expect("restart redis-server");
-    let ready = Instant::now();
-    while timed(&limiter, "k", 1).await.source != Source::Store {
-        assert!(
-            ready.elapsed() < Duration::from_secs(10),
-            "never back on Redis"
-        );
-        tokio::time::sleep(GAP).await;
-    }
     // The longest open period (200 ms), the manager's longest sleep between connects
     // (100 ms), a probe that meets that sleep and times out (55 ms), and the next period
     // and probe: about 0.6 s at worst.
-    let recovered_in = ready.elapsed();
+    let (_, recovered_in) = back_on_redis(&limiter, "k", Instant::now()).await;
     eprintln!("recovered in {recovered_in:?} behind RedisStore::connect's connection manager");
     assert!(recovered_in < Duration::from_secs(1), "{recovered_in:?}");
     assert_eq!(limiter.stats().breaker_state, BreakerState::Closed);
