@@ -953,11 +953,7 @@ async fn decide<'a, S: Leasable + Clone + 'static>(
         } else {
             cost.max(1)
         };
-        let mut decision = target.peek(key, asked).await?;
-        if decision.is_allowed() && !decision.is_blind() {
-            decision.remaining = decision.remaining.saturating_add(asked).min(decision.limit);
-        }
-        return Ok(decision);
+        return Ok(headers::peeked(target.peek(key, asked).await?, asked));
     }
     let (decision, counted) = target.acquire(key, cost).await?;
     if decision.is_allowed() && counted {

@@ -181,6 +181,19 @@ pub fn reset_secs(policy: &Policy, deciding: usize, decision: &Decision) -> u64 
     }
 }
 
+/// The figures to show for a peek of `cost`: a peek's are those of the admission it would
+/// be, but nothing was taken, so an admitted one shows what is left now (the named limit
+/// had `cost` more: every limit had at least `cost`, and each loses the same). Its `t`
+/// stays the admission's, never earlier than the limit's reset. A denial, and a failure
+/// policy's answer ([`Decision::is_blind`]), are shown as they are. rein-tower's peek
+/// routes and rein-server's checks (a cost of zero) both show these.
+pub fn peeked(mut decision: Decision, cost: u64) -> Decision {
+    if decision.is_allowed() && !decision.is_blind() {
+        decision.remaining = decision.remaining.saturating_add(cost).min(decision.limit);
+    }
+    decision
+}
+
 /// `Retry-After` in whole seconds: `retry_after` rounded up, so that a client waiting that
 /// long is admitted.
 pub fn retry_after_secs(decision: &Decision) -> u64 {

@@ -557,18 +557,8 @@ impl<L: Limiter> Shared<L> {
     ) -> Result<Decision, DecideError> {
         let call = async {
             if peek {
-                // A peek's figures are those of the admission it would be; nothing was
-                // taken, so an admitted one shows what is left now: the named limit had
-                // `cost` more (every limit had at least `cost`, and each loses the same).
-                // (Its `t` stays the admission's: never earlier than the limit's reset.)
                 let peeked = self.limiter.peek(None, &entry.prepared, key, cost).await;
-                peeked.map(|mut decision| {
-                    if decision.is_allowed() && !decision.is_blind() {
-                        decision.remaining =
-                            decision.remaining.saturating_add(cost).min(decision.limit);
-                    }
-                    decision
-                })
+                peeked.map(|decision| headers::peeked(decision, cost))
             } else {
                 self.limiter.acquire(None, &entry.prepared, key, cost).await
             }
