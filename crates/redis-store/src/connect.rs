@@ -53,20 +53,20 @@ impl RedisStoreBuilder {
     /// moved the URL's name or address to the new one), the store makes a new manager to
     /// the same URL, once at a time, within the connect timeout.
     pub async fn connect(self, url: &str) -> Result<RedisStore<ConnectionManager>, ConnectError> {
-        let (conn, listener, connector) = self.standalone(url).await?;
-        let timeout = self.shared.connect_timeout;
-        let link = Link::new(conn, Replace::WhenDemoted(connector), timeout);
+        let (link, listener) = self.standalone(url, |conn| conn).await?;
         Ok(RedisStore::with_link(self, link)
             .started(Some(listener))
             .await)
     }
 
-    /// A `ConnectionManager` to `url`, its script loaded, the client that listens for
-    /// override changes, and how to make another manager to `url`.
-    async fn standalone(
+    /// A link to a `ConnectionManager` to `url` (its scripts loaded), as the store's
+    /// connection type by `wrap`, that makes another manager to `url` when the server was
+    /// demoted ([`Replace::WhenDemoted`]); and the client that listens for override changes.
+    async fn standalone<C: Clone + Send + 'static>(
         &self,
         url: &str,
-    ) -> Result<(ConnectionManager, Client, Connector<ConnectionManager>), ConnectError> {
+        wrap: fn(ConnectionManager) -> C,
+    ) -> Result<(Link<C>, Client), ConnectError> {
         self.validate()?;
         install_crypto_provider();
         let client = client(url)?;
@@ -83,9 +83,12 @@ impl RedisStoreBuilder {
             // second (measured in tests/resilience.rs; docs/failure.md).
             .set_max_delay(Duration::from_millis(100));
         let again = (client.clone(), config.clone());
-        let connector: Connector<ConnectionManager> = Arc::new(move || {
+        let connector: Connector<C> = Arc::new(move || {
             let (client, config) = again.clone();
-            Box::pin(async move { client.get_connection_manager_with_config(config).await })
+            Box::pin(async move {
+                let made = client.get_connection_manager_with_config(config).await;
+                made.map(wrap)
+            })
         });
         let conn = first_connection(timeout, async move {
             // One plain connection first: the manager retries a failed connect with backoff,
@@ -104,7 +107,8 @@ impl RedisStoreBuilder {
         })
         .await?;
         load_script(conn.clone(), deadline, timeout).await?;
-        Ok((conn, listener, connector))
+        let link = Link::new(wrap(conn), Replace::WhenDemoted(connector), timeout);
+        Ok((link, listener))
     }
 
     /// Connects to a Redis Cluster, given one or more of its nodes.
@@ -170,18 +174,8 @@ impl RedisStoreBuilder {
     ) -> Result<RedisStore<AnyConnection>, ConnectError> {
         let (store, listener) = match endpoint {
             Endpoint::Url(url) => {
-                let (conn, listener, connector) = self.standalone(url).await?;
-                let connector: Connector<AnyConnection> = Arc::new(move || {
-                    let made = connector();
-                    Box::pin(async move { made.await.map(AnyConnection::Standalone) })
-                });
-                let replace = Replace::WhenDemoted(connector);
-                let timeout = self.shared.connect_timeout;
-                let conn = AnyConnection::Standalone(conn);
-                (
-                    RedisStore::with_link(self, Link::new(conn, replace, timeout)),
-                    Some(listener),
-                )
+                let (link, listener) = self.standalone(url, AnyConnection::Standalone).await?;
+                (RedisStore::with_link(self, link), Some(listener))
             }
             Endpoint::Cluster(urls) => {
                 let (conn, listener) = self.cluster(urls).await?;

@@ -1021,7 +1021,7 @@ where
                             // and every write of the call was refused. The call's error,
                             // then: the redirects wait for a Cluster's new primary, and a
                             // store connected by URL replaces its connection.
-                            Ok(reply) => match refused_as_replica(&reply) {
+                            Ok(reply) => match replica_refusal_in(&reply) {
                                 Some(refused) => refused,
                                 None => return Ok(reply),
                             },
@@ -1585,17 +1585,18 @@ fn refused_by_a_replica(error: &redis::RedisError) -> bool {
                 .is_some_and(|d| d.contains("READONLY You can't write against a read only")))
 }
 
-/// The `READONLY` refusal among a lean script's replies, one element per figure: a write
-/// of one of its decisions refused because the server is a replica.
-fn refused_as_replica(reply: &Value) -> Option<redis::RedisError> {
+/// A replica's refusal ([`refused_by_a_replica`]) among a lean script's replies, one
+/// element per figure: a write of one of its decisions refused because the server is one.
+fn replica_refusal_in(reply: &Value) -> Option<redis::RedisError> {
     let Value::Array(items) = reply else {
         return None;
     };
-    items.iter().find_map(|item| match item {
-        Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::ReadOnly) => {
-            Some(redis::RedisError::from(e.clone()))
+    items.iter().find_map(|item| {
+        match item {
+            Value::ServerError(e) => Some(redis::RedisError::from(e.clone())),
+            _ => None,
         }
-        _ => None,
+        .filter(refused_by_a_replica)
     })
 }
 
