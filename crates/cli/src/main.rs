@@ -121,9 +121,14 @@ enum Command {
     },
 }
 
+/// A duration argument (`90s`, `10m`, `1h 30m`), its error naming the text.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))
+}
+
 /// `--timeout`: from 1 ms to a minute.
 fn parse_timeout(text: &str) -> Result<Duration, String> {
-    let span = humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))?;
+    let span = parse_duration(text)?;
     if (Duration::from_millis(1)..=Duration::from_secs(60)).contains(&span) {
         Ok(span)
     } else {
@@ -134,7 +139,7 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
 /// `--for` of a block: at least 1 µs, the unit rein counts in (a block of no time would
 /// block nothing, and a script reading only the exit code would think the key blocked).
 fn parse_block(text: &str) -> Result<Duration, String> {
-    let span = humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))?;
+    let span = parse_duration(text)?;
     if span.as_micros() == 0 {
         return Err(format!("{text:?}: a block lasts at least 1us"));
     }
@@ -143,7 +148,7 @@ fn parse_block(text: &str) -> Result<Duration, String> {
 
 /// `--window`: whole seconds, from 1 s to as many as Redis still holds once complete.
 fn parse_window(text: &str) -> Result<u64, String> {
-    let span = humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))?;
+    let span = parse_duration(text)?;
     let max = rein_redis::watch::MAX_SECONDS_READ;
     match span.as_secs() {
         secs @ 1.. if secs <= max && span.subsec_nanos() == 0 => Ok(secs),

@@ -191,13 +191,7 @@ impl Reloader {
     pub fn reload(&self) -> Result<Reload, ReloadError> {
         let path = &self.inner.path;
         let mut current = self.current();
-        let text = std::fs::read_to_string(path).map_err(|source| ReloadError::Load {
-            path: path.clone(),
-            source: LoadError::Read {
-                path: path.clone(),
-                source,
-            },
-        })?;
+        let text = read_text(path)?;
         if text == current.text {
             tracing::debug!(path = %path.display(), "rate-limit config unchanged");
             return Ok(Reload::Unchanged);
@@ -307,14 +301,19 @@ impl std::fmt::Debug for Reloader {
 
 /// The file at `path` read and validated, with its text.
 fn read(path: &Path) -> Result<(Config, String), ReloadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ReloadError::Load {
+    let text = read_text(path)?;
+    Ok((parse(path, &text)?, text))
+}
+
+/// The text of the file at `path`.
+fn read_text(path: &Path) -> Result<String, ReloadError> {
+    std::fs::read_to_string(path).map_err(|source| ReloadError::Load {
         path: path.to_owned(),
         source: LoadError::Read {
             path: path.to_owned(),
             source,
         },
-    })?;
-    Ok((parse(path, &text)?, text))
+    })
 }
 
 /// `text`, the file at `path`, validated: [`Config::load`] on text already read.
