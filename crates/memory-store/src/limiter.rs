@@ -248,10 +248,8 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(denial) = self.blocked(now, key, cost) {
-            return denial;
-        }
-        dispatch!(&self.tables, |t| t.acquire(now, key, cost))
+        dispatch!(&self.tables, |t| t
+            .acquire(now, key, cost, || self.blocked(now, key, cost)))
     }
 
     /// [`acquire_at`](Self::acquire_at) without the figures: the same outcome and the same
@@ -282,10 +280,8 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(denial) = self.blocked(now, key, cost) {
-            return denial.map(|d| d.outcome);
-        }
-        dispatch!(&self.tables, |t| t.try_acquire(now, key, cost))
+        dispatch!(&self.tables, |t| t
+            .try_acquire(now, key, cost, || self.blocked(now, key, cost)))
     }
 
     /// What [`acquire_at`](Self::acquire_at) would answer, without consuming anything or
@@ -308,10 +304,8 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if let Some(denial) = self.blocked(now, key, cost) {
-            return denial;
-        }
-        dispatch!(&self.tables, |t| t.peek(now, key, cost))
+        dispatch!(&self.tables, |t| t
+            .peek(now, key, cost, || self.blocked(now, key, cost)))
     }
 
     /// Gives back up to `amount` to every limit of `key`'s state, never beyond full (for
@@ -352,10 +346,13 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(denial) = self.blocked(now, key, cost) {
-            return denial.map(|d| (d, now.saturating_add(hold)));
-        }
-        dispatch!(&self.tables, |t| t.acquire_held(now, key, cost, hold))
+        dispatch!(&self.tables, |t| t.acquire_held(
+            now,
+            key,
+            cost,
+            hold,
+            || self.blocked(now, key, cost)
+        ))
     }
 
     /// Gives back up to `amount` units an [`acquire_held_at`](Self::acquire_held_at)
@@ -427,9 +424,11 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
             .is_some_and(|rates| rates.holds(now, key))
     }
 
-    /// A blocked key's answer ([`Block::decide`]), checked before the key's state: `None`
-    /// unless a block holds (one relaxed load while no key is blocked). A cost above the
-    /// capacity is still an error, as for a key that is not blocked.
+    /// A blocked key's answer ([`Block::decide`]): `None` unless a block holds (one relaxed
+    /// load while no key is blocked). A cost above the capacity is still an error, as for a
+    /// key that is not blocked. Asked under the shard's lock when the shard holds no state
+    /// for the key, and only then: a blocked key holds none (see [`block_at`](Self::block_at)),
+    /// so a key with a state is not blocked, and its decision costs no look at the blocks.
     #[inline]
     fn blocked<Q>(
         &self,
@@ -477,18 +476,20 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
     /// Runs `change` on `key`'s state as a [`PolicyState`](rein_core::PolicyState), under
     /// the key's shard lock, and stores what it leaves: how limits that
     /// [`shares_state_with`](Self::shares_state_with) this limiter decide and change a key.
-    /// Blocks are the caller's to check.
+    /// `blocked` answers for a key with no state here, as [`blocked_as`](Self::blocked_as)
+    /// does for this limiter's blocks (asked under the lock, as every decision's).
     pub(crate) fn change_as<Q, T>(
         &self,
         now: Timestamp,
         key: &Q,
+        blocked: impl FnOnce() -> Option<Result<T, AcquireError>>,
         change: impl FnOnce(Timestamp, &mut rein_core::PolicyState) -> Result<T, AcquireError>,
     ) -> Result<T, AcquireError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        dispatch!(&self.tables, |t| t.change(now, key, change))
+        dispatch!(&self.tables, |t| t.change(now, key, blocked, change))
     }
 
     /// `key`'s state as a [`PolicyState`](rein_core::PolicyState) (full if not stored),
@@ -565,16 +566,19 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(denial) = self.blocked(now, key, 0) {
-            return denial;
-        }
         let policy = &self.policy;
-        dispatch!(&self.tables, |t| t
-            .change(now, key, |at, state| policy.penalize(at, state, amount)))
+        dispatch!(&self.tables, |t| t.change(
+            now,
+            key,
+            || self.blocked(now, key, 0),
+            |at, state| policy.penalize(at, state, amount)
+        ))
     }
 
     /// An operator's "`key` has `remaining` left" at `now` ([`Policy::with_remaining`]),
-    /// replacing what was counted and a block. Returns the figures after it.
+    /// replacing what was counted and a block. Returns the figures after it. The count is
+    /// set before the block is lifted, so that no decision between the two finds the key
+    /// neither blocked nor counted (and judges it full).
     pub fn set_remaining_at<Q>(
         &self,
         now: Timestamp,
@@ -585,17 +589,25 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.blocks.remove(key);
         let policy = &self.policy;
-        dispatch!(&self.tables, |t| t.change(now, key, |at, state| {
-            let (set, figures) = policy.with_remaining(at, remaining)?;
-            *state = set;
-            Ok(figures)
-        }))
+        let set = dispatch!(&self.tables, |t| t.change(
+            now,
+            key,
+            || None,
+            |at, state| {
+                let (set, figures) = policy.with_remaining(at, remaining)?;
+                *state = set;
+                Ok(figures)
+            }
+        ));
+        self.blocks.remove(key);
+        set
     }
 
     /// Blocks `key` until `until` ([`Block`]): every decision is denied until then, whatever
-    /// is left, and the key is then as one never seen (its state is forgotten now). Keeps
+    /// is left, and the key is then as one never seen (its state is forgotten now: recorded
+    /// first, then forgotten, so that a decision between the two either comes before the
+    /// block, on the old state, or finds the block; see `blocked`). Keeps
     /// `reason` for [`inspect_at`](Self::inspect_at). `false` if `until` is not after `now`
     /// (nothing blocked). At most `max_keys` keys are blocked at once: beyond, the block
     /// ending soonest is lifted early.
@@ -608,9 +620,9 @@ impl<K: Hash + Eq, C> MemoryLimiter<K, C> {
         if !block.holds_at(now) {
             return false;
         }
-        dispatch!(&self.tables, |t| t.remove(key));
         self.blocks
             .insert(now, key.to_owned(), block, reason.to_owned());
+        dispatch!(&self.tables, |t| t.remove(key));
         true
     }
 
@@ -1068,5 +1080,130 @@ mod tests {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<MemoryLimiter<String>>();
         assert_send_sync::<MemoryLimiter<u64, crate::FakeClock>>();
+    }
+
+    /// A key whose hashing can stop the thread that hashes it ([`pause_at`]): the limiter
+    /// hashes a key for each table it looks in, before taking that table's lock, so a stop
+    /// at the right hash puts another thread's call between two steps of this one.
+    #[derive(Clone, PartialEq, Eq)]
+    struct Stoppable(u64);
+
+    /// Where a thread stops: after how many more hashes, whom it tells, and what it waits
+    /// for (at most ten seconds, so that a test that went wrong fails rather than hangs).
+    struct Stop {
+        hashes: usize,
+        reached: std::sync::mpsc::Sender<()>,
+        resume: std::sync::mpsc::Receiver<()>,
+    }
+
+    std::thread_local! {
+        static STOP: std::cell::RefCell<Option<Stop>> = const { std::cell::RefCell::new(None) };
+    }
+
+    /// Stops this thread at its `hashes`-th hash of a [`Stoppable`] from now, once; returns
+    /// the channels to learn it stopped and to resume it.
+    fn pause_at(hashes: usize) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
+        let (reached, stopped) = std::sync::mpsc::channel();
+        let (go, resume) = std::sync::mpsc::channel();
+        STOP.with(|stop| {
+            *stop.borrow_mut() = Some(Stop {
+                hashes,
+                reached,
+                resume,
+            })
+        });
+        (stopped, go)
+    }
+
+    impl std::hash::Hash for Stoppable {
+        fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+            let now = STOP.with(|stop| {
+                let mut stop = stop.borrow_mut();
+                let due = stop.as_mut().is_some_and(|s| {
+                    s.hashes -= 1;
+                    s.hashes == 0
+                });
+                if due { stop.take() } else { None }
+            });
+            if let Some(stop) = now {
+                let _ = stop.reached.send(());
+                let _ = stop.resume.recv_timeout(std::time::Duration::from_secs(10));
+            }
+            self.0.hash(state);
+        }
+    }
+
+    /// A limit of 3 a minute, an instant in its first window, and one in its last.
+    fn three_a_minute() -> (MemoryLimiter<Stoppable>, Timestamp, Timestamp) {
+        let limit = Limit::fixed_window(3, Micros::from_secs(60)).unwrap();
+        let limiter = MemoryLimiter::new(Policy::single(limit));
+        (
+            limiter,
+            Timestamp::from_micros(1_000),
+            Timestamp::from_micros(59_000_000),
+        )
+    }
+
+    /// A block forgets the key's state: a decision that looked for blocks before the block
+    /// and reached the key's shard after it finds no state, and must not judge the key full.
+    /// Here a key has spent all 3 of its window; a decision stops before the shard (its
+    /// first hash) while an operator blocks the key. Before, it was admitted (the block
+    /// had removed the state, then been recorded; the decision had seen no block), so that a
+    /// block could admit up to a capacity at once.
+    #[test]
+    fn a_decision_overtaken_by_a_block_is_denied_not_judged_afresh() {
+        let (limiter, now, end) = three_a_minute();
+        let limiter = &limiter;
+        assert!(
+            limiter
+                .acquire_at(now, &Stoppable(1), 3)
+                .unwrap()
+                .is_allowed()
+        );
+        let (set_up, told) = std::sync::mpsc::channel();
+        let decision = std::thread::scope(|s| {
+            let decision = s.spawn(move || {
+                set_up.send(pause_at(1)).unwrap();
+                limiter.acquire_at(now, &Stoppable(1), 1)
+            });
+            let (stopped, resume) = told.recv().unwrap();
+            stopped.recv().unwrap();
+            assert!(limiter.block_at(now, &Stoppable(1), end, "r"));
+            resume.send(()).unwrap();
+            decision.join().unwrap().unwrap()
+        });
+        assert!(
+            !decision.is_allowed(),
+            "admitted while blocked: {decision:?}"
+        );
+        assert!(limiter.is_empty(), "nothing stored for the blocked key");
+    }
+
+    /// Setting a blocked key's remaining lifts the block and sets the count: a decision
+    /// between the two steps must find one of them. Here an operator's set of 0 stops after
+    /// its first step (before its second hash) while a decision runs. Before, the block was
+    /// lifted first, and the decision, finding neither, was admitted from a full state.
+    #[test]
+    fn a_decision_between_the_steps_of_a_set_remaining_finds_one_of_them() {
+        let (limiter, now, end) = three_a_minute();
+        let limiter = &limiter;
+        assert!(limiter.block_at(now, &Stoppable(1), end, "r"));
+        let (decision, set) = std::thread::scope(|s| {
+            let (stopped, resume) = pause_at(2);
+            let decision = s.spawn(move || {
+                stopped.recv().unwrap();
+                let decision = limiter.acquire_at(now, &Stoppable(1), 1);
+                resume.send(()).unwrap();
+                decision
+            });
+            let set = limiter.set_remaining_at(now, &Stoppable(1), 0);
+            (decision.join().unwrap().unwrap(), set.unwrap())
+        });
+        assert!(
+            !decision.is_allowed(),
+            "admitted between the steps: {decision:?}"
+        );
+        assert_eq!(set.remaining, 0);
+        assert_eq!(limiter.peek_at(now, &Stoppable(1), 0).unwrap().remaining, 0);
     }
 }

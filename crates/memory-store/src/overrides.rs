@@ -197,4 +197,14 @@ impl<C: Clock + Clone> Apart<C> {
             })
             .clone()
     }
+
+    /// Forgets `key`'s count in every table (a block replaces what was counted, in every
+    /// form: a key of a table kept for a form given up would otherwise resume its count if
+    /// the form is given again while the block holds, and decide without asking for it).
+    pub(crate) fn forget(cell: &Mutex<Self>, key: &[u8]) {
+        let apart = cell.lock().unwrap_or_else(PoisonError::into_inner);
+        for table in apart.tables.values() {
+            table.reset(key);
+        }
+    }
 }

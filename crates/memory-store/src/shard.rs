@@ -10,6 +10,20 @@ use rein_core::{AcquireError, Decision, Micros, Outcome, PolicyState, Timestamp}
 
 use crate::rule::Rule;
 
+/// A key's block, asked under the shard's lock when the shard does not hold the key:
+/// `Some` with the block's answer, or `None` to judge the key full.
+///
+/// Asked again because a decision checks for a block before it takes the shard's lock:
+/// one that found none, then waited for the lock while the key was blocked, would find
+/// the key's state gone (a block forgets it) and judge it full, admitting up to the
+/// capacity at once. A block is recorded before the state is removed
+/// ([`MemoryLimiter::block_at`](crate::MemoryLimiter::block_at)), so such a decision,
+/// reaching the shard after the removal, sees the block here; one reaching it before
+/// decides on the old state, which the block then forgets, as if it came first.
+pub(crate) trait Blocked: FnOnce() -> Option<Result<Decision, AcquireError>> {}
+
+impl<F: FnOnce() -> Option<Result<Decision, AcquireError>>> Blocked for F {}
+
 /// Keys spread over a power-of-two number of independently locked tables, each key's
 /// state decided by `rule`.
 pub(crate) struct Shards<K, R: Rule> {
@@ -54,12 +68,15 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         }
     }
 
+    /// Decides `key` at `now`. `blocked` is the key's block, asked again under the shard's
+    /// lock before a key the shard does not hold is judged full (see [`Blocked`]).
     #[inline]
     pub(crate) fn acquire<Q>(
         &self,
         now: Timestamp,
         key: &Q,
         cost: u64,
+        blocked: impl Blocked,
     ) -> Result<Decision, AcquireError>
     where
         K: Borrow<Q>,
@@ -70,7 +87,7 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
             return self.rule.acquire(now, state, cost);
         }
-        self.acquire_absent(&mut shard, hash, now, key, cost)
+        self.acquire_absent(&mut shard, hash, now, key, cost, blocked)
     }
 
     /// [`acquire`](Self::acquire)'s outcome and state change, without the figures.
@@ -80,6 +97,7 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         now: Timestamp,
         key: &Q,
         cost: u64,
+        blocked: impl Blocked,
     ) -> Result<Outcome, AcquireError>
     where
         K: Borrow<Q>,
@@ -90,7 +108,7 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
             return self.rule.try_acquire(now, state, cost);
         }
-        self.acquire_absent(&mut shard, hash, now, key, cost)
+        self.acquire_absent(&mut shard, hash, now, key, cost, blocked)
             .map(|d| d.outcome)
     }
 
@@ -100,6 +118,7 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         now: Timestamp,
         key: &Q,
         cost: u64,
+        blocked: impl Blocked,
     ) -> Result<Decision, AcquireError>
     where
         K: Borrow<Q>,
@@ -109,6 +128,9 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         let shard = self.lock(hash);
         if let Some((_, state)) = shard.table.find(hash, |(k, _)| k.borrow() == key) {
             return self.rule.peek(now, state, cost);
+        }
+        if let Some(answer) = blocked() {
+            return answer;
         }
         let judged = now.max(shard.dropped_at);
         let decision = self.rule.peek(judged, &self.fresh, cost)?;
@@ -137,6 +159,7 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         key: &Q,
         cost: u64,
         hold: Micros,
+        blocked: impl Blocked,
     ) -> Result<(Decision, Timestamp), AcquireError>
     where
         K: Borrow<Q>,
@@ -147,6 +170,9 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
             let decision = self.rule.acquire_held(now, state, cost, hold)?;
             return Ok((decision, now.saturating_add(hold)));
+        }
+        if let Some(answer) = blocked() {
+            return answer.map(|d| (d, now.saturating_add(hold)));
         }
         // As `acquire_absent`, out of the hot path: judged no earlier than the last drop.
         let judged = now.max(shard.dropped_at);
@@ -199,11 +225,13 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
 
     /// Runs an operator's change `change` on `key`'s state as its policy's (see
     /// [`Rule::to_policy`]), under the shard's lock, at `now` (for a key the shard does not
-    /// hold, no earlier than its last drop); the state it leaves is stored unless full.
+    /// hold, no earlier than its last drop, and only if `blocked` answers `None`); the state
+    /// it leaves is stored unless full.
     pub(crate) fn change<Q, T>(
         &self,
         now: Timestamp,
         key: &Q,
+        blocked: impl FnOnce() -> Option<Result<T, AcquireError>>,
         change: impl FnOnce(Timestamp, &mut PolicyState) -> Result<T, AcquireError>,
     ) -> Result<T, AcquireError>
     where
@@ -214,7 +242,10 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         let mut shard = self.lock(hash);
         let (judged, mut state) = match shard.table.find(hash, |(k, _)| k.borrow() == key) {
             Some((_, state)) => (now, self.rule.to_policy(state)),
-            None => (now.max(shard.dropped_at), self.rule.to_policy(&self.fresh)),
+            None => match blocked() {
+                Some(answer) => return answer,
+                None => (now.max(shard.dropped_at), self.rule.to_policy(&self.fresh)),
+            },
         };
         let out = change(judged, &mut state)?;
         let state = self
@@ -276,11 +307,15 @@ impl<K: Hash + Eq, R: Rule> Shards<K, R> {
         now: Timestamp,
         key: &Q,
         cost: u64,
+        blocked: impl Blocked,
     ) -> Result<Decision, AcquireError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        if let Some(answer) = blocked() {
+            return answer;
+        }
         // Judged no earlier than the shard's last drop: see "Clock regressions" on
         // `MemoryLimiter`.
         let judged = now.max(shard.dropped_at);

@@ -291,11 +291,12 @@ where
             match self.route(policy, key, now) {
                 Route::Own => own.acquire_at(now, key, cost),
                 Route::Unlimited => Ok(unlimited(own.policy())),
-                Route::Other(limits, table) => {
-                    own.blocked_as(now, key, cost, &limits).unwrap_or_else(|| {
-                        table.change_as(now, key, |at, s| limits.acquire(at, s, cost))
-                    })
-                }
+                Route::Other(limits, table) => table.change_as(
+                    now,
+                    key,
+                    || own.blocked_as(now, key, cost, &limits),
+                    |at, s| limits.acquire(at, s, cost),
+                ),
             }
         })
     }
@@ -340,7 +341,7 @@ where
                 Route::Own => own.refund_at(now, key, amount),
                 Route::Unlimited => Ok(()),
                 Route::Other(limits, table) => {
-                    table.change_as(now, key, |at, s| limits.refund(at, s, amount))
+                    table.change_as(now, key, || None, |at, s| limits.refund(at, s, amount))
                 }
             }
         })
@@ -402,9 +403,12 @@ where
             key,
             |now| own.penalize_at(now, key, amount),
             |now, limits, table| {
-                own.blocked_as(now, key, 0, limits).unwrap_or_else(|| {
-                    table.change_as(now, key, |at, s| limits.penalize(at, s, amount))
-                })
+                table.change_as(
+                    now,
+                    key,
+                    || own.blocked_as(now, key, 0, limits),
+                    |at, s| limits.penalize(at, s, amount),
+                )
             },
         ))
     }
@@ -421,12 +425,19 @@ where
             key,
             |now| own.set_remaining_at(now, key, remaining),
             |now, limits, table| {
+                // Counted, then unblocked: as `set_remaining_at`.
+                let set = table.change_as(
+                    now,
+                    key,
+                    || None,
+                    |at, s| {
+                        let (set, figures) = limits.with_remaining(at, remaining)?;
+                        *s = set;
+                        Ok(figures)
+                    },
+                );
                 own.forget_block(key);
-                table.change_as(now, key, |at, s| {
-                    let (set, figures) = limits.with_remaining(at, remaining)?;
-                    *s = set;
-                    Ok(figures)
-                })
+                set
             },
         ))
     }
@@ -455,14 +466,12 @@ where
                 };
                 let blocked = policy.0.limiter.block_at(now, key, until, reason);
                 // A block replaces what was counted (the key is as one never seen at its
-                // end), in the state the key's decisions read: an override of another form
-                // counts apart, as Redis's other key, which its block replaces. (Before, that
-                // count resumed when the block ended.)
-                if blocked
-                    && overridden.is_some()
-                    && let Route::Other(_, Table::Apart(table)) = self.route(policy, key, now)
-                {
-                    table.reset(key);
+                // end), in every state the key's decisions read: an override of another form
+                // counts apart, as Redis's other key, which its block replaces. Forgotten
+                // after the block is recorded, as in `block_at`: a key with a state is
+                // decided without a look at the blocks.
+                if blocked {
+                    Apart::forget(&policy.0.apart, key);
                 }
                 Ok(blocked)
             })
