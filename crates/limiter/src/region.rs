@@ -17,10 +17,14 @@
 //! admits only while `count + cost ≤` the quota it is given, so whatever quotas a region
 //! used during `w`, it admitted at most the largest of them, `≤ q_i(w)`; together the regions
 //! admit `≤ Σ q_i(w) ≤ L`. Lost, late or reordered grants only leave a region on its floor:
-//! under-admission, never over. The one trap is a call sent just before a window ends that
-//! runs in the next: [`RegionQuota::quota`] gives `min(q(w), q(w + 1))` during the last
-//! `guard` of a window. Set `guard` ≥ the store's deadline plus the largest offset between
-//! the clock passed as `now` and the store's clock (Redis `TIME`), which decides the window.
+//! under-admission, never over. The traps are at the windows' edges, because the store's
+//! clock (Redis `TIME`), not the region's, decides which window a call counts in: a call
+//! sent just before a window ends that runs in the next, or a store clock ahead of the
+//! region's, and a store clock behind it, still counting the previous window when the
+//! region's has moved on. [`RegionQuota::quota`] gives `min(q(w), q(w + 1))` during the last
+//! `guard` of a window and `min(q(w − 1), q(w))` during its first. Set `guard` ≥ the store's
+//! deadline plus the largest offset between the clock passed as `now` and the store's
+//! clock.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -338,20 +342,28 @@ impl RegionQuota {
     }
 
     /// The most the region's store may have admitted in the current window when it decides
-    /// at `now`: the grant for the window (the floor without one), and during its last
-    /// `guard`, the smaller of that and the next window's.
+    /// at `now`: the grant for the window (the floor without one); during its last `guard`,
+    /// the smaller of that and the next window's (a call that lands after the window ends),
+    /// and during its first `guard`, the smaller of that and the previous window's (a store
+    /// whose clock is behind the region's, still counting the previous window).
     pub fn quota(&mut self, now: Timestamp) -> u64 {
         self.latest = self.latest.max(now);
         let window = self.config.window_of(self.latest);
-        self.granted.retain(|&w, _| w >= window);
+        // The previous window's grant is kept for the hedge at this one's start.
+        self.granted.retain(|&w, _| w.saturating_add(1) >= window);
         let floor = self.config.floors.get(self.region).copied().unwrap_or(0);
         let of = |w: u64| self.granted.get(&w).copied().unwrap_or(floor);
-        let end = self.config.window_start(window + 1);
-        if end.saturating_since(self.latest) <= self.config.guard {
-            of(window).min(of(window + 1))
-        } else {
-            of(window)
+        let guard = self.config.guard;
+        let mut quota = of(window);
+        let start = self.config.window_start(window);
+        if window > 0 && self.latest.saturating_since(start) < guard {
+            quota = quota.min(of(window - 1));
         }
+        let end = self.config.window_start(window + 1);
+        if end.saturating_since(self.latest) <= guard {
+            quota = quota.min(of(window + 1));
+        }
+        quota
     }
 
     /// When the current window ends: a report is due then.
@@ -540,7 +552,15 @@ mod tests {
             50,
             "guard: min of windows 0 and 1"
         );
-        assert_eq!(home_region.quota(at(1_000)), 200);
+        // The first 50 ms of window 1 hedge too (a store clock behind may still count
+        // window 0), then its grant holds.
+        assert_eq!(
+            home_region.quota(at(1_000)),
+            50,
+            "guard: min of windows 0 and 1"
+        );
+        assert_eq!(home_region.quota(at(1_049)), 50);
+        assert_eq!(home_region.quota(at(1_050)), 200);
         // Window 2 has no grant yet: the last 50 ms of window 1 hedge to the floor.
         assert_eq!(home_region.quota(at(1_949)), 200);
         assert_eq!(home_region.quota(at(1_950)), 50);
@@ -653,8 +673,11 @@ mod tests {
                 }
                 regions[region].record_demand(t, demand);
                 let quota = regions[region].quota(t);
-                // A call sent now may run up to the guard later.
-                for run in [t, t.saturating_add(Micros::from_millis(50))] {
+                // A call sent now is decided in the window of the store's clock: up to the
+                // guard later (its deadline, a store clock ahead) or earlier (a store clock
+                // behind the region's).
+                let early = Timestamp::from_micros(now.saturating_sub(50) * 1_000);
+                for run in [early, t, t.saturating_add(Micros::from_millis(50))] {
                     let slot = used.entry((config.window_of(run), region)).or_default();
                     *slot = (*slot).max(quota);
                 }
