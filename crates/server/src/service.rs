@@ -584,20 +584,21 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
                 tracing::warn!(%error, "no decision: OK");
                 return DescriptorStatus {
                     code: Code::Ok as i32,
-                    current_limit,
                     ..Default::default()
                 };
             }
         };
         if decision.is_blind() && decision.is_allowed() {
             // A failure policy's "fail open": nothing is known of the limit. OK with no
-            // figures, never the descriptor the headers show, and not counted as near the
-            // limit (before, `limit_remaining: 0`, `r=0;t=0` and `near_limit` for every
-            // request while Redis was away). The limiter counts it by its source.
+            // figures and no `current_limit`, never the descriptor the headers show, and not
+            // counted as near the limit (before, `limit_remaining: 0`, `r=0;t=0` and
+            // `near_limit` for every request while Redis was away). Envoy's own
+            // `x-ratelimit-*` headers take the least `limit_remaining` of the statuses that
+            // have a `current_limit`, so one with it would read "0 remaining, reset 0" on
+            // every admission. The limiter counts it by its source.
             metrics.count(label, Outcome::Within);
             return DescriptorStatus {
                 code: Code::Ok as i32,
-                current_limit,
                 ..Default::default()
             };
         }
@@ -654,12 +655,15 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         } else {
             decision.retry_after
         };
+        // A failure policy's "fail closed" knows nothing of the limit: no `current_limit`
+        // (Envoy's `x-ratelimit-*` headers would say "reset 0": retry now) and no reset;
+        // the `Retry-After` of `headers` says when to come back.
+        let known = !decision.is_blind();
         DescriptorStatus {
             code: if over { Code::OverLimit } else { Code::Ok } as i32,
-            current_limit,
+            current_limit: current_limit.filter(|_| known),
             limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
-            // A failure policy's "fail closed" knows no reset of the limit.
-            duration_until_reset: (!decision.is_blind()).then(|| proto_duration(until)),
+            duration_until_reset: known.then(|| proto_duration(until)),
             ..Default::default()
         }
     }
