@@ -77,7 +77,9 @@ use rein_core::admin::KeyState;
 ///
 /// Every call has one deadline (default 50 ms) covering the wait for a connection, every
 /// attempt and every backoff. The only retry is after an aborted `EXEC`, which Redis
-/// guarantees wrote nothing. A call that times out or loses its connection is never
+/// guarantees wrote nothing, and only while the deadline leaves time for the backoff and an
+/// attempt as long as the last (else [`StoreError::Contended`]: a lost race, not a store
+/// failing, which a breaker must not count). A call that times out or loses its connection is never
 /// retried, and its connection is closed, not reused: if `EXEC` was already sent its
 /// effect is unknown ([`StoreError::Timeout`]). Errors are not sticky.
 ///
@@ -309,6 +311,7 @@ impl OptimisticStore {
         let max_attempts = inner.max_attempts.get();
         let mut conflicts = 0;
         loop {
+            let attempt_started = Instant::now();
             let (decision, writes) =
                 read_and_decide(&mut lease, op, now, policy, keys, cost, inner)
                     .await
@@ -341,6 +344,21 @@ impl OptimisticStore {
                 });
             }
             let wait = inner.backoff.delay(conflicts);
+            // A wait and another attempt as long as this one that would outlast the deadline
+            // would end in a timeout with nothing in flight and nothing written, which the
+            // breaker counts as the store failing: one hot key would open it for every key.
+            // Give up now, as the lost race it is.
+            let next = started.elapsed() + wait + attempt_started.elapsed();
+            if next >= inner.deadline {
+                tracing::debug!(
+                    attempts = conflicts,
+                    "contended: no time for another attempt"
+                );
+                lease.release();
+                return Err(StoreError::Contended {
+                    attempts: conflicts,
+                });
+            }
             tracing::debug!(
                 attempt = conflicts,
                 backoff_us = wait.as_micros() as u64,

@@ -262,6 +262,73 @@ async fn running_out_of_attempts_is_a_contended_error_that_wrote_nothing() {
     assert_eq!(remaining, capacity - admitted);
 }
 
+/// A lost race whose backoff would outlast the deadline is `Contended` at once, not a
+/// `Timeout` at the deadline: the resilient limiter's breaker counts a timeout as the store
+/// failing, so one hot key would open it for every other key. Here 16 tasks race on one key
+/// with a backoff window of days and a deadline of 2 s: every conflict must give up at once, as contended, having
+/// written nothing (before, each slept into its deadline and failed as `Timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backoff_past_the_deadline_gives_up_as_contended_not_timed_out() {
+    let server = RedisServer::start().expect("start redis-server");
+    let days = Duration::from_secs(1_000_000);
+    let store = builder()
+        .deadline(Duration::from_secs(2))
+        .backoff(days, days)
+        .max_connections(NonZeroUsize::new(16).expect("> 0"))
+        .max_attempts(NonZeroU32::new(64).expect("> 0"))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    // One token back per minute: none while the test runs.
+    let limit = Limit::token_bucket(1_000_000, 1, Micros::from_secs(60)).expect("valid");
+    let policy = Arc::new(RedisPolicy::new("hot", Policy::single(limit)).expect("valid"));
+    let started = std::time::Instant::now();
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let (store, policy) = (store.clone(), policy.clone());
+            tokio::spawn(async move {
+                let mut outcomes = Vec::new();
+                for _ in 0..40 {
+                    outcomes.push(store.acquire(None, &policy, b"hot-key", 1).await);
+                }
+                outcomes
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    let mut contended = 0;
+    for task in calls {
+        for outcome in task.await.expect("task") {
+            match outcome {
+                Ok(d) => {
+                    assert!(d.is_allowed(), "the bucket never runs dry here");
+                    admitted += 1;
+                }
+                Err(DecideError::Unavailable(StoreError::Contended { attempts })) => {
+                    assert_eq!(attempts, 1, "given up at the first conflict");
+                    contended += 1;
+                }
+                Err(e) => panic!("a lost race ended as {e} after {:?}", started.elapsed()),
+            }
+        }
+    }
+    eprintln!(
+        "{admitted} admitted, {contended} contended, {:?}",
+        store.stats()
+    );
+    assert!(contended > 0, "16 tasks on one key and never a conflict");
+    let remaining = store
+        .peek(None, &policy, b"hot-key", 0)
+        .await
+        .expect("peek")
+        .remaining;
+    assert_eq!(
+        remaining,
+        1_000_000 - admitted,
+        "a contended call wrote nothing"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_limit_policy_is_all_or_nothing_and_a_denial_writes_nothing() {
     let server = RedisServer::start().expect("start redis-server");
