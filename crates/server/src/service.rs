@@ -61,10 +61,12 @@ pub const MAX_ENTRIES: usize = 32;
 /// JSON endpoint's 256 KiB body); a counted key longer than a limiter takes is hashed.
 pub const MAX_TEXT: usize = 1_024;
 /// The most distinct per-descriptor `limit` overrides (unit and count) the server keeps a
-/// limiter for. A descriptor with another one (or one of a unit it does not know) is decided
-/// as if it had none, by its rule, and the server logs it and counts it in
-/// `rein_server_overrides_left_out_total`: refusing the request would refuse every limit in
-/// it, which Envoy's default failure mode then admits.
+/// limiter for at once. One unused for a whole unit (its window) is dropped to make room:
+/// its counts have ended with its window, and in Redis they are kept by name anyway. A
+/// descriptor with another one while every kept one was used within its unit (or one of a
+/// unit the server does not know) is decided as if it had none, by its rule, and the server
+/// logs it and counts it in `rein_server_overrides_left_out_total`: refusing the request
+/// would refuse every limit in it, which Envoy's default failure mode then admits.
 pub const MAX_LIMIT_OVERRIDES: usize = 256;
 
 /// Server-wide settings of how decisions are made and answered.
@@ -138,8 +140,8 @@ struct Shared<S: Leasable + Clone + 'static> {
     override_left_out: std::sync::atomic::AtomicBool,
 }
 
-/// The override limiters, by unit and requests per unit.
-type Overrides<S> = HashMap<(NamedUnit, u64), Arc<OverrideLimiter<S>>>;
+/// The override limiters, by unit and requests per unit, each with when it was last used.
+type Overrides<S> = HashMap<(NamedUnit, u64), (Arc<OverrideLimiter<S>>, tokio::time::Instant)>;
 
 /// One configuration with the limiter built for its policies.
 struct Snapshot<S: Leasable + Clone + 'static> {
@@ -761,11 +763,20 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             .overrides
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(found) = overrides.get(&(unit, count)) {
+        let now = tokio::time::Instant::now();
+        if let Some((found, used)) = overrides.get_mut(&(unit, count)) {
+            *used = now;
             return Ok(Arc::clone(found));
         }
         if overrides.len() >= MAX_LIMIT_OVERRIDES {
-            return Err("more distinct overrides than the server keeps (MAX_LIMIT_OVERRIDES)");
+            // Those unused for a whole window hold no count (before, none was ever dropped,
+            // and once 256 had been seen every new one was left out until a restart).
+            overrides.retain(|(unit, _), (_, used)| now.duration_since(*used) < unit.duration());
+        }
+        if overrides.len() >= MAX_LIMIT_OVERRIDES {
+            return Err(
+                "more distinct overrides in use than the server keeps (MAX_LIMIT_OVERRIDES)",
+            );
         }
         // Limits, names and limiters rein refuses: numbers too large to stay exact.
         const NOT_KEPT: &str = "numbers rein cannot keep exact";
@@ -798,7 +809,7 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             unit,
             requests_per_unit: count,
         });
-        overrides.insert((unit, count), Arc::clone(&built));
+        overrides.insert((unit, count), (Arc::clone(&built), now));
         Ok(built)
     }
 }

@@ -326,11 +326,13 @@ async fn hits_addend_negative_hits_and_overrides_are_honoured() {
     );
 }
 
-/// An override the server keeps no limiter for (past `MAX_LIMIT_OVERRIDES` distinct ones,
-/// or of a unit it does not know) is left out: its descriptor is decided by its rule, and
-/// the request's other limits with it (before, the whole request was refused, which
-/// Envoy's default failure mode admits unlimited).
-#[tokio::test]
+/// An override the server keeps no limiter for (past `MAX_LIMIT_OVERRIDES` distinct ones
+/// used within their unit, or of a unit it does not know) is left out: its descriptor is
+/// decided by its rule, and the request's other limits with it (before, the whole request
+/// was refused, which Envoy's default failure mode admits unlimited). Once the kept ones
+/// have gone unused for their unit, a new one is kept again (before, none was ever dropped:
+/// after 256 distinct ones, every new override was left out until a restart).
+#[tokio::test(start_paused = true)]
 async fn an_override_the_server_cannot_keep_is_decided_by_its_rule() {
     let service = shop(MemoryStore::new(), FailurePolicy::FailClosed);
     let with_override = |user: &str, unit: rate_limit::Unit, count: u32| {
@@ -343,7 +345,7 @@ async fn an_override_the_server_cannot_keep_is_decided_by_its_rule() {
     };
     let max = u32::try_from(rein_server::service::MAX_LIMIT_OVERRIDES).expect("small");
     for count in 1..=max {
-        let kept = with_override("filler", rate_limit::Unit::Day, 1_000 + count);
+        let kept = with_override("filler", rate_limit::Unit::Second, 1_000 + count);
         service.should_rate_limit(&kept).await.expect("an answer");
     }
     // The user rule's 3 an hour, not the override's 100 a minute, nor a refusal.
@@ -363,6 +365,15 @@ async fn an_override_the_server_cannot_keep_is_decided_by_its_rule() {
             "{user}"
         );
     }
+    // A second on, the fillers have gone unused for their whole window: 2 a minute is kept.
+    tokio::time::advance(std::time::Duration::from_secs(1)).await;
+    let asked = with_override("a-second-on", rate_limit::Unit::Minute, 2);
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let answer = service.should_rate_limit(&asked).await.expect("an answer");
+        answers.push(codes(&answer).0);
+    }
+    assert_eq!(answers, [Code::Ok, Code::Ok, Code::OverLimit]);
 }
 
 #[tokio::test]
