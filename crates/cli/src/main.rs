@@ -163,10 +163,12 @@ fn parse_window(text: &str) -> Result<u64, String> {
 enum OverrideCommand {
     /// Give the keys of POLICY that --key or --prefix selects other limits (--limit, one or
     /// more, all applying) or none (--unlimited). Replaces their earlier override. With
-    /// the policy's shape (its algorithms in its order; a lone fixed window's length), what
-    /// the key has counted is kept: a raised limit goes on from it, a lowered one applies
-    /// to it at once. Another shape counts afresh, and leaves a block of the key behind
-    /// (docs/operations.md, "Overrides: one tenant's limit").
+    /// the policy's shape (its algorithms in its order; a lone fixed window's length) and
+    /// its windows, what the key has counted is kept: a raised limit goes on from it, a
+    /// lowered one applies to it at once. A new window counts afresh, a token bucket keeps
+    /// the time until it is full, not a count (docs/operations.md, "What a key keeps when
+    /// its numbers change"). Another shape counts afresh, and leaves a block of the key
+    /// behind (docs/operations.md, "Overrides: one tenant's limit").
     ///
     /// A limit is tb:CAPACITY:REFILL/PERIOD (a token bucket: bursts of CAPACITY, REFILL
     /// tokens every PERIOD), fw:LIMIT/WINDOW (fixed window), sl:LIMIT/WINDOW (sliding log)

@@ -494,3 +494,37 @@ fn run(table: &str, mut subject: Subject, rows: &[Row]) {
         }
     }
 }
+
+/// What a key keeps when its limit's numbers change (docs/operations.md, "What a key keeps
+/// when its numbers change"): each row takes `taken` under the old limit at 0, then reads
+/// the state under the new one at 0 (what is left), and at `later` (whether one unit is
+/// admitted then). The state is the same bytes whatever the numbers, as in Redis.
+#[test]
+#[rustfmt::skip]
+fn a_state_read_under_new_numbers_keeps_what_operations_md_says() {
+    let tb = |capacity, refill, period| Limit::token_bucket(capacity, refill, Micros::from_micros(period)).unwrap();
+    let fw = |limit, window| Limit::fixed_window(limit, Micros::from_micros(window)).unwrap();
+    let sc = |limit, window| Limit::sliding_counter(limit, Micros::from_micros(window)).unwrap();
+    let (minute, hour) = (60 * S, 3_600 * S);
+    // (what, old limit, taken, new limit, left at 0, later, a unit admitted then)
+    let rows = [
+        ("a raised window limit keeps the count", fw(5, hour), 5, fw(10, hour), 5, 0, true),
+        ("a lowered one applies to it", fw(10, hour), 5, fw(3, hour), 0, 0, false),
+        ("a bucket's capacity, the same rate", tb(10, 1, S), 5, tb(20, 1, S), 15, 0, true),
+        ("a bucket's rate over the same time to fill: the share", tb(10, 10, minute), 5, tb(20, 20, minute), 10, 0, true),
+        ("a shorter time to fill: empty until the debt is paid", tb(100, 100, hour), 100, tb(1_000, 1_000, S), 0, hour - S, false),
+        ("... which it is after an hour", tb(100, 100, hour), 100, tb(1_000, 1_000, S), 0, hour, true),
+        ("a longer time to fill: nearly full", tb(100, 100, S), 100, tb(100, 100, hour), 99, 0, true),
+        ("a fixed window's new length counts afresh", fw(10, minute), 10, fw(10, hour), 10, 0, true),
+        ("so does a sliding counter's", sc(10, minute), 10, sc(10, hour), 10, 0, true),
+    ];
+    // 90 s into an hour: the old minute window did not start at the new hour.
+    let at = |us: u64| Timestamp::from_micros(10 * hour + 90 * S + us);
+    for (what, old, taken, new, left, later, admitted) in rows {
+        let (old, new) = (Policy::single(old), Policy::single(new));
+        let mut state = old.new_state();
+        assert!(old.acquire(at(0), &mut state, taken).unwrap().is_allowed(), "{what}");
+        assert_eq!(new.peek(at(0), &state, 0).unwrap().remaining, left, "{what}");
+        assert_eq!(new.peek(at(later), &state, 1).unwrap().is_allowed(), admitted, "{what}");
+    }
+}
