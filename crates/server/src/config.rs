@@ -446,8 +446,11 @@ impl Loader<'_> {
         domain: &str,
         trail: &Trail,
     ) -> Result<Level, RulesError> {
-        let Value::Seq(items) = &list.value else {
-            return Err(self.wrong(list, path, "a list of descriptors"));
+        let items = match &list.value {
+            Value::Seq(items) => items,
+            // `descriptors:` with nothing under it: none, as envoyproxy/ratelimit reads it.
+            Value::Null => return Ok(Level::default()),
+            _ => return Err(self.wrong(list, path, "a list of descriptors")),
         };
         let mut level = Level::default();
         for (index, item) in items.iter().enumerate() {
@@ -530,7 +533,11 @@ impl Loader<'_> {
                         _ => Some(self.string(field, &at)?).filter(|v| !v.is_empty()),
                     }
                 }
-                "rate_limit" => rate_limit = Some(field),
+                // `rate_limit:` with nothing under it is no limit, as envoyproxy/ratelimit
+                // reads it (its absent pointer), not a limit missing its unit.
+                "rate_limit" => {
+                    rate_limit = Some(field).filter(|f| !matches!(f.value, Value::Null))
+                }
                 "rate_limits" => rate_limits = Some(field),
                 "descriptors" => children = Some(field),
                 "shadow_mode" => shadow = self.boolean(field, &at)?,
@@ -830,14 +837,19 @@ impl Loader<'_> {
             }
         }
         if let Some((true, _)) = unlimited {
+            // envoyproxy/ratelimit refuses a unit beside `unlimited` and ignores a count: the
+            // count is ignored here too (with a warning), so that its files load unchanged.
+            if let Some((_, node)) = requests {
+                self.warnings.borrow_mut().push(RulesWarning {
+                    file: self.file.to_owned(),
+                    line: node.line.max(1),
+                    field: format!("{path}.requests_per_unit"),
+                    problem: "ignored: the rate_limit is unlimited".into(),
+                });
+            }
             for (present, what, at) in [
                 (unit.map(|u| u.1), "unit", "unit"),
                 (window.map(|w| w.1), "window", "window"),
-                (
-                    requests.map(|r| r.1),
-                    "requests_per_unit",
-                    "requests_per_unit",
-                ),
                 (burst.map(|b| b.1), "burst", "burst"),
             ] {
                 if let Some(node) = present {

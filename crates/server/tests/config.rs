@@ -64,7 +64,6 @@ fn every_bad_file_is_refused_with_its_file_line_and_field() {
         Bad { what: "a count that is text", yaml: "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: many\n", field: "descriptors[0].rate_limit.requests_per_unit", line: 6, kind: "type" },
         Bad { what: "an unknown limit field", yaml: "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      per: 1\n", field: "descriptors[0].rate_limit.per", line: 7, kind: "unknown" },
         Bad { what: "unlimited with a unit", yaml: "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n      unit: second\n", field: "descriptors[0].rate_limit.unit", line: 6, kind: "unlimited" },
-        Bad { what: "unlimited with a count", yaml: "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      requests_per_unit: 3\n      unlimited: true\n", field: "descriptors[0].rate_limit.requests_per_unit", line: 5, kind: "unlimited" },
         Bad { what: "replaces not a list", yaml: "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      replaces: x\n", field: "descriptors[0].rate_limit.replaces", line: 7, kind: "type" },
         Bad { what: "a replaces entry's field", yaml: "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      replaces:\n        - nam: x\n", field: "descriptors[0].rate_limit.replaces[0].nam", line: 8, kind: "unknown" },
         Bad { what: "a rule that replaces itself", yaml: "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      name: r\n      replaces:\n        - name: r\n", field: "descriptors[0].rate_limit.replaces", line: 9, kind: "value" },
@@ -150,6 +149,38 @@ descriptors:
     // Unlimited and always-over rules need no store policy.
     assert_eq!(config.rule_count(), 8);
     assert_eq!(config.policies().len(), 6);
+}
+
+/// Fields envoyproxy/ratelimit reads as absent load here too (before, each refused the whole
+/// set): `descriptors:` or `rate_limit:` with nothing under it (its YAML reader decodes
+/// them as an empty list and no limit), and a count beside `unlimited: true` (which it
+/// ignores; here with a warning naming the line).
+#[test]
+fn fields_envoyproxy_ratelimit_reads_as_absent_load() {
+    let empty_domain = load("domain: overrides_only\ndescriptors:\n").expect("loads");
+    assert_eq!(empty_domain.rule_count(), 0);
+    let config = load(
+        "
+domain: d
+descriptors:
+  - key: parent
+    descriptors:
+  - key: no_limit_yet
+    rate_limit:
+  - key: ldap
+    rate_limit:
+      unlimited: true
+      requests_per_unit: 10
+",
+    )
+    .expect("loads");
+    assert_eq!(config.rule_count(), 1, "only the unlimited rule");
+    let warnings: Vec<String> = config.warnings().iter().map(|w| w.to_string()).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains(":11: descriptors[2].rate_limit.requests_per_unit: ignored"),
+        "{warnings:?}"
+    );
 }
 
 #[test]
