@@ -13,7 +13,9 @@
 //! multiples of it), a fixed-window limit that is never above `q_i(w)`: the grant it received
 //! for `w`, or its floor `f_i` without one. The home grants each window once (a home that
 //! restarts, or a new one, starts after every window an earlier home may have granted), with
-//! `f_i ≤ q_i(w)` and `Σ_i q_i(w) ≤ L`. A store counts cumulatively within a window and
+//! `f_i ≤ q_i(w)` and `Σ_i q_i(w) ≤ L`. A store counts cumulatively within a window (every
+//! quota in one key: the Redis store does while `L` stays below its integer layout's bound,
+//! docs/multi-region.md says which) and
 //! admits only while `count + cost ≤` the quota it is given, so whatever quotas a region
 //! used during `w`, it admitted at most the largest of them, `≤ q_i(w)`; together the regions
 //! admit `≤ Σ q_i(w) ≤ L`. Lost, late or reordered grants only leave a region on its floor:
