@@ -65,10 +65,11 @@ struct Cli {
     /// URLs, comma-separated (the same key prefix).
     #[arg(long, env = "REIN_REDIS_CLUSTER", global = true, value_delimiter = ',')]
     redis_cluster: Vec<String>,
-    /// How long one Redis call may take before the command gives up (exit 3): the config's
-    /// `deadline` is the servers' hot path (50 ms by default), too short for a port-forward
-    /// or a tunnel, over which a change would be made and reported failed. A change that
-    /// timed out may have been made: see `key penalize --help`.
+    /// How long one Redis call may take before the command gives up (exit 3), and the
+    /// connect at least as long: the config's `deadline` is the servers' hot path (50 ms by
+    /// default) and its `connect_timeout` theirs (1 s), too short for a port-forward or a
+    /// tunnel, over which a change would be made and reported failed. A change that timed
+    /// out may have been made: see `key penalize --help`.
     #[arg(long, env = "REIN_TIMEOUT", global = true, default_value = "2s", value_parser = parse_timeout)]
     timeout: Duration,
     /// Print one JSON document instead of text, for scripts (errors too, with "error").
@@ -380,15 +381,37 @@ impl Failure {
     fn code(&self) -> u8 {
         match self {
             Failure::Input(_) => 1,
+            // Redis answered, refusing the user a command: no retry helps (before, exit 3,
+            // "Redis unavailable").
+            Failure::Redis(m) if refused_by_acl(m) => 1,
             Failure::Redis(_) => 3,
         }
     }
 
-    fn message(&self) -> &str {
+    fn message(&self) -> String {
         match self {
-            Failure::Input(m) | Failure::Redis(m) => m,
+            Failure::Redis(m) if refused_by_acl(m) => format!(
+                "{m}\n  the Redis user may not run a command this needs: docs/redis.md, \
+                 \"TLS, AUTH and a least-privilege user\", lists what each command needs \
+                 (every `rein key` change reads the overrides: +hget +hgetall on \
+                 <prefix>:overrides)"
+            ),
+            Failure::Input(m) | Failure::Redis(m) => m.clone(),
         }
     }
+}
+
+/// Whether Redis refused a command for its user's permissions: `NOPERM` when called
+/// directly; when a script called it, Redis's own words, which have changed (7.0: "The user
+/// executing the script can't run this command", 7.2: "ACL failure in script").
+fn refused_by_acl(message: &str) -> bool {
+    [
+        "NOPERM",
+        "The user executing the script can't",
+        "ACL failure in script",
+    ]
+    .iter()
+    .any(|words| message.contains(words))
 }
 
 /// What a command prints: text for people, a JSON document for scripts.
@@ -683,6 +706,13 @@ async fn target(
     name: &str,
     key: &str,
 ) -> Result<(RedisPolicy, ConfiguredStore), Failure> {
+    check_key(key)?;
+    policy_and_store(cli, name).await
+}
+
+/// Refuses a key no request has (empty, or longer than a limiter takes), and warns of an
+/// address spelled otherwise than the HTTP layer keys it.
+fn check_key(key: &str) -> Result<(), Failure> {
     match rein_core::KeyError::check(key.as_bytes()) {
         Err(rein_core::KeyError::Empty) => {
             return Err(Failure::Input(
@@ -708,7 +738,7 @@ async fn target(
             );
         }
     }
-    policy_and_store(cli, name).await
+    Ok(())
 }
 
 /// The policy `name` of the config, prepared for Redis, and the store to ask.
@@ -737,6 +767,9 @@ async fn connect(cli: &Cli, mut config: Config) -> Result<ConfiguredStore, Failu
         config.redis.endpoint = RedisEndpoint::Cluster(cli.redis_cluster.clone());
     }
     config.redis.deadline = cli.timeout;
+    // The connect too: the config's is sized for the servers (1 s by default), and a tunnel's
+    // connect with its script loads may take longer.
+    config.redis.connect_timeout = config.redis.connect_timeout.max(cli.timeout);
     config.connect_store().await.map_err(|e| {
         let message = format!("cannot connect to Redis ({}): {e}", config.redis.endpoint);
         match e {
@@ -1225,9 +1258,13 @@ async fn set_override(
     Ok(Output { text, json })
 }
 
+/// Removes an override by its policy's name alone: one of a policy the config no longer
+/// has still counts toward the servers' cap and revives if the name comes back.
 async fn remove_override(cli: &Cli, name: &str, keys: &Keys) -> Result<Output, Failure> {
     let (matched, shown) = keys.to_match();
-    let (_, store) = target(cli, name, shown).await?;
+    check_key(shown)?;
+    NamedPolicy::check_name(name).map_err(|e| Failure::Input(e.to_string()))?;
+    let store = connect(cli, config(cli)?).await?;
     let removed = store
         .remove_override(name, &matched)
         .await
@@ -1304,8 +1341,9 @@ async fn get_override(cli: &Cli, name: &str, key: &str) -> Result<Output, Failur
 fn warn_unreadable(unreadable: &[String]) {
     for problem in unreadable {
         eprintln!(
-            "rein: warning: an override no server reads, left out: {problem} (remove it with \
-             `rein override rm`, or write it again with `set`)"
+            "rein: warning: an override no server reads, left out: {problem} (write it again \
+             with `rein override set`, remove it with `rein override rm`, or, where the field \
+             names no policy and key, with Redis's `HDEL` of the field)"
         );
     }
 }

@@ -306,6 +306,22 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
     server
         .command(&["HDEL", &format!("{PREFIX}:overrides"), "api:=broken"])
         .expect("HDEL");
+    // An override of a policy the config no longer has can still be removed (before, exit
+    // 1, "no policy named"): it counts toward the servers' cap, and revives with the name.
+    server
+        .command(&[
+            "HSET",
+            &format!("{PREFIX}:overrides"),
+            "gone:=k",
+            "fw:3:3600000000",
+        ])
+        .expect("HSET");
+    let removed = json_ok(
+        &path,
+        &["--config"],
+        &["override", "rm", "gone", "--key", "k"],
+    );
+    assert_eq!(removed["removed"], true, "{removed}");
     // Overrides that cannot be read at all: a key change is refused, exit 3, rather than
     // made to the policy's own key when an override may name another.
     let hash = format!("{PREFIX}:overrides");
@@ -320,6 +336,34 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
     assert_says(stderr(&refused), "reading the overrides");
     server.command(&["DEL", &hash]).expect("DEL");
     server.command(&["RENAME", "kept", &hash]).expect("RENAME");
+    // A user of the decisions' ACL alone may not read the overrides, which every change
+    // reads first: exit 1, naming what to grant (before, exit 3, "Redis unavailable").
+    let keys = format!("~{PREFIX}:*");
+    let acl = [
+        "ACL",
+        "SETUSER",
+        "decides",
+        "on",
+        ">pw",
+        &keys,
+        "-@all",
+        "+evalsha",
+        "+eval",
+        "+script|load",
+        "+time",
+        "+get",
+        "+set",
+        "+del",
+        "+incrby",
+        "+pexpire",
+    ];
+    assert_eq!(server.command(&acl).expect("ACL SETUSER"), "+OK\r\n");
+    let url = format!("url = \"redis://decides:pw@127.0.0.1:{}/\"", server.port());
+    let limited = config("acl", &url);
+    let refused = with_config(&limited, &["--config"], &["key", "reset", "api", "u-3"]);
+    assert_eq!(code(&refused), 1, "{}", stderr(&refused));
+    assert_says(stderr(&refused), "may not run a command this needs");
+    assert_says(stderr(&refused), "+hget +hgetall");
     let untouched = with_config(
         &path,
         &["--config"],
@@ -905,6 +949,10 @@ fn rate_shares(server: &RedisServer, path: &std::path::Path) {
         assert_eq!(code(&refused), 1, "{change:?}: {}", stderr(&refused));
         assert_says(stderr(&refused), "leased as rate");
     }
+    // It holds no block, so an unblock lifts nothing, and says so (before, exit 1 "not
+    // changed: ... leased as rate").
+    let unblock = json_ok(path, &["-c"], &["key", "unblock", "rate", "shared"]);
+    assert_eq!(unblock["unblocked"], false, "{unblock}");
     // A key decided without leases reads as counts, as before.
     let plain = json_ok(path, &["-c"], &["key", "inspect", "rate", "plain"]);
     assert_eq!(plain["limits"][0]["remaining"], 10, "{plain}");

@@ -268,9 +268,13 @@ where
             for _ in 0..ATTEMPTS {
                 let read = Invocation::script(&keys, ScriptKind::Admin, vec!["read".to_owned()]);
                 let reply = match self.send(&read, deadline).await {
-                    // A token bucket leased as rate holds its shares as a hash.
+                    // A token bucket leased as rate holds its shares as a hash, and no
+                    // block (one is refused): an unblock has nothing to lift.
                     Err(e) if is_wrong_type(&e) => {
-                        return Err(AdminError::rate_shared());
+                        return match change {
+                            Change::Unblock => Ok(Changed::Done(false)),
+                            _ => Err(AdminError::rate_shared()),
+                        };
                     }
                     reply => reply?,
                 };
