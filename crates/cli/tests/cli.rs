@@ -338,27 +338,20 @@ fn inspect_shows_what_redis_counted_and_reset_forgets_it_standalone() {
     server.command(&["RENAME", "kept", &hash]).expect("RENAME");
     // A user of the decisions' ACL alone may not read the overrides, which every change
     // reads first: exit 1, naming what to grant (before, exit 3, "Redis unavailable").
+    // The docs' user, on this test's prefix.
     let keys = format!("~{PREFIX}:*");
-    let acl = [
-        "ACL",
-        "SETUSER",
-        "decides",
-        "on",
-        ">pw",
-        &keys,
-        "-@all",
-        "+evalsha",
-        "+eval",
-        "+script|load",
-        "+time",
-        "+get",
-        "+set",
-        "+del",
-        "+incrby",
-        "+pexpire",
-    ];
+    let acl: Vec<&str> = rein_redis_harness::LEAST_PRIVILEGE
+        .iter()
+        .map(|&word| {
+            if word == "~rein:*" {
+                keys.as_str()
+            } else {
+                word
+            }
+        })
+        .collect();
     assert_eq!(server.command(&acl).expect("ACL SETUSER"), "+OK\r\n");
-    let url = format!("url = \"redis://decides:pw@127.0.0.1:{}/\"", server.port());
+    let url = format!("url = \"redis://rein:pw@127.0.0.1:{}/\"", server.port());
     let limited = config("acl", &url);
     let refused = with_config(&limited, &["--config"], &["key", "reset", "api", "u-3"]);
     assert_eq!(code(&refused), 1, "{}", stderr(&refused));

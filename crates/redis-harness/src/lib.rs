@@ -18,6 +18,33 @@ pub mod faulty;
 
 pub use faulty::{Fault, Faulty};
 
+/// The least-privilege user docs/redis.md recommends (its "TLS, AUTH and a least-privilege
+/// user"), as an `ACL SETUSER` command: `rein` with the password `pw`, on the keys
+/// `~rein:*`; a Cluster's adds [`CLUSTER_PRIVILEGE`].
+pub const LEAST_PRIVILEGE: [&str; 17] = [
+    "ACL",
+    "SETUSER",
+    "rein",
+    "reset",
+    "on",
+    ">pw",
+    "~rein:*",
+    "-@all",
+    "+evalsha",
+    "+eval",
+    "+script|load",
+    "+time",
+    "+get",
+    "+set",
+    "+del",
+    "+incrby",
+    "+pexpire",
+];
+
+/// What a Cluster's least-privilege user needs besides [`LEAST_PRIVILEGE`]: the topology,
+/// and `ASKING` to follow a slot's migration.
+pub const CLUSTER_PRIVILEGE: [&str; 2] = ["+cluster|slots", "+asking"];
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;

@@ -42,32 +42,9 @@ macro_rules! assert_matches {
 #[allow(unused_imports)]
 pub(crate) use assert_matches;
 
-/// The least-privilege user docs/redis.md recommends (its "TLS, AUTH and a
-/// least-privilege user"), `rein` with the password `pw`; a Cluster's adds
-/// [`CLUSTER_PRIVILEGE`].
-pub const LEAST_PRIVILEGE: [&str; 17] = [
-    "ACL",
-    "SETUSER",
-    "rein",
-    "reset",
-    "on",
-    ">pw",
-    "~rein:*",
-    "-@all",
-    "+evalsha",
-    "+eval",
-    "+script|load",
-    "+time",
-    "+get",
-    "+set",
-    "+del",
-    "+incrby",
-    "+pexpire",
-];
-
-/// What a Cluster's least-privilege user needs besides [`LEAST_PRIVILEGE`]: the topology,
-/// and `ASKING` to follow a slot's migration.
-pub const CLUSTER_PRIVILEGE: [&str; 2] = ["+cluster|slots", "+asking"];
+/// The least-privilege user docs/redis.md recommends, and what a Cluster's adds.
+#[allow(unused_imports)]
+pub use rein_redis_harness::{CLUSTER_PRIVILEGE, LEAST_PRIVILEGE};
 
 /// A store over a new `ConnectionManager` to `server`, with a deadline generous enough for
 /// a debug build on a busy machine: these tests are about exactness, not latency, and a
