@@ -721,6 +721,12 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
     let reward = run(&["key", "reward", "api", "tenant-9", "1"]);
     assert_eq!(code(&reward), 1, "{}", stderr(&reward));
     assert_says(stderr(&reward), "the key is blocked");
+    // It is in the policy's own key too, where leases decide and the key's decisions go
+    // back once the override goes (before, the override's removal unblocked the key, and
+    // leases never saw the block).
+    ok(&["override", "rm", "api", "--key", "tenant-9"]);
+    let seen = ok(&["key", "inspect", "api", "tenant-9"]);
+    assert!(seen["blocked"].is_object(), "{seen}");
     assert_eq!(
         ok(&["key", "unblock", "api", "tenant-9"])["unblocked"],
         true

@@ -238,14 +238,8 @@ where
     ) -> Result<Changed, AdminError> {
         let deadline = self.deadline_from_now();
         let applied = self.applied(policy, key, deadline).await;
-        let policy = match overridden(applied.as_deref(), policy) {
-            Some(limits) => limits,
-            None if matches!(change, Change::Block { .. }) => {
-                return Err(AdminError::unlimited_block());
-            }
-            // An unlimited key's counts are the policy's own, which an operator may still set.
-            None => policy,
-        };
+        // An unlimited key's counts are the policy's own, which an operator may still set.
+        let policy = overridden(applied.as_deref(), policy).unwrap_or(policy);
         self.change_in(policy, key, change, deadline).await
     }
 
@@ -1212,10 +1206,26 @@ where
             Until::For(span) => Until::For(Micros::from_micros(span.as_micros().min(MAX_MICROS))),
             at => at,
         };
-        done(
-            self.change(policy, key, Change::Block { until, reason })
-                .await?,
-        )
+        let block = Change::Block { until, reason };
+        let deadline = self.deadline_from_now();
+        let applied = self.applied(policy, key, deadline).await;
+        let Some(limits) = overridden(applied.as_deref(), policy) else {
+            return Err(AdminError::unlimited_block());
+        };
+        let prefix = &self.inner.prefix;
+        if crate::key::state_keys(prefix, limits, key)?
+            == crate::key::state_keys(prefix, policy, key)?
+        {
+            return done(self.change_in(policy, key, block, deadline).await?);
+        }
+        // An override of another shape counts in a key of its own. The block goes into the
+        // policy's own key too (first: one holding rate shares refuses it before anything is
+        // written): leases decide from it, and the key's decisions go back to it once the
+        // override goes (before, leases spent on for the whole block, and removing the
+        // override unblocked the key).
+        let own = done(self.change_in(policy, key, block, deadline).await?)?;
+        let theirs = done(self.change_in(limits, key, block, deadline).await?)?;
+        Ok(own | theirs)
     }
 
     /// Lifts the block in the state the key's decisions read, and one left in the policy's
