@@ -167,6 +167,30 @@ fn fixed_window_fallback_with_a_skewed_clock_spends_two_shares_in_one_redis_wind
 /// The seed of [`fixed_window_fallback_with_a_skewed_clock_spends_two_shares_in_one_redis_window`].
 const FIXED_WINDOW_SKEW_SEED: u64 = 7;
 
+/// The same case for a sliding counter, whose check per aligned window used the fixed
+/// window's old bound (`L + k × ⌊L/N⌋`): the cut node's counter also follows its own clock,
+/// so it fills its window's tail (one share) and, in its next window, what the weighted
+/// previous count leaves, both inside Redis's window `[x, x + 1)`.
+#[test]
+fn sliding_counter_fallback_with_a_skewed_clock_meets_two_of_its_windows_in_one_of_redis() {
+    let s = fallback_scenario(
+        FIXED_WINDOW_SKEW_SEED,
+        6,
+        limit(3),
+        Duration::from_millis(300),
+        partition_of(0, 250, 2_250),
+    );
+    let run = run(&s);
+    assert_eq!(run.skews[0].offset_us, 300_000);
+    let second = Micros::from_secs(1);
+    let old = Policy::single(Limit::sliding_counter(100 + 100 / 6, second).unwrap());
+    let old = run.log.check_policy(&old, 0);
+    let aligned = old.worst().and_then(|v| v.aligned).map(|w| w.admitted);
+    eprintln!("busiest aligned window: {aligned:?} admitted; old bound 116");
+    assert!(!old.is_within_bound(), "the old bound was broken");
+    assert!(run.result().is_within_bound());
+}
+
 /// Nodes sharing a turmoil host share its link to Redis: a fault listed for one node
 /// strikes all of them, every one of them falls back, and the bound counts them all.
 #[test]

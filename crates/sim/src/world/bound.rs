@@ -26,13 +26,16 @@
 //! |---|---|
 //! | token bucket `C`, `r` per `p` | a bucket of `C + k·share(C)`, refilled at `r·(N + k)/N` |
 //! | sliding log `L` per `W` | `L + k·share(L)` in any `(t − W, t]` |
-//! | sliding counter `L` per `W` | a counter of `L + k·share(L)`: see below |
+//! | sliding counter `L` per `W` | a counter of `L + share(L)·Σ m_i`: see below |
 //! | fixed window `L` per `W` | `L + share(L)·Σ m_i` per aligned window (below) |
 //!
 //! For a fixed window, `m_i = 1` if `s_i mod W = 0`, else `2`: at most `L + 2k·share(L)`
-//! whatever the skew. For a sliding counter, Redis admits at most `2L − 1` in any window
-//! and each fallback `2 share(L) − 1`, within the widened counter's own
-//! `2 (L + k·share(L)) − 1`.
+//! whatever the skew. A sliding counter counts per window aligned to its clock too: a cut
+//! node's counter fills the tail of one of its windows and, in the next, what the weighted
+//! previous count leaves, both inside one of Redis's (`tests/bounds.rs`: 120 against the
+//! old `L + share(L)` of 116), so it takes the fixed window's `m_i`. Any window then holds at
+//! most `2L − 1` from Redis and `2 share(L) − 1` from each fallback, within the widened
+//! counter's own `2 (L + share(L)·Σ m_i) − 1`.
 //!
 //! A policy of several limits: each limit on its own (a policy admits only what all its
 //! limits admit, in Redis and in each fallback).
@@ -80,18 +83,26 @@ pub fn fallback_limit(
             )
         }
         Limit::SlidingLog(w) => Limit::sliding_log(w.limit() + k * share(w.limit()), w.window()),
-        Limit::SlidingCounter(w) => {
-            Limit::sliding_counter(w.limit() + k * share(w.limit()), w.window())
-        }
-        Limit::FixedWindow(w) => {
-            let window = i64::try_from(w.window().as_micros()).unwrap_or(i64::MAX);
-            let windows_met: u64 = cut_offsets
-                .iter()
-                .map(|s| if s.rem_euclid(window) == 0 { 1 } else { 2 })
-                .sum();
-            Limit::fixed_window(w.limit() + windows_met * share(w.limit()), w.window())
-        }
+        Limit::SlidingCounter(w) => Limit::sliding_counter(
+            w.limit() + windows_met(w.window(), cut_offsets) * share(w.limit()),
+            w.window(),
+        ),
+        Limit::FixedWindow(w) => Limit::fixed_window(
+            w.limit() + windows_met(w.window(), cut_offsets) * share(w.limit()),
+            w.window(),
+        ),
     }
+}
+
+/// `Σ m_i`: how many of a node's own windows of `window` one window aligned to Redis's
+/// clock meets, summed over the cut nodes (1 for a clock a whole number of windows off,
+/// else 2).
+fn windows_met(window: Micros, cut_offsets: &[i64]) -> u64 {
+    let window = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
+    cut_offsets
+        .iter()
+        .map(|s| if s.rem_euclid(window) == 0 { 1 } else { 2 })
+        .sum()
 }
 
 /// [`fallback_limit`] for every limit of `policy`.
@@ -152,18 +163,23 @@ mod tests {
     }
 
     #[test]
-    fn skew_does_not_widen_a_bucket_or_a_sliding_window() {
+    fn skew_does_not_widen_a_bucket_or_a_sliding_log() {
         let second = Micros::from_secs(1);
         for limit in [
             Limit::token_bucket(20, 100, second).unwrap(),
             Limit::sliding_log(100, second).unwrap(),
-            Limit::sliding_counter(100, second).unwrap(),
         ] {
             assert_eq!(
                 fallback_limit(&limit, n(4), &[0, 0]),
                 fallback_limit(&limit, n(4), &[12_345, -7])
             );
         }
+        // A sliding counter's windows follow its clock, as a fixed window's do.
+        let counter = Limit::sliding_counter(100, second).unwrap();
+        assert_eq!(
+            fallback_limit(&counter, n(4), &[12_345, 0]).unwrap(),
+            Limit::sliding_counter(175, second).unwrap()
+        );
         // 20 + 2 × 5 tokens, refilled at 100 × 6/4 = 150 per second.
         let bucket = Limit::token_bucket(20, 100, second).unwrap();
         assert_eq!(
