@@ -552,7 +552,14 @@ async fn watch_rules<S: Leasable + Clone + 'static>(
             set_health::<S>(&health, ServingStatus::NotServing).await;
             return;
         };
-        let now = fingerprint(&config);
+        let Some(now) = off_the_runtime({
+            let config = config.clone();
+            move || fingerprint(&config)
+        })
+        .await
+        else {
+            continue;
+        };
         if !forced {
             if interval.is_zero() || now == seen {
                 settling = None;
@@ -564,8 +571,17 @@ async fn watch_rules<S: Leasable + Clone + 'static>(
             }
         }
         settling = None;
-        let loaded = RulesConfig::load(&config);
-        if !forced && fingerprint(&config) != now {
+        // Read, parse and check off the runtime's workers, which answer requests: a large
+        // set takes a while.
+        let Some((loaded, after)) = off_the_runtime({
+            let config = config.clone();
+            move || (RulesConfig::load(&config), fingerprint(&config))
+        })
+        .await
+        else {
+            continue;
+        };
+        if !forced && after != now {
             // Changed while it was read: looked at again once it settles.
             continue;
         }
@@ -582,7 +598,15 @@ async fn watch_rules<S: Leasable + Clone + 'static>(
             Ok(rules) => {
                 let count = rules.rule_count();
                 log_warnings(&rules);
-                match service.reload(rules) {
+                let Some(reloaded) = off_the_runtime({
+                    let service = service.clone();
+                    move || service.reload(rules)
+                })
+                .await
+                else {
+                    continue;
+                };
+                match reloaded {
                     Ok(rein_server::Reload::Applied) => {
                         metrics::counter!("rein_server_config_reloads_total").increment(1);
                         tracing::info!(rules = count, forced, "rules reloaded");
@@ -601,6 +625,21 @@ async fn watch_rules<S: Leasable + Clone + 'static>(
                 metrics::counter!("rein_server_config_reload_failures_total").increment(1);
                 tracing::error!(%error, "reload refused; the rules in force keep serving");
             }
+        }
+    }
+}
+
+/// Runs `work` on tokio's blocking threads, off the workers that answer requests; `None`
+/// if it panicked (logged: the reloader goes on with the rules in force).
+async fn off_the_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => Some(done),
+        Err(error) => {
+            metrics::counter!("rein_server_config_reload_failures_total").increment(1);
+            tracing::error!(%error, "reading the rules failed; the rules in force keep serving");
+            None
         }
     }
 }
