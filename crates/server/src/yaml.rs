@@ -54,8 +54,20 @@ impl Value {
 }
 
 /// Parses `text` into a tree. `Err` carries the parser's message and position.
+///
+/// The parser's budget against hostile input caps a document at 250 000 nodes and a
+/// million events, which refused a rule file of about 20 000 descriptors (per-tenant rules
+/// are generated that large; envoyproxy/ratelimit reads them). Both are sized by the text
+/// instead, never below those defaults: a node takes a byte of text at least, so this
+/// lets through nothing the file does not spell out, and aliases, the one way a small text
+/// asks for much, keep their own caps.
 pub(crate) fn parse(text: &str) -> Result<Node, (String, usize, usize)> {
-    match serde_saphyr::from_str::<Spanned<Raw>>(text) {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_nodes = budget.max_nodes.max(text.len());
+    budget.max_events = budget.max_events.max(text.len().saturating_mul(2));
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    match serde_saphyr::from_str_with_options::<Spanned<Raw>>(text, options) {
         Ok(root) => Ok(Node::new(root, text)),
         Err(error) => {
             let (line, column) = error
