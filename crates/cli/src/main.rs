@@ -6,8 +6,9 @@
 //! and each subcommand's `--help` teach it; docs/operations.md is the guide.
 //!
 //! Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key or
-//! one over 1 KiB, a Redis URL that does not parse or credentials Redis refuses);
-//! 2 a wrong command line (clap's); 3 Redis unavailable.
+//! one over 1 KiB, a Redis URL that does not parse, credentials Redis refuses, a command the
+//! Redis user may not run) or a change that cannot apply; 2 a wrong command line (clap's);
+//! 3 Redis unavailable.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -43,9 +44,10 @@ use serde_json::{Value, json};
 ///     rein --config rein.toml watch api
 ///
 /// Exit codes: 0 done; 1 invalid input (a config error, an unknown policy, an empty key or
-/// one over 1 KiB, an override or reason rein refuses, a Redis URL that does not parse or
-/// credentials Redis refuses); 2 a wrong command line; 3 Redis unavailable (cannot
-/// connect, no answer in time, or a key too busy to change).
+/// one over 1 KiB, an override or reason rein refuses, a Redis URL that does not parse,
+/// credentials Redis refuses, a command the Redis user may not run) or a change that cannot
+/// apply; 2 a wrong command line; 3 Redis unavailable (cannot connect, no answer in time,
+/// or a key too busy to change).
 #[derive(Debug, Parser)]
 #[command(name = "rein", version, verbatim_doc_comment)]
 struct Cli {
@@ -208,7 +210,8 @@ enum OverrideCommand {
     /// own limits again.
     #[command(after_help = "Example:\n  rein --config rein.toml override rm api --key tenant-7")]
     Rm {
-        /// The policy's name, as in the config (`rein policy list`).
+        /// The policy's name: one of the config's (`rein policy list`), or one it no longer
+        /// has whose overrides `override list` still shows.
         policy: String,
         #[command(flatten)]
         keys: Keys,
@@ -371,9 +374,9 @@ enum KeyCommand {
 /// Why a command did not do its job, and so its exit code.
 #[derive(Debug)]
 enum Failure {
-    /// Bad input: exit 1.
+    /// Bad input, or a change that cannot apply: exit 1.
     Input(String),
-    /// Redis gave no answer: exit 3.
+    /// Redis gave no answer (exit 3), or refused the user a command (exit 1).
     Redis(String),
 }
 
@@ -1264,7 +1267,14 @@ async fn remove_override(cli: &Cli, name: &str, keys: &Keys) -> Result<Output, F
     let (matched, shown) = keys.to_match();
     check_key(shown)?;
     NamedPolicy::check_name(name).map_err(|e| Failure::Input(e.to_string()))?;
-    let store = connect(cli, config(cli)?).await?;
+    let config = config(cli)?;
+    if !config.policies.iter().any(|p| p.name() == name) {
+        eprintln!(
+            "rein: warning: the config has no policy named {name:?}: removing an override it \
+             left behind (`rein override list` shows them)"
+        );
+    }
+    let store = connect(cli, config).await?;
     let removed = store
         .remove_override(name, &matched)
         .await

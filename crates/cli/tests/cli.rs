@@ -731,6 +731,16 @@ fn overrides(path: &std::path::Path, flag: &[&str]) {
         ok(&["key", "unblock", "api", "tenant-9"])["unblocked"],
         true
     );
+    // A set replaces a block in both keys (before, the policy's own key stayed blocked:
+    // leases were denied, and so was the key once the override went).
+    ok(&[
+        "override", "set", "api", "--key", "tenant-9", "--limit", "fw:7/1h",
+    ]);
+    ok(&["key", "block", "api", "tenant-9", "--for", "10m"]);
+    ok(&["key", "set", "api", "tenant-9", "3"]);
+    ok(&["override", "rm", "api", "--key", "tenant-9"]);
+    let seen = ok(&["key", "inspect", "api", "tenant-9"]);
+    assert_eq!(seen["blocked"], Value::Null, "{seen}");
     // A block made before such an override stays in the policy's own key, where decisions
     // go back once the override goes: an unblock under the override lifts it too (before,
     // "was not blocked", and the key was denied again once the override was removed).

@@ -505,6 +505,7 @@ fn a_state_read_under_new_numbers_keeps_what_operations_md_says() {
     let tb = |capacity, refill, period| Limit::token_bucket(capacity, refill, Micros::from_micros(period)).unwrap();
     let fw = |limit, window| Limit::fixed_window(limit, Micros::from_micros(window)).unwrap();
     let sc = |limit, window| Limit::sliding_counter(limit, Micros::from_micros(window)).unwrap();
+    let sl = |limit, window| Limit::sliding_log(limit, Micros::from_micros(window)).unwrap();
     let (minute, hour) = (60 * S, 3_600 * S);
     // (what, old limit, taken, new limit, left at 0, later, a unit admitted then)
     let rows = [
@@ -517,6 +518,8 @@ fn a_state_read_under_new_numbers_keeps_what_operations_md_says() {
         ("a longer time to fill: nearly full", tb(100, 100, S), 100, tb(100, 100, hour), 99, 0, true),
         ("a fixed window's new length counts afresh", fw(10, minute), 10, fw(10, hour), 10, 0, true),
         ("so does a sliding counter's", sc(10, minute), 10, sc(10, hour), 10, 0, true),
+        ("a shortened one, once its first new window has passed", fw(10, hour), 10, fw(10, minute), 10, 0, true),
+        ("a sliding log reads its entries under a longer window", sl(10, minute), 10, sl(10, hour), 0, minute, false),
     ];
     // 90 s into an hour: the old minute window did not start at the new hour.
     let at = |us: u64| Timestamp::from_micros(10 * hour + 90 * S + us);

@@ -80,7 +80,8 @@ pub struct RebalanceConfig {
     floors: Vec<u64>,
     /// The weights the floors (and the grant with no demand reported) follow.
     weights: Vec<u32>,
-    /// How long before a window ends a region starts using `min(q(w), q(w + 1))`.
+    /// How long before a window ends a region uses `min(q(w), q(w + 1))`, and after it
+    /// starts `min(q(w − 1), q(w))`.
     guard: Micros,
 }
 
@@ -151,9 +152,10 @@ pub struct RegionQuota {
 impl RebalanceConfig {
     /// `limit` per `window` shared by `weights.len()` regions; region `i`'s floor is its
     /// weighted share of `reserve_permille`‰ of `limit` (rounded down), and `guard` is how
-    /// long before a window's end a region hedges against a call landing in the next window:
-    /// at least the store's deadline plus the largest offset between the region's clock and
-    /// the store's. `guard` is capped at half a window.
+    /// long at each edge of a window a region hedges against a call the store counts in the
+    /// neighbouring window (one landing late, or a store clock ahead or behind): at least the
+    /// store's deadline plus the largest offset between the region's clock and the store's.
+    /// `guard` is capped at half a window.
     pub fn new(
         limit: u64,
         window: Micros,

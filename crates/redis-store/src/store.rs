@@ -228,6 +228,19 @@ where
         }
     }
 
+    /// Whether `limits` (an override's) count `key` in another key than `policy`'s own: an
+    /// override of another shape, whose blocks are made in both keys.
+    fn counts_apart(
+        &self,
+        policy: &RedisPolicy,
+        limits: &RedisPolicy,
+        key: &[u8],
+    ) -> Result<bool, AdminError> {
+        let prefix = &self.inner.prefix;
+        let theirs = crate::key::state_keys(prefix, limits, key)?;
+        Ok(theirs != crate::key::state_keys(prefix, policy, key)?)
+    }
+
     /// An operator's change as a compare-and-set (admin.rs, lua/admin.lua): read the key
     /// and Redis's clock, compute, write if the key is unchanged; again if it changed.
     async fn change(
@@ -1182,16 +1195,28 @@ where
         figures(self.change(policy, key, Change::Penalize(amount)).await?)
     }
 
+    /// Sets the count in the state the key's decisions read, then lifts a block in the
+    /// policy's own key, where a block under an override of another shape is made too
+    /// ([`block`](KeyAdmin::block)): a set replaces a block.
     async fn set_remaining(
         &self,
         policy: &RedisPolicy,
         key: &[u8],
         remaining: u64,
     ) -> Result<Decision, AdminError> {
-        figures(
-            self.change(policy, key, Change::SetRemaining(remaining))
-                .await?,
-        )
+        let deadline = self.deadline_from_now();
+        let applied = self.applied(policy, key, deadline).await;
+        // An unlimited key's counts are the policy's own, which an operator may still set.
+        let limits = overridden(applied.as_deref(), policy).unwrap_or(policy);
+        let set = Change::SetRemaining(remaining);
+        let after = figures(self.change_in(limits, key, set, deadline).await?)?;
+        if self.counts_apart(policy, limits, key)? {
+            done(
+                self.change_in(policy, key, Change::Unblock, deadline)
+                    .await?,
+            )?;
+        }
+        Ok(after)
     }
 
     async fn block(
@@ -1212,10 +1237,7 @@ where
         let Some(limits) = overridden(applied.as_deref(), policy) else {
             return Err(AdminError::unlimited_block());
         };
-        let prefix = &self.inner.prefix;
-        if crate::key::state_keys(prefix, limits, key)?
-            == crate::key::state_keys(prefix, policy, key)?
-        {
+        if !self.counts_apart(policy, limits, key)? {
             return done(self.change_in(policy, key, block, deadline).await?);
         }
         // An override of another shape counts in a key of its own. The block goes into the
@@ -1235,10 +1257,8 @@ where
         let deadline = self.deadline_from_now();
         let applied = self.applied(policy, key, deadline).await;
         let mut lifted = false;
-        let prefix = &self.inner.prefix;
         if let Some(limits) = overridden(applied.as_deref(), policy)
-            && crate::key::state_keys(prefix, limits, key)?
-                != crate::key::state_keys(prefix, policy, key)?
+            && self.counts_apart(policy, limits, key)?
         {
             lifted = done(
                 self.change_in(limits, key, Change::Unblock, deadline)

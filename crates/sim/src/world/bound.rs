@@ -11,10 +11,10 @@
 //!   max(1, ⌊x / N⌋)` of each capacity, `1/N` of each rate) on **its own clock**, which is
 //!   true time plus a fixed offset `s_i`. It decides without awaiting anything, so each
 //!   admission takes effect at the true instant its local clock read.
-//! - Shifting a clock by a constant moves a bucket's or a sliding window's guarantee by
+//! - Shifting a clock by a constant moves a bucket's or a sliding log's guarantee by
 //!   nothing (both hold for every interval, and a constant shift maps intervals to intervals
 //!   of the same length). A fixed window's guarantee holds per window **aligned to the
-//!   node's clock**, and a window aligned to true time meets two of those unless `s_i` is a
+//!   node's clock** (and a sliding counter's count too, below), and a window aligned to true time meets two of those unless `s_i` is a
 //!   whole number of windows: one node then admits up to `2 × share(L)` in it. That is what
 //!   the old `L + k × ⌊L/N⌋` missed (`tests/bounds.rs`: one node of 6, 300 ms ahead and cut
 //!   off 250 ms before its window turns over, brings a window to exactly 132 against the
