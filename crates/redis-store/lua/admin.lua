@@ -15,6 +15,12 @@
 --          wrote, 0 if the key had changed.
 
 -- `MAX` and `clock`: preamble.lua, which script.rs puts before this file.
+-- 'del' (RedisStore::reset): forgets every key given, a policy's own and an override's of
+-- another shape (one slot: the key's hash tag), through the script so that a Cluster's
+-- redirects are followed as a decision's are. Answers how many there were.
+if ARGV[1] == 'del' and #ARGV == 1 and #KEYS >= 1 then
+  return redis.call('DEL', unpack(KEYS))
+end
 if #KEYS ~= 1 then
   error({ err = 'REIN a policy has one key' })
 end

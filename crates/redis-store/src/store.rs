@@ -1177,11 +1177,17 @@ where
                 }
             }
         }
-        let deleted: u64 = self
-            .run(deadline, |mut conn| async move {
-                redis::cmd("DEL").arg(&keys).query_async(&mut conn).await
-            })
-            .await?;
+        // Through the operators' script, which follows a Cluster's redirects (before, a
+        // plain `DEL`, which failed with `ASK` while the key's slot migrated).
+        let del = Invocation::script(&keys, ScriptKind::Admin, vec!["del".to_owned()]);
+        let deleted = match self.send(&del, deadline).await? {
+            Value::Int(n) => n,
+            other => {
+                return Err(unexpected(&format!(
+                    "a count of keys deleted, not {other:?}"
+                )));
+            }
+        };
         tracing::info!(policy = policy.name(), "key reset");
         Ok(deleted > 0)
     }

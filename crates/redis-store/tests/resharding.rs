@@ -599,6 +599,9 @@ async fn the_least_privilege_user_follows_a_migration_and_a_refused_asking_is_na
         .expect("a peek")
         .remaining;
     assert!((8..=9).contains(&left), "{left} left");
+    // So does a reset, through the operators' script (before, a plain `DEL`: `ASK`).
+    let reset = rein_core::admin::KeyAdmin::reset(&asks, &policy, b"moved").await;
+    assert!(matches!(reset, Ok(true)), "{reset:?}");
     match refused.acquire(None, &policy, b"moved", 1).await {
         Err(DecideError::Unavailable(StoreError::Server(e)))
             if e.to_string().contains("+asking") => {}
