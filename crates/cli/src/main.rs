@@ -405,11 +405,12 @@ impl Failure {
 }
 
 /// Whether Redis refused a command for its user's permissions: `NOPERM` when called
-/// directly; when a script called it, Redis's own words, which have changed (7.0: "The user
-/// executing the script can't run this command", 7.2: "ACL failure in script").
+/// directly, which redis-rs shows as `NoPerm` (rein's own refused `ASKING` as
+/// `Server(NoPerm)`); when a script called it, Redis's own words, which have changed (7.0:
+/// "The user executing the script can't run this command", 7.2: "ACL failure in script").
 fn refused_by_acl(message: &str) -> bool {
     [
-        "NOPERM",
+        "NoPerm",
         "The user executing the script can't",
         "ACL failure in script",
     ]
@@ -1475,4 +1476,19 @@ fn span(span: Micros) -> String {
         Duration::from_micros(micros)
     };
     humantime::format_duration(shown).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    /// A refusal as redis-rs shows one sent directly (before, the needle was `NOPERM`, which
+    /// redis-rs never prints: such a refusal was exit 3, "Redis unavailable").
+    #[test]
+    fn a_direct_refusal_reads_as_one() {
+        let reply = redis::parse_redis_value(b"-NOPERM User rein has no permissions\r\n")
+            .expect("a RESP error");
+        let error = reply.extract_error().expect_err("an error reply");
+        let message = format!("reading the rate shares: {error}");
+        assert!(super::refused_by_acl(&message), "{message}");
+        assert!(!super::refused_by_acl("reading the rate shares: timed out"));
+    }
 }
