@@ -119,10 +119,11 @@ impl Pool {
             // The semaphore lives as long as the pool and is never closed.
             .map_err(|_| redis::RedisError::from((redis::ErrorKind::Client, "pool closed")))?;
         let conn = loop {
-            // Listening before looking, so that a connect ending in between is heard.
+            // Listening before looking, so that a connect ending in between is heard: a
+            // `Notified` hears `notify_waiters` from its creation, unpolled (tokio's
+            // docs), so it needs no `enable`, which would take the wait list's lock on
+            // every lease.
             let ended = self.ended.notified();
-            tokio::pin!(ended);
-            ended.as_mut().enable();
             if let Some(conn) = self.lock().pop() {
                 break conn;
             }
