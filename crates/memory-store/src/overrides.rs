@@ -198,13 +198,15 @@ impl<C: Clock + Clone> Apart<C> {
             .clone()
     }
 
-    /// Forgets `key`'s count in every table (a block replaces what was counted, in every
-    /// form: a key of a table kept for a form given up would otherwise resume its count if
-    /// the form is given again while the block holds, and decide without asking for it).
-    pub(crate) fn forget(cell: &Mutex<Self>, key: &[u8]) {
+    /// Forgets `key`'s count in every table, and says whether any held one (a block and a
+    /// reset replace what was counted in every form: a key of a table kept for a form given
+    /// up would otherwise resume its count if the form is given again, and, blocked, decide
+    /// without asking for the block).
+    pub(crate) fn forget(cell: &Mutex<Self>, key: &[u8]) -> bool {
         let apart = cell.lock().unwrap_or_else(PoisonError::into_inner);
-        for table in apart.tables.values() {
-            table.reset(key);
-        }
+        apart
+            .tables
+            .values()
+            .fold(false, |held, table| table.reset(key) | held)
     }
 }

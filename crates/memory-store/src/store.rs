@@ -383,10 +383,10 @@ where
         key: &[u8],
     ) -> impl Future<Output = Result<bool, AdminError>> + Send {
         ready(self.admin(key, |now| {
-            let apart = match self.route(policy, key, now) {
-                Route::Other(_, Table::Apart(table)) => table.reset(key),
-                _ => false,
-            };
+            // Every override table's count too, as a block forgets them (before, only the
+            // table of the override in force: one given up resumed its count when given
+            // again).
+            let apart = Apart::forget(&policy.0.apart, key);
             Ok(policy.0.limiter.reset_at(now, key) | apart)
         }))
     }

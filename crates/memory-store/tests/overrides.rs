@@ -217,6 +217,22 @@ fn an_override_of_another_window_limits_the_key() {
         })
         .count();
     assert_eq!(admitted, 3);
+    // A reset forgets that count even once the override is gone: given again, it starts
+    // full (before, only the table of the override in force was reset, and the old count
+    // came back with the override).
+    store.remove_override("api", &key(b"k")).expect("removed");
+    assert!(
+        ready(store.reset(&api, b"k")).expect("reset"),
+        "it had a count"
+    );
+    store
+        .set_override("api", &key(b"k"), &Override::Limits(hourly(3)))
+        .expect("set again");
+    assert!(
+        ready(store.acquire(None, &api, b"k", 3))
+            .expect("decided")
+            .is_allowed()
+    );
 }
 
 #[test]
