@@ -681,16 +681,16 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
         let mut out = vec![header("RateLimit-Policy", shown.policy_header.to_owned())];
         // A failure policy's "fail closed" knows nothing of the limit: no figures (before,
         // `r=0;t=0` and `Retry-After: 0` while the breaker was closed).
-        let blind = decision.is_blind();
-        if !blind {
-            let figures = headers::render_rate_limit(policy, deciding, decision);
+        let figures = headers::render_rate_limit(policy, deciding, decision);
+        let known = figures.is_some();
+        if let Some(figures) = figures {
             out.push(header("RateLimit", figures));
         }
         if !decision.is_allowed() {
             let seconds = headers::retry_after_secs(decision);
             out.push(header("Retry-After", seconds.to_string()));
         }
-        if self.shared.settings.legacy_headers && !blind {
+        if self.shared.settings.legacy_headers && known {
             let limits = policy.policy().limits();
             let limit = limits.get(deciding).map_or(decision.limit, Limit::capacity);
             out.push(header("X-RateLimit-Limit", limit.to_string()));

@@ -68,8 +68,9 @@ pub fn deciding_limit(policy: &Policy, decision: &Decision) -> usize {
 pub struct RenderedHeaders {
     /// The `RateLimit-Policy` value: every limit of the policy.
     pub policy: String,
-    /// The `RateLimit` value: the deciding limit's remaining units and reset time.
-    pub rate_limit: String,
+    /// The `RateLimit` value: the deciding limit's remaining units and reset time; `None`
+    /// for a failure policy's answer ([`Decision::is_blind`]), which knows neither.
+    pub rate_limit: Option<String>,
     /// The `Retry-After` value in whole seconds, for a denial; `None` when admitted.
     pub retry_after: Option<u64>,
 }
@@ -96,7 +97,7 @@ pub struct RenderedHeaders {
 /// };
 /// let headers = render(&policy, 0, &denied);
 /// assert_eq!(headers.policy, r#""per-user";q=100;w=60"#);
-/// assert_eq!(headers.rate_limit, r#""per-user";r=0;t=30"#);
+/// assert_eq!(headers.rate_limit.as_deref(), Some(r#""per-user";r=0;t=30"#));
 /// assert_eq!(headers.retry_after, Some(30));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -130,8 +131,17 @@ pub fn render_policy(policy: &NamedPolicy) -> String {
 }
 
 /// The `RateLimit` value of `decision`: the deciding limit's item with `r` (remaining) and
-/// `t` ([`reset_secs`]).
-pub fn render_rate_limit(policy: &NamedPolicy, deciding: usize, decision: &Decision) -> String {
+/// `t` ([`reset_secs`]). `None` for a failure policy's answer ([`Decision::is_blind`]): it
+/// knows nothing of the limit, and `r=0;t=0` ("nothing left, full now") on every response
+/// while Redis is away would send clients straight back.
+pub fn render_rate_limit(
+    policy: &NamedPolicy,
+    deciding: usize,
+    decision: &Decision,
+) -> Option<String> {
+    if decision.is_blind() {
+        return None;
+    }
     let count = policy.policy().limits().len();
     let deciding = deciding.min(count.saturating_sub(1));
     let mut out = String::new();
@@ -143,7 +153,7 @@ pub fn render_rate_limit(policy: &NamedPolicy, deciding: usize, decision: &Decis
         sf_integer(decision.remaining),
         sf_integer(reset_secs(policy.policy(), deciding, decision))
     );
-    out
+    Some(out)
 }
 
 /// `RateLimit`'s `t` for `decision`, made under `policy`, whose limit number `deciding` it
@@ -325,15 +335,15 @@ mod tests {
         // On a denial `t` is `Retry-After`, not the reset.
         let denied = decision(Outcome::Denied, 50, 0, 1_500_000, 3_000_000);
         let headers = render(&policy, 1, &denied);
-        assert_eq!(headers.rate_limit, r#""login.1";r=0;t=2"#);
+        assert_eq!(headers.rate_limit.as_deref(), Some(r#""login.1";r=0;t=2"#));
         assert_eq!(headers.retry_after, Some(2));
         // On an admission the policy's longest reset (the daily window's 20 h) is bounded
         // by the named bucket's refill from empty, 50 s.
         let mut allowed = decision(Outcome::Allowed, 5, 1, 0, 72_000_000_000);
         allowed.limit_index = 0;
         assert_eq!(
-            render(&policy, 0, &allowed).rate_limit,
-            r#""login.0";r=1;t=50"#
+            render(&policy, 0, &allowed).rate_limit.as_deref(),
+            Some(r#""login.0";r=1;t=50"#)
         );
     }
 
@@ -378,6 +388,6 @@ mod tests {
         let allowed = decision(Outcome::Allowed, 2, 1, 0, 1);
         let headers = render(&policy, 0, &allowed);
         assert_eq!(headers.retry_after, None);
-        assert_eq!(headers.rate_limit, r#""a";r=1;t=1"#);
+        assert_eq!(headers.rate_limit.as_deref(), Some(r#""a";r=1;t=1"#));
     }
 }

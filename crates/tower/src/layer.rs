@@ -641,15 +641,13 @@ fn denied<P>(entry: &PolicyEntry<P>, decision: &Decision) -> Verdict {
     Verdict::Respond(StatusCode::TOO_MANY_REQUESTS, out, body)
 }
 
+/// The `RateLimit` header of `decision`, none for a failure policy's answer (see
+/// [`headers::render_rate_limit`]).
 fn rate_limit_value<P>(entry: &PolicyEntry<P>, decision: &Decision) -> Option<HeaderValue> {
-    // A failure policy's answer knows nothing of the limit: no figures rather than
-    // `r=0;t=0` ("nothing left, full now") on every response while Redis is away.
-    if decision.is_blind() {
-        return None;
-    }
     let deciding = headers::deciding_limit(entry.named.policy(), decision);
+    let text = headers::render_rate_limit(&entry.named, deciding, decision)?;
     // Rendered text is visible ASCII only, so this never fails; no header beats a panic.
-    HeaderValue::try_from(headers::render_rate_limit(&entry.named, deciding, decision)).ok()
+    HeaderValue::try_from(text).ok()
 }
 
 /// `verdict`, except that a policy in shadow mode shows clients nothing: it refuses no one

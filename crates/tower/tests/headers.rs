@@ -175,8 +175,14 @@ proptest! {
         let deciding = deciding_limit(policy.policy(), &decision);
         prop_assert!(deciding < policy.policy().limits().len());
         let headers = render(&policy, deciding, &decision);
-        prop_assert!(HeaderValue::from_str(&headers.rate_limit).is_ok());
-        let items = parse_list(&headers.rate_limit);
+        // A failure policy's answer shows no figures.
+        let Some(rate_limit) = headers.rate_limit else {
+            prop_assert!(decision.is_blind());
+            return Ok(());
+        };
+        prop_assert!(!decision.is_blind());
+        prop_assert!(HeaderValue::from_str(&rate_limit).is_ok());
+        let items = parse_list(&rate_limit);
         prop_assert_eq!(items.len(), 1);
         let (name, parameters) = &items[0];
         let expected_name = if policy.policy().limits().len() == 1 {
@@ -241,7 +247,7 @@ fn zero_and_the_largest_values_render() {
     assert_eq!(headers.retry_after, Some(4_503_599_628));
     assert_eq!(
         headers.rate_limit,
-        format!("\"p\";r={SF_INTEGER_MAX};t=4503599628")
+        Some(format!("\"p\";r={SF_INTEGER_MAX};t=4503599628"))
     );
     assert_eq!(
         headers.policy,
@@ -258,11 +264,12 @@ fn zero_and_the_largest_values_render() {
     };
     let headers = render(&policy, 0, &zero);
     assert_eq!(headers.retry_after, Some(0));
-    assert_eq!(headers.rate_limit, "\"p\";r=0;t=0");
+    assert_eq!(headers.rate_limit.as_deref(), Some("\"p\";r=0;t=0"));
     // Full again now as well: a failure policy's denial, which knows no wait but is told
     // to take a second.
     let blind = Decision::blind_denial(0, Micros::ZERO);
     assert_eq!(render(&policy, 0, &blind).retry_after, Some(1));
+    assert_eq!(render(&policy, 0, &blind).rate_limit, None, "no figures");
 }
 
 /// A limit small enough that random histories exhaust it, with windows and periods that are
