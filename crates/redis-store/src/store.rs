@@ -252,8 +252,17 @@ where
         let deadline = self.deadline_from_now();
         let applied = self.applied(policy, key, deadline).await;
         // An unlimited key's counts are the policy's own, which an operator may still set.
-        let policy = overridden(applied.as_deref(), policy).unwrap_or(policy);
-        self.change_in(policy, key, change, deadline).await
+        let limits = overridden(applied.as_deref(), policy).unwrap_or(policy);
+        let changed = self.change_in(limits, key, change, deadline).await?;
+        // A set replaces a block, which under an override of another shape is made in the
+        // policy's own key too ([`block`](KeyAdmin::block)): lifted there as well.
+        if matches!(change, Change::SetRemaining(_)) && self.counts_apart(policy, limits, key)? {
+            done(
+                self.change_in(policy, key, Change::Unblock, deadline)
+                    .await?,
+            )?;
+        }
+        Ok(changed)
     }
 
     /// [`change`](Self::change) of the state `policy` (the one that applies) keeps for
@@ -1201,28 +1210,16 @@ where
         figures(self.change(policy, key, Change::Penalize(amount)).await?)
     }
 
-    /// Sets the count in the state the key's decisions read, then lifts a block in the
-    /// policy's own key, where a block under an override of another shape is made too
-    /// ([`block`](KeyAdmin::block)): a set replaces a block.
     async fn set_remaining(
         &self,
         policy: &RedisPolicy,
         key: &[u8],
         remaining: u64,
     ) -> Result<Decision, AdminError> {
-        let deadline = self.deadline_from_now();
-        let applied = self.applied(policy, key, deadline).await;
-        // An unlimited key's counts are the policy's own, which an operator may still set.
-        let limits = overridden(applied.as_deref(), policy).unwrap_or(policy);
-        let set = Change::SetRemaining(remaining);
-        let after = figures(self.change_in(limits, key, set, deadline).await?)?;
-        if self.counts_apart(policy, limits, key)? {
-            done(
-                self.change_in(policy, key, Change::Unblock, deadline)
-                    .await?,
-            )?;
-        }
-        Ok(after)
+        figures(
+            self.change(policy, key, Change::SetRemaining(remaining))
+                .await?,
+        )
     }
 
     async fn block(
