@@ -232,11 +232,15 @@ impl Config {
     /// Reads and validates the file at `path`. Every error names the file, and where in it.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, LoadError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        Self::from_text(path, &Self::read_text(path)?)
+    }
+
+    /// The text of the file at `path`, or the error naming it.
+    pub(crate) fn read_text(path: &Path) -> Result<String, LoadError> {
+        std::fs::read_to_string(path).map_err(|source| LoadError::Read {
             path: path.to_owned(),
             source,
-        })?;
-        Self::from_text(path, &text)
+        })
     }
 
     /// Validates `text`, read from the file at `path` (which errors name).

@@ -305,14 +305,11 @@ fn read(path: &Path) -> Result<(Config, String), ReloadError> {
     Ok((parse(path, &text)?, text))
 }
 
-/// The text of the file at `path`.
+/// The text of the file at `path` ([`Config::read_text`]), its error as a reload's.
 fn read_text(path: &Path) -> Result<String, ReloadError> {
-    std::fs::read_to_string(path).map_err(|source| ReloadError::Load {
+    Config::read_text(path).map_err(|source| ReloadError::Load {
         path: path.to_owned(),
-        source: LoadError::Read {
-            path: path.to_owned(),
-            source,
-        },
+        source,
     })
 }
 
