@@ -1265,9 +1265,8 @@ async fn set_override(
 /// Removes an override by its policy's name alone: one of a policy the config no longer
 /// has still counts toward the servers' cap and revives if the name comes back.
 async fn remove_override(cli: &Cli, name: &str, keys: &Keys) -> Result<Output, Failure> {
-    let (matched, shown) = keys.to_match();
-    check_key(shown)?;
-    NamedPolicy::check_name(name).map_err(|e| Failure::Input(e.to_string()))?;
+    let (matched, _) = keys.to_match();
+    rein_core::overrides::check_target(name, &matched).map_err(admin_failed)?;
     let config = config(cli)?;
     if !config.policies.iter().any(|p| p.name() == name) {
         eprintln!(
