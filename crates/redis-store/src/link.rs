@@ -138,21 +138,22 @@ impl<C: Clone + Send + 'static> Link<C> {
     /// Forgets the connection of `generation` after a call on it failed as `why` says, if
     /// the link replaces a connection for that, so the next call reconnects.
     pub(crate) fn suspect(&self, generation: u64, why: Suspicion) {
-        let mut slot = self.lock();
-        let replaced = match self.replace {
-            Replace::Never => false,
-            Replace::WhenSuspect(_) => true,
-            // Not again within RECONNECT_BACKOFF of the last replacement: while a failover's
-            // address still leads to the demoted server, each new connection reaches it
-            // again, and replacing each at once would be a connect per call.
-            Replace::WhenDemoted(_) => {
-                why == Suspicion::Demoted
-                    && slot
-                        .made_at
-                        .is_none_or(|at| at.elapsed() >= RECONNECT_BACKOFF)
-            }
+        // Decided without the lock where it can be (a Cluster's link never replaces).
+        let paced = match self.replace {
+            Replace::Never => return,
+            Replace::WhenSuspect(_) => false,
+            Replace::WhenDemoted(_) if why != Suspicion::Demoted => return,
+            Replace::WhenDemoted(_) => true,
         };
-        if !replaced {
+        let mut slot = self.lock();
+        // Not again within RECONNECT_BACKOFF of the last replacement: while a failover's
+        // address still leads to the demoted server, each new connection reaches it again,
+        // and replacing each at once would be a connect per call.
+        if paced
+            && slot
+                .made_at
+                .is_some_and(|at| at.elapsed() < RECONNECT_BACKOFF)
+        {
             return;
         }
         if slot.generation == generation && slot.conn.is_some() {
