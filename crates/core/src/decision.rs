@@ -49,15 +49,11 @@ impl Decision {
     /// nothing left and full again now, which no limit's admission gives (one that leaves
     /// nothing is full again only later): [`is_blind`](Self::is_blind) tells it apart, and
     /// a layer shows no figures for it (rein-tower sends no `RateLimit` header, rein-server
-    /// no `limit_remaining`).
+    /// no `current_limit`).
     pub const fn blind(limit: u64) -> Self {
         Self {
             outcome: Outcome::Allowed,
-            limit,
-            remaining: 0,
-            retry_after: Micros::ZERO,
-            reset_after: Micros::ZERO,
-            limit_index: 0,
+            ..Self::blind_denial(limit, Micros::ZERO)
         }
     }
 
