@@ -758,12 +758,12 @@ impl<S: Leasable + Clone + 'static> RateLimitService<S> {
             _ => return Err("a unit this server does not know"),
         };
         let count = u64::from(requests_per_unit);
+        let now = tokio::time::Instant::now();
         let mut overrides = self
             .shared
             .overrides
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let now = tokio::time::Instant::now();
         if let Some((found, used)) = overrides.get_mut(&(unit, count)) {
             *used = now;
             return Ok(Arc::clone(found));
